@@ -1,0 +1,42 @@
+"""Which method x region x attribute combinations can run on this box, and why not: plain rows
+for `probe` (computed once, printed by the console)."""
+
+from __future__ import annotations
+
+from nearlocal.harness.cases import Case, unavailable
+from nearlocal.harness.methods import load_methods
+from nearlocal.hwprobe import HostInventory
+from nearlocal.regions import ATTRIBUTES, REGION_KINDS, load_providers
+
+
+def region_instances(inventory: HostInventory) -> list[str]:
+    load_providers()
+    specs: list[str] = []
+    for kind in REGION_KINDS.values():
+        specs += kind.instances(inventory) if kind.instances else [kind.name]
+    return specs
+
+
+def matrix(inventory: HostInventory, allow_write: bool = False) -> list[dict]:
+    """One row per method x region instance x attribute: runnable, or the reason it is not."""
+    rows = []
+    for method in load_methods().values():
+        for region in region_instances(inventory):
+            for attr in ATTRIBUTES:
+                case = Case(method.name, region, attr, "16KiB",
+                            peer=_default_peer(method, inventory))
+                reason = unavailable(case, inventory, allow_write)
+                rows.append({"method": method.name, "family": method.family, "region": region,
+                             "attr": attr, "runnable": reason is None, "reason": reason or ""})
+    return rows
+
+
+def _default_peer(method, inventory: HostInventory) -> str:
+    if "host" in method.peer_families:
+        return "dram"
+    for kind in REGION_KINDS.values():
+        if kind.family in method.peer_families and kind.instances:
+            found = kind.instances(inventory)
+            if found:
+                return found[0]
+    return next(k.name for k in REGION_KINDS.values() if k.family in method.peer_families)

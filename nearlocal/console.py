@@ -1,0 +1,96 @@
+"""Terminal output for probe, run and show: rich tables of rows computed elsewhere."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from nearlocal.hwprobe import HostInventory
+from nearlocal.units import format_ns, format_size
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
+    cpu = inventory.cpu
+    console.print(f"[bold]CPU[/] {cpu.model} ({cpu.vendor}), {cpu.logical_cpus} logical CPUs, "
+                  f"TSC {inventory.tsc_hz / 1e9:.3f} GHz ({inventory.tsc_source})")
+    console.print("  flags: " + "  ".join(
+        f"[green]{name}[/]" if present else f"[red]-{name}[/]" for name, present in cpu.flags.items()))
+    console.print("  caches: " + ", ".join(
+        f"L{c.level} {c.kind} {format_size(c.size_bytes)}" for c in cpu.caches))
+
+    table = Table(title="NUMA nodes", title_justify="left")
+    for column in ("node", "cpus", "memory", "note"):
+        table.add_column(column)
+    for node in inventory.numa:
+        table.add_row(str(node.node), f"{len(node.cpus)}", format_size(node.mem_total_bytes),
+                      "CPU-less: likely CXL (system-ram)" if node.likely_cxl else "")
+    console.print(table)
+
+    cxl = inventory.cxl
+    console.print(f"[bold]CXL[/] " + (
+        f"{len(cxl.memdevs)} memdevs, {len(cxl.decoders)} decoders, {len(cxl.regions)} regions"
+        if cxl.present else "none: /sys/bus/cxl/devices is absent"))
+    for region in cxl.regions:
+        console.print(f"  {region.name}: {format_size(region.size)}, "
+                      f"{region.interleave_ways}-way x {region.interleave_granularity} B, "
+                      f"targets {', '.join(region.targets)}")
+    console.print("[bold]device-dax[/] " + (", ".join(
+        f"{d.name} {format_size(d.size)} align {d.align} node {d.target_node} ({d.mode})"
+        for d in inventory.dax) or "none: /sys/bus/dax/devices is empty or absent"))
+    dsa = inventory.dsa
+    if not dsa.module_loaded:
+        dsa_text = "none: the idxd driver is not loaded (no /sys/bus/dsa)"
+    elif not dsa.devices:
+        dsa_text = "idxd loaded, no DSA devices"
+    else:
+        dsa_text = "; ".join(
+            f"{dev.name} ({len(dev.work_queues)} WQs, "
+            f"{sum(wq.usable for wq in dev.work_queues)} usable)" for dev in dsa.devices)
+    console.print(f"[bold]DSA[/] {dsa_text}")
+    pools = ", ".join(f"{format_size(p.page_bytes)}: {p.free}/{p.total} free"
+                      for p in inventory.hugepages.pools)
+    console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")
+    gpu = inventory.gpu
+    console.print("[bold]GPU[/] " + (", ".join(f"{g.index}: {g.name} {format_size(g.memory_bytes)}"
+                                               for g in gpu.devices) or (gpu.reason or "none")))
+
+    table = Table(title="What can run here (16 KiB probe case)", title_justify="left")
+    for column in ("method", "region", "attr", "status"):
+        table.add_column(column)
+    for row in availability:
+        status = "[green]runnable[/]" if row["runnable"] else f"[yellow]skip[/]: {row['reason']}"
+        table.add_row(row["method"], row["region"], row["attr"], status)
+    console.print(table)
+
+
+def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("method", "region", "attr", "pattern", "median", "p10-p90", "p99", "GB/s",
+                   "n", "status"):
+        table.add_column(column, justify="right" if column in ("median", "p99", "GB/s", "n") else "left")
+    for row in cases.itertuples():
+        if row.status == "skipped" and not include_skipped:
+            continue
+        if row.status == "ok":
+            status = "ok" if row.converged else "ok (not converged)"
+            table.add_row(row.method, row.region, row.attr, row.pattern, format_ns(row.median_ns),
+                          f"{format_ns(row.p10_ns)} - {format_ns(row.p90_ns)}",
+                          format_ns(row.p99_ns), f"{row.gbps:.2f}", str(int(row.n_samples)), status)
+        else:
+            table.add_row(row.method, row.region, row.attr, row.pattern, "-", "-", "-", "-", "-",
+                          f"{row.status}: {row.reason}")
+    return table
+
+
+def print_run(meta: dict, cases: pd.DataFrame, include_skipped: bool = False) -> None:
+    counts = cases["status"].value_counts().to_dict()
+    console.print(case_table(cases, f"run {meta.get('run_id')}", include_skipped))
+    console.print(", ".join(f"{n} {status}" for status, n in counts.items()))
+    if not include_skipped and counts.get("skipped"):
+        reasons = cases.loc[cases["status"] == "skipped", "reason"].value_counts()
+        for reason, n in reasons.items():
+            console.print(f"  skipped {n}: {reason}")

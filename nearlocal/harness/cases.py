@@ -1,0 +1,102 @@
+"""Cases: method x region x attribute x pattern (x peer, x parameters). Plain, hashable data with a
+stable id; `unavailable()` says why a case cannot run on this box, before anything is compiled."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.methods import get_method
+from nearlocal.hwprobe import HostInventory
+from nearlocal.regions import attribute_unavailable, parse_region, region_kind
+
+
+@dataclass(frozen=True)
+class Case:
+    method: str
+    region: str  # the region under test (a pool, a node, a GPU...)
+    attr: str = "wb"
+    pattern: str = "16KiB"  # a size or a fragment pattern (workloads.patterns)
+    peer: str = "dram"  # the other side: where reads land, where writes come from
+    access: str = ""  # "read" or "write"; empty means the method's first
+    params: tuple[tuple[str, str], ...] = ()  # method knobs, sorted (key, value) pairs
+    suite: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.access:
+            object.__setattr__(self, "access", get_method(self.method).accesses[0])
+        object.__setattr__(self, "params", tuple(sorted((str(k), str(v)) for k, v in self.params)))
+
+    @property
+    def id(self) -> str:
+        parts = [self.method, self.region, self.attr, self.pattern]
+        method = get_method(self.method)
+        if self.access != method.accesses[0]:
+            parts.append(self.access)
+        if self.peer != "dram":
+            parts.append(f"peer={self.peer}")
+        parts += [f"{k}={v}" for k, v in self.params]
+        return "/".join(parts)
+
+    @property
+    def param_dict(self) -> dict[str, str]:
+        return dict(self.params)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["params"] = json.dumps(dict(self.params), sort_keys=True)
+        data["case_id"] = self.id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Case:
+        params = data.get("params") or "{}"
+        params = json.loads(params) if isinstance(params, str) else params
+        return cls(method=data["method"], region=data["region"], attr=data["attr"],
+                   pattern=data["pattern"], peer=data.get("peer", "dram"),
+                   access=data.get("access", ""), params=tuple(params.items()),
+                   suite=data.get("suite", ""))
+
+    @property
+    def writes_region(self) -> bool:
+        return self.access == "write"
+
+
+def validate(case: Case, inventory: HostInventory) -> None:
+    """Bad input (unknown names, malformed specs, missing nodes/paths): UsageError, exit 2."""
+    from nearlocal.workloads.patterns import parse_pattern
+
+    method = get_method(case.method)
+    if case.access not in method.accesses:
+        raise UsageError(f"method {case.method} cannot {case.access}: it does "
+                         f"{' / '.join(method.accesses)}")
+    for text in (case.region, case.peer):
+        spec = parse_region(text)
+        region_kind(spec).validate(spec, inventory)
+    attribute_unavailable(parse_region(case.region), case.attr)  # unknown attribute raises
+    parse_pattern(case.pattern)
+
+
+def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:
+    """Why this case cannot run here, or None. Never compiles or touches memory."""
+    method = get_method(case.method)
+    reason = method.unavailable(inventory)
+    if reason:
+        return reason
+    spec, peer = parse_region(case.region), parse_region(case.peer)
+    kind, peer_kind = region_kind(spec), region_kind(peer)
+    if kind.family not in method.region_families:
+        return f"{case.method} does not run on {kind.family} regions ({case.region})"
+    if peer_kind.family not in method.peer_families:
+        return f"{case.method} does not take a {peer_kind.family} peer ({case.peer})"
+    for one, one_kind in ((spec, kind), (peer, peer_kind)):
+        reason = one_kind.unavailable(one, inventory)
+        if reason:
+            return reason
+    reason = attribute_unavailable(spec, case.attr)
+    if reason:
+        return reason
+    if case.writes_region and kind.user_owned(spec) and not allow_write:
+        return f"writes to {case.region} need --allow-write (it may hold someone's data)"
+    return None

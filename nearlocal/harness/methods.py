@@ -1,0 +1,101 @@
+"""The method registry: how bytes move. Each method is declared once with what it needs, so
+`probe` can say why it cannot run and the runner never branches on hardware.
+
+A method's `open_session(ctx)` runs in the worker and returns a Session whose `sample(n)` returns
+(raw, ns): n samples in the clock's own unit and in nanoseconds with the timer's overhead removed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from nearlocal.harness.cases import Case
+    from nearlocal.hwprobe import HostInventory
+    from nearlocal.regions import MappedRegion
+    from nearlocal.workloads.patterns import Pattern
+
+
+@dataclass
+class SessionContext:
+    """What a method gets in the worker: the case, its pattern, mapped regions and the clock."""
+
+    case: Case
+    pattern: Pattern
+    src: MappedRegion
+    dst: MappedRegion
+    tsc_hz: float
+    timer_overhead_ticks: float
+    params: dict = field(default_factory=dict)
+
+
+class Session(Protocol):
+    clock: str  # "tsc", "cuda-event", ...
+    info: dict  # recorded on the case row (e.g. overhead, launch geometry)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    family: str  # "cpu", "dsa", "gpu": also the pytest marker
+    summary: str
+    accesses: tuple[str, ...]  # "read" (region -> peer), "write" (peer -> region)
+    state: str  # cache state of the region when timing starts: "warm", "cold", "-"
+    open_session: Callable[[SessionContext], Session]
+    region_families: frozenset[str] = frozenset({"host"})
+    peer_families: frozenset[str] = frozenset({"host"})
+    cpu_flags: tuple[str, ...] = ()
+    needs: Callable[[HostInventory], str | None] | None = None
+    params: dict = field(default_factory=dict)  # default method parameters
+    markers: tuple[str, ...] = ()
+
+    def unavailable(self, inventory: HostInventory) -> str | None:
+        missing = [flag for flag in self.cpu_flags if not inventory.cpu.has(flag)]
+        if missing:
+            return f"CPU lacks {', '.join(missing)} ({inventory.cpu.model})"
+        return self.needs(inventory) if self.needs else None
+
+
+METHODS: dict[str, Method] = {}
+
+# Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
+# (comma-separated module names) adds third-party ones.
+METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods"]
+_loaded = False
+
+
+def register_method(method: Method) -> Method:
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} declared twice")
+    METHODS[method.name] = method
+    return method
+
+
+def load_methods() -> dict[str, Method]:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import os
+
+        plugins = [m for m in os.environ.get("NEARLOCAL_PLUGINS", "").split(",") if m.strip()]
+        for module in [*METHOD_MODULES, *plugins]:
+            importlib.import_module(module.strip())
+    return METHODS
+
+
+def get_method(name: str) -> Method:
+    from nearlocal.errors import UsageError
+
+    methods = load_methods()
+    if name not in methods:
+        raise UsageError(f"unknown method {name!r}: valid methods are {', '.join(methods)}")
+    return methods[name]

@@ -1,0 +1,133 @@
+"""The runner: checks every case, runs the runnable ones in a worker process, writes each finished
+case to the store as it completes. It never branches on hardware: methods and regions do."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from nearlocal.harness import cases as case_rules
+from nearlocal.harness.cases import Case
+from nearlocal.harness.methods import get_method
+from nearlocal.harness.worker import WorkerSettings, worker_main
+from nearlocal.hwprobe import HostInventory
+from nearlocal.regions import parse_region
+from nearlocal.results.store import Store
+from nearlocal.workloads.patterns import parse_pattern
+
+WORKER_START_TIMEOUT_S = 120.0
+
+
+def describe(case: Case) -> dict:
+    """The columns a row has whatever happened to the case."""
+    method = get_method(case.method)
+    pattern = parse_pattern(case.pattern)
+    return {
+        **case.to_dict(),
+        "family": method.family,
+        "region_kind": parse_region(case.region).kind,
+        "state": method.state,
+        "size_bytes": pattern.total_bytes,
+        "fragment_count": pattern.count,
+        "fragment_bytes": pattern.fragment_bytes,
+        "bytes_moved": pattern.total_bytes,
+        **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
+    }
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.Process
+    conn: object
+    overhead_ticks: float
+
+
+class Runner:
+    def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
+                 on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None):
+        self.inventory = inventory
+        self.settings = settings
+        self.store = store
+        self.on_case = on_case or (lambda row: None)
+        self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
+        self._context = multiprocessing.get_context("spawn")
+        self._worker: _Worker | None = None
+
+    def _start_worker(self) -> _Worker:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=worker_main, args=(child, self.settings), daemon=True)
+        process.start()
+        child.close()
+        if not parent.poll(WORKER_START_TIMEOUT_S):
+            process.kill()
+            raise RuntimeError("the measurement worker did not start")
+        _, overhead = parent.recv()
+        return _Worker(process, parent, overhead)
+
+    def _stop_worker(self) -> None:
+        if self._worker is None:
+            return
+        worker, self._worker = self._worker, None
+        try:
+            worker.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        worker.process.join(5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+
+    def _measure(self, case: Case) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+        if self._worker is None:
+            self._worker = self._start_worker()
+        worker = self._worker
+        overhead_ns = worker.overhead_ticks * 1e9 / self.settings.tsc_hz
+        worker.conn.send(case.to_dict())
+        deadline = time.monotonic() + self.case_timeout_s
+        while not worker.conn.poll(0.05):
+            if not worker.process.is_alive():
+                worker.process.join()
+                self._worker = None
+                code = worker.process.exitcode or 0
+                name = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+                return {"status": "failed", "reason": f"worker crashed: {name}"}, None, None
+            if time.monotonic() > deadline:
+                worker.process.kill()
+                worker.process.join()
+                self._worker = None
+                return {"status": "failed",
+                        "reason": f"timed out after {self.case_timeout_s:.0f} s"}, None, None
+        try:
+            message = worker.conn.recv()
+        except EOFError:
+            worker.process.join()
+            self._worker = None
+            return {"status": "failed", "reason": "worker crashed"}, None, None
+        if message[0] == "failed":
+            return {"status": "failed", "reason": message[1]}, None, None
+        _, row, raw, ns = message
+        return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns, **row}, raw, ns
+
+    def run(self, cases: Iterable[Case]) -> list[dict]:
+        rows = []
+        try:
+            for case in cases:
+                row = describe(case)
+                reason = case_rules.unavailable(case, self.inventory, self.settings.allow_write)
+                raw = ns = None
+                if reason:
+                    row.update(status="skipped", reason=reason)
+                else:
+                    result, raw, ns = self._measure(case)
+                    row.update(result)
+                self.store.add_case(row, raw, ns)
+                rows.append(row)
+                self.on_case(row)
+        finally:
+            self._stop_worker()
+        return rows

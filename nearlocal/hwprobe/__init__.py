@@ -1,0 +1,80 @@
+"""What this box has: one module per source, each returning dataclasses; `probe()` gathers them.
+
+All sysfs/procfs reads go through `SysRoot` so tests run against fake trees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+
+from nearlocal.hwprobe.cpu import CpuInfo, probe_cpu
+from nearlocal.hwprobe.cxl import CxlInfo, probe_cxl
+from nearlocal.hwprobe.dax import DaxDevice, probe_dax
+from nearlocal.hwprobe.dsa import DsaInfo, probe_dsa
+from nearlocal.hwprobe.gpu import GpuInfo, probe_gpu
+from nearlocal.hwprobe.hugepages import HugePages, probe_hugepages
+from nearlocal.hwprobe.numa import NumaNode, probe_numa
+from nearlocal.sysroot import SysRoot
+
+
+@dataclass
+class HostInventory:
+    hostname: str
+    kernel: str
+    cpu: CpuInfo
+    tsc_hz: float
+    tsc_source: str  # "kernel" or "calibrated"
+    numa: list[NumaNode]
+    cxl: CxlInfo
+    dax: list[DaxDevice]
+    dsa: DsaInfo
+    hugepages: HugePages
+    gpu: GpuInfo
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def host_id(self) -> str:
+        """Identity of the hardware for comparisons: CPU, TSC, memory topology, GPUs."""
+        key = {
+            "cpu": self.cpu.model,
+            "tsc_mhz": round(self.tsc_hz / 1e6),
+            "numa": [(n.node, len(n.cpus), n.mem_total_bytes >> 30) for n in self.numa],
+            "gpus": [g.name for g in self.gpu.devices],
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["host_id"] = self.host_id
+        return data
+
+
+def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True) -> HostInventory:
+    root = root or SysRoot.default()
+    cpu = probe_cpu(root)
+    if cpu.tsc_hz_kernel:
+        tsc_hz, source = cpu.tsc_hz_kernel, "kernel"
+    elif calibrate:
+        from nearlocal.kernels.timer import calibrate_tsc_hz
+
+        tsc_hz, source = calibrate_tsc_hz(), "calibrated"
+    else:
+        tsc_hz, source = 0.0, "unknown"
+    return HostInventory(
+        hostname=platform.node() if root.is_real() else "fake-host",
+        kernel=os.uname().release if root.is_real() else "fake",
+        cpu=cpu,
+        tsc_hz=tsc_hz,
+        tsc_source=source,
+        numa=probe_numa(root),
+        cxl=probe_cxl(root),
+        dax=probe_dax(root),
+        dsa=probe_dsa(root),
+        hugepages=probe_hugepages(root),
+        gpu=probe_gpu() if gpu else GpuInfo(reason="no GPU: not probed"),
+    )

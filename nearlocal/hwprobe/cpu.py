@@ -1,0 +1,89 @@
+"""CPU model, the instruction flags nearlocal's kernels need, TSC and caches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nearlocal.sysroot import SysRoot, parse_cpulist
+from nearlocal.units import parse_size
+
+# Flags that decide which kernels may be compiled at all (LLVM aborts on unsupported instructions).
+INTERESTING_FLAGS = (
+    "clflush", "clflushopt", "clwb", "movdiri", "movdir64b", "enqcmd", "waitpkg",
+    "avx2", "avx512f", "sse4_1", "rdtscp", "constant_tsc", "nonstop_tsc", "tsc_known_freq",
+)
+
+
+@dataclass
+class CacheLevel:
+    level: int
+    kind: str
+    size_bytes: int
+    shared_cpus: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CpuInfo:
+    model: str
+    vendor: str
+    logical_cpus: int
+    flags: dict[str, bool]
+    caches: list[CacheLevel]
+    tsc_hz_kernel: float | None
+    online_cpus: list[int] = field(default_factory=list)
+
+    def has(self, flag: str) -> bool:
+        return self.flags.get(flag, False)
+
+    @property
+    def llc_bytes(self) -> int:
+        unified = [c.size_bytes for c in self.caches if c.kind in ("Unified", "Data")]
+        return max(unified, default=0)
+
+
+def _parse_cpuinfo(text: str) -> tuple[str, str, set[str], int]:
+    model, vendor, flags, count = "unknown", "unknown", set(), 0
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "processor":
+            count += 1
+        elif key == "model name" and model == "unknown":
+            model = value.strip()
+        elif key == "vendor_id" and vendor == "unknown":
+            vendor = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    return model, vendor, flags, count
+
+
+def _caches(root: SysRoot) -> list[CacheLevel]:
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    caches = []
+    for index in root.listdir(base):
+        if not index.startswith("index"):
+            continue
+        size_text = root.read(f"{base}/{index}/size")
+        if not size_text:
+            continue
+        caches.append(CacheLevel(
+            level=root.read_int(f"{base}/{index}/level", 0, base=10) or 0,
+            kind=root.read(f"{base}/{index}/type", "Unified") or "Unified",
+            size_bytes=parse_size(size_text.replace("K", "KiB").replace("M", "MiB")),
+            shared_cpus=parse_cpulist(root.read(f"{base}/{index}/shared_cpu_list")),
+        ))
+    return caches
+
+
+def probe_cpu(root: SysRoot) -> CpuInfo:
+    model, vendor, flags, count = _parse_cpuinfo(root.read("/proc/cpuinfo", "") or "")
+    khz = root.read_int("/sys/devices/system/cpu/cpu0/tsc_freq_khz", base=10)
+    return CpuInfo(
+        model=model,
+        vendor=vendor,
+        logical_cpus=count,
+        flags={name: name in flags for name in INTERESTING_FLAGS},
+        caches=_caches(root),
+        tsc_hz_kernel=khz * 1e3 if khz else None,
+        online_cpus=parse_cpulist(root.read("/sys/devices/system/cpu/online")),
+    )

@@ -1,0 +1,60 @@
+"""CPU access methods: each a numba kernel from kernels.cpu timed inside its own loop."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nearlocal.harness.methods import Method, SessionContext, register_method
+
+
+class CpuSession:
+    """Runs one kernel over the case's fragment table; ticks -> ns by the TSC frequency."""
+
+    clock = "tsc"
+
+    def __init__(self, kernel_name: str, ctx: SessionContext):
+        from nearlocal.kernels import cpu
+
+        self.kernel = getattr(cpu, kernel_name)
+        self.ctx = ctx
+        self.sink = np.zeros(1, np.uint64)
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": kernel_name}
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ticks = np.empty(n, np.uint64)
+        self.kernel(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, ticks, self.sink)
+        ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
+        return ticks, ns * 1e9 / self.ctx.tsc_hz
+
+    def close(self) -> None:
+        pass
+
+
+def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
+         flags: tuple[str, ...] = ()) -> Method:
+    return register_method(Method(
+        name=name, family="cpu", summary=summary, accesses=accesses, state=state,
+        open_session=lambda ctx, kernel=kernel: CpuSession(kernel, ctx),
+        cpu_flags=("rdtscp", *flags), markers=("cpu",),
+    ))
+
+
+_cpu("load", "time_load", ("read",), "warm",
+     "64-byte vector loads, warm (one untimed pass first)")
+_cpu("store", "time_store", ("write",), "warm",
+     "64-byte vector stores, then mfence")
+_cpu("nt-store", "time_nt_store", ("write",), "warm",
+     "nontemporal stores (vmovntdq), then sfence")
+_cpu("nt-load", "time_nt_load", ("read",), "cold",
+     "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"))
+_cpu("clflush-load", "time_clflush_load", ("read",), "warm",
+     "clflush every line, mfence, then load: all timed (Beluga's read of a non-coherent pool)",
+     ("clflush",))
+_cpu("clflushopt-load", "time_clflushopt_load", ("read",), "warm",
+     "clflushopt every line, sfence, then load: all timed", ("clflushopt",))
+_cpu("store-clwb", "time_store_clwb", ("write",), "warm",
+     "stores, clwb of every line, sfence: written back to memory", ("clwb",))
+_cpu("movdir64b", "time_movdir64b", ("write",), "warm",
+     "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",))
+_cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
+     "libc memcpy of every fragment, the baseline")

@@ -1,0 +1,111 @@
+"""Regions: where bytes live. One registry entry per kind, each declared once with what it needs.
+
+A region spec is text (`dram`, `dram:thp`, `dram:2M`, `dram:node=1`, `numa:1`,
+`devdax:/dev/dax0.0@2GiB,1GiB`, `file:/mnt/pmem/x`, `shm:kvpool`); the kind is the part before the
+first colon. Providers map memory and report the attributes they can really produce; the runner
+never branches on the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+
+if TYPE_CHECKING:
+    from nearlocal.hwprobe import HostInventory
+
+ATTRIBUTES: dict[str, str] = {
+    "wb": "cacheable (write-back)",
+    "uc": "uncacheable",
+    "wc": "write-combining",
+}
+
+# Why no provider here can produce an attribute, when none does (probe prints it).
+ATTRIBUTE_GAPS: dict[str, str] = {
+    "uc": (
+        "no provider on this box can map uncacheable memory: that needs a driver that maps the "
+        "pool with an uncacheable PAT type (Beluga's setup) or /dev/mem without STRICT_DEVMEM"
+    ),
+    "wc": (
+        "no provider on this box can map write-combining memory: that needs a driver or a PCI "
+        "BAR resource*_wc file, and nearlocal never maps device BARs it was not given"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    text: str
+    kind: str
+    arg: str  # the part after "kind:", may be empty
+
+
+@dataclass
+class MappedRegion:
+    """A mapping the kernels can use as a uint8 array; `info` is recorded with the case."""
+
+    spec: RegionSpec
+    attr: str
+    array: np.ndarray
+    writable: bool
+    info: dict = field(default_factory=dict)
+    _close: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        if self._close is not None:
+            closer, self._close = self._close, None
+            closer()
+
+
+@dataclass(frozen=True)
+class RegionKind:
+    name: str
+    syntax: str
+    summary: str
+    family: str  # "host" or "gpu": which methods can use it
+    attrs: frozenset[str]
+    validate: Callable[[RegionSpec, HostInventory], None]  # UsageError for bad input
+    unavailable: Callable[[RegionSpec, HostInventory], str | None]  # why it cannot run here
+    open: Callable[[RegionSpec, int, str, bool], MappedRegion]  # (spec, size, attr, allow_write)
+    user_owned: Callable[[RegionSpec], bool] = lambda spec: False  # writes need --allow-write
+    instances: Callable[[HostInventory], list[str]] | None = None  # specs probe lists for this box
+
+
+REGION_KINDS: dict[str, RegionKind] = {}
+
+
+def register_region_kind(kind: RegionKind) -> RegionKind:
+    if kind.name in REGION_KINDS:
+        raise ValueError(f"region kind {kind.name!r} declared twice")
+    REGION_KINDS[kind.name] = kind
+    return kind
+
+
+def parse_region(text: str) -> RegionSpec:
+    from nearlocal.regions import load_providers
+
+    load_providers()
+    text = str(text).strip()
+    kind, _, arg = text.partition(":")
+    if kind not in REGION_KINDS:
+        valid = ", ".join(k.syntax for k in REGION_KINDS.values())
+        raise UsageError(f"unknown region {text!r}: valid regions are {valid}")
+    return RegionSpec(text, kind, arg)
+
+
+def region_kind(spec: RegionSpec) -> RegionKind:
+    return REGION_KINDS[spec.kind]
+
+
+def attribute_unavailable(spec: RegionSpec, attr: str) -> str | None:
+    kind = region_kind(spec)
+    if attr not in ATTRIBUTES:
+        raise UsageError(f"unknown attribute {attr!r}: valid attributes are {', '.join(ATTRIBUTES)}")
+    if attr in kind.attrs:
+        return None
+    return ATTRIBUTE_GAPS.get(attr, f"region kind {kind.name} cannot produce attribute {attr}")

@@ -1,0 +1,273 @@
+"""Host memory providers: anonymous DRAM, a NUMA node (CXL in system-ram mode), device-dax, files
+and POSIX shared memory. Only these touch mmap/mbind; everything else sees MappedRegion."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+import stat
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.hwprobe import HostInventory
+from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
+from nearlocal.units import parse_size
+
+MAP_HUGETLB = 0x40000
+MAP_HUGE_SHIFT = 26
+MPOL_BIND = 2
+MPOL_MF_STRICT = 1
+MPOL_MF_MOVE = 2
+SYS_MBIND = 237  # x86-64
+HUGE_2M = 2 * 1024 * 1024
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _round_up(value: int, align: int) -> int:
+    return (value + align - 1) // align * align
+
+
+def _fill_owned(array: np.ndarray) -> None:
+    """Fault in memory nearlocal owns with a non-zero pattern (an untouched page reads the zero page)."""
+    array[:] = (np.arange(array.size, dtype=np.uint64) * 0x9E3779B1 >> 13).astype(np.uint8) | 1
+
+
+def _mbind(buf: mmap.mmap, length: int, node: int) -> None:
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    mask = (ctypes.c_ulong * 16)()
+    mask[node // 64] = 1 << (node % 64)
+    rc = _libc.syscall(SYS_MBIND, ctypes.c_void_p(address), ctypes.c_ulong(length), MPOL_BIND,
+                       mask, ctypes.c_ulong(16 * 64 + 1), MPOL_MF_STRICT | MPOL_MF_MOVE)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mbind to node {node} failed: {os.strerror(err)}")
+
+
+def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool, info: dict,
+            cleanup=None) -> MappedRegion:
+    array = np.frombuffer(buf, dtype=np.uint8, count=size)
+    if not writable:
+        array = array.view()
+        array.flags.writeable = False
+
+    def close() -> None:
+        nonlocal array
+        array = None
+        try:
+            buf.close()
+        except BufferError:  # a numpy view still alive: the GC unmaps it later
+            pass
+        if cleanup is not None:
+            cleanup()
+
+    return MappedRegion(spec, attr, array, writable, info, close)
+
+
+# --- dram and numa:N: private anonymous memory, optionally huge pages, optionally bound -------
+
+def _dram_options(spec: RegionSpec) -> dict:
+    options: dict = {"pages": "4K", "node": None}
+    for part in filter(None, spec.arg.split(",")):
+        if part in ("2M", "hugetlb"):
+            options["pages"] = "2M"
+        elif part == "thp":
+            options["pages"] = "thp"
+        elif part.startswith("node="):
+            options["node"] = part[5:]
+        else:
+            raise UsageError(f"unknown dram option {part!r} in {spec.text!r}: valid are 2M, thp, node=N")
+    if spec.kind == "numa":
+        options["node"] = spec.arg
+    if options["node"] is not None:
+        if not re.fullmatch(r"\d+", str(options["node"])):
+            raise UsageError(f"malformed NUMA node in {spec.text!r}: use numa:N with N a node number")
+        options["node"] = int(options["node"])
+    return options
+
+
+def _validate_dram(spec: RegionSpec, inventory: HostInventory) -> None:
+    node = _dram_options(spec)["node"]
+    nodes = [n.node for n in inventory.numa]
+    if node is not None and node not in nodes:
+        raise UsageError(f"NUMA node {node} does not exist in {spec.text!r}: this box has nodes "
+                         f"{', '.join(map(str, nodes)) or 'none'}")
+
+
+def _dram_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    options = _dram_options(spec)
+    if options["pages"] == "2M":
+        pool = inventory.hugepages.pool(HUGE_2M)
+        if pool is None or pool.free == 0:
+            return "no free 2 MiB hugetlb pages (echo N > /proc/sys/vm/nr_hugepages)"
+    if options["pages"] == "thp" and inventory.hugepages.thp_mode == "never":
+        return "transparent huge pages are disabled (mode never)"
+    node = options["node"]
+    if node is not None:
+        match = next((n for n in inventory.numa if n.node == node), None)
+        if match is None or match.mem_total_bytes == 0:
+            return f"NUMA node {node} has no memory"
+    return None
+
+
+def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    options = _dram_options(spec)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    length = max(size, 1)
+    if options["pages"] == "2M":
+        flags |= MAP_HUGETLB | (21 << MAP_HUGE_SHIFT)
+        length = _round_up(length, HUGE_2M)
+    buf = mmap.mmap(-1, length, flags=flags)
+    if options["pages"] == "thp":
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    if options["node"] is not None:
+        _mbind(buf, length, options["node"])
+    region = _mapped(spec, attr, buf, size, True,
+                     {"pages": options["pages"], "node": options["node"], "owned": True})
+    _fill_owned(region.array)
+    return region
+
+
+# --- devdax: the user's pool, mapped shared; never written unless named with --allow-write ----
+
+def _dax_arg(spec: RegionSpec) -> tuple[str, int, int | None]:
+    path, _, window = spec.arg.partition("@")
+    offset_text, _, size_text = window.partition(",")
+    offset = parse_size(offset_text) if offset_text and offset_text != "0" else 0
+    return path, offset, parse_size(size_text) if size_text else None
+
+
+def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
+    path, offset, _ = _dax_arg(spec)
+    if not path:
+        raise UsageError(f"devdax region needs a device path: devdax:/dev/daxX.Y[@offset[,size]]")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise UsageError(f"device-dax path {path} does not exist (from {spec.text!r})") from None
+    name = os.path.basename(path)
+    if not stat.S_ISCHR(mode) or not re.fullmatch(r"dax\d+\.\d+", name):
+        raise UsageError(f"{path} is not a device-dax character device (expected /dev/daxX.Y)")
+    device = next((d for d in inventory.dax if d.name == name), None)
+    if device is not None and device.align and offset % device.align:
+        raise UsageError(f"offset {offset} in {spec.text!r} is not a multiple of the device "
+                         f"alignment {device.align}")
+
+
+def _devdax_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    path, _, _ = _dax_arg(spec)
+    device = next((d for d in inventory.dax if d.name == os.path.basename(path)), None)
+    if device is None:
+        return f"{path} is not listed under /sys/bus/dax/devices"
+    if device.mode != "devdax":
+        return f"{device.name} is bound to {device.mode}, not device_dax"
+    return None
+
+
+def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    path, offset, window = _dax_arg(spec)
+    align = int(Path(f"/sys/bus/dax/devices/{os.path.basename(path)}/align").read_text().strip()
+                or HUGE_2M) if os.path.exists(f"/sys/bus/dax/devices/{os.path.basename(path)}/align") else HUGE_2M
+    if window is not None and size > window:
+        raise UsageError(f"the case needs {size} bytes but {spec.text!r} names only {window}")
+    fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
+    try:
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
+        buf = mmap.mmap(fd, _round_up(max(size, 1), align), flags=mmap.MAP_SHARED, prot=prot,
+                        offset=offset)
+    finally:
+        os.close(fd)
+    return _mapped(spec, attr, buf, size, allow_write,
+                   {"device": path, "offset": offset, "align": align, "owned": False})
+
+
+# --- file:PATH and shm:NAME: shared file mappings; created and removed by nearlocal if new ------
+
+def _file_path(spec: RegionSpec) -> Path:
+    if spec.kind == "shm":
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", spec.arg or ""):
+            raise UsageError(f"malformed shared memory name in {spec.text!r}: use shm:NAME "
+                             "with letters, digits, '.', '_' or '-'")
+        return Path("/dev/shm") / spec.arg
+    if not spec.arg:
+        raise UsageError("file region needs a path: file:PATH")
+    return Path(spec.arg)
+
+
+def _validate_file(spec: RegionSpec, inventory: HostInventory) -> None:
+    path = _file_path(spec)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path} is not a regular file (from {spec.text!r})")
+    if not path.exists() and not path.parent.is_dir():
+        raise UsageError(f"directory {path.parent} does not exist (from {spec.text!r})")
+
+
+def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    path = _file_path(spec)
+    length = max(size, 1)
+    if path.exists():
+        if path.stat().st_size < length:
+            raise UsageError(f"{path} holds {path.stat().st_size} bytes, the case needs {length}")
+        fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
+        try:
+            buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=prot)
+        finally:
+            os.close(fd)
+        return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
+    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, length)
+        buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    os.rename(temp, path)
+    region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
+                     cleanup=lambda: path.unlink(missing_ok=True))
+    _fill_owned(region.array)
+    return region
+
+
+def _file_user_owned(spec: RegionSpec) -> bool:
+    return _file_path(spec).exists()
+
+
+_always = lambda spec, inventory: None  # noqa: E731
+
+register_region_kind(RegionKind(
+    name="dram", syntax="dram[:2M|thp][,node=N]", family="host", attrs=frozenset({"wb"}),
+    summary="private anonymous local memory (optionally huge pages, optionally bound to a node)",
+    validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
+    instances=lambda inventory: ["dram", "dram:thp", "dram:2M"],
+))
+register_region_kind(RegionKind(
+    name="numa", syntax="numa:N", family="host", attrs=frozenset({"wb"}),
+    summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
+    validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
+    instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
+))
+register_region_kind(RegionKind(
+    name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", family="host",
+    attrs=frozenset({"wb"}),
+    summary="a device-dax pool mapped shared (Beluga's way); written only with --allow-write",
+    validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
+    user_owned=lambda spec: True,
+    instances=lambda inventory: [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"],
+))
+register_region_kind(RegionKind(
+    name="file", syntax="file:PATH", family="host", attrs=frozenset({"wb"}),
+    summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
+    validate=_validate_file, unavailable=_always, open=_open_file, user_owned=_file_user_owned,
+    instances=lambda inventory: [],
+))
+register_region_kind(RegionKind(
+    name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
+    summary="POSIX shared memory /dev/shm/NAME, shared between processes",
+    validate=_validate_file, unavailable=_always, open=_open_file, user_owned=_file_user_owned,
+    instances=lambda inventory: ["shm:nearlocal"],
+))

@@ -1,0 +1,87 @@
+"""Parsing and formatting of sizes and durations as users type them."""
+
+from __future__ import annotations
+
+import re
+
+from nearlocal.errors import UsageError
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+_TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `64`, `16KiB`, `1GiB`, `4k` (k/M/G alone are binary, as users mean them)."""
+    if isinstance(text, int):
+        if text <= 0:
+            raise UsageError(f"size must be a positive number of bytes, got {text}")
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise UsageError(
+            f"malformed size {text!r}: use a positive number with an optional unit "
+            "(B, KiB, MiB, GiB, KB, MB, GB), e.g. 64, 16KiB, 1GiB"
+        )
+    number, unit = match.groups()
+    unit_key = unit.lower()
+    if unit_key in ("k", "m", "g", "t"):
+        unit_key += "ib"
+    if unit_key not in _SIZE_UNITS:
+        raise UsageError(
+            f"malformed size {text!r}: unknown unit {unit!r} (valid: B, KiB, MiB, GiB, KB, MB, GB)"
+        )
+    value = float(number) * _SIZE_UNITS[unit_key]
+    if value <= 0 or value != int(value):
+        raise UsageError(f"malformed size {text!r}: must be a positive whole number of bytes")
+    return int(value)
+
+
+def parse_size_list(texts: list[str] | str) -> list[int]:
+    """Sizes from repeated options and/or comma-separated lists."""
+    if isinstance(texts, str):
+        texts = [texts]
+    return [parse_size(part) for text in texts for part in str(text).split(",") if part.strip()]
+
+
+def format_size(nbytes: int) -> str:
+    """`16KiB`, `64MiB`, `160B`: exact binary units when they divide evenly."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor}{unit}"
+    return f"{nbytes}B"
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from `0.5`, `500ms`, `3us`."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _TIME_RE.match(str(text))
+        if not match:
+            raise UsageError(f"malformed duration {text!r}: use e.g. 0.5, 500ms, 3us, 2s")
+        number, unit = match.groups()
+        seconds = float(number) * _TIME_UNITS[unit or "s"]
+    if seconds <= 0:
+        raise UsageError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+def format_ns(ns: float) -> str:
+    """A latency with a unit that keeps 3-4 significant digits."""
+    if ns != ns:  # NaN
+        return "-"
+    if ns < 1e3:
+        return f"{ns:.1f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.2f} us"
+    if ns < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.3f} s"
