@@ -19,7 +19,10 @@ CPU_METHODS = ("load", "store", "nt-store", "nt-load", "clflush-load", "clflusho
 class Suite:
     name: str
     summary: str
-    cases: Callable[[], list[Case]]
+    parts: list[Callable[[], list[Case]]]
+
+    def cases(self) -> list[Case]:
+        return [case for part in self.parts for case in part()]
 
 
 SUITES: dict[str, Suite] = {}
@@ -30,6 +33,11 @@ def register_suite(suite: Suite) -> Suite:
         raise ValueError(f"suite {suite.name!r} declared twice")
     SUITES[suite.name] = suite
     return suite
+
+
+def extend_suite(name: str, part: Callable[[], list[Case]]) -> None:
+    """Add cases to a suite declared elsewhere (e.g. DSA rows in `quick`)."""
+    SUITES[name].parts.append(part)
 
 
 def get_suite(name: str) -> Suite:
@@ -58,5 +66,6 @@ def _all() -> list[Case]:
     return [case for name, suite in SUITES.items() if name != "all" for case in suite.cases()]
 
 
-register_suite(Suite("quick", "every CPU method on local DRAM, 64 B to 64 MiB (runs anywhere)", _quick))
-register_suite(Suite("all", "every suite's cases", _all))
+register_suite(Suite("quick", "every CPU method on local DRAM, 64 B to 64 MiB (runs anywhere)",
+                     [_quick]))
+register_suite(Suite("all", "every suite's cases", [_all]))
