@@ -31,7 +31,7 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     console.print(table)
 
     cxl = inventory.cxl
-    console.print(f"[bold]CXL[/] " + (
+    console.print("[bold]CXL[/] " + (
         f"{len(cxl.memdevs)} memdevs, {len(cxl.decoders)} decoders, {len(cxl.regions)} regions"
         if cxl.present else "none: /sys/bus/cxl/devices is absent"))
     for region in cxl.regions:

@@ -3,6 +3,7 @@ case to the store as it completes. It never branches on hardware: methods and re
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import time
@@ -73,14 +74,23 @@ class Runner:
         if self._worker is None:
             return
         worker, self._worker = self._worker, None
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             worker.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         worker.process.join(5)
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join()
+
+    def _crashed(self, worker: _Worker) -> dict:
+        worker.process.join(10)
+        self._worker = None
+        code = worker.process.exitcode
+        if code is None:
+            worker.process.kill()
+            how = "closed its pipe"
+        else:
+            how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        return {"status": "failed", "reason": f"worker crashed: {how}"}
 
     def _measure(self, case: Case) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         if self._worker is None:
@@ -91,11 +101,7 @@ class Runner:
         deadline = time.monotonic() + self.case_timeout_s
         while not worker.conn.poll(0.05):
             if not worker.process.is_alive():
-                worker.process.join()
-                self._worker = None
-                code = worker.process.exitcode or 0
-                name = signal.Signals(-code).name if code < 0 else f"exit code {code}"
-                return {"status": "failed", "reason": f"worker crashed: {name}"}, None, None
+                return self._crashed(worker), None, None
             if time.monotonic() > deadline:
                 worker.process.kill()
                 worker.process.join()
@@ -105,9 +111,7 @@ class Runner:
         try:
             message = worker.conn.recv()
         except EOFError:
-            worker.process.join()
-            self._worker = None
-            return {"status": "failed", "reason": "worker crashed"}, None, None
+            return self._crashed(worker), None, None
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message

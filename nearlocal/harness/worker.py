@@ -25,7 +25,9 @@ class WorkerSettings:
     allow_write: bool
 
 
-def measure(case: Case, settings: WorkerSettings, overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
+def measure(
+    case: Case, settings: WorkerSettings, overhead_ticks: float
+) -> tuple[dict, np.ndarray, np.ndarray]:
     method = get_method(case.method)
     pattern = parse_pattern(case.pattern)
     if case.access == "write":

@@ -3,6 +3,7 @@ and POSIX shared memory. Only these touch mmap/mbind; everything else sees Mappe
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -58,10 +59,8 @@ def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bo
     def close() -> None:
         nonlocal array
         array = None
-        try:
+        with contextlib.suppress(BufferError):  # a numpy view still alive: the GC unmaps it later
             buf.close()
-        except BufferError:  # a numpy view still alive: the GC unmaps it later
-            pass
         if cleanup is not None:
             cleanup()
 
@@ -72,7 +71,9 @@ def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bo
 
 def _dram_options(spec: RegionSpec) -> dict:
     options: dict = {"pages": "4K", "node": None}
-    for part in filter(None, spec.arg.split(",")):
+    if spec.kind == "numa":
+        options["node"] = spec.arg
+    for part in filter(None, spec.arg.split(",") if spec.kind == "dram" else []):
         if part in ("2M", "hugetlb"):
             options["pages"] = "2M"
         elif part == "thp":
@@ -81,8 +82,6 @@ def _dram_options(spec: RegionSpec) -> dict:
             options["node"] = part[5:]
         else:
             raise UsageError(f"unknown dram option {part!r} in {spec.text!r}: valid are 2M, thp, node=N")
-    if spec.kind == "numa":
-        options["node"] = spec.arg
     if options["node"] is not None:
         if not re.fullmatch(r"\d+", str(options["node"])):
             raise UsageError(f"malformed NUMA node in {spec.text!r}: use numa:N with N a node number")
@@ -144,7 +143,7 @@ def _dax_arg(spec: RegionSpec) -> tuple[str, int, int | None]:
 def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
     path, offset, _ = _dax_arg(spec)
     if not path:
-        raise UsageError(f"devdax region needs a device path: devdax:/dev/daxX.Y[@offset[,size]]")
+        raise UsageError("devdax region needs a device path: devdax:/dev/daxX.Y[@offset[,size]]")
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -170,8 +169,8 @@ def _devdax_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | Non
 
 def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     path, offset, window = _dax_arg(spec)
-    align = int(Path(f"/sys/bus/dax/devices/{os.path.basename(path)}/align").read_text().strip()
-                or HUGE_2M) if os.path.exists(f"/sys/bus/dax/devices/{os.path.basename(path)}/align") else HUGE_2M
+    align_file = Path(f"/sys/bus/dax/devices/{os.path.basename(path)}/align")
+    align = int(align_file.read_text().strip() or HUGE_2M) if align_file.exists() else HUGE_2M
     if window is not None and size > window:
         raise UsageError(f"the case needs {size} bytes but {spec.text!r} names only {window}")
     fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)

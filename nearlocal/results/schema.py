@@ -1,0 +1,21 @@
+"""The column contract between the runner, the store and every report (schema version 1)."""
+
+SCHEMA_VERSION = 1
+
+# Columns every row of cases.parquet has; statistics are NaN for skipped / failed rows.
+CASE_COLUMNS = [
+    "case_id", "suite", "method", "family", "region", "region_kind", "attr", "pattern", "peer",
+    "access", "params", "state", "status", "reason", "size_bytes", "fragment_count",
+    "fragment_bytes", "bytes_moved", "n_samples", "converged", "min_ns", "median_ns", "mean_ns",
+    "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
+    "gbps", "clock", "timer_overhead_ns", "elapsed_s", "info",
+]
+SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns"]
+
+STATUSES = ("ok", "skipped", "failed")
+
+# The subset `nearlocal run --json PATH` writes.
+JSON_COLUMNS = [
+    "case_id", "method", "region", "attr", "pattern", "size_bytes", "fragment_count", "status",
+    "reason", "median_ns", "p99_ns", "gbps", "n_samples", "converged",
+]

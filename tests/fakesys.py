@@ -1,0 +1,95 @@
+"""Fake sysfs / procfs trees laid out as the kernel's ABI documentation describes them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FLAGS = ("fpu tsc rdtscp constant_tsc nonstop_tsc sse4_1 avx2 avx512f clflush clflushopt clwb movdiri "
+         "movdir64b enqcmd waitpkg")
+CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    f"flags\t\t: {FLAGS}\n\n" for cpu in range(2))
+
+
+def write(root: Path, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "\n")
+
+
+def link(root: Path, path: str, target: str) -> None:
+    where = root / path.lstrip("/")
+    where.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, where)
+
+
+def cxl_box(root: Path, dsa_enabled: bool = True) -> Path:
+    """Two CPUs on node 0, a CPU-less 64 GiB node 1 (CXL in system-ram mode), one CXL memdev,
+    decoder and region, a 16 GiB device-dax instance, one DSA device with a dedicated WQ."""
+    write(root, "/proc/cpuinfo", CPUINFO)
+    write(root, "/sys/devices/system/cpu/online", "0-1")
+    write(root, "/sys/devices/system/cpu/cpu0/tsc_freq_khz", "2000000")
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (2, "Unified", "2048K"),
+                                                 (3, "Unified", "107520K")]):
+        base = f"/sys/devices/system/cpu/cpu0/cache/index{index}"
+        write(root, f"{base}/level", str(level))
+        write(root, f"{base}/type", kind)
+        write(root, f"{base}/size", size)
+        write(root, f"{base}/shared_cpu_list", "0-1")
+    write(root, "/sys/devices/system/node/node0/cpulist", "0-1")
+    write(root, "/sys/devices/system/node/node0/meminfo",
+          "Node 0 MemTotal:       263840924 kB\nNode 0 MemFree:        200000000 kB")
+    write(root, "/sys/devices/system/node/node0/distance", "10 21")
+    write(root, "/sys/devices/system/node/node1/cpulist", "")
+    write(root, "/sys/devices/system/node/node1/meminfo",
+          "Node 1 MemTotal:       67108864 kB\nNode 1 MemFree:        67000000 kB")
+    write(root, "/sys/devices/system/node/node1/distance", "21 10")
+
+    cxl = "/sys/bus/cxl/devices"
+    write(root, f"{cxl}/mem0/ram/size", "0x1000000000")
+    write(root, f"{cxl}/mem0/pmem/size", "0x0")
+    write(root, f"{cxl}/mem0/serial", "0x4d2")
+    write(root, f"{cxl}/mem0/numa_node", "1")
+    write(root, f"{cxl}/decoder0.0/start", "0x1080000000")
+    write(root, f"{cxl}/decoder0.0/size", "0x1000000000")
+    write(root, f"{cxl}/decoder0.0/interleave_ways", "1")
+    write(root, f"{cxl}/decoder0.0/interleave_granularity", "256")
+    write(root, f"{cxl}/decoder0.0/target_type", "expander")
+    write(root, f"{cxl}/decoder0.0/mode", "ram")
+    write(root, f"{cxl}/region0/resource", "0x1080000000")
+    write(root, f"{cxl}/region0/size", "0x1000000000")
+    write(root, f"{cxl}/region0/interleave_ways", "1")
+    write(root, f"{cxl}/region0/interleave_granularity", "256")
+    write(root, f"{cxl}/region0/mode", "ram")
+    write(root, f"{cxl}/region0/target0", "decoder2.0")
+
+    dax = "/sys/bus/dax/devices/dax0.0"
+    write(root, f"{dax}/size", str(16 << 30))
+    write(root, f"{dax}/align", str(2 << 20))
+    write(root, f"{dax}/target_node", "1")
+    write(root, f"{dax}/numa_node", "0")
+    (root / "sys/bus/dax/drivers/device_dax").mkdir(parents=True, exist_ok=True)
+    link(root, f"{dax}/driver", str(root / "sys/bus/dax/drivers/device_dax"))
+    write(root, "/dev/dax0.0", "")
+
+    dsa = "/sys/bus/dsa/devices"
+    write(root, f"{dsa}/dsa0/version", "0x100")
+    write(root, f"{dsa}/dsa0/max_engines", "4")
+    write(root, f"{dsa}/dsa0/max_transfer_size", str(2 << 30))
+    write(root, f"{dsa}/dsa0/max_batch_size", "1024")
+    write(root, f"{dsa}/dsa0/op_cap", "0x0000000000000000 0x00000000000001ff")
+    write(root, f"{dsa}/dsa0/state", "enabled")
+    write(root, f"{dsa}/wq0.0/mode", "dedicated")
+    write(root, f"{dsa}/wq0.0/size", "16")
+    write(root, f"{dsa}/wq0.0/priority", "10")
+    write(root, f"{dsa}/wq0.0/type", "user")
+    write(root, f"{dsa}/wq0.0/state", "enabled" if dsa_enabled else "disabled")
+    write(root, f"{dsa}/wq0.0/name", "nearlocal")
+    if dsa_enabled:
+        write(root, "/dev/dsa/wq0.0", "")
+
+    write(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "512")
+    write(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "500")
+    write(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
+    return root

@@ -1,0 +1,63 @@
+"""Probes read fake sysfs trees exactly as the kernel lays them out."""
+
+from __future__ import annotations
+
+from nearlocal.hwprobe import probe
+from nearlocal.sysroot import SysRoot, parse_cpulist
+from tests.fakesys import cxl_box
+
+
+def test_cpulist_parsing():
+    assert parse_cpulist("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("") == []
+
+
+def test_cxl_box(tmp_path):
+    inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
+    cpu = inventory.cpu
+    assert cpu.model.startswith("Intel(R) Xeon(R) Platinum 8480+")
+    assert cpu.logical_cpus == 2
+    assert all(cpu.has(f) for f in ("clflushopt", "clwb", "movdir64b", "enqcmd", "avx512f"))
+    assert inventory.tsc_hz == 2e9 and inventory.tsc_source == "kernel"
+    assert cpu.llc_bytes == 107520 * 1024
+
+    node0, node1 = inventory.numa
+    assert node0.cpus == [0, 1] and not node0.likely_cxl
+    assert node1.cpus == [] and node1.mem_total_bytes == 64 << 30 and node1.likely_cxl
+
+    cxl = inventory.cxl
+    assert cxl.present
+    assert cxl.memdevs[0].ram_bytes == 64 << 30 and cxl.memdevs[0].numa_node == 1
+    assert cxl.decoders[0].interleave_granularity == 256 and cxl.decoders[0].mode == "ram"
+    assert cxl.regions[0].size == 64 << 30 and cxl.regions[0].targets == ["decoder2.0"]
+
+    (dax,) = inventory.dax
+    assert (dax.name, dax.size, dax.align, dax.target_node, dax.mode) == (
+        "dax0.0", 16 << 30, 2 << 20, 1, "devdax")
+    assert dax.dev_present
+
+    (dsa,) = inventory.dsa.devices
+    assert dsa.max_engines == 4 and dsa.max_batch_size == 1024
+    (wq,) = dsa.work_queues
+    assert (wq.mode, wq.size, wq.type, wq.state) == ("dedicated", 16, "user", "enabled")
+    assert inventory.dsa.usable_wqs == [wq]
+
+    assert inventory.hugepages.pool(2 << 20).free == 500
+    assert inventory.hugepages.thp_mode == "madvise"
+
+
+def test_box_without_cxl_dax_or_dsa(tmp_path):
+    root = tmp_path
+    (root / "proc").mkdir()
+    (root / "proc/cpuinfo").write_text("processor : 0\nmodel name : Some CPU\nflags : rdtscp\n")
+    inventory = probe(SysRoot(root), calibrate=False, gpu=False)
+    assert not inventory.cxl.present and inventory.dax == [] and not inventory.dsa.module_loaded
+    assert not inventory.cpu.has("clflushopt")
+
+
+def test_host_id_tracks_hardware(tmp_path):
+    a = probe(SysRoot(cxl_box(tmp_path / "a")), calibrate=False, gpu=False)
+    b = probe(SysRoot(cxl_box(tmp_path / "b")), calibrate=False, gpu=False)
+    assert a.host_id == b.host_id
+    b.cpu.model = "another CPU"
+    assert a.host_id != b.host_id

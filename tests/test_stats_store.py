@@ -1,0 +1,85 @@
+"""Statistics are right; the store round-trips runs and never overwrites one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.stats import StoppingRule, median_ci, relative_half_width, summarize
+from nearlocal.results import Store, list_runs, load
+from nearlocal.units import format_size, parse_duration, parse_size
+
+
+def test_summary_statistics_match_numpy():
+    rng = np.random.default_rng(1)
+    ns = rng.lognormal(6, 0.3, 5001)
+    row = summarize(ns, bytes_moved=4096)
+    assert row["n_samples"] == 5001
+    assert row["median_ns"] == pytest.approx(np.median(ns))
+    assert row["mean_ns"] == pytest.approx(ns.mean())
+    assert row["p99_ns"] == pytest.approx(np.percentile(ns, 99))
+    assert row["p10_ns"] == pytest.approx(np.percentile(ns, 10))
+    assert row["min_ns"] == ns.min() and row["max_ns"] == ns.max()
+    assert row["stddev_ns"] == pytest.approx(ns.std(ddof=1))
+    assert row["mad_ns"] == pytest.approx(np.median(np.abs(ns - np.median(ns))))
+    assert row["gbps"] == pytest.approx(4096 / np.median(ns))
+    assert row["ci_low_ns"] <= row["median_ns"] <= row["ci_high_ns"]
+
+
+def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
+    rng = np.random.default_rng(2)
+    hits = 0
+    for _ in range(400):
+        low, high = median_ci(np.sort(rng.exponential(1.0, 101)))
+        hits += low <= np.log(2) <= high
+    assert 0.91 <= hits / 400 <= 0.99
+
+
+def test_stopping_rule():
+    rule = StoppingRule(budget_s=1.0, target_rel_ci=0.01, min_samples=30)
+    assert not rule.converged(np.full(10, 5.0))
+    assert rule.converged(np.full(100, 5.0))
+    noisy = np.random.default_rng(3).exponential(1.0, 100)
+    assert relative_half_width(noisy) > 0.01 and not rule.done(noisy, 0.1)
+    assert rule.done(noisy, 1.5)
+    assert rule.batch_size(1e-3, have=0) == 50
+    assert rule.batch_size(1e-9, have=9990) == 10
+
+
+def test_units():
+    assert parse_size("16KiB") == 16384 and parse_size("1GiB") == 1 << 30
+    assert parse_size("64") == 64 and parse_size("4k") == 4096 and parse_size("2MB") == 2_000_000
+    for bad in ("12XB", "-4", "0", "", "1.5B"):
+        with pytest.raises(UsageError):
+            parse_size(bad)
+    assert format_size(16384) == "16KiB" and format_size(160) == "160B"
+    assert parse_duration("500ms") == 0.5 and parse_duration("3us") == pytest.approx(3e-6)
+
+
+def test_store_round_trip_and_no_overwrite(tmp_path):
+    store = Store.create(tmp_path, {"suite": "test"}, run_id="r1")
+    raw = np.arange(5, dtype=float)
+    store.add_case({"case_id": "a", "method": "load", "status": "ok", "median_ns": 2.0}, raw, raw * 2)
+    store.add_case({"case_id": "b", "method": "store", "status": "skipped", "reason": "why"})
+    store.finish(ended="now")
+    run = load("r1", tmp_path)
+    assert run.meta["complete"] and run.meta["suite"] == "test" and run.meta["n_cases"] == 2
+    assert list(run.cases["case_id"]) == ["a", "b"]
+    assert run.cases.set_index("case_id").loc["b", "reason"] == "why"
+    np.testing.assert_array_equal(run.samples_of("a"), raw * 2)
+    assert list(run.samples["rep"]) == [0, 1, 2, 3, 4]
+    assert not (tmp_path / "r1" / "partial").exists()
+    assert list_runs(tmp_path) == [tmp_path / "r1"]
+    with pytest.raises(UsageError, match="never overwritten"):
+        Store.create(tmp_path, {}, run_id="r1")
+    assert load(None, tmp_path).run_id == "r1"
+    assert load(tmp_path / "r1").run_id == "r1"
+
+
+def test_an_unfinished_run_keeps_its_cases_on_disk(tmp_path):
+    store = Store.create(tmp_path, {}, run_id="r2")
+    store.add_case({"case_id": "a", "status": "ok"}, np.ones(3), np.ones(3))
+    assert len(list((tmp_path / "r2" / "partial").glob("*.json"))) == 1
+    with pytest.raises(UsageError, match="incomplete"):
+        load("r2", tmp_path)
