@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import SessionContext, get_method, load_methods
+from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods
 from nearlocal.harness.stats import StoppingRule, summarize
-from nearlocal.regions import parse_region, region_kind
-from nearlocal.workloads.patterns import parse_pattern
+from nearlocal.regions import MappedRegion, parse_region, region_kind
+from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,25 @@ class WorkerSettings:
     allow_write: bool
 
 
-def measure(
-    case: Case, settings: WorkerSettings, overhead_ticks: float
-) -> tuple[dict, np.ndarray, np.ndarray]:
+@dataclass
+class OpenCase:
+    """A case ready to sample: its pattern, the mapped region under test and the open session."""
+
+    case: Case
+    pattern: Pattern
+    region: MappedRegion
+    session: Session
+
+    @property
+    def info(self) -> dict:
+        return {**self.region.info, **self.session.info}
+
+
+@contextmanager
+def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
+              allow_write: bool) -> Iterator[OpenCase]:
+    """Map the case's region and peer and open its method's session; all closed on exit.
+    Shared by the worker process and the in-process pytest-benchmark front end."""
     method = get_method(case.method)
     pattern = parse_pattern(case.pattern)
     if case.access == "write":
@@ -35,28 +53,33 @@ def measure(
     region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
     region_size = pattern.src_span if case.access == "read" else pattern.dst_span
     peer_size = pattern.dst_span if case.access == "read" else pattern.src_span
-    region = region_kind(region_spec).open(region_spec, region_size, case.attr, settings.allow_write)
+    region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
     try:
         peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", True)
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
-            ctx = SessionContext(case, pattern, src, dst, settings.tsc_hz, overhead_ticks,
+            ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
                                  {**method.params, **case.param_dict})
             session = method.open_session(ctx)
             try:
-                raw, ns, elapsed, converged = _trials(session, settings.rule)
+                yield OpenCase(case, pattern, region, session)
             finally:
                 session.close()
-            info = {**region.info, **session.info}
-            return {"clock": session.clock, "converged": converged, "elapsed_s": elapsed,
-                    "info": info, **summarize(ns, pattern.total_bytes)}, raw, ns
         finally:
             peer.close()
     finally:
         region.close()
 
 
-def _trials(session, rule: StoppingRule) -> tuple[np.ndarray, np.ndarray, float, bool]:
+def measure(case: Case, settings: WorkerSettings,
+            overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
+        raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
+        return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
+                "info": opened.info, **summarize(ns, opened.pattern.total_bytes)}, raw, ns
+
+
+def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.ndarray, float, bool]:
     start = time.perf_counter()
     session.sample(1)  # warm-up: compile, fault in, settle the cache state
     warm0 = time.perf_counter()
