@@ -69,7 +69,7 @@ METHODS: dict[str, Method] = {}
 
 # Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
 # (comma-separated module names) adds third-party ones.
-METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods"]
+METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods", "nearlocal.rpc.methods"]
 _loaded = False
 
 

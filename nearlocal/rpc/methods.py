@@ -1,0 +1,168 @@
+"""The `rpc-roundtrip` and `rpc-throughput` methods, the `rpc:` pattern kind and the `rpc` suite.
+
+The region under test holds the ring (the pattern `rpc:SLOTSxSIZE` sizes it); the client is the
+measurement worker, the server its own process, each pinned to its own CPU. Samples are TSC ticks
+taken inside the compiled client loop: one round trip, or one batch of completions divided by the
+requests in it (ns per request; Mops = 1000 / median_ns).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.cases import Case
+from nearlocal.harness.methods import Method, SessionContext, register_method
+from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.rpc import slots
+from nearlocal.rpc.shared import share
+from nearlocal.rpc.sync import PROTOCOLS, protocol_code
+from nearlocal.units import format_size, parse_size
+from nearlocal.workloads.patterns import Pattern, register_pattern_kind
+
+SUITE_REGION = "shm:nearlocal-rpc"
+SUITE_PATTERN = "rpc:128x64B"
+QUEUE_DEPTHS = (1, 8, 32, 128)
+TIMEOUT_S = 10.0
+MAX_SLOTS = 1 << 16
+
+
+def parse_rpc_pattern(text: str) -> Pattern:
+    """`rpc:SLOTSxSIZE`: a ring of SLOTS slots carrying SIZE-byte messages. Its fragments are the
+    request and response payloads, so the region mapped for the case holds the whole ring."""
+    match = re.fullmatch(r"rpc:(\d+)x(.+)", text.strip())
+    if not match or not 0 < int(match.group(1)) <= MAX_SLOTS:
+        raise UsageError(f"malformed RPC pattern {text!r}: use rpc:SLOTSxSIZE with 1 to "
+                         f"{MAX_SLOTS} slots, e.g. {SUITE_PATTERN}")
+    count, size = int(match.group(1)), parse_size(match.group(2))
+    offsets = slots.payload_offsets(count, size)
+    local = np.arange(offsets.size, dtype=np.int64) * size
+    frags = np.stack([offsets, local, np.full(offsets.size, size, np.int64)], axis=1)
+    return Pattern(f"rpc:{count}x{format_size(size)}", frags,
+                   {"message_bytes": size, "slots": count})
+
+
+register_pattern_kind("rpc", parse_rpc_pattern,
+                      "rpc:SLOTSxSIZE, a ring of request/response slots (rpc-* methods)")
+
+
+def _pick_cpus(params: dict) -> tuple[int, int]:
+    allowed = sorted(os.sched_getaffinity(0))
+    client = int(params.get("client_cpu", allowed[0]))
+    server = int(params.get("server_cpu", next((c for c in allowed if c != client), client)))
+    if client == server:
+        raise UsageError(f"the RPC client and server need two different CPUs; this process may "
+                         f"run on {', '.join(map(str, allowed))}")
+    return client, server
+
+
+class RpcSession:
+    """Maps the ring in the region under test, starts the server, pins the client."""
+
+    clock = "tsc"
+
+    def __init__(self, ctx: SessionContext, throughput: bool):
+        self.ctx = ctx
+        self.throughput = throughput
+        protocol = str(ctx.params.get("protocol", "flush"))
+        self.protocol = protocol_code(protocol)
+        if ctx.pattern.axes.get("slots") is None:
+            raise UsageError(f"{ctx.case.method} needs an rpc:SLOTSxSIZE pattern, got "
+                             f"{ctx.case.pattern!r} (e.g. {SUITE_PATTERN})")
+        self.slots = int(ctx.pattern.axes["slots"])
+        message_bytes = int(ctx.pattern.axes["message_bytes"])
+        self.qd = int(ctx.params.get("qd", 1)) if throughput else 1
+        if not 1 <= self.qd <= self.slots:
+            raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
+                             f"slots: use 1 to {self.slots}")
+        self.per_batch = max(1024, 16 * self.qd)
+        self.msg_words, _, ring_bytes = slots.layout(self.slots, message_bytes)
+        self.timeout_ticks = np.uint64(TIMEOUT_S * ctx.tsc_hz)
+        self.state = np.zeros(1, np.int64)
+        client_cpu, server_cpu = _pick_cpus(ctx.params)
+        self.shared = share(ctx.dst, ring_bytes)
+        self.raw = self.shared.array
+        self.words = slots.init_ring(self.raw, self.slots, message_bytes, protocol)
+        self.server = None
+        self.saved_affinity = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, {client_cpu})
+            self.server = slots.ServerProcess(self.shared.handle, self.words, self.raw,
+                                              self.slots, message_bytes, protocol, server_cpu,
+                                              ctx.tsc_hz)
+        except BaseException:
+            self.close()
+            raise
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "protocol": protocol,
+                     "qd": self.qd, "slots": self.slots, "message_bytes": message_bytes,
+                     "client_cpu": client_cpu, "server_cpu": server_cpu,
+                     "requests_per_sample": self.per_batch if throughput else 1,
+                     **self.shared.info}
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ticks = np.zeros(n, np.uint64)
+        if self.throughput:
+            status = slots.time_throughput(self.raw, self.words, self.slots, self.msg_words,
+                                           self.protocol, self.state, self.qd, self.per_batch,
+                                           ticks, self.timeout_ticks)
+        else:
+            status = slots.time_roundtrip(self.raw, self.words, self.slots, self.msg_words,
+                                          self.protocol, self.state, ticks, self.timeout_ticks)
+        if status != slots.OK:
+            raise RuntimeError(slots.describe_error(status, TIMEOUT_S))
+        if self.server.bad_requests():
+            raise RuntimeError("the RPC server received requests with the wrong bytes")
+        per = self.per_batch if self.throughput else 1
+        raw = ticks.astype(np.float64)
+        ns = np.maximum(raw - self.ctx.timer_overhead_ticks, 0.0) * 1e9 / self.ctx.tsc_hz / per
+        return raw / per, ns
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        os.sched_setaffinity(0, self.saved_affinity)
+        self.raw = self.words = None
+        self.shared.close()
+
+
+def _two_cpus(inventory) -> str | None:
+    if max(inventory.cpu.logical_cpus, len(inventory.cpu.online_cpus)) < 2:
+        return "the RPC client and server need two CPUs"
+    return None
+
+
+_COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
+           "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",)}
+
+register_method(Method(
+    name="rpc-roundtrip",
+    summary="one 64 B (pattern's size) request / response through shared-memory slots, queue "
+            "depth 1; server in its own process on another CPU (protocol=flush|coherent)",
+    open_session=lambda ctx: RpcSession(ctx, throughput=False),
+    params={"protocol": "flush"}, **_COMMON,
+))
+register_method(Method(
+    name="rpc-throughput",
+    summary="requests through shared-memory slots with qd in flight, one server thread; a "
+            "sample is ns per request over a batch (Mops = 1000 / median_ns)",
+    open_session=lambda ctx: RpcSession(ctx, throughput=True),
+    params={"protocol": "flush", "qd": "1"}, **_COMMON,
+))
+
+
+def _rpc_cases() -> list[Case]:
+    cases = []
+    for protocol in PROTOCOLS:
+        cases.append(Case("rpc-roundtrip", SUITE_REGION, "wb", SUITE_PATTERN,
+                          params=(("protocol", protocol),)))
+        cases += [Case("rpc-throughput", SUITE_REGION, "wb", SUITE_PATTERN,
+                       params=(("protocol", protocol), ("qd", str(qd)))) for qd in QUEUE_DEPTHS]
+    return cases
+
+
+register_suite(Suite("rpc", "shared-memory RPC slots: round trip and Mops by queue depth, flush "
+                     "vs coherent protocol (Beluga B15)", [_rpc_cases]))

@@ -1,0 +1,334 @@
+"""RPC over shared-memory slots: a ring of request / response slots polled in user space
+(Beluga's metadata RPC, B15), with the visibility protocol a non-coherent pool needs.
+
+Layout (64-bit words, every line written by one agent only, as a non-coherent pool requires):
+
+    line 0   client: magic, slots, message words, protocol, stop
+    line 1   server: ready (its pid), requests served, bad requests seen
+    slot i   at 128 + i * slot_bytes:
+             request flag line | request payload lines | response flag line | response payload lines
+
+Request k (k = 0, 1, ...) goes to slot k % slots with sequence k + 1: the client writes the payload
+and then publishes the sequence in the request flag; the server, taking requests in ring order,
+waits for that sequence, reads the payload, writes the response and publishes the same sequence
+in the response flag. Payloads are derived from the sequence, so both sides check every byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from numba import njit
+
+from nearlocal.errors import UsageError
+from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
+from nearlocal.rpc.sync import (
+    WORDS_PER_LINE,
+    invalidate,
+    protocol_code,
+    publish_flag,
+    read_flag,
+    write_data,
+)
+
+MAGIC = 0x4E4C52504331  # "NLRPC1"
+HEADER_WORDS = 2 * WORDS_PER_LINE
+# client line
+W_MAGIC, W_SLOTS, W_MSG, W_PROTOCOL, W_STOP = 0, 1, 2, 3, 4
+# server line
+W_READY, W_SERVED, W_BAD = 8, 9, 10
+MAX_MESSAGE_BYTES = 4096
+RESPONSE_KEY = np.uint64(0xA5A5F00DCAFEBEEF)
+SPINS_PER_CHECK = 1024
+
+OK, TIMEOUT, WRONG_BYTES, STOPPED, IDLE, DONE = 1, 0, -1, 2, 3, 4
+
+
+def layout(slots: int, message_bytes: int) -> tuple[int, int, int]:
+    """(message words, words per slot, ring bytes) for a ring of `slots` slots."""
+    if slots < 1:
+        raise UsageError(f"an RPC ring needs at least one slot, got {slots}")
+    if message_bytes <= 0 or message_bytes % 8 or message_bytes > MAX_MESSAGE_BYTES:
+        raise UsageError(f"RPC message size {message_bytes} B is not valid: use a multiple of "
+                         f"8 bytes from 8 to {MAX_MESSAGE_BYTES}")
+    msg_words = message_bytes // 8
+    half = WORDS_PER_LINE + (msg_words + WORDS_PER_LINE - 1) // WORDS_PER_LINE * WORDS_PER_LINE
+    slot_words = 2 * half
+    return msg_words, slot_words, (HEADER_WORDS + slots * slot_words) * 8
+
+
+def payload_offsets(slots: int, message_bytes: int) -> np.ndarray:
+    """Byte offsets of every request and response payload (the `rpc:` pattern's fragments)."""
+    _, slot_words, _ = layout(slots, message_bytes)
+    half = slot_words // 2
+    starts = HEADER_WORDS + np.arange(slots, dtype=np.int64) * slot_words
+    return np.stack([starts + WORDS_PER_LINE, starts + half + WORDS_PER_LINE], axis=1).ravel() * 8
+
+
+@njit(cache=True, nogil=True, inline="always")
+def request_word(seq, j):
+    return (np.uint64(seq) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(j)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def response_word(request):
+    return ((request << np.uint64(17)) | (request >> np.uint64(47))) ^ RESPONSE_KEY
+
+
+@njit(cache=True, nogil=True)
+def post(raw, words, slots, msg_words, k, protocol):
+    """Client: request k into slot k % slots, payload first, then its sequence in the flag."""
+    slot_words = 2 * (WORDS_PER_LINE + (msg_words + WORDS_PER_LINE - 1) // WORDS_PER_LINE
+                      * WORDS_PER_LINE)
+    base = HEADER_WORDS + (k % slots) * slot_words
+    seq = np.uint64(k + 1)
+    for j in range(msg_words):
+        write_data(words, base + WORDS_PER_LINE + j, request_word(seq, j), protocol)
+    publish_flag(words, base, seq, protocol)
+
+
+@njit(cache=True, nogil=True)
+def await_response(raw, words, slots, msg_words, k, protocol, timeout_ticks):
+    """Client: spin until request k's response is published, then check its bytes.
+
+    The clock is read only every SPINS_PER_CHECK spins, so a fast answer costs no TSC reads."""
+    slot_words = 2 * (WORDS_PER_LINE + (msg_words + WORDS_PER_LINE - 1) // WORDS_PER_LINE
+                      * WORDS_PER_LINE)
+    base = HEADER_WORDS + (k % slots) * slot_words
+    flag = base + slot_words // 2
+    seq = np.uint64(k + 1)
+    spins = 0
+    start = np.uint64(0)
+    while read_flag(raw, words, flag, protocol) != seq:
+        pause()
+        spins += 1
+        if spins % SPINS_PER_CHECK == 0:
+            now = tsc_end()
+            if start == 0:
+                start = now
+            elif now - start > timeout_ticks:
+                return TIMEOUT
+    invalidate(raw, words, flag + WORDS_PER_LINE, msg_words, protocol)
+    good = True
+    for j in range(msg_words):
+        if words[flag + WORDS_PER_LINE + j] != response_word(request_word(seq, j)):
+            good = False
+    return OK if good else WRONG_BYTES
+
+
+@njit(cache=True, nogil=True)
+def serve(raw, words, slots, msg_words, protocol, k, idle_ticks, max_requests):
+    """Server: answer requests in ring order from request k on.
+
+    Returns (next k, why): STOPPED when the client set the stop word, IDLE after idle_ticks with
+    nothing to do (the caller checks its parent is alive and calls again), DONE after
+    max_requests (0: no limit)."""
+    slot_words = 2 * (WORDS_PER_LINE + (msg_words + WORDS_PER_LINE - 1) // WORDS_PER_LINE
+                      * WORDS_PER_LINE)
+    half = slot_words // 2
+    served = 0
+    bad = 0
+    while True:
+        base = HEADER_WORDS + (k % slots) * slot_words
+        seq = np.uint64(k + 1)
+        spins = 0
+        start = np.uint64(0)
+        while read_flag(raw, words, base, protocol) != seq:
+            pause()
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                if read_flag(raw, words, W_STOP, protocol) != 0:
+                    return k, STOPPED
+                now = tsc_end()
+                if start == 0:
+                    start = now
+                elif now - start > idle_ticks:
+                    return k, IDLE
+        invalidate(raw, words, base + WORDS_PER_LINE, msg_words, protocol)
+        for j in range(msg_words):
+            request = words[base + WORDS_PER_LINE + j]
+            if request != request_word(seq, j):
+                bad += 1
+            write_data(words, base + half + WORDS_PER_LINE + j, response_word(request), protocol)
+        publish_flag(words, base + half, seq, protocol)
+        k += 1
+        served += 1
+        if bad:  # server-owned word, read by the client after the run
+            publish_flag(words, W_BAD, words[W_BAD] + np.uint64(bad), protocol)
+            bad = 0
+        if max_requests and served >= max_requests:
+            return k, DONE
+
+
+@njit(cache=True, nogil=True)
+def time_roundtrip(raw, words, slots, msg_words, protocol, state, samples, timeout_ticks):
+    """Queue depth 1: each sample is one request posted and its response checked, in TSC ticks.
+
+    state[0] carries the next request number across calls. Returns OK, TIMEOUT or WRONG_BYTES."""
+    for r in range(samples.size):
+        k = state[0]
+        t0 = tsc_begin()
+        post(raw, words, slots, msg_words, k, protocol)
+        status = await_response(raw, words, slots, msg_words, k, protocol, timeout_ticks)
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+        state[0] = k + 1
+        if status != OK:
+            return status
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def time_throughput(raw, words, slots, msg_words, protocol, state, qd, per_batch, samples,
+                    timeout_ticks):
+    """Up to qd requests in flight; each sample is the ticks of per_batch completions.
+
+    The window stays full across batches; the requests still in flight at the end are drained
+    outside the timing, so every call starts and ends with an empty ring."""
+    posted = state[0]
+    completed = posted
+    for r in range(samples.size):
+        target = completed + per_batch
+        t0 = tsc_begin()
+        while completed < target:
+            while posted - completed < qd:
+                post(raw, words, slots, msg_words, posted, protocol)
+                posted += 1
+            status = await_response(raw, words, slots, msg_words, completed, protocol,
+                                    timeout_ticks)
+            if status != OK:
+                state[0] = posted
+                return status
+            completed += 1
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+    while completed < posted:
+        status = await_response(raw, words, slots, msg_words, completed, protocol, timeout_ticks)
+        if status != OK:
+            state[0] = posted
+            return status
+        completed += 1
+    state[0] = completed
+    return OK
+
+
+def init_ring(raw: np.ndarray, slots: int, message_bytes: int, protocol: str) -> np.ndarray:
+    """Zero the ring and write the client's header line; returns the word view."""
+    msg_words, _, ring_bytes = layout(slots, message_bytes)
+    if raw.size < ring_bytes:
+        raise UsageError(f"an RPC ring of {slots} slots of {message_bytes} B needs {ring_bytes} "
+                         f"bytes, the region has {raw.size}")
+    if raw.ctypes.data % 64:
+        raise ValueError("the ring must start on a cache line")
+    raw = raw[:ring_bytes]
+    raw[:] = 0
+    words = raw.view(np.uint64)
+    words[W_SLOTS], words[W_MSG] = slots, msg_words
+    words[W_PROTOCOL] = protocol_code(protocol)
+    words[W_MAGIC] = MAGIC
+    return words
+
+
+def describe_error(status: int, timeout_s: float) -> str:
+    if status == TIMEOUT:
+        return f"the RPC server did not answer within {timeout_s:g} s"
+    return "an RPC response carried the wrong bytes"
+
+
+# --- the server process ------------------------------------------------------------------------
+
+def _set_parent_death_signal() -> None:
+    """Ask the kernel to SIGKILL us when the client process dies: no orphaned spinners."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def server_main(config: dict) -> int:
+    """Map the same bytes as the client, answer requests until told to stop or orphaned."""
+    from nearlocal.rpc.shared import attach
+
+    _set_parent_death_signal()
+    parent = config["parent"]
+    if os.getppid() != parent:
+        return 1
+    if config.get("cpu") is not None:
+        os.sched_setaffinity(0, {config["cpu"]})
+    slots, message_bytes = config["slots"], config["message_bytes"]
+    msg_words, _, ring_bytes = layout(slots, message_bytes)
+    raw, mapping = attach(config["handle"], ring_bytes)
+    words = raw.view(np.uint64)
+    protocol = protocol_code(config["protocol"])
+    idle_ticks = np.uint64(config["tsc_hz"] * 0.2)
+    if words[W_MAGIC] != MAGIC or words[W_SLOTS] != slots:
+        return 1
+    serve(raw, words, slots, msg_words, protocol, 0, np.uint64(1), 1)  # compile before ready
+    return _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, mapping)
+
+
+def _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, mapping) -> int:
+    publish_flag(words, W_READY, np.uint64(os.getpid()), protocol)
+    k = 0
+    try:
+        while True:
+            k, why = serve(raw, words, slots, msg_words, protocol, k, idle_ticks, 0)
+            if why == STOPPED or os.getppid() != parent:
+                break
+        publish_flag(words, W_SERVED, np.uint64(k), protocol)
+    finally:
+        del raw, words
+        mapping.close()
+    return 0
+
+
+class ServerProcess:
+    """The server in its own process (spawned with `python -m`, so it works from daemonic
+    workers too), pinned to its own CPU. Always stopped by `stop()`: stop word, then SIGKILL."""
+
+    def __init__(self, handle: dict, words: np.ndarray, raw: np.ndarray, slots: int,
+                 message_bytes: int, protocol: str, cpu: int | None, tsc_hz: float,
+                 start_timeout_s: float = 120.0):
+        self.words, self.raw = words, raw
+        self.protocol = protocol_code(protocol)
+        config = {"handle": handle, "slots": slots, "message_bytes": message_bytes,
+                  "protocol": protocol, "cpu": cpu, "tsc_hz": tsc_hz, "parent": os.getpid()}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nearlocal.rpc.slots", json.dumps(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + start_timeout_s
+        while read_flag(raw, words, W_READY, self.protocol) != self.process.pid:
+            if self.process.poll() is not None:
+                detail = self.process.stderr.read().decode(errors="replace").strip()
+                self.process = None
+                raise RuntimeError(f"the RPC server exited at start: {detail[-300:] or 'no output'}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the RPC server did not start within {start_timeout_s:g} s")
+            time.sleep(0.005)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.process is None:
+            return
+        process, self.process = self.process, None
+        publish_flag(self.words, W_STOP, np.uint64(1), self.protocol)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+    def bad_requests(self) -> int:
+        return int(read_flag(self.raw, self.words, W_BAD, self.protocol))
+
+
+if __name__ == "__main__":
+    sys.exit(server_main(json.loads(sys.argv[1])))
