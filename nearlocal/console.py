@@ -42,15 +42,20 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
         f"{d.name} {format_size(d.size)} align {d.align} node {d.target_node} ({d.mode})"
         for d in inventory.dax) or "none: /sys/bus/dax/devices is empty or absent"))
     dsa = inventory.dsa
-    if not dsa.module_loaded:
-        dsa_text = "none: the idxd driver is not loaded (no /sys/bus/dsa)"
-    elif not dsa.devices:
-        dsa_text = "idxd loaded, no DSA devices"
-    else:
-        dsa_text = "; ".join(
-            f"{dev.name} ({len(dev.work_queues)} WQs, "
-            f"{sum(wq.usable for wq in dev.work_queues)} usable)" for dev in dsa.devices)
-    console.print(f"[bold]DSA[/] {dsa_text}")
+    console.print("[bold]DSA[/] " + ("; ".join(
+        f"{dev.name} v{dev.version} {dev.state}, {len(dev.engines) or dev.max_engines} engines, "
+        f"{len(dev.groups)} groups, max transfer {format_size(dev.max_transfer_size or 0)}, "
+        f"max batch {dev.max_batch_size}" for dev in dsa.devices) or "none"))
+    for dev in dsa.devices:
+        console.print(f"  {dev.name} ops: {' '.join(dev.operations) or '?'}", markup=False)
+        for wq in dev.work_queues:
+            console.print(f"  {wq.name}: {wq.mode} size {wq.size} priority {wq.priority} type "
+                          f"{wq.type} {wq.state} driver {wq.driver or '-'} "
+                          f"{wq.dev_path if wq.dev_present else 'no ' + wq.dev_path}"
+                          f"{' (usable, ' + wq.submit_instruction + ')' if wq.usable else ''}",
+                          markup=False)
+    if dsa.reason():
+        console.print(f"  [yellow]{dsa.reason().replace(' && ', chr(10) + '    ')}[/]")
     pools = ", ".join(f"{format_size(p.page_bytes)}: {p.free}/{p.total} free"
                       for p in inventory.hugepages.pools)
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")

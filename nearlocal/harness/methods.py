@@ -69,7 +69,9 @@ METHODS: dict[str, Method] = {}
 
 # Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
 # (comma-separated module names) adds third-party ones.
-METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods", "nearlocal.rpc.methods"]
+METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
+                              "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
+                              "nearlocal.dsa.methods"]
 _loaded = False
 
 
