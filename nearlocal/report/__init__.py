@@ -1,0 +1,1 @@
+"""Reports over stored runs: the papers' tables (`nearlocal report`), compare and acceptance."""

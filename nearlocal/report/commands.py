@@ -1,0 +1,59 @@
+"""`nearlocal report`: the papers' tables beside one or more stored runs (terminal, Markdown,
+self-contained HTML)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from nearlocal.errors import UsageError
+
+
+def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
+    if text is None:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        raise UsageError(f"{option} {text}: is a directory; give a file name such as "
+                         f"{path / ('report' + suffixes[0])}")
+    if not path.parent.resolve().is_dir():
+        raise UsageError(f"{option} {text}: directory {path.parent} does not exist")
+    return path
+
+
+def _report(args: argparse.Namespace) -> int:
+    from nearlocal.console import console
+    from nearlocal.report.render_html import write_html
+    from nearlocal.report.render_markdown import write_markdown
+    from nearlocal.report.render_terminal import print_report
+    from nearlocal.report.tables import build_report
+    from nearlocal.results import load
+
+    html = _output_path(args.html, "--html", (".html", ".htm"))
+    markdown = _output_path(args.markdown, "--markdown", (".md",))
+    refs = args.runs or [None]
+    data = [load(ref, Path(args.out)) for ref in refs]
+    report = build_report(data)
+    if not args.quiet:
+        print_report(report, console)
+    if html:
+        console.print(f"wrote {write_html(report, html)}")
+    if markdown:
+        files = write_markdown(report, markdown)
+        console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
+                                             if len(files) > 1 else ""))
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report", help="the papers' figures beside stored runs: terminal, Markdown, HTML",
+        description="Mirror Beluga's and SwiftCache's tables with this box's medians. Several "
+                    "runs become side-by-side columns (box A vs box B, before vs after).")
+    parser.add_argument("runs", nargs="*", metavar="RUN",
+                        help="run ids or run directories (default: the latest run)")
+    parser.add_argument("--html", help="write one self-contained HTML file (plots inline)")
+    parser.add_argument("--markdown", help="write Markdown, with PNG plots beside it")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--quiet", action="store_true", help="do not print the tables")
+    parser.set_defaults(func=_report)

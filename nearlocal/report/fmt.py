@@ -1,0 +1,58 @@
+"""Cell formatting shared by the terminal, Markdown and HTML printers: by column kind only."""
+
+from __future__ import annotations
+
+import math
+
+from nearlocal.report.tables import Cell, Column, NoValue, Stat
+from nearlocal.units import format_ns, format_size
+
+NOT_CONVERGED = "†"
+
+_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns"))
+
+
+def _time(stat: Stat) -> str:
+    scale, unit = next(((s, u) for s, u in _UNITS if stat.median_ns >= s), (1.0, "ns"))
+    digits = 1 if unit == "ns" else 2
+    text = (f"{stat.median_ns / scale:.{digits}f} {unit} ({stat.p10_ns / scale:.{digits}f}–"
+            f"{stat.p90_ns / scale:.{digits}f})")
+    return text if stat.converged else f"{text} {NOT_CONVERGED}"
+
+
+def _number(value: float, kind: str) -> str:
+    if kind == "ratio":
+        return f"{value:.2f}×" if value >= 0.1 else f"{value:.3g}×"
+    if kind in ("gbps", "mops"):
+        return f"{value:.0f}" if value >= 1000 else f"{value:.3g}"
+    if kind == "size":
+        return format_size(int(value))
+    if kind == "count":
+        return str(int(value))
+    if kind == "time":
+        return format_ns(value)
+    return f"{value:g}"
+
+
+def cell_text(column: Column, value: Cell) -> str:
+    """The text a printer shows for one cell."""
+    if value is None:
+        return ""
+    if isinstance(value, NoValue):
+        return value.reason
+    if isinstance(value, Stat):
+        return _time(value)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float) and column.kind != "text":
+        return "" if isinstance(value, float) and math.isnan(value) else _number(value, column.kind)
+    return str(value)
+
+
+def is_reason(value: Cell) -> bool:
+    return isinstance(value, NoValue)
+
+
+def numeric(column: Column) -> bool:
+    """Right-align this column."""
+    return column.kind != "text"

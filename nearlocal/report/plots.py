@@ -1,0 +1,108 @@
+"""Draws the report's plot data with matplotlib (Agg; no pyplot state): SVG text to embed in the
+HTML report, PNG files beside the Markdown one. The data itself is computed in tables.py."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+from nearlocal.report.tables import PlotData
+from nearlocal.units import format_size
+
+LINE_STYLES = ("-", "--", ":", "-.")
+PAPER_COLOR = "#111111"
+
+
+def _size_ticks(low: float, high: float) -> list[float]:
+    """Powers of four (64 B, 256 B, 1 KiB ...) spanning the data."""
+    start = math.floor(math.log2(max(low, 1)))
+    stop = math.ceil(math.log2(max(high, 1)))
+    step = 2 if stop - start > 8 else 1
+    return [2.0**k for k in range(start - start % step, stop + 1, step)]
+
+
+def draw(plot: PlotData) -> Figure:
+    figure = Figure(figsize=(9.5, 4.6), layout="constrained")
+    FigureCanvasAgg(figure)  # the Agg canvas: no pyplot, no display, no global state
+    ax = figure.add_subplot()
+    colors = matplotlib.colormaps["tab20"].colors
+    for index, series in enumerate(plot.series):
+        ax.plot(series.x, series.y, label=series.label, color=colors[index % len(colors)],
+                linestyle=LINE_STYLES[series.run % len(LINE_STYLES)], marker="o", markersize=3,
+                linewidth=1.3)
+    by_x: dict[float, list] = {}
+    for point in plot.points:
+        by_x.setdefault(point.x, []).append(point)
+    for group in by_x.values():  # labels at one size alternate sides so they do not overlap
+        for index, point in enumerate(sorted(group, key=lambda p: p.y)):
+            right = index % 2 == 0
+            ax.scatter([point.x], [point.y], marker="*", s=140, color=PAPER_COLOR, zorder=5)
+            ax.annotate(point.label, (point.x, point.y), textcoords="offset points",
+                        xytext=(7 if right else -7, 0), ha="left" if right else "right",
+                        va="center", fontsize=7, color=PAPER_COLOR, zorder=6,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                              "alpha": 0.8})
+    for index, line in enumerate(sorted(plot.lines, key=lambda line: line.value)):
+        draw_line = ax.axhline if line.axis == "y" else ax.axvline
+        draw_line(line.value, color="#777777", linestyle=(0, (4, 3)), linewidth=0.9)
+        if line.axis == "y":  # neighbouring labels step along the line so they do not overlap
+            ax.annotate(line.label, (0.01 + 0.24 * (index % 4), line.value),
+                        xycoords=("axes fraction", "data"), fontsize=7, color="#555555",
+                        va="bottom", bbox={"boxstyle": "round,pad=0.1", "fc": "white",
+                                           "ec": "none", "alpha": 0.7})
+        else:
+            ax.annotate(line.label, (line.value, 0.99), xycoords=("data", "axes fraction"),
+                        fontsize=7, color="#555555", rotation=90, ha="right", va="top")
+    ax.set_xscale("log", base=2 if plot.x_is_size else 10)
+    ax.set_yscale("log")
+    xs = [x for s in plot.series for x in s.x] + [p.x for p in plot.points] + [
+        line.value for line in plot.lines if line.axis == "x"]
+    if plot.x_is_size and xs:
+        ticks = _size_ticks(min(xs), max(xs))
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(plot.xlabel)
+    ax.set_ylabel(plot.ylabel)
+    ax.set_title(plot.title, fontsize=11, loc="left")
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.6)
+    if not plot.series:
+        ax.text(0.5, 0.5, "no measured rows for this plot: only the papers' figures are shown",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="#888888")
+    if plot.points:
+        ax.scatter([], [], marker="*", s=100, color=PAPER_COLOR, label="paper figure (reported)")
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
+                  ncols=1 if len(handles) <= 22 else 2)
+    return figure
+
+
+_ID = re.compile(r'id="([^"]+)"')
+
+
+def svg_text(plot: PlotData, prefix: str) -> str:
+    """Inline SVG markup; ids are prefixed so several plots share one HTML page safely."""
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "nearlocal"}):
+        draw(plot).savefig(buffer, format="svg", metadata={"Date": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    ids = set(_ID.findall(text))
+    text = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', text)
+    text = re.sub(r'(href="#|url\(#)([^")]+)',
+                  lambda m: m.group(1) + (f"{prefix}-{m.group(2)}" if m.group(2) in ids
+                                          else m.group(2)), text)
+    return text
+
+
+def write_png(plot: PlotData, path: Path) -> Path:
+    draw(plot).savefig(path, format="png", dpi=110, metadata={"Software": None})
+    return path

@@ -1,0 +1,59 @@
+"""The report as Markdown, with each plot as a PNG file beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nearlocal.report.fmt import NOT_CONVERGED, cell_text, numeric
+from nearlocal.report.plots import write_png
+from nearlocal.report.tables import Report, Section, Table, header
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table_markdown(table: Table) -> str:
+    heads = [_escape(header(c)) for c in table.columns]
+    align = ["---:" if numeric(c) else ":---" for c in table.columns]
+    lines = ["| " + " | ".join(heads) + " |", "| " + " | ".join(align) + " |"]
+    for row in table.rows:
+        cells = [_escape(cell_text(c, v)) for c, v in zip(table.columns, row, strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> str:
+    parts = [f"## {section.title}", "", section.intro, ""]
+    for ref in section.refs:
+        parts.append(f"- **{ref.id}** ({ref.citation}): {_escape(ref.what)} — "
+                     f"**{_escape(ref.text)}**")
+    if section.refs:
+        parts.append("")
+    if section.absent:
+        parts += [f"> **Not measured:** {section.absent}", ""]
+    if section.table is not None and section.table.rows:
+        parts += [table_markdown(section.table), ""]
+    for note in section.notes:
+        parts.append(f"- {note}")
+    if section.notes:
+        parts.append("")
+    for plot in section.plots:
+        path = folder / f"{stem}-{plot.name}.png"
+        written.append(write_png(plot, path))
+        parts += [f"![{plot.title}]({path.name})", ""]
+    return "\n".join(parts)
+
+
+def write_markdown(report: Report, path: Path) -> list[Path]:
+    """Writes PATH and its PNG plots (PATH's stem + plot name); returns every file written."""
+    path = Path(path)
+    written: list[Path] = []
+    runs = ", ".join(f"{r.run_id} ({r.host})" for r in report.runs)
+    body = [f"# nearlocal report: {runs}", "",
+            "The papers' figures (as reported by the papers, never measured here) beside what "
+            f"this box measured. Latency cells: median (10th–90th percentile); {NOT_CONVERGED} = "
+            "the median's confidence interval did not reach its target within the budget.", ""]
+    body += [_section(s, path.stem, path.parent, written) for s in report.sections]
+    path.write_text("\n".join(body), encoding="utf-8")
+    return [path, *written]

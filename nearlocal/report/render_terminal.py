@@ -1,0 +1,47 @@
+"""The report as rich tables on the terminal: the same rows as the files, without plots."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from nearlocal.report.fmt import NOT_CONVERGED, cell_text, is_reason, numeric
+from nearlocal.report.tables import Report, Section, Table, header
+
+
+def rich_table(table: Table) -> RichTable:
+    out = RichTable(show_lines=False, header_style="bold")
+    for column in table.columns:
+        out.add_column(escape(header(column)), justify="right" if numeric(column) else "left",
+                       overflow="fold")
+    for row in table.rows:
+        out.add_row(*(f"[dim]{escape(cell_text(c, v))}[/]" if is_reason(v)
+                      else escape(cell_text(c, v))
+                      for c, v in zip(table.columns, row, strict=True)))
+    return out
+
+
+def print_section(section: Section, console: Console) -> None:
+    console.rule(f"[bold]{escape(section.title)}", align="left")
+    console.print(f"[dim]{escape(section.intro)}[/]")
+    for ref in section.refs:
+        console.print(f"  [cyan]{ref.id}[/] {escape(ref.what)}: [bold]{escape(ref.text)}[/] "
+                      f"[dim]({escape(ref.citation)})[/]")
+    if section.absent:
+        console.print(f"[yellow]not measured:[/] {escape(section.absent)}")
+    if section.table is not None and section.table.rows:
+        console.print(rich_table(section.table))
+    for note in section.notes:
+        console.print(f"  - {escape(note)}")
+    if section.plots:
+        console.print(f"  [dim]plots ({', '.join(p.title for p in section.plots)}): "
+                      "in the --html / --markdown report[/]")
+
+
+def print_report(report: Report, console: Console) -> None:
+    console.print(f"[bold]nearlocal report[/]: papers' figures (reported by the papers) beside "
+                  f"this box's medians; latency cells: median (p10–p90), {NOT_CONVERGED} = not "
+                  "converged")
+    for section in report.sections:
+        print_section(section, console)

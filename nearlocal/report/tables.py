@@ -1,0 +1,990 @@
+"""The report's content: every section's rows and plot data, computed from stored runs.
+
+All arithmetic lives here (ratios to the papers, crossover sizes, near-local ratios, Mops, which
+region stands for "the pool"); the terminal, Markdown and HTML printers only format cells by
+their column's kind. Several runs become side-by-side columns, one group per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from nearlocal.report.papers import Figure, figure, figures
+from nearlocal.results import RunData
+from nearlocal.units import format_size
+
+# ---------------------------------------------------------------------------------------------
+# Cells, columns, tables
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A measured latency: the median with its 10th-90th percentile spread."""
+
+    median_ns: float
+    p10_ns: float
+    p90_ns: float
+    converged: bool = True
+
+
+@dataclass(frozen=True)
+class NoValue:
+    """A cell without a number, and why (a skip reason, a failure, not in this run)."""
+
+    reason: str
+
+
+Cell = Stat | NoValue | float | int | str | None
+
+# Column kinds the printers know how to format:
+#   text, time (Stat or ns float), ratio (x), gbps, mops, size (bytes), count
+KINDS = ("text", "time", "ratio", "gbps", "mops", "size", "count")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str = "text"
+    run: str | None = None  # the run label of a per-run column; None for key columns
+
+
+@dataclass
+class Table:
+    columns: list[Column]
+    rows: list[list[Cell]]
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame with one column per header (cells unformatted)."""
+        return pd.DataFrame(self.rows, columns=[header(c) for c in self.columns])
+
+    def column(self, name: str, run: str | None = None) -> list[Cell]:
+        for index, col in enumerate(self.columns):
+            if col.name == name and (run is None or col.run == run):
+                return [row[index] for row in self.rows]
+        raise KeyError(name)
+
+
+def header(column: Column) -> str:
+    return f"{column.name} [{column.run}]" if column.run else column.name
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+    run: int = 0  # run index: the line style
+
+
+@dataclass(frozen=True)
+class RefPoint:
+    """A paper's figure drawn as a marked point (x in bytes or count, y in the plot's unit)."""
+
+    label: str
+    x: float
+    y: float
+
+
+@dataclass(frozen=True)
+class RefLine:
+    label: str
+    value: float
+    axis: str = "y"  # "y": horizontal line; "x": vertical line
+
+
+@dataclass
+class PlotData:
+    name: str
+    title: str
+    xlabel: str
+    ylabel: str
+    series: list[Series]
+    points: list[RefPoint] = field(default_factory=list)
+    lines: list[RefLine] = field(default_factory=list)
+    x_is_size: bool = True
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    intro: str
+    refs: list[Figure] = field(default_factory=list)
+    table: Table | None = None
+    absent: str | None = None  # one line when this run has no data for the section
+    notes: list[str] = field(default_factory=list)
+    plots: list[PlotData] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    label: str
+    run_id: str
+    host: str
+    suite: str
+    started: str
+    path: str
+    counts: dict
+
+
+@dataclass
+class Report:
+    runs: list[RunInfo]
+    sections: list[Section]
+
+    def section(self, key: str) -> Section:
+        for section in self.sections:
+            if section.key == key:
+                return section
+        raise KeyError(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows of one run, with the derived columns every section uses
+
+GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cuda-memcpy-2d",
+                    "gather-kernel", "scatter-kernel", "zero-copy-kernel")
+KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
+RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
+LOCAL_CLASS = 9
+GPU_CLASS = 10
+
+
+def region_class(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> tuple[int, str]:
+    """(rank, description): how pool-like a region is; lower ranks stand for the pool first."""
+    inner = str(region).removeprefix("registered:")
+    kind, _, rest = inner.partition(":")
+    if kind == "devdax":
+        return 0, "CXL pool (device-dax)"
+    if kind == "numa":
+        if rest.isdigit() and int(rest) in cpuless_nodes:
+            return 1, "CPU-less NUMA node (CXL in system-ram mode)"
+        return 2, "NUMA node"
+    if kind in ("file", "shm"):
+        return 3, "shared mapping"
+    if kind in ("dram", "pinned"):
+        return LOCAL_CLASS, "local DRAM"
+    if kind == "gpu":
+        return GPU_CLASS, "GPU memory"
+    return 5, "other region"
+
+
+def _params(text) -> dict:
+    if isinstance(text, dict):
+        return text
+    try:
+        return json.loads(text) if text else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _params_text(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
+
+
+def _with_attr(region: str, attr: str) -> str:
+    return region if attr in ("wb", "", None) else f"{region}[{attr}]"
+
+
+def prepare(run: RunData) -> pd.DataFrame:
+    """The run's case rows plus src / dst / path / pool rank / parsed params."""
+    df = run.cases.copy()
+    if df.empty:
+        df = pd.DataFrame(columns=[*run.cases.columns])
+    inventory = run.meta.get("inventory") or {}
+    cpuless = frozenset(int(n.get("node", -1)) for n in inventory.get("numa", [])
+                        if not n.get("cpus"))
+    df["access"] = df["access"].fillna("read").replace("", "read")
+    df["peer"] = df["peer"].fillna("dram").replace("", "dram")
+    df["attr"] = df["attr"].fillna("wb")
+    df["status"] = df["status"].fillna("failed")
+    df["reason"] = df["reason"].fillna("")
+    for column in ("size_bytes", "fragment_count", "fragment_bytes"):
+        df[column] = pd.to_numeric(df[column], errors="coerce").fillna(0).astype("int64")
+    write = df["access"] == "write"
+    region_text = [_with_attr(r, a) for r, a in zip(df["region"], df["attr"], strict=True)]
+    df["src"] = [p if w else r for p, r, w in zip(df["peer"], region_text, write, strict=True)]
+    df["dst"] = [r if w else p for p, r, w in zip(df["peer"], region_text, write, strict=True)]
+    df["path"] = df["src"] + " -> " + df["dst"]
+    df["rank"] = [region_class(r, cpuless)[0] for r in df["region"]]
+    df["peer_rank"] = [region_class(r, cpuless)[0] for r in df["peer"]]
+    df["src_rank"] = df["peer_rank"].where(write, df["rank"])
+    df["src_kind"] = df["src"].str.split("[").str[0].str.split(":").str[0]
+    df["params_d"] = [_params(p) for p in df["params"]]
+    df["ok"] = df["status"] == "ok"
+    df["contiguous"] = (df["fragment_count"] <= 1) & ~df["pattern"].astype(str).str.startswith(
+        "kv:")
+    return df
+
+
+def stat_of(row) -> Stat | NoValue:
+    """A row's latency cell: its statistics, or why it has none."""
+    if row["status"] != "ok":
+        return NoValue(f"{row['status']}: {row['reason']}" if row["reason"] else row["status"])
+    converged = row.get("converged")
+    return Stat(float(row["median_ns"]), float(row["p10_ns"]), float(row["p90_ns"]),
+                bool(converged) if converged is not None and converged == converged else True)
+
+
+def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank",)) -> pd.Series | None:
+    """The row to show: an ok row first, then the most pool-like region."""
+    if rows.empty:
+        return None
+    ordered = rows.assign(_notok=~rows["ok"]).sort_values(["_notok", *order], kind="stable")
+    return ordered.iloc[0]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None:
+        return None
+    if not (denominator > 0) or math.isnan(numerator):
+        return None
+    return numerator / denominator
+
+
+def _ns(cell: Cell) -> float | None:
+    return cell.median_ns if isinstance(cell, Stat) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Building per-run column groups
+
+NOT_IN_RUN = NoValue("not in this run")
+
+
+def keyed_table(key_columns: list[Column], value_columns: list[Column], runs: list[RunInfo],
+                per_run: list[dict[tuple, list[Cell]]],
+                sort_key: Callable[[tuple], object] | None = None) -> Table:
+    """Rows keyed by a tuple, one group of value columns per run; missing keys say so."""
+    keys: list[tuple] = []
+    for cells in per_run:
+        for key in cells:
+            if key not in keys:
+                keys.append(key)
+    if sort_key:
+        keys.sort(key=sort_key)
+    multi = len(runs) > 1
+    columns = list(key_columns)
+    for run in runs:
+        columns += [Column(c.name, c.kind, run.label if multi else None) for c in value_columns]
+    rows = []
+    for key in keys:
+        row = list(key)
+        for cells in per_run:
+            row += cells.get(key, [NOT_IN_RUN] + [None] * (len(value_columns) - 1))
+        rows.append(row)
+    return Table(columns, rows)
+
+
+def _refs(*ids: str) -> list[Figure]:
+    return [figure(i) for i in ids]
+
+
+def _absent(runs: list[RunInfo], frames: list[pd.DataFrame], methods: Iterable[str],
+            what: str) -> str:
+    methods = list(methods)
+    parts = []
+    for run, df in zip(runs, frames, strict=True):
+        rows = df[df["method"].isin(methods)]
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        if rows.empty:
+            parts.append(f"{name} has no {what} rows")
+        else:
+            reasons = rows.loc[~rows["ok"], "reason"].value_counts()
+            reason = reasons.index[0] if len(reasons) else "none ran"
+            parts.append(f"{name}: {what} did not run ({reason})")
+    return "; ".join(parts) + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+B7_ROWS = (  # (figure, method, access, attr or None for any, label)
+    ("B7a", "nt-store", "write", "wb", "nt-store, wb"),
+    ("B7b", "store", "write", "uc", "store, uc"),
+    ("B7c", "clflush-load", "read", "wb", "clflush-load, wb"),
+    ("B7d", "load", "read", "uc", "load, uc"),
+    ("B7e", "dsa-memmove", "write", None, "dsa-memmove, write"),
+    ("B7e", "dsa-memmove", "read", None, "dsa-memmove, read"),
+)
+SIZE_16K = 16 * 1024
+SIZE_64K = 64 * 1024
+
+
+def _host_only(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["rank"] < GPU_CLASS) & (df["peer_rank"] < GPU_CLASS)]
+
+
+def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("b7", "B7 — CPU access to the pool, 16 KB",
+                      "Each row times one 16 KiB transfer between a host region and local DRAM. "
+                      "The region is the most pool-like one the run measured (device-dax, then "
+                      "a CPU-less NUMA node, other NUMA nodes, shm/file, and local dram last).",
+                      _refs("B7a", "B7b", "B7c", "B7d", "B7e"))
+    per_run = []
+    for run, df in zip(runs, frames, strict=True):
+        at16 = _host_only(df[(df["size_bytes"] == SIZE_16K) & df["contiguous"]])
+        cells: dict[tuple, list[Cell]] = {}
+        used = set()
+        for fig_id, method, access, attr, label in B7_ROWS:
+            paper = figure(fig_id).value()
+            key = (fig_id, label, paper.text())
+            rows = at16[(at16["method"] == method) & (at16["access"] == access)]
+            if attr:
+                rows = rows[rows["attr"] == attr]
+            row = _best(rows, ("rank", "attr"))
+            if row is None:
+                what = f"{method} {attr}" if attr else method
+                cells[key] = [NoValue(f"no {what} 16KiB row in this run"), None, None]
+                continue
+            stat = stat_of(row)
+            if row["ok"]:
+                used.add(row["region"])
+            cells[key] = [stat, _ratio(_ns(stat), paper.ns()), _with_attr(row["region"],
+                                                                           row["attr"])]
+        per_run.append(cells)
+        pools = sorted({r for r in used if region_class(r)[0] < LOCAL_CLASS})
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        if pools:
+            section.notes.append(f"{name}: rows measured on {', '.join(pools)}")
+        elif used:
+            section.notes.append(f"{name}: no pool region measured; the rows use "
+                                 f"{', '.join(sorted(used))} (local DRAM)")
+    section.table = keyed_table(
+        [Column("ID"), Column("case"), Column("paper")],
+        [Column("median (p10–p90)", "time"), Column("× paper", "ratio"), Column("region")],
+        runs, per_run)
+    section.notes.append("× paper = this box's median / the paper's figure (B7e: the midpoint "
+                         "of its 1.69 – 2.12 us range); above 1 means slower than the paper.")
+    section.plots.append(latency_plot(runs, frames))
+    return section
+
+
+def _crossover(sizes: list[int], cpu: list[float], dsa: list[float]) -> str:
+    faster = [d < c for c, d in zip(cpu, dsa, strict=True)]
+    if not sizes:
+        return "no size has both a CPU and a DSA median"
+    if all(faster):
+        return f"DSA is faster at every measured size ({format_size(sizes[0])} and up)"
+    if not faster[-1]:
+        return f"the CPU is faster up to the largest measured size ({format_size(sizes[-1])})"
+    first = max(i for i, f in enumerate(faster) if not f) + 1
+    return (f"DSA is faster from {format_size(sizes[first])} up; the CPU wins below "
+            f"{format_size(sizes[first])}")
+
+
+def crossover_size(sizes: list[int], cpu: list[float], dsa: list[float]) -> int | None:
+    """The smallest size from which DSA beats the CPU at that size and every larger one."""
+    faster = [d < c for c, d in zip(cpu, dsa, strict=True)]
+    if not faster or not faster[-1]:
+        return None
+    first = max((i for i, f in enumerate(faster) if not f), default=-1) + 1
+    return sizes[first]
+
+
+B8_SERIES = (("CPU write (nt-store)", "nt-store", "write"), ("DSA write", "dsa-memmove", "write"),
+             ("CPU read (clflush-load)", "clflush-load", "read"),
+             ("DSA read", "dsa-memmove", "read"))
+
+
+def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("b8", "B8 — CPU vs DSA over size",
+                      "The CPU's best non-coherent-safe paths (nt-store to write, clflush + load "
+                      "to read) against one DSA memmove, on the same region; the crossover is "
+                      "found from the medians.", _refs("B8", "B7e"))
+    if not any(((df["method"] == "dsa-memmove") & df["ok"]).any() for df in frames):
+        section.absent = "No DSA measurement: " + _absent(runs, frames, ["dsa-memmove"],
+                                                          "dsa-memmove")
+        return section
+    per_run = []
+    plot = PlotData("b8-crossover", "CPU vs DSA over size", "transfer size", "median (us)", [],
+                    [], [RefLine("B8: CPU wins below 4 KB", 4096, "x"),
+                     RefLine("B8: DSA repaid by 16 KB", SIZE_16K, "x")])
+    plot.points = [RefPoint(f"{i} {figure(i).value().text()}", SIZE_16K, figure(i).value().ns()
+                            / 1e3) for i in ("B7a", "B7c", "B7e")]
+    for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
+        host = _host_only(df[df["contiguous"]])
+        dsa_ok = host[(host["method"] == "dsa-memmove") & host["ok"]]
+        pool = dsa_ok.sort_values("rank").iloc[0]["region"] if len(dsa_ok) else None
+        rows = host[host["region"] == pool] if pool else host.iloc[0:0]
+        cells: dict[tuple, list[Cell]] = {}
+        medians: dict[str, dict[int, float]] = {}
+        for label, method, access in B8_SERIES:
+            chosen = rows[(rows["method"] == method) & (rows["access"] == access)]
+            chosen = chosen[(chosen["attr"] == "wb")] if method != "dsa-memmove" else chosen
+            medians[label] = {}
+            for _, row in chosen.sort_values(["size_bytes"]).iterrows():
+                key = (int(row["size_bytes"]),)
+                cells.setdefault(key, [NOT_IN_RUN] * len(B8_SERIES) + [None])
+                cells[key][[s[0] for s in B8_SERIES].index(label)] = stat_of(row)
+                if row["ok"]:
+                    medians[label].setdefault(int(row["size_bytes"]), float(row["median_ns"]))
+            if medians[label]:
+                xs = sorted(medians[label])
+                plot.series.append(Series(f"{label} {pool}" + (f" #{run.label}" if len(runs) > 1
+                                                                 else ""),
+                                          tuple(xs), tuple(medians[label][x] / 1e3 for x in xs),
+                                          index))
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        for direction, cpu_label, dsa_label in (("write", B8_SERIES[0][0], B8_SERIES[1][0]),
+                                                ("read", B8_SERIES[2][0], B8_SERIES[3][0])):
+            sizes = sorted(set(medians[cpu_label]) & set(medians[dsa_label]))
+            cpu = [medians[cpu_label][s] for s in sizes]
+            dsa = [medians[dsa_label][s] for s in sizes]
+            size = crossover_size(sizes, cpu, dsa)
+            section.notes.append(f"{name}, {direction} on {pool}: {_crossover(sizes, cpu, dsa)}"
+                                 " (paper: CPU wins only below 4 KB)")
+            if size:
+                plot.lines.append(RefLine(f"{direction} crossover {format_size(size)}", size,
+                                          "x"))
+        for key, row in cells.items():
+            faster = [("CPU" if _ns(row[i]) < _ns(row[i + 1]) else "DSA")
+                      for i in (0, 2) if _ns(row[i]) is not None and _ns(row[i + 1]) is not None]
+            row[-1] = " / ".join(faster) if faster else None
+            cells[key] = row
+        per_run.append(cells)
+    section.table = keyed_table([Column("size", "size")],
+                                [*(Column(s[0], "time") for s in B8_SERIES),
+                                 Column("faster (write / read)")],
+                                runs, per_run, sort_key=lambda k: k[0])
+    section.plots.append(plot)
+    return section
+
+
+def _gpu_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["method"].isin(GPU_COPY_METHODS)]
+
+
+def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("b9", "B9–B10 — GPU: cudaMemcpy vs one gather kernel",
+                      "Each GPU copy method over size and fragment count on every path measured; "
+                      "kernel / memcpy = the one-launch kernel's median over cuda-memcpy's.",
+                      _refs("B9", "B10"))
+    if not any((_gpu_rows(df)["ok"]).any() for df in frames):
+        section.absent = "No GPU measurement: " + _absent(runs, frames, GPU_COPY_METHODS,
+                                                          "GPU copy")
+        return section
+    methods = [m for m in GPU_COPY_METHODS if any(
+        ((df["method"] == m)).any() for df in frames)]
+    per_run = []
+    for run, df in zip(runs, frames, strict=True):
+        rows = _gpu_rows(df)
+        cells: dict[tuple, list[Cell]] = {}
+        for (path, pattern), group in rows.groupby(["path", "pattern"], sort=False):
+            first = group.iloc[0]
+            key = (path, pattern, int(first["size_bytes"]), int(first["fragment_count"]))
+            values: list[Cell] = []
+            for method in methods:
+                row = _best(group[group["method"] == method])
+                values.append(stat_of(row) if row is not None else None)
+            kernel = next((values[methods.index(m)] for m in KERNEL_METHODS if m in methods
+                           and isinstance(values[methods.index(m)], Stat)), None)
+            memcpy = values[methods.index("cuda-memcpy")] if "cuda-memcpy" in methods else None
+            cells[key] = [*values, _ratio(_ns(kernel), _ns(memcpy))]
+        per_run.append(cells)
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        small_uc = rows[(rows["method"] == "cuda-memcpy") & rows["ok"] & (rows["attr"] == "uc")
+                        & (rows["size_bytes"] < 24 * 1024)]
+        if len(small_uc):
+            worst = small_uc.sort_values("median_ns").iloc[-1]
+            section.notes.append(
+                f"{name}: cuda-memcpy from uncacheable host memory below 24 KB: slowest median "
+                f"{worst['median_ns'] / 1e3:.2f} us at {worst['pattern']} "
+                f"({_ratio(worst['median_ns'], figure('B10').value('latency').ns()):.3g}× the "
+                "paper's ~1.23 ms)")
+        else:
+            section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
+                                 "below 24 KB (B10 needs a UC pool mapping)")
+    section.table = keyed_table(
+        [Column("path"), Column("pattern"), Column("bytes", "size"), Column("fragments",
+                                                                               "count")],
+        [*(Column(m, "time") for m in methods), Column("kernel / memcpy", "ratio")],
+        runs, per_run, sort_key=lambda k: (k[0], k[3], k[2]))
+    plot = fragment_plot("b9-fragments", "GPU: time against fragment count", runs,
+                         [_gpu_rows(df) for df in frames])
+    if plot.series:
+        section.plots.append(plot)
+    return section
+
+
+def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    fig = figure("B11")
+    paper_ratio = fig.value("pool -> GPU").ns() / fig.value("local DRAM -> GPU").ns()
+    section = Section("b11", "B11 — pool -> GPU vs local DRAM -> GPU at 64 KB",
+                      "One 64 KiB copy into GPU memory from the most pool-like host region and "
+                      "from local host memory (pinned first, then dram); near-local = pool / "
+                      "local.", [fig])
+    if not any((_gpu_rows(df)["ok"] & (_gpu_rows(df)["size_bytes"] == SIZE_64K)).any()
+               for df in frames):
+        section.absent = "No 64 KiB GPU copy: " + _absent(runs, frames, GPU_COPY_METHODS,
+                                                          "GPU copy")
+        return section
+    local_order = {"pinned": 0, "registered:dram": 1, "dram": 2}
+    per_run = []
+    for df in frames:
+        rows = _gpu_rows(df)
+        rows = rows[(rows["size_bytes"] == SIZE_64K) & rows["contiguous"]
+                    & rows["dst"].str.startswith("gpu:")]
+        rows = rows.assign(local_rank=[local_order.get(s.split("[")[0], 9) for s in rows["src"]])
+        cells: dict[tuple, list[Cell]] = {}
+        for method, group in rows.groupby("method", sort=False):
+            pool = _best(group[group["src_rank"] < LOCAL_CLASS], ("src_rank",))
+            local = _best(group[group["src_rank"] == LOCAL_CLASS], ("local_rank",))
+            pool_cell = stat_of(pool) if pool is not None else NoValue("no pool -> GPU row")
+            local_cell = stat_of(local) if local is not None else NoValue("no local -> GPU row")
+            cells[(method, f"{fig.value('pool -> GPU').text()} vs "
+                           f"{fig.value('local DRAM -> GPU').text()} ({paper_ratio:.2f}×)")] = [
+                pool_cell, pool["src"] if pool is not None else None, local_cell,
+                local["src"] if local is not None else None,
+                _ratio(_ns(pool_cell), _ns(local_cell))]
+        per_run.append(cells)
+    section.table = keyed_table(
+        [Column("method"), Column("paper")],
+        [Column("pool -> GPU", "time"), Column("pool region"), Column("local -> GPU", "time"),
+         Column("local region"), Column("near-local", "ratio")], runs, per_run)
+    return section
+
+
+def _peak(rows: pd.DataFrame) -> pd.Series | None:
+    ok = rows[rows["ok"] & rows["gbps"].notna()]
+    if ok.empty:
+        return None
+    return ok.sort_values("gbps", ascending=False).iloc[0]
+
+
+def section_b12(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    cap = figure("B12").value("per CXL adapter")
+    section = Section("b12", "B12 — bandwidth per path",
+                      "The highest bandwidth each method reached on each path over the "
+                      "contiguous sizes measured (bytes moved / median time). Paths between a "
+                      f"non-local host region and a GPU are compared with the paper's "
+                      f"{cap.text()} per-adapter cap.", _refs("B12", "S2"))
+    if not any((df["ok"] & df["contiguous"]).any() for df in frames):
+        section.absent = "No contiguous transfer ran in " + (
+            "these runs." if len(runs) > 1 else "this run.")
+        return section
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        rows = df[df["contiguous"]]
+        for (method, path), group in rows.groupby(["method", "path"], sort=False):
+            peak = _peak(group)
+            if peak is None:  # never ran on this path: the skipped section says why
+                continue
+            pool_gpu = ({peak["rank"], peak["peer_rank"]} & {GPU_CLASS}
+                        and min(peak["rank"], peak["peer_rank"]) < LOCAL_CLASS)
+            cells[(method, path)] = [float(peak["gbps"]), int(peak["size_bytes"]),
+                                     _ratio(float(peak["gbps"]), cap.central) if pool_gpu
+                                     else None]
+        per_run.append(cells)
+    section.table = keyed_table([Column("method"), Column("path")],
+                                [Column("peak GB/s", "gbps"), Column("at size", "size"),
+                                 Column("× 26 GB/s cap", "ratio")], runs, per_run)
+    section.plots.append(bandwidth_plot(runs, frames))
+    return section
+
+
+def _kv_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[~df["contiguous"] & ~df["method"].isin((*RPC_METHODS, "layer-stream"))]
+
+
+def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("b13", "B13/B14 — KV fragment transfers",
+                      "Fragmented transfers: KV-cache layouts (kv: patterns) and COUNTxSIZE "
+                      "fragment lists, every method and path. B14's sparse read is 1,024 "
+                      "fragments of 160 B.", _refs("B13", "B14", "B2"))
+    if not any(_kv_rows(df)["ok"].any() for df in frames):
+        section.absent = "No fragmented (KV) transfer ran: " + (
+            "the runs have" if len(runs) > 1 else "this run has") + \
+            " no kv: or COUNTxSIZE pattern rows that completed."
+        return section
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in _kv_rows(df).iterrows():
+            key = (row["method"], row["path"], row["pattern"], int(row["fragment_count"]),
+                   int(row["fragment_bytes"]), int(row["size_bytes"]))
+            stat = stat_of(row)
+            cells[key] = [stat, float(row["gbps"]) if row["ok"] else None]
+        per_run.append(cells)
+    section.table = keyed_table(
+        [Column("method"), Column("path"), Column("pattern"), Column("fragments", "count"),
+         Column("fragment", "size"), Column("bytes", "size")],
+        [Column("median (p10–p90)", "time"), Column("GB/s", "gbps")], runs, per_run,
+        sort_key=lambda k: (k[0], k[1], k[3], k[4]))
+    plot = fragment_plot("kv-fragments", "Fragmented transfers: time against fragment count",
+                         runs, [_kv_rows(df) for df in frames])
+    if plot.series:
+        section.plots.append(plot)
+    return section
+
+
+def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    fig = figure("B15")
+    rtt, mops = fig.value("64 B round trip"), fig.value("throughput at qd 128")
+    section = Section("b15", "B15 — metadata RPC over shared memory",
+                      "rpc-roundtrip: one request/response through shared-memory slots; "
+                      "rpc-throughput: operations per second of one server thread at queue "
+                      "depth qd (Mops = 1000 / median ns per operation). × paper: round trip "
+                      "over 2.11 us at 64 B; throughput over 12.13 Mops at qd 128.", [fig])
+    if not any(df[df["method"].isin(RPC_METHODS)]["ok"].any() for df in frames):
+        section.absent = "No RPC measurement: " + _absent(runs, frames, RPC_METHODS, "rpc")
+        return section
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[df["method"].isin(RPC_METHODS)].iterrows():
+            params = row["params_d"]
+            qd = params.get("qd")
+            key = (row["method"], str(params.get("protocol", "-")), str(qd or "-"),
+                   row["pattern"], _with_attr(row["region"], row["attr"]))
+            stat = stat_of(row)
+            ops = 1000 / stat.median_ns if isinstance(stat, Stat) and stat.median_ns > 0 \
+                else None
+            if row["method"] == "rpc-throughput":
+                ratio = _ratio(ops, mops.central) if str(qd) == "128" else None
+            else:
+                ratio = _ratio(_ns(stat), rtt.ns()) if int(row["size_bytes"]) == 64 else None
+                ops = None
+            cells[key] = [stat, ops, ratio]
+        per_run.append(cells)
+    section.table = keyed_table(
+        [Column("method"), Column("protocol"), Column("qd"), Column("message"),
+         Column("region")],
+        [Column("median per op (p10–p90)", "time"), Column("Mops", "mops"),
+         Column("× paper", "ratio")], runs, per_run,
+        sort_key=lambda k: (k[0], k[1], int(k[2]) if k[2].isdigit() else 0, k[3]))
+    return section
+
+
+S2_ROWS = (  # (medium, paper value name or None, paper figure)
+    ("NVLink peer GPU (peer-memcpy)", "NVLink", "S2"),
+    ("Host DRAM over PCIe (cuda-memcpy pinned -> GPU)", "PCIe host", "S2"),
+    ("CXL pool -> GPU (cuda-memcpy)", "per CXL adapter", "B12"),
+    ("NVMe SSD", "NVMe SSD", "S2"),
+)
+
+
+def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("s2", "S2 — reload media",
+                      "Where a KV cache can be reloaded from, at the best bandwidth measured "
+                      "(any size). The CXL pool row compares with Beluga's per-adapter cap.",
+                      _refs("S2", "B12"))
+    gpu_methods = ("peer-memcpy", "cuda-memcpy")
+    if not any(df[df["method"].isin(gpu_methods)]["ok"].any() for df in frames):
+        section.absent = "No GPU reload path measured: " + _absent(
+            runs, frames, gpu_methods, "peer-memcpy / cuda-memcpy")
+    per_run = []
+    for df in frames:
+        gpu_dst = df["dst"].str.startswith("gpu:")
+        choices = {
+            S2_ROWS[0][0]: df[(df["method"] == "peer-memcpy")],
+            S2_ROWS[1][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
+                              & (df["src_kind"] == "pinned")],
+            S2_ROWS[2][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
+                              & (df["src_rank"] < LOCAL_CLASS)],
+        }
+        cells: dict[tuple, list[Cell]] = {}
+        for medium, value_name, fig_id in S2_ROWS:
+            paper = figure(fig_id).value(value_name)
+            key = (medium, f"{paper.text()} ({fig_id})")
+            if medium not in choices:
+                cells[key] = [NoValue("not measured: nearlocal has no SSD method"), None, None,
+                              None]
+                continue
+            peak = _peak(choices[medium])
+            if peak is None:
+                rows = choices[medium]
+                why = (f"{rows.iloc[0]['status']}: {rows.iloc[0]['reason']}" if len(rows)
+                       else "no such rows in this run")
+                cells[key] = [NoValue(why), None, None, None]
+                continue
+            cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), peak["path"],
+                          _ratio(float(peak["gbps"]), paper.central)]
+        per_run.append(cells)
+    section.table = keyed_table([Column("medium"), Column("paper")],
+                                [Column("peak GB/s", "gbps"), Column("at size", "size"),
+                                 Column("path"), Column("× paper", "ratio")], runs, per_run)
+    return section
+
+
+def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("s3", "S3 — layer stream (per-layer round trip)",
+                      "layer-stream: fetch one layer's KV from the peer, use it, write it back, "
+                      "next layer; the median is one layer's round trip.", _refs("S3", "S5"))
+    if not any(df[df["method"] == "layer-stream"]["ok"].any() for df in frames):
+        section.absent = "No layer-stream measurement: " + _absent(runs, frames,
+                                                                   ["layer-stream"],
+                                                                   "layer-stream")
+        return section
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[df["method"] == "layer-stream"].iterrows():
+            key = (row["path"], row["pattern"], _params_text(row["params_d"]))
+            cells[key] = [stat_of(row), float(row["gbps"]) if row["ok"] else None]
+        per_run.append(cells)
+    section.table = keyed_table([Column("path"), Column("pattern"), Column("params")],
+                                [Column("per-layer round trip (p10–p90)", "time"),
+                                 Column("GB/s", "gbps")], runs, per_run)
+    return section
+
+
+def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("near", "How near is local",
+                      "For each method, every non-local region's median as a ratio of local "
+                      "dram's at the same pattern, access, peer and parameters (1.00× = as fast "
+                      "as local; 2.00× = twice as slow).")
+    per_run = []
+    for df in frames:
+        ok = df[df["ok"]]
+        match = ["method", "access", "peer", "pattern", "params"]
+        base = ok[ok["region"] == "dram"].drop_duplicates(match).set_index(match)["median_ns"]
+        others = ok[ok["rank"] < LOCAL_CLASS]
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in others.iterrows():
+            local = base.get(tuple(row[m] for m in match))
+            if local is None:
+                continue
+            key = (row["method"], row["access"], row["pattern"], int(row["size_bytes"]),
+                   _with_attr(row["region"], row["attr"]))
+            cells[key] = [stat_of(row), float(local), _ratio(float(row["median_ns"]),
+                                                             float(local))]
+        per_run.append(cells)
+    if not any(per_run):
+        section.absent = ("Only local memory was measured: no numa:N, devdax:, shm: or file: "
+                          "row has a local dram row to compare with.")
+        return section
+    section.table = keyed_table(
+        [Column("method"), Column("access"), Column("pattern"), Column("bytes", "size"),
+         Column("region")],
+        [Column("median (p10–p90)", "time"), Column("local dram", "time"),
+         Column("÷ local", "ratio")], runs, per_run,
+        sort_key=lambda k: (k[0], k[1], k[4], k[3]))
+    return section
+
+
+def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
+    inv = meta.get("inventory") or {}
+    cpu = inv.get("cpu") or {}
+    flags = cpu.get("flags") or {}
+    settings = meta.get("settings") or {}
+    numa = inv.get("numa") or []
+    cxl = inv.get("cxl") or {}
+    dsa = inv.get("dsa") or {}
+    gpu = inv.get("gpu") or {}
+    huge = inv.get("hugepages") or {}
+    tsc = inv.get("tsc_hz")
+    rows = {
+        "host": f"{inv.get('hostname', '?')} (host id {inv.get('host_id', '?')})",
+        "kernel": inv.get("kernel", "?"),
+        "CPU": f"{cpu.get('model', '?')} ({cpu.get('vendor', '?')}), "
+               f"{cpu.get('logical_cpus', '?')} logical CPUs",
+        "TSC": f"{tsc / 1e9:.3f} GHz ({inv.get('tsc_source', '?')})" if tsc else "?",
+        "CPU flags present": " ".join(k for k, v in flags.items() if v) or "-",
+        "CPU flags absent": " ".join(k for k, v in flags.items() if not v) or "-",
+        "caches": ", ".join(f"L{c.get('level')} {c.get('kind')} "
+                            f"{format_size(int(c.get('size_bytes', 0)))}"
+                            for c in cpu.get("caches", []) if c.get("size_bytes")) or "-",
+        "NUMA nodes": "; ".join(
+            f"{n.get('node')}: {len(n.get('cpus') or [])} CPUs, "
+            f"{float(n.get('mem_total_bytes') or 0) / 2**30:.1f} GiB"
+            + ("" if n.get("cpus") else " (CPU-less: likely CXL)") for n in numa) or "-",
+        "CXL": (f"{len(cxl.get('memdevs', []))} memdevs, {len(cxl.get('regions', []))} regions"
+                if cxl.get("present") else "none"),
+        "device-dax": ", ".join(f"{d.get('name')} {format_size(int(d.get('size') or 0))} "
+                                f"({d.get('mode')})" for d in inv.get("dax") or []) or "none",
+        "DSA": (", ".join(d.get("name", "?") for d in dsa.get("devices", [])) or
+                "idxd loaded, no devices") if dsa.get("module_loaded") else "none",
+        "GPU": ", ".join(f"{g.get('index')}: {g.get('name')}" for g in gpu.get("devices", []))
+               or gpu.get("reason") or "none",
+        "huge pages": ", ".join(f"{format_size(int(p.get('page_bytes')))}: {p.get('free')}/"
+                                f"{p.get('total')} free" for p in huge.get("pools", []))
+                      + f"; THP {huge.get('thp_mode', '?')}",
+        "nearlocal": f"{meta.get('nearlocal_version', '?')} (numba "
+                     f"{meta.get('numba_version', '?')}, python {meta.get('python_version', '?')})",
+        "suite / budget": f"{meta.get('suite', '?')}, {settings.get('budget_s', '?')} s per case"
+                          f", CI target ±{float(settings.get('target_rel_ci', 0)) * 100:g}%",
+        "started / ended": f"{meta.get('started', '?')} / {meta.get('ended', '?')}",
+    }
+    return {(name,): [value] for name, value in rows.items()}
+
+
+def section_inventory(runs: list[RunInfo], data: list[RunData]) -> Section:
+    section = Section("inventory", "Host inventory",
+                      "What each run was made on (nearlocal probe at the start of the run).")
+    section.table = keyed_table([Column("item")], [Column("value")], runs,
+                                [_inventory_rows(run.meta) for run in data])
+    return section
+
+
+def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("failures", "Failed and unconverged cases",
+                      "Cases that failed (crash, timeout, error) and cases whose median's 95% "
+                      "CI did not reach the target within the budget (their numbers stand but "
+                      "are noisier; marked † in the tables).")
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[df["status"] == "failed"].iterrows():
+            cells[(row["case_id"],)] = [f"failed: {row['reason']}"]
+        converged = df["converged"]
+        unconverged = df[df["ok"] & converged.notna() & (converged.astype("boolean") == False)]  # noqa: E712
+        for _, row in unconverged.iterrows():
+            half = (row["ci_high_ns"] - row["ci_low_ns"]) / 2 / row["median_ns"] * 100 \
+                if row["median_ns"] else math.nan
+            cells[(row["case_id"],)] = [f"not converged: CI ±{half:.1f}% after "
+                                        f"{int(row['n_samples'])} samples"]
+        per_run.append(cells)
+    for run, df in zip(runs, frames, strict=True):
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        counts = df["status"].value_counts()
+        section.notes.append(f"{name}: " + ", ".join(f"{int(counts.get(s, 0))} {s}"
+                                                     for s in ("ok", "skipped", "failed")))
+    if not any(per_run):
+        section.absent = "No case failed and every measured case converged."
+        return section
+    section.table = keyed_table([Column("case")], [Column("outcome")], runs, per_run,
+                                sort_key=lambda k: k[0])
+    return section
+
+
+def section_skipped(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("skipped", "Skipped cases",
+                      "Cases that could not run on the box, grouped by the reason the run "
+                      "recorded.")
+    per_run = []
+    for df in frames:
+        counts = df.loc[df["status"] == "skipped", "reason"].value_counts()
+        per_run.append({(reason,): [int(n)] for reason, n in counts.items()})
+    if not any(per_run):
+        section.absent = "Every case ran."
+        return section
+    section.table = keyed_table([Column("reason")], [Column("cases", "count")], runs, per_run)
+    return section
+
+
+def section_runs(runs: list[RunInfo]) -> Section:
+    section = Section("runs", "Runs", "The runs in this report" + (
+        ", side by side: each measured column is labelled with its run's number." if len(runs)
+        > 1 else "."))
+    rows = [[r.label, r.run_id, r.host, r.suite, r.started,
+             ", ".join(f"{n} {s}" for s, n in r.counts.items())] for r in runs]
+    section.table = Table([Column("#"), Column("run"), Column("host"), Column("suite"),
+                           Column("started"), Column("cases")], rows)
+    return section
+
+
+def section_references() -> Section:
+    section = Section("references", "Reference figures",
+                      "Every figure the reports compare with, as reported by the papers "
+                      "(never measured here). Beluga: arXiv 2511.20172 (SIGMOD 2026); "
+                      "SwiftCache: arXiv 2606.16135.")
+    rows = [[f.id, f.paper.title.split(":")[0], f.what, f.text, f.provenance]
+            for f in figures().values()]
+    section.table = Table([Column("ID"), Column("paper"), Column("what"), Column("figure"),
+                           Column("provenance")], rows)
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot data
+
+
+def _series_label(row_method: str, path: str, run: RunInfo, multi: bool) -> str:
+    return f"{row_method} {path}" + (f" #{run.label}" if multi else "")
+
+
+def _size_series(runs: list[RunInfo], frames: list[pd.DataFrame], value: str,
+                 scale: float) -> list[Series]:
+    out = []
+    for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
+        rows = df[df["ok"] & df["contiguous"] & df[value].notna()]
+        for (method, path), group in rows.groupby(["method", "path"], sort=False):
+            group = group.sort_values("size_bytes").drop_duplicates("size_bytes")
+            out.append(Series(_series_label(method, path, run, len(runs) > 1),
+                              tuple(float(x) for x in group["size_bytes"]),
+                              tuple(float(y) * scale for y in group[value]), index))
+    return out
+
+
+def latency_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
+    points = [RefPoint(f"{i} {figure(i).value().text()}", SIZE_16K, figure(i).value().ns() / 1e3)
+              for i in ("B7a", "B7b", "B7c", "B7d", "B7e")]
+    b11 = figure("B11")
+    points += [RefPoint(f"B11 {v.name.split()[0]} {v.text()}", SIZE_64K, v.ns() / 1e3)
+               for v in b11.values]
+    points.append(RefPoint("B15 RPC 2.11 us", 64,
+                           figure("B15").value("64 B round trip").ns() / 1e3))
+    return PlotData("latency", "Latency against size (median)", "transfer size", "median (us)",
+                    _size_series(runs, frames, "median_ns", 1e-3), points)
+
+
+def bandwidth_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
+    lines = [RefLine(f"B12 {v.name} {v.text()}", v.central)
+             for v in figure("B12").values if v.unit == "GB/s"]
+    lines += [RefLine(f"S2 {v.name} {v.text()}", v.central) for v in figure("S2").values
+              if v.unit == "GB/s"]
+    return PlotData("bandwidth", "Bandwidth against size", "transfer size", "GB/s",
+                    _size_series(runs, frames, "gbps", 1.0), lines=lines)
+
+
+def fragment_plot(name: str, title: str, runs: list[RunInfo],
+                  frames: list[pd.DataFrame]) -> PlotData:
+    series = []
+    for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
+        rows = df[df["ok"] & (df["fragment_count"] > 1)]
+        for (method, path, fbytes), group in rows.groupby(
+                ["method", "path", "fragment_bytes"], sort=False):
+            group = group.sort_values("fragment_count").drop_duplicates("fragment_count")
+            series.append(Series(_series_label(method, path, run, len(runs) > 1)
+                                 + f" x{format_size(int(fbytes))}",
+                                 tuple(float(x) for x in group["fragment_count"]),
+                                 tuple(float(y) / 1e3 for y in group["median_ns"]), index))
+    b14 = figure("B14")
+    points = [RefPoint("B14 CXL, 16 sparse reads of 1024x160B: 211 us",
+                       b14.value("fragments per read").central, b14.value("CXL").ns() / 1e3)]
+    return PlotData(name, title, "fragments", "median (us)", series, points, x_is_size=False)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_info(index: int, run: RunData) -> RunInfo:
+    inventory = run.meta.get("inventory") or {}
+    counts = run.cases["status"].value_counts().to_dict() if len(run.cases) else {}
+    return RunInfo(str(index + 1), run.run_id,
+                   str(inventory.get("hostname", "?")), str(run.meta.get("suite", "?")),
+                   str(run.meta.get("started", "?")), str(run.path),
+                   {k: int(v) for k, v in counts.items()})
+
+
+def build_report(data: list[RunData]) -> Report:
+    """Every section of the report for one or more runs (several runs: side-by-side columns)."""
+    if not data:
+        raise ValueError("build_report needs at least one run")
+    runs = [run_info(i, run) for i, run in enumerate(data)]
+    frames = [prepare(run) for run in data]
+    sections = [
+        section_runs(runs),
+        section_b7(runs, frames),
+        section_b8(runs, frames),
+        section_b9(runs, frames),
+        section_b11(runs, frames),
+        section_b12(runs, frames),
+        section_kv(runs, frames),
+        section_b15(runs, frames),
+        section_s2(runs, frames),
+        section_s3(runs, frames),
+        section_near_local(runs, frames),
+        section_inventory(runs, data),
+        section_failures(runs, frames),
+        section_skipped(runs, frames),
+        section_references(),
+    ]
+    return Report(runs, sections)
