@@ -1,0 +1,115 @@
+"""`nearlocal kv`: what one KV-cache read turns into — fragments, sizes, contiguity and the RDMA
+work requests it would need — for a model, a layout and a selection. Nothing is measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from nearlocal.errors import UsageError
+from nearlocal.units import format_size
+from nearlocal.workloads import kv
+from nearlocal.workloads.layouts import LAYOUTS, get_layout
+
+
+def kv_text(args: argparse.Namespace) -> str:
+    """The `kv:` pattern text equivalent to the command's options (usable with run --pattern)."""
+    select = args.select.strip()
+    if kv.is_explicit(select):
+        return f"kv:{select}"
+    if ":" in args.model:
+        raise UsageError(f"--model {args.model!r}: a config path for kv patterns cannot hold ':'")
+    parts = ["kv", args.model, get_layout(args.layout).name, select]
+    options = {"tp": args.tp, "bt": args.block_tokens, "dtype": args.dtype, "order": args.order,
+               "blocks": args.blocks, "pool": args.pool, "layers": args.layers, "ctx": args.ctx,
+               "dist": args.dist, "run": args.run, "seed": args.seed}
+    parts += [f"{key}={value}" for key, value in options.items()
+              if value is not None and not (key == "tp" and value == 1)]
+    return ":".join(str(p) for p in parts)
+
+
+def describe(text: str) -> dict:
+    """Everything `nearlocal kv` prints, as plain data."""
+    pattern = kv.parse_kv_pattern(text)
+    lengths = pattern.frags[:, 2]
+    axes = pattern.axes
+    count = pattern.count
+    data = {
+        "pattern": text,
+        **{k: (v.item() if hasattr(v, "item") else v) for k, v in axes.items()},
+        "fragment_count": count,
+        "total_bytes": pattern.total_bytes,
+        "fragment_bytes_median": pattern.fragment_bytes,
+        "fragment_bytes_min": int(lengths.min()) if count else 0,
+        "fragment_bytes_max": int(lengths.max()) if count else 0,
+        "non_contiguous": 1.0 - float(axes["contiguity"]),
+        "rdma_max_sge": kv.RDMA_MAX_SGE,
+        "src_span_bytes": pattern.src_span,
+        "histogram": [{"size": label, "fragments": n, "bytes": b}
+                      for label, n, b in kv.size_histogram(lengths)],
+    }
+    data.pop("fragment_bytes", None)
+    return data
+
+
+def _print(data: dict) -> None:
+    from rich.table import Table
+
+    from nearlocal.console import console
+
+    if data["select"] == "explicit":
+        console.print(f"[bold]{data['pattern']}[/]: an explicit shape")
+    else:
+        console.print(
+            f"[bold]{data['model']}[/], layout {data['layout']} ({data['order'].upper()}), "
+            f"TP {data['tp']}, {data['block_tokens']}-token blocks, {data['kv_dtype']}, "
+            f"select {data['select']} ({data['placement']} blocks), layers {data['layers']}; "
+            f"pool {format_size(data['pool_bytes'])}")
+    console.print(f"  pattern: {data['pattern']}")
+    console.print(
+        f"  {data['fragment_count']} fragments ({data['pieces']} pieces before merging "
+        f"adjacent runs), {format_size(data['total_bytes'])} in all; fragment size "
+        f"{format_size(data['fragment_bytes_min'])} .. {format_size(data['fragment_bytes_max'])}, "
+        f"median {format_size(data['fragment_bytes_median'])}")
+    console.print(
+        f"  contiguity {data['contiguity']:.1%} of pieces continue the previous one "
+        f"({data['non_contiguous']:.1%} non-contiguous); RDMA work requests at "
+        f"{data['rdma_max_sge']} SGEs each: {data['rdma_work_requests']}")
+    table = Table(title="fragment sizes", title_justify="left")
+    for column in ("size", "fragments", "bytes"):
+        table.add_column(column, justify="right")
+    for row in data["histogram"]:
+        table.add_row(row["size"], str(row["fragments"]), format_size(row["bytes"]))
+    console.print(table)
+
+
+def _kv(args: argparse.Namespace) -> int:
+    data = describe(kv_text(args))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print(data)
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "kv", help="fragments one KV-cache read turns into, for a model / layout / selection")
+    parser.add_argument("--model", default="qwen2.5-32b",
+                        help="built-in model or path of a local config.json (default qwen2.5-32b)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallelism (default 1)")
+    parser.add_argument("--block-tokens", type=int, help="tokens per block (layout default)")
+    parser.add_argument("--layout", default="flash-attn", help=", ".join(LAYOUTS))
+    parser.add_argument("--select", default="dense",
+                        help="dense[:N], superblock[:N], sparse[:K] or COUNTxSIZE (default dense)")
+    parser.add_argument("--dtype", help="KV dtype: bf16, fp16, fp8, fp32 (the model's)")
+    parser.add_argument("--order", help="nhd (default) or hnd")
+    parser.add_argument("--blocks", help="block ids contiguous (default) or scattered")
+    parser.add_argument("--pool", type=int, help="blocks in the pool (default 2x the table)")
+    parser.add_argument("--layers", help="layers A-B or A (default all)")
+    parser.add_argument("--ctx", type=int, help="sparse: context tokens (default 4096)")
+    parser.add_argument("--dist", help="sparse: uniform (default) or clustered")
+    parser.add_argument("--run", type=int, help="sparse clustered: run length (default 8)")
+    parser.add_argument("--seed", type=int, help="seed of scattered ids and sparse tokens")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=_kv)

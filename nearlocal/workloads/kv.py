@@ -1,0 +1,192 @@
+"""The `kv:` pattern kind: fragment tables cut from a real model's KV-cache layout.
+
+    kv:MODEL[:LAYOUT][:SELECT[:N]][:key=value...]
+    kv:COUNTxSIZE[@STRIDE]                      an explicit shape (1024x160B, 128x20KiB)
+
+MODEL is a built-in name (qwen2.5-32b, qwen3-32b, qwen3-8b, llama-3.1-8b, llama-3.1-70b,
+deepseek-v3) or the path of a local config.json; LAYOUT is flash-attn (default), flashinfer, mla,
+cross-layer or lmcache; SELECT is dense[:N] (default, 1 block), superblock[:N] or sparse[:K]
+(K defaults to 256). Keys: tp=1, bt=BLOCK_TOKENS (layout default), dtype=bf16|fp16|fp8|fp32
+(the model's), order=nhd|hnd, blocks=contiguous|scattered, pool=BLOCKS (blocks in the pool),
+layers=A-B or layers=A (default all), ctx=TOKENS (sparse context, 4096), dist=uniform|clustered,
+run=8 (clustered run length), seed=0.
+
+Example: `kv:qwen2.5-32b:flash-attn:dense` is one 16-token block of Qwen2.5-32B at TP 1:
+128 fragments of 32 KiB (K and V of 64 layers). Fragments are (offset in the pool region, offset
+in the packed local buffer, length); the pattern's axes carry the model, layout, selection,
+contiguity and the RDMA work requests the list would need at 30 scatter-gather entries each (B2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.units import format_size
+from nearlocal.workloads import selections
+from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout
+from nearlocal.workloads.models import get_model
+from nearlocal.workloads.patterns import Pattern, parse_pattern, register_pattern_kind
+
+RDMA_MAX_SGE = 30  # ConnectX-7's scatter-gather list limit quoted by Beluga (B2)
+_EXPLICIT = re.compile(r"^\d+x[^:@]+(@[^:]+)?$")
+_KEYS = ("tp", "bt", "dtype", "order", "blocks", "pool", "layers", "ctx", "dist", "run", "seed")
+_INT_KEYS = ("tp", "bt", "pool", "ctx", "run", "seed")
+SYNTAX = ("kv:MODEL[:LAYOUT][:dense[:N]|superblock[:N]|sparse[:K]][:key=value...] "
+          "(keys tp, bt, dtype, order, blocks, pool, layers, ctx, dist, run, seed) "
+          "or kv:COUNTxSIZE")
+
+
+def rdma_work_requests(fragments: int, max_sge: int = RDMA_MAX_SGE) -> int:
+    """Work requests to post a list when each carries at most `max_sge` local pieces (B2)."""
+    return -(-fragments // max_sge)
+
+
+def contiguity(pieces: int, fragments: int) -> float:
+    """Fraction of selected pieces that continue the previous one in the pool (merged away)."""
+    return (pieces - fragments) / pieces if pieces else 0.0
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """A parsed kv: pattern: the pool geometry, the selection and the inputs the metadata step
+    turns into the fragment table (block table, and token choices for sparse)."""
+
+    text: str
+    geometry: KvGeometry
+    selection: selections.Selection
+    layers: np.ndarray  # int64 selected layer indices
+
+    @property
+    def table(self) -> np.ndarray:
+        return self.selection.block_table(self.geometry.block_tokens, self.geometry.pool_blocks)
+
+    def tokens(self) -> np.ndarray:
+        return self.selection.tokens(self.layers.size, self.geometry.heads)
+
+    def build(self) -> tuple[np.ndarray, int]:
+        """(fragment table, pieces before merging) through the compiled builders."""
+        geometry = self.geometry
+        if self.selection.kind == "sparse":
+            return selections.build_sparse(self.table, self.tokens(), geometry.sparse(self.layers),
+                                           geometry.block_tokens)
+        return selections.build_dense(self.table, geometry.dense(self.layers))
+
+    def axes(self, frags: np.ndarray, pieces: int) -> dict:
+        g = self.geometry
+        layers = (f"{self.layers[0]}-{self.layers[-1]}" if self.layers.size > 1
+                  else str(self.layers[0]))
+        return {
+            "model": g.model.name, "layout": g.layout.name, "select": self.selection.label,
+            "tp": g.tp, "block_tokens": g.block_tokens, "kv_dtype": g.dtype, "order": g.order,
+            "placement": self.selection.placement, "layers": layers,
+            "fragment_count": int(frags.shape[0]),
+            "fragment_bytes": int(np.median(frags[:, 2])) if frags.size else 0,
+            "pieces": pieces, "contiguity": contiguity(pieces, int(frags.shape[0])),
+            "rdma_work_requests": rdma_work_requests(int(frags.shape[0])),
+            "pool_bytes": g.pool_bytes,
+        }
+
+
+def _parse_layers(text: str, total: int) -> np.ndarray:
+    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    if not match:
+        raise UsageError(f"malformed layers={text!r}: use layers=A-B or layers=A")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) else first
+    if first > last or last >= total:
+        raise UsageError(f"layers={text} is outside 0-{total - 1}")
+    return np.arange(first, last + 1, dtype=np.int64)
+
+
+def parse_plan(text: str) -> KvPlan:
+    """The plan of a `kv:MODEL...` text (not the explicit COUNTxSIZE form)."""
+    fields = str(text).strip().split(":")
+    if fields[0] != "kv" or len(fields) < 2 or not fields[1]:
+        raise UsageError(f"malformed kv pattern {text!r}: use {SYNTAX}")
+    model = get_model(fields[1])
+    layout_name, kind, count, options = None, None, None, {}
+    for token in fields[2:]:
+        key, eq, value = token.partition("=")
+        if eq:
+            if key not in _KEYS:
+                raise UsageError(f"unknown kv option {key!r} in {text!r}: valid are "
+                                 f"{', '.join(_KEYS)}")
+            if key in _INT_KEYS and not re.fullmatch(r"\d+", value):
+                raise UsageError(f"kv option {key}={value!r} in {text!r} must be a whole number")
+            options[key] = int(value) if key in _INT_KEYS else value.lower()
+        elif token.lower() in LAYOUTS and layout_name is None:
+            layout_name = token.lower()
+        elif token in selections.KINDS and kind is None:
+            kind = token
+        elif token.isdigit() and kind is not None and count is None:
+            count = int(token)
+        else:
+            raise UsageError(f"unexpected {token!r} in kv pattern {text!r}: use {SYNTAX}; "
+                             f"layouts are {', '.join(LAYOUTS)}")
+    layout = get_layout(layout_name or "flash-attn")
+    kind = kind or "dense"
+    count = count if count is not None else (
+        selections.DEFAULT_TOP_K if kind == "sparse" else 1)
+    selection = selections.Selection(
+        kind, count, placement=options.get("blocks", "contiguous"),
+        context=options.get("ctx", selections.DEFAULT_CONTEXT),
+        distribution=options.get("dist", "uniform"), run=options.get("run", 8),
+        seed=options.get("seed", 0))
+    block_tokens = options.get("bt", layout.default_block_tokens)
+    layout.check_block_tokens(block_tokens)
+    pool = options["pool"] if "pool" in options else selection.default_pool(block_tokens)
+    geometry = KvGeometry(model, layout, options.get("tp", 1), block_tokens,
+                          options.get("dtype", model.dtype), options.get("order", "nhd"), pool)
+    layers = (_parse_layers(options["layers"], model.layers) if "layers" in options
+              else np.arange(model.layers, dtype=np.int64))
+    return KvPlan(str(text).strip(), geometry, selection, layers)
+
+
+def is_explicit(text: str) -> bool:
+    body = str(text).strip().removeprefix("kv:")
+    return bool(_EXPLICIT.match(body))
+
+
+@lru_cache(maxsize=16)
+def _parse_cached(text: str) -> Pattern:
+    if is_explicit(text):
+        shape = parse_pattern(text.removeprefix("kv:"))
+        frags = shape.frags
+        axes = {"model": "-", "layout": "-", "select": "explicit",
+                "fragment_count": shape.count, "fragment_bytes": shape.fragment_bytes,
+                "pieces": shape.count, "contiguity": 0.0,
+                "rdma_work_requests": rdma_work_requests(shape.count)}
+        return Pattern(text, frags, axes)
+    plan = parse_plan(text)
+    frags, pieces = plan.build()
+    return Pattern(text, frags, plan.axes(frags, pieces))
+
+
+def parse_kv_pattern(text: str) -> Pattern:
+    """The pattern-kind parser: a fresh Pattern (its frags array is a copy callers may keep)."""
+    cached = _parse_cached(str(text).strip())
+    return Pattern(cached.text, cached.frags.copy(), dict(cached.axes))
+
+
+def size_histogram(lengths: np.ndarray) -> list[tuple[str, int, int]]:
+    """(label, fragments, bytes) per distinct size, or per power-of-two bucket when many sizes."""
+    lengths = np.asarray(lengths, np.int64)
+    sizes, counts = np.unique(lengths, return_counts=True)
+    if sizes.size <= 8:
+        return [(format_size(int(s)), int(c), int(s) * int(c)) for s, c in zip(sizes, counts,
+                                                                                strict=True)]
+    buckets = np.floor(np.log2(lengths)).astype(np.int64)
+    rows = []
+    for b in np.unique(buckets):
+        mask = buckets == b
+        rows.append((f"{format_size(1 << int(b))}-{format_size((1 << int(b + 1)) - 1)}",
+                     int(mask.sum()), int(lengths[mask].sum())))
+    return rows
+
+
+register_pattern_kind("kv", parse_kv_pattern, SYNTAX)

@@ -1,0 +1,161 @@
+"""The `kv` suite and the `kv-metadata` method: a KV read timed from decision to data-ready.
+
+A read of KV-cache state has two phases, each a row with the same `kv:` pattern:
+- metadata (method `kv-metadata`): the block table (and, for sparse reads, the chosen tokens) is in
+  hand; the compiled builder turns it into the fragment table. Timed by fenced rdtscp inside numba.
+- transfer: the CPU methods (load, clflushopt-load, memcpy gather pool -> local; nt-store, memcpy
+  scatter local -> pool) on `dram` and `shm:nearlocal-kv`, and the GPU methods where a GPU exists.
+Decision to data-ready = the metadata row + a transfer row of the same pattern. Fragment count and
+size, contiguity and RDMA work requests are columns, so time can be plotted against them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.cases import Case
+from nearlocal.harness.methods import METHODS, Method, SessionContext, register_method
+from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
+from nearlocal.workloads import kv
+from nearlocal.workloads.selections import dense_fragments, sparse_fragments
+
+POOL_REGIONS = ("dram", "shm:nearlocal-kv")
+GATHER_METHODS = ("load", "clflushopt-load", "memcpy")  # pool -> local (access read)
+SCATTER_METHODS = ("nt-store", "memcpy")  # local -> pool (access write)
+GPU_GATHER = ("gather-kernel", "cuda-memcpy-async", "cuda-memcpy-batch")
+GPU_SCATTER = ("scatter-kernel", "cuda-memcpy-async", "cuda-memcpy-batch")
+GPU_POOL, GPU_LOCAL = "pinned", "gpu:0"
+
+# What the suite reads: one block per layout (B2's shape), superblocks vs scattered 16-token blocks
+# (B3), sparse top-256 (B14), and the papers' quoted shapes. Sized to run on a small box: tp=8 or a
+# few layers keep every pool region at or under ~32 MiB.
+SUITE_PATTERNS = (
+    "kv:qwen2.5-32b:flash-attn:dense",
+    "kv:qwen2.5-32b:flashinfer:dense",
+    "kv:qwen2.5-32b:cross-layer:dense",
+    "kv:qwen2.5-32b:lmcache:dense:tp=8",
+    "kv:deepseek-v3:mla:dense",
+    "kv:qwen2.5-32b:flash-attn:superblock:tp=8",
+    "kv:qwen2.5-32b:flash-attn:dense:16:blocks=scattered:tp=8",
+    "kv:qwen2.5-32b:flash-attn:sparse:256:layers=0-3:ctx=1024",
+    "kv:qwen2.5-32b:flash-attn:sparse:256:layers=0-3:ctx=1024:order=hnd:dist=clustered",
+    "kv:128x20KiB",
+    "kv:1024x160B",
+)
+
+
+@njit(cache=True)
+def time_dense_metadata(table, outer, block_stride, piece, block_major, out, samples):
+    """Each sample: block table -> merged fragment table, whole blocks."""
+    n = 0
+    for r in range(samples.size):
+        t0 = tsc_begin()
+        n = dense_fragments(table, outer, block_stride, piece, block_major, out)
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+    return n
+
+
+@njit(cache=True)
+def time_sparse_metadata(table, tokens, layer_offsets, block_stride, token_stride, head_stride,
+                         unit, block_tokens, out, samples):
+    """Each sample: block table + chosen tokens -> merged fragment table of (token, head) pieces."""
+    n = 0
+    for r in range(samples.size):
+        t0 = tsc_begin()
+        n = sparse_fragments(table, tokens, layer_offsets, block_stride, token_stride,
+                             head_stride, unit, block_tokens, out)
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+    return n
+
+
+class MetadataSession:
+    """Times the metadata phase of the case's kv: pattern. The block table and token choices are
+    the decision's inputs (made before timing); the descriptors are per-model constants."""
+
+    clock = "tsc"
+
+    def __init__(self, ctx: SessionContext):
+        text = ctx.case.pattern
+        if not str(text).startswith("kv:") or kv.is_explicit(text):
+            raise UsageError(f"kv-metadata needs a kv:MODEL... pattern with a block table, "
+                             f"not {text!r}")
+        self.ctx = ctx
+        plan = kv.parse_plan(text)
+        geometry = plan.geometry
+        self.expected = ctx.pattern.count
+        table = plan.table
+        if plan.selection.kind == "sparse":
+            desc = geometry.sparse(plan.layers)
+            tokens = plan.tokens()
+            pieces = desc.layer_offsets.size * tokens.shape[1] * tokens.shape[2]
+            self.out = np.empty((pieces, 3), np.int64)
+            self._args = (table, tokens, desc.layer_offsets, desc.block_stride, desc.token_stride,
+                          desc.head_stride, desc.unit, geometry.block_tokens, self.out)
+            self._kernel = time_sparse_metadata
+        else:
+            desc = geometry.dense(plan.layers)
+            pieces = desc.outer.size * table.size
+            self.out = np.empty((pieces, 3), np.int64)
+            self._args = (table, desc.outer, desc.block_stride, desc.piece, desc.block_major,
+                          self.out)
+            self._kernel = time_dense_metadata
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "phase": "metadata",
+                     "pieces": pieces, "block_table_len": int(table.size)}
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ticks = np.empty(n, np.uint64)
+        made = self._kernel(*self._args, ticks)
+        if made != self.expected:  # the timed code must build exactly the case's table
+            raise RuntimeError(f"metadata built {made} fragments, the pattern has {self.expected}")
+        ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
+        return ticks, ns * 1e9 / self.ctx.tsc_hz
+
+    def close(self) -> None:
+        pass
+
+
+register_method(Method(
+    name="kv-metadata", family="cpu", accesses=("read",), state="-",
+    summary="decision -> fragment list: block table (and chosen tokens) to the merged fragment "
+            "table of a kv: pattern, compiled, nothing moved",
+    open_session=MetadataSession, cpu_flags=("rdtscp",), markers=("cpu",),
+))
+
+
+def _gpu_cases(pattern: str) -> list[Case]:
+    """GPU rows, only when the GPU methods and regions are declared (skipped rows without a GPU)."""
+    from nearlocal.regions import REGION_KINDS, load_providers
+
+    load_providers()
+    if not {GPU_POOL, GPU_LOCAL.split(":")[0]} <= set(REGION_KINDS):
+        return []
+    cases = []
+    for access, names in (("read", GPU_GATHER), ("write", GPU_SCATTER)):
+        for name in names:
+            method = METHODS.get(name)
+            if method is not None and access in method.accesses:
+                cases.append(Case(name, GPU_POOL, "wb", pattern, peer=GPU_LOCAL, access=access))
+    return cases
+
+
+def kv_cases(patterns: tuple[str, ...] = SUITE_PATTERNS,
+             regions: tuple[str, ...] = POOL_REGIONS) -> list[Case]:
+    """Metadata, gather and scatter rows for every pattern (GPU rows when declared)."""
+    cases = []
+    for pattern in patterns:
+        if not kv.is_explicit(pattern):
+            cases.append(Case("kv-metadata", "dram", "wb", pattern, access="read"))
+        for region in regions:
+            cases += [Case(m, region, "wb", pattern, access="read") for m in GATHER_METHODS]
+            cases += [Case(m, region, "wb", pattern, access="write") for m in SCATTER_METHODS]
+        cases += _gpu_cases(pattern)
+    return cases
+
+
+register_suite(Suite("kv", "KV-cache reads from real layouts: metadata, CPU gather / scatter on "
+                     "dram and shm, GPU gather / scatter where a GPU exists", [kv_cases]))

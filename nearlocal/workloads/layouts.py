@@ -1,0 +1,211 @@
+"""KV-cache layouts: where each (layer, K/V, block, token, head) lives in a pool, as strides.
+
+The pool holds the whole cache of one tensor-parallel rank: per-layer tensors one after the other
+(layer l starts at l * layer_bytes), or one tensor for every layer (cross-layer, lmcache). Shapes,
+with H = KV heads per rank, D = head_dim, NB = blocks in the pool, B = tokens per block:
+
+| name | tensor | one block of one layer is |
+|---|---|---|
+| flash-attn | per layer (2, NB, B, H, D) NHD or (2, NB, H, B, D) HND (vLLM FA) | K, V apart: 2 pieces |
+| flashinfer | per layer (NB, 2, B, H, D) NHD or (NB, 2, H, B, D) HND | K then V: 1 piece |
+| mla | per layer (NB, B, 576) (DeepSeek MLA latent 512 + rope 64) | 1 piece |
+| cross-layer | (NB, layers, 2, B, H, D) NHD or (NB, layers, 2, H, B, D) HND | all layers: 1 piece |
+| lmcache | chunks of B (default 256) tokens, each [2, layers, B, H * D] | 1 piece per chunk |
+
+MLA models use 1 instead of 2 K/V parts and a 576-wide latent in every layout.
+A layout reduces to two descriptors the fragment builders (selections.py) consume: `dense()`
+for whole blocks and `sparse()` for single (token, head) pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.workloads.models import DTYPE_BYTES, ModelConfig
+
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class LayoutKind:
+    name: str
+    summary: str
+    default_block_tokens: int
+    block_rule: str  # said in the error when a block size is refused
+    allows: tuple[int, ...] | None  # explicit block sizes, or None: multiples of 16
+    orders: tuple[str, ...] = ("nhd", "hnd")
+    mla: str = "any"  # "any", "only" (needs an MLA model) or "never"
+
+    def check_block_tokens(self, tokens: int) -> None:
+        ok = tokens in self.allows if self.allows is not None else tokens > 0 and tokens % 16 == 0
+        if not ok:
+            raise UsageError(f"block size {tokens} tokens is not allowed by the {self.name} layout: "
+                             f"{self.block_rule}")
+
+
+LAYOUTS: dict[str, LayoutKind] = {k.name: k for k in (
+    LayoutKind("flash-attn", "vLLM FlashAttention: per layer (2, blocks, B, H, D), K and V apart",
+               16, "FlashAttention needs a multiple of 16 up to 128 (16, 32, 64, 128)",
+               (16, 32, 64, 128)),
+    LayoutKind("flashinfer", "vLLM FlashInfer: per layer (blocks, 2, B, H, D), K then V per block",
+               16, f"vLLM block sizes are {', '.join(map(str, VLLM_BLOCK_SIZES))}",
+               VLLM_BLOCK_SIZES),
+    LayoutKind("mla", "MLA latent cache: per layer (blocks, B, 512 + 64)", 64,
+               "MLA backends take 16, 32, 64 (FlashMLA's) or 128", (16, 32, 64, 128),
+               orders=("nhd",), mla="only"),
+    LayoutKind("cross-layer", "one tensor (blocks, layers, 2, B, H, D): a block is one piece", 16,
+               f"vLLM block sizes are {', '.join(map(str, VLLM_BLOCK_SIZES))}", VLLM_BLOCK_SIZES),
+    LayoutKind("lmcache", "LMCache chunks of B tokens (default 256), each [2, layers, B, H*D]", 256,
+               "LMCache chunks are a positive multiple of 16 tokens (256 by default)", None,
+               orders=("nhd",)),
+)}
+
+
+def get_layout(name: str) -> LayoutKind:
+    key = name.strip().lower()
+    if key not in LAYOUTS:
+        raise UsageError(f"unknown layout {name!r}: valid layouts are {', '.join(LAYOUTS)}")
+    return LAYOUTS[key]
+
+
+@dataclass(frozen=True)
+class DenseDescriptor:
+    """Whole-block pieces: piece o of block b starts at outer[o] + b * block_stride."""
+
+    outer: np.ndarray  # int64, in the order the local buffer holds them
+    block_stride: int
+    piece: int
+    block_major: bool  # local order (block, piece) instead of (piece, block)
+
+
+@dataclass(frozen=True)
+class SparseDescriptor:
+    """(token, head) pieces: layer_offsets[l, p] + block * block_stride + slot * token_stride
+    + head * head_stride, `unit` bytes long; local order (layer, part, head, token)."""
+
+    layer_offsets: np.ndarray  # int64 (selected layers, parts)
+    block_stride: int
+    token_stride: int
+    head_stride: int
+    unit: int
+    heads: int
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    """One rank's pool: a model, its layout and the numbers that size it."""
+
+    model: ModelConfig
+    layout: LayoutKind
+    tp: int
+    block_tokens: int
+    dtype: str
+    order: str
+    pool_blocks: int
+
+    def __post_init__(self) -> None:
+        layout = self.layout
+        if layout.mla == "only" and not self.model.is_mla:
+            raise UsageError(f"layout mla needs an MLA model (deepseek-v3); {self.model.name} "
+                             "uses GQA: use flash-attn, flashinfer, cross-layer or lmcache")
+        if self.model.is_mla and layout.name in ("flash-attn", "flashinfer"):
+            raise UsageError(f"{self.model.name} uses MLA (one 576-wide latent per token): use "
+                             "--layout mla, cross-layer or lmcache")
+        if self.dtype not in DTYPE_BYTES:
+            raise UsageError(f"unknown KV dtype {self.dtype!r}: valid are {', '.join(DTYPE_BYTES)}")
+        if self.order not in layout.orders:
+            raise UsageError(f"order {self.order!r} is not valid for layout {layout.name}: valid "
+                             f"are {', '.join(layout.orders)}")
+        layout.check_block_tokens(self.block_tokens)
+        self.model.kv_heads_per_rank(self.tp)  # raises when TP does not divide the KV heads
+        if self.pool_blocks <= 0:
+            raise UsageError(f"the pool needs at least one block, got {self.pool_blocks}")
+
+    # --- sizes --------------------------------------------------------------------------------
+    @property
+    def heads(self) -> int:
+        return self.model.kv_heads_per_rank(self.tp)
+
+    @property
+    def parts(self) -> int:
+        return self.model.kv_parts
+
+    @property
+    def unit(self) -> int:
+        """One head of one token of one layer (K or V), or one MLA latent."""
+        return self.model.head_bytes(self.dtype)
+
+    @property
+    def token_bytes(self) -> int:
+        return self.heads * self.unit
+
+    @property
+    def part_block_bytes(self) -> int:
+        """One block of K (or V, or latent) of one layer."""
+        return self.block_tokens * self.token_bytes
+
+    @property
+    def layers(self) -> int:
+        return self.model.layers
+
+    @property
+    def block_bytes(self) -> int:
+        """Every layer's K and V of one block."""
+        return self.layers * self.parts * self.part_block_bytes
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.pool_blocks * self.block_bytes
+
+    @property
+    def _layer_bytes(self) -> int:
+        return self.pool_blocks * self.parts * self.part_block_bytes
+
+    def _strides(self) -> tuple[int, int]:
+        """(token stride, head stride) inside one block of one part."""
+        if self.order == "hnd":
+            return self.unit, self.block_tokens * self.unit
+        return self.token_bytes, self.unit
+
+    def _part_offsets(self, layers: np.ndarray) -> tuple[np.ndarray, int]:
+        """Offset of part p of layer l in block 0, and the block stride."""
+        nb, parts, pb = self.pool_blocks, self.parts, self.part_block_bytes
+        parts_idx = np.arange(parts, dtype=np.int64)
+        lay = layers.astype(np.int64)[:, None]
+        name = self.layout.name
+        if name == "flash-attn":
+            return lay * self._layer_bytes + parts_idx * nb * pb, pb
+        if name in ("flashinfer", "mla"):
+            return lay * self._layer_bytes + parts_idx * pb, parts * pb
+        if name == "cross-layer":
+            return (lay * parts + parts_idx) * pb, self.block_bytes
+        # lmcache: [parts, layers, tokens, hidden]
+        return parts_idx * self.layers * pb + lay * pb, self.block_bytes
+
+    def check_layers(self, layers: np.ndarray) -> None:
+        if layers.size == 0 or layers.min() < 0 or layers.max() >= self.layers:
+            raise UsageError(f"layers must lie in 0-{self.layers - 1} for {self.model.name}")
+
+    # --- descriptors ------------------------------------------------------------------------
+    def dense(self, layers: np.ndarray) -> DenseDescriptor:
+        self.check_layers(layers)
+        offsets, stride = self._part_offsets(layers)
+        name = self.layout.name
+        if name in ("flashinfer", "mla"):  # K and V (or the latent) of a block sit together
+            return DenseDescriptor(np.ascontiguousarray(offsets[:, 0]), stride,
+                                   self.parts * self.part_block_bytes, False)
+        if name == "lmcache":  # local order inside a chunk: (part, layer)
+            return DenseDescriptor(np.ascontiguousarray(offsets.T.reshape(-1)), stride,
+                                   self.part_block_bytes, True)
+        return DenseDescriptor(offsets.reshape(-1), stride, self.part_block_bytes,
+                               name == "cross-layer")
+
+    def sparse(self, layers: np.ndarray) -> SparseDescriptor:
+        self.check_layers(layers)
+        offsets, stride = self._part_offsets(layers)
+        token_stride, head_stride = self._strides()
+        return SparseDescriptor(np.ascontiguousarray(offsets), stride, token_stride, head_stride,
+                                self.unit, self.heads)

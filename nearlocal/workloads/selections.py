@@ -1,0 +1,188 @@
+"""Selections: which blocks or tokens a read wants, and the compiled step that turns them into a
+fragment table — the metadata work a connector does between "read these" and the first byte moving.
+
+- dense[:N]: N whole blocks (default 1), their ids contiguous in the pool or scattered (seeded);
+- superblock[:N]: N groups of 256 tokens, each group's blocks contiguous (Mooncake's remedy, B3);
+- sparse[:K]: the top-K tokens (default 256) of every KV head of every layer out of a context of
+  `ctx` tokens, chosen uniformly or in clustered runs, seeded (B14);
+- COUNTxSIZE[@STRIDE]: an explicit shape, parsed by workloads.patterns (`1024x160B`).
+
+The builders append pieces in the local buffer's order and merge a piece into the previous one when
+it starts where that one ended in the pool, as a real connector would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from nearlocal.errors import UsageError
+from nearlocal.workloads.layouts import DenseDescriptor, SparseDescriptor
+
+SUPERBLOCK_TOKENS = 256
+DEFAULT_TOP_K = 256
+DEFAULT_CONTEXT = 4096
+KINDS = ("dense", "superblock", "sparse")
+PLACEMENTS = ("contiguous", "scattered")
+DISTRIBUTIONS = ("uniform", "clustered")
+
+
+@njit(cache=True)
+def _emit(out, n, src, dst, length):
+    """Append (src, dst, length) to out[:n], merged with out[n-1] when adjacent at both ends."""
+    if n > 0 and out[n - 1, 0] + out[n - 1, 2] == src and out[n - 1, 1] + out[n - 1, 2] == dst:
+        out[n - 1, 2] += length
+        return n
+    out[n, 0] = src
+    out[n, 1] = dst
+    out[n, 2] = length
+    return n + 1
+
+
+@njit(cache=True)
+def dense_fragments(table, outer, block_stride, piece, block_major, out):
+    """Whole-block pieces for the block ids in `table`; returns the fragment count in out."""
+    n = 0
+    dst = 0
+    if block_major:
+        for b in range(table.size):
+            for o in range(outer.size):
+                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece)
+                dst += piece
+    else:
+        for o in range(outer.size):
+            for b in range(table.size):
+                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece)
+                dst += piece
+    return n
+
+
+@njit(cache=True)
+def sparse_fragments(table, tokens, layer_offsets, block_stride, token_stride, head_stride, unit,
+                     block_tokens, out):
+    """(token, head) pieces: tokens[l, h, :] are sorted token positions in the sequence, mapped
+    through the block table; local order (layer, part, head, token). Returns the count."""
+    n = 0
+    dst = 0
+    for li in range(layer_offsets.shape[0]):
+        for p in range(layer_offsets.shape[1]):
+            base = layer_offsets[li, p]
+            for h in range(tokens.shape[1]):
+                head = base + h * head_stride
+                for j in range(tokens.shape[2]):
+                    t = tokens[li, h, j]
+                    src = head + table[t // block_tokens] * block_stride + (t % block_tokens) * token_stride
+                    n = _emit(out, n, src, dst, unit)
+                    dst += unit
+    return n
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A parsed selection: the kind, its size and how ids and tokens are drawn."""
+
+    kind: str  # dense, superblock, sparse
+    count: int  # blocks (dense), superblocks, or top-k tokens (sparse)
+    placement: str = "contiguous"
+    context: int = DEFAULT_CONTEXT  # sparse: tokens in the sequence
+    distribution: str = "uniform"  # sparse
+    run: int = 8  # sparse clustered: tokens per cluster
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"unknown selection {self.kind!r}: valid are dense[:N], "
+                             "superblock[:N], sparse[:K] or COUNTxSIZE (1024x160B)")
+        if self.count <= 0:
+            raise UsageError(f"selection {self.kind}:{self.count}: the count must be positive")
+        if self.placement not in PLACEMENTS:
+            raise UsageError(f"unknown block placement {self.placement!r}: valid are "
+                             f"{', '.join(PLACEMENTS)}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise UsageError(f"unknown token distribution {self.distribution!r}: valid are "
+                             f"{', '.join(DISTRIBUTIONS)}")
+        if self.kind == "sparse" and self.count > self.context:
+            raise UsageError(f"sparse:{self.count} wants more tokens than the context holds "
+                             f"(ctx={self.context})")
+        if self.run <= 0 or self.context <= 0:
+            raise UsageError("ctx and run must be positive token counts")
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.count}"
+
+    def blocks_needed(self, block_tokens: int) -> int:
+        """Blocks of the sequence the selection touches (the block table's length)."""
+        if self.kind == "dense":
+            return self.count
+        if self.kind == "superblock":
+            if SUPERBLOCK_TOKENS % block_tokens:
+                raise UsageError(f"superblocks are {SUPERBLOCK_TOKENS} tokens: the block size "
+                                 f"({block_tokens}) must divide it")
+            return self.count * (SUPERBLOCK_TOKENS // block_tokens)
+        return -(-self.context // block_tokens)
+
+    def default_pool(self, block_tokens: int) -> int:
+        """Pool blocks when none is given: room for the table twice over (at least 4), so K and V
+        of the blocks read are not neighbours by accident and scattered ids have room to scatter;
+        a sparse read of a contiguous context just needs the context's blocks."""
+        needed = self.blocks_needed(block_tokens)
+        if self.kind == "sparse" and self.placement == "contiguous":
+            return max(4, needed)
+        return max(4, 2 * needed)
+
+    def block_table(self, block_tokens: int, pool_blocks: int) -> np.ndarray:
+        """Physical block ids in logical (sequence) order."""
+        needed = self.blocks_needed(block_tokens)
+        if needed > pool_blocks:
+            raise UsageError(f"the selection needs {needed} blocks but the pool holds "
+                             f"{pool_blocks}: raise pool=")
+        rng = np.random.default_rng(self.seed)
+        if self.kind == "superblock":
+            group = SUPERBLOCK_TOKENS // block_tokens
+            slots = pool_blocks // group
+            if self.placement == "scattered":
+                starts = rng.choice(slots, self.count, replace=False) * group
+            else:
+                starts = np.arange(self.count) * group
+            return (starts[:, None] + np.arange(group)[None, :]).reshape(-1).astype(np.int64)
+        if self.placement == "scattered":
+            return rng.choice(pool_blocks, needed, replace=False).astype(np.int64)
+        return np.arange(needed, dtype=np.int64)
+
+    def tokens(self, layers: int, heads: int) -> np.ndarray:
+        """Sparse: sorted token positions per (layer, head), shape (layers, heads, k)."""
+        rng = np.random.default_rng(self.seed + 1)
+        k, ctx = self.count, self.context
+        if self.distribution == "uniform":
+            keys = rng.random((layers, heads, ctx))
+            chosen = np.argpartition(keys, k - 1, axis=2)[:, :, :k]
+        else:  # runs of `run` consecutive tokens in random, whole, run-aligned windows
+            windows, want = ctx // self.run, -(-k // self.run)
+            if want > windows:
+                raise UsageError(f"clustered sparse:{k} does not fit ctx={ctx} in runs of "
+                                 f"{self.run}: lower k or run")
+            keys = rng.random((layers, heads, windows))
+            starts = np.argpartition(keys, want - 1, axis=2)[:, :, :want] * self.run
+            chosen = (starts[..., None] + np.arange(self.run)).reshape(layers, heads, -1)
+            chosen = np.sort(chosen, axis=2)[:, :, :k]
+        return np.ascontiguousarray(np.sort(chosen, axis=2).astype(np.int64))
+
+
+def build_dense(table: np.ndarray, desc: DenseDescriptor) -> tuple[np.ndarray, int]:
+    """The fragment table and the piece count before merging."""
+    pieces = desc.outer.size * table.size
+    out = np.empty((pieces, 3), np.int64)
+    n = dense_fragments(table, desc.outer, desc.block_stride, desc.piece, desc.block_major, out)
+    return out[:n].copy(), pieces
+
+
+def build_sparse(table: np.ndarray, tokens: np.ndarray, desc: SparseDescriptor,
+                 block_tokens: int) -> tuple[np.ndarray, int]:
+    pieces = desc.layer_offsets.size * tokens.shape[1] * tokens.shape[2]
+    out = np.empty((pieces, 3), np.int64)
+    n = sparse_fragments(table, tokens, desc.layer_offsets, desc.block_stride, desc.token_stride,
+                         desc.head_stride, desc.unit, block_tokens, out)
+    return out[:n].copy(), pieces

@@ -1,0 +1,268 @@
+"""KV fragment lists against real tensors: for every layout, build the pool the layout describes
+with numpy, gather it through the generated fragment table, and compare with the same selection
+made by numpy indexing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nearlocal.errors import UsageError
+from nearlocal.kernels import cpu
+from nearlocal.workloads import kv
+from nearlocal.workloads.kv_methods import time_dense_metadata, time_sparse_metadata
+from nearlocal.workloads.models import BUILTIN, from_hf_config, get_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, str]:
+    """Local config.json files of a tiny GQA model and a tiny MLA model."""
+    root = tmp_path_factory.mktemp("models")
+    gqa = root / "tiny-gqa"
+    gqa.mkdir()
+    (gqa / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "hidden_size": 64, "torch_dtype": "bfloat16"}))  # head_dim 8
+    mla = root / "tiny-mla"
+    mla.mkdir()
+    (mla / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "hidden_size": 64, "kv_lora_rank": 12, "qk_rope_head_dim": 4,
+        "torch_dtype": "bfloat16"}))
+    return {"gqa": str(gqa / "config.json"), "mla": str(mla / "config.json")}
+
+
+def _values(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**16, size=shape, dtype=np.uint16)
+
+
+def _pool_and_expected(plan: kv.KvPlan) -> tuple[np.ndarray, np.ndarray]:
+    """The pool's bytes built from the layout's documented shapes, and the selection by indexing."""
+    g = plan.geometry
+    L, P, NB, B, H = g.layers, g.parts, g.pool_blocks, g.block_tokens, g.heads
+    D = g.unit // 2
+    hnd = g.order == "hnd"
+    layers = plan.layers
+    table = plan.table
+    sparse = plan.selection.kind == "sparse"
+    if sparse:
+        tok = plan.tokens()  # (nl, H, k)
+        blk, slot = table[tok // B], tok % B
+        h = np.arange(H)[:, None]
+    name = g.layout.name
+    if name in ("flash-attn", "flashinfer"):
+        inner = (H, B, D) if hnd else (B, H, D)
+        shape = (P, NB, *inner) if name == "flash-attn" else (NB, P, *inner)
+        per_layer = [_values(shape, seed=ly) for ly in range(L)]
+        pool = np.concatenate([t.reshape(-1) for t in per_layer])
+        if not sparse:
+            pick = (lambda t: t[:, table]) if name == "flash-attn" else (lambda t: t[table])
+            return pool, np.stack([pick(per_layer[ly]) for ly in layers])
+        out = []
+        for li, ly in enumerate(layers):
+            t = per_layer[ly]
+            for p in range(P):
+                tp = t[p] if name == "flash-attn" else t[:, p]
+                out.append(tp[blk[li], h, slot[li]] if hnd else tp[blk[li], slot[li], h])
+        return pool, np.stack(out)
+    if name == "mla":
+        per_layer = [_values((NB, B, D), seed=ly) for ly in range(L)]
+        pool = np.concatenate([t.reshape(-1) for t in per_layer])
+        if not sparse:
+            return pool, np.stack([per_layer[ly][table] for ly in layers])
+        return pool, np.stack([per_layer[ly][blk[li], slot[li]] for li, ly in enumerate(layers)])
+    if name == "cross-layer":
+        t = _values((NB, L, P, H, B, D) if hnd else (NB, L, P, B, H, D), seed=7)
+        if not sparse:
+            return t.reshape(-1), t[table][:, layers]
+        out = [t[blk[li], ly, p, h, slot[li]] if hnd else t[blk[li], ly, p, slot[li], h]
+               for li, ly in enumerate(layers) for p in range(P)]
+        return t.reshape(-1), np.stack(out)
+    assert name == "lmcache"
+    t = _values((NB, P, L, B, H * D), seed=9)
+    if not sparse:
+        return t.reshape(-1), t[table][:, :, layers]
+    t6 = t.reshape(NB, P, L, B, H, D)
+    out = [t6[blk[li], p, ly, slot[li], h] for li, ly in enumerate(layers) for p in range(P)]
+    return t.reshape(-1), np.stack(out)
+
+
+def _gather(pool: np.ndarray, frags: np.ndarray) -> np.ndarray:
+    src = pool.view(np.uint8)
+    total = int(frags[:, 2].sum())
+    dst = np.zeros(total, np.uint8)
+    for s, d, n in frags:
+        dst[d:d + n] = src[s:s + n]
+    return dst
+
+
+GQA_CASES = [
+    ("flash-attn", "dense"), ("flash-attn", "dense:3:blocks=scattered:seed=5"),
+    ("flash-attn", "dense:4:order=hnd"), ("flash-attn", "superblock:2:blocks=scattered:pool=40"),
+    ("flash-attn", "sparse:12:ctx=64"), ("flash-attn", "sparse:12:ctx=64:order=hnd"),
+    ("flash-attn", "sparse:16:ctx=96:dist=clustered:run=4:order=hnd:blocks=scattered"),
+    ("flashinfer", "dense"), ("flashinfer", "dense:3:blocks=scattered:layers=1-2:tp=2"),
+    ("flashinfer", "sparse:10:ctx=48:order=hnd:layers=1"), ("flashinfer", "sparse:7:ctx=40:bt=8"),
+    ("cross-layer", "dense"), ("cross-layer", "dense:3:blocks=scattered:layers=0-1"),
+    ("cross-layer", "sparse:9:ctx=64:order=hnd:tp=4"),
+    ("lmcache", "dense:bt=16"), ("lmcache", "dense:2:blocks=scattered:bt=32:layers=1-2"),
+    ("lmcache", "sparse:20:ctx=64:bt=32:dist=clustered:run=4"),
+]
+MLA_CASES = [
+    ("mla", "dense:bt=16"), ("mla", "dense:3:blocks=scattered"), ("mla", "sparse:30:ctx=256"),
+    ("mla", "sparse:32:ctx=256:dist=clustered:tp=8"), ("cross-layer", "dense:2"),
+    ("lmcache", "sparse:8:ctx=64:bt=32"),
+]
+
+
+@pytest.mark.parametrize(("model", "layout", "rest"), [*[("gqa", *c) for c in GQA_CASES],
+                                                        *[("mla", *c) for c in MLA_CASES]])
+def test_gather_equals_numpy_selection(tiny, model, layout, rest):
+    text = f"kv:{tiny[model]}:{layout}:{rest}"
+    plan = kv.parse_plan(text)
+    pattern = kv.parse_kv_pattern(text)
+    pool, expected = _pool_and_expected(plan)
+    frags = pattern.frags
+    # packed locally, in order, no overlaps
+    assert (frags[:, 1] == np.concatenate([[0], np.cumsum(frags[:-1, 2])])).all()
+    assert pattern.total_bytes == expected.nbytes
+    assert pattern.src_span <= pool.nbytes
+    np.testing.assert_array_equal(_gather(pool, frags), expected.reshape(-1).view(np.uint8))
+    # adjacent runs are merged: no fragment starts where its predecessor ended
+    assert not (frags[1:, 0] == frags[:-1, 0] + frags[:-1, 2]).any()
+    assert pattern.axes["fragment_count"] == pattern.count <= pattern.axes["pieces"]
+
+
+def test_gather_through_the_cpu_memcpy_kernel(tiny):
+    text = f"kv:{tiny['gqa']}:flash-attn:sparse:12:ctx=64:order=hnd:blocks=scattered"
+    plan, pattern = kv.parse_plan(text), kv.parse_kv_pattern(text)
+    pool, expected = _pool_and_expected(plan)
+    dst = np.zeros(pattern.total_bytes, np.uint8)
+    samples, sink = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
+    cpu.time_memcpy(pool.view(np.uint8), dst, pattern.frags, samples, sink)
+    np.testing.assert_array_equal(dst, expected.reshape(-1).view(np.uint8))
+
+
+def test_known_counts_qwen25_32b():
+    fa = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense")
+    assert fa.count == 128 and set(fa.frags[:, 2]) == {32 * 1024}
+    fi = kv.parse_kv_pattern("kv:qwen2.5-32b:flashinfer:dense")
+    assert fi.count == 64 and set(fi.frags[:, 2]) == {64 * 1024}
+    assert fa.total_bytes == fi.total_bytes == 64 * 2 * 16 * 8 * 128 * 2
+    assert fa.axes["rdma_work_requests"] == 5 and fi.axes["rdma_work_requests"] == 3
+    cross = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense")
+    assert cross.count == 1 and cross.total_bytes == fa.total_bytes
+    tp2 = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:tp=2")
+    assert tp2.count == 128 and tp2.fragment_bytes == 16 * 1024
+    fp8 = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:dtype=fp8")
+    assert fp8.fragment_bytes == 16 * 1024
+    mla = kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:bt=64")
+    assert mla.count == 61 and mla.fragment_bytes == 64 * 576 * 2
+    contiguous = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:4")
+    assert contiguous.count == 128 and contiguous.fragment_bytes == 4 * 32 * 1024
+    assert contiguous.axes["contiguity"] == pytest.approx(0.75)
+    superblock = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:superblock")
+    assert superblock.count == 128 and superblock.fragment_bytes == 16 * 32 * 1024
+    sparse = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:256:layers=0:ctx=1024")
+    assert sparse.count == 2 * 8 * 256 and sparse.fragment_bytes == 256
+    assert sparse.axes["contiguity"] == 0.0  # NHD: one head of consecutive tokens is strided
+
+
+def test_explicit_shapes_reuse_the_core_parser():
+    pattern = kv.parse_kv_pattern("kv:1024x160B")
+    assert pattern.count == 1024 and pattern.fragment_bytes == 160
+    assert pattern.axes["select"] == "explicit" and pattern.axes["rdma_work_requests"] == 35
+    assert kv.parse_kv_pattern("kv:128x20KiB").total_bytes == 128 * 20 * 1024
+
+
+def test_seeded_selections_repeat_and_differ_by_seed():
+    a = kv.parse_kv_pattern("kv:qwen3-8b:flash-attn:dense:8:blocks=scattered:seed=1").frags
+    b = kv.parse_kv_pattern("kv:qwen3-8b:flash-attn:dense:8:blocks=scattered:seed=1").frags
+    c = kv.parse_kv_pattern("kv:qwen3-8b:flash-attn:dense:8:blocks=scattered:seed=2").frags
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_timed_metadata_builds_the_patterns_table():
+    for text in ("kv:qwen2.5-32b:flash-attn:dense:3:blocks=scattered",
+                 "kv:qwen2.5-32b:lmcache:dense:tp=8:layers=2-5",
+                 "kv:llama-3.1-8b:flashinfer:sparse:64:ctx=512:layers=0-1:order=hnd"):
+        plan, pattern = kv.parse_plan(text), kv.parse_kv_pattern(text)
+        samples = np.zeros(3, np.uint64)
+        out = np.zeros((pattern.axes["pieces"], 3), np.int64)
+        if plan.selection.kind == "sparse":
+            d = plan.geometry.sparse(plan.layers)
+            n = time_sparse_metadata(plan.table, plan.tokens(), d.layer_offsets, d.block_stride,
+                                     d.token_stride, d.head_stride, d.unit,
+                                     plan.geometry.block_tokens, out, samples)
+        else:
+            d = plan.geometry.dense(plan.layers)
+            n = time_dense_metadata(plan.table, d.outer, d.block_stride, d.piece, d.block_major,
+                                    out, samples)
+        np.testing.assert_array_equal(out[:n], pattern.frags)
+        assert (samples > 0).all()
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("kv:gpt-9", "unknown model"),
+    ("kv:qwen2.5-32b:flash-attn:dense:tp=3", "does not divide"),
+    ("kv:qwen2.5-32b:flash-attn:dense:bt=8", "not allowed by the flash-attn layout"),
+    ("kv:qwen2.5-32b:flashinfer:dense:bt=12", "not allowed by the flashinfer layout"),
+    ("kv:qwen2.5-32b:mla:dense", "needs an MLA model"),
+    ("kv:deepseek-v3:flash-attn:dense", "uses MLA"),
+    ("kv:qwen2.5-32b:lmcache:dense:order=hnd", "order"),
+    ("kv:qwen2.5-32b:flash-attn:sideways", "unexpected"),
+    ("kv:qwen2.5-32b:flash-attn:dense:frobs=2", "unknown kv option"),
+    ("kv:qwen2.5-32b:flash-attn:dense:tp=x", "whole number"),
+    ("kv:qwen2.5-32b:flash-attn:dense:8:pool=4", "raise pool"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:300:ctx=256", "more tokens"),
+    ("kv:qwen2.5-32b:flash-attn:dense:layers=70", "outside"),
+    ("kv:qwen2.5-32b:flash-attn:superblock:bt=128:pool=1", "raise pool"),
+    ("kv:qwen2.5-32b:flash-attn:dense:dtype=int3", "unknown KV dtype"),
+])
+def test_bad_kv_patterns_are_usage_errors(text, words):
+    with pytest.raises(UsageError, match=words):
+        kv.parse_kv_pattern(text)
+
+
+def test_builtin_models_match_their_published_configs():
+    q = BUILTIN["qwen2.5-32b"]
+    assert (q.layers, q.heads, q.kv_heads, q.head_dim, q.dtype) == (64, 40, 8, 128, "bf16")
+    assert (BUILTIN["qwen3-32b"].layers, BUILTIN["qwen3-32b"].heads) == (64, 64)
+    assert (BUILTIN["qwen3-8b"].layers, BUILTIN["qwen3-8b"].kv_heads) == (36, 8)
+    assert (BUILTIN["llama-3.1-8b"].layers, BUILTIN["llama-3.1-70b"].layers) == (32, 80)
+    ds = BUILTIN["deepseek-v3"]
+    assert ds.is_mla and ds.layers == 61 and ds.head_bytes() == 576 * 2
+    assert get_model("Qwen/Qwen2.5-32B-Instruct") is q
+    assert get_model("meta-llama/Llama-3.1-70B-Instruct") is BUILTIN["llama-3.1-70b"]
+
+
+def test_hf_config_loading(tmp_path, tiny):
+    gqa = from_hf_config(tiny["gqa"])
+    assert (gqa.layers, gqa.kv_heads, gqa.head_dim, gqa.is_mla) == (3, 4, 8, False)
+    mla = from_hf_config(tiny["mla"].removesuffix("/config.json"))  # a directory works too
+    assert mla.is_mla and mla.head_bytes() == 16 * 2
+    wrapped = tmp_path / "vl.json"
+    wrapped.write_text(json.dumps({"text_config": {
+        "num_hidden_layers": 5, "num_attention_heads": 4, "head_dim": 32, "dtype": "float16"}}))
+    model = from_hf_config(wrapped)
+    assert (model.layers, model.kv_heads, model.head_dim, model.dtype) == (5, 4, 32, "fp16")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        from_hf_config(bad)
+    with pytest.raises(UsageError, match="cannot read"):
+        from_hf_config(tmp_path / "missing.json")
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    with pytest.raises(UsageError, match="num_hidden_layers"):
+        from_hf_config(empty)
+
+
+def test_size_histogram_buckets_many_sizes():
+    exact = kv.size_histogram(np.array([256, 256, 512]))
+    assert exact == [("256B", 2, 512), ("512B", 1, 512)]
+    many = kv.size_histogram(np.arange(100, 1100, 100))
+    assert sum(n for _, n, _ in many) == 10

@@ -1,0 +1,94 @@
+"""`nearlocal kv` and the `kv` suite: exit codes, the numbers printed, rows in the store."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.harness.methods import get_method, load_methods
+from nearlocal.harness.suites import suite_cases
+from nearlocal.results import load
+from nearlocal.workloads.patterns import parse_pattern
+
+
+def _kv_json(capsys, *argv: str) -> dict:
+    assert main(["kv", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_kv_command_reports_fragments(capsys):
+    data = _kv_json(capsys, "--model", "qwen2.5-32b", "--tp", "1", "--block-tokens", "16",
+                    "--layout", "flash-attn", "--select", "dense")
+    assert data["fragment_count"] == 128 and data["fragment_bytes_median"] == 32 * 1024
+    assert data["rdma_work_requests"] == 5 and data["total_bytes"] == 4 * 1024**2
+    assert data["histogram"] == [{"size": "32KiB", "fragments": 128, "bytes": 4 * 1024**2}]
+    assert data["pattern"] == "kv:qwen2.5-32b:flash-attn:dense:bt=16"
+    data = _kv_json(capsys, "--layout", "flashinfer")
+    assert (data["fragment_count"], data["fragment_bytes_median"]) == (64, 64 * 1024)
+    data = _kv_json(capsys, "--select", "superblock")
+    assert data["fragment_count"] == 128 and data["fragment_bytes_median"] == 512 * 1024
+    data = _kv_json(capsys, "--select", "sparse:256", "--layers", "0-1", "--ctx", "1024")
+    assert data["fragment_count"] == 2 * 2 * 8 * 256 and data["non_contiguous"] == 1.0
+    data = _kv_json(capsys, "--select", "1024x160B")
+    assert data["fragment_count"] == 1024 and data["rdma_work_requests"] == 35
+    assert main(["kv"]) == 0
+    assert "128 fragments" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--model", "qwen9-1t"], "unknown model"),
+    (["--tp", "3"], "does not divide"),
+    (["--tp", "0"], "positive"),
+    (["--block-tokens", "8"], "not allowed by the flash-attn layout"),
+    (["--layout", "lmcache", "--block-tokens", "100"], "not allowed by the lmcache layout"),
+    (["--layout", "paged"], "unknown layout"),
+    (["--select", "everything"], "unexpected"),
+    (["--select", "sparse:256", "--dist", "bimodal"], "distribution"),
+])
+def test_kv_command_bad_input_exits_2(capsys, argv, words):
+    assert main(["kv", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_kv_patterns_parse_through_the_core_parser():
+    load_methods()  # the kv: kind is registered by a method module, as in worker processes
+    pattern = parse_pattern("kv:qwen2.5-32b:flash-attn:dense")
+    assert pattern.count == 128
+    assert {"model", "layout", "select", "contiguity", "rdma_work_requests"} <= set(pattern.axes)
+    scatter = pattern.swapped()
+    assert (scatter.frags[:, 1] == pattern.frags[:, 0]).all()
+
+
+def test_kv_suite_has_metadata_gather_and_scatter_rows():
+    cases = suite_cases("kv")
+    methods = {(c.method, c.access) for c in cases}
+    assert {("kv-metadata", "read"), ("load", "read"), ("clflushopt-load", "read"),
+            ("memcpy", "read"), ("nt-store", "write"), ("memcpy", "write")} <= methods
+    assert {c.region for c in cases if c.method == "load"} == {"dram", "shm:nearlocal-kv"}
+    for case in cases:  # GPU rows appear only for declared methods; all are valid names
+        get_method(case.method)
+    assert all(not c.pattern.startswith("kv:1024x") for c in cases if c.method == "kv-metadata")
+
+
+def test_kv_run_stores_rows_with_fragment_columns(tmp_path, capsys):
+    shm = f"shm:nearlocal-kv-test-{os.getpid()}"
+    pattern = "kv:qwen2.5-32b:flash-attn:dense:tp=8"
+    rc = main(["run", "--suite", "kv", "--method", "kv-metadata", "--method", "nt-store",
+               "--method", "load", "--region", "dram", "--region", shm, "--pattern", pattern,
+               "--budget", "0.01", "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    run = load(next(p for p in tmp_path.iterdir() if p.is_dir()))
+    rows = run.cases
+    assert len(rows) == 6 and (rows["status"] == "ok").all(), rows[["case_id", "reason"]]
+    assert (rows["fragment_count"] == 128).all() and (rows["fragment_bytes"] == 4096).all()
+    assert set(rows["layout"]) == {"flash-attn"} and set(rows["model"]) == {"qwen2.5-32b"}
+    assert (rows["rdma_work_requests"] == 5).all()
+    assert set(rows["access"]) == {"read", "write"}
+    meta = rows[rows["method"] == "kv-metadata"]
+    assert len(meta) == 2 and (meta["median_ns"] > 0).all()
+    assert len(run.samples) >= 6
+    assert not os.path.exists(f"/dev/shm/{shm.split(':')[1]}")
