@@ -1,0 +1,164 @@
+"""pytest-benchmark glue for `pytest bench/`: the same cases as `nearlocal run`, measured
+in-process through the same phases (warm-up, trials until the stopping rule), and handed to
+pytest-benchmark as one round per kernel repetition.
+
+pytest-benchmark times a round as `timer()` after the call minus `timer()` before it. Here the
+timer is a `KernelClock` that only moves when a round's target advances it by that repetition's
+in-kernel time (rdtscp inside the numba loop, CUDA events on a GPU), so every statistic, JSON file,
+autosave and `--benchmark-compare-fail` sees kernel-measured times, never Python's clock around a
+call. The conftest in bench/ only declares options and parametrizes; everything else is here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.harness import cases as case_rules
+from nearlocal.harness.cases import Case
+from nearlocal.harness.methods import get_method
+from nearlocal.harness.stats import StoppingRule, relative_half_width, summarize
+from nearlocal.harness.suites import get_suite, suite_cases
+from nearlocal.harness.worker import open_case, run_trials
+from nearlocal.regions import parse_region
+
+if TYPE_CHECKING:
+    import pytest
+
+    from nearlocal.hwprobe import HostInventory
+
+# Markers every generated test may carry (pyproject declares them too; pytester runs lack it).
+MARKERS = {
+    "cpu": "runs CPU access methods",
+    "gpu": "needs a CUDA GPU",
+    "dsa": "needs an Intel DSA work queue",
+    "cxl": "needs a CXL memory node or device-dax",
+    "nvlink": "needs two GPUs with peer access",
+}
+# Region kinds through which CXL memory appears (a CPU-less NUMA node, device-dax): `-m cxl`.
+CXL_REGION_KINDS = frozenset({"numa", "devdax"})
+
+
+class KernelClock:
+    """A pytest-benchmark timer fed by the kernel's own measurements (seconds)."""
+
+    __name__ = "nearlocal.bench.KernelClock"  # pytest-benchmark records the timer's name in the JSON options
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class BenchHost:
+    """What every generated test shares: the probed box and the timer overhead, measured once."""
+
+    inventory: HostInventory
+    allow_write: bool = False
+    target_rel_ci: float = 0.01
+    _overhead_ticks: float | None = field(default=None, repr=False)
+
+    @property
+    def overhead_ticks(self) -> float:
+        if self._overhead_ticks is None:
+            from nearlocal.kernels.timer import measure_overhead_ticks
+
+            self._overhead_ticks = measure_overhead_ticks()
+        return self._overhead_ticks
+
+
+def check_suite(name: str) -> None:
+    get_suite(name)  # UsageError naming the valid suites
+
+
+def case_test_id(case: Case) -> str:
+    """`nt-store/dram/wb/16KiB` -> `nt-store-dram-wb-16KiB` (pytest ids, -k, compare names)."""
+    return case.id.replace("/", "-")
+
+
+def case_markers(case: Case) -> list[str]:
+    method = get_method(case.method)
+    names = [method.family, *method.markers]
+    if parse_region(case.region).kind in CXL_REGION_KINDS:
+        names.append("cxl")
+    return [name for name in dict.fromkeys(names) if name in MARKERS]
+
+
+def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.ParameterSet]:
+    """One pytest param per case of `suite` whose method belongs to `family`; cases that cannot
+    run here carry a skip mark with the probe's reason. The value is the case as a plain dict so
+    pytest-benchmark can write it to JSON."""
+    import pytest
+
+    params = []
+    for case in suite_cases(suite):
+        if get_method(case.method).family != family:
+            continue
+        try:
+            case_rules.validate(case, host.inventory)
+            reason = case_rules.unavailable(case, host.inventory, host.allow_write)
+        except UsageError as exc:  # e.g. a node the suite names does not exist on this box
+            reason = str(exc)
+        marks = [getattr(pytest.mark, name) for name in case_markers(case)]
+        if reason:
+            marks.append(pytest.mark.skip(reason=reason))
+        params.append(pytest.param(case.to_dict(), id=case_test_id(case), marks=marks))
+    return params
+
+
+def machine_info(host: BenchHost) -> dict:
+    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the host."""
+    from nearlocal import __version__
+
+    return {"host_id": host.inventory.host_id, "nearlocal_version": __version__,
+            "inventory": json.loads(json.dumps(host.inventory.to_dict(), default=str))}
+
+
+def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:
+    """pytest-benchmark's --benchmark-max-time is the per-case budget and --benchmark-min-rounds
+    raises the minimum sample count; --nearlocal-ci is the convergence target."""
+    default = StoppingRule()
+    return StoppingRule(budget_s=float(getattr(benchmark, "_max_time", default.budget_s)),
+                        target_rel_ci=host.target_rel_ci,
+                        min_samples=max(default.min_samples, int(getattr(benchmark, "_min_rounds", 0))))
+
+
+def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
+    """Measure one case and record it in pytest-benchmark; returns the row `nearlocal run` stores."""
+    from nearlocal.harness.runner import describe
+
+    case = Case.from_dict(case_data)
+    row = describe(case)
+    with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write) as opened:
+        if benchmark.disabled:  # --benchmark-disable: run the kernel once, as pytest-benchmark does
+            opened.session.sample(1)
+            return row
+        _raw, ns, elapsed, converged = run_trials(opened.session, stopping_rule(benchmark, host))
+        clock_name, info = opened.session.clock, opened.info
+    row.update(status="ok", reason="", clock=clock_name, converged=converged, elapsed_s=elapsed,
+               timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz,
+               info=info, **summarize(ns, row["bytes_moved"]))
+    row["host_id"] = host.inventory.host_id
+    row["rel_ci_half_width"] = _finite(relative_half_width(ns))
+
+    clock = KernelClock()
+    seconds = iter((np.asarray(ns, dtype=np.float64) * 1e-9).tolist())
+    benchmark._timer = clock  # read by pedantic's runner; no public per-test timer API exists
+    benchmark.pedantic(lambda: clock.advance(next(seconds)), rounds=len(ns), iterations=1,
+                       warmup_rounds=0)
+    benchmark.extra_info.update(json.loads(json.dumps(row, default=str)))
+    return row
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
