@@ -71,7 +71,7 @@ METHODS: dict[str, Method] = {}
 # (comma-separated module names) adds third-party ones.
 METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
-                              "nearlocal.dsa.methods"]
+                              "nearlocal.dsa.methods", "nearlocal.gpu.methods"]
 _loaded = False
 
 

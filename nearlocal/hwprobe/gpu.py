@@ -1,7 +1,13 @@
-"""CUDA GPUs, when a CUDA stack (cupy) is importable; otherwise the reason there are none."""
+"""CUDA GPUs, when a CUDA stack (cupy) is importable; otherwise the reason there are none.
+
+Per GPU: name, memory, compute capability, copy engines, PCIe generation and width (current and
+maximum, from NVML); per pair: peer access (CUDA) and NVLink links (NVML). NVML
+(nvidia-ml-py) is optional: without it the PCIe / NVLink fields stay empty and `nvml` says why.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 
@@ -11,6 +17,17 @@ class GpuDevice:
     name: str
     memory_bytes: int
     compute_capability: str
+    pci_bus_id: str = ""
+    multiprocessors: int = 0
+    copy_engines: int = 0  # asyncEngineCount
+    can_map_host_memory: bool = False
+    pageable_memory_access: bool = False  # HMM / ATS: kernels may touch pageable host memory
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
+    nvlink_active: int = 0  # active NVLink links, to GPUs or to NVSwitches
+    nvswitch_links: int = 0
 
 
 @dataclass
@@ -19,11 +36,31 @@ class GpuInfo:
     reason: str | None = None
     driver_version: int | None = None
     runtime_version: int | None = None
+    cupy_version: str | None = None
+    nvml: str | None = None  # None when NVML answered, else why not
+    peer_access: list[list[bool]] = field(default_factory=list)  # [i][j]: i can access j
+    nvlink_links: list[list[int]] = field(default_factory=list)  # direct GPU-GPU links per pair
+
+    def can_access_peer(self, i: int, j: int) -> bool:
+        try:
+            return bool(self.peer_access[i][j])
+        except IndexError:
+            return False
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _norm_bus_id(bus_id: str) -> str:
+    """'00000000:1B:00.0' and '0000:1b:00.0' name the same device."""
+    domain, _, rest = _text(bus_id).strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else domain
 
 
 def probe_gpu() -> GpuInfo:
     try:
-        import cupy  # noqa: PLC0415 - optional extra
+        import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
         return GpuInfo(reason=f"no GPU: cupy is not importable ({type(exc).__name__}: {exc})")
     try:
@@ -32,20 +69,81 @@ def probe_gpu() -> GpuInfo:
         devices = []
         for index in range(count):
             props = runtime.getDeviceProperties(index)
-            name = props["name"]
+            try:
+                bus_id = _text(runtime.deviceGetPCIBusId(index))
+            except Exception:
+                bus_id = ""
             devices.append(GpuDevice(
                 index=index,
-                name=name.decode() if isinstance(name, bytes) else str(name),
+                name=_text(props["name"]),
                 memory_bytes=int(props["totalGlobalMem"]),
                 compute_capability=f"{props['major']}.{props['minor']}",
+                pci_bus_id=bus_id,
+                multiprocessors=int(props.get("multiProcessorCount", 0)),
+                copy_engines=int(props.get("asyncEngineCount", 0)),
+                can_map_host_memory=bool(props.get("canMapHostMemory", 0)),
+                pageable_memory_access=bool(props.get("pageableMemoryAccess", 0)),
             ))
         info = GpuInfo(
             devices=devices,
             driver_version=runtime.driverGetVersion(),
             runtime_version=runtime.runtimeGetVersion(),
+            cupy_version=cupy.__version__,
+            peer_access=[[i != j and bool(runtime.deviceCanAccessPeer(i, j))
+                          for j in range(count)] for i in range(count)],
         )
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
-        return info
     except Exception as exc:
         return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({type(exc).__name__}: {exc})")
+    info.nvml = _probe_nvml(info)
+    return info
+
+
+def _probe_nvml(info: GpuInfo) -> str | None:
+    """Fill PCIe and NVLink fields from NVML; return why not when NVML is unusable."""
+    try:
+        import pynvml
+    except Exception as exc:
+        return f"nvidia-ml-py is not importable ({type(exc).__name__})"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return f"nvmlInit failed ({exc})"
+    try:
+        by_bus = {_norm_bus_id(d.pci_bus_id): d.index for d in info.devices if d.pci_bus_id}
+        count = len(info.devices)
+        info.nvlink_links = [[0] * count for _ in range(count)]
+        max_links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
+        for device in info.devices:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByPciBusId(device.pci_bus_id.encode()
+                                                             if device.pci_bus_id else b"")
+            except Exception:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(device.index)
+            for attr, call in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                               ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
+                               ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                               ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+                with contextlib.suppress(Exception):
+                    setattr(device, attr, int(getattr(pynvml, call)(handle)))
+            for link in range(max_links):
+                try:
+                    if not pynvml.nvmlDeviceGetNvLinkState(handle, link):
+                        continue
+                except Exception:
+                    continue  # no such link (or no NVLink at all)
+                device.nvlink_active += 1
+                try:
+                    remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
+                    peer = by_bus.get(_norm_bus_id(_text(remote.busId)))
+                except Exception:
+                    peer = None
+                if peer is not None:
+                    info.nvlink_links[device.index][peer] += 1
+                else:
+                    device.nvswitch_links += 1  # the far end is not one of our GPUs
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

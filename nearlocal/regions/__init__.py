@@ -12,7 +12,7 @@ from nearlocal.regions.base import (
     register_region_kind,
 )
 
-_PROVIDER_MODULES = ["nearlocal.regions.host"]
+_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.gpu.regions"]
 _loaded = False
 
 

@@ -1,0 +1,264 @@
+"""GPU region kinds: `gpu:K` (device memory of GPU K), `pinned` (cudaHostAlloc, mapped into every
+GPU's address space) and `registered:<region>` (a host region - dram, numa:N, devdax:..., file:,
+shm: - page-locked in place with cudaHostRegister).
+
+`pinned` and `registered:` are host memory (family "host"), so the CPU methods run on them too;
+`gpu:K` is family "gpu". Registration is checked (cudaPointerGetAttributes must call the memory
+host-registered); when it fails the case fails with CUDA's reason - nothing falls back silently to
+pageable copies. cupy is imported only when one of these regions is opened.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.hwprobe import HostInventory
+from nearlocal.regions.base import (
+    MappedRegion,
+    RegionKind,
+    RegionSpec,
+    parse_region,
+    region_kind,
+    register_region_kind,
+)
+from nearlocal.regions.host import _fill_owned
+
+HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
+HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
+HOST_REGISTER_PORTABLE = 1
+HOST_REGISTER_MAPPED = 2
+HOST_REGISTER_READ_ONLY = 8
+MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost
+PAGE = 4096
+PAD = 256  # allocations are padded so word accesses never leave them
+NOT_REGISTRABLE = frozenset({"gpu", "pinned", "registered"})
+
+
+@dataclass
+class GpuAccess:
+    """How a GPU reaches a region: a device-usable pointer, or None for pageable host memory."""
+
+    memory: str  # "device", "pinned", "registered", "pageable"
+    host_pointer: int | None  # CPU address of host memory, None for device memory
+    device_pointer: int | None  # address kernels and copies use
+    nbytes: int  # usable bytes from the pointer (padded)
+    device: int | None = None  # owning GPU of device memory
+
+
+@dataclass
+class GpuRegion(MappedRegion):
+    """A MappedRegion with the pointers GPU methods need (`array` is cupy for device memory)."""
+
+    access: GpuAccess = field(default_factory=lambda: GpuAccess("pageable", None, None, 0))
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def gpu_access(region: MappedRegion) -> GpuAccess:
+    """The GPU's view of any region: GPU regions know theirs; other host memory is pageable."""
+    if isinstance(region, GpuRegion):
+        return region.access
+    pointer = int(region.array.ctypes.data)
+    return GpuAccess("pageable", pointer, None, int(region.array.nbytes))
+
+
+def _round_up(value: int, align: int) -> int:
+    return (max(value, 1) + align - 1) // align * align
+
+
+def _no_gpu(inventory: HostInventory) -> str | None:
+    if not inventory.gpu.devices:
+        return inventory.gpu.reason or "no GPU"
+    return None
+
+
+# --- gpu:K ------------------------------------------------------------------------------------
+
+def _gpu_index(spec: RegionSpec) -> int:
+    if not re.fullmatch(r"\d+", spec.arg or ""):
+        raise UsageError(f"malformed GPU region {spec.text!r}: use gpu:K with K a device index "
+                         "(gpu:0, gpu:1)")
+    return int(spec.arg)
+
+
+def _validate_gpu(spec: RegionSpec, inventory: HostInventory) -> None:
+    _gpu_index(spec)  # existence is a skip reason, not an input error: suites name gpu:1
+
+
+def _gpu_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    reason = _no_gpu(inventory)
+    if reason:
+        return reason
+    try:
+        index = _gpu_index(spec)
+    except UsageError as exc:
+        return str(exc)
+    count = len(inventory.gpu.devices)
+    if index >= count:
+        return f"GPU {index} does not exist: this box has {count} GPU{'s' * (count != 1)}"
+    return None
+
+
+def _open_gpu(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    cp = _cupy()
+    index = _gpu_index(spec)
+    nbytes = _round_up(size, PAD)
+    with cp.cuda.Device(index):
+        array = cp.empty(nbytes, dtype=cp.uint8)
+        # the same non-zero pattern host regions get, so copies move real data
+        array[:] = ((cp.arange(nbytes, dtype=cp.uint64) * 0x9E3779B1) >> 13).astype(cp.uint8) | 1
+        cp.cuda.Device(index).synchronize()
+    access = GpuAccess("device", None, int(array.data.ptr), nbytes, index)
+
+    def close() -> None:
+        nonlocal array
+        array = None
+
+    return GpuRegion(spec, attr, array, True, {"memory": "device", "gpu": index}, close,
+                     access=access)
+
+
+# --- pinned -----------------------------------------------------------------------------------
+
+def _device_pointer(runtime, host_pointer: int) -> int:
+    """The address kernels use for mapped host memory (equal to the host address under UVA)."""
+    pointer = int(runtime.pointerGetAttributes(host_pointer).devicePointer)
+    if not pointer:
+        raise RuntimeError(f"host memory at {host_pointer:#x} is not mapped into the GPU's "
+                           "address space (cudaPointerGetAttributes gives no device pointer)")
+    return pointer
+
+
+def _host_array(pointer: int, nbytes: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
+
+
+def _open_pinned(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    cp = _cupy()
+    runtime = cp.cuda.runtime
+    nbytes = _round_up(size, PAD)
+    pointer = runtime.hostAlloc(nbytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED)
+    try:
+        device_pointer = _device_pointer(runtime, pointer)
+    except Exception:
+        runtime.freeHost(pointer)
+        raise
+    array = _host_array(pointer, nbytes)
+    _fill_owned(array)
+
+    def close() -> None:
+        runtime.freeHost(pointer)
+
+    access = GpuAccess("pinned", pointer, int(device_pointer), nbytes)
+    return GpuRegion(spec, attr, array[:size], True,
+                     {"memory": "pinned", "host_alloc_flags": "portable|mapped"}, close,
+                     access=access)
+
+
+# --- registered:<region> ----------------------------------------------------------------------
+
+def _inner(spec: RegionSpec) -> RegionSpec:
+    if not spec.arg:
+        raise UsageError("registered region needs the host region to register: registered:dram, "
+                         "registered:numa:N, registered:devdax:/dev/daxX.Y")
+    inner = parse_region(spec.arg)
+    if inner.kind in NOT_REGISTRABLE or region_kind(inner).family != "host":
+        raise UsageError(f"cannot register {inner.text!r} with cudaHostRegister: name a host "
+                         "region such as dram, numa:N or devdax:/dev/daxX.Y")
+    return inner
+
+
+def _validate_registered(spec: RegionSpec, inventory: HostInventory) -> None:
+    inner = _inner(spec)
+    region_kind(inner).validate(inner, inventory)
+
+
+def _registered_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    reason = _no_gpu(inventory)
+    if reason:
+        return reason
+    try:
+        inner = _inner(spec)
+    except UsageError as exc:
+        return str(exc)
+    return region_kind(inner).unavailable(inner, inventory)
+
+
+def _open_registered(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    cp = _cupy()
+    runtime = cp.cuda.runtime
+    inner_spec = _inner(spec)
+    # the inner mapping is page-aligned and page-granular, so whole pages can be registered
+    inner = region_kind(inner_spec).open(inner_spec, _round_up(size, PAD), attr, allow_write)
+    try:
+        pointer = int(inner.array.ctypes.data)
+        if pointer % PAGE:
+            raise RuntimeError(f"{inner_spec.text} is not page-aligned at {pointer:#x}; "
+                               "cudaHostRegister needs whole pages")
+        nbytes = _round_up(size, PAGE)
+        flags = HOST_REGISTER_PORTABLE | HOST_REGISTER_MAPPED
+        if not inner.writable:
+            flags |= HOST_REGISTER_READ_ONLY
+        try:
+            runtime.hostRegister(pointer, nbytes, flags)
+        except Exception as exc:
+            raise RuntimeError(f"cudaHostRegister of {inner_spec.text} ({nbytes} bytes) failed: "
+                               f"{exc}; not falling back to pageable copies") from exc
+        try:
+            attributes = runtime.pointerGetAttributes(pointer)
+            if int(attributes.type) != MEMORY_TYPE_HOST:
+                raise RuntimeError(f"cudaHostRegister of {inner_spec.text} returned success but "
+                                   f"the memory type is {attributes.type}, not host-registered")
+            device_pointer = _device_pointer(runtime, pointer)
+        except Exception:
+            runtime.hostUnregister(pointer)
+            raise
+    except Exception:
+        inner.close()
+        raise
+
+    def close() -> None:
+        try:
+            runtime.hostUnregister(pointer)
+        finally:
+            inner.close()
+
+    info = {**inner.info, "memory": "registered", "registered": inner_spec.text,
+            "register_flags": "portable|mapped" + ("|read-only" if not inner.writable else "")}
+    access = GpuAccess("registered", pointer, device_pointer, nbytes)
+    return GpuRegion(spec, attr, inner.array[:size], inner.writable, info, close, access=access)
+
+
+def _gpu_instances(inventory: HostInventory) -> list[str]:
+    return [f"gpu:{d.index}" for d in inventory.gpu.devices] or ["gpu:0"]
+
+
+register_region_kind(RegionKind(
+    name="gpu", syntax="gpu:K", family="gpu", attrs=frozenset({"wb"}),
+    summary="device memory of CUDA GPU K (cupy)",
+    validate=_validate_gpu, unavailable=_gpu_unavailable, open=_open_gpu,
+    instances=_gpu_instances,
+))
+register_region_kind(RegionKind(
+    name="pinned", syntax="pinned", family="host", attrs=frozenset({"wb"}),
+    summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy)",
+    validate=lambda spec, inventory: None,
+    unavailable=lambda spec, inventory: _no_gpu(inventory), open=_open_pinned,
+    instances=lambda inventory: ["pinned"],
+))
+register_region_kind(RegionKind(
+    name="registered", syntax="registered:<host region>", family="host", attrs=frozenset({"wb"}),
+    summary="a host region (dram, numa:N, devdax:...) page-locked in place by cudaHostRegister",
+    validate=_validate_registered, unavailable=_registered_unavailable, open=_open_registered,
+    user_owned=lambda spec: region_kind(_inner(spec)).user_owned(_inner(spec)),
+    instances=lambda inventory: ["registered:dram"],
+))
