@@ -92,3 +92,30 @@ def test_kv_run_stores_rows_with_fragment_columns(tmp_path, capsys):
     assert len(meta) == 2 and (meta["median_ns"] > 0).all()
     assert len(run.samples) >= 6
     assert not os.path.exists(f"/dev/shm/{shm.split(':')[1]}")
+
+
+def test_gpu_rows_appear_only_for_declared_gpu_methods(monkeypatch):
+    from nearlocal.harness import methods as registry
+    from nearlocal.harness.methods import Method
+    from nearlocal.regions import REGION_KINDS, load_providers
+    from nearlocal.workloads import kv_methods
+
+    load_methods()
+    load_providers()
+    if not {"gpu", "pinned", "registered"} <= set(REGION_KINDS):
+        pytest.skip("GPU region kinds are not declared in this tree")
+    for name in (*kv_methods.GPU_GATHER, *kv_methods.GPU_SCATTER):
+        monkeypatch.delitem(registry.METHODS, name, raising=False)
+    pattern = "kv:qwen2.5-32b:flash-attn:dense"
+    assert kv_methods._gpu_cases(pattern) == []
+
+    def never(ctx):  # a test double: never opened, never registered outside this test
+        raise AssertionError("not run")
+
+    double = Method("gather-kernel", "gpu", "test double", ("read",), "-", never,
+                    region_families=frozenset({"host"}), peer_families=frozenset({"gpu"}))
+    monkeypatch.setitem(registry.METHODS, "gather-kernel", double)
+    cases = kv_methods._gpu_cases(pattern)
+    assert {(c.method, c.region, c.peer, c.access) for c in cases} == {
+        ("gather-kernel", "pinned", "gpu:0", "read"),
+        ("gather-kernel", "registered:dram", "gpu:0", "read")}

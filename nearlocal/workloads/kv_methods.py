@@ -27,7 +27,7 @@ GATHER_METHODS = ("load", "clflushopt-load", "memcpy")  # pool -> local (access 
 SCATTER_METHODS = ("nt-store", "memcpy")  # local -> pool (access write)
 GPU_GATHER = ("gather-kernel", "cuda-memcpy-async", "cuda-memcpy-batch")
 GPU_SCATTER = ("scatter-kernel", "cuda-memcpy-async", "cuda-memcpy-batch")
-GPU_POOL, GPU_LOCAL = "pinned", "gpu:0"
+GPU_POOLS, GPU_LOCAL = ("pinned", "registered:dram"), "gpu:0"  # pool on the host, read by GPU 0
 
 # What the suite reads: one block per layout (B2's shape), superblocks vs scattered 16-token blocks
 # (B3), sparse top-256 (B14), and the papers' quoted shapes. Sized to run on a small box: tp=8 or a
@@ -132,14 +132,16 @@ def _gpu_cases(pattern: str) -> list[Case]:
     from nearlocal.regions import REGION_KINDS, load_providers
 
     load_providers()
-    if not {GPU_POOL, GPU_LOCAL.split(":")[0]} <= set(REGION_KINDS):
+    kinds = {GPU_LOCAL.split(":")[0], *(pool.split(":")[0] for pool in GPU_POOLS)}
+    if not kinds <= set(REGION_KINDS):
         return []
     cases = []
     for access, names in (("read", GPU_GATHER), ("write", GPU_SCATTER)):
         for name in names:
             method = METHODS.get(name)
             if method is not None and access in method.accesses:
-                cases.append(Case(name, GPU_POOL, "wb", pattern, peer=GPU_LOCAL, access=access))
+                cases += [Case(name, pool, "wb", pattern, peer=GPU_LOCAL, access=access)
+                          for pool in GPU_POOLS]
     return cases
 
 
