@@ -13,7 +13,8 @@ from pathlib import Path
 from nearlocal.errors import UsageError
 
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands"]
+COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
+                              "nearlocal.ci_commands"]
 
 
 class _Parser(argparse.ArgumentParser):

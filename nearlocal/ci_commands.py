@@ -1,0 +1,13 @@
+"""Subcommands for CI and acceptance: `import` (pytest-benchmark JSON -> run), `compare`,
+`baseline` and `accept`. Listed in cli.COMMAND_MODULES."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from nearlocal import importer
+    from nearlocal.report import accept, compare
+
+    importer.register(sub)
+    compare.register(sub)
+    accept.register(sub)

@@ -1,0 +1,119 @@
+"""`nearlocal import FILE.json`: a pytest-benchmark JSON file (from `pytest bench/`) becomes a run
+in the store, so compare, accept and the reports work whichever front end produced the data.
+
+Each benchmark's extra_info carries the case row written by nearlocal/bench.py. Raw samples are
+the file's round times when it was saved with --benchmark-save-data; otherwise only the summary
+statistics pytest-benchmark keeps (min, median, mean, max, stddev) are imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.stats import summarize
+from nearlocal.results.schema import CASE_COLUMNS
+from nearlocal.results.store import Store
+
+# Row fields the bench plugin adds to extra_info that are not columns of cases.parquet.
+_NOT_COLUMNS = ("host_id", "rel_ci_half_width")
+
+
+def read_benchmark_json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no such file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path} is not a JSON file: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise UsageError(f"{path} is not a pytest-benchmark JSON file (no 'benchmarks' list): "
+                         "write one with `pytest bench/ --benchmark-json FILE.json`")
+    return data
+
+
+def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    """One pytest-benchmark entry -> (case row, raw, ns); raw is NaN: the clock's own units are not
+    in the file, only seconds."""
+    extra = bench.get("extra_info") or {}
+    stats = bench.get("stats") or {}
+    row = {k: v for k, v in extra.items() if k not in _NOT_COLUMNS}
+    row.update(status="ok", reason="")
+    bytes_moved = int(extra.get("bytes_moved") or 0)
+    data = stats.get("data")
+    if data:
+        ns = np.asarray(data, dtype=np.float64) * 1e9
+        row.update(summarize(ns, bytes_moved))
+        return row, np.full(ns.size, math.nan), ns
+    median = float(stats.get("median", math.nan)) * 1e9
+    row.update({column: math.nan for column in CASE_COLUMNS if column.endswith("_ns")
+                and column != "timer_overhead_ns"})
+    row.update(
+        n_samples=int(stats.get("rounds", 0)), median_ns=median,
+        min_ns=float(stats.get("min", math.nan)) * 1e9, max_ns=float(stats.get("max", math.nan)) * 1e9,
+        mean_ns=float(stats.get("mean", math.nan)) * 1e9,
+        stddev_ns=float(stats.get("stddev", math.nan)) * 1e9,
+        gbps=bytes_moved / median if median > 0 else math.nan,
+    )
+    return row, None, None
+
+
+def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
+    """Store the file's nearlocal benchmarks as a run under `root`; returns (run path, number
+    imported, names of benchmarks that did not come from bench/ and were left out)."""
+    data = read_benchmark_json(path)
+    ours, foreign = [], []
+    for bench in data["benchmarks"]:
+        if "case_id" in (bench.get("extra_info") or {}):
+            ours.append(bench)
+        else:
+            foreign.append(str(bench.get("fullname") or bench.get("name")))
+    if not ours:
+        raise UsageError(f"{path} holds no nearlocal benchmarks ({len(foreign)} without "
+                         "extra_info.case_id): write it with `pytest bench/ --benchmark-json FILE`")
+    machine = dict(data.get("machine_info") or {})
+    ours_info = machine.pop("nearlocal", {}) or {}
+    host_ids = {b["extra_info"].get("host_id") for b in ours} - {None}
+    if len(host_ids) > 1:
+        raise UsageError(f"{path} mixes benchmarks from several hosts ({', '.join(sorted(host_ids))})")
+    suites = sorted({str(b["extra_info"].get("suite", "")) for b in ours} - {""})
+    meta = {
+        "source": "pytest-benchmark", "imported_from": str(Path(path).resolve()),
+        "pytest_benchmark_version": data.get("version"), "started": data.get("datetime"),
+        "suite": ",".join(suites), "nearlocal_version": ours_info.get("nearlocal_version"),
+        "host_id": ours_info.get("host_id") or next(iter(host_ids), None),
+        "inventory": ours_info.get("inventory", {}), "machine_info": machine,
+        "commit_info": data.get("commit_info", {}),
+        "samples": "raw round times" if all((b.get("stats") or {}).get("data") for b in ours)
+        else "summary statistics only (save with --benchmark-save-data for raw samples)",
+    }
+    store = Store.create(Path(root), meta)
+    for bench in ours:
+        row, raw, ns = benchmark_row(bench)
+        store.add_case(row, raw, ns)
+    run = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
+    return run, len(ours), foreign
+
+
+def _import(args) -> int:
+    from nearlocal.console import console
+
+    run, count, foreign = import_benchmarks(Path(args.file), Path(args.out))
+    if foreign:
+        console.print(f"left out {len(foreign)} benchmarks not written by bench/: "
+                      + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
+    console.print(f"imported {count} cases from {args.file}")
+    console.print(f"stored {run}")
+    return 0
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("import", help="store a pytest-benchmark JSON file (pytest bench/) as a run")
+    parser.add_argument("file", help="the file written by `pytest bench/ --benchmark-json FILE`")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.set_defaults(func=_import)

@@ -1,0 +1,431 @@
+"""`nearlocal accept SPEC.toml [RUN]`: hardware acceptance against a TOML list of requirements.
+
+    [run]                      # optional: how the cases are measured when no RUN is given
+    budget = "0.5"             # per-case time budget; ci = 1.0 (percent) as in `nearlocal run`
+    [defaults]                 # optional: case fields every requirement starts from
+    region = "dram"
+    [[requirement]]
+    name = "pool read at 64 KiB is near-local (Beluga B11)"
+    case = { method = "load", region = "numa:1", size = "64KiB" }
+    metric = "median_ns"       # median_ns (default), p10_ns, p90_ns, p99_ns, min_ns, mean_ns, max_ns, gbps
+    max_ratio_to = { region = "dram", ratio = 1.25 }
+
+A case names method, region, attr, size or pattern, peer, access, params. A requirement has one
+bound: `max` / `min` (a duration such as "3us" or a number in the metric's unit), `min_gbps` /
+`max_gbps`, or `max_ratio_to` / `min_ratio_to`: another case, written as the fields that differ
+from this one, plus `ratio` (default 1). A requirement whose case (or reference) was not measured
+fails with the reason. Exit 0 all pass, 1 any fails, 2 a malformed spec (with its line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.cases import Case
+from nearlocal.results.store import RunData, load
+from nearlocal.units import format_ns, parse_duration
+
+TIME_METRICS = ("median_ns", "p10_ns", "p90_ns", "p99_ns", "min_ns", "mean_ns", "max_ns")
+METRICS = (*TIME_METRICS, "gbps")
+CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "params")
+BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
+REQUIREMENT_KEYS = ("name", "case", "metric", *BOUND_KEYS)
+TOP_KEYS = ("title", "run", "defaults", "requirement")
+RUN_KEYS = ("budget", "ci", "allow_write")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    index: int
+    name: str
+    case: Case
+    metric: str
+    kind: str  # "max", "min", "max_ratio", "min_ratio"
+    bound: float
+    reference: Case | None = None
+
+    @property
+    def is_max(self) -> bool:
+        return self.kind.startswith("max")
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    title: str
+    requirements: list[Requirement]
+    budget: str = "0.5"
+    ci: float = 1.0
+    allow_write: bool = False
+
+    def cases(self) -> list[Case]:
+        found = [c for r in self.requirements for c in (r.case, r.reference) if c is not None]
+        return list(dict.fromkeys(found))
+
+
+@dataclass
+class Verdict:
+    requirement: Requirement
+    passed: bool
+    measured: float = math.nan
+    margin: float = math.nan  # fraction of the bound still to spare (negative: missed by)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        r = self.requirement
+        return {"requirement": r.name, "case": r.case.id, "metric": r.metric, "bound": r.bound,
+                "kind": r.kind, "reference": r.reference.id if r.reference else None,
+                "measured": None if math.isnan(self.measured) else self.measured,
+                "margin": None if math.isnan(self.margin) else self.margin,
+                "passed": self.passed, "reason": self.reason}
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class _Lines:
+    """Line numbers for messages: tomllib keeps none, so find tables and keys in the text."""
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+        self.requirements = [i + 1 for i, line in enumerate(self.lines)
+                             if re.match(r"\s*\[\[\s*requirement\s*\]\]", line)]
+
+    def _table(self, name: str) -> int | None:
+        return next((i + 1 for i, line in enumerate(self.lines)
+                     if re.match(rf"\s*\[\s*{re.escape(name)}\s*\]", line)), None)
+
+    def key(self, start: int | None, key: str) -> int | None:
+        first = start or 1
+        for number in range(first, len(self.lines) + 1):
+            line = self.lines[number - 1]
+            if number > first and re.match(r"\s*\[", line):
+                break
+            if re.match(rf"\s*{re.escape(key)}\s*=", line):
+                return number
+        return start
+
+    def requirement(self, index: int, key: str | None = None) -> int | None:
+        start = self.requirements[index] if index < len(self.requirements) else None
+        return self.key(start, key) if key else start
+
+    def table(self, name: str, key: str | None = None) -> int | None:
+        start = self._table(name)
+        return self.key(start, key) if key and start else start
+
+
+def _fail(path: Path, line: int | None, problem: str) -> UsageError:
+    return UsageError(f"{path}:{line or '?'}: {problem}")
+
+
+def _duration_ns(value: object) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return parse_duration(str(value)) * 1e9
+
+
+def _make_case(fields: dict, where: str) -> Case:
+    from nearlocal.harness.methods import get_method
+    from nearlocal.regions import ATTRIBUTES, parse_region
+    from nearlocal.workloads.patterns import parse_pattern
+
+    unknown = sorted(set(fields) - set(CASE_KEYS) - {"ratio"})
+    if unknown:
+        raise UsageError(f"{where}: unknown case field {unknown[0]!r} (valid: {', '.join(CASE_KEYS)})")
+    if "method" not in fields:
+        raise UsageError(f"{where}: the case names no method")
+    if "size" in fields and "pattern" in fields:
+        raise UsageError(f"{where}: give size or pattern, not both")
+    method = get_method(str(fields["method"]))
+    pattern = str(fields.get("pattern", fields.get("size", "16KiB")))
+    parse_pattern(pattern)
+    region, peer = str(fields.get("region", "dram")), str(fields.get("peer", "dram"))
+    parse_region(region)
+    parse_region(peer)
+    attr = str(fields.get("attr", "wb"))
+    if attr not in ATTRIBUTES:
+        raise UsageError(f"{where}: unknown attribute {attr!r} (valid: {', '.join(ATTRIBUTES)})")
+    access = str(fields.get("access", ""))
+    if access and access not in method.accesses:
+        raise UsageError(f"{where}: method {method.name} cannot {access}: it does "
+                         f"{' / '.join(method.accesses)}")
+    params = fields.get("params", {})
+    if not isinstance(params, dict):
+        raise UsageError(f"{where}: params must be a table, e.g. params = {{ batch = 8 }}")
+    return Case(method.name, region, attr, pattern, peer=peer, access=access,
+                params=tuple(params.items()), suite="accept")
+
+
+def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: Path) -> Requirement:
+    name = str(table.get("name") or f"requirement {index + 1}")
+    label = f"requirement {index + 1} ({name})"
+
+    def fail(key: str | None, problem: str) -> UsageError:
+        return _fail(path, lines.requirement(index, key), f"{label}: {problem}")
+
+    unknown = sorted(set(table) - set(REQUIREMENT_KEYS))
+    if unknown:
+        raise fail(unknown[0], f"unknown key {unknown[0]!r} (valid: {', '.join(REQUIREMENT_KEYS)})")
+    if not isinstance(table.get("case"), dict):
+        raise fail("case", "needs case = { method = ..., size = ... }")
+    fields = {**defaults, **table["case"]}
+    try:
+        case = _make_case(fields, "case")
+    except UsageError as exc:
+        raise fail("case", str(exc)) from None
+    bounds = [key for key in BOUND_KEYS if key in table]
+    if len(bounds) != 1:
+        raise fail(bounds[1] if bounds else None,
+                   f"needs exactly one bound of {', '.join(BOUND_KEYS)}"
+                   + (f" (found {', '.join(bounds)}: split it into two requirements)" if bounds else ""))
+    key = bounds[0]
+    metric = str(table.get("metric", "gbps" if key.endswith("_gbps") else "median_ns"))
+    if metric not in METRICS:
+        raise fail("metric", f"unknown metric {metric!r} (valid: {', '.join(METRICS)})")
+    if key.endswith("_gbps") and metric != "gbps":
+        raise fail(key, f"{key} bounds the gbps metric, but metric is {metric}")
+    value = table[key]
+    reference = None
+    try:
+        if key.endswith("_ratio_to"):
+            if not isinstance(value, dict):
+                raise UsageError(f"{key} must be a table: the fields that differ from the case, "
+                                 "and ratio, e.g. { region = \"dram\", ratio = 1.25 }")
+            ratio = value.get("ratio", 1.0)
+            if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 0:
+                raise UsageError(f"{key}: ratio must be a positive number, got {ratio!r}")
+            reference = _make_case({**fields, **{k: v for k, v in value.items() if k != "ratio"}},
+                                   key)
+            if reference == case:
+                raise UsageError(f"{key} names the case itself: change at least one field")
+            kind, bound = key.removesuffix("_to"), float(ratio)
+        elif metric == "gbps" or key.endswith("_gbps"):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise UsageError(f"{key} must be a positive number of GB/s, got {value!r}")
+            kind, bound = key.removesuffix("_gbps"), float(value)
+        else:
+            kind, bound = key, _duration_ns(value)
+    except UsageError as exc:
+        raise fail(key, str(exc)) from None
+    return Requirement(index, name, case, metric, kind, bound, reference)
+
+
+def parse_spec(path: Path | str) -> Spec:
+    """The spec, or UsageError naming the file, line and problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read spec {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    lines = _Lines(text)
+    unknown = sorted(set(data) - set(TOP_KEYS))
+    if unknown:
+        raise _fail(path, lines.key(1, unknown[0]) or lines.table(unknown[0]),
+                    f"unknown top-level key {unknown[0]!r} (valid: {', '.join(TOP_KEYS)})")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict) or set(defaults) - set(CASE_KEYS):
+        bad = sorted(set(defaults) - set(CASE_KEYS)) if isinstance(defaults, dict) else ["defaults"]
+        raise _fail(path, lines.table("defaults", bad[0]),
+                    f"[defaults] takes case fields only ({', '.join(CASE_KEYS)}), not {bad[0]!r}")
+    run = data.get("run", {})
+    if not isinstance(run, dict) or set(run) - set(RUN_KEYS):
+        bad = sorted(set(run) - set(RUN_KEYS)) if isinstance(run, dict) else ["run"]
+        raise _fail(path, lines.table("run", bad[0]),
+                    f"[run] takes {', '.join(RUN_KEYS)}, not {bad[0]!r}")
+    try:
+        budget = str(run.get("budget", "0.5"))
+        parse_duration(budget)
+        ci = float(run.get("ci", 1.0))
+    except (UsageError, TypeError, ValueError) as exc:
+        raise _fail(path, lines.table("run"), f"[run]: {exc}") from None
+    tables = data.get("requirement")
+    if not isinstance(tables, list) or not tables:
+        raise _fail(path, None, "no requirements: add [[requirement]] tables")
+    requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
+    return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci,
+                bool(run.get("allow_write", False)))
+
+
+# ---------------------------------------------------------------- judging
+
+
+def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:
+    row = rows.get(case.id)
+    if row is None:
+        return math.nan, f"not measured: {case.id} is not in the run"
+    if row.get("status") != "ok":
+        return math.nan, f"not measured: {case.id}: {row.get('reason') or row.get('status')}"
+    value = row.get(metric)
+    if value is None or not math.isfinite(float(value)):
+        return math.nan, f"not measured: {case.id} has no {metric}"
+    return float(value), ""
+
+
+def judge(spec: Spec, run: RunData) -> list[Verdict]:
+    rows = {str(r["case_id"]): r for r in run.cases.to_dict("records")}
+    verdicts = []
+    for req in spec.requirements:
+        measured, reason = _value(rows, req.case, req.metric)
+        if not reason and req.reference is not None:
+            ref, reason = _value(rows, req.reference, req.metric)
+            reason = reason.replace("not measured:", "not measured: reference", 1)
+            measured = measured / ref if ref > 0 else math.nan
+            if not reason and not math.isfinite(measured):
+                reason = f"not measured: reference {req.reference.id} has a zero {req.metric}"
+        if reason:
+            verdicts.append(Verdict(req, False, reason=reason))
+            continue
+        if req.is_max:
+            passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
+        else:
+            passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
+        verdicts.append(Verdict(req, passed, measured, margin))
+    return verdicts
+
+
+def _format(value: float, req: Requirement) -> str:
+    if math.isnan(value):
+        return "-"
+    if req.reference is not None:
+        return f"{value:.3f}x"
+    return f"{value:.2f} GB/s" if req.metric == "gbps" else format_ns(value)
+
+
+def bound_text(req: Requirement) -> str:
+    sign = "<=" if req.is_max else ">="
+    text = f"{req.metric} {sign} {_format(req.bound, req)}"
+    return text + (f" of {req.reference.id}" if req.reference is not None else "")
+
+
+# ---------------------------------------------------------------- running
+
+
+def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) -> Path:
+    """Run exactly the spec's cases through the normal runner and store; returns the run path.
+    Cases this box cannot run (a missing node, a CPU flag) are stored skipped with the reason."""
+    import importlib
+
+    from nearlocal import __version__
+    from nearlocal.console import console
+    from nearlocal.harness import cases as case_rules
+    from nearlocal.harness.runner import Runner, describe
+    from nearlocal.harness.stats import StoppingRule
+    from nearlocal.harness.worker import WorkerSettings
+    from nearlocal.hwprobe import probe
+
+    inventory = probe()
+    rule = StoppingRule(budget_s=parse_duration(budget or spec.budget), target_rel_ci=spec.ci / 100)
+    settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=allow_write)
+    meta = {
+        "nearlocal_version": __version__, "command": sys.argv, "suite": f"accept:{spec.path.name}",
+        "spec": str(spec.path.resolve()), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "numba_version": importlib.import_module("numba").__version__,
+        "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
+                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
+                     "allow_write": allow_write},
+        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
+    }
+    from nearlocal.results.store import Store
+
+    store = Store.create(out, meta)
+    runnable = []
+    for case in spec.cases():
+        try:
+            case_rules.validate(case, inventory)
+            runnable.append(case)
+        except UsageError as exc:  # e.g. numa:1 on a one-node box: not measured, not a bad spec
+            store.add_case({**describe(case), "status": "skipped", "reason": str(exc)})
+    with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
+        Runner(inventory, settings, store).run(runnable)
+    return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
+
+
+# ---------------------------------------------------------------- output
+
+
+def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
+    from rich.table import Table
+
+    from nearlocal.console import console
+
+    table = Table(title=f"{spec.title}: run {run.run_id}", title_justify="left")
+    for column in ("requirement", "measured", "bound", "verdict", "margin"):
+        table.add_column(column, justify="right" if column in ("measured", "margin") else "left")
+    for v in verdicts:
+        verdict = "[green]pass[/]" if v.passed else "[red]fail[/]"
+        margin = "-" if math.isnan(v.margin) else f"{v.margin:+.1%}"
+        table.add_row(v.requirement.name + (f"\n[dim]{v.reason}[/]" if v.reason else ""),
+                      _format(v.measured, v.requirement), bound_text(v.requirement), verdict, margin)
+    console.print(table)
+    failed = sum(not v.passed for v in verdicts)
+    console.print(f"{len(verdicts) - failed} passed, {failed} failed")
+
+
+def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
+    failed = sum(not v.passed for v in verdicts)
+    suite = ET.Element("testsuite", name=f"nearlocal accept {spec.path.name}", tests=str(len(verdicts)),
+                       failures=str(failed), errors="0", skipped="0",
+                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=run.run_id)
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname=f"nearlocal.accept.{spec.path.stem}",
+                             name=v.requirement.name, time="0")
+        detail = (v.reason or f"measured {_format(v.measured, v.requirement)}, "
+                  f"bound {bound_text(v.requirement)}, margin {v.margin:+.1%}")
+        if v.passed:
+            ET.SubElement(case, "system-out").text = detail
+        else:
+            ET.SubElement(case, "failure", message=detail, type="requirement").text = detail
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _accept(args) -> int:
+    from nearlocal.console import console
+
+    spec = parse_spec(args.spec)
+    for path in (args.junit, args.json):
+        if path and not Path(path).parent.resolve().is_dir():
+            raise UsageError(f"directory {Path(path).parent} does not exist")
+    if args.run:
+        run = load(args.run, Path(args.out))
+    else:
+        run = load(measure_cases(spec, Path(args.out), args.budget,
+                                 args.allow_write or spec.allow_write))
+        console.print(f"stored {run.path}")
+    verdicts = judge(spec, run)
+    print_verdicts(spec, run, verdicts)
+    if args.junit:
+        Path(args.junit).write_text(render_junit(spec, run, verdicts))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"spec": str(spec.path), "run": run.run_id,
+                                               "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
+    return 0 if all(v.passed for v in verdicts) else 1
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
+    parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
+    parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
+    parser.add_argument("--allow-write", action="store_true",
+                        help="allow writing to devdax: regions and existing files")
+    parser.add_argument("--junit", help="also write a JUnit XML report here")
+    parser.add_argument("--json", help="also write the verdicts as JSON here")
+    parser.set_defaults(func=_accept)

@@ -1,0 +1,532 @@
+"""`nearlocal compare BASE CAND`: is each case slower, faster or the same in the candidate run?
+
+Per case measured in both runs: the ratio of medians (candidate / base) with a confidence interval
+from a bootstrap over the raw samples, and a Mann-Whitney U p-value. Noise between two runs of the
+same code on a shared machine is real, so the verdict is built not to cry wolf:
+
+- The runs' samples are put on the same timer-overhead correction (the smaller of the two runs'
+  estimates): a different overhead estimate is not a change in the code.
+- The interval is widened by the run-to-run noise estimated from all cases together (a robust
+  spread of their log ratios, which a change shared by most cases does not inflate).
+- alpha is the family-wise error rate over all compared cases (Bonferroni).
+- `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
+  below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
+Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
+unless --cross-host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from nearlocal.errors import UsageError
+from nearlocal.results.store import RunData, load
+from nearlocal.units import format_ns
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+N_BOOTSTRAP = 4000
+MIN_CASES_FOR_RUN_NOISE = 8  # below this the run-to-run noise is not estimated (taken as 0)
+MAD_TO_SIGMA = 1.4826
+VERDICT_ORDER = ("slower", "faster", "ambiguous", "missing", "new", "same")
+BASELINE_REF = "baseline"
+
+
+@dataclass
+class CaseComparison:
+    case_id: str
+    verdict: str
+    method: str = ""
+    base_median_ns: float = math.nan
+    cand_median_ns: float = math.nan
+    ratio: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan  # Mann-Whitney U, two-sided, Bonferroni-adjusted
+    n_base: int = 0
+    n_cand: int = 0
+    note: str = ""
+    _log_ratio: float = field(default=math.nan, repr=False)
+    _log_se: float = field(default=math.nan, repr=False)
+    _p_raw: float = field(default=math.nan, repr=False)
+    _resolution_ns: float = field(default=math.nan, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+@dataclass
+class Comparison:
+    base: str
+    candidate: str
+    threshold: float
+    alpha: float
+    run_noise: float  # sigma of log ratios between runs, estimated across cases
+    confidence: float  # of each case's interval, after the Bonferroni adjustment
+    host_note: str
+    cases: list[CaseComparison]
+
+    @property
+    def regressions(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.verdict == "slower"]
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.cases) for v in VERDICT_ORDER}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+    def summary(self) -> str:
+        counts = self.counts()
+        text = ", ".join(f"{n} {v}" for v, n in counts.items())
+        return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
+                f"{self.n_compared} cases, run-to-run noise {self.run_noise:.1%})")
+
+    @property
+    def n_compared(self) -> int:
+        return sum(c.verdict in ("slower", "faster", "ambiguous", "same") for c in self.cases)
+
+    def sorted_cases(self) -> list[CaseComparison]:
+        return sorted(self.cases, key=lambda c: VERDICT_ORDER.index(c.verdict))
+
+    def to_dict(self) -> dict:
+        return {"base": self.base, "candidate": self.candidate, "threshold": self.threshold,
+                "alpha": self.alpha, "run_noise": self.run_noise, "confidence": self.confidence,
+                "host_note": self.host_note, "counts": self.counts(),
+                "regression": bool(self.regressions),
+                "cases": [c.to_dict() for c in self.sorted_cases()]}
+
+
+# ---------------------------------------------------------------- hosts
+
+
+def _identity(meta: dict) -> dict | None:
+    inventory = meta.get("inventory") or {}
+    if not inventory.get("cpu"):
+        return None
+    return {
+        "cpu": inventory["cpu"].get("model"),
+        "tsc_hz": float(inventory.get("tsc_hz") or 0.0),
+        "numa": [(n.get("node"), len(n.get("cpus", [])), int(n.get("mem_total_bytes") or 0))
+                 for n in inventory.get("numa", [])],
+        "gpus": [g.get("name") for g in (inventory.get("gpu") or {}).get("devices", [])],
+    }
+
+
+def host_id(meta: dict) -> str | None:
+    return meta.get("host_id") or (meta.get("inventory") or {}).get("host_id")
+
+
+def host_differences(base: dict, cand: dict) -> list[str]:
+    """What makes two runs' hardware differ (empty: same hardware). host_id is exact; on a VM the
+    memory size and a calibrated TSC drift a little, so inventories are compared with tolerance."""
+    if host_id(base) and host_id(base) == host_id(cand):
+        return []
+    a, b = _identity(base), _identity(cand)
+    if a is None or b is None:
+        return [f"host id {host_id(base)} vs {host_id(cand)} (no inventory to compare)"]
+    found = []
+    if a["cpu"] != b["cpu"]:
+        found.append(f"CPU {a['cpu']} vs {b['cpu']}")
+    if not a["tsc_hz"] or abs(a["tsc_hz"] - b["tsc_hz"]) > 0.005 * a["tsc_hz"]:
+        found.append(f"TSC {a['tsc_hz'] / 1e6:.0f} vs {b['tsc_hz'] / 1e6:.0f} MHz")
+    if [n[:2] for n in a["numa"]] != [n[:2] for n in b["numa"]]:
+        found.append(f"NUMA nodes (node, CPUs) {[n[:2] for n in a['numa']]} vs "
+                     f"{[n[:2] for n in b['numa']]}")
+    elif any(max(x[2], y[2]) > 2 * min(x[2], y[2]) for x, y in zip(a["numa"], b["numa"], strict=True)):
+        found.append("NUMA node memory differs by more than 2x")
+    if a["gpus"] != b["gpus"]:
+        found.append(f"GPUs {a['gpus']} vs {b['gpus']}")
+    return found
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def bootstrap_medians(values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Draws from the bootstrap distribution of the sample median, one per uniform.
+
+    A resample's m-th smallest value is <= x_(k) exactly when at least m of its n draws are,
+    a Binomial(n, k/n) event, so the bootstrap distribution is known exactly and is sampled by
+    inverting it: O(n) per case instead of resampling n values B times. For even n the two middle
+    order statistics are drawn with the same uniform and averaged, as np.median does."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = x.size
+    k = np.arange(1, n + 1)
+
+    def draw(m: int) -> np.ndarray:
+        cdf = scipy_stats.binom.sf(m - 1, n, k / n)
+        return x[np.minimum(np.searchsorted(cdf, uniforms, side="left"), n - 1)]
+
+    if n % 2:
+        return draw((n + 1) // 2)
+    return (draw(n // 2) + draw(n // 2 + 1)) / 2
+
+
+def _samples_by_case(run: RunData) -> dict[str, np.ndarray]:
+    samples = run.samples
+    if samples.empty:
+        return {}
+    return {str(cid): group.to_numpy(dtype=np.float64)
+            for cid, group in samples.groupby("case_id", sort=False)["ns"]}
+
+
+def _ok_rows(run: RunData) -> dict[str, dict]:
+    return {str(r["case_id"]): r for r in run.cases.to_dict("records") if r.get("status") == "ok"}
+
+
+def _overhead(row: dict) -> float:
+    value = row.get("timer_overhead_ns")
+    return float(value) if value is not None and pd.notna(value) else math.nan
+
+
+def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndarray | None,
+                  cand_ns: np.ndarray | None, rng: np.random.Generator) -> CaseComparison:
+    result = CaseComparison(case_id, "ambiguous", method=str(cand_row.get("method", "")),
+                            base_median_ns=float(base_row.get("median_ns", math.nan)),
+                            cand_median_ns=float(cand_row.get("median_ns", math.nan)))
+    if base_ns is None or cand_ns is None or base_ns.size < 2 or cand_ns.size < 2:
+        result.ratio = result.cand_median_ns / result.base_median_ns
+        result.note = "no raw samples in one run (pytest-benchmark file saved without " \
+                      "--benchmark-save-data?): ratio only"
+        return result
+    overhead_b, overhead_c = _overhead(base_row), _overhead(cand_row)
+    if math.isfinite(overhead_b) and math.isfinite(overhead_c):
+        common = min(overhead_b, overhead_c)
+        base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
+        result._resolution_ns = common
+    result.n_base, result.n_cand = int(base_ns.size), int(cand_ns.size)
+    result.base_median_ns, result.cand_median_ns = float(np.median(base_ns)), float(np.median(cand_ns))
+    if result.base_median_ns <= 0 or result.cand_median_ns <= 0:
+        result.note = "a median is 0 after the timer-overhead correction: below the clock's resolution"
+        return result
+    result.ratio = result.cand_median_ns / result.base_median_ns
+    floor = 1e-3  # ns: keeps a resampled zero median from giving an infinite log
+    draws = (np.log(np.maximum(bootstrap_medians(cand_ns, rng.random(N_BOOTSTRAP)), floor))
+             - np.log(np.maximum(bootstrap_medians(base_ns, rng.random(N_BOOTSTRAP)), floor)))
+    result._log_ratio = math.log(result.ratio)
+    result._log_se = float(np.std(draws, ddof=1))
+    if np.ptp(np.concatenate([base_ns, cand_ns])) == 0:
+        result._p_raw = 1.0
+    else:
+        result._p_raw = float(scipy_stats.mannwhitneyu(base_ns, cand_ns,
+                                                       alternative="two-sided").pvalue)
+    return result
+
+
+def _resolution_bounds(c: CaseComparison) -> tuple[float, float]:
+    """Log ratio bounds when each median may be off by the clock's resolution: the cost of reading
+    it twice (the timer overhead), the smallest interval it times. On a VM whose TSC moves in
+    ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next."""
+    q = c._resolution_ns if math.isfinite(c._resolution_ns) else 0.0
+    mb, mc = c.base_median_ns, c.cand_median_ns
+    tiny = 1e-3 * min(mb, mc)
+    return (math.log(max(mc - q, tiny) / (mb + q)), math.log((mc + q) / max(mb - q, tiny)))
+
+
+def run_noise(log_ratios: list[float]) -> float:
+    """Sigma of the run-to-run change of log ratios: scaled MAD around their median, so a change
+    shared by most cases (a real regression of everything) is not counted as noise."""
+    values = np.asarray([v for v in log_ratios if math.isfinite(v)])
+    if values.size < MIN_CASES_FOR_RUN_NOISE:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(values - np.median(values))))
+
+
+def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESHOLD,
+                 alpha: float = DEFAULT_ALPHA, seed: int = 0, host_note: str = "") -> Comparison:
+    if not 0 < threshold < 10:
+        raise UsageError(f"--threshold must be a positive percentage below 1000%, got {threshold:.1%}")
+    if not 0 < alpha < 1:
+        raise UsageError(f"--alpha must lie between 0 and 1, got {alpha}")
+    rng = np.random.default_rng(seed)
+    base_ok, cand_ok = _ok_rows(base), _ok_rows(cand)
+    base_samples, cand_samples = _samples_by_case(base), _samples_by_case(cand)
+    cand_all = {str(r["case_id"]): r for r in cand.cases.to_dict("records")}
+    base_all = {str(r["case_id"]): r for r in base.cases.to_dict("records")}
+    cases: list[CaseComparison] = []
+    for case_id, row in base_ok.items():
+        if case_id in cand_ok:
+            cases.append(_measure_case(case_id, row, cand_ok[case_id], base_samples.get(case_id),
+                                       cand_samples.get(case_id), rng))
+        else:
+            other = cand_all.get(case_id)
+            why = f"{other['status']} in the candidate: {other['reason']}" if other else \
+                "not in the candidate run"
+            cases.append(CaseComparison(case_id, "missing", method=str(row.get("method", "")),
+                                        base_median_ns=float(row["median_ns"]), note=why))
+    for case_id, row in cand_ok.items():
+        if case_id not in base_ok:
+            other = base_all.get(case_id)
+            why = f"{other['status']} in the base: {other['reason']}" if other else "not in the base run"
+            cases.append(CaseComparison(case_id, "new", method=str(row.get("method", "")),
+                                        cand_median_ns=float(row["median_ns"]), note=why))
+
+    tested = [c for c in cases if math.isfinite(c._log_se)]
+    tau = run_noise([c._log_ratio for c in tested])
+    per_case_alpha = alpha / max(len(tested), 1)
+    z = float(scipy_stats.norm.isf(per_case_alpha / 2))
+    high_bound, low_bound = 1 + threshold, 1 / (1 + threshold)
+    for c in tested:
+        half = z * math.hypot(c._log_se, tau)
+        low, high = _resolution_bounds(c)
+        c.ci_low, c.ci_high = math.exp(low - half), math.exp(high + half)
+        c.p_value = min(1.0, c._p_raw * len(tested))
+        significant = c.p_value < alpha
+        if c.ci_low > high_bound and significant:
+            c.verdict = "slower"
+        elif c.ci_high < low_bound and significant:
+            c.verdict = "faster"
+        elif c.ci_low >= low_bound and c.ci_high <= high_bound:
+            c.verdict = "same"
+        else:
+            c.verdict = "ambiguous"
+            if math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
+                    c.base_median_ns, c.cand_median_ns):
+                c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+    return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
+                      host_note, cases)
+
+
+# ---------------------------------------------------------------- output
+
+
+def _ratio_text(c: CaseComparison) -> tuple[str, str, str]:
+    ratio = f"{c.ratio:.3f}x" if math.isfinite(c.ratio) else "-"
+    ci = f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if math.isfinite(c.ci_low) else "-"
+    p = f"{c.p_value:.2g}" if math.isfinite(c.p_value) else "-"
+    return ratio, ci, p
+
+
+def render_table(result: Comparison, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"slower": "red", "faster": "green", "ambiguous": "yellow", "missing": "magenta",
+               "new": "cyan", "same": "default"}
+    table = Table(title=f"compare {result.base} -> {result.candidate}", title_justify="left")
+    for column in ("verdict", "case", "base", "candidate", "ratio", "CI", "p", "n", "note"):
+        table.add_column(column, justify="right" if column in ("base", "candidate", "ratio", "p")
+                         else "left")
+    for c in result.sorted_cases():
+        ratio, ci, p = _ratio_text(c)
+        table.add_row(f"[{colours[c.verdict]}]{c.verdict}[/]", c.case_id,
+                      format_ns(c.base_median_ns), format_ns(c.cand_median_ns), ratio, ci, p,
+                      f"{c.n_base}/{c.n_cand}" if c.n_base else "-", c.note)
+    console = Console(file=file, width=200 if file else None)
+    console.print(table)
+    if result.host_note:
+        console.print(result.host_note)
+    console.print(result.summary())
+
+
+def render_markdown(result: Comparison) -> str:
+    counts = result.counts()
+    head = "**regression**" if result.regressions else "no regression"
+    lines = [f"### nearlocal compare: `{result.base}` → `{result.candidate}`", "",
+             f"{head}: " + result.summary(), ""]
+    if result.host_note:
+        lines += [f"> {result.host_note}", ""]
+    header = ["| verdict | case | base | candidate | ratio | CI | p | note |",
+              "|---|---|---|---|---|---|---|---|"]
+
+    def row(c: CaseComparison) -> str:
+        ratio, ci, p = _ratio_text(c)
+        return (f"| {c.verdict} | `{c.case_id}` | {format_ns(c.base_median_ns)} | "
+                f"{format_ns(c.cand_median_ns)} | {ratio} | {ci} | {p} | {c.note} |")
+
+    notable = [c for c in result.sorted_cases() if c.verdict != "same"]
+    if notable:
+        lines += [*header, *map(row, notable), ""]
+    same = [c for c in result.sorted_cases() if c.verdict == "same"]
+    if same:
+        lines += [f"<details><summary>{counts['same']} cases the same</summary>", "", *header,
+                  *map(row, same), "", "</details>", ""]
+    return "\n".join(lines)
+
+
+def render_junit(result: Comparison) -> str:
+    counts = result.counts()
+    suite = ET.Element("testsuite", name=f"nearlocal compare {result.base} -> {result.candidate}",
+                       tests=str(len(result.cases)), failures=str(counts["slower"]), errors="0",
+                       skipped=str(counts["missing"] + counts["new"]),
+                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    for c in result.sorted_cases():
+        ratio, ci, p = _ratio_text(c)
+        seconds = c.cand_median_ns / 1e9 if math.isfinite(c.cand_median_ns) else 0.0
+        case = ET.SubElement(suite, "testcase", classname=f"nearlocal.compare.{c.method or 'case'}",
+                             name=c.case_id, time=f"{seconds:.9f}")
+        detail = f"{c.verdict}: ratio {ratio} CI {ci} p {p}" + (f"; {c.note}" if c.note else "")
+        if c.verdict == "slower":
+            ET.SubElement(case, "failure", message=detail, type="regression").text = detail
+        elif c.verdict in ("missing", "new"):
+            ET.SubElement(case, "skipped", message=detail)
+        else:
+            ET.SubElement(case, "system-out").text = detail
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_output(result: Comparison, fmt: str, output: str | None) -> None:
+    if fmt == "table":
+        if output:
+            with open(output, "w") as handle:
+                render_table(result, handle)
+        else:
+            render_table(result)
+        return
+    text = {"markdown": render_markdown,
+            "json": lambda r: json.dumps(r.to_dict(), indent=1) + "\n",
+            "junit": render_junit}[fmt](result)
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+# ---------------------------------------------------------------- baselines
+
+
+def _baseline_dir(root: Path) -> Path:
+    return Path(root) / "baselines"
+
+
+def set_baseline(ref: str, root: Path) -> Path:
+    """Remember a run as this host's baseline: `<root>/baselines/<host_id>.json`."""
+    run = load(ref, root)
+    key = host_id(run.meta)
+    if not key:
+        raise UsageError(f"run {run.run_id} records no host id: it cannot be a per-host baseline")
+    folder = _baseline_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.json"
+    inside = run.path.resolve().parent == Path(root).resolve()
+    record = {"run": run.run_id if inside else str(run.path.resolve()), "host_id": key,
+              "hostname": (run.meta.get("inventory") or {}).get("hostname"),
+              "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "meta": {"inventory":
+                                                                    run.meta.get("inventory", {})}}
+    temp = path.with_suffix(".json.tmp")
+    temp.write_text(json.dumps(record, indent=1, default=str))
+    temp.replace(path)
+    return path
+
+
+def baselines(root: Path) -> list[dict]:
+    folder = _baseline_dir(root)
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return found
+
+
+def baseline_for(cand_meta: dict, root: Path) -> str:
+    """The run recorded as the baseline of the candidate's host (same hardware within tolerance
+    when the exact host id has none)."""
+    records = baselines(root)
+    exact = [r for r in records if r.get("host_id") == host_id(cand_meta)]
+    alike = exact or [r for r in records if not host_differences({**r["meta"], "host_id": r["host_id"]},
+                                                                 cand_meta)]
+    if not alike:
+        raise UsageError(f"no baseline for host {host_id(cand_meta)} in {_baseline_dir(root)}: "
+                         "set one with `nearlocal baseline set RUN`")
+    return str(max(alike, key=lambda r: r.get("set", ""))["run"])
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def parse_percent(text: str) -> float:
+    """`5%` or `5` -> 0.05."""
+    raw = str(text).strip().removesuffix("%")
+    try:
+        value = float(raw) / 100
+    except ValueError:
+        raise UsageError(f"malformed threshold {text!r}: give a percentage such as 5%") from None
+    return value
+
+
+def _compare(args) -> int:
+    root = Path(args.out)
+    cand = load(args.candidate, root)
+    base_ref = baseline_for(cand.meta, root) if args.base == BASELINE_REF else args.base
+    base = load(base_ref, root)
+    note = ""
+    differences = host_differences(base.meta, cand.meta)
+    if differences:
+        if not args.cross_host:
+            raise UsageError(f"runs {base.run_id} and {cand.run_id} come from different hardware ("
+                             + "; ".join(differences) + "): pass --cross-host to compare anyway")
+        note = "cross-host comparison: " + "; ".join(differences)
+    elif host_id(base.meta) != host_id(cand.meta):
+        note = (f"host ids {host_id(base.meta)} / {host_id(cand.meta)} differ only within tolerance "
+                "(memory size or calibrated TSC): same hardware")
+    result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note)
+    write_output(result, args.format, args.output)
+    if args.output and args.format != "table":
+        from nearlocal.console import err_console
+
+        err_console.print(f"{'regression' if result.regressions else 'no regression'}: "
+                          f"{result.summary()}; wrote {args.output}")
+    return result.exit_code
+
+
+def _baseline(args) -> int:
+    from nearlocal.console import console
+
+    root = Path(args.out)
+    if args.action == "set":
+        path = set_baseline(args.run, root)
+        record = json.loads(path.read_text())
+        console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
+        return 0
+    records = baselines(root)
+    if not records:
+        console.print(f"no baselines in {_baseline_dir(root)}")
+    for record in records:
+        console.print(f"{record['host_id']}  {record.get('hostname') or ''}  run {record['run']}  "
+                      f"(set {record.get('set')})")
+    return 0
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("compare", help="compare two runs case by case; exit 1 on a regression")
+    parser.add_argument("base", help="run id, directory, `latest`, or `baseline` (this host's)")
+    parser.add_argument("candidate", nargs="?", default="latest",
+                        help="run id or directory (default: latest)")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--threshold", default="5%",
+                        help="smallest change that counts (default 5%%)")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help="family-wise significance level over all cases (default 0.01)")
+    parser.add_argument("--format", choices=("table", "markdown", "json", "junit"), default="table")
+    parser.add_argument("--output", help="write the report to this file instead of stdout")
+    parser.add_argument("--cross-host", action="store_true",
+                        help="compare runs from different hardware anyway")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.set_defaults(func=_compare)
+
+    baseline = sub.add_parser("baseline", help="a named baseline run per host, kept in the store")
+    actions = baseline.add_subparsers(dest="action", required=True)
+    set_parser = actions.add_parser("set", help="make RUN this host's baseline")
+    set_parser.add_argument("run", help="run id, directory or `latest`")
+    set_parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    show = actions.add_parser("show", help="list the baselines")
+    show.add_argument("--out", default="results", help="the store's root (default ./results)")
+    baseline.set_defaults(func=_baseline)
