@@ -54,7 +54,7 @@ ERR_RETRIES = 0x101
 # --- pushes: one descriptor into the portal; 1 means "retry" ----------------------------------
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def push_movdir64b(portal, desc):
     """Dedicated WQ: descriptor and record stores must be visible before the device reads them."""
     sfence()
@@ -62,7 +62,7 @@ def push_movdir64b(portal, desc):
     return np.uint8(0)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def push_enqcmd(portal, desc):
     """Shared WQ: ZF (returned as 1) means the queue was full; nothing was enqueued."""
     sfence()
@@ -72,7 +72,7 @@ def push_enqcmd(portal, desc):
 # --- waits: poll one completion record's status byte ------------------------------------------
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def wait_spin(comp, timeout, stamps):
     """Spin on the status byte. stamps[0] = polls, stamps[1] = ticks of the read that saw it."""
     start = tsc_end()
@@ -90,7 +90,7 @@ def wait_spin(comp, timeout, stamps):
             return np.uint8(0)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def wait_pause(comp, timeout, stamps):
     """As wait_spin with a pause between reads (yields the core's resources to its sibling)."""
     start = tsc_end()
@@ -109,7 +109,7 @@ def wait_pause(comp, timeout, stamps):
         pause()
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def wait_umwait(comp, timeout, stamps):
     """Monitor the record's line and umwait (C0.1) until the device writes it. Needs waitpkg."""
     start = tsc_end()
@@ -133,7 +133,7 @@ def wait_umwait(comp, timeout, stamps):
 # --- the driver: submit, wait, settle (page-fault retry), time -----------------------------
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def submit(push, portal, desc):
     """Push until accepted; returns the retries (enqcmd on a full shared WQ)."""
     retries = np.uint64(0)
@@ -145,7 +145,7 @@ def submit(push, portal, desc):
     return retries
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def submit_and_wait(push, wait, portal, desc, comp, timeout, stamps):
     """One descriptor, synchronously: clear its record, submit, wait. Returns the status byte
     (0 when the wait timed out)."""
@@ -154,7 +154,7 @@ def submit_and_wait(push, wait, portal, desc, comp, timeout, stamps):
     return wait(comp, timeout, stamps)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _fail(err, status, index, comp):
     err[0] = status
     err[1] = index
@@ -164,7 +164,7 @@ def _fail(err, status, index, comp):
     return 1
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def finish_partial(push, wait, portal, desc, comp, scratch, scomp, timeout, stamps, counters):
     """A memmove stopped by a page fault (no block-on-fault): touch the faulting page so the
     kernel maps it, then resubmit what is left from a scratch copy of the descriptor, until it
@@ -194,7 +194,7 @@ def finish_partial(push, wait, portal, desc, comp, scratch, scomp, timeout, stam
     return status
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def settle(push, wait, portal, status, index, desc, comp, mem_base, mcomp_base, m0, m1,
            scratch, scomp, timeout, stamps, counters, err):
     """Check one finished top-level descriptor; finish partial copies. 0 ok, 1 error (err set)."""
@@ -227,7 +227,7 @@ def settle(push, wait, portal, status, index, desc, comp, mem_base, mcomp_base, 
     return _fail(err, status, index, comp)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def run_copies(push, wait, portal, top_base, comp_base, n_top, mem_base, mcomp_base, mstart,
                scratch, scomp, qd, timeout, ticks, parts, counters, err):
     """Time `ticks.size` repetitions of the work list: n_top descriptors (memmoves or batches),

@@ -36,7 +36,7 @@ PAGE = 4096
 _DOORBELL, _CREDITS, _SHARED = 64, 68, 72
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def soft_push(portal, desc):
     """The double's movdir64b / enqcmd: 1 means retry (shared queue full)."""
     while acquire_u8(portal + _DOORBELL) != 0:  # the device has not taken the last one yet
@@ -69,7 +69,7 @@ class SoftWorkQueue:
         self.errors: list[str] = []  # what a real device reports in its software error register
         self.executed: list[int] = []  # opcodes, in the order run
         self.dropped = 0  # dedicated-WQ descriptors that found the queue full
-        self._pending: deque[np.ndarray] = deque()
+        self._pending: deque[tuple[float, np.void]] = deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="soft-dsa", daemon=True)
 
@@ -106,15 +106,13 @@ class SoftWorkQueue:
                 if len(self._pending) >= self.size:
                     self.dropped += 1  # a dedicated WQ silently drops what overflows it
                     self.errors.append("descriptor dropped: work queue full")
-                else:
-                    self._pending.append(desc)
+                else:  # each entry runs `delay_s` after it was accepted; meanwhile more arrive
+                    self._pending.append((time.perf_counter() + self.delay_s, desc))
                     self._credits(-1)
                 self.page[_DOORBELL] = 0
                 continue
-            if self._pending:
-                if self.delay_s:
-                    time.sleep(self.delay_s)
-                desc = self._pending.popleft()
+            if self._pending and self._pending[0][0] <= time.perf_counter():
+                _, desc = self._pending.popleft()
                 self._complete(desc, self._execute(desc, in_batch=False))
                 self._credits(+1)
             else:
