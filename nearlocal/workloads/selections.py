@@ -153,22 +153,24 @@ class Selection:
         return np.arange(needed, dtype=np.int64)
 
     def tokens(self, layers: int, heads: int) -> np.ndarray:
-        """Sparse: sorted token positions per (layer, head), shape (layers, heads, k)."""
+        """Sparse: sorted token positions per (layer, head), shape (layers, heads, k); drawn one
+        (layer, head) at a time so long contexts cost O(k), not O(ctx), memory."""
         rng = np.random.default_rng(self.seed + 1)
-        k, ctx = self.count, self.context
-        if self.distribution == "uniform":
-            keys = rng.random((layers, heads, ctx))
-            chosen = np.argpartition(keys, k - 1, axis=2)[:, :, :k]
-        else:  # runs of `run` consecutive tokens in random, whole, run-aligned windows
-            windows, want = ctx // self.run, -(-k // self.run)
-            if want > windows:
-                raise UsageError(f"clustered sparse:{k} does not fit ctx={ctx} in runs of "
-                                 f"{self.run}: lower k or run")
-            keys = rng.random((layers, heads, windows))
-            starts = np.argpartition(keys, want - 1, axis=2)[:, :, :want] * self.run
-            chosen = (starts[..., None] + np.arange(self.run)).reshape(layers, heads, -1)
-            chosen = np.sort(chosen, axis=2)[:, :, :k]
-        return np.ascontiguousarray(np.sort(chosen, axis=2).astype(np.int64))
+        k, ctx, run = self.count, self.context, self.run
+        windows, want = ctx // run, -(-k // run)
+        if self.distribution == "clustered" and want > windows:
+            raise UsageError(f"clustered sparse:{k} does not fit ctx={ctx} in runs of {run}: "
+                             "lower k or run")
+        chosen = np.empty((layers, heads, k), np.int64)
+        for li in range(layers):
+            for h in range(heads):
+                if self.distribution == "uniform":
+                    picked = rng.choice(ctx, k, replace=False)
+                else:  # runs of `run` consecutive tokens in random, whole, run-aligned windows
+                    starts = rng.choice(windows, want, replace=False) * run
+                    picked = (starts[:, None] + np.arange(run)).reshape(-1)
+                chosen[li, h] = np.sort(picked)[:k]
+        return chosen
 
 
 def build_dense(table: np.ndarray, desc: DenseDescriptor) -> tuple[np.ndarray, int]:
