@@ -20,8 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from nearlocal.gpu import kernels
-
 MIN_SPIN_NS = 20_000
 MAX_SPIN_NS = 500_000_000
 TIMINGS = ("device", "e2e")
@@ -39,11 +37,14 @@ class EventTimer:
         self.stop = cp.cuda.Event()
         self.spin_ns = MIN_SPIN_NS
         self.retries = 0
+        from nearlocal.gpu import kernels  # numba-cuda: only where a GPU case runs
+
+        self.kernels = kernels
 
     def queued(self, enqueue: Callable[[], None]) -> float:
         """Device ns of `enqueue()`'s work, run back to back behind the blocking kernel."""
         for _ in range(16):
-            kernels.spin(self.spin_ns, self.spin_out, self.nb_stream)
+            self.kernels.spin(self.spin_ns, self.spin_out, self.nb_stream)
             self.start.record(self.stream)
             t0 = time.perf_counter_ns()
             enqueue()

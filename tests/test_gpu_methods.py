@@ -1,0 +1,130 @@
+"""GPU methods, regions and suites on a box without a GPU: every case is skipped with its reason,
+input errors are exit-2 errors, and none of it needs cupy."""
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.errors import UsageError
+from nearlocal.gpu.methods import layer_stream_summary, regular_strides
+from nearlocal.harness.cases import Case, unavailable, validate
+from nearlocal.harness.methods import load_methods
+from nearlocal.harness.suites import suite_cases
+from nearlocal.hwprobe import probe
+from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo
+from nearlocal.results import load
+
+GPU_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cuda-memcpy-2d",
+               "gather-kernel", "scatter-kernel", "zero-copy-kernel", "peer-memcpy",
+               "peer-kernel", "layer-stream")
+
+
+@pytest.fixture(scope="module")
+def inventory():
+    return probe(calibrate=False, gpu=False)
+
+
+def _with_gpus(inventory, count, peer=True, runtime=12080):
+    devices = [GpuDevice(i, "Fake H100", 80 << 30, "9.0") for i in range(count)]
+    info = GpuInfo(devices=devices, driver_version=runtime, runtime_version=runtime,
+                   peer_access=[[peer and i != j for j in range(count)] for i in range(count)])
+    return dataclasses.replace(inventory, gpu=info)
+
+
+def test_every_gpu_method_is_registered_with_family_gpu():
+    methods = load_methods()
+    for name in GPU_METHODS:
+        assert methods[name].family == "gpu"
+        assert "gpu" in methods[name].markers
+        assert "timing" in methods[name].params
+    assert "nvlink" in methods["peer-kernel"].markers
+
+
+def test_no_gpu_reason_names_the_missing_stack(inventory):
+    for name in GPU_METHODS:
+        reason = load_methods()[name].unavailable(inventory)
+        assert reason and reason.startswith("no GPU")
+
+
+def test_reasons_for_one_gpu_old_cuda_and_no_peer_access(inventory):
+    methods = load_methods()
+    one = _with_gpus(inventory, 1, runtime=12040)
+    assert methods["peer-memcpy"].unavailable(one) == "fewer than 2 GPUs (this box has 1)"
+    assert methods["layer-stream"].unavailable(one) == "fewer than 2 GPUs (this box has 1)"
+    assert "CUDA >= 12.8" in methods["cuda-memcpy-batch"].unavailable(one)
+    assert methods["cuda-memcpy"].unavailable(one) is None
+    unpeered = _with_gpus(inventory, 2, peer=False)
+    assert methods["peer-memcpy"].unavailable(unpeered) is None  # staged through the host
+    assert "no peer access" in methods["peer-kernel"].unavailable(unpeered)
+    assert methods["peer-kernel"].unavailable(_with_gpus(inventory, 2)) is None
+
+
+def test_gpu_regions_validate_and_explain(inventory):
+    two = _with_gpus(inventory, 2)
+    case = Case("peer-memcpy", "gpu:1", "wb", "64KiB", peer="gpu:0")
+    validate(case, two)
+    assert unavailable(case, two, allow_write=False) is None
+    assert unavailable(Case("peer-memcpy", "gpu:3", peer="gpu:0"), two, False) == \
+        "GPU 3 does not exist: this box has 2 GPUs"
+    assert unavailable(Case("gather-kernel", "registered:dram", peer="gpu:0"), two, False) is None
+    assert unavailable(Case("load", "pinned"), two, False) is None  # CPU methods run on pinned
+    assert unavailable(Case("load", "pinned"), inventory, False).startswith("no GPU")
+    # a GPU region under test needs a GPU method; a host method cannot take a GPU peer
+    assert "does not run on gpu regions" in unavailable(Case("load", "gpu:0"), two, False)
+    assert "does not take a host peer" in unavailable(Case("gather-kernel", "pinned"), two, False)
+    for bad, message in (("gpu:x", "use gpu:K"), ("registered:gpu:0", "cannot register"),
+                         ("registered:pinned", "cannot register"), ("registered:", "needs the")):
+        with pytest.raises(UsageError, match=message):
+            validate(Case("cuda-memcpy", bad, peer="gpu:0"), two)
+
+
+def test_gpu_suite_is_all_skipped_with_reasons(tmp_path, inventory):
+    if probe(calibrate=False).gpu.devices:
+        pytest.skip("this box has a GPU: the suite runs for real")
+    assert main(["run", "--suite", "gpu", "--budget", "0.05", "--out", str(tmp_path),
+                 "--quiet"]) == 0
+    cases = load(None, tmp_path).cases
+    wanted = {"1024x160B", "128x20KiB", "64KiB"}
+    assert wanted <= set(cases["pattern"]) and {"pinned", "registered:dram"} <= set(cases["region"])
+    assert {"cuda-memcpy", "gather-kernel"} <= set(cases["method"])
+    assert (cases["status"] == "skipped").all()
+    assert cases["reason"].str.startswith("no GPU").all()
+
+
+def test_swiftcache_suite_names_peer_and_layer_cases(inventory):
+    cases = suite_cases("swiftcache")
+    assert {c.method for c in cases} >= {"peer-memcpy", "peer-kernel", "layer-stream"}
+    assert {c.access for c in cases if c.method == "peer-kernel"} == {"read", "write"}
+    for case in cases:
+        validate(case, inventory)
+        assert unavailable(case, inventory, False)
+
+
+def test_regular_strides_finds_2d_copies():
+    table = np.array([[0, 0, 160], [384, 160, 160], [768, 320, 160]])
+    assert regular_strides(table) == (384, 160, 160, 3)
+    assert regular_strides(np.array([[0, 0, 65536]])) == (65536, 65536, 65536, 1)
+    assert regular_strides(np.array([[0, 0, 16], [40, 16, 16], [100, 32, 16]])) is None
+    assert regular_strides(np.array([[0, 0, 16], [40, 16, 8]])) is None
+
+
+def test_layer_stream_summary_flags_hidden_and_exposed_transfers():
+    hidden = layer_stream_summary(np.full(32, 40e3), pass_ns=3.25e6, compute_pass_ns=3.2e6,
+                                  edge_ns=20e3, compute_ns=100e3)
+    assert hidden["hides_behind_compute"] and hidden["round_trip_fits_compute"]
+    exposed = layer_stream_summary(np.full(32, 180e3), pass_ns=6.0e6, compute_pass_ns=3.2e6,
+                                   edge_ns=20e3, compute_ns=100e3)
+    assert not exposed["hides_behind_compute"] and not exposed["round_trip_fits_compute"]
+    assert exposed["exposed_ns"] == pytest.approx(6.0e6 - 3.2e6 - 20e3)
+
+
+def test_core_does_not_import_cupy():
+    code = ("import sys; from nearlocal.harness.suites import suite_cases; "
+            "suite_cases('gpu'); suite_cases('swiftcache'); "
+            "import nearlocal.gpu.regions, nearlocal.gpu.methods; "
+            "assert 'cupy' not in sys.modules and 'nearlocal.gpu.kernels' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
