@@ -33,9 +33,15 @@ def _round_up(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
+_FILL_BLOCK = (np.arange(1 << 20, dtype=np.uint64) * 0x9E3779B1 >> 13).astype(np.uint8) | 1
+
+
 def _fill_owned(array: np.ndarray) -> None:
     """Fault in memory nearlocal owns with a non-zero pattern (an untouched page reads the zero page)."""
-    array[:] = (np.arange(array.size, dtype=np.uint64) * 0x9E3779B1 >> 13).astype(np.uint8) | 1
+    block = _FILL_BLOCK.size
+    for start in range(0, array.size, block):
+        chunk = array[start:start + block]
+        chunk[:] = _FILL_BLOCK[:chunk.size]
 
 
 def _mbind(buf: mmap.mmap, length: int, node: int) -> None:

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# nearlocal vs likwid-bench, one thread, 1 GB buffer (likwid's GB = 1e9 bytes; so is ours here).
+# Pairs: nt-store ~ store_mem_<isa>, store ~ store_<isa>, load ~ load_<isa>, where <isa> is avx512
+# when the CPU has it, else avx. Both count only the bytes of the stream (no RFO, no write-allocate).
+# Runs the pairs alternately ROUNDS times and prints GB/s for each.
+set -euo pipefail
+ROUNDS=${ROUNDS:-3}
+OUT=${OUT:-/tmp/nearlocal-likwid}
+command -v likwid-bench >/dev/null || { echo "install likwid (apt-get install likwid)" >&2; exit 2; }
+isa=avx; grep -qw avx512f /proc/cpuinfo && isa=avx512
+mkdir -p "$OUT"
+printf "%-10s %-18s %10s %10s\n" method likwid nearlocal likwid
+for round in $(seq "$ROUNDS"); do
+  for pair in "nt-store:store_mem_$isa" "store:store_$isa" "load:load_$isa"; do
+    method=${pair%%:*}; kernel=${pair#*:}
+    lk=$(likwid-bench -t "$kernel" -w S0:1GB:1 2>/dev/null | awk '/^MByte\/s:/ {print $2 / 1000}')
+    nearlocal run --method "$method" --size 1GB --budget 3 --quiet --out "$OUT/store" \
+      --json "$OUT/$method-$round.json" >/dev/null
+    nl=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[0]['gbps'], 2))" \
+      "$OUT/$method-$round.json")
+    printf "%-10s %-18s %10s %10s\n" "$method" "$kernel" "$nl" "$lk"
+  done
+done
