@@ -29,7 +29,8 @@ def _size_ticks(low: float, high: float) -> list[float]:
 
 
 def draw(plot: PlotData) -> Figure:
-    figure = Figure(figsize=(9.5, 4.6), layout="constrained")
+    figure = Figure(figsize=(10.5, 4.8))
+    figure.subplots_adjust(left=0.07, right=0.66, bottom=0.11, top=0.93)  # legend on the right
     FigureCanvasAgg(figure)  # the Agg canvas: no pyplot, no display, no global state
     ax = figure.add_subplot()
     colors = matplotlib.colormaps["tab20"].colors
@@ -62,6 +63,7 @@ def draw(plot: PlotData) -> Figure:
                         fontsize=7, color="#555555", rotation=90, ha="right", va="top")
     ax.set_xscale("log", base=2 if plot.x_is_size else 10)
     ax.set_yscale("log")
+    ax.yaxis.set_minor_formatter(NullFormatter())
     xs = [x for s in plot.series for x in s.x] + [p.x for p in plot.points] + [
         line.value for line in plot.lines if line.axis == "x"]
     if plot.x_is_size and xs:
@@ -81,7 +83,7 @@ def draw(plot: PlotData) -> Figure:
     handles, _ = ax.get_legend_handles_labels()
     if handles:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
-                  ncols=1 if len(handles) <= 22 else 2)
+                  ncols=1 if len(handles) <= 24 else 2, borderaxespad=0)
     return figure
 
 
@@ -92,7 +94,7 @@ def svg_text(plot: PlotData, prefix: str) -> str:
     """Inline SVG markup; ids are prefixed so several plots share one HTML page safely."""
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "nearlocal"}):
-        draw(plot).savefig(buffer, format="svg", metadata={"Date": None})
+        draw(plot).savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
     ids = set(_ID.findall(text))
@@ -104,5 +106,6 @@ def svg_text(plot: PlotData, prefix: str) -> str:
 
 
 def write_png(plot: PlotData, path: Path) -> Path:
-    draw(plot).savefig(path, format="png", dpi=110, metadata={"Software": None})
+    draw(plot).savefig(path, format="png", dpi=110, metadata={"Software": None},
+                      bbox_inches="tight")
     return path

@@ -151,6 +151,8 @@ GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cu
                     "gather-kernel", "scatter-kernel", "zero-copy-kernel")
 KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
 RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
+# Rows that time something other than moving their pattern's bytes: no bandwidth, no size plots.
+NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata")
 LOCAL_CLASS = 9
 GPU_CLASS = 10
 
@@ -216,9 +218,11 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["src_rank"] = df["peer_rank"].where(write, df["rank"])
     df["src_kind"] = df["src"].str.split("[").str[0].str.split(":").str[0]
     df["params_d"] = [_params(p) for p in df["params"]]
+    df["n_params"] = [len(p) for p in df["params_d"]]  # prefer a method's default settings
     df["ok"] = df["status"] == "ok"
-    df["contiguous"] = (df["fragment_count"] <= 1) & ~df["pattern"].astype(str).str.startswith(
-        "kv:")
+    df["transfer"] = ~df["method"].isin(NOT_TRANSFERS)
+    df["contiguous"] = ((df["fragment_count"] <= 1) & ~df["pattern"].astype(str).str.contains(":")
+                        & df["transfer"])
     return df
 
 
@@ -231,7 +235,7 @@ def stat_of(row) -> Stat | NoValue:
                 bool(converged) if converged is not None and converged == converged else True)
 
 
-def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank",)) -> pd.Series | None:
+def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank", "n_params")) -> pd.Series | None:
     """The row to show: an ok row first, then the most pool-like region."""
     if rows.empty:
         return None
@@ -337,7 +341,7 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             rows = at16[(at16["method"] == method) & (at16["access"] == access)]
             if attr:
                 rows = rows[rows["attr"] == attr]
-            row = _best(rows, ("rank", "attr"))
+            row = _best(rows, ("rank", "n_params", "attr"))
             if row is None:
                 what = f"{method} {attr}" if attr else method
                 cells[key] = [NoValue(f"no {what} 16KiB row in this run"), None, None]
@@ -417,8 +421,10 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         for label, method, access in B8_SERIES:
             chosen = rows[(rows["method"] == method) & (rows["access"] == access)]
             chosen = chosen[(chosen["attr"] == "wb")] if method != "dsa-memmove" else chosen
+            chosen = chosen.assign(_notok=~chosen["ok"]).sort_values(
+                ["size_bytes", "_notok", "n_params"]).drop_duplicates("size_bytes")
             medians[label] = {}
-            for _, row in chosen.sort_values(["size_bytes"]).iterrows():
+            for _, row in chosen.iterrows():
                 key = (int(row["size_bytes"]),)
                 cells.setdefault(key, [NOT_IN_RUN] * len(B8_SERIES) + [None])
                 cells[key][[s[0] for s in B8_SERIES].index(label)] = stat_of(row)
@@ -610,7 +616,7 @@ def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             key = (row["method"], row["path"], row["pattern"], int(row["fragment_count"]),
                    int(row["fragment_bytes"]), int(row["size_bytes"]))
             stat = stat_of(row)
-            cells[key] = [stat, float(row["gbps"]) if row["ok"] else None]
+            cells[key] = [stat, float(row["gbps"]) if row["ok"] and row["transfer"] else None]
         per_run.append(cells)
     section.table = keyed_table(
         [Column("method"), Column("path"), Column("pattern"), Column("fragments", "count"),
@@ -649,7 +655,7 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             if row["method"] == "rpc-throughput":
                 ratio = _ratio(ops, mops.central) if str(qd) == "128" else None
             else:
-                ratio = _ratio(_ns(stat), rtt.ns()) if int(row["size_bytes"]) == 64 else None
+                ratio = _ratio(_ns(stat), rtt.ns()) if int(row["fragment_bytes"]) == 64 else None
                 ops = None
             cells[key] = [stat, ops, ratio]
         per_run.append(cells)
@@ -938,7 +944,7 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
                   frames: list[pd.DataFrame]) -> PlotData:
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
-        rows = df[df["ok"] & (df["fragment_count"] > 1)]
+        rows = df[df["ok"] & (df["fragment_count"] > 1) & df["transfer"]]
         for (method, path, fbytes), group in rows.groupby(
                 ["method", "path", "fragment_bytes"], sort=False):
             group = group.sort_values("fragment_count").drop_duplicates("fragment_count")

@@ -1,0 +1,269 @@
+"""`nearlocal report`: the right rows, values, ratios and reasons in every output, on synthetic
+runs written through the real store."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.report.fmt import cell_text
+from nearlocal.report.papers import figure, figures
+from nearlocal.report.render_html import report_html, table_html
+from nearlocal.report.render_markdown import table_markdown, write_markdown
+from nearlocal.report.tables import (
+    NoValue,
+    Stat,
+    build_report,
+    crossover_size,
+    region_class,
+)
+from nearlocal.results import load
+from tests.report_fixtures import (
+    CPU_ONLY_INVENTORY,
+    UC_REASON,
+    cpu_only_rows,
+    full_rows,
+    make_run,
+)
+
+SECTION_KEYS = ["runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3", "near",
+                "inventory", "failures", "skipped", "references"]
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    run = load(make_run(root, full_rows()))
+    return build_report([run])
+
+
+@pytest.fixture(scope="module")
+def cpu_only(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpu")
+    return build_report([load(make_run(root, cpu_only_rows(), CPU_ONLY_INVENTORY))])
+
+
+def _row(table, first: str) -> list:
+    return next(r for r in table.rows if r[0] == first)
+
+
+# --- reference data --------------------------------------------------------------------------
+
+def test_every_paper_figure_is_present_with_units_and_provenance():
+    expected = {"B1", "B2", "B3", "B4", "B7a", "B7b", "B7c", "B7d", "B7e", *(
+        f"B{i}" for i in range(8, 17)), *(f"S{i}" for i in range(1, 6))}
+    assert set(figures()) == expected
+    for fig in figures().values():
+        assert fig.provenance == "reported by the paper"
+        assert fig.paper.arxiv in ("2511.20172", "2606.16135")
+        assert fig.what and fig.text
+        for value in fig.values:
+            assert value.unit
+    assert figure("B7a").value().ns() == pytest.approx(2410)
+    assert figure("B7e").value().ns() == pytest.approx((1690 + 2120) / 2)
+    assert figure("B15").value("throughput at qd 128").central == pytest.approx(12.13)
+    assert figure("S2").value("NVLink").unit == "GB/s"
+    assert figure("B8").value("CPU wins below").bytes() == 4096
+
+
+def test_region_classes_rank_the_pool_first():
+    ranks = [region_class(r, frozenset({1}))[0] for r in
+             ("devdax:/dev/dax0.0", "numa:1", "numa:0", "shm:x", "dram", "gpu:0")]
+    assert ranks == sorted(ranks)
+    assert region_class("registered:devdax:/dev/dax0.0")[0] == 0
+
+
+def test_crossover_from_data():
+    sizes = [1024, 4096, 8192, 65536]
+    assert crossover_size(sizes, [1, 4, 15, 90], [9, 10, 12, 40]) == 8192
+    assert crossover_size(sizes, [1, 1, 1, 1], [2, 2, 2, 2]) is None
+    assert crossover_size(sizes, [5, 5, 5, 5], [1, 1, 1, 1]) == 1024
+    # DSA wins at 4 KiB but loses at 8 KiB: the crossover is where it wins for good
+    assert crossover_size(sizes, [1, 9, 1, 90], [2, 2, 2, 40]) == 65536
+
+
+# --- the rows ----------------------------------------------------------------------------------
+
+def test_sections_in_order(full, cpu_only):
+    assert [s.key for s in full.sections] == SECTION_KEYS
+    assert [s.key for s in cpu_only.sections] == SECTION_KEYS
+
+
+def test_b7_uses_the_pool_shows_ratio_and_reasons(full):
+    table = full.section("b7").table
+    nt = _row(table, "B7a")
+    stat, ratio, region = nt[3], nt[4], nt[5]
+    assert isinstance(stat, Stat) and stat.median_ns == 4820  # the devdax row, not dram's 1000
+    assert ratio == pytest.approx(4820 / 2410)
+    assert region == "devdax:/dev/dax0.0"
+    store_uc = _row(table, "B7b")
+    assert isinstance(store_uc[3], NoValue) and UC_REASON in store_uc[3].reason
+    assert store_uc[3].reason.startswith("skipped")
+    assert store_uc[4] is None
+    load_uc = _row(table, "B7d")
+    assert load_uc[3].reason == "failed: worker crashed: SIGBUS"
+    dsa = [r for r in table.rows if r[0] == "B7e"]
+    assert [r[1] for r in dsa] == ["dsa-memmove, write", "dsa-memmove, read"]
+    assert dsa[0][4] == pytest.approx(1.0)  # 1905 ns against the 1.69-2.12 us midpoint
+    assert any("devdax:/dev/dax0.0" in n for n in full.section("b7").notes)
+
+
+def test_b8_crossover_found_from_the_medians(full):
+    section = full.section("b8")
+    assert section.absent is None
+    assert any("write" in n and "DSA is faster from 8KiB up" in n for n in section.notes)
+    sizes = [r[0] for r in section.table.rows]
+    assert sizes == sorted(sizes) and 8192 in sizes
+    plot = section.plots[0]
+    assert any(line.axis == "x" and line.value == 8192 for line in plot.lines)
+
+
+def test_gpu_sections(full):
+    b9 = full.section("b9")
+    row = next(r for r in b9.table.rows if r[3] == 1024)
+    headers = [c.name for c in b9.table.columns]
+    ratio = row[headers.index("kernel / memcpy")]
+    assert ratio == pytest.approx(30000 / 900000)
+    assert any("1230.00 us" in n for n in b9.notes)  # B10: UC host memory below 24 KB
+    b11 = full.section("b11").table
+    memcpy = _row(b11, "cuda-memcpy")
+    assert memcpy[2].median_ns == 11730 and memcpy[4].median_ns == 10320
+    assert memcpy[3] == "devdax:/dev/dax0.0" and memcpy[5] == "pinned"
+    assert memcpy[6] == pytest.approx(11730 / 10320)
+
+
+def test_b15_mops_and_ratios(full):
+    table = full.section("b15").table
+    roundtrip = _row(table, "rpc-roundtrip")
+    assert roundtrip[1] == "flush" and roundtrip[6] is None  # no Mops for a round trip
+    assert roundtrip[7] == pytest.approx(1.0)
+    throughput = _row(table, "rpc-throughput")
+    assert throughput[1] == "coherent" and throughput[2] == "128"
+    assert throughput[6] == pytest.approx(1000 / 250)
+    assert throughput[7] == pytest.approx(4.0 / 12.13)
+
+
+def test_s2_s3_kv_near_local_failures(full):
+    s2 = full.section("s2").table
+    ssd = _row(s2, "NVMe SSD")
+    assert ssd[1].startswith("7 GB/s") and "not measured" in ssd[2].reason
+    nvlink = s2.rows[0]
+    assert nvlink[2] == pytest.approx(450)
+    assert nvlink[5] == pytest.approx(450 / 600)
+    s3 = full.section("s3").table
+    assert s3.rows[0][2] == "layers=4" and s3.rows[0][3].median_ns == 5000
+    kv = full.section("b13").table
+    assert {r[3] for r in kv.rows} >= {1024, 256}
+    metadata = next(r for r in kv.rows if r[0] == "kv-metadata")
+    assert metadata[-1] is None  # nothing moved: no bandwidth
+    near = full.section("near").table
+    numa = next(r for r in near.rows if r[4] == "numa:1")
+    assert numa[7] == pytest.approx(2.0)
+    failures = full.section("failures")
+    outcomes = {r[0]: r[1] for r in failures.table.rows}
+    assert any(v == "failed: worker crashed: SIGBUS" for v in outcomes.values())
+    assert any(k.startswith("memcpy/") and v.startswith("not converged") for k, v in
+               outcomes.items())
+    b12 = full.section("b12").table
+    pool_gpu = next(r for r in b12.rows if r[0] == "cuda-memcpy" and "devdax" in r[1])
+    assert pool_gpu[4] is not None  # compared with the 26 GB/s cap
+    assert not any(r[0].startswith("rpc-") for r in b12.rows)
+
+
+# --- the files -----------------------------------------------------------------------------------
+
+def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
+    files = write_markdown(full, tmp_path / "report.md")
+    markdown = files[0].read_text()
+    assert len(files) > 1 and all(f.suffix == ".png" and f.stat().st_size > 1000
+                                  for f in files[1:])
+    for f in files[1:]:
+        assert f"]({f.name})" in markdown
+    html = report_html(full)
+    for text in (markdown, html):
+        assert "B7a" in text and "2.41 us" in text
+        assert "4.82 us (4.34–5.78)" in text  # median (p10–p90) of the pool row
+        assert "2.00×" in text  # its ratio to the paper's 2.41 us
+        assert UC_REASON in text
+        assert "worker crashed: SIGBUS" in text
+        assert "DSA is faster from 8KiB up" in text
+        assert "not measured: nearlocal has no SSD method" in text
+        assert "reported by the paper" in text
+    assert re.search(r"\| B7a \| nt-store, wb \| 2\.41 us \| 4\.82 us \(4\.34–5\.78\) \| "
+                     r"2\.00× \| devdax:/dev/dax0\.0 \|", markdown)
+    assert html.count("<svg") == sum(len(s.plots) for s in full.sections)
+    assert "<script" not in html and 'src="http' not in html and 'href="http' not in html
+
+
+def test_cpu_only_run_renders_every_section(cpu_only, tmp_path):
+    absent = {s.key for s in cpu_only.sections if s.absent}
+    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3", "near"} <= absent
+    assert "dsa-memmove" in cpu_only.section("b8").absent
+    assert "idxd driver is not loaded" in cpu_only.section("b8").absent
+    assert any("no pool region measured" in n for n in cpu_only.section("b7").notes)
+    assert _row(cpu_only.section("b7").table, "B7a")[5] == "dram"
+    markdown = write_markdown(cpu_only, tmp_path / "cpu.md")[0].read_text()
+    html = report_html(cpu_only)
+    for section in cpu_only.sections:
+        assert f"## {section.title}" in markdown
+        assert f'<section id="{section.key}">' in html
+        if section.absent:
+            assert section.absent in markdown and section.absent in html
+    assert markdown.count("**Not measured:**") == len(absent)
+
+
+def test_several_runs_become_side_by_side_columns(tmp_path):
+    a = load(make_run(tmp_path, full_rows(1.0), run_id="run-a"))
+    b = load(make_run(tmp_path, full_rows(2.0)[:5], run_id="run-b"))
+    report = build_report([a, b])
+    table = report.section("b7").table
+    headers = [cell for cell in table.frame().columns]
+    assert headers[3:] == ["median (p10–p90) [1]", "× paper [1]", "region [1]",
+                           "median (p10–p90) [2]", "× paper [2]", "region [2]"]
+    nt = _row(table, "B7a")
+    assert nt[3].median_ns == 4820 and nt[6].median_ns == 9640
+    assert nt[4] == pytest.approx(2.0) and nt[7] == pytest.approx(4.0)
+    markdown = table_markdown(table)
+    line = next(line for line in markdown.splitlines() if line.startswith("| B7a"))
+    assert line.index("4.82 us") < line.index("9.64 us")
+    # a key only one run has: the other run's cells say so
+    b15 = report.section("b15").table
+    assert isinstance(b15.rows[0][-3], NoValue) and b15.rows[0][-3].reason == "not in this run"
+    html = table_html(table)
+    assert 'colspan="3">run #1</th>' in html and 'colspan="3">run #2</th>' in html
+    runs = report.section("runs").table
+    assert [r[1] for r in runs.rows] == ["run-a", "run-b"]
+    assert cell_text(table.columns[6], nt[6]).startswith("9.64 us")
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+def test_cli_writes_html(tmp_path, capsys):
+    make_run(tmp_path / "store", cpu_only_rows(), CPU_ONLY_INVENTORY, run_id="r1")
+    html = tmp_path / "r.html"
+    code = main(["report", "--out", str(tmp_path / "store"), "--html", str(html)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "B7 — CPU access to the pool, 16 KB" in out and "not measured" in out
+    assert f"wrote {html}" in out
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", "r1", "r1", "--out", str(tmp_path / "store"), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "nope"],
+    ["report", "--html", "/no/such/dir/r.html"],
+    ["report", "--markdown", "{tmp}"],
+])
+def test_cli_bad_input_exits_2(tmp_path, capsys, args):
+    make_run(tmp_path / "store", cpu_only_rows(), CPU_ONLY_INVENTORY)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert main([*args, "--out", str(tmp_path / "store")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_empty_store_exits_2(tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "none")]) == 2
+    assert "no runs" in capsys.readouterr().err
