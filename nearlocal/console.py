@@ -26,7 +26,7 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     for column in ("node", "cpus", "memory", "note"):
         table.add_column(column)
     for node in inventory.numa:
-        table.add_row(str(node.node), f"{len(node.cpus)}", format_size(node.mem_total_bytes),
+        table.add_row(str(node.node), f"{len(node.cpus)}", f"{node.mem_total_bytes / 2**30:.1f} GiB",
                       "CPU-less: likely CXL (system-ram)" if node.likely_cxl else "")
     console.print(table)
 
@@ -63,13 +63,28 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     console.print("[bold]GPU[/] " + (", ".join(f"{g.index}: {g.name} {format_size(g.memory_bytes)}"
                                                for g in gpu.devices) or (gpu.reason or "none")))
 
-    table = Table(title="What can run here (16 KiB probe case)", title_justify="left")
-    for column in ("method", "region", "attr", "status"):
-        table.add_column(column)
+    print_availability(availability)
+
+
+def print_availability(availability: list[dict]) -> None:
+    """Methods x regions: the attributes that run in each cell, skip reasons as numbered notes."""
+    regions = list(dict.fromkeys(row["region"] for row in availability))
+    reasons = list(dict.fromkeys(row["reason"] for row in availability if row["reason"]))
+    cells: dict[tuple[str, str], list[str]] = {}
     for row in availability:
-        status = "[green]runnable[/]" if row["runnable"] else f"[yellow]skip[/]: {row['reason']}"
-        table.add_row(row["method"], row["region"], row["attr"], status)
+        mark = f"[green]{row['attr']}[/]" if row["runnable"] else \
+            f"[dim]{row['attr']}[/][yellow]{reasons.index(row['reason']) + 1}[/]"
+        cells.setdefault((row["method"], row["region"]), []).append(mark)
+    table = Table(title="What can run here: attributes per method x region (green = runnable, "
+                  "number = skip reason)", title_justify="left")
+    table.add_column("method")
+    for region in regions:
+        table.add_column(region)
+    for method in dict.fromkeys(row["method"] for row in availability):
+        table.add_row(method, *(" ".join(cells.get((method, region), [])) for region in regions))
     console.print(table)
+    for number, reason in enumerate(reasons, 1):
+        console.print(f"  [yellow]{number}[/] {reason}")
 
 
 def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -> Table:

@@ -87,9 +87,9 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
     spec, peer = parse_region(case.region), parse_region(case.peer)
     kind, peer_kind = region_kind(spec), region_kind(peer)
     if kind.family not in method.region_families:
-        return f"{case.method} does not run on {kind.family} regions ({case.region})"
+        return f"{method.family} methods do not run on {kind.family} regions"
     if peer_kind.family not in method.peer_families:
-        return f"{case.method} does not take a {peer_kind.family} peer ({case.peer})"
+        return f"{method.family} methods do not take a {peer_kind.family} peer"
     for one, one_kind in ((spec, kind), (peer, peer_kind)):
         reason = one_kind.unavailable(one, inventory)
         if reason:
