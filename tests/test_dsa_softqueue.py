@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_record_written_on_success_only_when_requested(queue):
                         uapi.address(comps, 0), uapi.Flag.CRAV)  # no RCR: only errors
     uapi.encode_simple(desc[1], uapi.Op.DRAIN, uapi.address(comps, 1), RECORD)
     stamps = np.zeros(2, np.uint64)
-    portal.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc, 0)))
+    portal.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc, 0)), TIMEOUT)
     status = portal.submit_and_wait(soft_push, portal.wait_spin, np.uint64(queue.portal),
                                     np.uint64(uapi.address(desc, 1)),
                                     np.uint64(uapi.address(comps, 1)), TIMEOUT, stamps)
@@ -186,7 +187,9 @@ def _ctx(pattern: str, params: dict, method: str = "dsa-memmove"):
     spec = parse_region("dram")
     src = MappedRegion(spec, "wb", buffer(max(pat.src_span, 1)), True)
     dst = MappedRegion(spec, "wb", buffer(max(pat.dst_span, 1), seed=4), True)
-    return SessionContext(Case(method, "dram"), pat, src, dst, 2e9, 30.0, params)
+    # a 10x TSC rate stretches the driver's 2 s timeout: the device is a Python thread on a
+    # busy box (the ns values of these samples mean nothing anyway)
+    return SessionContext(Case(method, "dram"), pat, src, dst, 2e10, 30.0, params)
 
 
 def _backend(queue: SoftWorkQueue, max_transfer: int = 1 << 20) -> Backend:
@@ -264,6 +267,40 @@ def test_shared_queue_full_means_retry():
 def test_bad_parameters_are_usage_errors(params, batched, message):
     with SoftWorkQueue() as queue, pytest.raises(UsageError, match=message):
         DsaSession(_ctx("4KiB", params), batched=batched, backend=_backend(queue))
+
+
+def test_bof_needs_a_wq_that_allows_it():
+    with SoftWorkQueue() as queue, pytest.raises(UsageError, match="block_on_fault=1"):
+        backend = _backend(queue)
+        backend.block_on_fault = False
+        DsaSession(_ctx("4KiB", {"bof": "1"}), batched=False, backend=backend)
+
+
+def test_a_full_shared_queue_gives_up_after_the_timeout():
+    with SoftWorkQueue(mode="shared", size=0) as queue:  # never a free entry
+        desc = uapi.descriptors(1)
+        gave_up = portal.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
+                                np.uint64(10**6))
+        assert gave_up == portal.GAVE_UP
+        ctx = _ctx("4KiB", {})
+        ctx.tsc_hz = 1e6  # a 2 s timeout becomes 2e6 ticks (about a millisecond)
+        session = DsaSession(ctx, batched=False, backend=_backend(queue))
+        with pytest.raises(RuntimeError, match="never accepted"):
+            session.sample(1)
+
+
+def test_a_lost_completion_times_out():
+    with SoftWorkQueue() as queue:
+        ctx = _ctx("4KiB", {})
+        ctx.tsc_hz = 1e6
+        session = DsaSession(ctx, batched=False, backend=_backend(queue))
+        session.top[0]["completion_addr"] += 8  # misaligned: the device writes no record
+        with pytest.raises(RuntimeError, match="no completion within the timeout"):
+            session.sample(1)
+        deadline = time.monotonic() + 10
+        while not queue.errors and time.monotonic() < deadline:
+            time.sleep(0.01)  # the device thread may not have run yet
+        assert "not 32-byte aligned" in queue.errors[0]
 
 
 def test_umwait_is_refused_without_waitpkg():

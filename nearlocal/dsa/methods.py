@@ -42,6 +42,7 @@ class Backend:
     max_transfer: int
     submit: str  # what `push` executes, for the case row
     close: Callable[[], None] = lambda: None
+    block_on_fault: bool | None = None  # the WQ allows the BOF flag
 
 
 def open_backend(wq_param: str) -> Backend:
@@ -76,7 +77,7 @@ def open_backend(wq_param: str) -> Backend:
     return Backend(portal.address, push, cpu.has, wq.name, wq.mode or "", wq.size or 1,
                    wq.max_batch_size or device.max_batch_size or 32,
                    wq.max_transfer_size or device.max_transfer_size or 1 << 21,
-                   wq.submit_instruction, portal.close)
+                   wq.submit_instruction, portal.close, wq.block_on_fault)
 
 
 def _int_param(params: dict, key: str, low: int, high: int) -> int:
@@ -159,6 +160,8 @@ class DsaSession:
         if b.mode == "dedicated" and p.qd > b.size:
             raise UsageError(f"qd={p.qd} exceeds the {b.size} entries of dedicated WQ {b.wq} "
                              "(the device drops what overflows a dedicated WQ)")
+        if p.bof and b.block_on_fault is False:
+            raise UsageError(f"bof=1 needs a WQ configured with block_on_fault=1; {b.wq} has 0")
         if batched and p.batch > b.max_batch:
             raise UsageError(f"batch={p.batch} exceeds {b.wq}'s max batch size {b.max_batch}")
         flags = uapi.Flag.CRAV | (uapi.Flag.CC if p.cc else 0) | (uapi.Flag.BOF if p.bof else 0)

@@ -44,7 +44,7 @@ from nearlocal.kernels.intrinsics import pause, sfence, tsc_begin, tsc_end
 
 PORTAL_BYTES = 4096
 MAP_POPULATE = 0x8000
-RETRY_LIMIT = 1 << 40  # enqcmd retries before the loop gives up (a wedged shared WQ)
+GAVE_UP = np.uint64(0xFFFFFFFFFFFFFFFF)  # submit's answer when the WQ never accepted
 UMWAIT_SLICE_TICKS = 100_000  # one umwait at most this long before re-checking the deadline
 
 # Error codes the kernels leave in err[0] beside a device status (err[0] < 0x100).
@@ -134,13 +134,17 @@ def wait_umwait(comp, timeout, stamps):
 
 
 @njit(nogil=True, cache=True)
-def submit(push, portal, desc):
-    """Push until accepted; returns the retries (enqcmd on a full shared WQ)."""
+def submit(push, portal, desc, timeout):
+    """Push until accepted; returns the retries (enqcmd on a full shared WQ), or GAVE_UP when
+    the queue stayed full for `timeout` ticks."""
     retries = np.uint64(0)
+    start = np.uint64(0)
     while push(portal, desc) != 0:
+        if retries == 0:
+            start = tsc_end()
         retries += np.uint64(1)
-        if retries > RETRY_LIMIT:
-            return retries
+        if (retries & np.uint64(1023)) == 0 and tsc_end() - start > timeout:
+            return GAVE_UP
         pause()
     return retries
 
@@ -150,7 +154,8 @@ def submit_and_wait(push, wait, portal, desc, comp, timeout, stamps):
     """One descriptor, synchronously: clear its record, submit, wait. Returns the status byte
     (0 when the wait timed out)."""
     store_u8(comp, 0)
-    submit(push, portal, desc)
+    if submit(push, portal, desc, timeout) == GAVE_UP:
+        return np.uint8(0)
     return wait(comp, timeout, stamps)
 
 
@@ -250,8 +255,11 @@ def run_copies(push, wait, portal, top_base, comp_base, n_top, mem_base, mcomp_b
         for i in range(n_top):
             while issued < n_top and issued - i < qd:
                 a = tsc_end()
-                counters[0] += submit(push, portal, top_base + np.uint64(64 * issued))
+                retries = submit(push, portal, top_base + np.uint64(64 * issued), timeout)
                 submit_sum += tsc_end() - a
+                if retries == GAVE_UP:
+                    return _fail(err, ERR_RETRIES, issued, 0)
+                counters[0] += retries
                 issued += 1
             comp = comp_base + np.uint64(64 * i)
             b = tsc_end()
