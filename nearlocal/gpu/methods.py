@@ -543,7 +543,8 @@ class LayerStreamSession(GpuSession):
             self.back_dev = [cp.asarray(t[:, [1, 0, 2]]) for t in self.fetch_tables]
             self.fetch_nb = [_numba_array(t.data.ptr, t.shape, np.int64) for t in self.fetch_dev]
             self.back_nb = [_numba_array(t.data.ptr, t.shape, np.int64) for t in self.back_dev]
-            self.plan = kernels.plan_launch(table, width=_int_param(params, "width", 4, 16))
+            self.plan = kernels.plan_launch(table, width=_int_param(params, "width", 4, 16),
+                                            threads=_int_param(params, "threads", 1, 1024))
             self.info.update(self.plan.info())
         count = self.layers
         self.ev = {name: [cp.cuda.Event() for _ in range(count)]
@@ -695,7 +696,8 @@ _gpu("peer-kernel", "one kernel on the local GPU copies every fragment from / to
      _KERNEL, regions=("gpu",), markers=("gpu", "nvlink"))
 _gpu("layer-stream", "SwiftCache layer stream: per layer fetch from the peer GPU, compute, "
      "write back", ("read",), lambda ctx: LayerStreamSession(ctx, "layer-stream"), _needs_peer,
-     {**_TIMING, "layers": "32", "compute_us": "100", "copy": "memcpy", "width": "16"},
+     {**_TIMING, "layers": "32", "compute_us": "100", "copy": "memcpy", "width": "16",
+      "threads": "128"},
      regions=("gpu",), markers=("gpu", "nvlink"))
 
 from nearlocal.gpu import suites  # noqa: E402, F401 - the gpu / swiftcache suites
