@@ -94,7 +94,9 @@ def _kv(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "kv", help="fragments one KV-cache read turns into, for a model / layout / selection")
+        "kv", help="fragments one KV-cache read turns into, for a model / layout / selection",
+        description="Fragments, sizes, contiguity and RDMA work requests of one KV-cache read. "
+                    "The `pattern:` line it prints is a kv: pattern for `nearlocal run --pattern`.")
     parser.add_argument("--model", default="qwen2.5-32b",
                         help="built-in model or path of a local config.json (default qwen2.5-32b)")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallelism (default 1)")
