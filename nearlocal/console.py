@@ -55,7 +55,8 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
                           f"{' (usable, ' + wq.submit_instruction + ')' if wq.usable else ''}",
                           markup=False)
     if dsa.reason():
-        console.print(f"  [yellow]{dsa.reason().replace(' && ', chr(10) + '    ')}[/]")
+        steps = dsa.reason().replace("with: ", "with:\n    ").replace(" && ", "\n    ")
+        console.print(f"  [yellow]{steps}[/]")
     pools = ", ".join(f"{format_size(p.page_bytes)}: {p.free}/{p.total} free"
                       for p in inventory.hugepages.pools)
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")

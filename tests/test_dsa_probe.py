@@ -19,8 +19,9 @@ from nearlocal.sysroot import SysRoot
 from tests.fakesys import CPUINFO, cxl_box, link, write
 
 DSA = "/sys/bus/dsa/devices"
-# memmove..cflush as the kernel's %*pb prints a 256-bit map: 32-bit groups, highest first
-OP_CAP_PB = "00000000,00000000,00000000,00000001,00000000,00000000,00000000,003f03ff"
+# noop..dif_updt and cflush (Sapphire Rapids) as %*pb prints a 256-bit map: 32-bit groups,
+# highest first
+OP_CAP_PB = "00000000,00000000,00000000,00000000,00000000,00000000,00000001,003f03ff"
 
 
 def dsa_tree(root: Path, enabled: bool = True, device_state: str = "enabled",
@@ -68,10 +69,11 @@ def dsa_tree(root: Path, enabled: bool = True, device_state: str = "enabled",
 def test_op_cap_formats():
     assert decode_op_cap("0x1ff") == 0x1FF  # before 5.13: the low 64 bits
     assert decode_op_cap("0x1ff 0x0 0x0 0x1") == 0x1FF | 1 << 192  # four words, lowest first
-    assert decode_op_cap(OP_CAP_PB) == 0x3F03FF | 1 << 128
+    assert decode_op_cap(OP_CAP_PB) == 0x3F03FF | 1 << 32
     assert decode_op_cap("") == 0 and decode_op_cap(None) == 0
     assert operations(decode_op_cap(OP_CAP_PB))[:5] == ["noop", "batch", "drain", "memmove",
                                                        "memfill"]
+    assert operations(decode_op_cap(OP_CAP_PB))[-1] == "cflush"
     assert "cflush" not in operations(0x3F03FF) and "op0x80" in operations(1 << 128)
 
 
