@@ -60,9 +60,7 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     pools = ", ".join(f"{format_size(p.page_bytes)}: {p.free}/{p.total} free"
                       for p in inventory.hugepages.pools)
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")
-    gpu = inventory.gpu
-    console.print("[bold]GPU[/] " + (", ".join(f"{g.index}: {g.name} {format_size(g.memory_bytes)}"
-                                               for g in gpu.devices) or (gpu.reason or "none")))
+    _print_gpus(inventory)
 
     print_availability(availability)
 
@@ -86,6 +84,37 @@ def print_availability(availability: list[dict]) -> None:
     console.print(table)
     for number, reason in enumerate(reasons, 1):
         console.print(f"  [yellow]{number}[/] {reason}")
+
+
+def _print_gpus(inventory: HostInventory) -> None:
+    gpu = inventory.gpu
+    if not gpu.devices:
+        console.print(f"[bold]GPU[/] {gpu.reason or 'none'}")
+        return
+    console.print(f"[bold]GPU[/] driver {gpu.driver_version}, runtime {gpu.runtime_version}, "
+                  f"cupy {gpu.cupy_version}" + (f"; NVML: {gpu.nvml}" if gpu.nvml else ""))
+    for g in gpu.devices:
+        pcie = (f"PCIe gen {g.pcie_gen} x{g.pcie_width} (max gen {g.pcie_gen_max} "
+                f"x{g.pcie_width_max})" if g.pcie_gen else "PCIe link unknown")
+        nvlink = f", NVLink {g.nvlink_active} links" if g.nvlink_active else ""
+        nvlink += f" ({g.nvswitch_links} to NVSwitches)" if g.nvswitch_links else ""
+        console.print(f"  {g.index}: {g.name} {format_size(g.memory_bytes)}, sm_"
+                      f"{g.compute_capability.replace('.', '')}, {g.multiprocessors} SMs, "
+                      f"{g.copy_engines} copy engines, {pcie}{nvlink}")
+    if len(gpu.devices) > 1:
+        table = Table(title="GPU pairs: peer access / direct NVLink links", title_justify="left")
+        table.add_column("from \\ to")
+        for g in gpu.devices:
+            table.add_column(str(g.index))
+        for i in range(len(gpu.devices)):
+            cells = []
+            for j in range(len(gpu.devices)):
+                links = gpu.nvlink_links[i][j] if gpu.nvlink_links else 0
+                cells.append("-" if i == j else
+                             ("peer" if gpu.can_access_peer(i, j) else "no peer") +
+                             (f", {links} NVLink" if links else ""))
+            table.add_row(str(i), *cells)
+        console.print(table)
 
 
 def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -> Table:

@@ -404,16 +404,17 @@ def enable_peer_access(cp, device: int, peer: int, required: bool, info: dict) -
 class KernelSession(GpuSession):
     """gather-kernel / scatter-kernel / peer-kernel: one launch moves every fragment."""
 
-    peer = False
+    peer = False  # peer-kernel: both sides must be GPUs
 
     def setup(self) -> None:
         params = self.ctx.params
-        if self.peer:
-            other = self.src.device if self.src.device != self.device else self.dst.device
-            if other is None:
-                raise UsageError(f"{self.method} copies between two GPUs: use --region gpu:J "
-                                 "--peer gpu:K")
-            enable_peer_access(self.cp, self.device, other, required=True, info=self.info)
+        if self.peer and (self.src.device is None or self.dst.device is None):
+            raise UsageError(f"{self.method} copies between two GPUs: use --region gpu:J "
+                             "--peer gpu:K")
+        for access in (self.src, self.dst):  # the kernel touches the other GPU's memory
+            if access.device is not None and access.device != self.device:
+                enable_peer_access(self.cp, self.device, access.device, required=True,
+                                   info=self.info)
         src = self._pointer(self.src, True)
         dst = self._pointer(self.dst, True)
         self.src_nb = _numba_array(src, self.src.nbytes)
