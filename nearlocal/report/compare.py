@@ -9,8 +9,13 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
 - The interval is widened by the run-to-run noise estimated from all cases together (a robust
   spread of their log ratios, which a change shared by most cases does not inflate).
 - alpha is the family-wise error rate over all compared cases (Bonferroni).
+- Each median may be off by the clock's resolution (the timer overhead): on a VM whose TSC moves
+  in ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
   below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
+- A case whose samples did not meet the runner's stopping rule (median CI within --ci) in either
+  run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
+  is where back-to-back runs of the same code differ by 2-3x.
 Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
 unless --cross-host.
 """
@@ -60,6 +65,7 @@ class CaseComparison:
     _log_se: float = field(default=math.nan, repr=False)
     _p_raw: float = field(default=math.nan, repr=False)
     _resolution_ns: float = field(default=math.nan, repr=False)
+    _unsettled: str = field(default="", repr=False)  # which run's stopping rule was not met
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -208,6 +214,10 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
         base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
         result._resolution_ns = common
     result.n_base, result.n_cand = int(base_ns.size), int(cand_ns.size)
+    result._unsettled = " and ".join(
+        name for name, row in (("base", base_row), ("candidate", cand_row))
+        if row.get("converged") is not None and pd.notna(row.get("converged"))
+        and not bool(row.get("converged")))
     result.base_median_ns, result.cand_median_ns = float(np.median(base_ns)), float(np.median(cand_ns))
     if result.base_median_ns <= 0 or result.cand_median_ns <= 0:
         result.note = "a median is 0 after the timer-overhead correction: below the clock's resolution"
@@ -285,7 +295,10 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
         c.ci_low, c.ci_high = math.exp(low - half), math.exp(high + half)
         c.p_value = min(1.0, c._p_raw * len(tested))
         significant = c.p_value < alpha
-        if c.ci_low > high_bound and significant:
+        if (c.ci_low > high_bound or c.ci_high < low_bound) and significant and c._unsettled:
+            c.verdict = "ambiguous"
+            c.note = f"not converged in the {c._unsettled}: re-run with a larger --budget"
+        elif c.ci_low > high_bound and significant:
             c.verdict = "slower"
         elif c.ci_high < low_bound and significant:
             c.verdict = "faster"
