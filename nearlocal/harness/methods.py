@@ -56,6 +56,7 @@ class Method:
     cpu_flags: tuple[str, ...] = ()
     needs: Callable[[HostInventory], str | None] | None = None
     params: dict = field(default_factory=dict)  # default method parameters
+    moves_bytes: bool = True  # False for phases that move no data (no bytes_moved, no GB/s)
     markers: tuple[str, ...] = ()
 
     def unavailable(self, inventory: HostInventory) -> str | None:

@@ -40,7 +40,7 @@ def summarize(ns: np.ndarray, bytes_moved: int) -> dict:
         "mad_ns": float(np.median(np.abs(values - median))),
         "ci_low_ns": ci_low,
         "ci_high_ns": ci_high,
-        "gbps": bytes_moved / median if median > 0 else math.nan,
+        "gbps": bytes_moved / median if median > 0 and bytes_moved > 0 else math.nan,
     }
 
 

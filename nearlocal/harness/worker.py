@@ -75,8 +75,9 @@ def measure(case: Case, settings: WorkerSettings,
             overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
     with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
+        moved = opened.pattern.total_bytes if get_method(case.method).moves_bytes else 0
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
-                "info": opened.info, **summarize(ns, opened.pattern.total_bytes)}, raw, ns
+                "info": opened.info, **summarize(ns, moved)}, raw, ns
 
 
 def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.ndarray, float, bool]:
