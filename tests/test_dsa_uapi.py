@@ -126,6 +126,14 @@ int main(void) {
     d.completion_addr = 0xC0; d.src_addr = 0x3000; d.src2_addr = 0x4000; d.xfer_size = 64;
     d.expected_res = 1;
     dump("compare", &d, sizeof d);
+    memset(&d, 0, sizeof d);
+    d.flags = IDXD_OP_FLAG_CRAV | IDXD_OP_FLAG_RCR | IDXD_OP_FLAG_CC; d.opcode = DSA_OPCODE_CFLUSH;
+    d.completion_addr = 0x100; d.dst_addr = 0x5000; d.xfer_size = 4096;
+    dump("cflush", &d, sizeof d);
+    memset(&d, 0, sizeof d);
+    d.flags = IDXD_OP_FLAG_CRAV | IDXD_OP_FLAG_RCR | IDXD_OP_FLAG_FENCE; d.opcode = DSA_OPCODE_DRAIN;
+    d.completion_addr = 0x140;
+    dump("drain", &d, sizeof d);
     memset(&c, 0, sizeof c);
     c.status = 0x83; c.result = 1; c.bytes_completed = 0xABCDE; c.fault_addr = 0x7f00deadb000ULL;
     c.invalid_flags = 0x123456;
@@ -180,6 +188,11 @@ def test_encoders_match_the_compiled_header(header_dump):
     uapi.encode_compare(d[0], 0x3000, 0x4000, 64, 0xC0,
                         uapi.Flag.CRAV | uapi.Flag.RCR | uapi.Flag.CR, expected=1)
     assert _bytes(d) == header_dump["compare"]
+    uapi.encode_cflush(d[0], 0x5000, 4096, 0x100, uapi.Flag.CRAV | uapi.Flag.RCR | uapi.Flag.CC)
+    assert _bytes(d) == header_dump["cflush"]
+    uapi.encode_simple(d[0], uapi.Op.DRAIN, 0x140,
+                       uapi.Flag.CRAV | uapi.Flag.RCR | uapi.Flag.FENCE)
+    assert _bytes(d) == header_dump["drain"]
 
 
 def test_completion_record_matches_the_compiled_header(header_dump):
