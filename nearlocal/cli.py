@@ -14,7 +14,7 @@ from nearlocal.errors import UsageError
 
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
-                              "nearlocal.ci_commands"]
+                              "nearlocal.ci_commands", "nearlocal.rpc.commands"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -242,7 +242,7 @@ def describe_error(status: int, timeout_s: float) -> str:
 
 # --- the server process ------------------------------------------------------------------------
 
-def _set_parent_death_signal() -> None:
+def set_parent_death_signal() -> None:
     """Ask the kernel to SIGKILL us when the client process dies: no orphaned spinners."""
     import ctypes
     import signal
@@ -255,7 +255,7 @@ def server_main(config: dict) -> int:
     """Map the same bytes as the client, answer requests until told to stop or orphaned."""
     from nearlocal.rpc.shared import attach
 
-    _set_parent_death_signal()
+    set_parent_death_signal()
     parent = config["parent"]
     if os.getppid() != parent:
         return 1

@@ -121,3 +121,15 @@ def publish_flag(words, index, value, protocol):
         sfence()
     else:
         store_release(words, index, value)
+
+
+@intrinsic
+def compiler_barrier(typingctx):
+    """No instruction; keeps the compiler from moving memory accesses across it (x86 keeps
+    stores in order and loads in order, so this is the seqlock's write and read barrier)."""
+
+    def codegen(context, builder, signature, args):
+        builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen

@@ -1,0 +1,119 @@
+"""`nearlocal faults`: run the fault injector on a shared region and report whether the record
+store's coherence protocol held (exit 0) or not (exit 1: a torn read, a missed or late detection)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from nearlocal.errors import UsageError
+from nearlocal.units import parse_duration, parse_size
+
+
+def _config(args: argparse.Namespace):
+    from nearlocal.rpc.faults import FaultConfig
+
+    config = FaultConfig(
+        region=args.region, kills=args.kills, duration_s=parse_duration(args.duration),
+        lease_s=parse_duration(args.lease), readers=args.readers, records=args.records,
+        record_bytes=parse_size(args.record_size), protocol=args.protocol, seed=args.seed,
+        read_timeout_s=parse_duration(args.read_timeout) if args.read_timeout else None,
+        grace_s=parse_duration(args.grace) if args.grace else None,
+        allow_write=args.allow_write)
+    config.check()
+    return config
+
+
+def _print(report: dict) -> None:
+    from rich.table import Table
+
+    from nearlocal.console import console
+
+    config = report["config"]
+    detect = report["detect_ms"]
+    rows = [
+        ("writes attempted / completed",
+         f"{report['writes_attempted']:,} / {report['writes_completed']:,}"),
+        ("writer kills (inside a write)", f"{report['writer_kills']} ({report['kills_mid_write']})"),
+        ("freezes past the lease (writer fenced itself after)",
+         f"{report['freezes']} ({report['writers_fenced_after_freeze']})"),
+        ("lease lapses (writer starved, fenced itself)", str(report["lease_lapses"])),
+        ("headers corrupted", str(report["header_corruptions"])),
+        ("reads / whole", f"{report['reads']:,} / {report['reads_ok']:,}"),
+        ("torn reads", f"[{'red' if report['torn_reads'] else 'green'}]{report['torn_reads']}[/]"),
+        ("retries / checksum rejects", f"{report['retries']:,} / {report['checksum_rejects']:,}"),
+        ("fallbacks (recompute): stale / timeout / checksum",
+         f"{report['fallbacks_stale']:,} / {report['fallbacks_timeout']:,} / "
+         f"{report['fallbacks_corrupt']:,}"),
+        ("owners lost / stale detections (all readers)",
+         f"{report['owners_lost']} / {report['stale_detections']}"),
+        ("missed detections", str(report["missed_detections"])),
+        ("time to detect (ms) min / median / p99 / max",
+         " / ".join(f"{detect[k]:.1f}" for k in ("min", "median", "p99", "max")) if detect else "-"),
+        ("detections later than the bound", f"{report['detections_late']} "
+         f"(bound {report['detect_bound_ms']:.0f} ms = lease + grace)"),
+        ("judged lost before the fault (starved writer)", str(report["detected_before_fault"])),
+        ("records invalidated / writes retried / repaired",
+         f"{report['invalidated']} / {report['idempotent_retries']} / {report['repaired']}"),
+        ("longest read (timeout)",
+         f"{report['max_read_ms']:.1f} ms ({report['read_timeout_ms']:.0f} ms)"),
+    ]
+    table = Table(title=f"fault run on {config['region']}: {config['records']} records of "
+                        f"{config['record_bytes']} B, {config['readers']} readers, lease "
+                        f"{config['lease_s'] * 1e3:g} ms, protocol {config['protocol']}, "
+                        f"{report['elapsed_s']:.1f} s", title_justify="left")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    if report["stopped_early"]:
+        console.print(f"stopped early: {report['stopped_early']}")
+    console.print("[green]PASS[/]" if report["passed"] else "[red]FAIL[/]")
+
+
+def _faults(args: argparse.Namespace) -> int:
+    from nearlocal.hwprobe import probe
+    from nearlocal.regions import parse_region, region_kind
+    from nearlocal.rpc.faults import run_faults
+
+    config = _config(args)
+    inventory = probe()
+    spec = parse_region(config.region)
+    kind = region_kind(spec)
+    kind.validate(spec, inventory)
+    reason = kind.unavailable(spec, inventory)
+    if reason:
+        raise UsageError(f"region {config.region} cannot be used here: {reason}")
+    report = run_faults(config, inventory.tsc_hz)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        _print(report)
+    return 0 if report["passed"] else 1
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "faults", help="kill / freeze the writer of a shared record store mid-write, with "
+                       "readers reading throughout; check no torn read and every owner loss seen")
+    parser.add_argument("--region", default="shm:nearlocal-faults",
+                        help="the shared region (shm:NAME, file:PATH, devdax:..., numa:N)")
+    parser.add_argument("--kills", type=int, default=200, help="writer SIGKILLs (default 200)")
+    parser.add_argument("--duration", default="30s",
+                        help="stop after this long even if the kills are not done (default 30s)")
+    parser.add_argument("--lease", default="20ms",
+                        help="owner lease: no heartbeat for this long = owner lost (default 20ms)")
+    parser.add_argument("--grace", help="allowed detection delay beyond the lease "
+                        "(default: one lease)")
+    parser.add_argument("--read-timeout", help="longest a read may wait (default 5 leases)")
+    parser.add_argument("--readers", type=int, default=2, help="reader processes (default 2)")
+    parser.add_argument("--records", type=int, default=64, help="records (default 64)")
+    parser.add_argument("--record-size", default="16KiB", help="record payload (default 16KiB)")
+    parser.add_argument("--protocol", default="flush", choices=("flush", "coherent"),
+                        help="visibility protocol (default flush: what a non-coherent pool needs)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--allow-write", action="store_true",
+                        help="allow writing to devdax: regions and existing files")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=_faults)
