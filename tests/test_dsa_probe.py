@@ -13,7 +13,7 @@ from nearlocal.harness.cases import Case, unavailable
 from nearlocal.harness.methods import load_methods
 from nearlocal.harness.suites import suite_cases
 from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.dsa import decode_op_cap, operations, probe_dsa
+from nearlocal.hwprobe.dsa import decode_op_cap, op_names, probe_dsa
 from nearlocal.results import load
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import CPUINFO, cxl_box, link, write
@@ -71,10 +71,10 @@ def test_op_cap_formats():
     assert decode_op_cap("0x1ff 0x0 0x0 0x1") == 0x1FF | 1 << 192  # four words, lowest first
     assert decode_op_cap(OP_CAP_PB) == 0x3F03FF | 1 << 32
     assert decode_op_cap("") == 0 and decode_op_cap(None) == 0
-    assert operations(decode_op_cap(OP_CAP_PB))[:5] == ["noop", "batch", "drain", "memmove",
+    assert op_names(decode_op_cap(OP_CAP_PB))[:5] == ["noop", "batch", "drain", "memmove",
                                                        "memfill"]
-    assert operations(decode_op_cap(OP_CAP_PB))[-1] == "cflush"
-    assert "cflush" not in operations(0x3F03FF) and "op0x80" in operations(1 << 128)
+    assert op_names(decode_op_cap(OP_CAP_PB))[-1] == "cflush"
+    assert "cflush" not in op_names(0x3F03FF) and "op0x80" in op_names(1 << 128)
 
 
 def test_dedicated_and_shared_work_queues(tmp_path):
@@ -172,7 +172,8 @@ def test_probe_explains_dsa(tmp_path, monkeypatch, capsys):
     data = json.loads(capsys.readouterr().out)
     rows = [r for r in data["availability"] if r["method"] == "dsa-memmove"]
     assert rows and all("accel-config enable-wq dsa0/wq0.0" in r["reason"] for r in rows)
-    assert data["inventory"]["dsa"]["devices"][0]["work_queues"][0]["mode"] == "dedicated"
+    device = data["inventory"]["dsa"]["devices"][0]
+    assert device["work_queues"][0]["mode"] == "dedicated" and "memmove" in device["operations"]
     assert main(["probe"]) == 0
     text = capsys.readouterr().out
     assert "dsa0 v0x100 disabled" in text and "wq0.0: dedicated" in text

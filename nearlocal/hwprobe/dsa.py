@@ -42,7 +42,7 @@ def decode_op_cap(text: str | None) -> int:
     return sum(int(word, 16) << (64 * i) for i, word in enumerate(words))
 
 
-def operations(bitmap: int) -> list[str]:
+def op_names(bitmap: int) -> list[str]:
     """Names of the DSA operations whose bit is set (unknown bits as opcode numbers)."""
     names = []
     bit = 0
@@ -115,10 +115,7 @@ class DsaDevice:
     numa_node: int | None = None
     engines: list[DsaEngine] = field(default_factory=list)
     groups: list[DsaGroup] = field(default_factory=list)
-
-    @property
-    def operations(self) -> list[str]:
-        return operations(decode_op_cap(self.op_cap))
+    operations: list[str] = field(default_factory=list)  # op_cap decoded
 
     def enable_commands(self) -> list[str]:
         """accel-config commands that would give this device one enabled dedicated user WQ."""
@@ -229,14 +226,16 @@ def probe_dsa(root: SysRoot) -> DsaInfo:
     for name in names:
         if re.fullmatch(r"dsa\d+", name):
             path = f"{BASE}/{name}"
+            op_cap = root.read(f"{path}/op_cap")
             devices[name] = DsaDevice(
                 name=name,
                 version=root.read(f"{path}/version"),
                 max_engines=root.read_int(f"{path}/max_engines", base=10),
                 max_transfer_size=root.read_int(f"{path}/max_transfer_size", base=10),
                 max_batch_size=root.read_int(f"{path}/max_batch_size", base=10),
-                op_cap=root.read(f"{path}/op_cap"),
+                op_cap=op_cap,
                 state=root.read(f"{path}/state"),
+                operations=op_names(decode_op_cap(op_cap)),
                 max_groups=root.read_int(f"{path}/max_groups", base=10),
                 max_work_queues=root.read_int(f"{path}/max_work_queues", base=10),
                 max_work_queues_size=root.read_int(f"{path}/max_work_queues_size", base=10),
