@@ -42,7 +42,7 @@ td.why { color: var(--dim); font-style: italic; font-size: 12px; max-width: 420p
 tbody tr:nth-child(even) td { background: #fbfcfd; }
 ul.notes { margin: 6px 0; padding-left: 18px; }
 figure { margin: 12px 0; }
-figure svg { max-width: 100%; height: auto; display: block; }
+figure svg { width: 100%; max-width: 1100px; height: auto; display: block; }
 figcaption { color: var(--dim); font-size: 12px; }
 footer { color: var(--dim); font-size: 12px; padding: 0 32px 24px; }
 """

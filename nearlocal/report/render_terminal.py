@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, is_reason, numeric
 from nearlocal.report.tables import Report, Section, Table, header
@@ -15,9 +16,9 @@ def rich_table(table: Table) -> RichTable:
     for column in table.columns:
         out.add_column(escape(header(column)), justify="right" if numeric(column) else "left",
                        overflow="fold")
-    for row in table.rows:
-        out.add_row(*(f"[dim]{escape(cell_text(c, v))}[/]" if is_reason(v)
-                      else escape(cell_text(c, v))
+    for row in table.rows:  # reasons read left to right, dimmed, even in number columns
+        out.add_row(*(Text(cell_text(c, v), style="dim", justify="left") if is_reason(v)
+                      else Text(cell_text(c, v))
                       for c, v in zip(table.columns, row, strict=True)))
     return out
 

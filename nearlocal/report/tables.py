@@ -295,13 +295,13 @@ def _absent(runs: list[RunInfo], frames: list[pd.DataFrame], methods: Iterable[s
     parts = []
     for run, df in zip(runs, frames, strict=True):
         rows = df[df["method"].isin(methods)]
-        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        name = f"run {run.label}: " if len(runs) > 1 else ""
         if rows.empty:
-            parts.append(f"{name} has no {what} rows")
+            parts.append(f"{name}the run has no {what} rows")
         else:
-            reasons = rows.loc[~rows["ok"], "reason"].value_counts()
-            reason = reasons.index[0] if len(reasons) else "none ran"
-            parts.append(f"{name}: {what} did not run ({reason})")
+            outcomes = rows.loc[~rows["ok"], ["status", "reason"]].value_counts()
+            (status, reason) = outcomes.index[0] if len(outcomes) else ("absent", "")
+            parts.append(f"{name}{what} rows were {status}: {reason}")
     return "; ".join(parts) + "."
 
 
@@ -844,7 +844,9 @@ def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section
         for _, row in unconverged.iterrows():
             half = (row["ci_high_ns"] - row["ci_low_ns"]) / 2 / row["median_ns"] * 100 \
                 if row["median_ns"] else math.nan
-            cells[(row["case_id"],)] = [f"not converged: CI ±{half:.1f}% after "
+            spread = (f"CI ±{half:.1f}%" if half == half
+                      else "too few samples for a confidence interval")
+            cells[(row["case_id"],)] = [f"not converged: {spread} after "
                                         f"{int(row['n_samples'])} samples"]
         per_run.append(cells)
     for run, df in zip(runs, frames, strict=True):
