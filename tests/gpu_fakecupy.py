@@ -126,6 +126,9 @@ class _Runtime:
     def deviceCanAccessPeer(self, device, peer) -> int:
         return 1
 
+    def deviceSynchronize(self) -> None:
+        pass
+
     def deviceEnablePeerAccess(self, peer) -> None:
         self._count("deviceEnablePeerAccess")
 

@@ -19,6 +19,7 @@ stays out of CUDA-event timings (the nvbandwidth / nvbench method); it also stan
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,8 @@ except ImportError:  # pragma: no cover - depends on the numba-cuda version
     from numba.core import config as _cuda_config
 
 SIMULATED = bool(_cuda_config.ENABLE_CUDASIM)
+# a few fragments need a few blocks: that is the point, not an under-used GPU
+warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under")
 WIDTHS = (16, 8, 4)  # the word widths a kernel may use; 1 is the byte-wise fallback
 MAX_THREADS = 1024
 

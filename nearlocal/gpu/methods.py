@@ -166,6 +166,7 @@ class GpuSession:
         self.timer = timing.EventTimer(cp, self.stream, self.nb_stream,
                                        _numba_array(self._spin_out.data.ptr, 1, np.uint64))
         self.setup()
+        cp.cuda.runtime.deviceSynchronize()  # uploads on the legacy stream are done
         self.check()
         self._record_other_timing()
 
@@ -217,6 +218,7 @@ class GpuSession:
             for _, d, n in self.table:
                 host[d:d + n] = 0
             array.set(host)
+            self.cp.cuda.runtime.deviceSynchronize()  # .set() ran on the legacy stream
 
     def run_once(self) -> None:
         self.decide()
