@@ -7,7 +7,8 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
 - The runs' samples are put on the same timer-overhead correction (the smaller of the two runs'
   estimates): a different overhead estimate is not a change in the code.
 - The interval is widened by the run-to-run noise estimated from all cases together (a robust
-  spread of their log ratios, which a change shared by most cases does not inflate).
+  scatter of neighbouring cases' log ratios, which a change shared by a group of cases, such as
+  every size of one method, does not inflate).
 - alpha is the family-wise error rate over all compared cases (Bonferroni).
 - Each median may be off by the clock's resolution (the timer overhead): on a VM whose TSC moves
   in ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next.
@@ -242,17 +243,20 @@ def _resolution_bounds(c: CaseComparison) -> tuple[float, float]:
     ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next."""
     q = c._resolution_ns if math.isfinite(c._resolution_ns) else 0.0
     mb, mc = c.base_median_ns, c.cand_median_ns
-    tiny = 1e-3 * min(mb, mc)
-    return (math.log(max(mc - q, tiny) / (mb + q)), math.log((mc + q) / max(mb - q, tiny)))
+    low = math.log((mc - q) / (mb + q)) if mc > q else -math.inf
+    high = math.log((mc + q) / (mb - q)) if mb > q else math.inf
+    return low, high
 
 
 def run_noise(log_ratios: list[float]) -> float:
-    """Sigma of the run-to-run change of log ratios: scaled MAD around their median, so a change
-    shared by most cases (a real regression of everything) is not counted as noise."""
+    """Sigma of the run-to-run change of one case's log ratio, from the scaled MAD of differences
+    between consecutive cases (in the run's order: method, then size) divided by sqrt(2). A change
+    shared by a group of cases, which is what a real regression looks like, moves neighbours
+    together and so is not counted as noise; only the case-to-case scatter is."""
     values = np.asarray([v for v in log_ratios if math.isfinite(v)])
     if values.size < MIN_CASES_FOR_RUN_NOISE:
         return 0.0
-    return float(MAD_TO_SIGMA * np.median(np.abs(values - np.median(values))))
+    return float(MAD_TO_SIGMA * np.median(np.abs(np.diff(values))) / math.sqrt(2))
 
 
 def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESHOLD,
@@ -309,6 +313,10 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             if math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
                     c.base_median_ns, c.cand_median_ns):
                 c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+            elif not significant:
+                c.note = c.note or f"not significant (p >= {alpha:g})"
+            else:
+                c.note = c.note or "the interval straddles the threshold"
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
                       host_note, cases)
 
@@ -318,7 +326,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
 
 def _ratio_text(c: CaseComparison) -> tuple[str, str, str]:
     ratio = f"{c.ratio:.3f}x" if math.isfinite(c.ratio) else "-"
-    ci = f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if math.isfinite(c.ci_low) else "-"
+    ci = f"[{c.ci_low:.3f}, {c.ci_high:.3f}]".replace("inf", "∞") if not math.isnan(c.ci_low) else "-"
     p = f"{c.p_value:.2g}" if math.isfinite(c.p_value) else "-"
     return ratio, ci, p
 
