@@ -8,6 +8,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from nearlocal.errors import UsageError
@@ -43,9 +44,11 @@ def _selected_cases(args: argparse.Namespace):
     from nearlocal.units import format_size, parse_size_list
 
     cases = suite_cases(args.suite)
+    params = _parse_params(args.param or [])
     manual = args.method or args.region or args.attr or args.size or args.pattern or args.peer
     if not manual:
-        return cases
+        return [replace(case, params=(*case.params, *params.items())) for case in cases] \
+            if params else cases
     for name in args.method or []:
         get_method(name)
     methods = args.method or list(dict.fromkeys(c.method for c in cases))
@@ -54,8 +57,18 @@ def _selected_cases(args: argparse.Namespace):
     patterns = [format_size(s) for s in parse_size_list(args.size or [])] + list(args.pattern or [])
     patterns = patterns or list(dict.fromkeys(c.pattern for c in cases))
     peer = args.peer or "dram"
-    return [Case(m, r, a, p, peer=peer, suite=args.suite)
+    return [Case(m, r, a, p, peer=peer, params=tuple(params.items()), suite=args.suite)
             for m, r, a, p in itertools.product(methods, regions, attrs, patterns)]
+
+
+def _parse_params(texts: list[str]) -> dict[str, str]:
+    params = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"malformed --param {text!r}: use KEY=VALUE, e.g. qd=16")
+        params[key.strip()] = value.strip()
+    return params
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -174,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--size", action="append", help="sizes: 64, 16KiB, 1GiB; lists allowed")
     run.add_argument("--pattern", action="append", help="fragment pattern, e.g. 1024x160B")
     run.add_argument("--peer", help="the other side of every transfer (default dram)")
+    run.add_argument("--param", action="append",
+                     help="a method parameter KEY=VALUE, e.g. qd=16 (repeatable)")
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")

@@ -29,6 +29,8 @@ TINY = ["--budget", "0.02", "--quiet"]
     (["run", "--method", "load", "--region", "numa:99"], "NUMA node 99 does not exist"),
     (["run", "--method", "load", "--budget", "fast"], "malformed duration"),
     (["run", "--frobnicate"], "unrecognized arguments"),
+    (["run", "--method", "load", "--param", "qd=3"], "method load has no parameter qd"),
+    (["run", "--method", "load", "--param", "qd"], "malformed --param 'qd'"),
     (["show", "no-such-run"], "no run 'no-such-run'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path):

@@ -71,6 +71,10 @@ def validate(case: Case, inventory: HostInventory) -> None:
     if case.access not in method.accesses:
         raise UsageError(f"method {case.method} cannot {case.access}: it does "
                          f"{' / '.join(method.accesses)}")
+    unknown = [key for key, _ in case.params if key not in method.params]
+    if unknown:
+        raise UsageError(f"method {case.method} has no parameter {', '.join(unknown)}: valid are "
+                         f"{', '.join(method.params) or 'none'}")
     for text in (case.region, case.peer):
         spec = parse_region(text)
         region_kind(spec).validate(spec, inventory)
