@@ -1,0 +1,163 @@
+"""`nearlocal accept`: specs judged against synthetic runs, malformed specs, one real measurement."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.harness.cases import Case
+from nearlocal.harness.runner import describe
+from nearlocal.harness.stats import summarize
+from nearlocal.report.accept import parse_spec
+from nearlocal.results import Store, load
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
+MEDIANS = {  # ns
+    "load/dram/wb/16KiB": 100.0,
+    "clflushopt-load/dram/wb/16KiB": 2000.0,
+    "nt-store/dram/wb/64MiB": 3e6,
+    "store/dram/wb/64MiB": 5e6,
+    "load/dram/wb/64KiB": 600.0,
+}
+
+
+@pytest.fixture
+def run(tmp_path) -> str:
+    store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
+    for case_id, median in MEDIANS.items():
+        method, region, attr, pattern = case_id.split("/")
+        row = describe(Case(method, region, attr, pattern))
+        ns = np.full(50, median)
+        row.update(status="ok", reason="", converged=True, **summarize(ns, row["bytes_moved"]))
+        store.add_case(row, ns, ns)
+    store.add_case({**describe(Case("load", "numa:1", "wb", "64KiB")), "status": "skipped",
+                    "reason": "NUMA node 1 does not exist"})
+    return store.finish().name
+
+
+def _spec(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _accept(tmp_path: Path, spec: str, run: str, *extra: str) -> int:
+    return main(["accept", spec, run, "--out", str(tmp_path), *extra])
+
+
+def test_local_dram_example_passes_a_sane_run(tmp_path, run, capsys):
+    junit = tmp_path / "accept.xml"
+    assert _accept(tmp_path, str(EXAMPLES / "local-dram.toml"), run, "--junit", str(junit)) == 0
+    out = capsys.readouterr().out
+    assert "2 passed, 0 failed" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+
+
+def test_absolute_and_ratio_bounds(tmp_path, run, capsys):
+    spec = _spec(tmp_path, """
+[defaults]
+region = "dram"
+[[requirement]]
+name = "warm 16 KiB load within 3us"
+case = { method = "load", size = "16KiB" }
+max = "3us"
+[[requirement]]
+name = "warm 16 KiB load under 50 ns"
+case = { method = "load", size = "16KiB" }
+max = 50
+[[requirement]]
+name = "64 MiB nt-store at 30 GB/s"
+case = { method = "nt-store", size = "64MiB" }
+min_gbps = 30
+[[requirement]]
+name = "clflushopt-load at most 10x a warm load"
+case = { method = "clflushopt-load", size = "16KiB" }
+max_ratio_to = { method = "load", ratio = 10 }
+""")
+    junit = tmp_path / "accept.xml"
+    assert _accept(tmp_path, spec, run, "--junit", str(junit), "--json", str(tmp_path / "v.json")) == 1
+    assert "1 passed, 3 failed" in capsys.readouterr().out
+    failures = {c.get("name"): c.find("failure") for c in ET.parse(junit).getroot().iter("testcase")}
+    assert failures["warm 16 KiB load within 3us"] is None
+    assert "margin -100.0%" in failures["warm 16 KiB load under 50 ns"].get("message")
+    assert "22.37 GB/s" in failures["64 MiB nt-store at 30 GB/s"].get("message")
+    assert "20.000x" in failures["clflushopt-load at most 10x a warm load"].get("message")
+
+
+def test_requirement_whose_case_did_not_run_fails_with_the_reason(tmp_path, run, capsys):
+    spec = _spec(tmp_path, """
+[[requirement]]
+name = "pool read near-local"
+case = { method = "load", region = "numa:1", size = "64KiB" }
+max_ratio_to = { region = "dram", ratio = 1.25 }
+[[requirement]]
+name = "never measured"
+case = { method = "store", size = "1KiB" }
+max = "1us"
+""")
+    junit = tmp_path / "accept.xml"
+    assert _accept(tmp_path, spec, run, "--junit", str(junit)) == 1
+    messages = [c.find("failure").get("message") for c in ET.parse(junit).getroot().iter("testcase")]
+    assert messages[0] == "not measured: load/numa:1/wb/64KiB: NUMA node 1 does not exist"
+    assert messages[1] == "not measured: store/dram/wb/1KiB is not in the run"
+    assert "0 passed, 2 failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("text", "line", "problem"), [
+    ('[[requirement]]\ncase = { method = "load" }\nmetric = "p95_ns"\nmax = "1us"\n', 3,
+     "unknown metric 'p95_ns'"),
+    ('[[requirement]]\ncase = { method = "load" }\nmax = "1us"\n\n[[requirement]]\nname = "x"\n'
+     'case = { method = "lode" }\nmax = "1us"\n', 7, "unknown method 'lode'"),
+    ('[[requirement]]\ncase = { method = "load" }\nmax = "1us"\nmin = "1ns"\n', 4,
+     "exactly one bound"),
+    ('[[requirement]]\ncase = { method = "load" }\nmax = "fast"\n', 3, "malformed duration"),
+    ('[[requirement]]\ncase = { method = "load" }\nmax_ratio_to = { ratio = 2 }\n', 3,
+     "names the case itself"),
+    ('[[requirement]]\ncase = { method = "load", size = "16QB" }\nmax = "1us"\n', 2,
+     "malformed size or pattern"),
+    ('[[requirement]]\ncase = { method = "load" }\nmaximum = "1us"\n', 3, "unknown key 'maximum'"),
+    ('[run]\nbudget = "1s"\nthreads = 4\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 3,
+     "not 'threads'"),
+])
+def test_malformed_spec_exits_2_with_the_line(tmp_path, run, capsys, text, line, problem):
+    spec = _spec(tmp_path, text)
+    assert _accept(tmp_path, spec, run) == 2
+    err = capsys.readouterr().err
+    assert f"spec.toml:{line}:" in err and problem in err
+
+
+def test_invalid_toml_exits_2(tmp_path, run, capsys):
+    assert _accept(tmp_path, _spec(tmp_path, "[[requirement]\ncase = 1\n"), run) == 2
+    assert "invalid TOML" in capsys.readouterr().err
+
+
+def test_example_specs_parse():
+    for path in EXAMPLES.glob("*.toml"):
+        assert parse_spec(path).requirements
+
+
+def test_without_a_run_it_measures_exactly_the_cases_the_spec_needs(tmp_path, capsys):
+    spec = _spec(tmp_path, """
+[run]
+budget = "0.02"
+[[requirement]]
+name = "warm 1 KiB load no slower than 4 KiB"
+case = { method = "load", size = "1KiB" }
+max_ratio_to = { size = "4KiB", ratio = 1.0 }
+[[requirement]]
+name = "pool store"
+case = { method = "store", region = "numa:7", size = "1KiB" }
+max = "1ms"
+""")
+    code = main(["accept", spec, "--out", str(tmp_path / "store")])
+    out = capsys.readouterr().out
+    assert code == 1  # the numa:7 requirement cannot be measured here
+    measured = load(None, tmp_path / "store").cases.set_index("case_id")["status"].to_dict()
+    assert measured == {"load/dram/wb/1KiB": "ok", "load/dram/wb/4KiB": "ok",
+                        "store/numa:7/wb/1KiB": "skipped"}
+    assert "1 passed, 1 failed" in out
