@@ -35,9 +35,10 @@ def draw(plot: PlotData) -> Figure:
     ax = figure.add_subplot()
     colors = matplotlib.colormaps["tab20"].colors
     for index, series in enumerate(plot.series):
+        style = LINE_STYLES[series.run % len(LINE_STYLES)] if plot.connect else "none"
         ax.plot(series.x, series.y, label=series.label, color=colors[index % len(colors)],
-                linestyle=LINE_STYLES[series.run % len(LINE_STYLES)], marker="o", markersize=3,
-                linewidth=1.3)
+                linestyle=style, marker="os^Dv<>"[series.run % 7] if not plot.connect else "o",
+                markersize=3 if plot.connect else 5, linewidth=1.3, alpha=0.9)
     by_x: dict[float, list] = {}
     for point in plot.points:
         by_x.setdefault(point.x, []).append(point)

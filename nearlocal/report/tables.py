@@ -107,6 +107,7 @@ class PlotData:
     points: list[RefPoint] = field(default_factory=list)
     lines: list[RefLine] = field(default_factory=list)
     x_is_size: bool = True
+    connect: bool = True  # False: markers only (points of one series are not one sweep)
 
 
 @dataclass
@@ -947,17 +948,18 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
         rows = df[df["ok"] & (df["fragment_count"] > 1) & df["transfer"]]
-        for (method, path, fbytes), group in rows.groupby(
-                ["method", "path", "fragment_bytes"], sort=False):
-            group = group.sort_values("fragment_count").drop_duplicates("fragment_count")
-            series.append(Series(_series_label(method, path, run, len(runs) > 1)
-                                 + f" x{format_size(int(fbytes))}",
+        for (method, path), group in rows.groupby(["method", "path"], sort=False):
+            group = group.sort_values("fragment_count")
+            series.append(Series(_series_label(method, path, run, len(runs) > 1),
                                  tuple(float(x) for x in group["fragment_count"]),
                                  tuple(float(y) / 1e3 for y in group["median_ns"]), index))
     b14 = figure("B14")
-    points = [RefPoint("B14 CXL, 16 sparse reads of 1024x160B: 211 us",
-                       b14.value("fragments per read").central, b14.value("CXL").ns() / 1e3)]
-    return PlotData(name, title, "fragments", "median (us)", series, points, x_is_size=False)
+    reads = 16  # "fetching 16 such tokens": 16 reads of 1,024 fragments each
+    points = [RefPoint("B14 CXL: 16 reads x 1,024 x 160 B in 211 us",
+                       reads * b14.value("fragments per read").central,
+                       b14.value("CXL").ns() / 1e3)]
+    return PlotData(name, title, "fragments per transfer", "median (us)", series, points,
+                    x_is_size=False, connect=False)
 
 
 # ---------------------------------------------------------------------------------------------
