@@ -238,6 +238,17 @@ def test_several_runs_become_side_by_side_columns(tmp_path):
     assert cell_text(table.columns[6], nt[6]).startswith("9.64 us")
 
 
+def test_an_empty_run_still_renders_every_section(tmp_path):
+    from nearlocal.results.store import Store
+
+    report = build_report([load(Store.create(tmp_path, {"suite": "quick"}).finish())])
+    assert [s.key for s in report.sections] == SECTION_KEYS
+    assert report.section("b8").absent and report.section("near").absent
+    assert _row(report.section("b7").table, "B7a")[3].reason == "no nt-store wb 16KiB row in " \
+        "this run"
+    assert "<section" in report_html(report)
+
+
 # --- the command ---------------------------------------------------------------------------------
 
 def test_cli_writes_html(tmp_path, capsys):

@@ -194,36 +194,51 @@ def _with_attr(region: str, attr: str) -> str:
     return region if attr in ("wb", "", None) else f"{region}[{attr}]"
 
 
+_TEXT_DEFAULTS = {"case_id": "", "method": "", "family": "", "region": "", "attr": "wb",
+                  "pattern": "", "peer": "dram", "access": "read", "params": "{}",
+                  "status": "failed", "reason": ""}
+
+
+def _texts(values: Iterable, index: pd.Index) -> pd.Series:
+    return pd.Series(list(values), index=index, dtype=object)
+
+
 def prepare(run: RunData) -> pd.DataFrame:
     """The run's case rows plus src / dst / path / pool rank / parsed params."""
     df = run.cases.copy()
-    if df.empty:
-        df = pd.DataFrame(columns=[*run.cases.columns])
     inventory = run.meta.get("inventory") or {}
     cpuless = frozenset(int(n.get("node", -1)) for n in inventory.get("numa", [])
                         if not n.get("cpus"))
-    df["access"] = df["access"].fillna("read").replace("", "read")
-    df["peer"] = df["peer"].fillna("dram").replace("", "dram")
-    df["attr"] = df["attr"].fillna("wb")
-    df["status"] = df["status"].fillna("failed")
-    df["reason"] = df["reason"].fillna("")
+    for column, default in _TEXT_DEFAULTS.items():  # hand-made or partial rows: fill the gaps
+        values = df[column] if column in df else [None] * len(df)
+        df[column] = _texts((str(v) if isinstance(v, str) and v else default
+                             for v in values), df.index)
     for column in ("size_bytes", "fragment_count", "fragment_bytes"):
         df[column] = pd.to_numeric(df[column], errors="coerce").fillna(0).astype("int64")
-    write = df["access"] == "write"
+    for column in ("median_ns", "p10_ns", "p90_ns", "gbps", "ci_low_ns", "ci_high_ns",
+                   "n_samples"):
+        df[column] = pd.to_numeric(df[column], errors="coerce").astype("float64")
+    write = (df["access"] == "write").tolist()
     region_text = [_with_attr(r, a) for r, a in zip(df["region"], df["attr"], strict=True)]
-    df["src"] = [p if w else r for p, r, w in zip(df["peer"], region_text, write, strict=True)]
-    df["dst"] = [r if w else p for p, r, w in zip(df["peer"], region_text, write, strict=True)]
-    df["path"] = df["src"] + " -> " + df["dst"]
-    df["rank"] = [region_class(r, cpuless)[0] for r in df["region"]]
-    df["peer_rank"] = [region_class(r, cpuless)[0] for r in df["peer"]]
-    df["src_rank"] = df["peer_rank"].where(write, df["rank"])
-    df["src_kind"] = df["src"].str.split("[").str[0].str.split(":").str[0]
-    df["params_d"] = [_params(p) for p in df["params"]]
-    df["n_params"] = [len(p) for p in df["params_d"]]  # prefer a method's default settings
-    df["ok"] = df["status"] == "ok"
-    df["transfer"] = ~df["method"].isin(NOT_TRANSFERS)
-    df["contiguous"] = ((df["fragment_count"] <= 1) & ~df["pattern"].astype(str).str.contains(":")
-                        & df["transfer"])
+    src = [p if w else r for p, r, w in zip(df["peer"], region_text, write, strict=True)]
+    dst = [r if w else p for p, r, w in zip(df["peer"], region_text, write, strict=True)]
+    df["src"], df["dst"] = _texts(src, df.index), _texts(dst, df.index)
+    df["path"] = _texts((f"{a} -> {b}" for a, b in zip(src, dst, strict=True)), df.index)
+    rank = [region_class(r, cpuless)[0] for r in df["region"]]
+    peer_rank = [region_class(r, cpuless)[0] for r in df["peer"]]
+    df["rank"] = pd.Series(rank, index=df.index, dtype="int64")
+    df["peer_rank"] = pd.Series(peer_rank, index=df.index, dtype="int64")
+    df["src_rank"] = pd.Series([p if w else r for r, p, w in zip(rank, peer_rank, write,
+                                                                 strict=True)],
+                               index=df.index, dtype="int64")
+    df["src_kind"] = _texts((s.split("[")[0].split(":")[0] for s in src), df.index)
+    df["params_d"] = _texts((_params(p) for p in df["params"]), df.index)
+    df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index,
+                               dtype="int64")  # prefer a method's default settings
+    df["ok"] = (df["status"] == "ok").astype(bool)
+    df["transfer"] = (~df["method"].isin(NOT_TRANSFERS)).astype(bool)
+    df["contiguous"] = ((df["fragment_count"] <= 1)
+                        & ~df["pattern"].map(lambda p: ":" in p).astype(bool) & df["transfer"])
     return df
 
 
@@ -301,8 +316,11 @@ def _absent(runs: list[RunInfo], frames: list[pd.DataFrame], methods: Iterable[s
             parts.append(f"{name}the run has no {what} rows")
         else:
             outcomes = rows.loc[~rows["ok"], ["status", "reason"]].value_counts()
-            (status, reason) = outcomes.index[0] if len(outcomes) else ("absent", "")
-            parts.append(f"{name}{what} rows were {status}: {reason}")
+            if len(outcomes):
+                status, reason = outcomes.index[0]
+                parts.append(f"{name}{what} rows were {status}: {reason}")
+            else:
+                parts.append(f"{name}the {what} rows that ran do not cover this table")
     return "; ".join(parts) + "."
 
 
@@ -764,8 +782,8 @@ def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Secti
                                                              float(local))]
         per_run.append(cells)
     if not any(per_run):
-        section.absent = ("Only local memory was measured: no numa:N, devdax:, shm: or file: "
-                          "row has a local dram row to compare with.")
+        section.absent = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a "
+                          "pattern that local dram was also measured at.")
         return section
     section.table = keyed_table(
         [Column("method"), Column("access"), Column("pattern"), Column("bytes", "size"),
@@ -872,7 +890,7 @@ def section_skipped(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         counts = df.loc[df["status"] == "skipped", "reason"].value_counts()
         per_run.append({(reason,): [int(n)] for reason, n in counts.items()})
     if not any(per_run):
-        section.absent = "Every case ran."
+        section.absent = "No case was skipped."
         return section
     section.table = keyed_table([Column("reason")], [Column("cases", "count")], runs, per_run)
     return section
