@@ -95,6 +95,8 @@ def full_rows(scale: float = 1.0) -> list[dict]:
         # KV fragments and a fragment-count series
         row("load", "shm:kv", size=1024 * 160, fragments=1024, median=50000 * scale),
         row("load", "shm:kv", size=256 * 160, fragments=256, median=14000 * scale),
+        row("load", "shm:kv", size=1024 * 160, fragments=1024, median=40000 * scale,
+            params={"qd": "16"}),
         row("kv-metadata", "dram", pattern="kv:qwen2.5-32b:flash-attn:dense", size=2**20,
             fragments=128, median=800 * scale),
         # GPU: pool -> GPU and pinned -> GPU at 64 KiB, a gather kernel over fragments

@@ -156,11 +156,14 @@ def test_s2_s3_kv_near_local_failures(full):
     assert s3.rows[0][2] == "layers=4" and s3.rows[0][3].median_ns == 5000
     kv = full.section("b13").table
     assert {r[3] for r in kv.rows} >= {1024, 256}
+    variants = {r[6]: r[7].median_ns for r in kv.rows if r[0] == "load" and r[3] == 1024}
+    assert variants == {"-": 50000, "qd=16": 40000}  # parameters keep rows apart
     metadata = next(r for r in kv.rows if r[0] == "kv-metadata")
     assert metadata[-1] is None  # nothing moved: no bandwidth
     near = full.section("near").table
     numa = next(r for r in near.rows if r[4] == "numa:1")
-    assert numa[7] == pytest.approx(2.0)
+    assert numa[5] == "-" and numa[6].median_ns == 3000 and numa[7] == 1500
+    assert numa[8] == pytest.approx(2.0)
     failures = full.section("failures")
     outcomes = {r[0]: r[1] for r in failures.table.rows}
     assert any(v == "failed: worker crashed: SIGBUS" for v in outcomes.values())

@@ -633,13 +633,14 @@ def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in _kv_rows(df).iterrows():
             key = (row["method"], row["path"], row["pattern"], int(row["fragment_count"]),
-                   int(row["fragment_bytes"]), int(row["size_bytes"]))
+                   int(row["fragment_bytes"]), int(row["size_bytes"]),
+                   _params_text(row["params_d"]))
             stat = stat_of(row)
             cells[key] = [stat, float(row["gbps"]) if row["ok"] and row["transfer"] else None]
         per_run.append(cells)
     section.table = keyed_table(
         [Column("method"), Column("path"), Column("pattern"), Column("fragments", "count"),
-         Column("fragment", "size"), Column("bytes", "size")],
+         Column("fragment", "size"), Column("bytes", "size"), Column("params")],
         [Column("median (p10–p90)", "time"), Column("GB/s", "gbps")], runs, per_run,
         sort_key=lambda k: (k[0], k[1], k[3], k[4]))
     plot = fragment_plot("kv-fragments", "Fragmented transfers: time against fragment count",
@@ -777,7 +778,7 @@ def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Secti
             if local is None:
                 continue
             key = (row["method"], row["access"], row["pattern"], int(row["size_bytes"]),
-                   _with_attr(row["region"], row["attr"]))
+                   _with_attr(row["region"], row["attr"]), _params_text(row["params_d"]))
             cells[key] = [stat_of(row), float(local), _ratio(float(row["median_ns"]),
                                                              float(local))]
         per_run.append(cells)
@@ -787,7 +788,7 @@ def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Secti
         return section
     section.table = keyed_table(
         [Column("method"), Column("access"), Column("pattern"), Column("bytes", "size"),
-         Column("region")],
+         Column("region"), Column("params")],
         [Column("median (p10–p90)", "time"), Column("local dram", "time"),
          Column("÷ local", "ratio")], runs, per_run,
         sort_key=lambda k: (k[0], k[1], k[4], k[3]))
