@@ -117,3 +117,14 @@ def test_a_copy_that_drops_a_byte_fails_the_check(fake_cupy, monkeypatch):
                         lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n - 1))
     with pytest.raises(RuntimeError, match="moved wrong bytes: fragment 0"):
         measure(Case("cuda-memcpy-async", "pinned", "wb", "3x40B", peer="gpu:0"), SETTINGS, 0.0)
+
+
+def test_event_timer_throws_away_samples_the_host_was_late_for(fake_cupy, monkeypatch):
+    from nearlocal.gpu.timing import MIN_SPIN_NS, EventTimer
+    from tests.gpu_fakecupy import _Event
+
+    answers = iter([True, True, False])  # the spin ended before the host had queued twice
+    monkeypatch.setattr(_Event, "done", property(lambda self: next(answers)))
+    timer = EventTimer(fake_cupy, fake_cupy.cuda.Stream(), 0, np.zeros(1, np.uint64))
+    assert timer.queued(lambda: None) >= 0
+    assert timer.retries == 2 and timer.spin_ns >= 4 * MIN_SPIN_NS

@@ -1,0 +1,51 @@
+"""The GPU probe's NVLink / PCIe reading against an NVML test double laid out as nvidia-ml-py
+answers: links to the other GPU are counted per pair, links to anything else as NVSwitch links."""
+
+import sys
+import types
+
+from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo, _norm_bus_id, _probe_nvml
+
+BUS = ["0000:1B:00.0", "0000:2C:00.0"]
+
+
+def _fake_pynvml(remotes: dict[int, list[str]]):
+    nvml = types.ModuleType("pynvml")
+    nvml.NVML_NVLINK_MAX_LINKS = 4
+    nvml.nvmlInit = nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetHandleByPciBusId = lambda bus: BUS.index(bus.decode())
+    nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda h: 5
+    nvml.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
+    nvml.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 5
+    nvml.nvmlDeviceGetMaxPcieLinkWidth = lambda h: 16
+
+    def state(handle, link):
+        if link >= len(remotes[handle]):
+            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
+        return 1
+
+    nvml.nvmlDeviceGetNvLinkState = state
+    nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2 = lambda handle, link: types.SimpleNamespace(
+        busId=remotes[handle][link].encode())
+    return nvml
+
+
+def test_nvlink_links_per_pair_and_pcie(monkeypatch):
+    remotes = {0: ["00000000:2C:00.0", "00000000:2C:00.0", "00000000:99:00.0"],
+               1: ["00000000:1B:00.0", "00000000:1B:00.0"]}
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(remotes))
+    info = GpuInfo(devices=[GpuDevice(i, "Fake", 1 << 30, "9.0", pci_bus_id=BUS[i])
+                            for i in range(2)])
+    assert _probe_nvml(info) is None
+    assert info.nvlink_links == [[0, 2], [2, 0]]
+    assert info.devices[0].nvlink_active == 3 and info.devices[0].nvswitch_links == 1
+    assert (info.devices[1].pcie_gen, info.devices[1].pcie_width) == (5, 16)
+
+
+def test_bus_ids_compare_across_cuda_and_nvml_spellings():
+    assert _norm_bus_id("00000000:1B:00.0") == _norm_bus_id("0000:1b:00.0")
+
+
+def test_no_nvml_is_a_reason_not_an_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert "nvidia-ml-py is not importable" in _probe_nvml(GpuInfo())
