@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -267,7 +268,7 @@ def server_main(config: dict) -> int:
     words = raw.view(np.uint64)
     protocol = protocol_code(config["protocol"])
     idle_ticks = np.uint64(config["tsc_hz"] * 0.2)
-    if words[W_MAGIC] != MAGIC or words[W_SLOTS] != slots:
+    if read_flag(raw, words, W_MAGIC, protocol) != MAGIC or words[W_SLOTS] != slots:
         return 1
     serve(raw, words, slots, msg_words, protocol, 0, np.uint64(1), 1)  # compile before ready
     return _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, mapping)
@@ -299,14 +300,18 @@ class ServerProcess:
         self.protocol = protocol_code(protocol)
         config = {"handle": handle, "slots": slots, "message_bytes": message_bytes,
                   "protocol": protocol, "cpu": cpu, "tsc_hz": tsc_hz, "parent": os.getpid()}
+        # a file, not a pipe: a full pipe would block the server; closed in stop()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nearlocal.rpc.slots", json.dumps(config)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         deadline = time.monotonic() + start_timeout_s
         while read_flag(raw, words, W_READY, self.protocol) != self.process.pid:
             if self.process.poll() is not None:
-                detail = self.process.stderr.read().decode(errors="replace").strip()
+                self.stderr.seek(0)
+                detail = self.stderr.read().decode(errors="replace").strip()
                 self.process = None
+                self.stderr.close()
                 raise RuntimeError(f"the RPC server exited at start: {detail[-300:] or 'no output'}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -323,8 +328,7 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        self.stderr.close()
 
     def bad_requests(self) -> int:
         return int(read_flag(self.raw, self.words, W_BAD, self.protocol))
