@@ -59,9 +59,10 @@ def draw(plot: PlotData) -> Figure:
                         xycoords=("axes fraction", "data"), fontsize=7, color="#555555",
                         va="bottom", bbox={"boxstyle": "round,pad=0.1", "fc": "white",
                                            "ec": "none", "alpha": 0.7})
-        else:
-            ax.annotate(line.label, (line.value, 0.99), xycoords=("data", "axes fraction"),
-                        fontsize=7, color="#555555", rotation=90, ha="right", va="top")
+        else:  # vertical: neighbouring labels alternate between the top and the middle
+            ax.annotate(line.label, (line.value, 0.99 if index % 2 == 0 else 0.5),
+                        xycoords=("data", "axes fraction"), fontsize=7, color="#555555",
+                        rotation=90, ha="right", va="top")
     ax.set_xscale("log", base=2 if plot.x_is_size else 10)
     ax.set_yscale("log")
     ax.yaxis.set_minor_formatter(NullFormatter())

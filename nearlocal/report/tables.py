@@ -16,7 +16,7 @@ import pandas as pd
 
 from nearlocal.report.papers import Figure, figure, figures
 from nearlocal.results import RunData
-from nearlocal.units import format_size
+from nearlocal.units import format_ns, format_size
 
 # ---------------------------------------------------------------------------------------------
 # Cells, columns, tables
@@ -519,8 +519,8 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             worst = small_uc.sort_values("median_ns").iloc[-1]
             section.notes.append(
                 f"{name}: cuda-memcpy from uncacheable host memory below 24 KB: slowest median "
-                f"{worst['median_ns'] / 1e3:.2f} us at {worst['pattern']} "
-                f"({_ratio(worst['median_ns'], figure('B10').value('latency').ns()):.3g}× the "
+                f"{format_ns(worst['median_ns'])} at {worst['pattern']} "
+                f"({_ratio(worst['median_ns'], figure('B10').value('latency').ns()):.2f}× the "
                 "paper's ~1.23 ms)")
         else:
             section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
