@@ -362,8 +362,9 @@ class PeerMemcpySession(GpuSession):
 
     def setup(self) -> None:
         other = self._other_device()  # both directions, so the copy engines go direct
-        enable_peer_access(self.cp, other, self.device, required=False, info=self.info)
-        enable_peer_access(self.cp, self.device, other, required=False, info=self.info)
+        both = [enable_peer_access(self.cp, a, b, required=False, info={})
+                for a, b in ((other, self.device), (self.device, other))]
+        self.info["peer_access"] = all(both)
         src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
         self.calls = [(dst + int(d), self.dst.device, src + int(s), self.src.device, int(n))
                       for s, d, n in self.table]
