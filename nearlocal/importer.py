@@ -2,8 +2,9 @@
 in the store, so compare, accept and the reports work whichever front end produced the data.
 
 Each benchmark's extra_info carries the case row written by nearlocal/bench.py. Raw samples are
-the file's round times when it was saved with --benchmark-save-data; otherwise only the summary
-statistics pytest-benchmark keeps (min, median, mean, max, stddev) are imported.
+the file's round times (--benchmark-json always writes them; --benchmark-save / --benchmark-autosave
+only with --benchmark-save-data); otherwise only the summary statistics pytest-benchmark keeps
+(min, median, mean, max, stddev) are imported.
 """
 
 from __future__ import annotations
