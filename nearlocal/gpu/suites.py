@@ -1,6 +1,7 @@
 """The GPU suites: `gpu` (Beluga's GPU half: cudaMemcpy per fragment vs one kernel, B9-B11, B14)
 and `swiftcache` (NVLink peer copies and the layer stream, S2-S3). On a box without GPUs every
-case is a skipped row with its reason."""
+case is a skipped row with its reason. `gpu_cases` / `swiftcache_cases` are public so other suites
+(a `beluga` suite, say) can take them in with `extend_suite`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ API_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cuda-me
 PEER_PATTERNS = ("64KiB", "2MiB", "64MiB", "128x20KiB")
 
 
-def _gpu_cases() -> list[Case]:
+def gpu_cases() -> list[Case]:
     cases = []
     for region in MAPPED_HOST:
         for pattern in GPU_PATTERNS:
@@ -32,7 +33,7 @@ def _gpu_cases() -> list[Case]:
     return cases
 
 
-def _swiftcache_cases() -> list[Case]:
+def swiftcache_cases() -> list[Case]:
     cases = []
     for access in ("read", "write"):
         for pattern in PEER_PATTERNS:
@@ -50,6 +51,6 @@ def _swiftcache_cases() -> list[Case]:
 
 register_suite(Suite("gpu", "host <-> GPU: cudaMemcpy per fragment vs one gather / scatter "
                      "kernel, batched and 2-D copies, zero-copy (Beluga B9-B11, B14)",
-                     [_gpu_cases]))
+                     [gpu_cases]))
 register_suite(Suite("swiftcache", "GPU <-> GPU over NVLink: peer copies and kernels, the "
-                     "layer stream (SwiftCache S2-S3)", [_swiftcache_cases]))
+                     "layer stream (SwiftCache S2-S3)", [swiftcache_cases]))
