@@ -556,7 +556,8 @@ class LayerStreamSession(GpuSession):
                    for name in ("fetch0", "fetch1", "compute1", "back0", "back1")}
         self.donor_device, self.donor_ptr = donor.device, int(self.store.data.ptr)
         self.info.update(layers=self.layers, compute_us=self.compute_ns / 1000, copy=self.copy,
-                         layer_bytes=int(table[:, 2].sum()))
+                         layer_bytes=int(table[:, 2].sum()),
+                         round_trip_bytes=2 * int(table[:, 2].sum()))  # fetch + write back
         self.compute_pass_ns = self.timer.queued(lambda: self._pass(compute_only=True))
         self._last_pass_ns = 0.0
 

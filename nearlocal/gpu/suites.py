@@ -40,7 +40,8 @@ def swiftcache_cases() -> list[Case]:
             for method in ("peer-memcpy", "peer-kernel"):
                 cases.append(Case(method, "gpu:1", "wb", pattern, peer="gpu:0", access=access))
     for pattern in ("2MiB", "64MiB"):  # S2: the PCIe path the peer GPU replaces
-        cases.append(Case("cuda-memcpy-async", "pinned", "wb", pattern, peer="gpu:0"))
+        for method in ("cuda-memcpy", "cuda-memcpy-async"):
+            cases.append(Case(method, "pinned", "wb", pattern, peer="gpu:0"))
     for compute_us in ("50", "200"):
         for copy in ("memcpy", "kernel"):
             cases.append(Case("layer-stream", "gpu:1", "wb", "4MiB", peer="gpu:0",
