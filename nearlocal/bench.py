@@ -117,11 +117,19 @@ def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.Parame
 
 
 def machine_info(host: BenchHost) -> dict:
-    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the host."""
+    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the hardware. Only
+    what identifies it (CPU, TSC to 10 MHz, NUMA nodes and their CPUs, GPUs): --benchmark-compare
+    warns whenever machine_info differs, and free memory or huge pages change between runs."""
     from nearlocal import __version__
 
-    return {"host_id": host.inventory.host_id, "nearlocal_version": __version__,
-            "inventory": json.loads(json.dumps(host.inventory.to_dict(), default=str))}
+    inv = host.inventory
+    return {"host_id": inv.host_id, "nearlocal_version": __version__, "inventory": {
+        "hostname": inv.hostname, "host_id": inv.host_id,
+        "cpu": {"model": inv.cpu.model, "vendor": inv.cpu.vendor},
+        "tsc_hz": round(inv.tsc_hz, -7),
+        "numa": [{"node": n.node, "cpus": list(n.cpus)} for n in inv.numa],
+        "gpu": {"devices": [{"name": g.name} for g in inv.gpu.devices]},
+    }}
 
 
 def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:
