@@ -313,6 +313,8 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             if math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
                     c.base_median_ns, c.cand_median_ns):
                 c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+            elif c._unsettled:
+                c.note = c.note or f"not converged in the {c._unsettled}"
             elif not significant:
                 c.note = c.note or f"not significant (p >= {alpha:g})"
             else:
