@@ -97,7 +97,7 @@ def _section(section: Section) -> str:
             f'<span class="prov">({escape(r.citation)})</span></li>' for r in section.refs)
         parts.append(f'<ul class="refs">{items}</ul>')
     if section.absent:
-        parts.append(f'<div class="absent"><b>Not measured:</b> {escape(section.absent)}</div>')
+        parts.append(f'<div class="absent">{escape(section.absent)}</div>')
     if section.table is not None and section.table.rows:
         parts.append(table_html(section.table))
     if section.notes:

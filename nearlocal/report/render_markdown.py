@@ -31,7 +31,7 @@ def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> 
     if section.refs:
         parts.append("")
     if section.absent:
-        parts += [f"> **Not measured:** {section.absent}", ""]
+        parts += [f"> {section.absent}", ""]
     if section.table is not None and section.table.rows:
         parts += [table_markdown(section.table), ""]
     for note in section.notes:

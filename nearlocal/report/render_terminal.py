@@ -30,7 +30,7 @@ def print_section(section: Section, console: Console) -> None:
         console.print(f"  [cyan]{ref.id}[/] {escape(ref.what)}: [bold]{escape(ref.text)}[/] "
                       f"[dim]({escape(ref.citation)})[/]")
     if section.absent:
-        console.print(f"[yellow]not measured:[/] {escape(section.absent)}")
+        console.print(f"[yellow]{escape(section.absent)}[/]")
     if section.table is not None and section.table.rows:
         console.print(rich_table(section.table))
     for note in section.notes:
