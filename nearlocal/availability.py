@@ -6,7 +6,7 @@ from __future__ import annotations
 from nearlocal.harness.cases import Case, unavailable
 from nearlocal.harness.methods import load_methods
 from nearlocal.hwprobe import HostInventory
-from nearlocal.regions import ATTRIBUTES, REGION_KINDS, load_providers
+from nearlocal.regions import ATTRIBUTES, REGION_KINDS, load_providers, parse_region, region_kind
 
 
 def region_instances(inventory: HostInventory) -> list[str]:
@@ -25,9 +25,11 @@ def matrix(inventory: HostInventory, allow_write: bool = False) -> list[dict]:
             for attr in ATTRIBUTES:
                 case = Case(method.name, region, attr, "16KiB",
                             peer=_default_peer(method, inventory))
+                applicable = region_kind(parse_region(region)).family in method.region_families
                 reason = unavailable(case, inventory, allow_write)
                 rows.append({"method": method.name, "family": method.family, "region": region,
-                             "attr": attr, "runnable": reason is None, "reason": reason or ""})
+                             "attr": attr, "applicable": applicable, "runnable": reason is None,
+                             "reason": reason or ""})
     return rows
 
 

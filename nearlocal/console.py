@@ -66,21 +66,28 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
 
 
 def print_availability(availability: list[dict]) -> None:
-    """Methods x regions: the attributes that run in each cell, skip reasons as numbered notes."""
+    """Methods x regions: the attributes that run in each cell, skip reasons as numbered notes;
+    a cell where the method does not apply to that kind of region is a dot."""
     regions = list(dict.fromkeys(row["region"] for row in availability))
-    reasons = list(dict.fromkeys(row["reason"] for row in availability if row["reason"]))
+    reasons = list(dict.fromkeys(row["reason"] for row in availability
+                                 if row["reason"] and row["applicable"]))
     cells: dict[tuple[str, str], list[str]] = {}
     for row in availability:
-        mark = f"[green]{row['attr']}[/]" if row["runnable"] else \
-            f"[dim]{row['attr']}[/][yellow]{reasons.index(row['reason']) + 1}[/]"
+        if not row["applicable"]:
+            mark = "[dim]·[/]"
+        elif row["runnable"]:
+            mark = f"[green]{row['attr']}[/]"
+        else:
+            mark = f"[dim]{row['attr']}[/][yellow]{reasons.index(row['reason']) + 1}[/]"
         cells.setdefault((row["method"], row["region"]), []).append(mark)
     table = Table(title="What can run here: attributes per method x region (green = runnable, "
-                  "number = skip reason)", title_justify="left")
+                  "number = skip reason, · = not applicable)", title_justify="left")
     table.add_column("method")
     for region in regions:
         table.add_column(region)
     for method in dict.fromkeys(row["method"] for row in availability):
-        table.add_row(method, *(" ".join(cells.get((method, region), [])) for region in regions))
+        marks = (dict.fromkeys(cells.get((method, region), [])) for region in regions)
+        table.add_row(method, *(" ".join(m) for m in marks))
     console.print(table)
     for number, reason in enumerate(reasons, 1):
         console.print(f"  [yellow]{number}[/] {reason}")

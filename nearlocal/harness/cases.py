@@ -91,9 +91,11 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
     spec, peer = parse_region(case.region), parse_region(case.peer)
     kind, peer_kind = region_kind(spec), region_kind(peer)
     if kind.family not in method.region_families:
-        return f"{method.family} methods do not run on {kind.family} regions"
+        return (f"{case.method} runs on {' / '.join(sorted(method.region_families))} regions, "
+                f"not on {kind.family} ones")
     if peer_kind.family not in method.peer_families:
-        return f"{method.family} methods do not take a {peer_kind.family} peer"
+        return (f"{case.method} takes a {' / '.join(sorted(method.peer_families))} peer, "
+                f"not a {peer_kind.family} one")
     for one, one_kind in ((spec, kind), (peer, peer_kind)):
         reason = one_kind.unavailable(one, inventory)
         if reason:
