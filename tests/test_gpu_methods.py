@@ -74,8 +74,8 @@ def test_gpu_regions_validate_and_explain(inventory):
     assert unavailable(Case("load", "pinned"), two, False) is None  # CPU methods run on pinned
     assert unavailable(Case("load", "pinned"), inventory, False).startswith("no GPU")
     # a GPU region under test needs a GPU method; a host method cannot take a GPU peer
-    assert "not run on gpu regions" in unavailable(Case("load", "gpu:0"), two, False)
-    assert "not take a host peer" in unavailable(Case("gather-kernel", "pinned"), two, False)
+    assert "not on gpu ones" in unavailable(Case("load", "gpu:0"), two, False)
+    assert "not a host one" in unavailable(Case("gather-kernel", "pinned"), two, False)
     for bad, message in (("gpu:x", "use gpu:K"), ("registered:gpu:0", "cannot register"),
                          ("registered:pinned", "cannot register"), ("registered:", "needs the")):
         with pytest.raises(UsageError, match=message):
