@@ -148,8 +148,8 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     case = Case.from_dict(case_data)
     row = describe(case)
     with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write) as opened:
-        if benchmark.disabled:  # --benchmark-disable: run the kernel once, as pytest-benchmark does
-            opened.session.sample(1)
+        if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
+            benchmark.pedantic(opened.session.sample, args=(1,))
             return row
         _raw, ns, elapsed, converged = run_trials(opened.session, stopping_rule(benchmark, host))
         clock_name, info = opened.session.clock, opened.info
