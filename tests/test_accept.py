@@ -136,6 +136,18 @@ def test_invalid_toml_exits_2(tmp_path, run, capsys):
     assert "invalid TOML" in capsys.readouterr().err
 
 
+def test_a_size_replaces_an_inherited_pattern(tmp_path):
+    spec = parse_spec(_spec(tmp_path, """
+[defaults]
+size = "16KiB"
+[[requirement]]
+case = { method = "load", pattern = "1024x160B" }
+max_ratio_to = { size = "160KiB" }
+"""))
+    requirement = spec.requirements[0]
+    assert requirement.case.pattern == "1024x160B" and requirement.reference.pattern == "160KiB"
+
+
 def test_example_specs_parse():
     for path in EXAMPLES.glob("*.toml"):
         assert parse_spec(path).requirements

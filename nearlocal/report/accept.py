@@ -123,6 +123,13 @@ class _Lines:
         return self.key(start, key) if key and start else start
 
 
+def _merge(base: dict, override: dict) -> dict:
+    """Case fields: override wins; a size replaces an inherited pattern and the other way round."""
+    if "size" in override or "pattern" in override:
+        base = {k: v for k, v in base.items() if k not in ("size", "pattern")}
+    return {**base, **override}
+
+
 def _fail(path: Path, line: int | None, problem: str) -> UsageError:
     return UsageError(f"{path}:{line or '?'}: {problem}")
 
@@ -177,7 +184,7 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
         raise fail(unknown[0], f"unknown key {unknown[0]!r} (valid: {', '.join(REQUIREMENT_KEYS)})")
     if not isinstance(table.get("case"), dict):
         raise fail("case", "needs case = { method = ..., size = ... }")
-    fields = {**defaults, **table["case"]}
+    fields = _merge(defaults, table["case"])
     try:
         case = _make_case(fields, "case")
     except UsageError as exc:
@@ -203,7 +210,7 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
             ratio = value.get("ratio", 1.0)
             if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 0:
                 raise UsageError(f"{key}: ratio must be a positive number, got {ratio!r}")
-            reference = _make_case({**fields, **{k: v for k, v in value.items() if k != "ratio"}},
+            reference = _make_case(_merge(fields, {k: v for k, v in value.items() if k != "ratio"}),
                                    key)
             if reference == case:
                 raise UsageError(f"{key} names the case itself: change at least one field")
