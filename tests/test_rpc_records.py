@@ -123,6 +123,7 @@ def test_fault_run_hundreds_of_kills_no_torn_reads(tsc_hz):
     assert report["owners_lost"] >= report["writer_kills"] + report["freezes"]
     assert report["kills_mid_write"] > report["writer_kills"] // 2
     assert report["freezes"] > 0 and report["writers_fenced_after_freeze"] == report["freezes"]
+    assert report["frozen_writers_killed"] == 0
     assert report["invalidated"] > 0 and report["idempotent_retries"] > 0
     assert report["reads_ok"] > 0 and report["fallbacks"] > 0
     assert report["header_corruptions"] > 0 and report["checksum_rejects"] > 0

@@ -35,8 +35,9 @@ def _print(report: dict) -> None:
         ("writes attempted / completed",
          f"{report['writes_attempted']:,} / {report['writes_completed']:,}"),
         ("writer kills (inside a write)", f"{report['writer_kills']} ({report['kills_mid_write']})"),
-        ("freezes past the lease (writer fenced itself after)",
-         f"{report['freezes']} ({report['writers_fenced_after_freeze']})"),
+        ("freezes past the lease (fenced itself after / went on, killed)",
+         f"{report['freezes']} ({report['writers_fenced_after_freeze']} / "
+         f"{report['frozen_writers_killed']})"),
         ("lease lapses (writer starved, fenced itself)", str(report["lease_lapses"])),
         ("headers corrupted", str(report["header_corruptions"])),
         ("reads / whole", f"{report['reads']:,} / {report['reads_ok']:,}"),

@@ -156,8 +156,9 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     dying: list[int] = []  # killed writers not yet reaped
     writer: int | None = None
     report = {"config": asdict(config), "writer_kills": 0, "kills_mid_write": 0, "freezes": 0,
-              "writers_fenced_after_freeze": 0, "lease_lapses": 0, "header_corruptions": 0,
-              "owners_lost": 0, "missed_detections": 0, "detect_ms": [], "stopped_early": ""}
+              "writers_fenced_after_freeze": 0, "frozen_writers_killed": 0, "lease_lapses": 0,
+              "header_corruptions": 0, "owners_lost": 0, "missed_detections": 0,
+              "detect_ms": [], "stopped_early": ""}
     started = time.monotonic()
     try:
         for reader in range(config.readers):
@@ -212,8 +213,12 @@ def run_faults(config: FaultConfig, tsc_hz: float,
                 code = _wait(writer, 5)
                 if code is None:
                     _reap(writer)
+                    report["frozen_writers_killed"] += 1  # went on writing: a fencing failure
                 elif os.WIFEXITED(code) and os.WEXITSTATUS(code) == rec.WRITER_FENCED:
                     report["writers_fenced_after_freeze"] += 1
+                else:
+                    raise RuntimeError(f"the frozen writer of epoch {epoch} failed "
+                                       f"(wait status {code})")
             writer = None
             if not detected:
                 report["missed_detections"] += 1
@@ -308,7 +313,8 @@ def _totals(report: dict, store: rec.RecordStore, config: FaultConfig, tsc_hz: f
         report["detect_ms"] = {}
         report["detections_late"] = 0
     report["passed"] = bool(report["torn_reads"] == 0 and report["missed_detections"] == 0
-                            and report["detections_late"] == 0)
+                            and report["detections_late"] == 0
+                            and report["frozen_writers_killed"] == 0)
 
 
 __all__ = ["PROTOCOLS", "FaultConfig", "run_faults"]

@@ -133,7 +133,17 @@ def _record_base(words, index):
 @njit(cache=True, nogil=True)
 def _beat(words, protocol):
     publish_flag(words, W_HEARTBEAT, words[W_HEARTBEAT] + np.uint64(1), protocol)
-    return tsc_end()
+
+
+@njit(cache=True, nogil=True)
+def _lapsed(clock, lease):
+    """Self-fencing: True if more than a lease passed since the owner last looked at its clock
+    (clock[0]); it looks before and after every write, so a freeze anywhere shows up as a gap.
+    A frozen owner can finish at most the one write it was in or about to start."""
+    now = tsc_end()
+    gap = now - clock[0]
+    clock[0] = now
+    return gap > lease
 
 
 @njit(cache=True, nogil=True)
@@ -178,8 +188,11 @@ def _invalidate_record(words, base, protocol):
 
 
 @njit(cache=True, nogil=True)
-def take_over(raw, words, epoch, protocol):
-    """A new owner: publish the epoch, then repair what the previous one left behind."""
+def take_over(raw, words, epoch, protocol, clock):
+    """A new owner: publish the epoch, then repair what the previous one left behind.
+
+    Returns False if its own lease lapsed on the way (frozen, descheduled): it must stop."""
+    lease = words[C_LEASE]
     publish_flag(words, W_EPOCH, np.uint64(epoch), protocol)
     _beat(words, protocol)
     payload_words = np.int64(words[C_PAYLOAD])
@@ -200,7 +213,10 @@ def take_over(raw, words, epoch, protocol):
                     or checksum(payload, index, version) != words[base + H_CHECKSUM]):
                 write_record(raw, words, index, version, epoch, protocol)
                 _count(words, W_REPAIRED, protocol)
+        if _lapsed(clock, lease):
+            return False
         _beat(words, protocol)
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -210,14 +226,16 @@ def writer_run(raw, words, epoch, seed, protocol, max_writes, max_ticks):
     lease = words[C_LEASE]
     if seed >= 0:
         np.random.seed(seed)
-    take_over(raw, words, epoch, protocol)
-    start = last_beat = tsc_end()
+    start = tsc_end()
+    clock = np.array([start], np.uint64)  # the owner's last look at its clock (_lapsed)
+    if not take_over(raw, words, epoch, protocol, clock):
+        return WRITER_FENCED
     records = np.int64(words[C_RECORDS])
     writes = 0
     while True:
-        now = tsc_end()
-        if now - last_beat > lease:  # frozen or descheduled past the lease, perhaps mid-write
+        if _lapsed(clock, lease):  # frozen or descheduled past the lease
             return WRITER_FENCED
+        now = clock[0]
         if read_flag(raw, words, C_STOP, protocol) != 0:
             return WRITER_STOPPED
         if (max_writes and writes >= max_writes) or (max_ticks and now - start > max_ticks):
@@ -225,9 +243,9 @@ def writer_run(raw, words, epoch, seed, protocol, max_writes, max_ticks):
         index = np.random.randint(0, records)
         version = words[_record_base(words, index) + H_VERSION] + np.uint64(1)
         write_record(raw, words, index, version, epoch, protocol)
-        if tsc_end() - last_beat > lease:  # no heartbeat from a writer whose lease lapsed
+        if _lapsed(clock, lease):  # no heartbeat from a writer whose lease lapsed
             return WRITER_FENCED
-        last_beat = _beat(words, protocol)
+        _beat(words, protocol)
         writes += 1
 
 
