@@ -3,6 +3,10 @@ that is killed (SIGKILL) at random points inside its writes, frozen (SIGSTOP) pa
 has record headers corrupted under it. Every writer is a forked child (so hundreds of kills fit in
 seconds), every epoch ends with the injector waiting until each reader has judged the owner lost.
 
+Only one owner runs at a time: like a cluster manager, the injector starts the next writer only
+once the previous one is dead or has fenced itself (leases give readers liveness, not mutual
+exclusion; a frozen owner may finish the one write it was in before it notices its lapse).
+
 The report counts what the papers' authors ask acceptance to prove: torn reads (must be 0), owner
 loss detected (every epoch, by every reader, within the lease bound), records invalidated and the
 interrupted writes retried with the same version, fallbacks ("recompute") instead of waiting, and
