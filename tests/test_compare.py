@@ -189,3 +189,24 @@ def test_bootstrap_medians_match_a_resampling_bootstrap(n):
     brute = np.median(x[rng.integers(0, n, (20_000, n))], axis=1)
     for q in (5, 25, 50, 75, 95):
         assert np.percentile(exact, q) == pytest.approx(np.percentile(brute, q), rel=0.02)
+
+
+def test_earlier_runs_spread_widens_a_case_that_jumps_between_runs(tmp_path, capsys):
+    """A case that alternated between 10 and 20 us in earlier runs is not a regression when it
+    reads 20 us again; without history (--history 0) it is."""
+    rng = np.random.default_rng(13)
+
+    def run(jumpy_level: float) -> str:
+        samples = _samples(int(rng.integers(1 << 30)))
+        samples["load/dram/wb/4KiB"] = jumpy_level * rng.lognormal(0, 0.02, 400)
+        return make_run(tmp_path, samples)
+
+    for level in (1e4, 2e4, 1e4, 2e4):
+        run(level)
+    base, cand = run(1e4), run(2e4)
+    assert main(["compare", base, cand, "--out", str(tmp_path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["history_runs"] == 5
+    jumpy = next(c for c in report["cases"] if c["case_id"] == "load/dram/wb/4KiB")
+    assert jumpy["verdict"] == "ambiguous" and jumpy["ratio"] == pytest.approx(2.0, rel=0.05)
+    assert main(["compare", base, cand, "--out", str(tmp_path), "--history", "0"]) == 1

@@ -14,6 +14,9 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
   in ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
   below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
+- Each case's interval is also at least as wide as that case's own spread over the store's other
+  runs on the same hardware (--history, the latest 20), when there are 3 or more: one run is one
+  draw of page placement, huge pages and co-tenants; only other runs show how much that moves it.
 - A case whose samples did not meet the runner's stopping rule (median CI within --ci) in either
   run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
   is where back-to-back runs of the same code differ by 2-3x.
@@ -43,6 +46,8 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 N_BOOTSTRAP = 4000
 MIN_CASES_FOR_RUN_NOISE = 8  # below this the run-to-run noise is not estimated (taken as 0)
+HISTORY_RUNS = 20  # other runs of the same hardware in the store used for per-case noise
+MIN_HISTORY = 3  # runs a case needs in that history before its spread is used
 MAD_TO_SIGMA = 1.4826
 VERDICT_ORDER = ("slower", "faster", "ambiguous", "missing", "new", "same")
 BASELINE_REF = "baseline"
@@ -83,6 +88,7 @@ class Comparison:
     confidence: float  # of each case's interval, after the Bonferroni adjustment
     host_note: str
     cases: list[CaseComparison]
+    history_runs: int = 0  # other runs whose spread widened each case's interval
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -98,8 +104,9 @@ class Comparison:
     def summary(self) -> str:
         counts = self.counts()
         text = ", ".join(f"{n} {v}" for v, n in counts.items())
+        history = f", per-case spread of {self.history_runs} other runs" if self.history_runs else ""
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
-                f"{self.n_compared} cases, run-to-run noise {self.run_noise:.1%})")
+                f"{self.n_compared} cases, run-to-run noise {self.run_noise:.1%}{history})")
 
     @property
     def n_compared(self) -> int:
@@ -111,7 +118,8 @@ class Comparison:
     def to_dict(self) -> dict:
         return {"base": self.base, "candidate": self.candidate, "threshold": self.threshold,
                 "alpha": self.alpha, "run_noise": self.run_noise, "confidence": self.confidence,
-                "host_note": self.host_note, "counts": self.counts(),
+                "host_note": self.host_note, "history_runs": self.history_runs,
+                "counts": self.counts(),
                 "regression": bool(self.regressions),
                 "cases": [c.to_dict() for c in self.sorted_cases()]}
 
@@ -126,8 +134,7 @@ def _identity(meta: dict) -> dict | None:
     return {
         "cpu": inventory["cpu"].get("model"),
         "tsc_hz": float(inventory.get("tsc_hz") or 0.0),
-        "numa": [(n.get("node"), len(n.get("cpus", [])), int(n.get("mem_total_bytes") or 0))
-                 for n in inventory.get("numa", [])],
+        "numa": [(n.get("node"), len(n.get("cpus", []))) for n in inventory.get("numa", [])],
         "gpus": [g.get("name") for g in (inventory.get("gpu") or {}).get("devices", [])],
     }
 
@@ -137,8 +144,9 @@ def host_id(meta: dict) -> str | None:
 
 
 def host_differences(base: dict, cand: dict) -> list[str]:
-    """What makes two runs' hardware differ (empty: same hardware). host_id is exact; on a VM the
-    memory size and a calibrated TSC drift a little, so inventories are compared with tolerance."""
+    """What makes two runs' hardware differ (empty: same hardware). host_id is exact, but on a VM
+    the memory size balloons and a calibrated TSC drifts, so inventories are compared instead: CPU
+    model, TSC within 0.5%, NUMA nodes and their CPUs, GPUs; memory sizes are left out."""
     if host_id(base) and host_id(base) == host_id(cand):
         return []
     a, b = _identity(base), _identity(cand)
@@ -149,11 +157,8 @@ def host_differences(base: dict, cand: dict) -> list[str]:
         found.append(f"CPU {a['cpu']} vs {b['cpu']}")
     if not a["tsc_hz"] or abs(a["tsc_hz"] - b["tsc_hz"]) > 0.005 * a["tsc_hz"]:
         found.append(f"TSC {a['tsc_hz'] / 1e6:.0f} vs {b['tsc_hz'] / 1e6:.0f} MHz")
-    if [n[:2] for n in a["numa"]] != [n[:2] for n in b["numa"]]:
-        found.append(f"NUMA nodes (node, CPUs) {[n[:2] for n in a['numa']]} vs "
-                     f"{[n[:2] for n in b['numa']]}")
-    elif any(max(x[2], y[2]) > 2 * min(x[2], y[2]) for x, y in zip(a["numa"], b["numa"], strict=True)):
-        found.append("NUMA node memory differs by more than 2x")
+    if a["numa"] != b["numa"]:
+        found.append(f"NUMA nodes (node, CPUs) {a['numa']} vs {b['numa']}")
     if a["gpus"] != b["gpus"]:
         found.append(f"GPUs {a['gpus']} vs {b['gpus']}")
     return found
@@ -259,8 +264,43 @@ def run_noise(log_ratios: list[float]) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(np.diff(values))) / math.sqrt(2))
 
 
+def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS) -> tuple[dict[str, float], int]:
+    """Per case, the SD of the log median over the store's latest `limit` other runs on the same
+    hardware (the candidate excluded; in CI the candidate is the newest run): what one
+    process-wide draw of page placement, huge pages and co-tenants does to that case, which no
+    single run can show. Cases with fewer than MIN_HISTORY such runs get none.
+    Returns ({case_id: sd}, number of runs used)."""
+    from nearlocal.results.store import list_runs
+
+    medians: dict[str, list[float]] = {}
+    used = 0
+    for path in reversed(list_runs(root)):
+        if used >= limit:
+            break
+        if path.resolve() == cand.path.resolve():
+            continue  # the candidate may hold the regression: it is not history
+        try:
+            meta = json.loads((path / "run.json").read_text())
+            if not meta.get("complete") or meta.get("scaled_from") or host_differences(meta, cand.meta):
+                continue
+            rows = pd.read_parquet(path / "cases.parquet",
+                                   columns=["case_id", "status", "median_ns", "timer_overhead_ns"])
+        except (OSError, ValueError, KeyError):
+            continue
+        used += 1
+        rows = rows[(rows["status"] == "ok") & (rows["median_ns"] > 0)]
+        # the run's own overhead estimate is added back: its drift is not the case's noise
+        totals = rows["median_ns"] + rows["timer_overhead_ns"].fillna(0.0)
+        for case_id, total in zip(rows["case_id"], totals, strict=True):
+            medians.setdefault(str(case_id), []).append(math.log(total))
+    return ({cid: float(np.std(v, ddof=1)) for cid, v in medians.items() if len(v) >= MIN_HISTORY},
+            used)
+
+
 def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESHOLD,
-                 alpha: float = DEFAULT_ALPHA, seed: int = 0, host_note: str = "") -> Comparison:
+                 alpha: float = DEFAULT_ALPHA, seed: int = 0, host_note: str = "",
+                 history: dict[str, float] | None = None, history_runs: int = 0) -> Comparison:
+    """history: per case, the SD of one run's log median between runs (see history_noise)."""
     if not 0 < threshold < 10:
         raise UsageError(f"--threshold must be a positive percentage below 1000%, got {threshold:.1%}")
     if not 0 < alpha < 1:
@@ -293,8 +333,10 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     per_case_alpha = alpha / max(len(tested), 1)
     z = float(scipy_stats.norm.isf(per_case_alpha / 2))
     high_bound, low_bound = 1 + threshold, 1 / (1 + threshold)
+    history = history or {}
     for c in tested:
-        half = z * math.hypot(c._log_se, tau)
+        between = max(tau, math.sqrt(2) * history.get(c.case_id, 0.0))  # a ratio spans 2 runs
+        half = z * math.hypot(c._log_se, between)
         low, high = _resolution_bounds(c)
         c.ci_low, c.ci_high = math.exp(low - half), math.exp(high + half)
         c.p_value = min(1.0, c._p_raw * len(tested))
@@ -320,7 +362,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             else:
                 c.note = c.note or "the interval straddles the threshold"
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
-                      host_note, cases)
+                      host_note, cases, history_runs if history else 0)
 
 
 # ---------------------------------------------------------------- output
@@ -498,9 +540,11 @@ def _compare(args) -> int:
                              + "; ".join(differences) + "): pass --cross-host to compare anyway")
         note = "cross-host comparison: " + "; ".join(differences)
     elif host_id(base.meta) != host_id(cand.meta):
-        note = (f"host ids {host_id(base.meta)} / {host_id(cand.meta)} differ only within tolerance "
-                "(memory size or calibrated TSC): same hardware")
-    result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note)
+        note = (f"host ids {host_id(base.meta)} / {host_id(cand.meta)} differ only in memory size "
+                "or calibrated TSC: same hardware")
+    history, used = history_noise(root, cand, args.history) if args.history else ({}, 0)
+    result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
+                          history, used)
     write_output(result, args.format, args.output)
     if args.output and args.format != "table":
         from nearlocal.console import err_console
@@ -542,6 +586,9 @@ def register(sub) -> None:
     parser.add_argument("--output", help="write the report to this file instead of stdout")
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")
+    parser.add_argument("--history", type=int, default=HISTORY_RUNS,
+                        help="other runs of this hardware in the store whose spread widens each "
+                             f"case's interval (default {HISTORY_RUNS}; 0: none)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.set_defaults(func=_compare)
 
