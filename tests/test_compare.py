@@ -191,8 +191,8 @@ def test_bootstrap_medians_match_a_resampling_bootstrap(n):
         assert np.percentile(exact, q) == pytest.approx(np.percentile(brute, q), rel=0.02)
 
 
-def test_earlier_runs_spread_widens_a_case_that_jumps_between_runs(tmp_path, capsys):
-    """A case that alternated between 10 and 20 us in earlier runs is not a regression when it
+def test_past_baselines_spread_widens_a_case_that_jumps_between_runs(tmp_path, capsys):
+    """A case that alternated between 10 and 20 us in past baselines is not a regression when it
     reads 20 us again; without history (--history 0) it is."""
     rng = np.random.default_rng(13)
 
@@ -201,12 +201,15 @@ def test_earlier_runs_spread_widens_a_case_that_jumps_between_runs(tmp_path, cap
         samples["load/dram/wb/4KiB"] = jumpy_level * rng.lognormal(0, 0.02, 400)
         return make_run(tmp_path, samples)
 
-    for level in (1e4, 2e4, 1e4, 2e4):
-        run(level)
-    base, cand = run(1e4), run(2e4)
-    assert main(["compare", base, cand, "--out", str(tmp_path), "--format", "json"]) == 0
+    for level in (1e4, 2e4, 1e4, 2e4, 1e4):
+        assert main(["baseline", "set", run(level), "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "baselines" / "host-a.json").read_text())
+    assert len(record["history"]) == 4
+    cand = run(2e4)
+    capsys.readouterr()
+    assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["history_runs"] == 5
     jumpy = next(c for c in report["cases"] if c["case_id"] == "load/dram/wb/4KiB")
     assert jumpy["verdict"] == "ambiguous" and jumpy["ratio"] == pytest.approx(2.0, rel=0.05)
-    assert main(["compare", base, cand, "--out", str(tmp_path), "--history", "0"]) == 1
+    assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--history", "0"]) == 1

@@ -14,9 +14,10 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
   in ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
   below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
-- Each case's interval is also at least as wide as that case's own spread over the store's other
-  runs on the same hardware (--history, the latest 20), when there are 3 or more: one run is one
-  draw of page placement, huge pages and co-tenants; only other runs show how much that moves it.
+- Each case's interval is also at least as wide as that case's own spread over the runs that have
+  been this hardware's baseline (--history, the latest 20), when there are 3 or more: one run is
+  one draw of page placement, huge pages and co-tenants; only other runs show how much that moves
+  a case, and baselines are known-good code.
 - A case whose samples did not meet the runner's stopping rule (median CI within --ci) in either
   run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
   is where back-to-back runs of the same code differ by 2-3x.
@@ -46,7 +47,7 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 N_BOOTSTRAP = 4000
 MIN_CASES_FOR_RUN_NOISE = 8  # below this the run-to-run noise is not estimated (taken as 0)
-HISTORY_RUNS = 20  # other runs of the same hardware in the store used for per-case noise
+HISTORY_RUNS = 20  # past baselines of the same hardware used for per-case noise
 MIN_HISTORY = 3  # runs a case needs in that history before its spread is used
 MAD_TO_SIGMA = 1.4826
 VERDICT_ORDER = ("slower", "faster", "ambiguous", "missing", "new", "same")
@@ -88,7 +89,7 @@ class Comparison:
     confidence: float  # of each case's interval, after the Bonferroni adjustment
     host_note: str
     cases: list[CaseComparison]
-    history_runs: int = 0  # other runs whose spread widened each case's interval
+    history_runs: int = 0  # past baselines whose spread widened each case's interval
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -104,7 +105,8 @@ class Comparison:
     def summary(self) -> str:
         counts = self.counts()
         text = ", ".join(f"{n} {v}" for v, n in counts.items())
-        history = f", per-case spread of {self.history_runs} other runs" if self.history_runs else ""
+        history = (f", per-case spread of {self.history_runs} past baselines"
+                   if self.history_runs else "")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
                 f"{self.n_compared} cases, run-to-run noise {self.run_noise:.1%}{history})")
 
@@ -265,32 +267,28 @@ def run_noise(log_ratios: list[float]) -> float:
 
 
 def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS) -> tuple[dict[str, float], int]:
-    """Per case, the SD of the log median over the store's latest `limit` other runs on the same
-    hardware (the candidate excluded; in CI the candidate is the newest run): what one
-    process-wide draw of page placement, huge pages and co-tenants does to that case, which no
-    single run can show. Cases with fewer than MIN_HISTORY such runs get none.
-    Returns ({case_id: sd}, number of runs used)."""
-    from nearlocal.results.store import list_runs
-
+    """Per case, the SD of the log median over the runs that have been this hardware's baseline
+    (`nearlocal baseline set`, known-good code; the candidate excluded): what one process-wide
+    draw of page placement, huge pages and co-tenants does to that case, which no single run can
+    show. Cases with fewer than MIN_HISTORY such runs get none. Returns ({case_id: sd}, runs used)."""
+    found = _baseline_record(root, cand.meta)
+    if found is None:
+        return {}, 0
     medians: dict[str, list[float]] = {}
     used = 0
-    for path in reversed(list_runs(root)):
+    for ref in [found[1]["run"], *found[1].get("history", [])]:
         if used >= limit:
             break
-        if path.resolve() == cand.path.resolve():
-            continue  # the candidate may hold the regression: it is not history
         try:
-            meta = json.loads((path / "run.json").read_text())
-            if not meta.get("complete") or meta.get("scaled_from") or host_differences(meta, cand.meta):
-                continue
-            rows = pd.read_parquet(path / "cases.parquet",
-                                   columns=["case_id", "status", "median_ns", "timer_overhead_ns"])
-        except (OSError, ValueError, KeyError):
+            run = load(ref, root)
+        except UsageError:
+            continue  # a baseline run deleted from the store
+        if run.path.resolve() == cand.path.resolve() or host_differences(run.meta, cand.meta):
             continue
         used += 1
-        rows = rows[(rows["status"] == "ok") & (rows["median_ns"] > 0)]
+        rows = run.cases[(run.cases["status"] == "ok") & (run.cases["median_ns"] > 0)]
         # the run's own overhead estimate is added back: its drift is not the case's noise
-        totals = rows["median_ns"] + rows["timer_overhead_ns"].fillna(0.0)
+        totals = rows["median_ns"] + rows["timer_overhead_ns"].astype(float).fillna(0.0)
         for case_id, total in zip(rows["case_id"], totals, strict=True):
             medians.setdefault(str(case_id), []).append(math.log(total))
     return ({cid: float(np.std(v, ddof=1)) for cid, v in medians.items() if len(v) >= MIN_HISTORY},
@@ -470,20 +468,46 @@ def _baseline_dir(root: Path) -> Path:
     return Path(root) / "baselines"
 
 
+def _baseline_records(root: Path) -> list[tuple[Path, dict]]:
+    folder = _baseline_dir(root)
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            found.append((path, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return found
+
+
+def _baseline_record(root: Path, meta: dict) -> tuple[Path, dict] | None:
+    """The baseline record of this run's hardware: its exact host id, else the same hardware
+    within tolerance (host ids drift on VMs), the most recently set first."""
+    records = _baseline_records(root)
+    exact = [r for r in records if r[1].get("host_id") == host_id(meta)]
+    alike = exact or [r for r in records if not host_differences(
+        {**r[1].get("meta", {}), "host_id": r[1].get("host_id")}, meta)]
+    return max(alike, key=lambda r: r[1].get("set", "")) if alike else None
+
+
 def set_baseline(ref: str, root: Path) -> Path:
-    """Remember a run as this host's baseline: `<root>/baselines/<host_id>.json`."""
+    """Make a run this hardware's baseline in `<root>/baselines/<host_id>.json`; the runs that were
+    its baseline before are kept as history (they tell how much each case moves between runs)."""
     run = load(ref, root)
     key = host_id(run.meta)
     if not key:
         raise UsageError(f"run {run.run_id} records no host id: it cannot be a per-host baseline")
+    found = _baseline_record(root, run.meta)
     folder = _baseline_dir(root)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.json"
+    path = found[0] if found else folder / f"{key}.json"
     inside = run.path.resolve().parent == Path(root).resolve()
-    record = {"run": run.run_id if inside else str(run.path.resolve()), "host_id": key,
+    name = run.run_id if inside else str(run.path.resolve())
+    previous = [found[1]["run"], *found[1].get("history", [])] if found else []
+    record = {"run": name, "host_id": found[1]["host_id"] if found else key,
               "hostname": (run.meta.get("inventory") or {}).get("hostname"),
-              "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "meta": {"inventory":
-                                                                    run.meta.get("inventory", {})}}
+              "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "history": [r for r in dict.fromkeys(previous) if r != name][:HISTORY_RUNS],
+              "meta": {"inventory": run.meta.get("inventory", {})}}
     temp = path.with_suffix(".json.tmp")
     temp.write_text(json.dumps(record, indent=1, default=str))
     temp.replace(path)
@@ -491,27 +515,16 @@ def set_baseline(ref: str, root: Path) -> Path:
 
 
 def baselines(root: Path) -> list[dict]:
-    folder = _baseline_dir(root)
-    found = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return found
+    return [record for _, record in _baseline_records(root)]
 
 
 def baseline_for(cand_meta: dict, root: Path) -> str:
-    """The run recorded as the baseline of the candidate's host (same hardware within tolerance
-    when the exact host id has none)."""
-    records = baselines(root)
-    exact = [r for r in records if r.get("host_id") == host_id(cand_meta)]
-    alike = exact or [r for r in records if not host_differences({**r["meta"], "host_id": r["host_id"]},
-                                                                 cand_meta)]
-    if not alike:
+    """The run recorded as the baseline of the candidate's hardware."""
+    found = _baseline_record(root, cand_meta)
+    if found is None:
         raise UsageError(f"no baseline for host {host_id(cand_meta)} in {_baseline_dir(root)}: "
                          "set one with `nearlocal baseline set RUN`")
-    return str(max(alike, key=lambda r: r.get("set", ""))["run"])
+    return str(found[1]["run"])
 
 
 # ---------------------------------------------------------------- CLI
@@ -587,8 +600,8 @@ def register(sub) -> None:
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")
     parser.add_argument("--history", type=int, default=HISTORY_RUNS,
-                        help="other runs of this hardware in the store whose spread widens each "
-                             f"case's interval (default {HISTORY_RUNS}; 0: none)")
+                        help="past baselines of this hardware whose spread widens each case's "
+                             f"interval (default {HISTORY_RUNS}; 0: none)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.set_defaults(func=_compare)
 
