@@ -112,8 +112,10 @@ class Comparison:
         text = ", ".join(f"{n} {v}" for v, n in counts.items())
         history = (f", per-case spread of {self.history_runs} past baselines"
                    if self.history_runs else "")
+        noise = (f"run-to-run noise {self.run_noise:.1%}" if self.n_compared >= MIN_CASES_FOR_RUN_NOISE
+                 else f"run-to-run noise unknown with under {MIN_CASES_FOR_RUN_NOISE} cases")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
-                f"{self.n_compared} cases, run-to-run noise {self.run_noise:.1%}{history})")
+                f"{self.n_compared} cases, {noise}{history})")
 
     @property
     def n_compared(self) -> int:
