@@ -9,7 +9,8 @@ OUT=${OUT:-/tmp/nearlocal-likwid}
 command -v likwid-bench >/dev/null || { echo "install likwid (apt-get install likwid)" >&2; exit 2; }
 isa=avx; grep -qw avx512f /proc/cpuinfo && isa=avx512
 mkdir -p "$OUT"
-printf "%-10s %-18s %10s %10s\n" method likwid nearlocal likwid
+: > "$OUT/pairs.txt"
+printf "%-10s %-18s %10s %10s\n" method "likwid kernel" "nearlocal" "likwid"
 for round in $(seq "$ROUNDS"); do
   for pair in "nt-store:store_mem_$isa" "store:store_$isa" "load:load_$isa"; do
     method=${pair%%:*}; kernel=${pair#*:}
@@ -18,6 +19,19 @@ for round in $(seq "$ROUNDS"); do
       --json "$OUT/$method-$round.json" >/dev/null
     nl=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[0]['gbps'], 2))" \
       "$OUT/$method-$round.json")
-    printf "%-10s %-18s %10s %10s\n" "$method" "$kernel" "$nl" "$lk"
+    printf "%-10s %-18s %10s %10s\n" "$method" "$kernel" "$nl" "$lk" | tee -a "$OUT/pairs.txt"
   done
 done
+# The median over rounds of each tool, and nearlocal's difference from likwid.
+python3 - "$OUT/pairs.txt" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    method, kernel, ours, theirs = line.split()
+    rows.setdefault((method, kernel), []).append((float(ours), float(theirs)))
+print(f"{'method':<10} {'likwid kernel':<18} {'nearlocal':>10} {'likwid':>10} {'diff':>7}  (GB/s, median of rounds)")
+for (method, kernel), pairs in rows.items():
+    ours = statistics.median(p[0] for p in pairs)
+    theirs = statistics.median(p[1] for p in pairs)
+    print(f"{method:<10} {kernel:<18} {ours:>10.2f} {theirs:>10.2f} {100 * (ours / theirs - 1):>+6.1f}%")
+PY

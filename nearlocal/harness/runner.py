@@ -46,6 +46,7 @@ class _Worker:
     process: multiprocessing.Process
     conn: object
     overhead_ticks: float
+    tsc_quantum_ns: float
 
 
 class Runner:
@@ -67,8 +68,8 @@ class Runner:
         if not parent.poll(WORKER_START_TIMEOUT_S):
             process.kill()
             raise RuntimeError("the measurement worker did not start")
-        _, overhead = parent.recv()
-        return _Worker(process, parent, overhead)
+        _, overhead, quantum_ns = parent.recv()
+        return _Worker(process, parent, overhead, quantum_ns)
 
     def _stop_worker(self) -> None:
         if self._worker is None:
@@ -115,7 +116,11 @@ class Runner:
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
-        return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns, **row}, raw, ns
+        # a session on another clock (CUDA events) states its own resolution in its info
+        resolution = worker.tsc_quantum_ns if row.get("clock") == "tsc" else \
+            row.get("info", {}).get("clock_resolution_ns")
+        return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
+                "clock_resolution_ns": resolution, **row}, raw, ns
 
     def run(self, cases: Iterable[Case]) -> list[dict]:
         rows = []

@@ -103,11 +103,12 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
 
 
 def worker_main(conn, settings: WorkerSettings) -> None:
-    from nearlocal.kernels.timer import measure_overhead_ticks
+    from nearlocal.kernels.timer import measure_clock
 
     load_methods()
-    overhead = measure_overhead_ticks()
-    conn.send(("ready", overhead))
+    clock = measure_clock()
+    overhead = clock.overhead_ticks
+    conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
     while True:
         message = conn.recv()
         if message is None:

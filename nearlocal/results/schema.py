@@ -8,7 +8,7 @@ CASE_COLUMNS = [
     "access", "params", "state", "status", "reason", "size_bytes", "fragment_count",
     "fragment_bytes", "bytes_moved", "n_samples", "converged", "min_ns", "median_ns", "mean_ns",
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
-    "gbps", "clock", "timer_overhead_ns", "elapsed_s", "info",
+    "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns"]
 

@@ -51,6 +51,9 @@ def _atomic_write_table(path: Path, table: pa.Table) -> None:
 
 
 def cases_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as the cases table; `info` (free-form per method) is kept as a JSON string on disk."""
+    rows = [{**row, "info": json.dumps(row.get("info") or {}, sort_keys=True, default=str)}
+            for row in rows]
     frame = pd.DataFrame(rows)
     for column in CASE_COLUMNS:
         if column not in frame:
@@ -175,6 +178,9 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
         raise UsageError(f"run {path} is incomplete (no cases.parquet): it is still running or "
                          "was killed before it finished")
     cases = pd.read_parquet(path / "cases.parquet")
+    if "info" in cases:
+        cases["info"] = [json.loads(text) if isinstance(text, str) else (text or {})
+                         for text in cases["info"]]
     samples_path = path / "samples.parquet"
     samples = pd.read_parquet(samples_path) if samples_path.exists() else pd.DataFrame(
         columns=SAMPLE_COLUMNS)
