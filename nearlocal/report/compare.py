@@ -11,9 +11,11 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
   every size of one method, does not inflate), with the heavy tails such changes have (Student t,
   RUN_NOISE_DOF): on a busy shared box single cases move by 30% between runs of the same code.
 - alpha is the family-wise error rate over all compared cases (Bonferroni).
-- Each median may be off by half the clock's resolution: the step the clock moves in, measured by
-  the worker (`clock_resolution_ns`; the timer overhead for runs that predate it). On a VM whose TSC
-  moves in ~10 ns steps, a 40 ns case reads 40 or 50 ns from one run to the next.
+- Each median may be off by the clock's resolution: the timer overhead that was subtracted (the
+  cost of an empty interval is not exactly its cost around a body), or the step the clock moves in
+  (`clock_resolution_ns`) when that is coarser. On a VM whose TSC moves in ~10 ns steps, a 40 ns
+  case reads 40 or 60 ns from one run to the next, and one small store-clwb case was seen at 40 ns
+  in one process and 90 ns in the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
   below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
 - Each case's interval is also at least as wide as that case's own spread over the runs that have
@@ -233,10 +235,11 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
     if math.isfinite(overhead_b) and math.isfinite(overhead_c):
         common = min(overhead_b, overhead_c)
         base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
-        result._resolution_ns = common  # runs from before the clock's step was recorded
+        result._resolution_ns = common
     steps = [_clock_step(row) for row in (base_row, cand_row)]
-    if all(math.isfinite(step) for step in steps):
-        result._resolution_ns = max(steps)
+    if all(math.isfinite(step) for step in steps):  # a clock coarser than its own overhead
+        result._resolution_ns = max(result._resolution_ns, *steps) \
+            if math.isfinite(result._resolution_ns) else max(steps)
     result.n_base, result.n_cand = int(base_ns.size), int(cand_ns.size)
     result._unsettled = " and ".join(
         name for name, row in (("base", base_row), ("candidate", cand_row))
@@ -261,10 +264,9 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
 
 
 def _resolution_bounds(c: CaseComparison) -> tuple[float, float]:
-    """Log ratio bounds when each median may be off by the clock's resolution (the step it moves
-    in): on a VM whose TSC moves in ~10 ns steps, a 40 ns case reads 40 or 50 ns between runs."""
-    # a median of readings on the clock's grid is within half a step of the true one
-    q = c._resolution_ns / 2 if math.isfinite(c._resolution_ns) else 0.0
+    """Log ratio bounds when each median may be off by the clock's resolution (see the module's
+    docstring): a change of a few resolutions is not told from noise."""
+    q = c._resolution_ns if math.isfinite(c._resolution_ns) else 0.0
     mb, mc = c.base_median_ns, c.cand_median_ns
     low = math.log((mc - q) / (mb + q)) if mc > q else -math.inf
     high = math.log((mc + q) / (mb - q)) if mb > q else math.inf
