@@ -74,9 +74,9 @@ def _parse_params(texts: list[str]) -> dict[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from nearlocal import __version__, console
+    from nearlocal import console
     from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner
+    from nearlocal.harness.runner import Runner, run_metadata
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
@@ -97,19 +97,7 @@ def _run(args: argparse.Namespace) -> int:
                          "pass --allow-write to write to " + ", ".join({c.region for c in cases}))
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
-    import numba
-    import numpy
-
-    meta = {
-        "nearlocal_version": __version__, "numba_version": numba.__version__,
-        "llvmlite_version": importlib.import_module("llvmlite").__version__,
-        "numpy_version": numpy.__version__, "python_version": sys.version.split()[0],
-        "command": sys.argv, "suite": args.suite, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": {"budget_s": budget, "target_rel_ci": rule.target_rel_ci,
-                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
-                     "allow_write": args.allow_write},
-        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
-    }
+    meta = run_metadata(inventory, settings, args.suite)
     store = Store.create(Path(args.out), meta)
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

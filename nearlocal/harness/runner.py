@@ -24,6 +24,26 @@ from nearlocal.workloads.patterns import parse_pattern
 WORKER_START_TIMEOUT_S = 120.0
 
 
+def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
+    """What run.json records about how a run was made: versions, command line, settings, host."""
+    import importlib
+    import sys
+
+    from nearlocal import __version__
+
+    rule = settings.rule
+    versions = {f"{name}_version": importlib.import_module(name).__version__
+                for name in ("numba", "llvmlite", "numpy")}
+    return {
+        "nearlocal_version": __version__, **versions, "python_version": sys.version.split()[0],
+        "command": sys.argv, "suite": suite, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
+                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
+                     "allow_write": settings.allow_write},
+        "host_id": inventory.host_id, "inventory": inventory.to_dict(), **extra,
+    }
+
+
 def describe(case: Case) -> dict:
     """The columns a row has whatever happened to the case."""
     method = get_method(case.method)

@@ -39,11 +39,12 @@ class HostInventory:
 
     @property
     def host_id(self) -> str:
-        """Identity of the hardware for comparisons: CPU, TSC, memory topology, GPUs."""
+        """Identity of the hardware for comparisons: CPU, NUMA topology, GPUs. Not memory sizes
+        (a VM's balloon moves them) nor a calibrated TSC (its last digits move between runs)."""
         key = {
             "cpu": self.cpu.model,
-            "tsc_mhz": round(self.tsc_hz / 1e6),
-            "numa": [(n.node, len(n.cpus), n.mem_total_bytes >> 30) for n in self.numa],
+            "logical_cpus": self.cpu.logical_cpus,
+            "numa": [(n.node, len(n.cpus), n.likely_cxl) for n in self.numa],
             "gpus": [g.name for g in self.gpu.devices],
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import time
 import tomllib
 import xml.etree.ElementTree as ET
@@ -323,12 +322,9 @@ def bound_text(req: Requirement) -> str:
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) -> Path:
     """Run exactly the spec's cases through the normal runner and store; returns the run path.
     Cases this box cannot run (a missing node, a CPU flag) are stored skipped with the reason."""
-    import importlib
-
-    from nearlocal import __version__
     from nearlocal.console import console
     from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner, describe
+    from nearlocal.harness.runner import Runner, describe, run_metadata
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
@@ -336,15 +332,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) 
     inventory = probe()
     rule = StoppingRule(budget_s=parse_duration(budget or spec.budget), target_rel_ci=spec.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=allow_write)
-    meta = {
-        "nearlocal_version": __version__, "command": sys.argv, "suite": f"accept:{spec.path.name}",
-        "spec": str(spec.path.resolve()), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "numba_version": importlib.import_module("numba").__version__,
-        "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
-                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
-                     "allow_write": allow_write},
-        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
-    }
+    meta = run_metadata(inventory, settings, f"accept:{spec.path.name}",
+                        spec=str(spec.path.resolve()))
     from nearlocal.results.store import Store
 
     store = Store.create(out, meta)
