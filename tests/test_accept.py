@@ -121,6 +121,12 @@ max = "1us"
     ('[[requirement]]\ncase = { method = "load", size = "16QB" }\nmax = "1us"\n', 2,
      "malformed size or pattern"),
     ('[[requirement]]\ncase = { method = "load" }\nmaximum = "1us"\n', 3, "unknown key 'maximum'"),
+    ('[[requirement]]\ncase = { method = "load" }\nmax = 0\n', 3, "must be a positive duration"),
+    ('[[requirement]]\ncase = { method = "load" }\n\nmin = -2.5\n', 4,
+     "must be a positive duration"),
+    ('requirement = [1]\n', 1, "must be a table"),
+    ('title = "t"\ndefaults = 3\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 2,
+     "[defaults] takes case fields only"),
     ('[run]\nbudget = "1s"\nthreads = 4\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 3,
      "not 'threads'"),
 ])

@@ -172,6 +172,9 @@ def _make_case(fields: dict, where: str) -> Case:
 
 
 def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: Path) -> Requirement:
+    if not isinstance(table, dict):
+        raise _fail(path, lines.requirement(index) or lines.key(1, "requirement"),
+                    f"requirement {index + 1}: must be a table ([[requirement]]), got {table!r}")
     name = str(table.get("name") or f"requirement {index + 1}")
     label = f"requirement {index + 1} ({name})"
 
@@ -220,6 +223,8 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
             kind, bound = key.removesuffix("_gbps"), float(value)
         else:
             kind, bound = key, _duration_ns(value)
+            if not bound > 0:
+                raise UsageError(f"{key} must be a positive duration, got {value!r}")
     except UsageError as exc:
         raise fail(key, str(exc)) from None
     return Requirement(index, name, case, metric, kind, bound, reference)
@@ -244,12 +249,12 @@ def parse_spec(path: Path | str) -> Spec:
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict) or set(defaults) - set(CASE_KEYS):
         bad = sorted(set(defaults) - set(CASE_KEYS)) if isinstance(defaults, dict) else ["defaults"]
-        raise _fail(path, lines.table("defaults", bad[0]),
+        raise _fail(path, lines.table("defaults", bad[0]) or lines.key(1, "defaults"),
                     f"[defaults] takes case fields only ({', '.join(CASE_KEYS)}), not {bad[0]!r}")
     run = data.get("run", {})
     if not isinstance(run, dict) or set(run) - set(RUN_KEYS):
         bad = sorted(set(run) - set(RUN_KEYS)) if isinstance(run, dict) else ["run"]
-        raise _fail(path, lines.table("run", bad[0]),
+        raise _fail(path, lines.table("run", bad[0]) or lines.key(1, "run"),
                     f"[run] takes {', '.join(RUN_KEYS)}, not {bad[0]!r}")
     try:
         budget = str(run.get("budget", "0.5"))
