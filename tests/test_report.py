@@ -26,6 +26,7 @@ from tests.report_fixtures import (
     cpu_only_rows,
     full_rows,
     make_run,
+    row,
 )
 
 SECTION_KEYS = ["runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3", "near",
@@ -281,3 +282,11 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, args):
 def test_cli_empty_store_exits_2(tmp_path, capsys):
     assert main(["report", "--out", str(tmp_path / "none")]) == 2
     assert "no runs" in capsys.readouterr().err
+
+
+def test_near_local_compares_with_dram_at_the_same_attribute(tmp_path):
+    rows = [row("load", "dram", attr="uc", median=100000.0), row("load", "dram", median=1000.0),
+            row("load", "numa:1", median=2000.0), row("load", "numa:1", attr="uc", median=300000.0)]
+    near = build_report([load(make_run(tmp_path, rows))]).section("near").table
+    ratios = {r[4]: r[8] for r in near.rows}
+    assert ratios == {"numa:1": pytest.approx(2.0), "numa:1[uc]": pytest.approx(3.0)}

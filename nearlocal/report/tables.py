@@ -764,12 +764,12 @@ def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
 def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("near", "How near is local",
                       "For each method, every non-local region's median as a ratio of local "
-                      "dram's at the same pattern, access, peer and parameters (1.00× = as fast "
-                      "as local; 2.00× = twice as slow).")
+                      "dram's at the same pattern, access, attribute, peer and parameters "
+                      "(1.00× = as fast as local; 2.00× = twice as slow).")
     per_run = []
     for df in frames:
         ok = df[df["ok"]]
-        match = ["method", "access", "peer", "pattern", "params"]
+        match = ["method", "access", "attr", "peer", "pattern", "params"]
         base = ok[ok["region"] == "dram"].drop_duplicates(match).set_index(match)["median_ns"]
         others = ok[ok["rank"] < LOCAL_CLASS]
         cells: dict[tuple, list[Cell]] = {}
