@@ -154,7 +154,8 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
         _raw, ns, elapsed, converged = run_trials(opened.session, stopping_rule(benchmark, host))
         clock_name, info = opened.session.clock, opened.info
     row.update(status="ok", reason="", clock=clock_name, converged=converged, elapsed_s=elapsed,
-               timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz,
+               timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz
+               if clock_name == "tsc" else info.get("timer_overhead_ns"),
                info=info, **summarize(ns, row["bytes_moved"]))
     row["host_id"] = host.inventory.host_id
     row["rel_ci_half_width"] = _finite(relative_half_width(ns))

@@ -58,6 +58,7 @@ def test_host_gpu_sessions_move_the_right_bytes(fake_cupy, method, region, acces
     assert row["clock"] == ("monotonic-ns" if info["timing"] == "e2e" else "cuda-event")
     other = "device" if info["timing"] == "e2e" else "e2e"
     assert info[f"{other}_median_ns"] >= 0
+    assert info["timer_overhead_ns"] >= 0 and info["clock_resolution_ns"] > 0
     if method == "cuda-memcpy-async" and info["timing"] == "device":
         assert info["per_copy_p99_ns"] >= info["per_copy_p50_ns"] >= 0
     if method.endswith("kernel"):

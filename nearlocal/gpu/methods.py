@@ -168,6 +168,12 @@ class GpuSession:
         self.setup()
         cp.cuda.runtime.deviceSynchronize()  # uploads on the legacy stream are done
         self.check()
+        if self.timing == "device":
+            overhead, resolution = self.timer.calibrate(), timing.EVENT_RESOLUTION_NS
+        else:
+            overhead, resolution = timing.host_clock_overhead_ns(), timing.host_clock_resolution_ns()
+        self.overhead_ns = overhead
+        self.info.update(timer_overhead_ns=overhead, clock_resolution_ns=resolution)
         self._record_other_timing()
 
     # -- to override --
@@ -268,9 +274,10 @@ class GpuSession:
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         values = np.array([self._one(self.timing) for _ in range(n)], dtype=np.float64)
         self.info.update(self.timer.info())
+        ns = np.maximum(values - self.overhead_ns, 0.0)
         if self.timing == "device":
-            return values / 1e6, values  # raw: milliseconds, as cudaEventElapsedTime gives
-        return values, values
+            return values / 1e6, ns  # raw: milliseconds, as cudaEventElapsedTime gives
+        return values, ns
 
     def close(self) -> None:
         self.stream.synchronize()
@@ -653,9 +660,9 @@ class LayerStreamSession(GpuSession):
         self.info["pass_e2e_median_ns" if self.timing == "e2e" else "pass_median_ns"] = \
             float(np.median(passes))
         self.info.update(self.timer.info())
-        if self.timing == "device":
-            return values / 1e6, values
-        return values, values
+        if self.timing == "device":  # a layer's round trip is two event intervals
+            return values / 1e6, np.maximum(values - 2 * self.overhead_ns, 0.0)
+        return values, np.maximum(values - self.overhead_ns / self.layers, 0.0)
 
     def close(self) -> None:
         self.cp.cuda.Device(self.device).synchronize()

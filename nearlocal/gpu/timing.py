@@ -13,6 +13,11 @@ synchronised), read on the host's monotonic clock (time.perf_counter_ns, CLOCK_M
 interval is >100 us-class (launch + synchronisation alone are tens of microseconds), so a host
 clock around the whole operation is accurate enough; it includes the Python-level cost of the
 bindings (cupy, numba-cuda, cuda-bindings), which a C caller would not pay.
+
+Each clock's own cost is measured and removed from the samples, as rdtscp's is on the CPU: the
+device time of an empty interval (the two events back to back behind the blocking kernel), and
+the host time of two back-to-back clock reads. Sessions record it as `timer_overhead_ns`, with
+the clock's resolution as `clock_resolution_ns`.
 """
 
 from __future__ import annotations
@@ -20,9 +25,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 MIN_SPIN_NS = 20_000
 MAX_SPIN_NS = 500_000_000
 TIMINGS = ("device", "e2e")
+EVENT_RESOLUTION_NS = 500.0  # cudaEventElapsedTime: "a resolution of around 0.5 microseconds"
+OVERHEAD_SAMPLES = 16
 
 
 class EventTimer:
@@ -37,6 +46,7 @@ class EventTimer:
         self.stop = cp.cuda.Event()
         self.spin_ns = MIN_SPIN_NS
         self.retries = 0
+        self.overhead_ns = 0.0  # set by calibrate()
         from nearlocal.gpu import kernels  # numba-cuda: only where a GPU case runs
 
         self.kernels = kernels
@@ -68,8 +78,27 @@ class EventTimer:
         self.stop.synchronize()
         return self.cp.cuda.get_elapsed_time(self.start, self.stop) * 1e6
 
+    def calibrate(self, samples: int = OVERHEAD_SAMPLES) -> float:
+        """The timer's own cost: median device ns of an empty interval behind the spin."""
+        self.overhead_ns = float(np.median([self.queued(lambda: None) for _ in range(samples)]))
+        return self.overhead_ns
+
     def info(self) -> dict:
         return {"spin_ns": self.spin_ns, "spin_retries": self.retries}
+
+
+def host_clock_overhead_ns(samples: int = 1000) -> float:
+    """Median ns between two back-to-back reads of the host's monotonic clock."""
+    clock = time.perf_counter_ns
+    gaps = np.empty(samples)
+    for i in range(samples):
+        t0 = clock()
+        gaps[i] = clock() - t0
+    return float(np.median(gaps))
+
+
+def host_clock_resolution_ns() -> float:
+    return time.get_clock_info("perf_counter").resolution * 1e9
 
 
 def end_to_end(run: Callable[[], None], stream) -> float:

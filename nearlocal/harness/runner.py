@@ -136,7 +136,9 @@ class Runner:
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
-        # a session on another clock (CUDA events) states its own resolution in its info
+        # a session on another clock (CUDA events) states its own overhead and resolution
+        if row.get("clock") != "tsc":
+            overhead_ns = row.get("info", {}).get("timer_overhead_ns")
         resolution = worker.tsc_quantum_ns if row.get("clock") == "tsc" else \
             row.get("info", {}).get("clock_resolution_ns")
         return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
