@@ -388,17 +388,15 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
-def _crossover(sizes: list[int], cpu: list[float], dsa: list[float]) -> str:
-    faster = [d < c for c, d in zip(cpu, dsa, strict=True)]
+def _crossover(sizes: list[int], size: int | None) -> str:
+    """The crossover_size result in words."""
     if not sizes:
         return "no size has both a CPU and a DSA median"
-    if all(faster):
-        return f"DSA is faster at every measured size ({format_size(sizes[0])} and up)"
-    if not faster[-1]:
+    if size is None:
         return f"the CPU is faster up to the largest measured size ({format_size(sizes[-1])})"
-    first = max(i for i, f in enumerate(faster) if not f) + 1
-    return (f"DSA is faster from {format_size(sizes[first])} up; the CPU wins below "
-            f"{format_size(sizes[first])}")
+    if size == sizes[0]:
+        return f"DSA is faster at every measured size ({format_size(sizes[0])} and up)"
+    return f"DSA is faster from {format_size(size)} up; the CPU wins below {format_size(size)}"
 
 
 def crossover_size(sizes: list[int], cpu: list[float], dsa: list[float]) -> int | None:
@@ -462,7 +460,7 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             cpu = [medians[cpu_label][s] for s in sizes]
             dsa = [medians[dsa_label][s] for s in sizes]
             size = crossover_size(sizes, cpu, dsa)
-            section.notes.append(f"{name}, {direction} on {pool}: {_crossover(sizes, cpu, dsa)}"
+            section.notes.append(f"{name}, {direction} on {pool}: {_crossover(sizes, size)}"
                                  " (paper: CPU wins only below 4 KB)")
             if size:
                 plot.lines.append(RefLine(f"{direction} crossover {format_size(size)}", size,
