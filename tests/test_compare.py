@@ -181,6 +181,16 @@ def test_bad_threshold_is_a_usage_error(tmp_path, capsys):
     assert "threshold" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_unwritable_output_is_a_usage_error(tmp_path, capsys, fmt):
+    run = make_run(tmp_path, _samples(12))
+    args = ["compare", run, run, "--out", str(tmp_path), "--format", fmt]
+    assert main([*args, "--output", str(tmp_path / "no-such-dir" / "out.txt")]) == 2
+    assert main([*args, "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("cannot write") == 2 and "Traceback" not in err
+
+
 @pytest.mark.parametrize("n", [51, 50])
 def test_bootstrap_medians_match_a_resampling_bootstrap(n):
     rng = np.random.default_rng(n)

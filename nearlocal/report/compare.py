@@ -467,6 +467,16 @@ def render_junit(result: Comparison) -> str:
 
 
 def write_output(result: Comparison, fmt: str, output: str | None) -> None:
+    if not output:
+        _write_output(result, fmt, None)
+        return
+    try:
+        _write_output(result, fmt, output)
+    except OSError as exc:  # a missing directory, a directory, no permission: one line, exit 2
+        raise UsageError(f"--output {output}: cannot write: {exc.strerror}") from None
+
+
+def _write_output(result: Comparison, fmt: str, output: str | None) -> None:
     if fmt == "table":
         if output:
             with open(output, "w") as handle:
