@@ -179,3 +179,12 @@ max = "1ms"
     assert measured == {"load/dram/wb/1KiB": "ok", "load/dram/wb/4KiB": "ok",
                         "store/numa:7/wb/1KiB": "skipped"}
     assert "1 passed, 1 failed" in out
+
+
+def test_output_paths_that_cannot_be_written_are_usage_errors(tmp_path, run, capsys):
+    spec = str(EXAMPLES / "local-dram.toml")
+    assert _accept(tmp_path, spec, run, "--junit", str(tmp_path)) == 2
+    assert _accept(tmp_path, spec, run, "--json", str(tmp_path / "nowhere" / "v.json")) == 2
+    err = capsys.readouterr().err
+    assert "--junit" in err and "is a directory" in err
+    assert "--json" in err and "does not exist" in err

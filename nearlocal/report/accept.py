@@ -400,9 +400,11 @@ def _accept(args) -> int:
     from nearlocal.console import console
 
     spec = parse_spec(args.spec)
-    for path in (args.junit, args.json):
+    for option, path in (("--junit", args.junit), ("--json", args.json)):
+        if path and Path(path).is_dir():
+            raise UsageError(f"{option} {path}: is a directory; give a file name")
         if path and not Path(path).parent.resolve().is_dir():
-            raise UsageError(f"directory {Path(path).parent} does not exist")
+            raise UsageError(f"{option} {path}: directory {Path(path).parent} does not exist")
     if args.run:
         run = load(args.run, Path(args.out))
     else:
