@@ -49,10 +49,24 @@ register_pattern_kind("rpc", parse_rpc_pattern,
                       "rpc:SLOTSxSIZE, a ring of request/response slots (rpc-* methods)")
 
 
+def _int_param(params: dict, name: str, default: int) -> int:
+    text = str(params.get(name, "auto"))
+    if text == "auto":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"parameter {name}={text!r} is not a whole number") from None
+
+
 def _pick_cpus(params: dict) -> tuple[int, int]:
     allowed = sorted(os.sched_getaffinity(0))
-    client = int(params.get("client_cpu", allowed[0]))
-    server = int(params.get("server_cpu", next((c for c in allowed if c != client), client)))
+    client = _int_param(params, "client_cpu", allowed[0])
+    server = _int_param(params, "server_cpu", next((c for c in allowed if c != client), client))
+    for name, cpu in (("client_cpu", client), ("server_cpu", server)):
+        if cpu not in allowed:
+            raise UsageError(f"{name}={cpu} is not a CPU this process may run on: "
+                             f"{', '.join(map(str, allowed))}")
     if client == server:
         raise UsageError(f"the RPC client and server need two different CPUs; this process may "
                          f"run on {', '.join(map(str, allowed))}")
@@ -74,7 +88,7 @@ class RpcSession:
                              f"{ctx.case.pattern!r} (e.g. {SUITE_PATTERN})")
         self.slots = int(ctx.pattern.axes["slots"])
         message_bytes = int(ctx.pattern.axes["message_bytes"])
-        self.qd = int(ctx.params.get("qd", 1)) if throughput else 1
+        self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1
         if not 1 <= self.qd <= self.slots:
             raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
                              f"slots: use 1 to {self.slots}")
@@ -85,10 +99,10 @@ class RpcSession:
         client_cpu, server_cpu = _pick_cpus(ctx.params)
         self.shared = share(ctx.dst, ring_bytes)
         self.raw = self.shared.array
-        self.words = slots.init_ring(self.raw, self.slots, message_bytes, protocol)
         self.server = None
         self.saved_affinity = os.sched_getaffinity(0)
         try:
+            self.words = slots.init_ring(self.raw, self.slots, message_bytes, protocol)
             os.sched_setaffinity(0, {client_cpu})
             self.server = slots.ServerProcess(self.shared.handle, self.words, self.raw,
                                               self.slots, message_bytes, protocol, server_cpu,
@@ -135,6 +149,7 @@ def _two_cpus(inventory) -> str | None:
     return None
 
 
+_CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",)}
 
@@ -143,14 +158,14 @@ register_method(Method(
     summary="one 64 B (pattern's size) request / response through shared-memory slots, queue "
             "depth 1; server in its own process on another CPU (protocol=flush|coherent)",
     open_session=lambda ctx: RpcSession(ctx, throughput=False),
-    params={"protocol": "flush"}, **_COMMON,
+    params={"protocol": "flush", **_CPUS}, **_COMMON,
 ))
 register_method(Method(
     name="rpc-throughput",
     summary="requests through shared-memory slots with qd in flight, one server thread; a "
             "sample is ns per request over a batch (Mops = 1000 / median_ns)",
     open_session=lambda ctx: RpcSession(ctx, throughput=True),
-    params={"protocol": "flush", "qd": "1"}, **_COMMON,
+    params={"protocol": "flush", "qd": "1", **_CPUS}, **_COMMON,
 ))
 
 
