@@ -52,8 +52,10 @@ def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | No
         row.update(summarize(ns, bytes_moved))
         return row, np.full(ns.size, math.nan), ns
     median = float(stats.get("median", math.nan)) * 1e9
+    # percentiles and the CI the bench plugin computed from the same rounds stay (extra_info);
+    # only what neither extra_info nor pytest-benchmark's statistics hold is unknown
     row.update({column: math.nan for column in CASE_COLUMNS if column.endswith("_ns")
-                and column != "timer_overhead_ns"})
+                and column != "timer_overhead_ns" and row.get(column) is None})
     row.update(
         n_samples=int(stats.get("rounds", 0)), median_ns=median,
         min_ns=float(stats.get("min", math.nan)) * 1e9, max_ns=float(stats.get("max", math.nan)) * 1e9,

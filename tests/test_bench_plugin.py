@@ -116,6 +116,7 @@ def test_real_kernel_case_and_a_skipped_case(bench_dir, tmp_path, capsys):
     run_path, _, _ = import_benchmarks(saved, tmp_path)
     run = load(run_path)
     assert run.samples.empty and run.cases.iloc[0]["n_samples"] == bench["stats"]["rounds"]
+    assert run.cases.iloc[0]["p90_ns"] == pytest.approx(extra["p90_ns"])  # kept from extra_info
     capsys.readouterr()  # drop pytester's own output
     assert main(["compare", str(run_path), str(run_path), "--out", str(tmp_path),
                  "--format", "json"]) == 0
