@@ -150,11 +150,18 @@ def run_faults(config: FaultConfig, tsc_hz: float,
                          "data: pass --allow-write")
     _warm_up(protocol)
     region = kind.open(spec, layout.nbytes, "wb", True)
-    shared = share(region, layout.nbytes)
-    raw = shared.array
-    lease_ticks = int(config.lease_s * tsc_hz)
-    words = rec.init_store(raw, layout, lease_ticks, config.protocol)
-    store = rec.RecordStore(raw, layout, config.protocol)
+    shared = None
+    try:
+        shared = share(region, layout.nbytes)
+        raw = shared.array
+        lease_ticks = int(config.lease_s * tsc_hz)
+        words = rec.init_store(raw, layout, lease_ticks, config.protocol)
+        store = rec.RecordStore(raw, layout, config.protocol)
+    except BaseException:
+        if shared is not None:
+            shared.close()
+        region.close()
+        raise
     timeout_ticks = np.uint64(config.read_timeout * tsc_hz)
     readers: list[int] = []
     dying: list[int] = []  # killed writers not yet reaped
