@@ -223,3 +223,14 @@ def test_past_baselines_spread_widens_a_case_that_jumps_between_runs(tmp_path, c
     jumpy = next(c for c in report["cases"] if c["case_id"] == "load/dram/wb/4KiB")
     assert jumpy["verdict"] == "ambiguous" and jumpy["ratio"] == pytest.approx(2.0, rel=0.05)
     assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--history", "0"]) == 1
+
+
+def test_runs_without_samples_and_a_zero_median_give_no_ratio(tmp_path):
+    store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
+    row = describe(Case("load", "dram", "wb", "64"))
+    row.update(status="ok", reason="", median_ns=0.0, n_samples=10)
+    store.add_case(row)  # summary only, as imported from a file saved without rounds
+    run = load(store.finish())
+    (case,) = compare_runs(run, run).cases
+    assert case.verdict == "ambiguous" and "no raw samples" in case.note
+    assert case.to_dict()["ratio"] is None

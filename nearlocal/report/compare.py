@@ -227,7 +227,8 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
                             base_median_ns=float(base_row.get("median_ns", math.nan)),
                             cand_median_ns=float(cand_row.get("median_ns", math.nan)))
     if base_ns is None or cand_ns is None or base_ns.size < 2 or cand_ns.size < 2:
-        result.ratio = result.cand_median_ns / result.base_median_ns
+        if result.base_median_ns > 0:
+            result.ratio = result.cand_median_ns / result.base_median_ns
         result.note = "no raw samples in one run (pytest-benchmark file saved without " \
                       "--benchmark-save-data?): ratio only"
         return result
