@@ -227,12 +227,22 @@ def test_bad_kv_patterns_are_usage_errors(text, words):
         kv.parse_kv_pattern(text)
 
 
+# (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim or hidden / heads,
+#  torch_dtype, kv_lora_rank, qk_rope_head_dim) from each model's Hugging Face config.json
+PUBLISHED = {
+    "qwen2.5-32b": (64, 40, 8, 128, "bf16", 0, 0),  # hidden 5120
+    "qwen3-32b": (64, 64, 8, 128, "bf16", 0, 0),  # head_dim 128
+    "qwen3-8b": (36, 32, 8, 128, "bf16", 0, 0),  # head_dim 128
+    "llama-3.1-8b": (32, 32, 8, 128, "bf16", 0, 0),  # hidden 4096
+    "llama-3.1-70b": (80, 64, 8, 128, "bf16", 0, 0),  # hidden 8192
+    "deepseek-v3": (61, 128, 128, 128, "bf16", 512, 64),
+}
+
+
 def test_builtin_models_match_their_published_configs():
+    assert {name: (m.layers, m.heads, m.kv_heads, m.head_dim, m.dtype, m.mla_latent, m.mla_rope)
+            for name, m in BUILTIN.items()} == PUBLISHED
     q = BUILTIN["qwen2.5-32b"]
-    assert (q.layers, q.heads, q.kv_heads, q.head_dim, q.dtype) == (64, 40, 8, 128, "bf16")
-    assert (BUILTIN["qwen3-32b"].layers, BUILTIN["qwen3-32b"].heads) == (64, 64)
-    assert (BUILTIN["qwen3-8b"].layers, BUILTIN["qwen3-8b"].kv_heads) == (36, 8)
-    assert (BUILTIN["llama-3.1-8b"].layers, BUILTIN["llama-3.1-70b"].layers) == (32, 80)
     ds = BUILTIN["deepseek-v3"]
     assert ds.is_mla and ds.layers == 61 and ds.head_bytes() == 576 * 2
     assert get_model("Qwen/Qwen2.5-32B-Instruct") is q
