@@ -211,13 +211,9 @@ def _ok_rows(run: RunData) -> dict[str, dict]:
     return {str(r["case_id"]): r for r in run.cases.to_dict("records") if r.get("status") == "ok"}
 
 
-def _overhead(row: dict) -> float:
-    value = row.get("timer_overhead_ns")
-    return float(value) if value is not None and pd.notna(value) else math.nan
-
-
-def _clock_step(row: dict) -> float:
-    value = row.get("clock_resolution_ns")
+def _number(row: dict, column: str) -> float:
+    """A numeric column of a case row; NaN when the row lacks it (older or imported runs)."""
+    value = row.get(column)
     return float(value) if value is not None and pd.notna(value) else math.nan
 
 
@@ -232,12 +228,12 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
         result.note = "no raw samples in one run (pytest-benchmark file saved without " \
                       "--benchmark-save-data?): ratio only"
         return result
-    overhead_b, overhead_c = _overhead(base_row), _overhead(cand_row)
+    overhead_b, overhead_c = (_number(row, "timer_overhead_ns") for row in (base_row, cand_row))
     if math.isfinite(overhead_b) and math.isfinite(overhead_c):
         common = min(overhead_b, overhead_c)
         base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
         result._resolution_ns = common
-    steps = [_clock_step(row) for row in (base_row, cand_row)]
+    steps = [_number(row, "clock_resolution_ns") for row in (base_row, cand_row)]
     if all(math.isfinite(step) for step in steps):  # a clock coarser than its own overhead
         result._resolution_ns = max(result._resolution_ns, *steps) \
             if math.isfinite(result._resolution_ns) else max(steps)
