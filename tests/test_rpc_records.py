@@ -139,7 +139,8 @@ def test_faults_command(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["writer_kills"] == 3 and report["torn_reads"] == 0 and report["passed"]
     for bad in (["--kills", "0"], ["--lease", "soon"], ["--readers", "0"],
-                ["--record-size", "100"], ["--lease", "50ms", "--read-timeout", "10ms"]):
+                ["--record-size", "100"], ["--lease", "50ms", "--read-timeout", "10ms"],
+                ["--region", "shm:nearlocal-test-faults-huge", "--records", "100000000000"]):
         assert main(["faults", *bad]) == 2
 
 

@@ -149,7 +149,11 @@ def run_faults(config: FaultConfig, tsc_hz: float,
         raise UsageError(f"the fault run writes to {config.region}, which may hold someone's "
                          "data: pass --allow-write")
     _warm_up(protocol)
-    region = kind.open(spec, layout.nbytes, "wb", True)
+    try:
+        region = kind.open(spec, layout.nbytes, "wb", True)
+    except OSError as exc:  # e.g. --records / --record-size larger than the memory there is
+        raise UsageError(f"cannot map the {layout.nbytes:,} bytes of the record store in "
+                         f"{config.region}: {exc.strerror or exc}") from None
     shared = None
     try:
         shared = share(region, layout.nbytes)
