@@ -52,6 +52,10 @@ class Column:
     kind: str = "text"
     run: str | None = None  # the run label of a per-run column; None for key columns
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"column {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+
 
 @dataclass
 class Table:
@@ -61,12 +65,6 @@ class Table:
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with one column per header (cells unformatted)."""
         return pd.DataFrame(self.rows, columns=[header(c) for c in self.columns])
-
-    def column(self, name: str, run: str | None = None) -> list[Cell]:
-        for index, col in enumerate(self.columns):
-            if col.name == name and (run is None or col.run == run):
-                return [row[index] for row in self.rows]
-        raise KeyError(name)
 
 
 def header(column: Column) -> str:
