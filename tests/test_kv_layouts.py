@@ -269,6 +269,14 @@ def test_hf_config_loading(tmp_path, tiny):
     empty.write_text("{}")
     with pytest.raises(UsageError, match="num_hidden_layers"):
         from_hf_config(empty)
+    for text, words in (("[1, 2]", "not a JSON object"),
+                        ('{"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 8}',
+                         "must be positive"),
+                        ('{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 8, '
+                         '"num_key_value_heads": "two"}', "must be positive")):
+        empty.write_text(text)
+        with pytest.raises(UsageError, match=words):
+            from_hf_config(empty)
 
 
 def test_size_histogram_buckets_many_sizes():

@@ -92,6 +92,9 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     except json.JSONDecodeError as exc:
         raise UsageError(f"model config {path} is not valid JSON: {exc.msg} "
                          f"(line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"model config {path} is not a JSON object: is it a transformer's "
+                         "config.json?")
     if isinstance(data.get("text_config"), dict):  # multimodal wrappers keep the LM inside
         data = {**data, **data["text_config"]}
     try:
@@ -100,18 +103,22 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"model config {path} lacks num_hidden_layers / num_attention_heads: "
                          "is it a transformer's config.json?") from None
-    kv_heads = int(data.get("num_key_value_heads") or heads)
-    head_dim = data.get("head_dim")
-    if not head_dim:
-        if "hidden_size" not in data:
-            raise UsageError(f"model config {path} has neither head_dim nor hidden_size")
-        head_dim = int(data["hidden_size"]) // heads
+    if not data.get("head_dim") and "hidden_size" not in data:
+        raise UsageError(f"model config {path} has neither head_dim nor hidden_size")
+    try:
+        kv_heads = int(data.get("num_key_value_heads") or heads)
+        head_dim = int(data.get("head_dim") or int(data["hidden_size"]) // heads)
+        latent = int(data.get("kv_lora_rank") or 0)
+        rope = int(data.get("qk_rope_head_dim") or 0) if latent else 0
+    except (TypeError, ValueError, ZeroDivisionError):
+        kv_heads = head_dim = 0
+    if min(layers, heads, kv_heads, head_dim) <= 0 or min(latent, rope) < 0:  # (0 when unparsable)
+        raise UsageError(f"model config {path}: layers, heads, KV heads, head_dim and the MLA "
+                         "widths must be positive whole numbers")
     dtype_text = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
     dtype = _HF_DTYPES.get(dtype_text.removeprefix("torch."), "bf16")
-    latent = int(data.get("kv_lora_rank") or 0)
-    rope = int(data.get("qk_rope_head_dim") or 0) if latent else 0
     name = path.parent.name or path.stem
-    return ModelConfig(name, layers, heads, kv_heads, int(head_dim), dtype, latent, rope)
+    return ModelConfig(name, layers, heads, kv_heads, head_dim, dtype, latent, rope)
 
 
 def get_model(name: str) -> ModelConfig:
