@@ -72,7 +72,9 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     data = read_benchmark_json(path)
     ours, foreign = [], []
     for bench in data["benchmarks"]:
-        if "case_id" in (bench.get("extra_info") or {}):
+        if not isinstance(bench, dict):
+            foreign.append(repr(bench)[:40])
+        elif isinstance(bench.get("extra_info"), dict) and "case_id" in bench["extra_info"]:
             ours.append(bench)
         else:
             foreign.append(str(bench.get("fullname") or bench.get("name")))
@@ -95,9 +97,15 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
         "samples": "raw round times" if all((b.get("stats") or {}).get("data") for b in ours)
         else "summary statistics only (save with --benchmark-save-data for raw samples)",
     }
+    converted = []
+    for bench in ours:  # all converted before the store is touched: a bad entry leaves no run
+        try:
+            converted.append(benchmark_row(bench))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{path}: benchmark {bench.get('name') or bench['extra_info']['case_id']}"
+                             f" has malformed stats ({exc})") from None
     store = Store.create(Path(root), meta)
-    for bench in ours:
-        row, raw, ns = benchmark_row(bench)
+    for row, raw, ns in converted:
         store.add_case(row, raw, ns)
     run = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
     return run, len(ours), foreign

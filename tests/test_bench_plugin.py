@@ -138,3 +138,13 @@ def test_import_refuses_files_that_are_not_from_bench(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{")
     assert main(["import", str(tmp_path / "bad.json"), "--out", str(tmp_path)]) == 2
     assert "is not a JSON file" in capsys.readouterr().err
+
+
+def test_import_of_malformed_entries_is_a_usage_error_and_stores_nothing(tmp_path, capsys):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"benchmarks": [1, {"name": "test_cpu[x]", "stats": {"median": None},
+                                                   "extra_info": {"case_id": "x"}}]}))
+    out = tmp_path / "store"
+    assert main(["import", str(path), "--out", str(out)]) == 2
+    assert "test_cpu[x] has malformed stats" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
