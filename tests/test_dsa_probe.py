@@ -193,6 +193,14 @@ def test_run_on_this_box(tmp_path):
     assert row.status == "skipped" and row.reason == reason
 
 
+def test_bad_parameter_values_exit_2_without_dsa(tmp_path):
+    for bad in ("qd=many", "wait=sleep", "cc=2"):
+        assert main(["run", "--method", "dsa-memmove", "--param", bad, "--out",
+                     str(tmp_path), "--quiet"]) == 2
+    assert main(["run", "--method", "dsa-batch", "--param", "batch=1", "--out", str(tmp_path),
+                 "--quiet"]) == 2
+
+
 @pytest.mark.dsa
 def test_real_dsa_copy(tmp_path):
     inventory = probe(calibrate=False, gpu=False)

@@ -82,6 +82,20 @@ def test_gpu_regions_validate_and_explain(inventory):
             validate(Case("cuda-memcpy", bad, peer="gpu:0"), two)
 
 
+@pytest.mark.parametrize(("method", "params", "message"), [
+    ("gather-kernel", (("timing", "wall"),), "timing='wall' is not valid"),
+    ("gather-kernel", (("width", "12"),), "valid widths are 4, 8, 16"),
+    ("gather-kernel", (("group", "3"),), "group 3 must divide the 128 threads"),
+    ("zero-copy-kernel", (("fill", "256"),), "fill=256 is out of range"),
+    ("layer-stream", (("copy", "dma"),), "copy='dma' is not valid"),
+    ("cuda-memcpy", (("timing", "soon"),), "timing='soon' is not valid"),
+])
+def test_bad_parameter_values_are_refused_before_the_run(inventory, method, params, message):
+    region = "gpu:1" if method == "layer-stream" else "pinned"
+    with pytest.raises(UsageError, match=message):  # also on a box without a GPU
+        validate(Case(method, region, "wb", "64KiB", peer="gpu:0", params=params), inventory)
+
+
 def test_gpu_suite_is_all_skipped_with_reasons(tmp_path, inventory):
     if probe(calibrate=False).gpu.devices:
         pytest.skip("this box has a GPU: the suite runs for real")

@@ -120,6 +120,18 @@ def test_bad_rpc_parameters_are_usage_errors():
         _pick_cpus({"client_cpu": str(allowed[0]), "server_cpu": str(allowed[0])})
 
 
+def test_bad_rpc_parameter_values_are_refused_before_the_run():
+    from nearlocal.harness.cases import Case, validate
+    from nearlocal.hwprobe import probe
+
+    inventory = probe(calibrate=False, gpu=False)
+    for method, params, message in (("rpc-throughput", (("qd", "x"),), "qd='x'"),
+                                    ("rpc-roundtrip", (("protocol", "psychic"),), "protocol"),
+                                    ("rpc-roundtrip", (("server_cpu", "last"),), "server_cpu")):
+        with pytest.raises(UsageError, match=message):
+            validate(Case(method, "shm:x", "wb", "rpc:8x64B", params=params), inventory)
+
+
 def shm_region(tag: str, nbytes: int):
     from nearlocal.regions import parse_region, region_kind
 

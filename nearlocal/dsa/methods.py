@@ -253,13 +253,14 @@ DSA_MEMMOVE = register_method(Method(
             "completion record polled",
     open_session=lambda ctx: DsaSession(ctx, batched=False),
     cpu_flags=("rdtscp",), needs=_needs, params=dict(PARAM_DEFAULTS), markers=("dsa",),
+    check_params=lambda params: DsaParams.parse(params, batched=False),
 ))
 DSA_BATCH = register_method(Method(
     name="dsa-batch", family="dsa", state="-", accesses=("write", "read"),
     summary="DSA batch descriptors of `batch` memmoves each (one fragment is cut into `batch`)",
     open_session=lambda ctx: DsaSession(ctx, batched=True),
     cpu_flags=("rdtscp",), needs=_needs, params={**PARAM_DEFAULTS, "batch": "8"},
-    markers=("dsa",),
+    markers=("dsa",), check_params=lambda params: DsaParams.parse(params, batched=True),
 ))
 
 

@@ -128,6 +128,26 @@ def regular_strides(table: np.ndarray) -> tuple[int, int, int, int] | None:
     return spitch, dpitch, width, int(table.shape[0])
 
 
+def check_params(params: dict) -> None:
+    """Parameter values a GPU session would refuse, refused before the run (exit 2)."""
+    value = str(params.get("timing", "device"))
+    if value not in timing.TIMINGS:
+        raise UsageError(f"timing={value!r} is not valid: use device or e2e")
+    if "width" in params and _int_param(params, "width", 4, 16) not in (4, 8, 16):
+        raise UsageError(f"load width {params['width']} is not supported: valid widths are 4, 8, "
+                         "16 (bytes)")
+    if "threads" in params:
+        threads = _int_param(params, "threads", 1, 1024)
+        group = _int_param(params, "group", 0, 1024) if "group" in params else 0
+        if group and (group > threads or threads % group):
+            raise UsageError(f"group {group} must divide the {threads} threads per block (0: auto)")
+    for name, low, high in (("fill", 0, 255), ("layers", 1, 1024), ("compute_us", 0, 10_000_000)):
+        if name in params:
+            _int_param(params, name, low, high)
+    if str(params.get("copy", "memcpy")) not in ("memcpy", "kernel"):
+        raise UsageError(f"copy={params['copy']!r} is not valid: use memcpy or kernel")
+
+
 class GpuSession:
     """One method on one case: the device, a stream, both clocks, a correctness check.
 
@@ -680,6 +700,7 @@ def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_families=frozenset(regions),
         peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
+        check_params=check_params,
     ))
 
 

@@ -75,6 +75,8 @@ def validate(case: Case, inventory: HostInventory) -> None:
     if unknown:
         raise UsageError(f"method {case.method} has no parameter {', '.join(unknown)}: valid are "
                          f"{', '.join(method.params) or 'none'}")
+    if method.check_params:
+        method.check_params({**method.params, **case.param_dict})
     for text in (case.region, case.peer):
         spec = parse_region(text)
         region_kind(spec).validate(spec, inventory)

@@ -58,6 +58,8 @@ class Method:
     params: dict = field(default_factory=dict)  # default method parameters
     moves_bytes: bool = True  # False for phases that move no data (no bytes_moved, no GB/s)
     markers: tuple[str, ...] = ()
+    # bad parameter values -> UsageError, checked before anything runs (defaults merged in)
+    check_params: Callable[[dict], None] | None = None
 
     def unavailable(self, inventory: HostInventory) -> str | None:
         missing = [flag for flag in self.cpu_flags if not inventory.cpu.has(flag)]

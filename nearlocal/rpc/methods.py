@@ -73,6 +73,15 @@ def _pick_cpus(params: dict) -> tuple[int, int]:
     return client, server
 
 
+def _check_params(params: dict) -> None:
+    """Parameter values a session would refuse, refused before the run (exit 2)."""
+    protocol_code(str(params.get("protocol", "flush")))
+    if "qd" in params and _int_param(params, "qd", 1) < 1:
+        raise UsageError(f"queue depth {params['qd']} is not valid: use 1 to the ring's slots")
+    for name in ("client_cpu", "server_cpu"):
+        _int_param(params, name, 0)
+
+
 class RpcSession:
     """Maps the ring in the region under test, starts the server, pins the client."""
 
@@ -151,7 +160,8 @@ def _two_cpus(inventory) -> str | None:
 
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
-           "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",)}
+           "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
+           "check_params": _check_params}
 
 register_method(Method(
     name="rpc-roundtrip",
