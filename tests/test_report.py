@@ -271,6 +271,7 @@ def test_cli_writes_html(tmp_path, capsys):
     ["report", "nope"],
     ["report", "--html", "/no/such/dir/r.html"],
     ["report", "--markdown", "{tmp}"],
+    ["report", "--quiet", "--html", "/proc/nearlocal-report.html"],  # the write itself fails
 ])
 def test_cli_bad_input_exits_2(tmp_path, capsys, args):
     make_run(tmp_path / "store", cpu_only_rows(), CPU_ONLY_INVENTORY)

@@ -36,12 +36,15 @@ def _report(args: argparse.Namespace) -> int:
     report = build_report(data)
     if not args.quiet:
         print_report(report, console)
-    if html:
-        console.print(f"wrote {write_html(report, html)}")
-    if markdown:
-        files = write_markdown(report, markdown)
-        console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
-                                             if len(files) > 1 else ""))
+    try:
+        if html:
+            console.print(f"wrote {write_html(report, html)}")
+        if markdown:
+            files = write_markdown(report, markdown)
+            console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
+                                                 if len(files) > 1 else ""))
+    except OSError as exc:  # e.g. no permission: one line, exit 2
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0
 
 
