@@ -169,6 +169,24 @@ def test_page_fault_partial_completion_and_retry(queue, where):
     assert desc[0]["xfer_size"] == size  # the original descriptor is left as built
 
 
+def test_a_fault_that_touching_does_not_clear_ends_not_loops(queue, monkeypatch):
+    src, dst = buffer(2 * PAGE), buffer(2 * PAGE, seed=5)
+    desc, comps = uapi.descriptors(1), uapi.completion_records(1)
+    scratch, scomp = uapi.descriptors(1), uapi.completion_records(1)
+    uapi.encode_memmove(desc[0], uapi.address(src), uapi.address(dst), 2 * PAGE,
+                        uapi.address(comps), RECORD)
+    monkeypatch.setattr(queue, "_resolve", lambda addr: None)  # the page never comes in
+    queue.fault_at(uapi.address(dst) + PAGE)
+    assert run_one(queue, desc, comps).partial
+    counters = np.zeros(4, np.uint64)
+    final = portal.finish_partial(
+        soft_push, portal.wait_pause, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
+        np.uint64(uapi.address(comps)), np.uint64(uapi.address(scratch)),
+        np.uint64(uapi.address(scomp)), TIMEOUT, np.zeros(2, np.uint64), counters)
+    assert final & uapi.STATUS_MASK == uapi.Status.PAGE_FAULT_NOBOF
+    assert 0 < counters[2] <= 2 * (2 + 2)  # bounded by the pages the copy spans
+
+
 def test_block_on_fault_completes_without_partial(queue):
     src, dst = buffer(3 * PAGE), buffer(3 * PAGE, seed=2)
     desc, comps = uapi.descriptors(1), uapi.completion_records(1)

@@ -43,6 +43,7 @@ from nearlocal.dsa.intrinsics import (
 from nearlocal.kernels.intrinsics import pause, sfence, tsc_begin, tsc_end
 
 PORTAL_BYTES = 4096
+PAGE_BYTES = 4096
 MAP_POPULATE = 0x8000
 GAVE_UP = np.uint64(0xFFFFFFFFFFFFFFFF)  # submit's answer when the WQ never accepted
 UMWAIT_SLICE_TICKS = 100_000  # one umwait at most this long before re-checking the deadline
@@ -173,14 +174,18 @@ def _fail(err, status, index, comp):
 def finish_partial(push, wait, portal, desc, comp, scratch, scomp, timeout, stamps, counters):
     """A memmove stopped by a page fault (no block-on-fault): touch the faulting page so the
     kernel maps it, then resubmit what is left from a scratch copy of the descriptor, until it
-    completes. Returns the final status byte (SUCCESS, another error, or 0 on timeout)."""
+    completes. Returns the final status byte (SUCCESS, another error, 0 on timeout, or the
+    page-fault status when touching does not help: more faults than the pages it spans)."""
     copy64(scratch, desc)
     word = load_u32(scratch + uapi.OFF_FLAGS_OPCODE)
     store_u32(scratch + uapi.OFF_FLAGS_OPCODE, word | uapi.FLAGS_RECORD)
     store_u64(scratch + uapi.OFF_COMPLETION_ADDR, scomp)
     status = load_u8(comp)
     record = comp
-    while (status & uapi.STATUS_MASK) == uapi.ST_PAGE_FAULT_NOBOF:
+    # each touch maps one page of the source or the destination
+    tries_left = 2 * (np.int64(load_u32(scratch + uapi.OFF_XFER_SIZE)) // PAGE_BYTES + 2)
+    while (status & uapi.STATUS_MASK) == uapi.ST_PAGE_FAULT_NOBOF and tries_left > 0:
+        tries_left -= 1
         counters[2] += np.uint64(1)
         done = load_u32(record + uapi.COMP_OFF_BYTES_COMPLETED)
         fault = load_u64(record + uapi.COMP_OFF_FAULT_ADDR)
