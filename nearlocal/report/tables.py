@@ -421,9 +421,10 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                                                           "dsa-memmove")
         return section
     per_run = []
+    cpu_below = figure("B8").value("CPU wins below")
     plot = PlotData("b8-crossover", "CPU vs DSA over size", "transfer size", "median (us)", [],
-                    [], [RefLine("B8: CPU wins below 4 KB", 4096, "x"),
-                     RefLine("B8: DSA repaid by 16 KB", SIZE_16K, "x")])
+                    [], [RefLine(f"B8: {v.name} {v.text()}", v.bytes(), "x")
+                         for v in figure("B8").values])
     plot.points = [RefPoint(f"{i} {figure(i).value().text()}", SIZE_16K, figure(i).value().ns()
                             / 1e3) for i in ("B7a", "B7c", "B7e")]
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
@@ -459,7 +460,7 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             dsa = [medians[dsa_label][s] for s in sizes]
             size = crossover_size(sizes, cpu, dsa)
             section.notes.append(f"{name}, {direction} on {pool}: {_crossover(sizes, size)}"
-                                 " (paper: CPU wins only below 4 KB)")
+                                 f" (paper: CPU wins only below {cpu_below.text()})")
             if size:
                 plot.lines.append(RefLine(f"{direction} crossover {format_size(size)}", size,
                                           "x"))
@@ -486,6 +487,7 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                       "Each GPU copy method over size and fragment count on every path measured; "
                       "kernel / memcpy = the one-launch kernel's median over cuda-memcpy's.",
                       _refs("B9", "B10"))
+    b10_below, b10_latency = figure("B10").value("below size"), figure("B10").value("latency")
     if not any((_gpu_rows(df)["ok"]).any() for df in frames):
         section.absent = "No GPU measurement: " + _absent(runs, frames, GPU_COPY_METHODS,
                                                           "GPU copy")
@@ -510,17 +512,17 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         per_run.append(cells)
         name = f"run {run.label}" if len(runs) > 1 else "this run"
         small_uc = rows[(rows["method"] == "cuda-memcpy") & rows["ok"] & (rows["attr"] == "uc")
-                        & (rows["size_bytes"] < 24 * 1024)]
+                        & (rows["size_bytes"] < b10_below.bytes())]
         if len(small_uc):
             worst = small_uc.sort_values("median_ns").iloc[-1]
             section.notes.append(
-                f"{name}: cuda-memcpy from uncacheable host memory below 24 KB: slowest median "
-                f"{format_ns(worst['median_ns'])} at {worst['pattern']} "
-                f"({_ratio(worst['median_ns'], figure('B10').value('latency').ns()):.2f}× the "
-                "paper's ~1.23 ms)")
+                f"{name}: cuda-memcpy from uncacheable host memory below {b10_below.text()}: "
+                f"slowest median {format_ns(worst['median_ns'])} at {worst['pattern']} "
+                f"({_ratio(worst['median_ns'], b10_latency.ns()):.2f}× the "
+                f"paper's ~{b10_latency.text()})")
         else:
             section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
-                                 "below 24 KB (B10 needs a UC pool mapping)")
+                                 f"below {b10_below.text()} (B10 needs a UC pool mapping)")
     section.table = keyed_table(
         [Column("path"), Column("pattern"), Column("bytes", "size"), Column("fragments",
                                                                                "count")],
@@ -605,7 +607,7 @@ def section_b12(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         per_run.append(cells)
     section.table = keyed_table([Column("method"), Column("path")],
                                 [Column("peak GB/s", "gbps"), Column("at size", "size"),
-                                 Column("× 26 GB/s cap", "ratio")], runs, per_run)
+                                 Column(f"× {cap.text()} cap", "ratio")], runs, per_run)
     section.plots.append(bandwidth_plot(runs, frames))
     return section
 
@@ -653,7 +655,8 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                       "rpc-roundtrip: one request/response through shared-memory slots; "
                       "rpc-throughput: operations per second of one server thread at queue "
                       "depth qd (Mops = 1000 / median ns per operation). × paper: round trip "
-                      "over 2.11 us at 64 B; throughput over 12.13 Mops at qd 128.", [fig])
+                      f"over {rtt.text()} at 64 B; throughput over {mops.text()} at qd 128.",
+                      [fig])
     if not any(df[df["method"].isin(RPC_METHODS)]["ok"].any() for df in frames):
         section.absent = "No RPC measurement: " + _absent(runs, frames, RPC_METHODS, "rpc")
         return section
@@ -943,8 +946,8 @@ def latency_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
     b11 = figure("B11")
     points += [RefPoint(f"B11 {v.name.split()[0]} {v.text()}", SIZE_64K, v.ns() / 1e3)
                for v in b11.values]
-    points.append(RefPoint("B15 RPC 2.11 us", 64,
-                           figure("B15").value("64 B round trip").ns() / 1e3))
+    rtt = figure("B15").value("64 B round trip")
+    points.append(RefPoint(f"B15 RPC {rtt.text()}", 64, rtt.ns() / 1e3))
     return PlotData("latency", "Latency against size (median)", "transfer size", "median (us)",
                     _size_series(runs, frames, "median_ns", 1e-3), points)
 
@@ -970,9 +973,10 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
                                  tuple(float(y) / 1e3 for y in group["median_ns"]), index))
     b14 = figure("B14")
     reads = 16  # "fetching 16 such tokens": 16 reads of 1,024 fragments each
-    points = [RefPoint("B14 CXL: 16 reads x 1,024 x 160 B in 211 us",
-                       reads * b14.value("fragments per read").central,
-                       b14.value("CXL").ns() / 1e3)]
+    per_read, cxl = b14.value("fragments per read"), b14.value("CXL")
+    points = [RefPoint(f"B14 CXL: {reads} reads x {per_read.text()} x "
+                       f"{b14.value('fragment size').text()} in {cxl.text()}",
+                       reads * per_read.central, cxl.ns() / 1e3)]
     return PlotData(name, title, "fragments per transfer", "median (us)", series, points,
                     x_is_size=False, connect=False)
 
