@@ -16,7 +16,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from nearlocal.kernels.intrinsics import I8, I32, I64, _data_address, _ptr
+from nearlocal.kernels.intrinsics import I8, I32, I64, _ptr
 
 I16 = ir.IntType(16)
 _WIDTHS = {8: (I8, types.uint8), 16: (I16, types.uint16), 32: (I32, types.uint32),
@@ -29,18 +29,6 @@ def _u64(builder: ir.IRBuilder, value: ir.Value, ty) -> ir.Value:
     if width == 64:
         return value
     return builder.zext(value, I64) if not getattr(ty, "signed", False) else builder.sext(value, I64)
-
-
-@intrinsic
-def address_of(typingctx, array):
-    """The data pointer of a numpy array as uint64."""
-    if not isinstance(array, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return _data_address(context, builder, array, args[0])
-
-    return types.uint64(array), codegen
 
 
 def _load(bits: int, ordering: str | None):
@@ -92,7 +80,6 @@ store_u8 = _store(8, None)
 store_u32 = _store(32, None)
 store_u64 = _store(64, None)
 release_u8 = _store(8, "release")
-release_u32 = _store(32, "release")
 
 
 @intrinsic
