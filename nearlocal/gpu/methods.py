@@ -24,7 +24,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.gpu import timing
-from nearlocal.gpu.regions import GpuAccess, gpu_access
+from nearlocal.gpu.regions import GpuAccess, _no_gpu, gpu_access
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.hwprobe import HostInventory
 
@@ -38,10 +38,7 @@ OTHER_TIMING_SAMPLES = 10
 
 # --- needs: why a method cannot run on this box -------------------------------------------------
 
-def _needs_gpu(inventory: HostInventory) -> str | None:
-    if not inventory.gpu.devices:
-        return inventory.gpu.reason or "no GPU"
-    return None
+_needs_gpu = _no_gpu  # the regions' reason: no device, or the CUDA stack is missing
 
 
 def _needs_kernels(inventory: HostInventory) -> str | None:
