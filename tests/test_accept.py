@@ -125,6 +125,8 @@ max = "1us"
     ('[[requirement]]\ncase = { method = "load" }\n\nmin = -2.5\n', 4,
      "must be a positive duration"),
     ('requirement = [1]\n', 1, "must be a table"),
+    ('[run]\nbudget = "1s"\nci = 0\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 3,
+     "ci must be a percentage"),
     ('title = "t"\ndefaults = 3\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 2,
      "[defaults] takes case fields only"),
     ('[run]\nbudget = "1s"\nthreads = 4\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 3,

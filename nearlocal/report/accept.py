@@ -256,12 +256,16 @@ def parse_spec(path: Path | str) -> Spec:
         bad = sorted(set(run) - set(RUN_KEYS)) if isinstance(run, dict) else ["run"]
         raise _fail(path, lines.table("run", bad[0]) or lines.key(1, "run"),
                     f"[run] takes {', '.join(RUN_KEYS)}, not {bad[0]!r}")
+    key = "budget"
     try:
         budget = str(run.get("budget", "0.5"))
         parse_duration(budget)
+        key = "ci"
         ci = float(run.get("ci", 1.0))
+        if not 0 < ci < 100:
+            raise ValueError(f"ci must be a percentage between 0 and 100, got {run['ci']!r}")
     except (UsageError, TypeError, ValueError) as exc:
-        raise _fail(path, lines.table("run"), f"[run]: {exc}") from None
+        raise _fail(path, lines.table("run", key), f"[run]: {exc}") from None
     tables = data.get("requirement")
     if not isinstance(tables, list) or not tables:
         raise _fail(path, None, "no requirements: add [[requirement]] tables")
