@@ -34,6 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
         bench.check_suite(config.getoption("nearlocal_suite"))
     except UsageError as exc:
         raise pytest.UsageError(f"--nearlocal-suite: {exc}") from None
+    ci = config.getoption("nearlocal_ci")
+    if not 0 < ci < 100:
+        raise pytest.UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
 
 
 def _host(config: pytest.Config) -> bench.BenchHost:

@@ -128,6 +128,9 @@ def test_unknown_suite_is_a_usage_error(bench_dir):
     result = bench_dir.runpytest_subprocess("--nearlocal-suite", "nope", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nearlocal-suite: unknown suite 'nope'*"])
+    result = bench_dir.runpytest_subprocess("--nearlocal-ci", "0", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--nearlocal-ci: a percentage between 0 and 100*"])
 
 
 def test_import_refuses_files_that_are_not_from_bench(tmp_path, capsys):
