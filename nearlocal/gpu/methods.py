@@ -151,7 +151,8 @@ class GpuSession:
     Subclasses set `work_device` rules through `_choose_device` and implement `enqueue()` (queue
     the work on self.stream) and optionally `decide()` (what e2e adds before it: table upload)."""
 
-    synchronous = False  # one blocking call per fragment: device time cannot be queued
+    synchronous = False  # the host's calls may block until the copy is done: cannot be queued
+    legacy_stream = False  # the work runs on the legacy default stream (cudaMemcpy)
     per_call = False  # one API call per fragment: per-copy percentiles are recorded
 
     def __init__(self, ctx: SessionContext, method: str):
@@ -259,15 +260,23 @@ class GpuSession:
             raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B from "
                                f"{s} to {d}) differs from its source")
 
+    def _blocking_if_pageable(self) -> None:
+        """CUDA may run a copy to or from pageable memory synchronously with the host (device ->
+        pageable returns only once done), so the host would wait for the blocking kernel: time
+        such copies between events around the calls instead (host gaps included)."""
+        if self.src.device_pointer is None or self.dst.device_pointer is None:
+            self.synchronous = True
+            self.info["host_may_block"] = "pageable memory"
+
     def _one(self, mode: str) -> float:
+        stream = self.cp.cuda.Stream.null if self.legacy_stream else self.stream
         if mode == "e2e":
             def run() -> None:
                 self.decide()
                 self.enqueue()
-            stream = self.cp.cuda.Stream.null if self.synchronous else self.stream
             return timing.end_to_end(run, stream)
         if self.synchronous:
-            return self.timer.unqueued(self.enqueue, self.cp.cuda.Stream.null)
+            return self.timer.unqueued(self.enqueue, stream)
         return self.timer.queued(self.enqueue)
 
     def _record_other_timing(self) -> None:
@@ -308,17 +317,18 @@ class MemcpySession(GpuSession):
     per_call = True
 
     def __init__(self, ctx: SessionContext, method: str, asynchronous: bool):
-        self.synchronous = not asynchronous
+        self.synchronous = self.legacy_stream = not asynchronous
         super().__init__(ctx, method)
 
     def setup(self) -> None:
+        self._blocking_if_pageable()
         src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
         self.calls = [(dst + int(d), src + int(s), int(n)) for s, d, n in self.table]
         self.info["calls"] = len(self.calls)
 
     def enqueue(self, marks: list | None = None) -> None:
         runtime = self.cp.cuda.runtime
-        if self.synchronous:
+        if self.legacy_stream:
             for dst, src, n in self.calls:
                 runtime.memcpy(dst, src, n, MEMCPY_DEFAULT)
             return
@@ -336,6 +346,7 @@ class BatchSession(GpuSession):
         from cuda.bindings import runtime
 
         self.runtime = runtime
+        self._blocking_if_pageable()
         src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
         self.srcs = [src + int(s) for s in self.table[:, 0]]
         self.dsts = [dst + int(d) for d in self.table[:, 1]]
@@ -368,6 +379,7 @@ class Memcpy2DSession(GpuSession):
             raise UsageError(f"cuda-memcpy-2d needs equal fragments at a constant stride "
                              f"(COUNTxSIZE[@STRIDE]); {self.ctx.case.pattern!r} is not")
         spitch, dpitch, width, height = shape
+        self._blocking_if_pageable()
         self.args = (self._pointer(self.dst, False) + int(self.table[0, 1]), dpitch,
                      self._pointer(self.src, False) + int(self.table[0, 0]), spitch, width,
                      height)
