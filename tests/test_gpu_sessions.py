@@ -79,6 +79,8 @@ def test_peer_sessions_and_layer_stream(fake_cupy):
                         params=(("layers", "3"), ("compute_us", "5"), ("copy", copy), *SMALL)))
         info = row["info"]
         assert info["layers"] == 3 and "hides_behind_compute" in info
+        assert info["round_trip_bytes"] == 2 * 48  # fetch + write back: what GB/s counts
+        assert row["gbps"] == pytest.approx(2 * 48 / row["median_ns"])
         assert info["compute_only_pass_ns"] > 0
 
 

@@ -235,3 +235,4 @@ def test_rpc_suite_stores_round_trip_and_throughput_rows(tmp_path):
         [(p, q) for p in ("coherent", "flush") for q in (1, 8, 32, 128)]
     assert (cases["region"] == "shm:nearlocal-rpc").all()
     assert (cases["median_ns"] > 0).all()
+    assert (cases["bytes_moved"] == 2 * 64).all()  # a sample is one 64 B request and its reply

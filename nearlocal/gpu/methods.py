@@ -704,12 +704,12 @@ _KERNEL = {**_TIMING, "width": "16", "threads": "128", "group": "0"}
 
 
 def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs,
-         params: dict, regions=("host", "gpu"), markers=("gpu",)) -> Method:
+         params: dict, regions=("host", "gpu"), markers=("gpu",), sample_bytes=None) -> Method:
     return register_method(Method(
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_families=frozenset(regions),
         peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
-        check_params=check_params,
+        check_params=check_params, sample_bytes=sample_bytes,
     ))
 
 
@@ -741,6 +741,7 @@ _gpu("layer-stream", "SwiftCache layer stream: per layer fetch from the peer GPU
      "write back", ("read",), lambda ctx: LayerStreamSession(ctx, "layer-stream"), _needs_peer,
      {**_TIMING, "layers": "32", "compute_us": "100", "copy": "memcpy", "width": "16",
       "threads": "128"},
-     regions=("gpu",), markers=("gpu", "nvlink"))
+     regions=("gpu",), markers=("gpu", "nvlink"),
+     sample_bytes=lambda pattern: 2 * pattern.total_bytes)  # a layer's fetch and write-back
 
 from nearlocal.gpu import suites  # noqa: E402, F401 - the gpu / swiftcache suites

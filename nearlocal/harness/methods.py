@@ -60,6 +60,14 @@ class Method:
     markers: tuple[str, ...] = ()
     # bad parameter values -> UsageError, checked before anything runs (defaults merged in)
     check_params: Callable[[dict], None] | None = None
+    # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
+    sample_bytes: Callable[[Pattern], int] | None = None
+
+    def bytes_moved(self, pattern: Pattern) -> int:
+        """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""
+        if not self.moves_bytes:
+            return 0
+        return self.sample_bytes(pattern) if self.sample_bytes else pattern.total_bytes
 
     def unavailable(self, inventory: HostInventory) -> str | None:
         missing = [flag for flag in self.cpu_flags if not inventory.cpu.has(flag)]

@@ -56,7 +56,7 @@ def describe(case: Case) -> dict:
         "size_bytes": pattern.total_bytes,
         "fragment_count": pattern.count,
         "fragment_bytes": pattern.fragment_bytes,
-        "bytes_moved": pattern.total_bytes if method.moves_bytes else 0,
+        "bytes_moved": method.bytes_moved(pattern),
         **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
     }
 

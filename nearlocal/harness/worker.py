@@ -75,7 +75,7 @@ def measure(case: Case, settings: WorkerSettings,
             overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
     with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
-        moved = opened.pattern.total_bytes if get_method(case.method).moves_bytes else 0
+        moved = get_method(case.method).bytes_moved(opened.pattern)
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
                 "info": opened.info, **summarize(ns, moved)}, raw, ns
 

@@ -161,7 +161,9 @@ def _two_cpus(inventory) -> str | None:
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
-           "check_params": _check_params}
+           "check_params": _check_params,
+           # a sample is one request: its payload out and its response back
+           "sample_bytes": lambda pattern: 2 * int(pattern.axes["message_bytes"])}
 
 register_method(Method(
     name="rpc-roundtrip",
