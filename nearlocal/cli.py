@@ -85,6 +85,8 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.units import parse_duration
 
     budget = parse_duration(args.budget)
+    if not 0 < args.ci < 100:
+        raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
     if args.json and not Path(args.json).parent.resolve().is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     inventory = probe()

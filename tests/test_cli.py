@@ -31,6 +31,7 @@ TINY = ["--budget", "0.02", "--quiet"]
     (["run", "--frobnicate"], "unrecognized arguments"),
     (["run", "--method", "load", "--param", "qd=3"], "method load has no parameter qd"),
     (["run", "--method", "load", "--param", "qd"], "malformed --param 'qd'"),
+    (["run", "--method", "load", "--ci", "0"], "--ci must be a percentage"),
     (["show", "no-such-run"], "no run 'no-such-run'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path):
