@@ -85,13 +85,15 @@ class FaultConfig:
 
 def _child(body: Callable[[], int]) -> int:
     """Fork; the child runs body under a parent-death SIGKILL and never returns to Python."""
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = 70
     try:
         set_parent_death_signal()
-        code = int(body())
+        if os.getppid() == parent:  # else the parent died before the signal was armed
+            code = int(body())
     finally:
         os._exit(code)
 
