@@ -63,6 +63,19 @@ def test_reasons_for_one_gpu_old_cuda_and_no_peer_access(inventory):
     assert methods["peer-kernel"].unavailable(_with_gpus(inventory, 2)) is None
 
 
+def test_every_gpu_method_needs_numba_cuda(inventory, monkeypatch):
+    """Every session's device clock queues the work behind a numba-cuda kernel."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "numba_cuda" else real(name, *args))
+    two = _with_gpus(inventory, 2)
+    methods = load_methods()
+    for name in GPU_METHODS:
+        assert "numba-cuda is not installed" in methods[name].unavailable(two), name
+
+
 def test_gpu_regions_validate_and_explain(inventory):
     two = _with_gpus(inventory, 2)
     case = Case("peer-memcpy", "gpu:1", "wb", "64KiB", peer="gpu:0")

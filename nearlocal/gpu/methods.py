@@ -38,11 +38,10 @@ OTHER_TIMING_SAMPLES = 10
 
 # --- needs: why a method cannot run on this box -------------------------------------------------
 
-_needs_gpu = _no_gpu  # the regions' reason: no device, or the CUDA stack is missing
-
-
-def _needs_kernels(inventory: HostInventory) -> str | None:
-    reason = _needs_gpu(inventory)
+def _needs_gpu(inventory: HostInventory) -> str | None:
+    """A GPU and cupy (the regions' reason), and numba-cuda: every session's device clock queues
+    the work behind its blocking kernel, and the kernel methods are numba-cuda kernels."""
+    reason = _no_gpu(inventory)
     if reason is None and importlib.util.find_spec("numba_cuda") is None:
         reason = "numba-cuda is not installed (pip install nearlocal[cuda12] or [cuda13])"
     return reason
@@ -63,10 +62,6 @@ def _needs_peer(inventory: HostInventory) -> str | None:
                                   for i in range(count) for j in range(count) if i != j):
         reason = f"no peer access between any pair of the {count} GPUs"
     return reason
-
-
-def _needs_peer_kernel(inventory: HostInventory) -> str | None:
-    return _needs_peer(inventory) or _needs_kernels(inventory)
 
 
 def _needs_batch(inventory: HostInventory) -> str | None:
@@ -727,17 +722,17 @@ _gpu("cuda-memcpy-batch", "cudaMemcpyBatchAsync: every fragment in one call (CUD
 _gpu("cuda-memcpy-2d", "cudaMemcpy2DAsync of regularly strided fragments",
      ("read", "write"), lambda ctx: Memcpy2DSession(ctx, "cuda-memcpy-2d"), _needs_gpu, _TIMING)
 _gpu("gather-kernel", "one kernel gathers every fragment into the GPU (reads mapped host memory)",
-     ("read",), lambda ctx: KernelSession(ctx, "gather-kernel"), _needs_kernels, _KERNEL)
+     ("read",), lambda ctx: KernelSession(ctx, "gather-kernel"), _needs_gpu, _KERNEL)
 _gpu("scatter-kernel", "one kernel scatters every fragment from the GPU into the region",
-     ("write",), lambda ctx: KernelSession(ctx, "scatter-kernel"), _needs_kernels, _KERNEL)
+     ("write",), lambda ctx: KernelSession(ctx, "scatter-kernel"), _needs_gpu, _KERNEL)
 _gpu("zero-copy-kernel", "a kernel reads (byte sums) or writes (fill) mapped host memory in place",
-     ("read", "write"), lambda ctx: ZeroCopySession(ctx, "zero-copy-kernel"), _needs_kernels,
+     ("read", "write"), lambda ctx: ZeroCopySession(ctx, "zero-copy-kernel"), _needs_gpu,
      {**_KERNEL, "fill": "90"}, regions=("host",))
 _gpu("peer-memcpy", "cudaMemcpyPeerAsync per fragment between two GPUs (NVLink when peered)",
      ("read", "write"), lambda ctx: PeerMemcpySession(ctx, "peer-memcpy"), _needs_two,
      _TIMING, regions=("gpu",), markers=("gpu", "nvlink"))
 _gpu("peer-kernel", "one kernel on the local GPU copies every fragment from / to a peer GPU",
-     ("read", "write"), lambda ctx: PeerKernelSession(ctx, "peer-kernel"), _needs_peer_kernel,
+     ("read", "write"), lambda ctx: PeerKernelSession(ctx, "peer-kernel"), _needs_peer,
      _KERNEL, regions=("gpu",), markers=("gpu", "nvlink"))
 _gpu("layer-stream", "SwiftCache layer stream: per layer fetch from the peer GPU, compute, "
      "write back", ("read",), lambda ctx: LayerStreamSession(ctx, "layer-stream"), _needs_peer,
