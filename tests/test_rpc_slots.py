@@ -132,6 +132,16 @@ def test_bad_rpc_parameter_values_are_refused_before_the_run():
             validate(Case(method, "shm:x", "wb", "rpc:8x64B", params=params), inventory)
 
 
+def test_a_plain_size_for_an_rpc_method_fails_its_case_not_the_run(tmp_path):
+    from nearlocal.cli import main
+    from nearlocal.results import load
+
+    assert main(["run", "--method", "rpc-roundtrip", "--region", "shm:nearlocal-test-rpc-size",
+                 "--size", "64KiB", "--out", str(tmp_path), "--quiet"]) == 0
+    (row,) = load(None, tmp_path).cases.itertuples()
+    assert row.status == "failed" and "rpc:SLOTSxSIZE" in row.reason
+
+
 def shm_region(tag: str, nbytes: int):
     from nearlocal.regions import parse_region, region_kind
 

@@ -158,12 +158,18 @@ def _two_cpus(inventory) -> str | None:
     return None
 
 
+def _request_bytes(pattern: Pattern) -> int:
+    """A sample is one request: its payload out and its response back (a pattern that is not
+    rpc:SLOTSxSIZE keeps its own size; the session refuses it)."""
+    size = pattern.axes.get("message_bytes")
+    return 2 * int(size) if size is not None else pattern.total_bytes
+
+
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
            "check_params": _check_params,
-           # a sample is one request: its payload out and its response back
-           "sample_bytes": lambda pattern: 2 * int(pattern.axes["message_bytes"])}
+           "sample_bytes": lambda pattern: _request_bytes(pattern)}
 
 register_method(Method(
     name="rpc-roundtrip",
