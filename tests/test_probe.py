@@ -61,3 +61,27 @@ def test_host_id_tracks_hardware(tmp_path):
     assert a.host_id == b.host_id
     b.cpu.model = "another CPU"
     assert a.host_id != b.host_id
+
+
+def test_pat_memtype_of_a_range(tmp_path):
+    from nearlocal.hwprobe.pat import PAT_LIST, memtype
+
+    root = SysRoot(tmp_path)
+    assert memtype(root, 0x1000, 64).startswith("unknown")
+    listing = tmp_path / PAT_LIST.lstrip("/")
+    listing.parent.mkdir(parents=True)
+    listing.write_text("PAT memtype list:\n"
+                       "PAT: [mem 0x0000001080000000-0x0000001090000000] uncached-minus\n"
+                       "PAT: [mem 0x00000000fd000000-0x00000000fe000000] write-combining\n")
+    assert memtype(root, 0x1080000000 + 4096, 16384) == "uncached-minus"
+    assert memtype(root, 0xfd000000, 64) == "write-combining"
+    assert memtype(root, 0x2000000000, 64).startswith("write-back")
+
+
+def test_dax_resource_is_read(tmp_path):
+    from tests.fakesys import write
+
+    root = cxl_box(tmp_path)
+    write(root, "/sys/bus/dax/devices/dax0.0/resource", "0x1080000000")
+    (dax,) = probe(SysRoot(root), calibrate=False, gpu=False).dax
+    assert dax.resource == 0x1080000000

@@ -19,6 +19,7 @@ class DaxDevice:
     target_node: int | None
     numa_node: int | None
     mode: str  # "devdax" (device_dax driver), "system-ram" (kmem), or "unbound"
+    resource: int | None  # physical start address, when the kernel shows it
     dev_path: str
     dev_present: bool
 
@@ -45,6 +46,7 @@ def probe_dax(root: SysRoot) -> list[DaxDevice]:
             target_node=root.read_int(f"{path}/target_node", base=10),
             numa_node=root.read_int(f"{path}/numa_node", base=10),
             mode=_mode(root, name),
+            resource=root.read_int(f"{path}/resource"),
             dev_path=dev_path,
             dev_present=root.exists(dev_path),
         ))

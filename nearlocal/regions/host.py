@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import HostInventory
+from nearlocal.hwprobe import HostInventory, pat
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
+from nearlocal.sysroot import SysRoot
 from nearlocal.units import parse_size
 
 MAP_HUGETLB = 0x40000
@@ -132,7 +133,8 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if options["node"] is not None:
         _mbind(buf, length, options["node"])
     region = _mapped(spec, attr, buf, size, True,
-                     {"pages": options["pages"], "node": options["node"], "owned": True})
+                     {"pages": options["pages"], "node": options["node"], "owned": True,
+                      "memtype": "write-back (anonymous RAM)"})
     _fill_owned(region.array)
     return region
 
@@ -186,8 +188,12 @@ def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
                         offset=offset)
     finally:
         os.close(fd)
+    start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
+    memtype = pat.memtype(SysRoot.default(), start + offset, size) if start is not None else \
+        "unknown: the device's physical address is not shown"
     return _mapped(spec, attr, buf, size, allow_write,
-                   {"device": path, "offset": offset, "align": align, "owned": False})
+                   {"device": path, "offset": offset, "align": align, "owned": False,
+                    "memtype": memtype})
 
 
 # --- file:PATH and shm:NAME: shared file mappings; created and removed by nearlocal if new ------
