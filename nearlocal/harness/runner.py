@@ -136,11 +136,11 @@ class Runner:
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
-        # a session on another clock (CUDA events) states its own overhead and resolution
-        if row.get("clock") != "tsc":
-            overhead_ns = row.get("info", {}).get("timer_overhead_ns")
-        resolution = worker.tsc_quantum_ns if row.get("clock") == "tsc" else \
-            row.get("info", {}).get("clock_resolution_ns")
+        if row.get("clock") == "tsc":
+            resolution = worker.tsc_quantum_ns
+        else:  # a session on another clock (CUDA events) states its own overhead and resolution
+            info = row.get("info", {})
+            overhead_ns, resolution = info.get("timer_overhead_ns"), info.get("clock_resolution_ns")
         return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
                 "clock_resolution_ns": resolution, **row}, raw, ns
 
