@@ -99,6 +99,8 @@ def full_rows(scale: float = 1.0) -> list[dict]:
             params={"qd": "16"}),
         row("kv-metadata", "dram", pattern="kv:qwen2.5-32b:flash-attn:dense", size=2**20,
             fragments=128, median=800 * scale),
+        row("memcpy", "shm:kv", pattern="kv:qwen2.5-32b:flash-attn:dense", size=2**20,
+            fragments=128, median=90000 * scale),
         # GPU: pool -> GPU and pinned -> GPU at 64 KiB, a gather kernel over fragments
         row("cuda-memcpy", pool, size=65536, peer="gpu:0", median=11730 * scale, family="gpu"),
         row("cuda-memcpy", "pinned", size=65536, peer="gpu:0", median=10320 * scale,

@@ -160,7 +160,9 @@ def test_s2_s3_kv_near_local_failures(full):
     variants = {r[6]: r[7].median_ns for r in kv.rows if r[0] == "load" and r[3] == 1024}
     assert variants == {"-": 50000, "qd=16": 40000}  # parameters keep rows apart
     metadata = next(r for r in kv.rows if r[0] == "kv-metadata")
-    assert metadata[-1] is None  # nothing moved: no bandwidth
+    assert metadata[-1] is None and metadata[8] is None  # nothing moved: no bandwidth
+    gather = next(r for r in kv.rows if r[0] == "memcpy" and r[2].startswith("kv:qwen"))
+    assert gather[7].median_ns == 90000 and gather[8] == pytest.approx(90000 + 800)
     near = full.section("near").table
     numa = next(r for r in near.rows if r[4] == "numa:1")
     assert numa[5] == "-" and numa[6].median_ns == 3000 and numa[7] == 1500
