@@ -74,8 +74,9 @@ def push_enqcmd(portal, desc):
 
 
 @njit(nogil=True, cache=True)
-def wait_spin(comp, timeout, stamps):
-    """Spin on the status byte. stamps[0] = polls, stamps[1] = ticks of the read that saw it."""
+def _poll(idle, comp, timeout, stamps):
+    """Read the status byte until it is set or `timeout` ticks pass, calling idle(comp) between
+    reads. stamps[0] = polls, stamps[1] = ticks of the read that saw it. 0 = timed out."""
     start = tsc_end()
     polls = np.uint64(0)
     while True:
@@ -89,46 +90,43 @@ def wait_spin(comp, timeout, stamps):
         if t - start > timeout:
             stamps[0] = polls
             return np.uint8(0)
+        idle(comp)
+
+
+@njit(nogil=True, cache=True)
+def _spin_idle(comp):
+    pass
+
+
+@njit(nogil=True, cache=True)
+def _pause_idle(comp):
+    pause()  # yields the core's resources to its sibling
+
+
+@njit(nogil=True, cache=True)
+def _umwait_idle(comp):
+    umonitor(comp)
+    if acquire_u8(comp) == 0:  # re-check after arming, or a write in between is missed
+        umwait(1, tsc_end() + np.uint64(UMWAIT_SLICE_TICKS))
+
+
+@njit(nogil=True, cache=True)
+def wait_spin(comp, timeout, stamps):
+    """Spin on the status byte."""
+    return _poll(_spin_idle, comp, timeout, stamps)
 
 
 @njit(nogil=True, cache=True)
 def wait_pause(comp, timeout, stamps):
-    """As wait_spin with a pause between reads (yields the core's resources to its sibling)."""
-    start = tsc_end()
-    polls = np.uint64(0)
-    while True:
-        t = tsc_end()
-        status = acquire_u8(comp)
-        polls += np.uint64(1)
-        if status != 0:
-            stamps[1] = tsc_end() - t
-            stamps[0] = polls
-            return status
-        if t - start > timeout:
-            stamps[0] = polls
-            return np.uint8(0)
-        pause()
+    """Spin with a pause between reads."""
+    return _poll(_pause_idle, comp, timeout, stamps)
 
 
 @njit(nogil=True, cache=True)
 def wait_umwait(comp, timeout, stamps):
-    """Monitor the record's line and umwait (C0.1) until the device writes it. Needs waitpkg."""
-    start = tsc_end()
-    polls = np.uint64(0)
-    while True:
-        t = tsc_end()
-        status = acquire_u8(comp)
-        polls += np.uint64(1)
-        if status != 0:
-            stamps[1] = tsc_end() - t
-            stamps[0] = polls
-            return status
-        if t - start > timeout:
-            stamps[0] = polls
-            return np.uint8(0)
-        umonitor(comp)
-        if acquire_u8(comp) == 0:  # re-check after arming, or a write in between is missed
-            umwait(1, tsc_end() + np.uint64(UMWAIT_SLICE_TICKS))
+    """Monitor the record's line and umwait (C0.1) until the device writes it. Needs waitpkg:
+    compiled only when chosen, after the flag check."""
+    return _poll(_umwait_idle, comp, timeout, stamps)
 
 
 # --- the driver: submit, wait, settle (page-fault retry), time -----------------------------
