@@ -69,6 +69,7 @@ class Store:
         self.path = path
         self.meta = meta
         self.partial = path / "partial"
+        self._added = 0  # cases written so far: names the next partial file
 
     @classmethod
     def create(cls, root: Path, meta: dict, run_id: str | None = None) -> Store:
@@ -97,8 +98,8 @@ class Store:
                             json.dumps(self.meta, indent=2, default=str).encode())
 
     def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None) -> None:
-        index = len(list(self.partial.glob("*.json")))
-        name = f"{index:06d}"
+        name = f"{self._added:06d}"
+        self._added += 1
         if ns is not None and len(ns):
             np.savez(self.partial / f"{name}.npz", raw=np.asarray(raw, dtype=np.float64),
                      ns=np.asarray(ns, dtype=np.float64))
