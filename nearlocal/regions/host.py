@@ -16,6 +16,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.hwprobe import HostInventory, pat
+from nearlocal.hwprobe.dax import find_dax
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import parse_size
@@ -159,7 +160,7 @@ def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
     name = os.path.basename(path)
     if not stat.S_ISCHR(mode) or not re.fullmatch(r"dax\d+\.\d+", name):
         raise UsageError(f"{path} is not a device-dax character device (expected /dev/daxX.Y)")
-    device = next((d for d in inventory.dax if d.name == name), None)
+    device = find_dax(inventory.dax, path)
     if device is not None and device.align and offset % device.align:
         raise UsageError(f"offset {offset} in {spec.text!r} is not a multiple of the device "
                          f"alignment {device.align}")
@@ -167,7 +168,7 @@ def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
 
 def _devdax_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
     path, _, _ = _dax_arg(spec)
-    device = next((d for d in inventory.dax if d.name == os.path.basename(path)), None)
+    device = find_dax(inventory.dax, path)
     if device is None:
         return f"{path} is not listed under /sys/bus/dax/devices"
     if device.mode != "devdax":

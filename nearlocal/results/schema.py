@@ -12,8 +12,6 @@ CASE_COLUMNS = [
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns"]
 
-STATUSES = ("ok", "skipped", "failed")
-
 # The subset `nearlocal run --json PATH` writes.
 JSON_COLUMNS = [
     "case_id", "method", "region", "attr", "pattern", "size_bytes", "fragment_count", "status",

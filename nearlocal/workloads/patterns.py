@@ -64,10 +64,6 @@ def register_pattern_kind(prefix: str, parser: PatternParser, help_text: str) ->
     _KINDS[prefix] = (parser, help_text)
 
 
-def pattern_kinds() -> dict[str, str]:
-    return {prefix: help_text for prefix, (_, help_text) in _KINDS.items()}
-
-
 def contiguous(nbytes: int) -> Pattern:
     return Pattern(format_size(nbytes), np.array([[0, 0, nbytes]], dtype=np.int64))
 
@@ -100,7 +96,7 @@ def parse_pattern(text: str) -> Pattern:
     try:
         return contiguous(parse_size(text))
     except UsageError:
-        kinds = ", ".join(f"{p}:..." for p in _KINDS) or "none"
+        kinds = "; ".join(f"{help_text}" for _, help_text in _KINDS.values()) or "none"
         raise UsageError(
             f"malformed size or pattern {text!r}: use a size (64, 16KiB, 1GiB), "
             f"COUNTxSIZE[@STRIDE] (1024x160B) or a pattern kind ({kinds})"
