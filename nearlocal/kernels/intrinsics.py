@@ -217,8 +217,6 @@ def _write_intrinsic(nontemporal: bool, writeback: bool):
                 store = builder.store(line_value, _ptr(builder, target, VEC), align=LINE)
                 if nontemporal:
                     _nontemporal(builder, store)
-                if clwb is not None:
-                    builder.call(clwb, [_ptr(builder, target, I8)])
 
             def word(off):
                 store = builder.store(word_value, _ptr(builder, builder.add(address, off), I64), align=8)
@@ -229,7 +227,7 @@ def _write_intrinsic(nontemporal: bool, writeback: bool):
                 builder.store(builder.trunc(word_value, I8), _ptr(builder, builder.add(address, off), I8))
 
             _emit_ranged(builder, address, args[2], line, word, byte)
-            if writeback:  # lines only partly covered by the head and tail must be written back too
+            if writeback:  # every line the range touches, once (head and tail lines included)
                 _emit_flush_lines(builder, clwb, address, args[2])
             return context.get_dummy_value()
 
