@@ -73,11 +73,11 @@ def _pool_and_expected(plan: kv.KvPlan) -> tuple[np.ndarray, np.ndarray]:
         if not sparse:
             return pool, np.stack([per_layer[ly][table] for ly in layers])
         return pool, np.stack([per_layer[ly][blk[li], slot[li]] for li, ly in enumerate(layers)])
-    if name == "cross-layer":
-        t = _values((NB, L, P, H, B, D) if hnd else (NB, L, P, B, H, D), seed=7)
+    if name == "cross-layer":  # vLLM: NHD (NB, L, 2, B, H, D), HND (NB, H, L, 2, B, D)
+        t = _values((NB, H, L, P, B, D) if hnd else (NB, L, P, B, H, D), seed=7)
         if not sparse:
-            return t.reshape(-1), t[table][:, layers]
-        out = [t[blk[li], ly, p, h, slot[li]] if hnd else t[blk[li], ly, p, slot[li], h]
+            return t.reshape(-1), (t[table][:, :, layers] if hnd else t[table][:, layers])
+        out = [t[blk[li], h, ly, p, slot[li]] if hnd else t[blk[li], ly, p, slot[li], h]
                for li, ly in enumerate(layers) for p in range(P)]
         return t.reshape(-1), np.stack(out)
     assert name == "lmcache"
@@ -105,8 +105,11 @@ GQA_CASES = [
     ("flash-attn", "sparse:16:ctx=96:dist=clustered:run=4:order=hnd:blocks=scattered"),
     ("flashinfer", "dense"), ("flashinfer", "dense:3:blocks=scattered:layers=1-2:tp=2"),
     ("flashinfer", "sparse:10:ctx=48:order=hnd:layers=1"), ("flashinfer", "sparse:7:ctx=40:bt=8"),
+    ("flashinfer", "dense:4:pool=4"), ("flash-attn", "dense:4:pool=4:order=hnd"),
     ("cross-layer", "dense"), ("cross-layer", "dense:3:blocks=scattered:layers=0-1"),
-    ("cross-layer", "sparse:9:ctx=64:order=hnd:tp=4"),
+    ("cross-layer", "sparse:9:ctx=64:order=hnd:tp=4"), ("cross-layer", "dense:2:order=hnd"),
+    ("cross-layer", "dense:3:order=hnd:layers=1-2:blocks=scattered"),
+    ("cross-layer", "sparse:12:ctx=64:order=hnd:layers=0-1:blocks=scattered"),
     ("lmcache", "dense:bt=16"), ("lmcache", "dense:2:blocks=scattered:bt=32:layers=1-2"),
     ("lmcache", "sparse:20:ctx=64:bt=32:dist=clustered:run=4"),
 ]
@@ -130,8 +133,16 @@ def test_gather_equals_numpy_selection(tiny, model, layout, rest):
     assert pattern.total_bytes == expected.nbytes
     assert pattern.src_span <= pool.nbytes
     np.testing.assert_array_equal(_gather(pool, frags), expected.reshape(-1).view(np.uint8))
-    # adjacent runs are merged: no fragment starts where its predecessor ended
-    assert not (frags[1:, 0] == frags[:-1, 0] + frags[:-1, 2]).any()
+    # adjacent runs are merged within a tensor, never across: vLLM's per-layer tensors are
+    # separate allocations, back to back in the region
+    g = plan.geometry
+    adjacent = np.flatnonzero(frags[1:, 0] == frags[:-1, 0] + frags[:-1, 2]) + 1
+    if g.layout.per_layer:
+        layer_bytes = g.pool_bytes // g.layers
+        assert (frags[adjacent, 0] % layer_bytes == 0).all()
+        assert ((frags[:, 0] // layer_bytes) == (frags[:, 0] + frags[:, 2] - 1) // layer_bytes).all()
+    else:
+        assert adjacent.size == 0
     assert pattern.axes["fragment_count"] == pattern.count <= pattern.axes["pieces"]
 
 
@@ -170,6 +181,54 @@ def test_known_counts_qwen25_32b():
     assert sparse.axes["contiguity"] == 0.0  # NHD: one head of consecutive tokens is strided
 
 
+def test_per_layer_tensors_are_never_merged():
+    """vLLM v1 allocates each layer's tensor separately: a read of every block of a 4-block pool
+    is one piece per layer (K and V of a layer are adjacent inside its tensor), not one 16 MiB
+    fragment."""
+    whole = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:4:pool=4")
+    assert whole.count == 64 and set(whole.frags[:, 2]) == {2 * 4 * 32 * 1024}
+    assert whole.axes["kv_tensors"] == 64 and whole.axes["layout_side"] == "region"
+    assert whole.axes["contiguity"] == pytest.approx(1 - 64 / 512)
+    fi = kv.parse_kv_pattern("kv:qwen2.5-32b:flashinfer:dense:4:pool=4")
+    assert fi.count == 64
+    cross = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense:4:pool=4")
+    assert cross.count == 1 and cross.axes["kv_tensors"] == 1  # one tensor for all layers
+    sparse = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:16:ctx=16:layers=0-1")
+    assert sparse.count == 2 * 2 * 8 * 16  # NHD: one head's tokens are strided, nothing merges
+
+
+def test_cross_layer_hnd_is_vllms_head_major_order():
+    """vLLM's cross-layer HND is (NB, H, L, 2, B, D): a block of a layer range is one piece per
+    head, and all layers of a block are still one piece."""
+    full = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense:order=hnd")
+    assert full.count == 1 and full.total_bytes == 64 * 2 * 16 * 8 * 128 * 2
+    part = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense:order=hnd:layers=0-3")
+    assert part.count == 8 and set(part.frags[:, 2]) == {4 * 2 * 16 * 128 * 2}
+    nhd = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense:layers=0-3")
+    assert nhd.count == 1  # NHD: layers 0-3 of a block are one run
+
+
+def test_fp8_ds_mla_is_656_bytes_per_token():
+    ds = kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:bt=64:dtype=fp8_ds_mla")
+    assert ds.count == 61 and ds.fragment_bytes == 64 * 656
+    fp8 = kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:bt=64:dtype=fp8")
+    assert fp8.fragment_bytes == 64 * 576  # plain fp8 (FlashMLA / Triton MLA): 576 B a token
+    sparse = kv.parse_kv_pattern("kv:deepseek-v3:mla:sparse:32:ctx=256:layers=0:dtype=FP8_DS_MLA")
+    assert set(sparse.frags[:, 2]) <= {656 * n for n in range(1, 33)}
+    assert sparse.total_bytes == 32 * 656
+    for name in ("bfloat16", "auto", "fp8_e4m3", "fp8_e5m2", "float16"):  # vLLM's spellings
+        assert kv.parse_kv_pattern(f"kv:qwen2.5-32b:flash-attn:dense:dtype={name}").count == 128
+    with pytest.raises(UsageError, match="fp8_ds_mla"):
+        kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:dtype=fp8_ds_mla")
+
+
+def test_names_are_case_insensitive():
+    a = kv.parse_kv_pattern("kv:Qwen2.5-32B:Flash-Attn:DENSE:2:TP=2:Order=HND:Blocks=Scattered")
+    b = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:2:tp=2:order=hnd:blocks=scattered")
+    np.testing.assert_array_equal(a.frags, b.frags)
+    assert kv.parse_kv_pattern("kv:1024X160B").count == 1024
+
+
 def test_explicit_shapes_reuse_the_core_parser():
     pattern = kv.parse_kv_pattern("kv:1024x160B")
     assert pattern.count == 1024 and pattern.fragment_bytes == 160
@@ -194,13 +253,13 @@ def test_timed_metadata_builds_the_patterns_table():
         out = np.zeros((pattern.axes["pieces"], 3), np.int64)
         if plan.selection.kind == "sparse":
             d = plan.geometry.sparse(plan.layers)
-            n = time_sparse_metadata(plan.table, plan.tokens(), d.layer_offsets, d.block_stride,
-                                     d.token_stride, d.head_stride, d.unit,
+            n = time_sparse_metadata(plan.table, plan.tokens(), d.layer_offsets, d.tensors,
+                                     d.block_stride, d.token_stride, d.head_stride, d.unit,
                                      plan.geometry.block_tokens, out, samples)
         else:
             d = plan.geometry.dense(plan.layers)
-            n = time_dense_metadata(plan.table, d.outer, d.block_stride, d.piece, d.block_major,
-                                    out, samples)
+            n = time_dense_metadata(plan.table, d.outer, d.tensors, d.block_stride, d.piece,
+                                    d.block_major, out, samples)
         np.testing.assert_array_equal(out[:n], pattern.frags)
         assert (samples > 0).all()
 
@@ -271,9 +330,9 @@ def test_hf_config_loading(tmp_path, tiny):
         from_hf_config(empty)
     for text, words in (("[1, 2]", "not a JSON object"),
                         ('{"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 8}',
-                         "must be positive"),
+                         "outside 1-"),
                         ('{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 8, '
-                         '"num_key_value_heads": "two"}', "must be positive")):
+                         '"num_key_value_heads": "two"}', "must be a positive whole number")):
         empty.write_text(text)
         with pytest.raises(UsageError, match=words):
             from_hf_config(empty)

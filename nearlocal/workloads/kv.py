@@ -12,9 +12,13 @@ layers=A-B or layers=A (default all), ctx=TOKENS (sparse context, 4096), dist=un
 run=8 (clustered run length), seed=0.
 
 Example: `kv:qwen2.5-32b:flash-attn:dense` is one 16-token block of Qwen2.5-32B at TP 1:
-128 fragments of 32 KiB (K and V of 64 layers). Fragments are (offset in the pool region, offset
-in the packed local buffer, length); the pattern's axes carry the model, layout, selection,
-contiguity and the RDMA work requests the list would need at 30 scatter-gather entries each (B2).
+128 fragments of 32 KiB (K and V of 64 layers). Fragments are (offset in the region, offset in the
+packed local buffer, length): the region holds vLLM's layout (per-layer tensors back to back; no
+fragment spans two), the local buffer or peer the packed copy. The pattern's axes carry the model,
+layout, selection, contiguity, the tensors the layout side holds (layout_side / packed_side say
+which side is which) and the RDMA work requests the list would need at 30 scatter-gather entries
+each (B2). Names (layouts, selections, keys, values) are case-insensitive; dtype takes vLLM's
+--kv-cache-dtype names too (fp8_ds_mla: 656 B per MLA token).
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from nearlocal.errors import UsageError
 from nearlocal.units import format_size
 from nearlocal.workloads import selections
 from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout
-from nearlocal.workloads.models import get_model
+from nearlocal.workloads.models import get_model, kv_dtype
 from nearlocal.workloads.patterns import Pattern, parse_pattern, register_pattern_kind
 
 RDMA_MAX_SGE = 30  # ConnectX-7's scatter-gather list limit quoted by Beluga (B2)
-_EXPLICIT = re.compile(r"^\d+x[^:@]+(@[^:]+)?$")
+_EXPLICIT = re.compile(r"^[0-9]+x[^:@]+(@[^:]+)?$", re.IGNORECASE)
+_WHOLE = re.compile(r"[0-9]{1,18}")  # ASCII digits, short enough to stay an int64
 _KEYS = ("tp", "bt", "dtype", "order", "blocks", "pool", "layers", "ctx", "dist", "run", "seed")
 _INT_KEYS = ("tp", "bt", "pool", "ctx", "run", "seed")
 SYNTAX = ("kv:MODEL[:LAYOUT][:dense[:N]|superblock[:N]|sparse[:K]][:key=value...] "
@@ -60,6 +65,18 @@ class KvPlan:
     geometry: KvGeometry
     selection: selections.Selection
     layers: np.ndarray  # int64 selected layer indices
+
+    @property
+    def pieces(self) -> int:
+        """Pieces before merging, from the geometry alone (nothing built)."""
+        g, sel, nl = self.geometry, self.selection, int(self.layers.size)
+        if sel.kind == "sparse":
+            return nl * g.parts * g.heads * sel.count
+        outer = nl * g.parts * (g.heads if g.layout.name == "cross-layer" and g.order == "hnd"
+                                else 1)
+        if g.layout.name in ("flashinfer", "mla"):
+            outer = nl
+        return outer * sel.blocks_needed(g.block_tokens)
 
     @property
     def table(self) -> np.ndarray:
@@ -89,11 +106,12 @@ class KvPlan:
             "pieces": pieces, "contiguity": contiguity(pieces, int(frags.shape[0])),
             "rdma_work_requests": rdma_work_requests(int(frags.shape[0])),
             "pool_bytes": g.pool_bytes,
+            "kv_tensors": g.tensors, "layout_side": "region", "packed_side": "peer",
         }
 
 
 def _parse_layers(text: str, total: int) -> np.ndarray:
-    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    match = re.fullmatch(r"([0-9]{1,18})(?:-([0-9]{1,18}))?", text)
     if not match:
         raise UsageError(f"malformed layers={text!r}: use layers=A-B or layers=A")
     first = int(match.group(1))
@@ -112,19 +130,24 @@ def parse_plan(text: str) -> KvPlan:
     layout_name, kind, count, options = None, None, None, {}
     for token in fields[2:]:
         key, eq, value = token.partition("=")
+        key, value, word = key.strip().lower(), value.strip(), token.strip().lower()
         if eq:
             if key not in _KEYS:
                 raise UsageError(f"unknown kv option {key!r} in {text!r}: valid are "
                                  f"{', '.join(_KEYS)}")
-            if key in _INT_KEYS and not re.fullmatch(r"\d+", value):
-                raise UsageError(f"kv option {key}={value!r} in {text!r} must be a whole number")
+            if key in _INT_KEYS and not _WHOLE.fullmatch(value):
+                raise UsageError(f"kv option {key}={value!r} in {text!r} must be a whole number "
+                                 "(at most 18 digits)")
             options[key] = int(value) if key in _INT_KEYS else value.lower()
-        elif token.lower() in LAYOUTS and layout_name is None:
-            layout_name = token.lower()
-        elif token in selections.KINDS and kind is None:
-            kind = token
-        elif token.isdigit() and kind is not None and count is None:
-            count = int(token)
+        elif word in LAYOUTS and layout_name is None:
+            layout_name = word
+        elif word in selections.KINDS and kind is None:
+            kind = word
+        elif word.isdigit() and kind is not None and count is None:
+            if not _WHOLE.fullmatch(word):
+                raise UsageError(f"{kind}:{word} in {text!r}: the count must be a whole number "
+                                 "(at most 18 digits)")
+            count = int(word)
         else:
             raise UsageError(f"unexpected {token!r} in kv pattern {text!r}: use {SYNTAX}; "
                              f"layouts are {', '.join(LAYOUTS)}")
@@ -141,10 +164,12 @@ def parse_plan(text: str) -> KvPlan:
     layout.check_block_tokens(block_tokens)
     pool = options["pool"] if "pool" in options else selection.default_pool(block_tokens)
     geometry = KvGeometry(model, layout, options.get("tp", 1), block_tokens,
-                          options.get("dtype", model.dtype), options.get("order", "nhd"), pool)
+                          kv_dtype(options.get("dtype"), model), options.get("order", "nhd"), pool)
     layers = (_parse_layers(options["layers"], model.layers) if "layers" in options
               else np.arange(model.layers, dtype=np.int64))
-    return KvPlan(str(text).strip(), geometry, selection, layers)
+    plan = KvPlan(str(text).strip(), geometry, selection, layers)
+    selections.check_pieces(plan.pieces, f"{text!r}")  # before the table or tokens are drawn
+    return plan
 
 
 def is_explicit(text: str) -> bool:

@@ -48,25 +48,25 @@ SUITE_PATTERNS = (
 
 
 @njit(cache=True)
-def time_dense_metadata(table, outer, block_stride, piece, block_major, out, samples):
+def time_dense_metadata(table, outer, tensors, block_stride, piece, block_major, out, samples):
     """Each sample: block table -> merged fragment table, whole blocks."""
     n = 0
     for r in range(samples.size):
         t0 = tsc_begin()
-        n = dense_fragments(table, outer, block_stride, piece, block_major, out)
+        n = dense_fragments(table, outer, tensors, block_stride, piece, block_major, out)
         t1 = tsc_end()
         samples[r] = t1 - t0
     return n
 
 
 @njit(cache=True)
-def time_sparse_metadata(table, tokens, layer_offsets, block_stride, token_stride, head_stride,
-                         unit, block_tokens, out, samples):
+def time_sparse_metadata(table, tokens, layer_offsets, tensors, block_stride, token_stride,
+                         head_stride, unit, block_tokens, out, samples):
     """Each sample: block table + chosen tokens -> merged fragment table of (token, head) pieces."""
     n = 0
     for r in range(samples.size):
         t0 = tsc_begin()
-        n = sparse_fragments(table, tokens, layer_offsets, block_stride, token_stride,
+        n = sparse_fragments(table, tokens, layer_offsets, tensors, block_stride, token_stride,
                              head_stride, unit, block_tokens, out)
         t1 = tsc_end()
         samples[r] = t1 - t0
@@ -94,15 +94,16 @@ class MetadataSession:
             tokens = plan.tokens()
             pieces = desc.layer_offsets.size * tokens.shape[1] * tokens.shape[2]
             self.out = np.empty((pieces, 3), np.int64)
-            self._args = (table, tokens, desc.layer_offsets, desc.block_stride, desc.token_stride,
-                          desc.head_stride, desc.unit, geometry.block_tokens, self.out)
+            self._args = (table, tokens, desc.layer_offsets, desc.tensors, desc.block_stride,
+                          desc.token_stride, desc.head_stride, desc.unit, geometry.block_tokens,
+                          self.out)
             self._kernel = time_sparse_metadata
         else:
             desc = geometry.dense(plan.layers)
             pieces = desc.outer.size * table.size
             self.out = np.empty((pieces, 3), np.int64)
-            self._args = (table, desc.outer, desc.block_stride, desc.piece, desc.block_major,
-                          self.out)
+            self._args = (table, desc.outer, desc.tensors, desc.block_stride, desc.piece,
+                          desc.block_major, self.out)
             self._kernel = time_dense_metadata
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "phase": "metadata",
                      "pieces": pieces, "block_table_len": int(table.size)}

@@ -5,6 +5,14 @@ is read from a local `config.json` (a file or a directory holding one; never the
 GQA models store `kv_heads` K and V heads of `head_dim` per token per layer; MLA models
 (DeepSeek-V3) store one compressed latent of `kv_lora_rank + qk_rope_head_dim` (512 + 64) per token
 per layer, shared by all heads, so tensor parallelism replicates it instead of dividing it.
+
+KV dtypes take vLLM's `--kv-cache-dtype` names too (auto, bfloat16, float16, fp8, fp8_e4m3,
+fp8_e5m2, fp8_ds_mla). `fp8_ds_mla` is DeepSeek's sparse-FlashMLA record (vLLM's FlashMLASparse
+backend): 512 fp8 latent values, 4 fp32 scales and the 64 rope values kept in bf16 = 656 B per
+token per layer, not the 576 B plain fp8 gives.
+
+A config read from a file is bounded (layers, heads, head_dim) before anything is sized from it:
+a typo like 1e12 layers is a one-line error, not a MemoryError.
 """
 
 from __future__ import annotations
@@ -15,8 +23,22 @@ from pathlib import Path
 
 from nearlocal.errors import UsageError
 
-# bytes per element of the KV cache dtypes vLLM offers (fp8 = e4m3 / e5m2)
+# bytes per element of the KV cache dtypes vLLM offers (fp8 = e4m3 / e5m2); fp8_ds_mla is a
+# per-token record, not an element type (FP8_DS_MLA_TOKEN_BYTES)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+FP8_DS_MLA = "fp8_ds_mla"
+FP8_DS_MLA_TOKEN_BYTES = 656  # 512 x fp8 latent + 4 x fp32 scale + 64 x bf16 rope
+FP8_DS_MLA_WIDTHS = (512, 64)  # the (kv_lora_rank, qk_rope_head_dim) the record is defined for
+KV_DTYPES = (*DTYPE_BYTES, FP8_DS_MLA)
+# vLLM's --kv-cache-dtype spellings -> ours ("auto" is the model's dtype)
+_VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                "float": "fp32", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+# Bounds on what a config file may say (the largest published models are far inside them):
+# beyond these a value is a typo, and sizing arrays from it would exhaust memory.
+MAX_LAYERS = 4096
+MAX_HEADS = 65536
+MAX_HEAD_DIM = 65536
+MAX_CONFIG_BYTES = 16 << 20
 _HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
               "float": "fp32", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
@@ -57,8 +79,36 @@ class ModelConfig:
 
     def head_bytes(self, dtype: str | None = None) -> int:
         """Bytes of one head (or the whole MLA latent) of one token in one layer."""
+        dtype = dtype or self.dtype
+        if dtype == FP8_DS_MLA:
+            self.check_fp8_ds_mla()
+            return FP8_DS_MLA_TOKEN_BYTES
         width = self.mla_latent + self.mla_rope if self.is_mla else self.head_dim
-        return width * DTYPE_BYTES[dtype or self.dtype]
+        return width * DTYPE_BYTES[dtype]
+
+    def check_fp8_ds_mla(self) -> None:
+        """fp8_ds_mla is defined only for DeepSeek's 512 + 64 latent (vLLM: head size 576)."""
+        if (self.mla_latent, self.mla_rope) != FP8_DS_MLA_WIDTHS:
+            raise UsageError(f"KV dtype fp8_ds_mla is DeepSeek's MLA record (latent 512 + rope 64, "
+                             f"656 B per token); {self.name} "
+                             + ("uses GQA" if not self.is_mla else
+                                f"has latent {self.mla_latent} + rope {self.mla_rope}")
+                             + ": use fp8, bf16, fp16 or fp32")
+
+
+def kv_dtype(text: str | None, model: ModelConfig) -> str:
+    """Our dtype name for `text` (ours or vLLM's --kv-cache-dtype spelling; None/auto: the
+    model's)."""
+    key = (text or "auto").strip().lower()
+    if key == "auto":
+        return model.dtype
+    key = _VLLM_DTYPES.get(key, key)
+    if key not in KV_DTYPES:
+        raise UsageError(f"unknown KV dtype {text!r}: valid are {', '.join(KV_DTYPES)}, auto, "
+                         f"or vLLM's {', '.join(_VLLM_DTYPES)}")
+    if key == FP8_DS_MLA:
+        model.check_fp8_ds_mla()
+    return key
 
 
 BUILTIN: dict[str, ModelConfig] = {m.name: m for m in (
@@ -80,41 +130,68 @@ def _canonical(name: str) -> str:
     return key.replace("meta-llama-", "llama-")
 
 
+def _whole(data: dict, key: str, path: Path, limit: int) -> int:
+    """data[key] as a whole number in 1..limit, or a one-line error naming the key."""
+    value = data[key]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() \
+            and len(value.strip()) <= 18:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"model config {path}: {key} must be a positive whole number, "
+                         f"got {value!r:.40}")
+    if not 0 < value <= limit:
+        raise UsageError(f"model config {path}: {key} = {value} is outside 1-{limit}: "
+                         "not a model this tool can size")
+    return value
+
+
 def from_hf_config(path: str | Path) -> ModelConfig:
     """A ModelConfig from a local Hugging Face config.json (file or directory), no network."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
     try:
-        data = json.loads(path.read_text())
+        with path.open("rb") as handle:  # bounded: a device or a huge file is not a config
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UsageError(f"model config {path} is over {MAX_CONFIG_BYTES >> 20} MiB: "
+                             "is it a config.json?")
+        data = json.loads(raw.decode())
     except OSError as exc:
         raise UsageError(f"cannot read model config {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"model config {path} is not valid JSON: {exc.msg} "
                          f"(line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"model config {path} is not UTF-8 text: is it a config.json?") from None
+    except RecursionError:
+        raise UsageError(f"model config {path} nests too deeply to be a config.json") from None
     if not isinstance(data, dict):
         raise UsageError(f"model config {path} is not a JSON object: is it a transformer's "
                          "config.json?")
     if isinstance(data.get("text_config"), dict):  # multimodal wrappers keep the LM inside
         data = {**data, **data["text_config"]}
-    try:
-        layers = int(data["num_hidden_layers"])
-        heads = int(data["num_attention_heads"])
-    except (KeyError, TypeError, ValueError):
+    if "num_hidden_layers" not in data or "num_attention_heads" not in data:
         raise UsageError(f"model config {path} lacks num_hidden_layers / num_attention_heads: "
-                         "is it a transformer's config.json?") from None
+                         "is it a transformer's config.json?")
     if not data.get("head_dim") and "hidden_size" not in data:
         raise UsageError(f"model config {path} has neither head_dim nor hidden_size")
-    try:
-        kv_heads = int(data.get("num_key_value_heads") or heads)
-        head_dim = int(data.get("head_dim") or int(data["hidden_size"]) // heads)
-        latent = int(data.get("kv_lora_rank") or 0)
-        rope = int(data.get("qk_rope_head_dim") or 0) if latent else 0
-    except (TypeError, ValueError, ZeroDivisionError):
-        kv_heads = head_dim = 0
-    if min(layers, heads, kv_heads, head_dim) <= 0 or min(latent, rope) < 0:  # (0 when unparsable)
-        raise UsageError(f"model config {path}: layers, heads, KV heads, head_dim and the MLA "
-                         "widths must be positive whole numbers")
+    layers = _whole(data, "num_hidden_layers", path, MAX_LAYERS)
+    heads = _whole(data, "num_attention_heads", path, MAX_HEADS)
+    kv_heads = (_whole(data, "num_key_value_heads", path, MAX_HEADS)
+                if data.get("num_key_value_heads") is not None else heads)
+    if data.get("head_dim"):
+        head_dim = _whole(data, "head_dim", path, MAX_HEAD_DIM)
+    else:
+        head_dim = _whole(data, "hidden_size", path, MAX_HEAD_DIM * MAX_HEADS) // heads
+        if not 0 < head_dim <= MAX_HEAD_DIM:
+            raise UsageError(f"model config {path}: hidden_size / num_attention_heads gives "
+                             f"head_dim {head_dim}, outside 1-{MAX_HEAD_DIM}")
+    latent = _whole(data, "kv_lora_rank", path, MAX_HEAD_DIM) if data.get("kv_lora_rank") else 0
+    rope = (_whole(data, "qk_rope_head_dim", path, MAX_HEAD_DIM)
+            if latent and data.get("qk_rope_head_dim") else 0)
     dtype_text = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
     dtype = _HF_DTYPES.get(dtype_text.removeprefix("torch."), "bf16")
     name = path.parent.name or path.stem

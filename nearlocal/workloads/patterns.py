@@ -4,6 +4,9 @@ A pattern is named by text so cases stay plain, hashable data: `16KiB` (one cont
 `1024x160B` (1024 pieces of 160 B scattered in the region, packed locally), `1024x160B@4KiB`
 (explicit stride in the region). Other modules add pattern kinds by prefix with
 `register_pattern_kind` (e.g. `kv:` from the KV-cache layouts).
+
+Shapes are bounded before anything is allocated: at most MAX_FRAGMENTS pieces, and no offset
+past MAX_SPAN bytes (so `99999999999x99999999999B` is a one-line error, not a MemoryError).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from nearlocal.errors import UsageError
 from nearlocal.units import format_size, parse_size
 
 LINE = 64
+MAX_FRAGMENTS = 1 << 22  # pieces in one pattern (a 96 MiB fragment table)
+MAX_SPAN = 1 << 46  # bytes a pattern may reach into a region (64 TiB): int64-safe everywhere
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class Pattern:
 
 PatternParser = Callable[[str], Pattern]
 _KINDS: dict[str, tuple[PatternParser, str]] = {}
-_SHAPE = re.compile(r"^(\d+)x([^@]+)(?:@(.+))?$")
+_SHAPE = re.compile(r"^([0-9]+)x([^@]+)(?:@(.+))?$", re.IGNORECASE)
 
 
 def register_pattern_kind(prefix: str, parser: PatternParser, help_text: str) -> None:
@@ -64,7 +69,14 @@ def register_pattern_kind(prefix: str, parser: PatternParser, help_text: str) ->
     _KINDS[prefix] = (parser, help_text)
 
 
+def _check_span(span: int, text: str) -> None:
+    if span > MAX_SPAN:
+        raise UsageError(f"pattern {text} reaches {span} bytes, beyond {MAX_SPAN >> 40} TiB: "
+                         "lower the size, count or stride")
+
+
 def contiguous(nbytes: int) -> Pattern:
+    _check_span(nbytes, format_size(nbytes))
     return Pattern(format_size(nbytes), np.array([[0, 0, nbytes]], dtype=np.int64))
 
 
@@ -73,6 +85,11 @@ def shape(count: int, size: int, stride: int | None = None) -> Pattern:
     stride = stride or 2 * ((size + LINE - 1) // LINE) * LINE
     if stride < size:
         raise UsageError(f"pattern stride {stride} is smaller than the piece size {size}")
+    shown = f"{count}x{format_size(size)}"
+    if count > MAX_FRAGMENTS:
+        raise UsageError(f"pattern {shown} has {count} pieces, beyond {MAX_FRAGMENTS}: "
+                         "lower the count")
+    _check_span((count - 1) * stride + size, shown)
     index = np.arange(count, dtype=np.int64)
     frags = np.stack([index * stride, index * size, np.full(count, size, np.int64)], axis=1)
     text = f"{count}x{format_size(size)}" + (f"@{format_size(stride)}" if stride else "")
@@ -86,6 +103,9 @@ def parse_pattern(text: str) -> Pattern:
         return _KINDS[prefix][0](text)
     match = _SHAPE.match(text)
     if match:
+        if len(match.group(1)) > 18:
+            raise UsageError(f"malformed pattern {text!r}: the count is beyond "
+                             f"{MAX_FRAGMENTS} pieces")
         count = int(match.group(1))
         if count <= 0:
             raise UsageError(f"malformed pattern {text!r}: the count must be positive")
@@ -94,10 +114,11 @@ def parse_pattern(text: str) -> Pattern:
         pattern = shape(count, size, stride)
         return Pattern(text, pattern.frags, pattern.axes)
     try:
-        return contiguous(parse_size(text))
+        nbytes = parse_size(text)
     except UsageError:
         kinds = "; ".join(f"{help_text}" for _, help_text in _KINDS.values()) or "none"
         raise UsageError(
             f"malformed size or pattern {text!r}: use a size (64, 16KiB, 1GiB), "
             f"COUNTxSIZE[@STRIDE] (1024x160B) or a pattern kind ({kinds})"
         ) from None
+    return contiguous(nbytes)

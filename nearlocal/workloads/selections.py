@@ -8,7 +8,11 @@ fragment table — the metadata work a connector does between "read these" and t
 - COUNTxSIZE[@STRIDE]: an explicit shape, parsed by workloads.patterns (`1024x160B`).
 
 The builders append pieces in the local buffer's order and merge a piece into the previous one when
-it starts where that one ended in the pool, as a real connector would.
+it starts where that one ended in the region and lies in the same tensor, as a real connector
+would: vLLM hands a connector one pointer per layer tensor, so nothing merges across tensors.
+
+Counts are bounded before anything is sized from them (MAX_* below): a typo like dense:10**12
+or ctx=10**15 is a one-line error, not a MemoryError.
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ DEFAULT_CONTEXT = 4096
 KINDS = ("dense", "superblock", "sparse")
 PLACEMENTS = ("contiguous", "scattered")
 DISTRIBUTIONS = ("uniform", "clustered")
+MAX_BLOCKS = 1 << 20  # blocks one read may name (a 16-token block table of 16M tokens)
+MAX_CONTEXT = 1 << 24  # sparse context tokens (16M, past any model's window)
+MAX_PIECES = 1 << 22  # fragment-table rows one read may build (96 MiB of table)
 
 
 @njit(cache=True)
-def _emit(out, n, src, dst, length):
-    """Append (src, dst, length) to out[:n], merged with out[n-1] when adjacent at both ends."""
-    if n > 0 and out[n - 1, 0] + out[n - 1, 2] == src and out[n - 1, 1] + out[n - 1, 2] == dst:
+def _emit(out, n, src, dst, length, same_tensor):
+    """Append (src, dst, length) to out[:n], merged with out[n-1] when adjacent at both ends and
+    in the same tensor."""
+    if (same_tensor and n > 0 and out[n - 1, 0] + out[n - 1, 2] == src
+            and out[n - 1, 1] + out[n - 1, 2] == dst):
         out[n - 1, 2] += length
         return n
     out[n, 0] = src
@@ -42,31 +51,41 @@ def _emit(out, n, src, dst, length):
 
 
 @njit(cache=True)
-def dense_fragments(table, outer, block_stride, piece, block_major, out):
-    """Whole-block pieces for the block ids in `table`; returns the fragment count in out."""
+def dense_fragments(table, outer, tensors, block_stride, piece, block_major, out):
+    """Whole-block pieces for the block ids in `table`; returns the fragment count in out.
+    tensors[o]: the tensor outer piece o lies in."""
     n = 0
     dst = 0
+    last = -1
     if block_major:
         for b in range(table.size):
             for o in range(outer.size):
-                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece)
+                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece,
+                          tensors[o] == last)
+                last = tensors[o]
                 dst += piece
     else:
         for o in range(outer.size):
             for b in range(table.size):
-                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece)
+                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece,
+                          tensors[o] == last)
+                last = tensors[o]
                 dst += piece
     return n
 
 
 @njit(cache=True)
-def sparse_fragments(table, tokens, layer_offsets, block_stride, token_stride, head_stride, unit,
-                     block_tokens, out):
+def sparse_fragments(table, tokens, layer_offsets, tensors, block_stride, token_stride, head_stride,
+                     unit, block_tokens, out):
     """(token, head) pieces: tokens[l, h, :] are sorted token positions in the sequence, mapped
-    through the block table; local order (layer, part, head, token). Returns the count."""
+    through the block table; local order (layer, part, head, token); tensors[l]: the tensor
+    layer l lies in. Returns the count."""
     n = 0
     dst = 0
+    last = -1
     for li in range(layer_offsets.shape[0]):
+        same = tensors[li] == last
+        last = tensors[li]
         for p in range(layer_offsets.shape[1]):
             base = layer_offsets[li, p]
             for h in range(tokens.shape[1]):
@@ -74,7 +93,8 @@ def sparse_fragments(table, tokens, layer_offsets, block_stride, token_stride, h
                 for j in range(tokens.shape[2]):
                     t = tokens[li, h, j]
                     src = head + table[t // block_tokens] * block_stride + (t % block_tokens) * token_stride
-                    n = _emit(out, n, src, dst, unit)
+                    n = _emit(out, n, src, dst, unit, same)
+                    same = True
                     dst += unit
     return n
 
@@ -97,6 +117,11 @@ class Selection:
                              "superblock[:N], sparse[:K] or COUNTxSIZE (1024x160B)")
         if self.count <= 0:
             raise UsageError(f"selection {self.kind}:{self.count}: the count must be positive")
+        if self.context <= 0 or self.context > MAX_CONTEXT:
+            raise UsageError(f"ctx={self.context} tokens is outside 1-{MAX_CONTEXT}")
+        if self.kind != "sparse" and self.count > MAX_BLOCKS:
+            raise UsageError(f"selection {self.kind}:{self.count} is beyond {MAX_BLOCKS} "
+                             "blocks in one read")
         if self.placement not in PLACEMENTS:
             raise UsageError(f"unknown block placement {self.placement!r}: valid are "
                              f"{', '.join(PLACEMENTS)}")
@@ -106,8 +131,9 @@ class Selection:
         if self.kind == "sparse" and self.count > self.context:
             raise UsageError(f"sparse:{self.count} wants more tokens than the context holds "
                              f"(ctx={self.context})")
-        if self.run <= 0 or self.context <= 0:
-            raise UsageError("ctx and run must be positive token counts")
+        if self.run <= 0 or self.run > self.context:
+            raise UsageError(f"run={self.run} must be a positive token count up to ctx "
+                             f"({self.context})")
 
     @property
     def label(self) -> str:
@@ -121,7 +147,11 @@ class Selection:
             if SUPERBLOCK_TOKENS % block_tokens:
                 raise UsageError(f"superblocks are {SUPERBLOCK_TOKENS} tokens: the block size "
                                  f"({block_tokens}) must divide it")
-            return self.count * (SUPERBLOCK_TOKENS // block_tokens)
+            needed = self.count * (SUPERBLOCK_TOKENS // block_tokens)
+            if needed > MAX_BLOCKS:
+                raise UsageError(f"superblock:{self.count} at {block_tokens}-token blocks is "
+                                 f"{needed} blocks, beyond {MAX_BLOCKS} in one read")
+            return needed
         return -(-self.context // block_tokens)
 
     def default_pool(self, block_tokens: int) -> int:
@@ -173,18 +203,28 @@ class Selection:
         return chosen
 
 
+def check_pieces(pieces: int, what: str) -> None:
+    """Refuse a read whose fragment table would be too large to build, before building it."""
+    if pieces > MAX_PIECES:
+        raise UsageError(f"{what} is {pieces} pieces, beyond {MAX_PIECES} in one read: select "
+                         "fewer blocks, tokens or layers")
+
+
 def build_dense(table: np.ndarray, desc: DenseDescriptor) -> tuple[np.ndarray, int]:
     """The fragment table and the piece count before merging."""
     pieces = desc.outer.size * table.size
+    check_pieces(pieces, "the read")
     out = np.empty((pieces, 3), np.int64)
-    n = dense_fragments(table, desc.outer, desc.block_stride, desc.piece, desc.block_major, out)
+    n = dense_fragments(table, desc.outer, desc.tensors, desc.block_stride, desc.piece,
+                        desc.block_major, out)
     return out[:n].copy(), pieces
 
 
 def build_sparse(table: np.ndarray, tokens: np.ndarray, desc: SparseDescriptor,
                  block_tokens: int) -> tuple[np.ndarray, int]:
     pieces = desc.layer_offsets.size * tokens.shape[1] * tokens.shape[2]
+    check_pieces(pieces, "the read")
     out = np.empty((pieces, 3), np.int64)
-    n = sparse_fragments(table, tokens, desc.layer_offsets, desc.block_stride, desc.token_stride,
-                         desc.head_stride, desc.unit, block_tokens, out)
+    n = sparse_fragments(table, tokens, desc.layer_offsets, desc.tensors, desc.block_stride,
+                         desc.token_stride, desc.head_stride, desc.unit, block_tokens, out)
     return out[:n].copy(), pieces
