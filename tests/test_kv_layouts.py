@@ -280,6 +280,21 @@ def test_timed_metadata_builds_the_patterns_table():
     ("kv:qwen2.5-32b:flash-attn:dense:layers=70", "outside"),
     ("kv:qwen2.5-32b:flash-attn:superblock:bt=128:pool=1", "raise pool"),
     ("kv:qwen2.5-32b:flash-attn:dense:dtype=int3", "unknown KV dtype"),
+    # bounds: refused before anything is sized from them (issue 13)
+    ("kv:qwen2.5-32b:flash-attn:dense:99999999999", "beyond 1048576 blocks"),
+    ("kv:qwen2.5-32b:flash-attn:dense:" + "9" * 5000, "at most 18 digits"),
+    ("kv:qwen2.5-32b:flash-attn:dense:\u00b2", "whole number"),
+    ("kv:qwen2.5-32b:flash-attn:superblock:100000", "1600000 blocks, beyond"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:256:ctx=99999999999", "ctx=99999999999"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:256:ctx=" + "9" * 30, "at most 18 digits"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:8:ctx=64:run=65", "run=65"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:4000000:ctx=16000000", "pieces, beyond"),
+    ("kv:qwen2.5-32b:flash-attn:dense:pool=99999999999999", "TiB"),
+    ("kv:qwen2.5-32b:lmcache:dense:bt=999999999999984", "not allowed by the lmcache layout"),
+    ("kv:qwen2.5-32b:flash-attn:dense:layers=0-99999999999999999999", "malformed layers"),
+    ("kv:deepseek-v3:mla:dense:dtype=fp8_ds_mla:tp=0", "positive"),
+    ("kv:99999999999x99999999999B", "beyond 4194304"),
+    ("kv:1x70TiB", "beyond 64 TiB"),
 ])
 def test_bad_kv_patterns_are_usage_errors(text, words):
     with pytest.raises(UsageError, match=words):
@@ -336,6 +351,37 @@ def test_hf_config_loading(tmp_path, tiny):
         empty.write_text(text)
         with pytest.raises(UsageError, match=words):
             from_hf_config(empty)
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"num_hidden_layers": 1e12, "num_attention_heads": 8, "head_dim": 8}, "outside 1-4096"),
+    ({"num_hidden_layers": 10**12, "num_attention_heads": 8, "head_dim": 8}, "outside 1-4096"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 10**9}, "head_dim"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 10**9,
+      "head_dim": 8}, "num_key_value_heads"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 1, "hidden_size": 10**12}, "hidden_size"),
+    ({"num_hidden_layers": 2.5, "num_attention_heads": 8, "head_dim": 8}, "whole number"),
+    ({"num_hidden_layers": True, "num_attention_heads": 8, "head_dim": 8}, "whole number"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 8, "kv_lora_rank": 1e15},
+     "kv_lora_rank"),
+])
+def test_absurd_model_configs_are_one_line_errors(tmp_path, body, words):
+    """A config with 1e12 layers used to reach np.arange(1e12) (MemoryError): now bounded."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(body).replace("1e+12", "1e12"))
+    with pytest.raises(UsageError, match=words):
+        kv.parse_kv_pattern(f"kv:{path}:flash-attn:dense")
+
+
+def test_binary_and_huge_config_files_are_usage_errors(tmp_path):
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00\x80" * 10)
+    with pytest.raises(UsageError, match="not UTF-8"):
+        from_hf_config(binary)
+    nested = tmp_path / "deep.json"
+    nested.write_text("[" * 100_000)
+    with pytest.raises(UsageError, match=r"nests too deeply|not valid JSON"):
+        from_hf_config(nested)
 
 
 def test_size_histogram_buckets_many_sizes():

@@ -47,11 +47,53 @@ def test_kv_command_reports_fragments(capsys):
     (["--layout", "paged"], "unknown layout"),
     (["--select", "everything"], "unexpected"),
     (["--select", "sparse:256", "--dist", "bimodal"], "distribution"),
+    (["--select", "dense:99999999999"], "beyond"),
+    (["--select", "sparse:256", "--ctx", "99999999999"], "ctx="),
+    (["--select", "sparse:256", "--ctx", "-5"], "whole number"),
+    (["--pool", "99999999999999"], "TiB"),
+    (["--select", "99999999999x99999999999B"], "beyond"),
+    (["--dtype", "fp8_ds_mla"], "fp8_ds_mla"),
 ])
 def test_kv_command_bad_input_exits_2(capsys, argv, words):
     assert main(["kv", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_kv_command_model_config_with_1e12_layers_exits_2(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text('{"num_hidden_layers": 1e12, "num_attention_heads": 8, "head_dim": 128}')
+    assert main(["kv", "--model", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "num_hidden_layers" in err and err.count("\n") == 1
+
+
+def test_kv_command_names_are_case_insensitive_and_says_which_side(capsys):
+    data = _kv_json(capsys, "--layout", "FlashInfer", "--select", "Dense:4", "--pool", "4",
+                    "--order", "HND")
+    assert data["fragment_count"] == 64 and data["kv_tensors"] == 64
+    assert data["layout_side"] == "region" and "per-layer tensors" in data["sides"]
+    data = _kv_json(capsys, "--model", "deepseek-v3", "--layout", "mla", "--dtype", "fp8_ds_mla")
+    assert data["token_bytes"] == 656 and data["kv_dtype"] == "fp8_ds_mla"
+
+
+def test_kv_command_says_the_papers_shapes_do_not_follow(capsys):
+    data = _kv_json(capsys, "--select", "1024x160B")
+    assert "B14" in data["paper_note"] and "256 B" in data["paper_note"]
+    data = _kv_json(capsys, "--select", "128x20KiB")
+    assert "B2" in data["paper_note"] and "32KiB" in data["paper_note"]
+    assert _kv_json(capsys, "--select", "64x4KiB")["paper_note"] is None
+    assert main(["kv", "--select", "1024x160B"]) == 0
+    assert "does not follow" in " ".join(capsys.readouterr().out.split())  # rich wraps lines
+
+
+def test_run_pattern_bounds_exit_2_before_measuring(tmp_path, capsys):
+    for pattern in ("99999999999x99999999999B", "kv:qwen2.5-32b:flash-attn:dense:99999999999"):
+        rc = main(["run", "--method", "load", "--region", "dram", "--pattern", pattern,
+                   "--out", str(tmp_path), "--quiet"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())  # nothing stored
 
 
 def test_kv_patterns_parse_through_the_core_parser():

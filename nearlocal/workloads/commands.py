@@ -49,6 +49,17 @@ def describe(text: str) -> dict:
                       for label, n, b in kv.size_histogram(lengths)],
     }
     data.pop("fragment_bytes", None)
+    if axes["select"] == "explicit":
+        data["paper_note"] = kv.paper_note(count, int(lengths[0]) if count else 0)
+    else:
+        g = kv.parse_plan(text).geometry
+        data["token_bytes"] = g.parts * g.token_bytes
+        held = (f"vLLM's {g.tensors} per-layer tensors, back to back in one mapping; no "
+                "fragment spans two" if g.layout.per_layer
+                else "vLLM's cross-layer tensor (one for every layer)"
+                if g.layout.name == "cross-layer" else "LMCache's chunks")
+        data["sides"] = (f"layout side: the region (read in a gather, written in a scatter) holds "
+                         f"{held}; packed side: the local buffer or peer, contiguous")
     return data
 
 
@@ -58,13 +69,16 @@ def _print(data: dict) -> None:
     from nearlocal.console import console
 
     if data["select"] == "explicit":
-        console.print(f"[bold]{data['pattern']}[/]: an explicit shape")
+        console.print(f"[bold]{data['pattern']}[/]: an explicit shape, not cut from a model")
+        if data.get("paper_note"):
+            console.print(f"  [yellow]{data['paper_note']}[/]")
     else:
         console.print(
             f"[bold]{data['model']}[/], layout {data['layout']} ({data['order'].upper()}), "
             f"TP {data['tp']}, {data['block_tokens']}-token blocks, {data['kv_dtype']}, "
             f"select {data['select']} ({data['placement']} blocks), layers {data['layers']}; "
-            f"pool {format_size(data['pool_bytes'])}")
+            f"pool {format_size(data['pool_bytes'])}; {data['token_bytes']} B per token per layer")
+        console.print(f"  {data['sides']}")
     console.print(f"  pattern: {data['pattern']}")
     console.print(
         f"  {data['fragment_count']} fragments ({data['pieces']} pieces before merging "
@@ -104,7 +118,8 @@ def register(subparsers) -> None:
     parser.add_argument("--layout", default="flash-attn", help=", ".join(LAYOUTS))
     parser.add_argument("--select", default="dense",
                         help="dense[:N], superblock[:N], sparse[:K] or COUNTxSIZE (default dense)")
-    parser.add_argument("--dtype", help="KV dtype: bf16, fp16, fp8, fp32 (the model's)")
+    parser.add_argument("--dtype", help="KV dtype: bf16, fp16, fp8, fp32, fp8_ds_mla (MLA, 656 B "
+                        "a token) or vLLM's --kv-cache-dtype names (default: the model's)")
     parser.add_argument("--order", help="nhd (default) or hnd")
     parser.add_argument("--blocks", help="block ids contiguous (default) or scattered")
     parser.add_argument("--pool", type=int, help="blocks in the pool (default 2x the table)")

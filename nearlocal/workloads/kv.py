@@ -198,6 +198,46 @@ def parse_kv_pattern(text: str) -> Pattern:
     return Pattern(cached.text, cached.frags.copy(), dict(cached.axes))
 
 
+def _real_pieces() -> dict[str, int]:
+    """The piece sizes the real configs give for the shapes the papers quote (B2, B14)."""
+    qwen = parse_plan("kv:qwen2.5-32b:flash-attn:dense").geometry
+    qwen_fp8 = parse_plan("kv:qwen2.5-32b:flash-attn:dense:dtype=fp8").geometry
+    qwen_tp2 = parse_plan("kv:qwen2.5-32b:flash-attn:dense:tp=2").geometry
+    ds = parse_plan("kv:deepseek-v3:mla:dense").geometry
+    return {
+        "block_pieces": qwen.layers * qwen.parts, "block_piece": qwen.part_block_bytes,
+        "block_piece_tp2": qwen_tp2.part_block_bytes, "block_piece_fp8": qwen_fp8.part_block_bytes,
+        "block_tokens": qwen.block_tokens, "kv_heads": qwen.heads, "head_dim": qwen.model.head_dim,
+        "unit": qwen.unit, "unit_fp8": qwen_fp8.unit, "layers": qwen.layers,
+        "mla": ds.unit, "mla_fp8": ds.model.head_bytes("fp8"),
+        "mla_ds": ds.model.head_bytes("fp8_ds_mla"),
+    }
+
+
+def paper_note(count: int, size: int) -> str | None:
+    """Why a paper's quoted shape (Beluga B2 ~20 KB x 128, B14 160 B x 1024) is not what the real
+    configs give, with the real numbers; None for other shapes."""
+    r = _real_pieces()
+    if count == r["block_pieces"] and 19_000 <= size <= 21 * 1024:
+        return (f"Beluga B2 quotes {count} pieces of ~20 KB for one Qwen-32B block; that does not "
+                f"follow from Qwen2.5-32B's config: {r['layers']} layers x K, V = "
+                f"{r['block_pieces']} pieces of {r['block_tokens']} tokens x {r['kv_heads']} KV "
+                f"heads x {r['head_dim']} x 2 B = {format_size(r['block_piece'])} at TP 1 "
+                f"({format_size(r['block_piece_tp2'])} at TP 2, "
+                f"{format_size(r['block_piece_fp8'])} in fp8); the real shape is "
+                "kv:qwen2.5-32b:flash-attn:dense")
+    if count == 1024 and size == 160:
+        sparse = r["layers"] * 2 * r["kv_heads"] * 256
+        return (f"Beluga B14 quotes {count} fragments of 160 B for a top-256 read; that does not "
+                f"follow from a real config: one (token, KV head) piece of K or V is head_dim x "
+                f"dtype = {r['unit']} B for Qwen2.5-32B ({r['unit_fp8']} B in fp8), one "
+                f"DeepSeek-V3 MLA token {r['mla']} B ({r['mla_fp8']} B fp8, {r['mla_ds']} B "
+                f"fp8_ds_mla), and top-256 per KV head per layer of Qwen2.5-32B is "
+                f"{r['layers']} x 2 x {r['kv_heads']} x 256 = {sparse} pieces; the real shape is "
+                "kv:qwen2.5-32b:flash-attn:sparse:256")
+    return None
+
+
 def size_histogram(lengths: np.ndarray) -> list[tuple[str, int, int]]:
     """(label, fragments, bytes) per distinct size, or per power-of-two bucket when many sizes."""
     lengths = np.asarray(lengths, np.int64)

@@ -75,8 +75,8 @@ def _check_span(span: int, text: str) -> None:
                          "lower the size, count or stride")
 
 
-def contiguous(nbytes: int) -> Pattern:
-    _check_span(nbytes, format_size(nbytes))
+def contiguous(nbytes: int, label: str | None = None) -> Pattern:
+    _check_span(nbytes, label or format_size(nbytes))
     return Pattern(format_size(nbytes), np.array([[0, 0, nbytes]], dtype=np.int64))
 
 
@@ -121,4 +121,4 @@ def parse_pattern(text: str) -> Pattern:
             f"malformed size or pattern {text!r}: use a size (64, 16KiB, 1GiB), "
             f"COUNTxSIZE[@STRIDE] (1024x160B) or a pattern kind ({kinds})"
         ) from None
-    return contiguous(nbytes)
+    return contiguous(nbytes, repr(text))
