@@ -209,11 +209,20 @@ def test_cross_layer_hnd_is_vllms_head_major_order():
 
 
 def test_fp8_ds_mla_is_656_bytes_per_token():
-    ds = kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:bt=64:dtype=fp8_ds_mla")
+    """DeepSeek-V3.2 runs on vLLM's FlashMLASparse: fp8 there is fp8_ds_mla, 656 B a token (512
+    fp8 + 4 fp32 scales + 64 bf16 rope); dense MLA (DeepSeek-V3) keeps 576 B fp8."""
+    ds = kv.parse_kv_pattern("kv:deepseek-v3.2:mla:dense:dtype=fp8_ds_mla")
     assert ds.count == 61 and ds.fragment_bytes == 64 * 656
+    alias = kv.parse_kv_pattern("kv:deepseek-v3.2:mla:dense:dtype=fp8")  # vLLM's alias
+    assert alias.fragment_bytes == 64 * 656 and alias.axes["kv_dtype"] == "fp8_ds_mla"
     fp8 = kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:bt=64:dtype=fp8")
     assert fp8.fragment_bytes == 64 * 576  # plain fp8 (FlashMLA / Triton MLA): 576 B a token
-    sparse = kv.parse_kv_pattern("kv:deepseek-v3:mla:sparse:32:ctx=256:layers=0:dtype=FP8_DS_MLA")
+    with pytest.raises(UsageError, match="dense MLA"):
+        kv.parse_kv_pattern("kv:deepseek-v3:mla:dense:dtype=fp8_ds_mla")
+    with pytest.raises(UsageError, match="64-token blocks"):
+        kv.parse_kv_pattern("kv:deepseek-v3.2:mla:dense:bt=16")
+    assert get_model("deepseek-ai/DeepSeek-V3.2-Exp").mla_sparse
+    sparse = kv.parse_kv_pattern("kv:deepseek-v3.2:mla:sparse:32:ctx=256:layers=0:dtype=FP8_DS_MLA")
     assert set(sparse.frags[:, 2]) <= {656 * n for n in range(1, 33)}
     assert sparse.total_bytes == 32 * 656
     for name in ("bfloat16", "auto", "fp8_e4m3", "fp8_e5m2", "float16"):  # vLLM's spellings
@@ -292,7 +301,7 @@ def test_timed_metadata_builds_the_patterns_table():
     ("kv:qwen2.5-32b:flash-attn:dense:pool=99999999999999", "TiB"),
     ("kv:qwen2.5-32b:lmcache:dense:bt=999999999999984", "not allowed by the lmcache layout"),
     ("kv:qwen2.5-32b:flash-attn:dense:layers=0-99999999999999999999", "malformed layers"),
-    ("kv:deepseek-v3:mla:dense:dtype=fp8_ds_mla:tp=0", "positive"),
+    ("kv:deepseek-v3.2:mla:dense:dtype=fp8_ds_mla:tp=0", "positive"),
     ("kv:99999999999x99999999999B", "beyond 4194304"),
     ("kv:1x70TiB", "beyond 64 TiB"),
 ])
@@ -310,6 +319,7 @@ PUBLISHED = {
     "llama-3.1-8b": (32, 32, 8, 128, "bf16", 0, 0),  # hidden 4096
     "llama-3.1-70b": (80, 64, 8, 128, "bf16", 0, 0),  # hidden 8192
     "deepseek-v3": (61, 128, 128, 128, "bf16", 512, 64),
+    "deepseek-v3.2": (61, 128, 128, 128, "bf16", 512, 64),  # + index_topk 2048 (sparse)
 }
 
 

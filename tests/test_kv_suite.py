@@ -73,7 +73,7 @@ def test_kv_command_names_are_case_insensitive_and_says_which_side(capsys):
                     "--order", "HND")
     assert data["fragment_count"] == 64 and data["kv_tensors"] == 64
     assert data["layout_side"] == "region" and "per-layer tensors" in data["sides"]
-    data = _kv_json(capsys, "--model", "deepseek-v3", "--layout", "mla", "--dtype", "fp8_ds_mla")
+    data = _kv_json(capsys, "--model", "deepseek-v3.2", "--layout", "mla", "--dtype", "fp8_ds_mla")
     assert data["token_bytes"] == 656 and data["kv_dtype"] == "fp8_ds_mla"
 
 

@@ -4,10 +4,10 @@
     kv:COUNTxSIZE[@STRIDE]                      an explicit shape (1024x160B, 128x20KiB)
 
 MODEL is a built-in name (qwen2.5-32b, qwen3-32b, qwen3-8b, llama-3.1-8b, llama-3.1-70b,
-deepseek-v3) or the path of a local config.json; LAYOUT is flash-attn (default), flashinfer, mla,
-cross-layer or lmcache; SELECT is dense[:N] (default, 1 block), superblock[:N] or sparse[:K]
-(K defaults to 256). Keys: tp=1, bt=BLOCK_TOKENS (layout default), dtype=bf16|fp16|fp8|fp32
-(the model's), order=nhd|hnd, blocks=contiguous|scattered, pool=BLOCKS (blocks in the pool),
+deepseek-v3, deepseek-v3.2) or the path of a local config.json; LAYOUT is flash-attn (default),
+flashinfer, mla, cross-layer or lmcache; SELECT is dense[:N] (default, 1 block), superblock[:N]
+or sparse[:K] (K defaults to 256). Keys: tp=1, bt=BLOCK_TOKENS (layout default),
+dtype=bf16|fp16|fp8|fp32|fp8_ds_mla (the model's), order=nhd|hnd, blocks=contiguous|scattered, pool=BLOCKS (blocks in the pool),
 layers=A-B or layers=A (default all), ctx=TOKENS (sparse context, 4096), dist=uniform|clustered,
 run=8 (clustered run length), seed=0.
 
@@ -204,13 +204,14 @@ def _real_pieces() -> dict[str, int]:
     qwen_fp8 = parse_plan("kv:qwen2.5-32b:flash-attn:dense:dtype=fp8").geometry
     qwen_tp2 = parse_plan("kv:qwen2.5-32b:flash-attn:dense:tp=2").geometry
     ds = parse_plan("kv:deepseek-v3:mla:dense").geometry
+    ds_sparse = get_model("deepseek-v3.2")
     return {
         "block_pieces": qwen.layers * qwen.parts, "block_piece": qwen.part_block_bytes,
         "block_piece_tp2": qwen_tp2.part_block_bytes, "block_piece_fp8": qwen_fp8.part_block_bytes,
         "block_tokens": qwen.block_tokens, "kv_heads": qwen.heads, "head_dim": qwen.model.head_dim,
         "unit": qwen.unit, "unit_fp8": qwen_fp8.unit, "layers": qwen.layers,
         "mla": ds.unit, "mla_fp8": ds.model.head_bytes("fp8"),
-        "mla_ds": ds.model.head_bytes("fp8_ds_mla"),
+        "mla_ds": ds_sparse.head_bytes("fp8_ds_mla"),
     }
 
 
@@ -231,8 +232,8 @@ def paper_note(count: int, size: int) -> str | None:
         return (f"Beluga B14 quotes {count} fragments of 160 B for a top-256 read; that does not "
                 f"follow from a real config: one (token, KV head) piece of K or V is head_dim x "
                 f"dtype = {r['unit']} B for Qwen2.5-32B ({r['unit_fp8']} B in fp8), one "
-                f"DeepSeek-V3 MLA token {r['mla']} B ({r['mla_fp8']} B fp8, {r['mla_ds']} B "
-                f"fp8_ds_mla), and top-256 per KV head per layer of Qwen2.5-32B is "
+                f"DeepSeek-V3 MLA token {r['mla']} B ({r['mla_fp8']} B fp8; DeepSeek-V3.2's "
+                f"fp8_ds_mla {r['mla_ds']} B), and top-256 per KV head per layer of Qwen2.5-32B is "
                 f"{r['layers']} x 2 x {r['kv_heads']} x 256 = {sparse} pieces; the real shape is "
                 "kv:qwen2.5-32b:flash-attn:sparse:256")
     return None

@@ -127,7 +127,7 @@ class KvGeometry:
     def __post_init__(self) -> None:
         layout = self.layout
         if layout.mla == "only" and not self.model.is_mla:
-            raise UsageError(f"layout mla needs an MLA model (deepseek-v3); {self.model.name} "
+            raise UsageError(f"layout mla needs an MLA model (deepseek-v3, deepseek-v3.2); {self.model.name} "
                              "uses GQA: use flash-attn, flashinfer, cross-layer or lmcache")
         if self.model.is_mla and layout.name in ("flash-attn", "flashinfer"):
             raise UsageError(f"{self.model.name} uses MLA (one 576-wide latent per token): use "
@@ -136,6 +136,9 @@ class KvGeometry:
             raise UsageError(f"unknown KV dtype {self.dtype!r}: valid are {', '.join(KV_DTYPES)}")
         if self.dtype == FP8_DS_MLA:
             self.model.check_fp8_ds_mla()
+        if self.model.mla_sparse and layout.name == "mla" and self.block_tokens != 64:
+            raise UsageError(f"{self.model.name} runs on vLLM's FlashMLASparse, which takes "
+                             f"64-token blocks, not {self.block_tokens}")
         if self.order not in layout.orders:
             raise UsageError(f"order {self.order!r} is not valid for layout {layout.name}: valid "
                              f"are {', '.join(layout.orders)}")

@@ -55,6 +55,8 @@ class ModelConfig:
     dtype: str = "bf16"
     mla_latent: int = 0  # MLA: kv_lora_rank (512 for DeepSeek-V3); 0 for GQA/MHA
     mla_rope: int = 0  # MLA: qk_rope_head_dim (64 for DeepSeek-V3)
+    mla_sparse: bool = False  # DeepSeek sparse attention (config has index_topk): vLLM runs it on
+    # FlashMLASparse, whose fp8 cache is fp8_ds_mla (656 B a token) in 64-token blocks
 
     @property
     def is_mla(self) -> bool:
@@ -87,11 +89,14 @@ class ModelConfig:
         return width * DTYPE_BYTES[dtype]
 
     def check_fp8_ds_mla(self) -> None:
-        """fp8_ds_mla is defined only for DeepSeek's 512 + 64 latent (vLLM: head size 576)."""
-        if (self.mla_latent, self.mla_rope) != FP8_DS_MLA_WIDTHS:
-            raise UsageError(f"KV dtype fp8_ds_mla is DeepSeek's MLA record (latent 512 + rope 64, "
-                             f"656 B per token); {self.name} "
+        """fp8_ds_mla is the sparse-FlashMLA record of DeepSeek's 512 + 64 latent (vLLM: head
+        size 576); vLLM's other MLA backends do not take it."""
+        if not self.mla_sparse or (self.mla_latent, self.mla_rope) != FP8_DS_MLA_WIDTHS:
+            raise UsageError(f"KV dtype fp8_ds_mla is the sparse FlashMLA record of DeepSeek-V3.2 "
+                             f"(latent 512 + rope 64, 656 B a token); {self.name} "
                              + ("uses GQA" if not self.is_mla else
+                                "uses dense MLA (no index_topk): its fp8 is 576 B a token"
+                                if not self.mla_sparse else
                                 f"has latent {self.mla_latent} + rope {self.mla_rope}")
                              + ": use fp8, bf16, fp16 or fp32")
 
@@ -103,6 +108,8 @@ def kv_dtype(text: str | None, model: ModelConfig) -> str:
     if key == "auto":
         return model.dtype
     key = _VLLM_DTYPES.get(key, key)
+    if key == "fp8" and model.mla_sparse:  # vLLM's FlashMLASparse takes fp8 as fp8_ds_mla
+        key = FP8_DS_MLA
     if key not in KV_DTYPES:
         raise UsageError(f"unknown KV dtype {text!r}: valid are {', '.join(KV_DTYPES)}, auto, "
                          f"or vLLM's {', '.join(_VLLM_DTYPES)}")
@@ -119,13 +126,15 @@ BUILTIN: dict[str, ModelConfig] = {m.name: m for m in (
     ModelConfig("llama-3.1-70b", layers=80, heads=64, kv_heads=8, head_dim=128),
     ModelConfig("deepseek-v3", layers=61, heads=128, kv_heads=128, head_dim=128,
                 mla_latent=512, mla_rope=64),
+    ModelConfig("deepseek-v3.2", layers=61, heads=128, kv_heads=128, head_dim=128,
+                mla_latent=512, mla_rope=64, mla_sparse=True),
 )}
 
 
 def _canonical(name: str) -> str:
     """`Qwen/Qwen2.5-32B-Instruct` and `qwen2.5-32b` name the same cache."""
     key = name.strip().lower().rsplit("/", 1)[-1]
-    for suffix in ("-instruct", "-chat", "-base"):
+    for suffix in ("-instruct", "-chat", "-base", "-exp"):
         key = key.removesuffix(suffix)
     return key.replace("meta-llama-", "llama-")
 
@@ -195,7 +204,8 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     dtype_text = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
     dtype = _HF_DTYPES.get(dtype_text.removeprefix("torch."), "bf16")
     name = path.parent.name or path.stem
-    return ModelConfig(name, layers, heads, kv_heads, head_dim, dtype, latent, rope)
+    sparse = bool(latent) and data.get("index_topk") is not None
+    return ModelConfig(name, layers, heads, kv_heads, head_dim, dtype, latent, rope, sparse)
 
 
 def get_model(name: str) -> ModelConfig:
