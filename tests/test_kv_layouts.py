@@ -38,6 +38,15 @@ def _values(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2**16, size=shape, dtype=np.uint16)
 
 
+def _place(per_layer: list[np.ndarray], g) -> np.ndarray:
+    """Per-layer tensors in one region: back to back, or each padded to a multiple of align=."""
+    stride = g.pool_bytes // g.layers // 2  # in uint16 elements
+    pool = np.zeros(stride * len(per_layer), np.uint16)
+    for ly, t in enumerate(per_layer):
+        pool[ly * stride:ly * stride + t.size] = t.reshape(-1)
+    return pool
+
+
 def _pool_and_expected(plan: kv.KvPlan) -> tuple[np.ndarray, np.ndarray]:
     """The pool's bytes built from the layout's documented shapes, and the selection by indexing."""
     g = plan.geometry
@@ -56,7 +65,7 @@ def _pool_and_expected(plan: kv.KvPlan) -> tuple[np.ndarray, np.ndarray]:
         inner = (H, B, D) if hnd else (B, H, D)
         shape = (P, NB, *inner) if name == "flash-attn" else (NB, P, *inner)
         per_layer = [_values(shape, seed=ly) for ly in range(L)]
-        pool = np.concatenate([t.reshape(-1) for t in per_layer])
+        pool = _place(per_layer, g)
         if not sparse:
             pick = (lambda t: t[:, table]) if name == "flash-attn" else (lambda t: t[table])
             return pool, np.stack([pick(per_layer[ly]) for ly in layers])
@@ -69,7 +78,7 @@ def _pool_and_expected(plan: kv.KvPlan) -> tuple[np.ndarray, np.ndarray]:
         return pool, np.stack(out)
     if name == "mla":
         per_layer = [_values((NB, B, D), seed=ly) for ly in range(L)]
-        pool = np.concatenate([t.reshape(-1) for t in per_layer])
+        pool = _place(per_layer, g)
         if not sparse:
             return pool, np.stack([per_layer[ly][table] for ly in layers])
         return pool, np.stack([per_layer[ly][blk[li], slot[li]] for li, ly in enumerate(layers)])
@@ -106,6 +115,8 @@ GQA_CASES = [
     ("flashinfer", "dense"), ("flashinfer", "dense:3:blocks=scattered:layers=1-2:tp=2"),
     ("flashinfer", "sparse:10:ctx=48:order=hnd:layers=1"), ("flashinfer", "sparse:7:ctx=40:bt=8"),
     ("flashinfer", "dense:4:pool=4"), ("flash-attn", "dense:4:pool=4:order=hnd"),
+    ("flash-attn", "dense:3:pool=3:align=4KiB"), ("flashinfer", "sparse:10:ctx=48:align=1KiB"),
+    ("flash-attn", "dense:2:blocks=scattered:order=hnd:align=64KiB:layers=1-2"),
     ("cross-layer", "dense"), ("cross-layer", "dense:3:blocks=scattered:layers=0-1"),
     ("cross-layer", "sparse:9:ctx=64:order=hnd:tp=4"), ("cross-layer", "dense:2:order=hnd"),
     ("cross-layer", "dense:3:order=hnd:layers=1-2:blocks=scattered"),
@@ -115,6 +126,7 @@ GQA_CASES = [
 ]
 MLA_CASES = [
     ("mla", "dense:bt=16"), ("mla", "dense:3:blocks=scattered"), ("mla", "sparse:30:ctx=256"),
+    ("mla", "dense:2:pool=3:align=16KiB"),
     ("mla", "sparse:32:ctx=256:dist=clustered:tp=8"), ("cross-layer", "dense:2"),
     ("lmcache", "sparse:8:ctx=64:bt=32"),
 ]
@@ -138,7 +150,7 @@ def test_gather_equals_numpy_selection(tiny, model, layout, rest):
     g = plan.geometry
     adjacent = np.flatnonzero(frags[1:, 0] == frags[:-1, 0] + frags[:-1, 2]) + 1
     if g.layout.per_layer:
-        layer_bytes = g.pool_bytes // g.layers
+        layer_bytes = g.pool_bytes // g.layers  # the layer stride
         assert (frags[adjacent, 0] % layer_bytes == 0).all()
         assert ((frags[:, 0] // layer_bytes) == (frags[:, 0] + frags[:, 2] - 1) // layer_bytes).all()
     else:
@@ -191,6 +203,9 @@ def test_per_layer_tensors_are_never_merged():
     assert whole.axes["contiguity"] == pytest.approx(1 - 64 / 512)
     fi = kv.parse_kv_pattern("kv:qwen2.5-32b:flashinfer:dense:4:pool=4")
     assert fi.count == 64
+    aligned = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:4:pool=4:tp=8:align=2MiB")
+    assert aligned.count == 64 and (aligned.frags[:, 0] % (2 << 20) == 0).all()
+    assert aligned.axes["pool_bytes"] == 64 * (2 << 20)
     cross = kv.parse_kv_pattern("kv:qwen2.5-32b:cross-layer:dense:4:pool=4")
     assert cross.count == 1 and cross.axes["kv_tensors"] == 1  # one tensor for all layers
     sparse = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:16:ctx=16:layers=0-1")
@@ -304,6 +319,9 @@ def test_timed_metadata_builds_the_patterns_table():
     ("kv:deepseek-v3.2:mla:dense:dtype=fp8_ds_mla:tp=0", "positive"),
     ("kv:99999999999x99999999999B", "beyond 4194304"),
     ("kv:1x70TiB", "beyond 64 TiB"),
+    ("kv:qwen2.5-32b:flash-attn:dense:align=3000", "power of two"),
+    ("kv:qwen2.5-32b:cross-layer:dense:align=2MiB", "one tensor"),
+    ("kv:qwen2.5-32b:flash-attn:dense:align=lots", "malformed size"),
 ])
 def test_bad_kv_patterns_are_usage_errors(text, words):
     with pytest.raises(UsageError, match=words):

@@ -22,7 +22,7 @@ def kv_text(args: argparse.Namespace) -> str:
     parts = ["kv", args.model, get_layout(args.layout).name, select]
     options = {"tp": args.tp, "bt": args.block_tokens, "dtype": args.dtype, "order": args.order,
                "blocks": args.blocks, "pool": args.pool, "layers": args.layers, "ctx": args.ctx,
-               "dist": args.dist, "run": args.run, "seed": args.seed}
+               "dist": args.dist, "run": args.run, "seed": args.seed, "align": args.align}
     parts += [f"{key}={value}" for key, value in options.items()
               if value is not None and not (key == "tp" and value == 1)]
     return ":".join(str(p) for p in parts)
@@ -54,7 +54,9 @@ def describe(text: str) -> dict:
     else:
         g = kv.parse_plan(text).geometry
         data["token_bytes"] = g.parts * g.token_bytes
-        held = (f"vLLM's {g.tensors} per-layer tensors, back to back in one mapping; no "
+        placed = (f"each on a multiple of {format_size(g.layer_align)}" if g.layer_align
+                  else "back to back")
+        held = (f"vLLM's {g.tensors} per-layer tensors, {placed} in one mapping; no "
                 "fragment spans two" if g.layout.per_layer
                 else "vLLM's cross-layer tensor (one for every layer)"
                 if g.layout.name == "cross-layer" else "LMCache's chunks")
@@ -128,5 +130,7 @@ def register(subparsers) -> None:
     parser.add_argument("--dist", help="sparse: uniform (default) or clustered")
     parser.add_argument("--run", type=int, help="sparse clustered: run length (default 8)")
     parser.add_argument("--seed", type=int, help="seed of scattered ids and sparse tokens")
+    parser.add_argument("--align", help="per-layer tensors start on a multiple of this (e.g. 2MiB, "
+                        "as the CUDA caching allocator rounds); default back to back")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=_kv)

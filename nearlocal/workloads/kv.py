@@ -7,9 +7,10 @@ MODEL is a built-in name (qwen2.5-32b, qwen3-32b, qwen3-8b, llama-3.1-8b, llama-
 deepseek-v3, deepseek-v3.2) or the path of a local config.json; LAYOUT is flash-attn (default),
 flashinfer, mla, cross-layer or lmcache; SELECT is dense[:N] (default, 1 block), superblock[:N]
 or sparse[:K] (K defaults to 256). Keys: tp=1, bt=BLOCK_TOKENS (layout default),
-dtype=bf16|fp16|fp8|fp32|fp8_ds_mla (the model's), order=nhd|hnd, blocks=contiguous|scattered, pool=BLOCKS (blocks in the pool),
-layers=A-B or layers=A (default all), ctx=TOKENS (sparse context, 4096), dist=uniform|clustered,
-run=8 (clustered run length), seed=0.
+dtype=bf16|fp16|fp8|fp32|fp8_ds_mla (the model's), order=nhd|hnd, blocks=contiguous|scattered,
+pool=BLOCKS (blocks in the pool), layers=A-B or layers=A (default all), ctx=TOKENS (sparse
+context, 4096), dist=uniform|clustered, run=8 (clustered run length), seed=0, align=SIZE (each
+per-layer tensor starts on a multiple of SIZE, e.g. 2MiB; default back to back).
 
 Example: `kv:qwen2.5-32b:flash-attn:dense` is one 16-token block of Qwen2.5-32B at TP 1:
 128 fragments of 32 KiB (K and V of 64 layers). Fragments are (offset in the region, offset in the
@@ -30,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.units import format_size
+from nearlocal.units import format_size, parse_size
 from nearlocal.workloads import selections
 from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout
 from nearlocal.workloads.models import get_model, kv_dtype
@@ -39,10 +40,11 @@ from nearlocal.workloads.patterns import Pattern, parse_pattern, register_patter
 RDMA_MAX_SGE = 30  # ConnectX-7's scatter-gather list limit quoted by Beluga (B2)
 _EXPLICIT = re.compile(r"^[0-9]+x[^:@]+(@[^:]+)?$", re.IGNORECASE)
 _WHOLE = re.compile(r"[0-9]{1,18}")  # ASCII digits, short enough to stay an int64
-_KEYS = ("tp", "bt", "dtype", "order", "blocks", "pool", "layers", "ctx", "dist", "run", "seed")
+_KEYS = ("tp", "bt", "dtype", "order", "blocks", "pool", "layers", "ctx", "dist", "run", "seed",
+         "align")
 _INT_KEYS = ("tp", "bt", "pool", "ctx", "run", "seed")
 SYNTAX = ("kv:MODEL[:LAYOUT][:dense[:N]|superblock[:N]|sparse[:K]][:key=value...] "
-          "(keys tp, bt, dtype, order, blocks, pool, layers, ctx, dist, run, seed) "
+          "(keys tp, bt, dtype, order, blocks, pool, layers, ctx, dist, run, seed, align) "
           "or kv:COUNTxSIZE")
 
 
@@ -163,8 +165,10 @@ def parse_plan(text: str) -> KvPlan:
     block_tokens = options.get("bt", layout.default_block_tokens)
     layout.check_block_tokens(block_tokens)
     pool = options["pool"] if "pool" in options else selection.default_pool(block_tokens)
+    align = parse_size(options["align"]) if "align" in options else 0
     geometry = KvGeometry(model, layout, options.get("tp", 1), block_tokens,
-                          kv_dtype(options.get("dtype"), model), options.get("order", "nhd"), pool)
+                          kv_dtype(options.get("dtype"), model), options.get("order", "nhd"), pool,
+                          align)
     layers = (_parse_layers(options["layers"], model.layers) if "layers" in options
               else np.arange(model.layers, dtype=np.int64))
     plan = KvPlan(str(text).strip(), geometry, selection, layers)

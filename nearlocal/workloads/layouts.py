@@ -19,7 +19,8 @@ blocks, stride orders (2, 0, 1, 3, 4, 5) NHD and (2, 4, 0, 1, 3, 5) HND). MLA mo
 2 K/V parts and the latent in every layout.
 
 Which side is which: the region (read from in a gather, written in a scatter) holds this layout,
-its tensors back to back in one mapping; the local buffer or peer holds the same bytes packed, in
+its tensors back to back in one mapping (or each on a multiple of align=, e.g. 2MiB as the CUDA
+caching allocator rounds large tensors); the local buffer or peer holds the same bytes packed, in
 the order a connector copies them into a contiguous pool slot. A layout reduces to two descriptors
 the fragment builders (selections.py) consume: `dense()` for whole blocks and `sparse()` for single
 (token, head) pieces; both carry the tensor each piece belongs to, so merging stops at a tensor.
@@ -36,6 +37,7 @@ from nearlocal.workloads.models import FP8_DS_MLA, KV_DTYPES, ModelConfig
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 MAX_CHUNK_TOKENS = 1 << 16  # LMCache chunks (256 by default); beyond is a typo
+MAX_LAYER_ALIGN = 1 << 30
 MAX_POOL_BYTES = 1 << 46  # 64 TiB: past any pool (Beluga's is 8 TB); offsets stay far inside int64
 
 
@@ -123,12 +125,14 @@ class KvGeometry:
     dtype: str
     order: str
     pool_blocks: int
+    layer_align: int = 0  # per-layer tensors start on a multiple of this (0: back to back)
 
     def __post_init__(self) -> None:
         layout = self.layout
         if layout.mla == "only" and not self.model.is_mla:
-            raise UsageError(f"layout mla needs an MLA model (deepseek-v3, deepseek-v3.2); {self.model.name} "
-                             "uses GQA: use flash-attn, flashinfer, cross-layer or lmcache")
+            raise UsageError(f"layout mla needs an MLA model (deepseek-v3, deepseek-v3.2); "
+                             f"{self.model.name} uses GQA: use flash-attn, flashinfer, cross-layer "
+                             "or lmcache")
         if self.model.is_mla and layout.name in ("flash-attn", "flashinfer"):
             raise UsageError(f"{self.model.name} uses MLA (one 576-wide latent per token): use "
                              "--layout mla, cross-layer or lmcache")
@@ -149,6 +153,18 @@ class KvGeometry:
         if self.pool_blocks > MAX_POOL_BYTES // self.block_bytes:
             raise UsageError(f"pool={self.pool_blocks} blocks of {self.block_bytes} B is beyond "
                              f"{MAX_POOL_BYTES >> 40} TiB: lower pool= (or the selection)")
+        if self.layer_align:
+            align = self.layer_align
+            if not layout.per_layer:
+                raise UsageError(f"align= places per-layer tensors; layout {layout.name} holds "
+                                 "one tensor")
+            if align < 64 or align > MAX_LAYER_ALIGN or align & (align - 1):
+                raise UsageError(f"align={align} must be a power of two from 64 B to "
+                                 f"{MAX_LAYER_ALIGN >> 30} GiB (2MiB: the CUDA caching "
+                                 "allocator's rounding of large tensors)")
+            if self.pool_bytes > MAX_POOL_BYTES:
+                raise UsageError(f"pool={self.pool_blocks} blocks with align={align} is beyond "
+                                 f"{MAX_POOL_BYTES >> 40} TiB: lower pool= or align=")
 
     # --- sizes --------------------------------------------------------------------------------
     @property
@@ -184,6 +200,9 @@ class KvGeometry:
 
     @property
     def pool_bytes(self) -> int:
+        """The region the layout occupies (per-layer tensors padded to align=, if given)."""
+        if self.layout.per_layer:
+            return self.layers * self._layer_stride
         return self.pool_blocks * self.block_bytes
 
     @property
@@ -195,6 +214,12 @@ class KvGeometry:
     def _layer_bytes(self) -> int:
         """One layer's tensor (per-layer layouts)."""
         return self.pool_blocks * self.parts * self.part_block_bytes
+
+    @property
+    def _layer_stride(self) -> int:
+        """Where layer l's tensor starts: l * this (back to back, or rounded up to align=)."""
+        align = self.layer_align or 1
+        return -(-self._layer_bytes // align) * align
 
     @property
     def _cross_hnd(self) -> bool:
@@ -215,9 +240,9 @@ class KvGeometry:
         lay = layers.astype(np.int64)[:, None]
         name = self.layout.name
         if name == "flash-attn":
-            return lay * self._layer_bytes + parts_idx * nb * pb, pb
+            return lay * self._layer_stride + parts_idx * nb * pb, pb
         if name in ("flashinfer", "mla"):
-            return lay * self._layer_bytes + parts_idx * pb, parts * pb
+            return lay * self._layer_stride + parts_idx * pb, parts * pb
         if self._cross_hnd:
             return (lay * parts + parts_idx) * self.block_tokens * self.unit, self.block_bytes
         if name == "cross-layer":
