@@ -189,7 +189,8 @@ def _parse_cached(text: str) -> Pattern:
         axes = {"model": "-", "layout": "-", "select": "explicit",
                 "fragment_count": shape.count, "fragment_bytes": shape.fragment_bytes,
                 "pieces": shape.count, "contiguity": 0.0,
-                "rdma_work_requests": rdma_work_requests(shape.count)}
+                "rdma_work_requests": rdma_work_requests(shape.count),
+                "layout_side": "region", "packed_side": "peer"}
         return Pattern(text, frags, axes)
     plan = parse_plan(text)
     frags, pieces = plan.build()
