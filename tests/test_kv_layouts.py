@@ -251,6 +251,10 @@ def test_names_are_case_insensitive():
     b = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:dense:2:tp=2:order=hnd:blocks=scattered")
     np.testing.assert_array_equal(a.frags, b.frags)
     assert kv.parse_kv_pattern("kv:1024X160B").count == 1024
+    for backend, layout in (("FLASH_ATTN", "flash-attn"), ("FLASHINFER", "flashinfer"),
+                            ("FLASHMLA", "mla"), ("TRITON_MLA", "mla")):  # vLLM's backend names
+        model = "deepseek-v3" if layout == "mla" else "qwen3-8b"
+        assert kv.parse_kv_pattern(f"kv:{model}:{backend}:dense").axes["layout"] == layout
 
 
 def test_explicit_shapes_reuse_the_core_parser():

@@ -33,7 +33,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.units import format_size, parse_size
 from nearlocal.workloads import selections
-from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout
+from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout, layout_key
 from nearlocal.workloads.models import get_model, kv_dtype
 from nearlocal.workloads.patterns import Pattern, parse_pattern, register_pattern_kind
 
@@ -141,8 +141,8 @@ def parse_plan(text: str) -> KvPlan:
                 raise UsageError(f"kv option {key}={value!r} in {text!r} must be a whole number "
                                  "(at most 18 digits)")
             options[key] = int(value) if key in _INT_KEYS else value.lower()
-        elif word in LAYOUTS and layout_name is None:
-            layout_name = word
+        elif layout_key(word) and layout_name is None:
+            layout_name = layout_key(word)
         elif word in selections.KINDS and kind is None:
             kind = word
         elif word.isdigit() and kind is not None and count is None:

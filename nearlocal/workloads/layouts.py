@@ -82,10 +82,24 @@ LAYOUTS: dict[str, LayoutKind] = {k.name: k for k in (
 )}
 
 
-def get_layout(name: str) -> LayoutKind:
+# vLLM's backend names (VLLM_ATTENTION_BACKEND / --attention-backend) -> the layout they allocate
+VLLM_BACKENDS = {"flash_attn": "flash-attn", "flashinfer": "flashinfer", "flashmla": "mla",
+                 "flashmla_sparse": "mla", "triton_mla": "mla", "cutlass_mla": "mla",
+                 "flashinfer_mla": "mla", "cross_layer": "cross-layer"}
+
+
+def layout_key(name: str) -> str | None:
+    """Our layout name for ours or a vLLM backend name (any case), or None."""
     key = name.strip().lower()
-    if key not in LAYOUTS:
-        raise UsageError(f"unknown layout {name!r}: valid layouts are {', '.join(LAYOUTS)}")
+    key = VLLM_BACKENDS.get(key, key)
+    return key if key in LAYOUTS else None
+
+
+def get_layout(name: str) -> LayoutKind:
+    key = layout_key(name)
+    if key is None:
+        raise UsageError(f"unknown layout {name!r}: valid layouts are {', '.join(LAYOUTS)} (or "
+                         f"vLLM's backend names {', '.join(VLLM_BACKENDS)})")
     return LAYOUTS[key]
 
 
