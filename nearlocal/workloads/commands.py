@@ -120,7 +120,7 @@ def register(subparsers) -> None:
     parser.add_argument("--layout", default="flash-attn", help=", ".join(LAYOUTS))
     parser.add_argument("--select", default="dense",
                         help="dense[:N], superblock[:N], sparse[:K] or COUNTxSIZE (default dense)")
-    parser.add_argument("--dtype", help="KV dtype: bf16, fp16, fp8, fp32, fp8_ds_mla (MLA, 656 B "
+    parser.add_argument("--dtype", help="KV dtype: bf16, fp16, fp8, fp32, fp8_ds_mla (deepseek-v3.2, 656 B "
                         "a token) or vLLM's --kv-cache-dtype names (default: the model's)")
     parser.add_argument("--order", help="nhd (default) or hnd")
     parser.add_argument("--blocks", help="block ids contiguous (default) or scattered")

@@ -85,7 +85,7 @@ LAYOUTS: dict[str, LayoutKind] = {k.name: k for k in (
 # vLLM's backend names (VLLM_ATTENTION_BACKEND / --attention-backend) -> the layout they allocate
 VLLM_BACKENDS = {"flash_attn": "flash-attn", "flashinfer": "flashinfer", "flashmla": "mla",
                  "flashmla_sparse": "mla", "triton_mla": "mla", "cutlass_mla": "mla",
-                 "flashinfer_mla": "mla", "cross_layer": "cross-layer"}
+                 "flashinfer_mla": "mla"}
 
 
 def layout_key(name: str) -> str | None:
