@@ -221,6 +221,12 @@ def test_passes_are_the_timed_intervals_untimed():
     assert int(cpu.load_pass(src, dst, FRAGS)) == per_rep
 
 
+def test_every_cpu_method_has_a_pass():
+    from nearlocal.harness.suites import CPU_METHODS
+
+    assert set(cpu.PASSES) == set(CPU_METHODS)
+
+
 def test_nontemporal_kernels_use_nontemporal_moves():
     src, dst = _buffers()
     _run(cpu.time_nt_store, src, dst, reps=1)
