@@ -28,3 +28,16 @@ def test_b7_without_isolated_rows_says_none_is_there(tmp_path):
     section = build_report([load(make_run(tmp_path, rows))]).section("b7")
     b7a = next(r for r in section.table.rows if r[1] == "nt-store, wb")
     assert "no nt-store wb 16KiB row" in b7a[3].reason
+
+
+def test_b8_leaves_back_to_back_rows_out(tmp_path):
+    pool = "devdax:/dev/dax0.0"
+    rows = [row("dsa-memmove", pool, size=4096, access="write", median=900.0, family="dsa"),
+            row("nt-store", pool, size=4096, access="write", median=50.0,
+                params={"drain": "none"}),
+            row("dsa-memmove", pool, size=8192, access="write", median=1200.0, family="dsa"),
+            row("nt-store", pool, size=8192, access="write", median=1500.0)]
+    table = build_report([load(make_run(tmp_path, rows))]).section("b8").table
+    cells = {r[0]: r for r in table.rows}
+    assert cells[4096][1].reason == "not in this run"  # the drain=none row is not shown
+    assert cells[8192][1].median_ns == 1500.0

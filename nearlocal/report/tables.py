@@ -338,6 +338,12 @@ SIZE_16K = 16 * 1024
 SIZE_64K = 64 * 1024
 
 
+def _isolated(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows timed as isolated transfers (drain=before, the CPU methods' default): what the
+    papers' single-operation figures time. Methods without a drain parameter count as isolated."""
+    return rows[rows["params_d"].map(lambda p: p.get("drain", "before") == "before").astype(bool)]
+
+
 def _host_only(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["rank"] < GPU_CLASS) & (df["peer_rank"] < GPU_CLASS)]
 
@@ -357,8 +363,7 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             paper = figure(fig_id).value()
             key = (fig_id, label, paper.text())
             rows = at16[(at16["method"] == method) & (at16["access"] == access)]
-            rows = rows[rows["params_d"].map(lambda p: p.get("drain", "before") == "before")
-                        .astype(bool)]
+            rows = _isolated(rows)
             if attr:
                 rows = rows[rows["attr"] == attr]
             row = _best(rows, ("rank", "n_params", "attr"))
@@ -441,7 +446,7 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         cells: dict[tuple, list[Cell]] = {}
         medians: dict[str, dict[int, float]] = {}
         for label, method, access in B8_SERIES:
-            chosen = rows[(rows["method"] == method) & (rows["access"] == access)]
+            chosen = _isolated(rows[(rows["method"] == method) & (rows["access"] == access)])
             chosen = chosen[(chosen["attr"] == "wb")] if method != "dsa-memmove" else chosen
             chosen = chosen.assign(_notok=~chosen["ok"]).sort_values(
                 ["size_bytes", "_notok", "n_params"]).drop_duplicates("size_bytes")
