@@ -15,8 +15,9 @@ for round in $(seq "$ROUNDS"); do
   for pair in "nt-store:store_mem_$isa" "store:store_$isa" "load:load_$isa"; do
     method=${pair%%:*}; kernel=${pair#*:}
     lk=$(likwid-bench -t "$kernel" -w S0:1GB:1 2>/dev/null | awk '/^MByte\/s:/ {print $2 / 1000}')
-    nearlocal run --method "$method" --size 1GB --budget 3 --quiet --out "$OUT/store" \
-      --json "$OUT/$method-$round.json" >/dev/null
+    # drain=none: repetitions back to back, as likwid-bench loops (at 1 GB it changes little)
+    nearlocal run --method "$method" --size 1GB --param drain=none --budget 3 --quiet \
+      --out "$OUT/store" --json "$OUT/$method-$round.json" >/dev/null
     nl=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[0]['gbps'], 2))" \
       "$OUT/$method-$round.json")
     printf "%-10s %-18s %10s %10s\n" "$method" "$kernel" "$nl" "$lk" | tee -a "$OUT/pairs.txt"

@@ -19,6 +19,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
 MEDIANS = {  # ns
     "load/dram/wb/16KiB": 100.0,
     "clflushopt-load/dram/wb/16KiB": 2000.0,
+    "clflush-load/dram/wb/16KiB": 2100.0,
+    "nt-load/dram/wb/16KiB": 1500.0,
     "nt-store/dram/wb/64MiB": 3e6,
     "store/dram/wb/64MiB": 5e6,
     "load/dram/wb/64KiB": 600.0,
@@ -53,9 +55,9 @@ def test_local_dram_example_passes_a_sane_run(tmp_path, run, capsys):
     junit = tmp_path / "accept.xml"
     assert _accept(tmp_path, str(EXAMPLES / "local-dram.toml"), run, "--junit", str(junit)) == 0
     out = capsys.readouterr().out
-    assert "2 passed, 0 failed" in out
+    assert "4 passed, 0 failed" in out
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+    assert suite.get("tests") == "4" and suite.get("failures") == "0"
 
 
 def test_absolute_and_ratio_bounds(tmp_path, run, capsys):

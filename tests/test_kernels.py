@@ -23,10 +23,10 @@ def _buffers():
     return rng.integers(0, 256, SIZE, dtype=np.uint8), np.zeros(SIZE, np.uint8)
 
 
-def _run(kernel, src, dst, frags=FRAGS, reps=3):
+def _run(kernel, src, dst, frags=FRAGS, reps=3, drain=True):
     samples = np.zeros(reps, np.uint64)
     sink = np.zeros(1, np.uint64)
-    kernel(src, dst, frags, samples, sink)
+    kernel(src, dst, frags, samples, sink, drain)
     return samples, sink
 
 
@@ -52,23 +52,25 @@ def _xor_reference(array: np.ndarray, offset: int, length: int) -> int:
     return acc
 
 
+@pytest.mark.parametrize("drain", [True, False])
 @pytest.mark.parametrize("kernel", [cpu.time_store, cpu.time_nt_store, cpu.time_store_clwb])
-def test_store_kernels_write_exactly_the_fragments(kernel):
+def test_store_kernels_write_exactly_the_fragments(kernel, drain):
     if kernel is cpu.time_store_clwb and not CPU.has("clwb"):
         pytest.skip("CPU lacks clwb")
     src, dst = _buffers()
-    samples, _ = _run(kernel, src, dst)
+    samples, _ = _run(kernel, src, dst, drain=drain)
     np.testing.assert_array_equal(dst, _expected_writes(FRAGS, 0x5A))
     assert int(STORE_PATTERN) & 0xFF == 0x5A
     assert (samples > 0).all()
 
 
-@pytest.mark.parametrize("kernel", [cpu.time_memcpy, cpu.time_movdir64b])
-def test_copy_kernels_copy_every_fragment(kernel):
+@pytest.mark.parametrize("drain", [True, False])
+@pytest.mark.parametrize("kernel", [cpu.time_memcpy, cpu.time_movdir64b, cpu.time_nt_copy])
+def test_copy_kernels_copy_every_fragment(kernel, drain):
     if kernel is cpu.time_movdir64b and not CPU.has("movdir64b"):
         pytest.skip("CPU lacks movdir64b: the kernel must not even be compiled here")
     src, dst = _buffers()
-    _run(kernel, src, dst)
+    _run(kernel, src, dst, drain=drain)
     expected = np.zeros(SIZE, np.uint8)
     for s, d, n in FRAGS:
         expected[d:d + n] = src[s:s + n]
@@ -77,12 +79,13 @@ def test_copy_kernels_copy_every_fragment(kernel):
 
 @pytest.mark.parametrize("kernel", [cpu.time_load, cpu.time_nt_load, cpu.time_clflush_load,
                                     cpu.time_clflushopt_load])
-def test_read_kernels_read_every_byte_of_every_fragment(kernel):
+@pytest.mark.parametrize("drain", [True, False])
+def test_read_kernels_read_every_byte_of_every_fragment(kernel, drain):
     if kernel is cpu.time_clflushopt_load and not CPU.has("clflushopt"):
         pytest.skip("CPU lacks clflushopt")
     src, dst = _buffers()
     reps = 3
-    _, sink = _run(kernel, src, dst, reps=reps)
+    _, sink = _run(kernel, src, dst, reps=reps, drain=drain)
     per_rep = 0
     for s, _, n in FRAGS:
         per_rep ^= _xor_reference(src, int(s), int(n))
@@ -118,9 +121,26 @@ def _asm(kernel) -> str:
     return "\n".join(fresh.inspect_asm(sig) for sig in fresh.signatures)
 
 
+def _sequence(kernel) -> list[str]:
+    """The kernel's instructions in layout order (the callees numba inlines included)."""
+    return [line.split()[0] for line in _asm(kernel).splitlines()
+            if line.startswith("\t") and line.split() and not line.split()[0].startswith(".")]
+
+
 def _mnemonics(kernel) -> set[str]:
-    return {line.split()[0] for line in _asm(kernel).splitlines()
-            if line.startswith("\t") and line.split()}
+    return set(_sequence(kernel))
+
+
+FENCES = ("mfence", "sfence", "lfence")
+
+
+def _fences_after(sequence: list[str], instruction: str) -> set[str]:
+    """The first fence that follows each run of `instruction` in the listing."""
+    found = set()
+    for i, mnemonic in enumerate(sequence):
+        if mnemonic == instruction and (i + 1 == len(sequence) or sequence[i + 1] != instruction):
+            found.add(next((m for m in sequence[i + 1:] if m in FENCES), "none"))
+    return found
 
 
 def test_timer_is_fenced_rdtscp():
@@ -134,7 +154,8 @@ def test_timer_is_fenced_rdtscp():
     (cpu.time_nt_store, {"sfence"}),
     (cpu.time_store, {"mfence"}),
     (cpu.time_clflush_load, {"clflush", "mfence"}),
-    (cpu.time_clflushopt_load, {"clflushopt", "sfence"}),
+    (cpu.time_clflushopt_load, {"clflushopt", "mfence"}),
+    (cpu.time_nt_copy, {"sfence"}),
     (cpu.time_store_clwb, {"clwb", "sfence"}),
 ])
 def test_kernels_contain_the_claimed_instructions(kernel, required):
@@ -145,6 +166,65 @@ def test_kernels_contain_the_claimed_instructions(kernel, required):
     _run(kernel, src, dst, reps=1)
     mnemonics = _mnemonics(kernel)
     assert required <= mnemonics, f"missing {required - mnemonics}"
+
+
+def test_clflushopt_load_orders_the_loads_after_the_flushes_with_mfence():
+    """sfence does not order later loads: they could hit lines not yet invalidated."""
+    if not CPU.has("clflushopt"):
+        pytest.skip("CPU lacks clflushopt")
+    sequence = _sequence(cpu.time_clflushopt_load)
+    assert "clflushopt" in sequence
+    assert _fences_after(sequence, "clflushopt") == {"mfence"}
+    assert "sfence" not in sequence
+    assert _fences_after(_sequence(cpu.time_clflush_load), "clflush") == {"mfence"}
+
+
+def test_fence_check_catches_an_sfence_after_clflushopt():
+    """The check above fails on the old kernel (sfence between the flushes and the loads)."""
+    sequence = ["mfence", "lfence", "rdtscp", "lfence", "clflushopt", "clflushopt", "sfence",
+                "vmovdqu", "rdtscp", "lfence"]
+    assert _fences_after(sequence, "clflushopt") == {"sfence"}
+
+
+def test_drain_none_starts_the_interval_without_mfence():
+    """drain=True: mfence, lfence, rdtscp; drain=False: an rdtscp with no mfence right before."""
+    sequence = _sequence(cpu.time_nt_store)
+    starts = [tuple(sequence[i - 2:i]) for i, m in enumerate(sequence)
+              if m == "rdtscp" and i >= 2 and sequence[i - 1] == "lfence"]
+    assert ("mfence", "lfence") in starts
+    assert any(before != "mfence" for before, _ in starts)
+
+
+def test_nt_copy_loads_the_peer_and_stores_nontemporally():
+    mnemonics = _mnemonics(cpu.time_nt_copy)
+    vector_nt_stores = {"movntdq", "vmovntdq", "movntps", "vmovntps", "movntpd", "vmovntpd"}
+    assert vector_nt_stores & mnemonics, "no nontemporal vector store"
+    assert {"movnti", "movntiq"} & mnemonics, "8-byte head / tail words are not nontemporal"
+    assert {"vmovdqu", "vmovups", "vmovdqu64", "movdqu", "movups"} & mnemonics, "no vector load"
+    assert _fences_after(_sequence(cpu.time_nt_copy), "rdtscp") <= set(FENCES)
+
+
+def test_passes_are_the_timed_intervals_untimed():
+    """One pass = one repetition: a threaded harness can run it per thread on its own slice."""
+    src, dst = _buffers()
+    cpu.nt_copy_pass(src, dst, FRAGS)
+    expected = np.zeros(SIZE, np.uint8)
+    for s, d, n in FRAGS:
+        expected[d:d + n] = src[s:s + n]
+    np.testing.assert_array_equal(dst, expected)
+    dst[:] = 0
+    cpu.nt_store_pass(src, dst, FRAGS)
+    np.testing.assert_array_equal(dst, _expected_writes(FRAGS, 0x5A))
+    per_rep = 0
+    for s, _, n in FRAGS:
+        per_rep ^= _xor_reference(src, int(s), int(n))
+    assert int(cpu.load_pass(src, dst, FRAGS)) == per_rep
+
+
+def test_every_cpu_method_has_a_pass():
+    from nearlocal.harness.suites import CPU_METHODS
+
+    assert set(cpu.PASSES) == set(CPU_METHODS)
 
 
 def test_nontemporal_kernels_use_nontemporal_moves():
@@ -183,3 +263,37 @@ def test_tick_quantum_sees_a_coarse_virtual_tsc_and_a_fine_one():
     assert tick_quantum(np.array([50, 50, 50])) == 1
     clock = measure_clock(2000)
     assert clock.overhead_ticks > 0 and clock.quantum_ticks >= 1
+
+
+def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
+    from nearlocal.cli import main
+    from nearlocal.results import load
+
+    out = tmp_path / "store"
+    code = main(["run", "--method", "nt-copy", "--method", "nt-store", "--size", "16KiB",
+                 "--param", "drain=none", "--out", str(out), "--budget", "0.02", "--quiet"])
+    assert code == 0
+    code = main(["run", "--method", "nt-copy", "--size", "16KiB", "--out", str(out),
+                 "--budget", "0.02", "--quiet"])
+    assert code == 0
+    rows = {row.case_id: row for run in sorted(p for p in out.iterdir() if p.is_dir())
+            for row in load(str(run)).cases.itertuples()}
+    back_to_back = rows["nt-copy/dram/wb/16KiB/drain=none"]
+    assert back_to_back.status == "ok" and back_to_back.bytes_moved == 16384
+    assert back_to_back.info["drain"] == "none"
+    assert "nontemporal" in back_to_back.info["timed"] and "back to back" in back_to_back.info["timed"]
+    assert rows["nt-store/dram/wb/16KiB/drain=none"].info["drain"] == "none"
+    isolated = rows["nt-copy/dram/wb/16KiB"]  # the default: no parameter in the id
+    assert isolated.status == "ok" and isolated.info["drain"] == "before"
+    assert "isolated" in isolated.info["timed"]
+
+
+def test_a_bad_drain_is_a_usage_error(tmp_path, capsys):
+    from nearlocal.cli import main
+
+    code = main(["run", "--method", "load", "--size", "64", "--param", "drain=sometimes",
+                 "--out", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "drain='sometimes'" in err and "before" in err and "none" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

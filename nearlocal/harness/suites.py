@@ -11,7 +11,7 @@ from nearlocal.harness.methods import load_methods
 from nearlocal.units import format_size
 
 QUICK_SIZES = sorted({64 * 4**k for k in range(11)} | {16 * 1024})  # 64 B .. 64 MiB, and 16 KiB
-CPU_METHODS = ("load", "store", "nt-store", "nt-load", "clflush-load", "clflushopt-load",
+CPU_METHODS = ("load", "store", "nt-store", "nt-copy", "nt-load", "clflush-load", "clflushopt-load",
                "store-clwb", "movdir64b", "memcpy")
 
 

@@ -1,10 +1,22 @@
 """Timed CPU kernels: each repetition is bracketed by fenced rdtscp inside the compiled loop.
 
 Every kernel has the same signature so the registry can treat them alike:
-`kernel(src, dst, frags, samples, sink)` where `frags` is an int64 (n, 3) table of
+`kernel(src, dst, frags, samples, sink, drain=True)` where `frags` is an int64 (n, 3) table of
 (src offset, dst offset, length), `samples` receives the TSC ticks of each repetition and
 `sink[0]` keeps read results live. What is inside the timed interval is stated per kernel; the
 preparation that sets the cache state (warm pass, flush) is outside it.
+
+`drain` says where a repetition starts. True (`drain=before`, the default): an `mfence` before
+the first `rdtscp` waits until the previous repetition's stores have left the core, so each
+sample is one isolated transfer (what the papers' single-operation figures time). False
+(`drain=none`): repetitions run back to back as a likwid / MLC / plain C loop runs them, so
+nontemporal stores still draining from the previous repetition slow this one: a streaming,
+bandwidth-bound figure. Either way the fences a method itself needs (the `sfence` after
+nontemporal stores, the `mfence` after flushes) stay inside the interval.
+
+The `*_pass` functions are one untimed repetition over a fragment table, fences included; the
+timed kernels run exactly them, and a multi-threaded harness can give each thread its own slice
+of fragments and run the same pass.
 """
 
 from __future__ import annotations
@@ -18,17 +30,27 @@ from nearlocal.kernels.intrinsics import (
     memcpy_range,
     mfence,
     movdir64b_range,
+    nt_copy_range,
     nt_read_range,
     nt_write_range,
     read_range,
     sfence,
     tsc_begin,
+    tsc_begin_nodrain,
     tsc_end,
     write_clwb_range,
     write_range,
 )
 
 STORE_PATTERN = np.uint64(0x5A5A5A5A5A5A5A5A)
+
+
+@njit(cache=True, inline="always")
+def _begin(drain):
+    """Start a timed interval: drained (mfence first) or back to back."""
+    if drain:
+        return tsc_begin()
+    return tsc_begin_nodrain()
 
 
 @njit(cache=True)
@@ -46,131 +68,226 @@ def _flush_src(src, frags):
     mfence()
 
 
+# ---------------------------------------------------------------------------------------------
+# One repetition each (untimed): what a timed interval contains, between the two rdtscp.
+
+
+@njit(cache=True, inline="always")
+def load_pass(src, dst, frags):
+    """64-byte vector loads of every fragment of src; returns their xor (keep it live)."""
+    acc = np.uint64(0)
+    for i in range(frags.shape[0]):
+        acc ^= read_range(src, frags[i, 0], frags[i, 2])
+    return acc
+
+
+@njit(cache=True, inline="always")
+def nt_load_pass(src, dst, frags):
+    """movntdqa loads of every fragment of src; returns their xor."""
+    acc = np.uint64(0)
+    for i in range(frags.shape[0]):
+        acc ^= nt_read_range(src, frags[i, 0], frags[i, 2])
+    return acc
+
+
+@njit(cache=True, inline="always")
+def clflush_load_pass(src, dst, frags):
+    """clflush every line of src, mfence, then load it all; returns the xor."""
+    for i in range(frags.shape[0]):
+        clflush_range(src, frags[i, 0], frags[i, 2])
+    mfence()
+    return load_pass(src, dst, frags)
+
+
+@njit(cache=True, inline="always")
+def clflushopt_load_pass(src, dst, frags):
+    """clflushopt every line, mfence, then load. clflushopt is weakly ordered and an sfence does
+    not order later loads, so only an mfence keeps the loads from hitting lines not yet flushed."""
+    for i in range(frags.shape[0]):
+        clflushopt_range(src, frags[i, 0], frags[i, 2])
+    mfence()
+    return load_pass(src, dst, frags)
+
+
+@njit(cache=True, inline="always")
+def store_pass(src, dst, frags):
+    """64-byte vector stores of a constant into every fragment of dst, then mfence."""
+    for i in range(frags.shape[0]):
+        write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
+    mfence()
+
+
+@njit(cache=True, inline="always")
+def nt_store_pass(src, dst, frags):
+    """Nontemporal stores (vmovntdq / movnti) of a constant into dst, then sfence."""
+    for i in range(frags.shape[0]):
+        nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
+    sfence()
+
+
+@njit(cache=True, inline="always")
+def nt_copy_pass(src, dst, frags):
+    """Loads from src, nontemporal stores of the same bytes into dst, then sfence."""
+    for i in range(frags.shape[0]):
+        nt_copy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+    sfence()
+
+
+@njit(cache=True, inline="always")
+def store_clwb_pass(src, dst, frags):
+    """Stores, clwb of every line written, then sfence."""
+    for i in range(frags.shape[0]):
+        write_clwb_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
+    sfence()
+
+
+@njit(cache=True, inline="always")
+def movdir64b_pass(src, dst, frags):
+    """64-byte direct stores (movdir64b) from src to dst, then sfence."""
+    for i in range(frags.shape[0]):
+        movdir64b_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+    sfence()
+
+
+@njit(cache=True, inline="always")
+def memcpy_pass(src, dst, frags):
+    """LLVM's memcpy of every fragment, then mfence."""
+    for i in range(frags.shape[0]):
+        memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+    mfence()
+
+
+# A CPU method's name -> its pass, for a harness that runs one method on several threads (each
+# with its own slice of the fragment table). Passes that need a CPU flag compile on first call.
+PASSES = {
+    "load": load_pass, "nt-load": nt_load_pass, "clflush-load": clflush_load_pass,
+    "clflushopt-load": clflushopt_load_pass, "store": store_pass, "nt-store": nt_store_pass,
+    "nt-copy": nt_copy_pass, "store-clwb": store_clwb_pass, "movdir64b": movdir64b_pass,
+    "memcpy": memcpy_pass,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Timed kernels
+
+
 @njit(cache=True)
-def timer_overhead(src, dst, frags, samples, sink):
+def timer_overhead(src, dst, frags, samples, sink, drain=True):
     """An empty interval: what the timer itself adds to every sample."""
     for r in range(samples.size):
-        t0 = tsc_begin()
+        t0 = _begin(drain)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_load(src, dst, frags, samples, sink):
+def time_load(src, dst, frags, samples, sink, drain=True):
     """Warm read: one untimed pass, then each repetition reads every fragment of src."""
     acc = _warm_reads(src, frags)
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            acc ^= read_range(src, frags[i, 0], frags[i, 2])
+        t0 = _begin(drain)
+        acc ^= load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_nt_load(src, dst, frags, samples, sink):
+def time_nt_load(src, dst, frags, samples, sink, drain=True):
     """Cold streaming read: lines flushed (untimed), then movntdqa over every fragment."""
     acc = np.uint64(0)
     for r in range(samples.size):
         _flush_src(src, frags)
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            acc ^= nt_read_range(src, frags[i, 0], frags[i, 2])
+        t0 = _begin(drain)
+        acc ^= nt_load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_clflush_load(src, dst, frags, samples, sink):
+def time_clflush_load(src, dst, frags, samples, sink, drain=True):
     """Beluga's coherent read of a non-coherent pool: clflush every line, mfence, load — all timed."""
     acc = _warm_reads(src, frags)
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            clflush_range(src, frags[i, 0], frags[i, 2])
-        mfence()
-        for i in range(frags.shape[0]):
-            acc ^= read_range(src, frags[i, 0], frags[i, 2])
+        t0 = _begin(drain)
+        acc ^= clflush_load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_clflushopt_load(src, dst, frags, samples, sink):
-    """As clflush-load with clflushopt (weakly ordered, so an sfence before the loads)."""
+def time_clflushopt_load(src, dst, frags, samples, sink, drain=True):
+    """As clflush-load with clflushopt, and an mfence (not sfence) between flushes and loads."""
     acc = _warm_reads(src, frags)
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            clflushopt_range(src, frags[i, 0], frags[i, 2])
-        sfence()
-        for i in range(frags.shape[0]):
-            acc ^= read_range(src, frags[i, 0], frags[i, 2])
+        t0 = _begin(drain)
+        acc ^= clflushopt_load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_store(src, dst, frags, samples, sink):
+def time_store(src, dst, frags, samples, sink, drain=True):
     """Plain 64-byte stores into dst, mfence so they have left the store buffer."""
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
-        mfence()
+        t0 = _begin(drain)
+        store_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_nt_store(src, dst, frags, samples, sink):
+def time_nt_store(src, dst, frags, samples, sink, drain=True):
     """Nontemporal (vmovntdq / movnti) stores into dst, then sfence: Beluga's write path."""
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
-        sfence()
+        t0 = _begin(drain)
+        nt_store_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_store_clwb(src, dst, frags, samples, sink):
+def time_nt_copy(src, dst, frags, samples, sink, drain=True):
+    """Beluga's CPU write path as a copy: loads from src (warm: one untimed read pass),
+    nontemporal stores into dst, sfence."""
+    sink[0] = _warm_reads(src, frags)
+    for r in range(samples.size):
+        t0 = _begin(drain)
+        nt_copy_pass(src, dst, frags)
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+
+
+@njit(cache=True)
+def time_store_clwb(src, dst, frags, samples, sink, drain=True):
     """Stores followed by clwb of every written line, then sfence: data written back to memory."""
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            write_clwb_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
-        sfence()
+        t0 = _begin(drain)
+        store_clwb_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_movdir64b(src, dst, frags, samples, sink):
+def time_movdir64b(src, dst, frags, samples, sink, drain=True):
     """64-byte direct stores (movdir64b) from src to dst, then sfence."""
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            movdir64b_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
-        sfence()
+        t0 = _begin(drain)
+        movdir64b_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_memcpy(src, dst, frags, samples, sink):
+def time_memcpy(src, dst, frags, samples, sink, drain=True):
     """libc memcpy (LLVM's memcpy call) of every fragment, warm, mfence at the end."""
     sink[0] = _warm_reads(src, frags)
     for r in range(samples.size):
-        t0 = tsc_begin()
-        for i in range(frags.shape[0]):
-            memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
-        mfence()
+        t0 = _begin(drain)
+        memcpy_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 

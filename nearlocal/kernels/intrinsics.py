@@ -61,6 +61,18 @@ def tsc_begin(typingctx):
 
 
 @intrinsic
+def tsc_begin_nodrain(typingctx):
+    """A fenced rdtscp that does not wait for earlier stores to drain (no mfence): back-to-back
+    repetitions, where the previous one's stores may still be leaving the core. The empty interval
+    (lfence, rdtscp) is the same as after tsc_begin, whose mfence lies before its first read."""
+
+    def codegen(context, builder, signature, args):
+        return _read_tsc(builder, "lfence\n\trdtscp\n\tlfence")
+
+    return types.uint64(), codegen
+
+
+@intrinsic
 def tsc_end(typingctx):
     """rdtscp waits for earlier instructions to execute; lfence keeps later ones from starting."""
 
@@ -275,7 +287,10 @@ clflushopt_range = _flush_intrinsic("llvm.x86.clflushopt")
 clwb_range = _flush_intrinsic("llvm.x86.clwb")
 
 
-def _copy_intrinsic(direct_store: bool):
+def _copy_intrinsic(kind: str):
+    """kind: "memcpy" (LLVM's memcpy), "movdir64b" (64-byte direct stores from src), or "nt"
+    (loads from src, nontemporal stores into dst: vmovntdq lines, movnti words, plain bytes)."""
+
     def make(typingctx, dst, dst_offset, src, src_offset, nbytes):
         if not (_is_bytes(dst) and _is_bytes(src)):
             return None
@@ -283,22 +298,30 @@ def _copy_intrinsic(direct_store: bool):
         def codegen(context, builder, signature, args):
             to = builder.add(_data_address(context, builder, dst, args[0]), args[1])
             frm = builder.add(_data_address(context, builder, src, args[2]), args[3])
-            if not direct_store:
+            if kind == "memcpy":
                 cgutils.raw_memcpy(builder, _ptr(builder, to, I8), _ptr(builder, frm, I8), args[4], 1)
                 return context.get_dummy_value()
-            movdir64b = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I8.as_pointer()]),
-                "llvm.x86.movdir64b",
-            )
+            if kind == "movdir64b":
+                movdir64b = cgutils.get_or_insert_function(
+                    builder.module,
+                    ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I8.as_pointer()]),
+                    "llvm.x86.movdir64b",
+                )
 
-            def line(off):
-                builder.call(movdir64b, [_ptr(builder, builder.add(to, off), I8),
-                                         _ptr(builder, builder.add(frm, off), I8)])
+                def line(off):
+                    builder.call(movdir64b, [_ptr(builder, builder.add(to, off), I8),
+                                             _ptr(builder, builder.add(frm, off), I8)])
+            else:  # the source may sit at any alignment: unaligned vector loads, aligned nt stores
+                def line(off):
+                    value = builder.load(_ptr(builder, builder.add(frm, off), VEC), align=1)
+                    store = builder.store(value, _ptr(builder, builder.add(to, off), VEC), align=LINE)
+                    _nontemporal(builder, store)
 
             def word(off):
                 value = builder.load(_ptr(builder, builder.add(frm, off), I64), align=1)
-                builder.store(value, _ptr(builder, builder.add(to, off), I64), align=8)
+                store = builder.store(value, _ptr(builder, builder.add(to, off), I64), align=8)
+                if kind == "nt":
+                    _nontemporal(builder, store)
 
             def byte(off):
                 value = builder.load(_ptr(builder, builder.add(frm, off), I8))
@@ -312,5 +335,7 @@ def _copy_intrinsic(direct_store: bool):
     return intrinsic(make)
 
 
-memcpy_range = _copy_intrinsic(direct_store=False)
-movdir64b_range = _copy_intrinsic(direct_store=True)
+memcpy_range = _copy_intrinsic("memcpy")
+movdir64b_range = _copy_intrinsic("movdir64b")
+nt_copy_range = _copy_intrinsic("nt")
+nt_copy_range.__doc__ = "Copy src -> dst with nontemporal stores (no fence: the caller's sfence)."
