@@ -38,6 +38,8 @@ class GpuInfo:
     runtime_version: int | None = None
     cupy_version: str | None = None
     nvml: str | None = None  # None when NVML answered, else why not
+    nvrtc_version: str | None = None  # the run-time compiler the kernels are built with
+    nvrtc: str | None = None  # None when NVRTC loads, else why not (one line)
     peer_access: list[list[bool]] = field(default_factory=list)  # [i][j]: i can access j
     nvlink_links: list[list[int]] = field(default_factory=list)  # direct GPU-GPU links per pair
 
@@ -97,7 +99,20 @@ def probe_gpu() -> GpuInfo:
     except Exception as exc:
         return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({type(exc).__name__}: {exc})")
     info.nvml = _probe_nvml(info)
+    _probe_nvrtc(cupy, info)
     return info
+
+
+def _probe_nvrtc(cupy, info: GpuInfo) -> None:
+    """NVRTC compiles the fragment kernels and the blocking kernel every device clock uses: say
+    in one line when cupy cannot load it."""
+    try:
+        major, minor = cupy.cuda.nvrtc.getVersion()
+        info.nvrtc_version = f"{major}.{minor}"
+    except Exception as exc:
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        info.nvrtc = (f"NVRTC is not usable through cupy ({detail}): GPU kernels cannot be "
+                      "compiled; install the NVRTC library of cupy's CUDA (nvidia-cuda-nvrtc)")
 
 
 def _probe_nvml(info: GpuInfo) -> str | None:
