@@ -231,3 +231,12 @@ def test_batch_calls_the_driver_with_arrays_built_once(fake_cupy, monkeypatch):
     row = _run(Case("cuda-memcpy-batch", "pinned", "wb", "5x40B@64B", peer="gpu:0"))
     assert seen and set(seen) == {(5, gpu_methods.SRC_ACCESS_ORDER_STREAM, 1)}
     assert row["info"]["batch_api"].startswith("driver")
+
+
+def test_kernel_check_covers_the_device_path_too(fake_cupy, monkeypatch):
+    from nearlocal.gpu.methods import KernelSession
+
+    monkeypatch.setattr(KernelSession, "enqueue_range", lambda self, lo, hi, marks=None: None)
+    with pytest.raises(RuntimeError, match="gather-kernel moved wrong bytes: fragment 0"):
+        measure(Case("gather-kernel", "pinned", "wb", "3x40B", peer="gpu:0", params=SMALL),
+                SETTINGS, 0.0)

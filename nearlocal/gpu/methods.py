@@ -268,20 +268,26 @@ class GpuSession:
         self.decide()
         self.enqueue()
 
-    def run_once(self) -> None:
-        self.e2e_run()
+    check_paths: tuple[str, ...] = ("e2e",)  # the paths whose bytes check() verifies
+
+    def run_once(self, path: str = "e2e") -> None:
+        if path == "e2e":
+            self.e2e_run()
+        else:
+            self.enqueue()
         self.stream.synchronize()
         self.cp.cuda.Stream.null.synchronize()
 
     def check(self) -> None:
-        self._clear_destination()
-        self.run_once()
-        bad = self.kernel_lib.fragments_match(self._bytes(self.ctx.dst),
-                                              self._bytes(self.ctx.src), self.table)
-        if bad is not None:
-            s, d, n = (int(x) for x in self.table[bad])
-            raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B from "
-                               f"{s} to {d}) differs from its source")
+        for path in self.check_paths:
+            self._clear_destination()
+            self.run_once(path)
+            bad = self.kernel_lib.fragments_match(self._bytes(self.ctx.dst),
+                                                  self._bytes(self.ctx.src), self.table)
+            if bad is not None:
+                s, d, n = (int(x) for x in self.table[bad])
+                raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B "
+                                   f"from {s} to {d}) differs from its source")
 
     def _blocking_if_pageable(self) -> None:
         """CUDA may run a copy to or from pageable memory synchronously with the host (device ->
@@ -585,6 +591,7 @@ class KernelSession(GpuSession):
 
     peer = False  # peer-kernel: both sides must be GPUs
     kernel_name = "nl_copy"
+    check_paths = ("e2e", "device")  # pieces read from pinned staging, and from device memory
 
     def setup(self) -> None:
         params = self.ctx.params
@@ -657,19 +664,20 @@ class ZeroCopySession(KernelSession):
         return self.kernels.fill_args(self.dst_ptr, self.fill, pieces_pointer, self.plan)
 
     def check(self) -> None:
-        if self.ctx.case.access == "read":
-            self.sums.data.memset_async(0, self.sums.nbytes, self.stream)
-            self.run_once()
-            expected = self.kernel_lib.reference_sums(self._bytes(self.ctx.src), self.table)
-            if not np.array_equal(self.cp.asnumpy(self.sums), expected):
-                raise RuntimeError("zero-copy-kernel read wrong bytes: fragment sums differ")
-            return
-        self._clear_destination()
-        self.run_once()
-        data = self._bytes(self.ctx.dst)
-        for i, (_, d, n) in enumerate(self.table):
-            if np.any(data[d:d + n] != self.fill):
-                raise RuntimeError(f"zero-copy-kernel did not write fragment {i}")
+        for path in self.check_paths:
+            if self.ctx.case.access == "read":
+                self.sums.data.memset_async(0, self.sums.nbytes, self.stream)
+                self.run_once(path)
+                expected = self.kernel_lib.reference_sums(self._bytes(self.ctx.src), self.table)
+                if not np.array_equal(self.cp.asnumpy(self.sums), expected):
+                    raise RuntimeError("zero-copy-kernel read wrong bytes: fragment sums differ")
+                continue
+            self._clear_destination()
+            self.run_once(path)
+            data = self._bytes(self.ctx.dst)
+            for i, (_, d, n) in enumerate(self.table):
+                if np.any(data[d:d + n] != self.fill):
+                    raise RuntimeError(f"zero-copy-kernel did not write fragment {i}")
 
 
 # --- SwiftCache S3: layer stream ------------------------------------------------------------------

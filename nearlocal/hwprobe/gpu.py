@@ -106,8 +106,11 @@ def probe_gpu() -> GpuInfo:
 def _probe_nvrtc(cupy, info: GpuInfo) -> None:
     """NVRTC compiles the fragment kernels and the blocking kernel every device clock uses: say
     in one line when cupy cannot load it."""
+    nvrtc = getattr(cupy.cuda, "nvrtc", None)
+    if nvrtc is None:  # this cupy does not expose its binding: a compile error names the cause
+        return
     try:
-        major, minor = cupy.cuda.nvrtc.getVersion()
+        major, minor = nvrtc.getVersion()
         info.nvrtc_version = f"{major}.{minor}"
     except Exception as exc:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
