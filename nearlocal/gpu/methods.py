@@ -204,7 +204,10 @@ class GpuSession:
                 "events around the calls, host gaps included (the calls may block the host)"
                 if self.synchronous else
                 "events around the work queued behind a blocking kernel, in chunks of at most "
-                "chunk_ops calls (queued_chunks intervals summed), each minus the empty interval")
+                "chunk_ops calls (queued_chunks intervals summed), each minus the empty interval"
+                + ("; a 1-byte copy of the same direction runs before the start event, so the "
+                   "copy engine's wait for the blocking kernel (likely a few us) is not in the interval"
+                   if self.timer.prime is not None else ""))
         self._record_other_timing()
 
     # -- to override --
