@@ -149,6 +149,53 @@ def test_kernel_source_compiles_with_nvcc(tmp_path):
     assert "%globaltimer" in text
 
 
+def _libnvrtc():
+    """NVRTC, the compiler cupy.RawModule uses: from the system, or the nvidia-cuda-nvrtc wheel."""
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    names = ["libnvrtc.so.13", "libnvrtc.so.12"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        names += sorted(str(p) for p in Path(root).glob("*/lib/libnvrtc.so.*"))
+    for name in names:
+        try:
+            for builtins in sorted(Path(name).parent.glob("libnvrtc-builtins.so.*")):
+                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)  # found by soname later
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def test_kernel_source_compiles_with_nvrtc():
+    """The exact path cupy.RawModule takes on a GPU box (no implicit CUDA headers), minus the GPU."""
+    import ctypes
+
+    lib = _libnvrtc()
+    if lib is None:
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.KERNEL_SOURCE.encode(), b"nl.cu",
+                                  0, None, None) == 0
+    options = [o.encode() for o in kernels.NVRTC_OPTIONS] + [b"--gpu-architecture=compute_90"]
+    rc = lib.nvrtcCompileProgram(prog, len(options), (ctypes.c_char_p * len(options))(*options))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    assert rc == 0, log.value.decode()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    text = ptx.value.decode()
+    for name in kernels.KERNEL_NAMES:
+        assert f".entry {name}(" in text
+    assert "ld.global.v4.u32" in text
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
 def test_zero_length_fragment_is_rejected():
     with pytest.raises(UsageError, match="fragment 1 has length 0"):
         kernels.validate_fragments(np.array([[0, 0, 8], [8, 8, 0]]), 64, 64)
