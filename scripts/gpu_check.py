@@ -262,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
               f"- behind the blocking kernel, prime=0: {_cell(unprimed)}",
               f"- lone cudaMemcpyAsync between two events: {format_ns(lone)}"]
 
+    lines += ["", "## gather-kernel 64 MiB by block size (for tuning; the verdict uses the default)",
+              ""]
+    for threads in ("256", "512"):
+        row = _row("gather-kernel", "64MiB", threads=threads)
+        report[f"gather_64MiB_threads_{threads}"] = row
+        lines.append(f"- threads={threads}: {_cell(row)}")
+
     text = "\n".join(lines) + "\n"
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "report.md").write_text(text)
