@@ -18,7 +18,7 @@ export NEARLOCAL_REAL_GPU=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 TOTAL_S="${TOTAL_S:-285}"
 deadline=$((SECONDS + TOTAL_S))
 status=0
-exec > >(tee "$OUT/log.txt") 2>&1
+rm -f "$OUT/steps.txt"
 
 step() {
   local name=$1 limit=$2 start=$SECONDS rc=0 left
@@ -38,18 +38,24 @@ step() {
 }
 
 NL="python3 -m nearlocal.cli"
-step probe 30 bash -c "$NL probe | tee '$WORK/probe.txt' && $NL probe --json > '$WORK/probe.json'"
-step tests 90 python3 -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
-  tests/test_gpu_kernels.py tests/test_gpu_real.py
-step check 85 python3 scripts/gpu_check.py --out "$OUT"
-step suite-gpu 70 $NL run --suite gpu --budget 0.05 --out "$WORK/results" \
-  --json "$WORK/suite-gpu.json"
-step suite-swiftcache 25 $NL run --suite swiftcache --budget 0.05 --out "$WORK/results" \
-  --json "$WORK/suite-swiftcache.json"
-step suites-verdict 10 python3 scripts/gpu_check.py --out "$OUT" --suites-only \
-  --suite-json "$WORK/suite-gpu.json" --suite-json "$WORK/suite-swiftcache.json"
-step bench-gpu 45 python3 -m pytest -q -p no:cacheprovider bench/test_gpu.py \
-  --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json"
+main() {
+  step probe 30 bash -c "$NL probe | tee '$WORK/probe.txt' && $NL probe --json > '$WORK/probe.json'"
+  step tests 90 python3 -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
+    tests/test_gpu_kernels.py tests/test_gpu_real.py
+  step check 85 python3 scripts/gpu_check.py --out "$OUT"
+  step suite-gpu 70 $NL run --suite gpu --budget 0.05 --out "$WORK/results" \
+    --json "$WORK/suite-gpu.json"
+  step suite-swiftcache 25 $NL run --suite swiftcache --budget 0.05 --out "$WORK/results" \
+    --json "$WORK/suite-swiftcache.json"
+  step suites-verdict 10 python3 scripts/gpu_check.py --out "$OUT" --suites-only \
+    --suite-json "$WORK/suite-gpu.json" --suite-json "$WORK/suite-swiftcache.json"
+  step bench-gpu 45 python3 -m pytest -q -p no:cacheprovider bench/test_gpu.py \
+    --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json"
+  return $status
+}
+
+main 2>&1 | tee "$OUT/log.txt"
+status=${PIPESTATUS[0]}
 tar czf "$OUT/gpu-check.tgz" -C "$OUT" work && rm -rf "$WORK"
 echo "steps in $OUT/steps.txt; report.md, gpu_check.json; everything else in gpu-check.tgz"
 exit $status

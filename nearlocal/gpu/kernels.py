@@ -215,7 +215,7 @@ NL_GLOBAL void nl_spin(nl_u64 duration_ns, nl_u64 out) {
 #endif
 """
 KERNEL_NAMES = ("nl_copy", "nl_sum", "nl_fill", "nl_spin")
-NVRTC_OPTIONS = ("--std=c++17",)
+NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC and nvcc default to C++17; cupy adds -arch
 
 
 # --- host side: tables, work split, launch geometry, numpy references (no GPU needed) ----------

@@ -18,9 +18,10 @@ calls, host gaps included, and counted in `host_gap_intervals`.
 A copy engine that starts right behind a kernel first waits for the kernel's completion to be
 signalled to it: a few microseconds that a lone cudaMemcpyAsync between two events does not pay,
 and the likely cause of issue 11's 64 KiB figure (8.1 us against 5.7 us; scripts/gpu_check.sh
-prints both variants beside the lone copy to confirm it). Copy sessions therefore queue a 1-byte copy of the same direction (`prime`) between the blocking
-kernel and the start event, so that hand-off happens before the interval opens (`primed` in the
-row); the empty interval used for the overhead is measured the same way.
+prints both variants beside the lone copy to confirm it). Copy sessions therefore queue a
+1-byte copy of the same direction (`prime`) between the blocking kernel and the start event, so
+that hand-off happens before the interval opens (`primed` in the row); the empty interval used
+for the overhead is measured the same way.
 
 End-to-end time (`timing=e2e`): from the host's decision to move the prepared fragments to the
 data being usable at the destination (stream synchronised), read on the host's monotonic clock
