@@ -35,6 +35,7 @@ BIG = 64 * 1024 * 1024
 PATTERNS = ("64KiB", "64MiB", "1024x160B", "128x20KiB")
 METHODS = (("cuda-memcpy", "read", "device"), ("cuda-memcpy-async", "read", "device"),
            ("cuda-memcpy-async", "read", "e2e"), ("cuda-memcpy-batch", "read", "device"),
+           ("cuda-memcpy-batch", "read", "e2e"),
            ("cuda-memcpy-2d", "read", "device"), ("gather-kernel", "read", "device"),
            ("gather-kernel", "read", "e2e"), ("zero-copy-kernel", "read", "device"),
            ("cuda-memcpy-async", "write", "device"), ("scatter-kernel", "write", "device"))
