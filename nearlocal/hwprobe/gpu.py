@@ -60,11 +60,16 @@ def _norm_bus_id(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if rest else domain
 
 
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short line (cupy's import errors span several)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]
+
+
 def probe_gpu() -> GpuInfo:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
-        return GpuInfo(reason=f"no GPU: cupy is not importable ({type(exc).__name__}: {exc})")
+        return GpuInfo(reason=f"no GPU: cupy is not importable ({_one_line(exc)})")
     try:
         runtime = cupy.cuda.runtime
         count = runtime.getDeviceCount()
@@ -97,7 +102,7 @@ def probe_gpu() -> GpuInfo:
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({type(exc).__name__}: {exc})")
+        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({_one_line(exc)})")
     info.nvml = _probe_nvml(info)
     _probe_nvrtc(cupy, info)
     return info
@@ -113,8 +118,7 @@ def _probe_nvrtc(cupy, info: GpuInfo) -> None:
         major, minor = nvrtc.getVersion()
         info.nvrtc_version = f"{major}.{minor}"
     except Exception as exc:
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-        info.nvrtc = (f"NVRTC is not usable through cupy ({detail}): GPU kernels cannot be "
+        info.nvrtc = (f"NVRTC is not usable through cupy ({_one_line(exc)}): GPU kernels cannot be "
                       "compiled; install the NVRTC library of cupy's CUDA (nvidia-cuda-nvrtc)")
 
 
