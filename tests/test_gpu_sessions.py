@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from nearlocal.errors import UsageError
+from nearlocal.gpu.timing import ATTEMPTS
 from nearlocal.harness.cases import Case
 from nearlocal.harness.stats import StoppingRule
 from nearlocal.harness.worker import WorkerSettings, measure
@@ -177,9 +178,13 @@ def test_a_full_stream_queue_shrinks_the_chunks_instead_of_failing(fake_cupy, mo
 
 
 def test_a_call_that_blocks_the_host_is_timed_with_its_host_gap(fake_cupy, monkeypatch):
-    timer, enqueue_range, _ = _queue_of(fake_cupy, monkeypatch, 0)  # nothing can be queued
+    timer, enqueue_range, done = _queue_of(fake_cupy, monkeypatch, 0)  # nothing can be queued
     assert timer.queued_ops(enqueue_range, 3) >= 0
     assert timer.chunk == 1 and timer.host_gaps == 3 and timer.intervals == 3
+    done.clear()
+    timer.retries = 0
+    assert timer.queued(lambda: enqueue_range(0, 1)) >= 0  # one operation: no halving to try
+    assert timer.retries == ATTEMPTS and len(done) == ATTEMPTS + 1 and timer.host_gaps == 4
 
 
 def test_1024_async_copies_are_chunked_and_overheads_removed_per_chunk(fake_cupy):

@@ -104,10 +104,10 @@ class EventTimer:
                 ns = self._try(lambda lo=lo, hi=hi: enqueue_range(lo, hi))
                 if ns is not None:
                     break
-            if ns is None and self.chunk > 1:
-                self.chunk = max(1, self.chunk // 2)
+            if ns is None and hi - lo > 1:
+                self.chunk = max(1, (hi - lo) // 2)
                 continue  # the same operations again, in smaller chunks
-            if ns is None:  # one call alone outruns any spin: the host blocked inside it
+            if ns is None:  # one call (or one pass) outruns any spin: the host blocked in it
                 self.host_gaps += 1
                 ns = self.unqueued(lambda lo=lo, hi=hi: enqueue_range(lo, hi), self.stream)
             total += ns
