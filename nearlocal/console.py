@@ -99,7 +99,10 @@ def _print_gpus(inventory: HostInventory) -> None:
         console.print(f"[bold]GPU[/] {gpu.reason or 'none'}")
         return
     console.print(f"[bold]GPU[/] driver {gpu.driver_version}, runtime {gpu.runtime_version}, "
-                  f"cupy {gpu.cupy_version}" + (f"; NVML: {gpu.nvml}" if gpu.nvml else ""))
+                  f"cupy {gpu.cupy_version}, NVRTC {gpu.nvrtc_version or 'unusable'}" +
+                  (f"; NVML: {gpu.nvml}" if gpu.nvml else ""))
+    if gpu.nvrtc:
+        console.print(f"  [yellow]{gpu.nvrtc}[/]")
     for g in gpu.devices:
         pcie = (f"PCIe gen {g.pcie_gen} x{g.pcie_width} (max gen {g.pcie_gen_max} "
                 f"x{g.pcie_width_max})" if g.pcie_gen else "PCIe link unknown")

@@ -1,36 +1,61 @@
 #!/usr/bin/env bash
-# The GPU check, for a box with a CUDA GPU and no network (its image already has cupy, numba,
-# numba-cuda, pytest, pandas, rich). Installs nearlocal in place without dependencies, then:
-# probe, the GPU tests on the real GPU (NEARLOCAL_REAL_GPU=1), the short `gpu` and `swiftcache`
-# suites, and the two comparisons (64 MiB pinned H2D vs torch's copy_, gather-kernel vs
-# cuda-memcpy-async for 1024 x 160 B). Everything goes to ${OUT:-/tmp/out}; under 5 minutes.
-# Exit status 1 if any step failed; every step runs regardless.
+# The GPU check, for a box with a CUDA GPU and no network (its image already has cupy with NVRTC,
+# pytest, pytest-benchmark, pandas, pyarrow, rich; torch for one comparison). Installs nothing:
+# runs from this checkout with PYTHONPATH. Steps: probe; the GPU tests for real
+# (NEARLOCAL_REAL_GPU=1: kernels' bytes against numpy on the device, every session); the `gpu`
+# scripts/gpu_check.py: the side-by-side table and the "what must hold" ratios; the `gpu` and
+# `swiftcache` suites (nearlocal run) and the verdict "every case ok or skipped with a reason";
+# the `gpu` suite under pytest-benchmark. Under 5 minutes in all (each step's timeout is cut to
+# what is left of TOTAL_S). Every step runs regardless; exit 1 if any failed.
+# $OUT (default /tmp/out) receives at most 5 files: steps.txt, log.txt, report.md,
+# gpu_check.json and gpu-check.tgz (everything else: results store, JSON, JUnit XML, probe).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-export NEARLOCAL_REAL_GPU=1
+WORK="$OUT/work"
+mkdir -p "$WORK"
+export NEARLOCAL_REAL_GPU=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+TOTAL_S="${TOTAL_S:-285}"
+deadline=$((SECONDS + TOTAL_S))
 status=0
+rm -f "$OUT/steps.txt"
 
 step() {
-  local name=$1 start=$SECONDS rc=0
-  shift
-  echo "=== $name"
-  "$@" || rc=$?
-  echo "=== $name: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") in $((SECONDS - start)) s"
+  local name=$1 limit=$2 start=$SECONDS rc=0 left
+  shift 2
+  left=$((deadline - SECONDS))
+  [ "$left" -lt "$limit" ] && limit=$left
+  echo "=== $name (timeout ${limit} s)"
+  if [ "$limit" -le 0 ]; then
+    rc=124
+  else
+    timeout "$limit" "$@" || rc=$?
+  fi
+  local verdict
+  verdict=$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")
+  echo "=== $name: $verdict in $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
   [ $rc = 0 ] || status=1
 }
 
-[ "${NEARLOCAL_SKIP_INSTALL:-0}" = 1 ] ||
-  step install python3 -m pip install -q --no-deps --no-build-isolation -e .
-step probe bash -c "nearlocal probe | tee '$OUT/probe.txt' && nearlocal probe --json > '$OUT/probe.json'"
-step tests timeout 110 python3 -m pytest -q -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" \
-  tests/test_gpu_kernels.py tests/test_gpu_methods.py tests/test_gpu_sessions.py \
-  tests/test_gpu_real.py
-step suite-gpu timeout 75 nearlocal run --suite gpu --budget 0.05 --out "$OUT/results" \
-  --json "$OUT/suite-gpu.json"
-step suite-swiftcache timeout 45 nearlocal run --suite swiftcache --budget 0.05 \
-  --out "$OUT/results" --json "$OUT/suite-swiftcache.json"
-step compare timeout 50 python3 scripts/gpu_check.py --out "$OUT"
-echo "results, JSON and report.md are in $OUT"
+NL="python3 -m nearlocal.cli"
+main() {
+  step probe 30 bash -c "$NL probe | tee '$WORK/probe.txt' && $NL probe --json > '$WORK/probe.json'"
+  step tests 90 python3 -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
+    tests/test_gpu_kernels.py tests/test_gpu_real.py
+  step check 85 python3 scripts/gpu_check.py --out "$OUT"
+  step suite-gpu 70 $NL run --suite gpu --budget 0.05 --out "$WORK/results" \
+    --json "$WORK/suite-gpu.json"
+  step suite-swiftcache 25 $NL run --suite swiftcache --budget 0.05 --out "$WORK/results" \
+    --json "$WORK/suite-swiftcache.json"
+  step suites-verdict 10 python3 scripts/gpu_check.py --out "$OUT" --suites-only \
+    --suite-json "$WORK/suite-gpu.json" --suite-json "$WORK/suite-swiftcache.json"
+  step bench-gpu 45 python3 -m pytest -q -p no:cacheprovider bench/test_gpu.py \
+    --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json"
+  return $status
+}
+
+main 2>&1 | tee "$OUT/log.txt"
+status=${PIPESTATUS[0]}
+tar czf "$OUT/gpu-check.tgz" -C "$OUT" work && rm -rf "$WORK"
+echo "steps in $OUT/steps.txt; report.md, gpu_check.json; everything else in gpu-check.tgz"
 exit $status

@@ -1,6 +1,7 @@
 """A test double for the slice of cupy the GPU sessions use, so their plumbing (pointers, tables,
 checks, both clocks, the layer-stream pass) runs on a CPU box: "device memory" is host memory,
-copies are memmove, events read the host clock, kernels run under numba-cuda's simulator.
+copies are memmove, events read the host clock, the CUDA C kernels run on the CPU through the g++
+shim of tests/gpu_cpushim.py (each thread of a launch in turn).
 It only ever lives in tests; nothing it produces is a measurement."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _device(array) -> FakeDeviceArray:
 
 class _Device:
     def __init__(self, index: int = 0):
-        self.index = index
+        self.index = self.id = index
 
     def __enter__(self):
         return self
@@ -64,6 +65,12 @@ class _Stream:
         pass
 
     def wait_event(self, event) -> None:
+        pass
+
+    def __enter__(self):  # cupy: the current stream, which kernel launches go to
+        return self
+
+    def __exit__(self, *exc) -> None:
         pass
 
 
@@ -154,6 +161,24 @@ class _Runtime:
         return types.SimpleNamespace(type=1 if known else 0, devicePointer=pointer if known else 0)
 
 
+class _RawModule:
+    """cupy.RawModule over the CPU shim: get_function(name)(grid, block, args) runs the kernel."""
+
+    def __init__(self, code: str, options=()):
+        self.code = code
+
+    def get_function(self, name: str):
+        from tests import gpu_cpushim
+
+        def launch(grid, block, args, shared_mem=0):
+            if name == "nl_spin":  # the blocking kernel: "waited" what it was asked to
+                ctypes.c_uint64.from_address(int(args[1])).value = int(args[0])
+                return
+            gpu_cpushim.launch(name, int(grid[0]), int(block[0]), args)
+
+        return launch
+
+
 def make_fake_cupy() -> types.ModuleType:
     cp = types.ModuleType("cupy")
     cp.__version__ = "fake"
@@ -164,18 +189,10 @@ def make_fake_cupy() -> types.ModuleType:
     cp.asarray = lambda a: _device(np.array(a))
     cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
     runtime = _Runtime()
+    cp.RawModule = _RawModule
     cp.cuda = types.SimpleNamespace(
         Device=_Device, Stream=_Stream, Event=_Event, runtime=runtime,
         get_elapsed_time=lambda a, b: (b.t - a.t) / 1e6,
         alloc_pinned_memory=lambda n: bytearray(n),
     )
     return cp
-
-
-def host_numba_array(pointer: int, shape, dtype=np.uint8) -> np.ndarray:
-    """What `_numba_array` gives on a GPU, as a numpy view the simulator can take."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
-    return raw.view(dtype).reshape(shape)

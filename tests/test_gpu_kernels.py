@@ -1,13 +1,19 @@
-"""The GPU fragment kernels under numba-cuda's simulator (tests/conftest.py sets
-NUMBA_ENABLE_CUDASIM=1), checked byte for byte against numpy. Tables are tiny and blocks small:
-the simulator runs every GPU thread as a Python thread."""
+"""The GPU fragment kernels' CUDA C, checked without a GPU: nvcc compiles it to PTX (with the vector
+accesses and the clock read), and the same source compiled by g++ (tests/gpu_cpushim.py, every
+thread of a launch run in turn) moves bytes exactly as numpy says for odd, unaligned tables and
+misaligned base pointers. The work split by bytes is checked on its own against numpy."""
+
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 from nearlocal.errors import UsageError
+from nearlocal.gpu import kernels
+from tests import gpu_cpushim
 
-kernels = pytest.importorskip("nearlocal.gpu.kernels", reason="numba-cuda is not installed")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
 def _gather_table(rng, count: int, max_len: int, src_size: int) -> np.ndarray:
@@ -20,27 +26,62 @@ def _gather_table(rng, count: int, max_len: int, src_size: int) -> np.ndarray:
     return table[rng.permutation(count)]
 
 
-def _run_copy(table, src, dst, width, threads=8, group=4):
+def _buffer(rng, size: int, misalign: int) -> np.ndarray:
+    """`size` random bytes starting `misalign` bytes past a 64-byte boundary."""
+    raw = rng.integers(1, 256, size + 128, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + misalign
+    return raw[start:start + size]
+
+
+def _copy(table, src, dst, width=16, threads=8, group=0):
     table = kernels.validate_fragments(table, src.size, dst.size)
-    plan = kernels.plan_launch(table, width=width, threads=threads, group=group)
+    plan, pieces = kernels.plan_launch(table, width=width, threads=threads, group=group)
     expected = kernels.reference_copy(dst, src, table)
     out = dst.copy()
-    kernels.copy_fragments(out, src, table, plan)
-    return out, expected, table
+    gpu_cpushim.launch("nl_copy", plan.blocks, plan.threads,
+                       kernels.Kernels.copy_args(gpu_cpushim.ptr(out), gpu_cpushim.ptr(src),
+                                                 gpu_cpushim.ptr(pieces), plan))
+    return out, expected, plan
 
 
+def test_pieces_cover_every_fragment_once_in_order():
+    table = np.array([[3, 1000, 1], [10, 0, 700], [5000, 2000, 256], [7, 3000, 257]])
+    pieces = kernels.split_pieces(table, 256)
+    assert pieces[:, 2].max() <= 256 and (pieces[:, 2] > 0).all()
+    assert np.bincount(pieces[:, 3]).tolist() == [1, 3, 1, 2]
+    for i, (s, d, n) in enumerate(table):
+        mine = pieces[pieces[:, 3] == i]
+        assert mine[:, 2].sum() == n
+        np.testing.assert_array_equal(mine[:, 0] - s, mine[:, 1] - d)  # one shift per fragment
+        np.testing.assert_array_equal(mine[:, 0], s + np.concatenate([[0], np.cumsum(mine[:-1, 2])]))
+
+
+def test_plan_spreads_a_large_fragment_and_keeps_small_ones_whole():
+    plan, pieces = kernels.plan_launch(np.array([[0, 0, 64 << 20]]), threads=128)
+    assert plan.group == 128 and plan.chunk == 128 * kernels.UNROLL * 16
+    assert plan.pieces == pieces.shape[0] == (64 << 20) // plan.chunk == plan.blocks
+    plan, pieces = kernels.plan_launch(np.tile([[0, 0, 160]], (1024, 1)) +
+                                       np.arange(1024)[:, None] * [160, 160, 0], threads=128)
+    assert (plan.group, plan.pieces, plan.blocks) == (16, 1024, 128)  # 10 words -> 16 threads
+    plan, _ = kernels.plan_launch(np.array([[0, 0, 65536]]), threads=128)
+    assert plan.pieces == 8 and plan.blocks == 8  # 64 KiB: 1024 threads, 4 words each in flight
+
+
+@needs_gxx
 @pytest.mark.parametrize("width", [16, 8, 4])
-@pytest.mark.parametrize("seed", [1, 2])
-def test_gather_kernel_matches_numpy(width, seed):
+@pytest.mark.parametrize(("seed", "misalign"), [(1, (0, 0)), (2, (3, 0)), (3, (8, 4))])
+def test_gather_kernel_matches_numpy(width, seed, misalign):
     rng = np.random.default_rng(seed)
-    src = rng.integers(1, 256, 400, dtype=np.uint8)
-    table = _gather_table(rng, 7, 45, src.size)
-    dst = np.zeros(int((table[:, 1] + table[:, 2]).max()) + 9, np.uint8)
-    out, expected, table = _run_copy(table, src, dst, width)
-    np.testing.assert_array_equal(out, expected)
+    src = _buffer(rng, 4000, misalign[0])
+    table = _gather_table(rng, 9, 700, src.size)  # several fragments span many pieces
+    dst = _buffer(rng, int((table[:, 1] + table[:, 2]).max()) + 9, misalign[1])
+    out, expected, plan = _copy(table, src, dst, width, threads=8, group=2)
+    assert plan.pieces > len(table)
+    np.testing.assert_array_equal(out, expected)  # and nothing outside the fragments moved
     assert kernels.fragments_match(out, src, table) is None
 
 
+@needs_gxx
 @pytest.mark.parametrize("width", [16, 4])
 def test_scatter_kernel_matches_numpy(width):
     rng = np.random.default_rng(7)
@@ -48,45 +89,111 @@ def test_scatter_kernel_matches_numpy(width):
     # scatter: packed source, scattered destinations (distinct 48-byte slots at odd offsets)
     slots = rng.permutation(8)[:6] * 48 + rng.integers(0, 7, 6)
     table = np.stack([gather[:, 1], slots, np.minimum(gather[:, 2], 41)], axis=1)
-    src = rng.integers(1, 256, int((table[:, 0] + table[:, 2]).max()) + 3, dtype=np.uint8)
-    dst = rng.integers(1, 256, 400, dtype=np.uint8)
-    out, expected, _ = _run_copy(table, src, dst, width, threads=8, group=2)
-    np.testing.assert_array_equal(out, expected)  # bytes outside the fragments are untouched
+    src = _buffer(rng, int((table[:, 0] + table[:, 2]).max()) + 3, 1)
+    dst = _buffer(rng, 400, 0)
+    out, expected, _ = _copy(table, src, dst, width, threads=8, group=2)
+    np.testing.assert_array_equal(out, expected)
 
 
-def test_one_fragment_longer_than_the_group_and_auto_geometry():
+@needs_gxx
+def test_one_long_fragment_grid_stride_and_byte_path():
     rng = np.random.default_rng(3)
-    src = rng.integers(1, 256, 300, dtype=np.uint8)
-    table = np.array([[3, 17, 250]])  # offsets disagree mod 16, 8 and 4: byte path
-    dst = np.zeros(280, np.uint8)
-    out, expected, table = _run_copy(table, src, dst, 16, threads=8, group=0)
+    src = _buffer(rng, 20000, 0)
+    dst = _buffer(rng, 20000, 0)
+    table = np.array([[3, 17, 19000]])  # offsets disagree mod 16, 8 and 4: byte path everywhere
+    out, expected, _ = _copy(table, src, dst, 16, threads=32, group=0)
     np.testing.assert_array_equal(out, expected)
-    aligned = np.array([[5, 21, 200]])  # 5 and 21 agree mod 16: 11-byte head, words, tail
-    out, expected, _ = _run_copy(aligned, src, dst, 16, threads=4, group=4)
-    np.testing.assert_array_equal(out, expected)
+    aligned = np.array([[5, 21, 19000]])  # agree mod 16: 11-byte head, words, tail, per piece
+    table = kernels.validate_fragments(aligned, src.size, dst.size)
+    plan, pieces = kernels.plan_launch(table, threads=8, group=4, max_blocks=3)  # grid stride
+    out = dst.copy()
+    gpu_cpushim.launch("nl_copy", plan.blocks, plan.threads,
+                       kernels.Kernels.copy_args(gpu_cpushim.ptr(out), gpu_cpushim.ptr(src),
+                                                 gpu_cpushim.ptr(pieces), plan))
+    assert plan.blocks == 3 < plan.pieces
+    np.testing.assert_array_equal(out, kernels.reference_copy(dst, src, table))
 
 
-def test_zero_copy_sum_and_fill_match_numpy():
+@needs_gxx
+@pytest.mark.parametrize("width", [16, 8, 4])
+def test_zero_copy_sum_and_fill_match_numpy(width):
     rng = np.random.default_rng(5)
-    region = rng.integers(0, 256, 320, dtype=np.uint8)
-    table = kernels.validate_fragments(_gather_table(rng, 5, 60, region.size))
-    plan = kernels.plan_launch(table, width=16, threads=8, group=4)
+    region = _buffer(rng, 3000, 5)
+    table = kernels.validate_fragments(_gather_table(rng, 5, 900, region.size))
+    plan, pieces = kernels.plan_launch(table, width=width, threads=8, group=4)
     sums = np.zeros(len(table), np.uint64)
-    kernels.sum_fragments(region, table, plan, sums)
+    gpu_cpushim.launch("nl_sum", plan.blocks, plan.threads, kernels.Kernels.sum_args(
+        gpu_cpushim.ptr(region), gpu_cpushim.ptr(sums), gpu_cpushim.ptr(pieces), plan))
     np.testing.assert_array_equal(sums, kernels.reference_sums(region, table))
 
-    target = rng.integers(0, 256, 400, dtype=np.uint8)
+    target = _buffer(rng, 3000, 3)
     expected = target.copy()
     for _, d, n in table:
         expected[d:d + n] = 0x5A
-    kernels.fill_fragments(target, table, plan, 0x5A)
+    gpu_cpushim.launch("nl_fill", plan.blocks, plan.threads, kernels.Kernels.fill_args(
+        gpu_cpushim.ptr(target), 0x15A, gpu_cpushim.ptr(pieces), plan))  # only the low byte
     np.testing.assert_array_equal(target, expected)
 
 
-def test_spin_kernel_waits():
-    out = np.zeros(1, np.uint64)
-    kernels.spin(200_000, out)
-    assert out[0] >= 200_000
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA toolkit) is not installed")
+def test_kernel_source_compiles_with_nvcc(tmp_path):
+    source = tmp_path / "kernels.cu"
+    source.write_text(kernels.KERNEL_SOURCE)
+    ptx = tmp_path / "kernels.ptx"
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *kernels.NVRTC_OPTIONS, "-o", str(ptx),
+                    str(source)], check=True, capture_output=True, timeout=120)
+    text = ptx.read_text()
+    for name in kernels.KERNEL_NAMES:
+        assert f".entry {name}(" in text
+    assert "ld.global.v4.u32" in text and "st.global.v4.u32" in text  # 16-byte words
+    assert "%globaltimer" in text
+
+
+def _libnvrtc():
+    """NVRTC, the compiler cupy.RawModule uses: from the system, or the nvidia-cuda-nvrtc wheel."""
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    names = ["libnvrtc.so.13", "libnvrtc.so.12"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        names += sorted(str(p) for p in Path(root).glob("*/lib/libnvrtc.so.*"))
+    for name in names:
+        try:
+            for builtins in sorted(Path(name).parent.glob("libnvrtc-builtins.so.*")):
+                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)  # found by soname later
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def test_kernel_source_compiles_with_nvrtc():
+    """The exact path cupy.RawModule takes on a GPU box (no implicit CUDA headers), minus the GPU."""
+    import ctypes
+
+    lib = _libnvrtc()
+    if lib is None:
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.KERNEL_SOURCE.encode(), b"nl.cu",
+                                  0, None, None) == 0
+    options = [o.encode() for o in kernels.NVRTC_OPTIONS] + [b"--gpu-architecture=compute_90"]
+    rc = lib.nvrtcCompileProgram(prog, len(options), (ctypes.c_char_p * len(options))(*options))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    assert rc == 0, log.value.decode()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    text = ptx.value.decode()
+    for name in kernels.KERNEL_NAMES:
+        assert f".entry {name}(" in text
+    assert "ld.global.v4.u32" in text
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def test_zero_length_fragment_is_rejected():
@@ -123,9 +230,7 @@ def test_launch_options_are_checked():
         kernels.plan_launch(table, threads=2048)
     with pytest.raises(UsageError, match="must divide"):
         kernels.plan_launch(table, threads=96, group=64)
-    plan = kernels.plan_launch(np.tile(table, (1024, 1)), width=16, threads=128)
-    assert (plan.group, plan.blocks, plan.width) == (16, 128, 16)  # 10 words -> 16 threads
-    assert kernels.plan_launch(table, alignment=4).width == 4
+    assert kernels.plan_launch(table, alignment=4)[0].width == 4
     assert kernels.pointer_alignment(4096, 4096 + 8) == 8
     assert kernels.pointer_alignment(4096, 4097) == 1
 

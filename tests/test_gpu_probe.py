@@ -49,3 +49,21 @@ def test_bus_ids_compare_across_cuda_and_nvml_spellings():
 def test_no_nvml_is_a_reason_not_an_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     assert "nvidia-ml-py is not importable" in _probe_nvml(GpuInfo())
+
+
+def test_a_broken_nvrtc_is_named_in_one_line():
+    from nearlocal.hwprobe.gpu import _probe_nvrtc
+
+    def broken():
+        raise OSError("libnvrtc.so.13: cannot open shared object file:\nNo such file or directory")
+
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        nvrtc=types.SimpleNamespace(getVersion=broken)))
+    info = GpuInfo()
+    _probe_nvrtc(cupy, info)
+    assert info.nvrtc.startswith("NVRTC is not usable through cupy (OSError: libnvrtc.so.13")
+    assert "\n" not in info.nvrtc and "nvidia-cuda-nvrtc" in info.nvrtc
+    working = GpuInfo()
+    cupy.cuda.nvrtc.getVersion = lambda: (13, 0)
+    _probe_nvrtc(cupy, working)
+    assert working.nvrtc is None and working.nvrtc_version == "13.0"

@@ -1,8 +1,9 @@
-"""GPU paths (Beluga B9-B11, B13-B14; SwiftCache S2-S3): numba-cuda kernels that move a whole
-fragment table in one launch, the CUDA runtime's copy APIs for comparison, zero-copy access to
-mapped host memory and NVLink peer copies.
+"""GPU paths (Beluga B9-B11, B13-B14; SwiftCache S2-S3): CUDA C kernels (compiled by NVRTC through
+cupy.RawModule) that move a whole fragment table in one launch, the CUDA runtime's copy APIs for
+comparison, zero-copy access to mapped host memory and NVLink peer copies.
 
-Nothing here imports cupy or compiles a kernel at import time: `kernels` needs numba-cuda (its
-logic is tested under the simulator, NUMBA_ENABLE_CUDASIM=1), `regions` and `methods` import
-cupy only inside a worker that runs a GPU case.
+Nothing here imports cupy or compiles a kernel at import time: `kernels` holds the CUDA C source
+and its numpy host side (work split, references; tested on any machine, the source also by nvcc
+and by g++ through a CPU shim), `regions` and `methods` import cupy only inside a worker that
+runs a GPU case. numba-cuda is not used.
 """

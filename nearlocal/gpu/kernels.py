@@ -1,299 +1,224 @@
-"""numba-cuda kernels that move a whole fragment table in one launch (Beluga B9, B13-B14).
+"""Fragment kernels as CUDA C, compiled by NVRTC through cupy.RawModule and launched by cupy
+(Beluga B9, B13-B14). No numba-cuda: its typing does not import under numpy >= 2.5, and cupy
+launches a raw kernel far more cheaply than numba's dispatcher.
 
-A fragment table is int64 (n, 3): (src offset, dst offset, length) in bytes, held in device memory.
-Each fragment is moved by a group of `group` threads: a byte-wise head up to the first address
-where source and destination are both aligned to the access width, then whole words of 16, 8 or
-4 bytes (`width` is the widest allowed; a fragment whose source and destination disagree modulo
-the width steps down to the widest width they agree on), then a byte-wise tail. The arrays are
-byte arrays; on the device the word accesses are single vector loads and stores
-(ld.global.v4.u32 for 16 B), emitted by the intrinsics below. Under numba-cuda's simulator
-(NUMBA_ENABLE_CUDASIM=1) those intrinsics are replaced by byte loops with the same meaning, so
-the head / body / tail partitioning and the table walk are tested on any machine.
+Work is split by BYTES, not by fragment: the host cuts every fragment into pieces of at most
+`chunk` bytes (`split_pieces`, int64 rows (src offset, dst offset, length, fragment index)), and
+each piece is moved by a group of `group` threads. So a 64 MiB fragment spreads over thousands of
+blocks and the whole GPU, while 1024 fragments of 160 B get a 16-thread group each. Within a
+piece a thread moves a byte-wise head up to the first address where source and destination are
+both aligned to the access width, then words of 16, 8 or 4 bytes (the widest the two addresses
+agree on, at most `width`), up to 4 independent loads in flight before their stores, then a
+byte-wise tail.
 
-The same walk serves zero-copy access: `sum_fragments` reads every byte of every fragment where
-it lies (mapped host memory read in place over the bus) and `fill_fragments` writes them in place.
-`spin` is the short blocking kernel that work is queued behind so that the host's enqueue cost
-stays out of CUDA-event timings (the nvbandwidth / nvbench method); it also stands in for compute.
+The same walk serves zero-copy access: `nl_sum` adds every byte of every piece into its
+fragment's sum where the bytes lie (mapped host memory read in place over the bus), `nl_fill`
+writes a byte over them in place. `nl_spin` is the short blocking kernel that work is queued
+behind so the host's enqueue cost stays out of CUDA-event timings (the nvbench method); it also
+stands in for compute in the layer stream.
+
+The source compiles three ways: NVRTC (cupy) on a GPU box; nvcc -ptx (a test on any box with
+the CUDA toolkit, so syntax errors show without a GPU); g++ with a shim that runs every thread of
+a launch one after another (tests/gpu_cpushim.py), so the tests check bytes land where they
+should for odd, unaligned tables on a CPU. Everything above the `--- host side` line is plain
+numpy and needs no GPU.
 """
 
 from __future__ import annotations
 
-import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, types
 
 from nearlocal.errors import UsageError
 
-try:  # numba-cuda >= 0.2x keeps its own config; older ones read numba's
-    from numba.cuda.core import config as _cuda_config
-except ImportError:  # pragma: no cover - depends on the numba-cuda version
-    from numba.core import config as _cuda_config
-
-SIMULATED = bool(_cuda_config.ENABLE_CUDASIM)
-# a few fragments need a few blocks: that is the point, not an under-used GPU
-warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under")
 WIDTHS = (16, 8, 4)  # the word widths a kernel may use; 1 is the byte-wise fallback
 MAX_THREADS = 1024
+UNROLL = 4  # words a thread loads before storing them (must match NL_UNROLL below)
+PIECE_COLUMNS = 4
 
-_M8 = np.uint64(0x00FF00FF00FF00FF)
-_M16 = np.uint64(0x0000FFFF0000FFFF)
-_M32 = np.uint64(0xFFFFFFFF)
-_S8, _S16, _S32 = np.uint64(8), np.uint64(16), np.uint64(32)
-_ZERO = np.uint64(0)
+KERNEL_SOURCE = r"""
+// nearlocal fragment kernels. Pieces: int64 rows (src offset, dst offset, length, fragment).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define NL_DEVICE __device__ __forceinline__
+#define NL_GLOBAL extern "C" __global__
+#else  // the CPU shim of the tests: threadIdx & co. are globals, a thread is a call
+#define NL_DEVICE static inline
+#define NL_GLOBAL extern "C"
+#endif
+#define NL_UNROLL 4
 
+typedef unsigned long long nl_u64;
+typedef long long nl_i64;
+typedef unsigned char nl_u8;
+// 16- and 8-byte words: one vector load / store each (ld.global.v4.u32, ld.global.v2.u32)
+struct alignas(16) nl_v16 { unsigned x, y, z, w; };
+struct alignas(8) nl_v8 { unsigned x, y; };
 
-# --- word access: vector intrinsics on the device, byte loops under the simulator -------------
+NL_DEVICE int nl_width(nl_u64 a, nl_u64 b, int width) {
+  // the widest allowed width at which addresses a and b can both be aligned (16, 8, 4 or 1)
+  int w = width;
+  while (w > 1 && ((a ^ b) & (nl_u64)(w - 1)) != 0) w = w > 4 ? w / 2 : 1;
+  return w;
+}
 
-if SIMULATED:
+NL_DEVICE nl_i64 nl_head(nl_u64 a, nl_i64 n, int w) {
+  // bytes before the first w-aligned address (all of them when w == 1)
+  if (w == 1) return n;
+  nl_i64 head = (nl_i64)((w - (a & (nl_u64)(w - 1))) & (nl_u64)(w - 1));
+  return head > n ? n : head;
+}
 
-    def _sim_load(width: int):
-        def load(src, index):
-            lo = hi = 0
-            for k in range(min(width, 8)):
-                lo |= int(src[index + k]) << (8 * k)
-            for k in range(8, width):
-                hi |= int(src[index + k]) << (8 * (k - 8))
-            return np.uint64(lo), np.uint64(hi)
+NL_DEVICE unsigned nl_bsum32(unsigned v) {
+  v = (v & 0x00FF00FFu) + ((v >> 8) & 0x00FF00FFu);
+  return (v & 0xFFFFu) + (v >> 16);
+}
+NL_DEVICE nl_u64 nl_bsum(nl_v16 v) {
+  return (nl_u64)nl_bsum32(v.x) + nl_bsum32(v.y) + nl_bsum32(v.z) + nl_bsum32(v.w);
+}
+NL_DEVICE nl_u64 nl_bsum(nl_v8 v) { return (nl_u64)nl_bsum32(v.x) + nl_bsum32(v.y); }
+NL_DEVICE nl_u64 nl_bsum(unsigned v) { return nl_bsum32(v); }
+NL_DEVICE void nl_splat(nl_v16* out, unsigned x) { out->x = out->y = out->z = out->w = x; }
+NL_DEVICE void nl_splat(nl_v8* out, unsigned x) { out->x = out->y = x; }
+NL_DEVICE void nl_splat(unsigned* out, unsigned x) { *out = x; }
 
-        return load
+template <typename T>
+NL_DEVICE void nl_copy_words(nl_u8* dst, const nl_u8* src, nl_i64 words, int lane, int group) {
+  const T* s = (const T*)src;
+  T* d = (T*)dst;
+  for (nl_i64 k = lane; k < words; k += (nl_i64)NL_UNROLL * group) {
+    T v[NL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < NL_UNROLL; u++) {
+      nl_i64 j = k + (nl_i64)u * group;
+      if (j < words) v[u] = s[j];
+    }
+#pragma unroll
+    for (int u = 0; u < NL_UNROLL; u++) {
+      nl_i64 j = k + (nl_i64)u * group;
+      if (j < words) d[j] = v[u];
+    }
+  }
+}
 
-    def _sim_store(width: int):
-        def store(dst, index, lo, hi):
-            for k in range(min(width, 8)):
-                dst[index + k] = (int(lo) >> (8 * k)) & 0xFF
-            for k in range(8, width):
-                dst[index + k] = (int(hi) >> (8 * (k - 8))) & 0xFF
+template <typename T>
+NL_DEVICE nl_u64 nl_sum_words(const nl_u8* src, nl_i64 words, int lane, int group) {
+  const T* s = (const T*)src;
+  nl_u64 acc = 0;
+  for (nl_i64 k = lane; k < words; k += (nl_i64)NL_UNROLL * group) {
+    T v[NL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < NL_UNROLL; u++) {
+      nl_i64 j = k + (nl_i64)u * group;
+      if (j < words) v[u] = s[j];
+    }
+#pragma unroll
+    for (int u = 0; u < NL_UNROLL; u++) {
+      nl_i64 j = k + (nl_i64)u * group;
+      if (j < words) acc += nl_bsum(v[u]);
+    }
+  }
+  return acc;
+}
 
-        return store
+template <typename T>
+NL_DEVICE void nl_fill_words(nl_u8* dst, nl_i64 words, unsigned pattern, int lane, int group) {
+  T* d = (T*)dst;
+  T v;
+  nl_splat(&v, pattern);
+  for (nl_i64 k = lane; k < words; k += group) d[k] = v;
+}
 
-    def _globaltimer():
-        return np.uint64(time.perf_counter_ns())
+NL_DEVICE void nl_copy_piece(nl_u8* dst, const nl_u8* src, nl_i64 n, int width, int lane,
+                             int group) {
+  int w = nl_width((nl_u64)src, (nl_u64)dst, width);
+  nl_i64 head = nl_head((nl_u64)src, n, w);
+  nl_i64 words = w == 1 ? 0 : (n - head) / w;
+  for (nl_i64 i = lane; i < head; i += group) dst[i] = src[i];
+  if (w == 16) nl_copy_words<nl_v16>(dst + head, src + head, words, lane, group);
+  else if (w == 8) nl_copy_words<nl_v8>(dst + head, src + head, words, lane, group);
+  else if (w == 4) nl_copy_words<unsigned>(dst + head, src + head, words, lane, group);
+  for (nl_i64 i = head + words * w + lane; i < n; i += group) dst[i] = src[i];
+}
 
-    _load16, _load8, _load4 = _sim_load(16), _sim_load(8), _sim_load(4)
-    _store16, _store8, _store4 = _sim_store(16), _sim_store(8), _sim_store(4)
+NL_DEVICE nl_u64 nl_sum_piece(const nl_u8* src, nl_i64 n, int width, int lane, int group) {
+  int w = nl_width((nl_u64)src, (nl_u64)src, width);
+  nl_i64 head = nl_head((nl_u64)src, n, w);
+  nl_i64 words = w == 1 ? 0 : (n - head) / w;
+  nl_u64 acc = 0;
+  for (nl_i64 i = lane; i < head; i += group) acc += src[i];
+  if (w == 16) acc += nl_sum_words<nl_v16>(src + head, words, lane, group);
+  else if (w == 8) acc += nl_sum_words<nl_v8>(src + head, words, lane, group);
+  else if (w == 4) acc += nl_sum_words<unsigned>(src + head, words, lane, group);
+  for (nl_i64 i = head + words * w + lane; i < n; i += group) acc += src[i];
+  return acc;
+}
 
-else:
-    from llvmlite import ir
+NL_DEVICE void nl_fill_piece(nl_u8* dst, nl_i64 n, int width, unsigned byte, int lane,
+                             int group) {
+  int w = nl_width((nl_u64)dst, (nl_u64)dst, width);
+  nl_i64 head = nl_head((nl_u64)dst, n, w);
+  nl_i64 words = w == 1 ? 0 : (n - head) / w;
+  unsigned pattern = (byte & 0xFFu) * 0x01010101u;
+  for (nl_i64 i = lane; i < head; i += group) dst[i] = (nl_u8)byte;
+  if (w == 16) nl_fill_words<nl_v16>(dst + head, words, pattern, lane, group);
+  else if (w == 8) nl_fill_words<nl_v8>(dst + head, words, pattern, lane, group);
+  else if (w == 4) nl_fill_words<unsigned>(dst + head, words, pattern, lane, group);
+  for (nl_i64 i = head + words * w + lane; i < n; i += group) dst[i] = (nl_u8)byte;
+}
 
-    try:
-        from numba.cuda.extending import intrinsic
-    except ImportError:  # pragma: no cover - older numba-cuda
-        from numba.core.extending import intrinsic
+// every launch: `group` threads per piece, blockDim.x / group pieces per block, grid-stride
+#define NL_PIECE_LOOP(BODY)                                                              \
+  int lane = (int)(threadIdx.x % (unsigned)group);                                       \
+  nl_i64 per_block = (nl_i64)(blockDim.x / (unsigned)group);                             \
+  nl_i64 stride = (nl_i64)gridDim.x * per_block;                                         \
+  const nl_i64* table = (const nl_i64*)pieces;                                           \
+  for (nl_i64 p = (nl_i64)blockIdx.x * per_block + threadIdx.x / (unsigned)group;        \
+       p < count; p += stride) {                                                         \
+    const nl_i64* row = table + 4 * p;                                                   \
+    BODY                                                                                 \
+  }
 
-    _I64 = ir.IntType(64)
+NL_GLOBAL void nl_copy(nl_u64 dst, nl_u64 src, nl_u64 pieces, nl_i64 count, int width,
+                       int group) {
+  NL_PIECE_LOOP(nl_copy_piece((nl_u8*)dst + row[1], (const nl_u8*)src + row[0], row[2],
+                              width, lane, group);)
+}
 
-    def _word_type(width: int) -> ir.Type:
-        return ir.VectorType(ir.IntType(32), 4) if width == 16 else ir.IntType(8 * width)
+NL_GLOBAL void nl_sum(nl_u64 src, nl_u64 sums, nl_u64 pieces, nl_i64 count, int width,
+                      int group) {
+  NL_PIECE_LOOP(nl_u64 acc = nl_sum_piece((const nl_u8*)src + row[0], row[2], width, lane,
+                                          group);
+                atomicAdd((nl_u64*)sums + row[3], acc);)
+}
 
-    def _word_pointer(context, builder, arrty, arr, index, width: int):
-        data = context.make_array(arrty)(context, builder, arr).data
-        return builder.bitcast(builder.gep(data, [index]), _word_type(width).as_pointer())
+NL_GLOBAL void nl_fill(nl_u64 dst, unsigned byte, nl_u64 pieces, nl_i64 count, int width,
+                       int group) {
+  NL_PIECE_LOOP(nl_fill_piece((nl_u8*)dst + row[1], row[2], width, byte, lane, group);)
+}
 
-    def _make_load(width: int):
-        """load(src, byte_index) -> (lo, hi) uint64: one aligned `width`-byte load."""
-        pair_type = types.UniTuple(types.uint64, 2)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+NL_DEVICE nl_u64 nl_globaltimer() {
+  nl_u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
-        @intrinsic
-        def load(typingctx, src, index):
-            def codegen(context, builder, sig, args):
-                ptr = _word_pointer(context, builder, sig.args[0], args[0], args[1], width)
-                word = builder.load(ptr, align=width)
-                if width == 16:
-                    pair = builder.bitcast(word, ir.VectorType(_I64, 2))
-                    lo = builder.extract_element(pair, ir.Constant(ir.IntType(32), 0))
-                    hi = builder.extract_element(pair, ir.Constant(ir.IntType(32), 1))
-                else:
-                    lo = builder.zext(word, _I64) if width < 8 else word
-                    hi = ir.Constant(_I64, 0)
-                return context.make_tuple(builder, pair_type, [lo, hi])
-
-            return pair_type(src, index), codegen
-
-        return load
-
-    def _make_store(width: int):
-        """store(dst, byte_index, lo, hi): one aligned `width`-byte store."""
-
-        @intrinsic
-        def store(typingctx, dst, index, lo, hi):
-            def codegen(context, builder, sig, args):
-                ptr = _word_pointer(context, builder, sig.args[0], args[0], args[1], width)
-                if width == 16:
-                    pair = ir.Constant(ir.VectorType(_I64, 2), ir.Undefined)
-                    pair = builder.insert_element(pair, args[2], ir.Constant(ir.IntType(32), 0))
-                    pair = builder.insert_element(pair, args[3], ir.Constant(ir.IntType(32), 1))
-                    word = builder.bitcast(pair, _word_type(16))
-                else:
-                    word = builder.trunc(args[2], _word_type(width)) if width < 8 else args[2]
-                builder.store(word, ptr, align=width)
-                return context.get_dummy_value()
-
-            return types.void(dst, index, types.uint64, types.uint64), codegen
-
-        return store
-
-    @intrinsic
-    def _globaltimer(typingctx):
-        """%globaltimer: the GPU's nanosecond clock."""
-
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, []), "mov.u64 $0, %globaltimer;", "=l",
-                               side_effect=True)
-            return builder.call(asm, [])
-
-        return types.uint64(), codegen
-
-    _load16, _load8, _load4 = _make_load(16), _make_load(8), _make_load(4)
-    _store16, _store8, _store4 = _make_store(16), _make_store(8), _make_store(4)
-
-
-@cuda.jit(device=True)
-def _load_word(src, index, width):
-    if width == 16:
-        return _load16(src, index)
-    if width == 8:
-        return _load8(src, index)
-    return _load4(src, index)
-
-
-@cuda.jit(device=True)
-def _store_word(dst, index, width, lo, hi):
-    if width == 16:
-        _store16(dst, index, lo, hi)
-    elif width == 8:
-        _store8(dst, index, lo, hi)
-    else:
-        _store4(dst, index, lo, hi)
-
-
-@cuda.jit(device=True)
-def _bytesum(x):
-    """Sum of the 8 bytes of a uint64 (SWAR), so checksums do not depend on the access width."""
-    x = (x & _M8) + ((x >> _S8) & _M8)
-    x = (x & _M16) + ((x >> _S16) & _M16)
-    return (x & _M32) + (x >> _S32)
-
-
-@cuda.jit(device=True)
-def _fragment_width(a, b, width):
-    """The widest allowed width at which offsets a and b can both be aligned (16, 8, 4 or 1)."""
-    w = width
-    while w > 1 and ((a ^ b) & (w - 1)) != 0:
-        w = w // 2 if w > 4 else 1
-    return w
-
-
-@cuda.jit(device=True)
-def _split(a, n, w):
-    """(head bytes, whole words) of an n-byte fragment starting at offset a, for width w; at width
-    1 everything is tail."""
-    if w == 1:
-        return 0, 0
-    head = (w - (a & (w - 1))) & (w - 1)
-    if head > n:
-        head = n
-    return head, (n - head) // w
-
-
-# --- kernels ------------------------------------------------------------------------------------
-
-@cuda.jit
-def _copy_kernel(dst, src, table, width, group):
-    lane = cuda.threadIdx.x % group
-    per_block = cuda.blockDim.x // group
-    frag = cuda.blockIdx.x * per_block + cuda.threadIdx.x // group
-    while frag < table.shape[0]:
-        s = table[frag, 0]
-        d = table[frag, 1]
-        n = table[frag, 2]
-        w = _fragment_width(s, d, width)
-        head, words = _split(s, n, w)
-        i = lane
-        while i < head:
-            dst[d + i] = src[s + i]
-            i += group
-        k = lane
-        while k < words:
-            off = head + k * w
-            lo, hi = _load_word(src, s + off, w)
-            _store_word(dst, d + off, w, lo, hi)
-            k += group
-        i = head + words * w + lane
-        while i < n:
-            dst[d + i] = src[s + i]
-            i += group
-        frag += cuda.gridDim.x * per_block
+NL_GLOBAL void nl_spin(nl_u64 duration_ns, nl_u64 out) {
+  // one thread busy-waits duration_ns on the GPU's nanosecond clock and writes what it waited
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    nl_u64 start = nl_globaltimer(), now = start;
+    while (now - start < duration_ns) now = nl_globaltimer();
+    *(nl_u64*)out = now - start;
+  }
+}
+#endif
+"""
+KERNEL_NAMES = ("nl_copy", "nl_sum", "nl_fill", "nl_spin")
+NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC and nvcc default to C++17; cupy adds -arch
 
 
-@cuda.jit
-def _sum_kernel(src, table, width, group, sums):
-    lane = cuda.threadIdx.x % group
-    per_block = cuda.blockDim.x // group
-    frag = cuda.blockIdx.x * per_block + cuda.threadIdx.x // group
-    while frag < table.shape[0]:
-        s = table[frag, 0]
-        n = table[frag, 2]
-        w = _fragment_width(s, s, width)
-        head, words = _split(s, n, w)
-        acc = _ZERO
-        i = lane
-        while i < head:
-            acc += np.uint64(src[s + i])
-            i += group
-        k = lane
-        while k < words:
-            lo, hi = _load_word(src, s + head + k * w, w)
-            acc += _bytesum(lo) + _bytesum(hi)
-            k += group
-        i = head + words * w + lane
-        while i < n:
-            acc += np.uint64(src[s + i])
-            i += group
-        cuda.atomic.add(sums, frag, acc)
-        frag += cuda.gridDim.x * per_block
-
-
-@cuda.jit
-def _fill_kernel(dst, table, width, group, value):
-    lane = cuda.threadIdx.x % group
-    per_block = cuda.blockDim.x // group
-    frag = cuda.blockIdx.x * per_block + cuda.threadIdx.x // group
-    byte = np.uint8(value & 0xFF)
-    word = np.uint64(value & 0xFF) * np.uint64(0x0101010101010101)
-    while frag < table.shape[0]:
-        d = table[frag, 1]
-        n = table[frag, 2]
-        w = _fragment_width(d, d, width)
-        head, words = _split(d, n, w)
-        i = lane
-        while i < head:
-            dst[d + i] = byte
-            i += group
-        k = lane
-        while k < words:
-            _store_word(dst, d + head + k * w, w, word, word)
-            k += group
-        i = head + words * w + lane
-        while i < n:
-            dst[d + i] = byte
-            i += group
-        frag += cuda.gridDim.x * per_block
-
-
-@cuda.jit
-def _spin_kernel(duration_ns, out):
-    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
-        start = _globaltimer()
-        now = start
-        while now - start < duration_ns:
-            now = _globaltimer()
-        out[0] = now - start
-
-
-# --- host side: checks, launch geometry, launches, numpy references -----------------------------
+# --- host side: tables, work split, launch geometry, numpy references (no GPU needed) ----------
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -301,12 +226,14 @@ class LaunchPlan:
 
     blocks: int
     threads: int
-    group: int  # threads per fragment
-    width: int  # widest word access allowed (after the base pointers' alignment)
+    group: int  # threads per piece
+    width: int  # widest word access allowed
+    chunk: int  # most bytes in one piece
+    pieces: int  # pieces the fragments were cut into
 
     def info(self) -> dict:
         return {"blocks": self.blocks, "threads": self.threads, "group": self.group,
-                "width": self.width}
+                "width": self.width, "chunk_bytes": self.chunk, "pieces": self.pieces}
 
 
 def validate_fragments(frags: np.ndarray, src_nbytes: int | None = None,
@@ -355,11 +282,31 @@ def pointer_alignment(*pointers: int) -> int:
     return 1
 
 
+def split_pieces(table: np.ndarray, chunk: int) -> np.ndarray:
+    """Every fragment cut into pieces of at most `chunk` bytes: int64 (m, 4) rows (src offset,
+    dst offset, length, fragment index), in fragment order. The work split by bytes."""
+    if chunk < 1:
+        raise UsageError(f"chunk must be at least 1 byte, got {chunk}")
+    lengths = table[:, 2]
+    counts = -(-lengths // chunk)
+    frag = np.repeat(np.arange(table.shape[0], dtype=np.int64), counts)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    k = np.arange(frag.size, dtype=np.int64) - np.repeat(first, counts)  # piece within fragment
+    start = k * chunk
+    pieces = np.empty((frag.size, PIECE_COLUMNS), np.int64)
+    pieces[:, 0] = table[frag, 0] + start
+    pieces[:, 1] = table[frag, 1] + start
+    pieces[:, 2] = np.minimum(chunk, lengths[frag] - start)
+    pieces[:, 3] = frag
+    return pieces
+
+
 def plan_launch(table: np.ndarray, width: int = 16, threads: int = 128, group: int = 0,
-                alignment: int = 16, max_blocks: int = 65535) -> LaunchPlan:
-    """Geometry for a table: `group` threads per fragment (0: about one thread per word of the
-    median fragment, a power of two dividing `threads`), enough blocks to give every fragment a
-    group (grid-stride beyond `max_blocks`)."""
+                alignment: int = 16, max_blocks: int = 65535) -> tuple[LaunchPlan, np.ndarray]:
+    """Geometry and pieces for a table. `group` threads per piece (0: one thread per 16-byte word
+    of the median fragment, a power of two up to `threads`); a piece holds at most
+    group x UNROLL words of 16 B, so a large fragment is cut into many pieces (one group each)
+    and a small one stays whole; enough blocks for every piece (grid-stride beyond max_blocks)."""
     if width not in WIDTHS:
         raise UsageError(f"load width {width} is not supported: valid widths are 4, 8, 16 (bytes)")
     if not 1 <= threads <= MAX_THREADS:
@@ -367,57 +314,82 @@ def plan_launch(table: np.ndarray, width: int = 16, threads: int = 128, group: i
     if group < 0 or (group and (group > threads or threads % group)):
         raise UsageError(f"group {group} must divide the {threads} threads per block (0: auto)")
     if not group:
-        words = max(1, -(-int(np.median(table[:, 2])) // width))
-        group = 1 << (words - 1).bit_length()
-        group = min(group, threads)
+        words = max(1, -(-int(np.median(table[:, 2])) // 16))
+        group = min(1 << (words - 1).bit_length(), threads)
         while threads % group:
             group //= 2
+    chunk = group * UNROLL * 16
+    pieces = split_pieces(table, chunk)
     per_block = threads // group
-    blocks = max(1, min(-(-table.shape[0] // per_block), max_blocks))
-    return LaunchPlan(blocks, threads, group, min(width, alignment))
-
-
-def _configure(kernel, plan: LaunchPlan, stream):
-    return kernel[plan.blocks, plan.threads] if stream is None else \
-        kernel[plan.blocks, plan.threads, stream]
-
-
-def copy_fragments(dst, src, table, plan: LaunchPlan, stream=None) -> None:
-    """Launch: every fragment of `table` from `src` to `dst` (uint8 device arrays)."""
-    _configure(_copy_kernel, plan, stream)(dst, src, table, plan.width, plan.group)
-
-
-def sum_fragments(src, table, plan: LaunchPlan, sums, stream=None) -> None:
-    """Launch: add the bytes of fragment i (read where they lie) into sums[i] (uint64)."""
-    _configure(_sum_kernel, plan, stream)(src, table, plan.width, plan.group, sums)
-
-
-def fill_fragments(dst, table, plan: LaunchPlan, value: int, stream=None) -> None:
-    """Launch: write byte `value` over every fragment's destination range, in place."""
-    _configure(_fill_kernel, plan, stream)(dst, table, plan.width, plan.group, value & 0xFF)
-
-
-def spin(duration_ns: int, out, stream=None) -> None:
-    """Launch: one thread busy-waits `duration_ns` on %globaltimer and writes what it waited."""
-    kernel = _spin_kernel[1, 1] if stream is None else _spin_kernel[1, 1, stream]
-    kernel(np.uint64(duration_ns), out)
+    blocks = max(1, min(-(-pieces.shape[0] // per_block), max_blocks))
+    plan = LaunchPlan(blocks, threads, group, min(width, alignment), chunk, int(pieces.shape[0]))
+    return plan, pieces
 
 
 def reference_copy(dst: np.ndarray, src: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """What copy_fragments must produce, in numpy."""
+    """What a copy kernel must produce, in numpy."""
     out = dst.copy()
-    for s, d, n in table:
+    for s, d, n in table[:, :3]:
         out[d:d + n] = src[s:s + n]
     return out
 
 
 def reference_sums(src: np.ndarray, table: np.ndarray) -> np.ndarray:
-    return np.array([int(src[s:s + n].sum(dtype=np.uint64)) for s, _, n in table], np.uint64)
+    return np.array([int(src[s:s + n].sum(dtype=np.uint64)) for s, _, n in table[:, :3]],
+                    np.uint64)
 
 
 def fragments_match(dst: np.ndarray, src: np.ndarray, table: np.ndarray) -> int | None:
     """Index of the first fragment whose destination bytes differ from its source, or None."""
-    for i, (s, d, n) in enumerate(table):
+    for i, (s, d, n) in enumerate(table[:, :3]):
         if not np.array_equal(dst[d:d + n], src[s:s + n]):
             return i
     return None
+
+
+# --- device side: compile once per process and device, launch on a stream ---------------------
+
+class Kernels:
+    """The compiled module on the current device (cupy.RawModule, NVRTC) and cheap launchers:
+    arguments are packed as numpy scalars once per session (`args_*`), a launch is one cupy call
+    on `stream`."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.module = cp.RawModule(code=KERNEL_SOURCE, options=NVRTC_OPTIONS)
+        self.fn = {name: self.module.get_function(name) for name in KERNEL_NAMES}
+
+    @staticmethod
+    def copy_args(dst: int, src: int, pieces: int, plan: LaunchPlan) -> tuple:
+        return (np.uint64(dst), np.uint64(src), np.uint64(pieces), np.int64(plan.pieces),
+                np.int32(plan.width), np.int32(plan.group))
+
+    @staticmethod
+    def sum_args(src: int, sums: int, pieces: int, plan: LaunchPlan) -> tuple:
+        return (np.uint64(src), np.uint64(sums), np.uint64(pieces), np.int64(plan.pieces),
+                np.int32(plan.width), np.int32(plan.group))
+
+    @staticmethod
+    def fill_args(dst: int, value: int, pieces: int, plan: LaunchPlan) -> tuple:
+        return (np.uint64(dst), np.uint32(value & 0xFF), np.uint64(pieces),
+                np.int64(plan.pieces), np.int32(plan.width), np.int32(plan.group))
+
+    def launch(self, name: str, plan: LaunchPlan, args: tuple, stream) -> None:
+        with stream:
+            self.fn[name]((plan.blocks,), (plan.threads,), args)
+
+    def spin(self, duration_ns: int, out_pointer: int, stream) -> None:
+        """One thread busy-waits `duration_ns` on %globaltimer (the blocking kernel)."""
+        with stream:
+            self.fn["nl_spin"]((1,), (1,), (np.uint64(duration_ns), np.uint64(out_pointer)))
+
+
+_COMPILED: dict[tuple[int, int], Kernels] = {}
+
+
+def compiled(cp) -> Kernels:
+    """The module for the current device, compiled by NVRTC on first use in this process."""
+    key = (id(cp), int(cp.cuda.Device().id))
+    if key not in _COMPILED:
+        _COMPILED[key] = Kernels(cp)
+    return _COMPILED[key]

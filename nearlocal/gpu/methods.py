@@ -1,14 +1,15 @@
-"""GPU methods: the CUDA runtime's copy APIs (one call per fragment, batched, 2-D), one numba-cuda
-kernel for the whole fragment table (Beluga B9, B13-B14), zero-copy access to mapped host
-memory, NVLink peer copies and SwiftCache's layer stream (S2-S3).
+"""GPU methods: the CUDA runtime's copy APIs (one call per fragment, batched, 2-D), one CUDA C
+kernel (NVRTC via cupy.RawModule) for the whole fragment table (Beluga B9, B13-B14), zero-copy
+access to mapped host memory, NVLink peer copies and SwiftCache's layer stream (S2-S3).
 
 Every method takes `timing=device|e2e` (see nearlocal.gpu.timing): `device` = CUDA events around
-the work queued behind a blocking kernel, after a warm-up; `e2e` = host monotonic clock from the
-decision to move (fragment table upload, launch / API calls included) to data usable at the
-destination (synchronised) - a >100 us-class interval, so a host clock around it is sound. Each
-case also records the other figure's median in `info`, and per-copy percentiles for the methods
-that issue one call per fragment. Every session checks once, before timing, that the destination
-holds the source's bytes.
+the work queued behind a blocking kernel (in chunks when it is many calls), after a warm-up;
+`e2e` = host monotonic clock from the decision to move the prepared fragments (the API calls or
+the launch, plus what the row's `e2e_contains` names) to data usable at the destination
+(synchronised). Everything else is prepared before the clock starts. Each case also records the
+other figure's median in `info`, and per-copy percentiles for the methods that issue one call per
+fragment. Every session checks once, before timing, that the destination holds the source's
+bytes.
 
 Host<->GPU methods: the region under test is the host side (pinned, registered:..., dram), the
 peer is gpu:K (the GPU doing the work); read = region -> GPU (gather), write = GPU -> region
@@ -17,14 +18,22 @@ peer is gpu:K (the GPU doing the work); read = region -> GPU (gather), write = G
 
 from __future__ import annotations
 
-import importlib.util
+import ctypes
 import itertools
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.gpu import timing
-from nearlocal.gpu.regions import GpuAccess, _no_gpu, gpu_access
+from nearlocal.gpu.regions import (
+    HOST_ALLOC_MAPPED,
+    HOST_ALLOC_PORTABLE,
+    GpuAccess,
+    _device_pointer,
+    _host_array,
+    _no_gpu,
+    gpu_access,
+)
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.hwprobe import HostInventory
 
@@ -39,11 +48,11 @@ OTHER_TIMING_SAMPLES = 10
 # --- needs: why a method cannot run on this box -------------------------------------------------
 
 def _needs_gpu(inventory: HostInventory) -> str | None:
-    """A GPU and cupy (the regions' reason), and numba-cuda: every session's device clock queues
-    the work behind its blocking kernel, and the kernel methods are numba-cuda kernels."""
+    """A GPU and cupy (the regions' reason), and NVRTC: every session's device clock queues the
+    work behind a blocking kernel, and the kernel methods are CUDA C compiled at run time."""
     reason = _no_gpu(inventory)
-    if reason is None and importlib.util.find_spec("numba_cuda") is None:
-        reason = "numba-cuda is not installed (pip install nearlocal[cuda12] or [cuda13])"
+    if reason is None and inventory.gpu.nvrtc:
+        reason = inventory.gpu.nvrtc
     return reason
 
 
@@ -94,16 +103,6 @@ def _int_param(params: dict, name: str, low: int, high: int) -> int:
     return value
 
 
-def _numba_array(pointer: int, shape: int | tuple, dtype=np.uint8):
-    """A numba device array over a device-usable address (no copy, no stream sync)."""
-    from numba import cuda
-
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    desc = {"shape": shape, "typestr": np.dtype(dtype).str, "version": 3,
-            "data": (int(pointer), False), "strides": None, "stream": None}
-    return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
-
-
 def regular_strides(table: np.ndarray) -> tuple[int, int, int, int] | None:
     """(src pitch, dst pitch, width, height) when the fragments form a 2-D copy, else None."""
     width = int(table[0, 2])
@@ -133,9 +132,12 @@ def check_params(params: dict) -> None:
         group = _int_param(params, "group", 0, 1024) if "group" in params else 0
         if group and (group > threads or threads % group):
             raise UsageError(f"group {group} must divide the {threads} threads per block (0: auto)")
-    for name, low, high in (("fill", 0, 255), ("layers", 1, 1024), ("compute_us", 0, 10_000_000)):
+    for name, low, high in (("fill", 0, 255), ("layers", 1, 1024), ("compute_us", 0, 10_000_000),
+                            ("prime", 0, 1)):
         if name in params:
             _int_param(params, name, low, high)
+    if str(params.get("api", "driver")) not in ("driver", "bindings"):
+        raise UsageError(f"api={params['api']!r} is not valid: use driver or bindings")
     if str(params.get("copy", "memcpy")) not in ("memcpy", "kernel"):
         raise UsageError(f"copy={params['copy']!r} is not valid: use memcpy or kernel")
 
@@ -143,12 +145,16 @@ def check_params(params: dict) -> None:
 class GpuSession:
     """One method on one case: the device, a stream, both clocks, a correctness check.
 
-    Subclasses set `work_device` rules through `_choose_device` and implement `enqueue()` (queue
-    the work on self.stream) and optionally `decide()` (what e2e adds before it: table upload)."""
+    Subclasses set `work_device` rules through `_choose_device` and implement
+    `enqueue_range(lo, hi)` (queue operations lo..hi of `ops` on self.stream), optionally
+    `decide()` (host work e2e adds before the calls) and `prime()` (a 1-byte copy of the same
+    direction queued before the start event; see nearlocal.gpu.timing)."""
 
     synchronous = False  # the host's calls may block until the copy is done: cannot be queued
     legacy_stream = False  # the work runs on the legacy default stream (cudaMemcpy)
     per_call = False  # one API call per fragment: per-copy percentiles are recorded
+    ops = 1  # operations enqueue_range() indexes (API calls per sample)
+    e2e_contains = ""  # what an e2e interval holds besides the final stream synchronisation
 
     def __init__(self, ctx: SessionContext, method: str):
         import cupy as cp
@@ -162,7 +168,7 @@ class GpuSession:
         self.src, self.dst = gpu_access(ctx.src), gpu_access(ctx.dst)
         from nearlocal.gpu import kernels
 
-        self.kernels = kernels
+        self.kernel_lib = kernels
         self.table = kernels.validate_fragments(ctx.pattern.frags, self.src.nbytes,
                                                 self.dst.nbytes)
         self.device = self._choose_device()
@@ -171,23 +177,37 @@ class GpuSession:
                            "src_memory": self.src.memory, "dst_memory": self.dst.memory}
         self._device_ctx = cp.cuda.Device(self.device)
         self._device_ctx.use()
-        from numba import cuda
-
+        self.kernels = kernels.compiled(cp)  # NVRTC, once per process and device
         self.stream = cp.cuda.Stream(non_blocking=True)
-        self.nb_stream = cuda.external_stream(self.stream.ptr)
         self._spin_out = cp.zeros(1, dtype=cp.uint64)
-        self.timer = timing.EventTimer(cp, self.stream, self.nb_stream,
-                                       _numba_array(self._spin_out.data.ptr, 1, np.uint64))
+        self.timer = timing.EventTimer(cp, self.stream, self.kernels,
+                                       int(self._spin_out.data.ptr))
         self.setup()
+        if (type(self).prime is not GpuSession.prime and not self.synchronous
+                and str(ctx.params.get("prime", "1")) == "1"):
+            self.timer.prime = self.prime
         cp.cuda.runtime.deviceSynchronize()  # uploads on the legacy stream are done
         self.check()
         # each clock's own cost, removed from its samples (the row's and the other figure)
-        self.overheads = {"device": self.timer.calibrate(),
-                          "e2e": timing.host_clock_overhead_ns()}
+        self.overheads = {"e2e": timing.host_clock_overhead_ns()}
+        if self.timing == "device":  # e2e rows never touch the blocking kernel
+            self.overheads["device"] = self.timer.calibrate()
         self.overhead_ns = self.overheads[self.timing]
         resolution = timing.EVENT_RESOLUTION_NS if self.timing == "device" else \
             timing.host_clock_resolution_ns()
         self.info.update(timer_overhead_ns=self.overhead_ns, clock_resolution_ns=resolution)
+        if self.timing == "e2e":
+            self.info["e2e_contains"] = (self.e2e_contains or "the calls") + \
+                ", then stream synchronisation; everything else prepared before the clock"
+        else:
+            self.info["device_contains"] = (
+                "events around the calls, host gaps included (the calls may block the host)"
+                if self.synchronous else
+                "events around the work queued behind a blocking kernel, in chunks of at most "
+                "chunk_ops calls (queued_chunks intervals summed), each minus the empty interval"
+                + ("; a 1-byte copy of the same direction runs before the start event, so the "
+                   "copy engine's wait for the blocking kernel (likely a few us) is not in the interval"
+                   if self.timer.prime is not None else ""))
         self._record_other_timing()
 
     # -- to override --
@@ -203,11 +223,17 @@ class GpuSession:
     def setup(self) -> None:
         pass
 
-    def enqueue(self, marks: list | None = None) -> None:
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         raise NotImplementedError
 
+    def enqueue(self) -> None:
+        self.enqueue_range(0, self.ops)
+
     def decide(self) -> None:
-        """Work the host does between deciding and queueing (e2e only): nothing by default."""
+        """Work the host does between deciding and the calls (e2e only): nothing by default."""
+
+    def prime(self) -> None:
+        """A 1-byte copy of the work's direction, before the start event (copy sessions)."""
 
     # -- shared --
     def _pointer(self, access: GpuAccess, kernel: bool) -> int:
@@ -240,21 +266,31 @@ class GpuSession:
             array.set(host)
             self.cp.cuda.runtime.deviceSynchronize()  # .set() ran on the legacy stream
 
-    def run_once(self) -> None:
+    def e2e_run(self) -> None:
+        """What an e2e interval runs before the synchronisation."""
         self.decide()
         self.enqueue()
+
+    check_paths: tuple[str, ...] = ("e2e",)  # the paths whose bytes check() verifies
+
+    def run_once(self, path: str = "e2e") -> None:
+        if path == "e2e":
+            self.e2e_run()
+        else:
+            self.enqueue()
         self.stream.synchronize()
         self.cp.cuda.Stream.null.synchronize()
 
     def check(self) -> None:
-        self._clear_destination()
-        self.run_once()
-        bad = self.kernels.fragments_match(self._bytes(self.ctx.dst), self._bytes(self.ctx.src),
-                                           self.table)
-        if bad is not None:
-            s, d, n = (int(x) for x in self.table[bad])
-            raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B from "
-                               f"{s} to {d}) differs from its source")
+        for path in self.check_paths:
+            self._clear_destination()
+            self.run_once(path)
+            bad = self.kernel_lib.fragments_match(self._bytes(self.ctx.dst),
+                                                  self._bytes(self.ctx.src), self.table)
+            if bad is not None:
+                s, d, n = (int(x) for x in self.table[bad])
+                raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B "
+                                   f"from {s} to {d}) differs from its source")
 
     def _blocking_if_pageable(self) -> None:
         """CUDA may run a copy to or from pageable memory synchronously with the host (device ->
@@ -264,40 +300,54 @@ class GpuSession:
             self.synchronous = True
             self.info["host_may_block"] = "pageable memory"
 
-    def _one(self, mode: str) -> float:
-        stream = self.cp.cuda.Stream.null if self.legacy_stream else self.stream
+    def _work_stream(self):
+        return self.cp.cuda.Stream.null if self.legacy_stream else self.stream
+
+    def _one(self, mode: str) -> tuple[float, int]:
+        """One sample on `mode`'s clock: (ns, event intervals it spans)."""
         if mode == "e2e":
-            def run() -> None:
-                self.decide()
-                self.enqueue()
-            return timing.end_to_end(run, stream)
+            return timing.end_to_end(self.e2e_run, self._work_stream()), 1
         if self.synchronous:
-            return self.timer.unqueued(self.enqueue, stream)
-        return self.timer.queued(self.enqueue)
+            return self.timer.unqueued(self.enqueue, self._work_stream()), 1
+        return self.timer.queued_ops(self.enqueue_range, self.ops), self.timer.intervals
 
     def _record_other_timing(self) -> None:
-        other = "e2e" if self.timing == "device" else "device"
-        values = np.array([self._one(other) for _ in range(OTHER_TIMING_SAMPLES)])
-        values = np.maximum(values - self.overheads[other], 0.0)
-        self.info[f"{other}_median_ns"] = float(np.median(values))
-        self.info[f"{other}_p99_ns"] = float(np.percentile(values, 99))
-        if self.per_call and self.table.shape[0] > 1 and not self.synchronous:
-            marks = [self.cp.cuda.Event() for _ in range(self.table.shape[0] + 1)]
+        if self.timing == "device":
+            samples = [self._one("e2e")[0] for _ in range(OTHER_TIMING_SAMPLES)]
+            values = np.maximum(np.array(samples) - self.overheads["e2e"], 0.0)
+            self.info["e2e_median_ns"] = float(np.median(values))
+            self.info["e2e_p99_ns"] = float(np.percentile(values, 99))
+        else:  # no blocking kernel in e2e rows: events around the same calls, host gaps in
+            values = np.array([self.timer.unqueued(self.e2e_run, self._work_stream())
+                               for _ in range(OTHER_TIMING_SAMPLES)])
+            self.info["events_median_ns"] = float(np.median(values))
+            self.info["events_contains"] = "events around the e2e calls, host gaps included"
+        if self.per_call and self.ops > 1 and not self.synchronous and self.timing == "device":
+            self._per_copy()
 
-            def marked() -> None:
-                marks[0].record(self.stream)
-                self.enqueue(marks[1:])
+    def _per_copy(self) -> None:
+        """Percentiles of single calls: events between the calls of one queued chunk."""
+        count = max(1, min(self.ops, self.timer.chunk // 2))  # an event per call: half a chunk
+        marks = [self.cp.cuda.Event() for _ in range(count + 1)]
 
-            self.timer.queued(marked)
-            per_copy = np.array([self.cp.cuda.get_elapsed_time(a, b) * 1e6
-                                 for a, b in itertools.pairwise(marks)])
-            for q in (50, 90, 99):
-                self.info[f"per_copy_p{q}_ns"] = float(np.percentile(per_copy, q))
+        def marked() -> None:
+            marks[0].record(self.stream)
+            self.enqueue_range(0, count, marks[1:])
+
+        self.timer.queued(marked)
+        per_copy = np.array([self.cp.cuda.get_elapsed_time(a, b) * 1e6
+                             for a, b in itertools.pairwise(marks)])
+        for q in (50, 90, 99):
+            self.info[f"per_copy_p{q}_ns"] = float(np.percentile(per_copy, q))
+        self.info["per_copy_calls"] = count
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        values = np.array([self._one(self.timing) for _ in range(n)], dtype=np.float64)
-        self.info.update(self.timer.info())
-        ns = np.maximum(values - self.overhead_ns, 0.0)
+        pairs = [self._one(self.timing) for _ in range(n)]
+        values = np.array([v for v, _ in pairs], dtype=np.float64)
+        intervals = np.array([k for _, k in pairs], dtype=np.float64)
+        if self.timing == "device" and not self.synchronous:
+            self.info.update(self.timer.info())
+        ns = np.maximum(values - self.overhead_ns * intervals, 0.0)
         if self.timing == "device":
             return values / 1e6, ns  # raw: milliseconds, as cudaEventElapsedTime gives
         return values, ns
@@ -315,60 +365,148 @@ class MemcpySession(GpuSession):
 
     def __init__(self, ctx: SessionContext, method: str, asynchronous: bool):
         self.synchronous = self.legacy_stream = not asynchronous
+        self.e2e_contains = ("one cudaMemcpyAsync call per fragment" if asynchronous else
+                             "one cudaMemcpy call per fragment")
         super().__init__(ctx, method)
 
     def setup(self) -> None:
         self._blocking_if_pageable()
         src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
         self.calls = [(dst + int(d), src + int(s), int(n)) for s, d, n in self.table]
+        self.ops = len(self.calls)
         self.info["calls"] = len(self.calls)
 
-    def enqueue(self, marks: list | None = None) -> None:
+    def prime(self) -> None:
+        dst, src, _ = self.calls[0]
+        self.cp.cuda.runtime.memcpyAsync(dst, src, 1, MEMCPY_DEFAULT, self.stream.ptr)
+
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         runtime = self.cp.cuda.runtime
         if self.legacy_stream:
-            for dst, src, n in self.calls:
+            for dst, src, n in self.calls[lo:hi]:
                 runtime.memcpy(dst, src, n, MEMCPY_DEFAULT)
             return
         stream = self.stream.ptr
-        for i, (dst, src, n) in enumerate(self.calls):
+        if marks is None:
+            for dst, src, n in self.calls[lo:hi]:
+                runtime.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, stream)
+            return
+        for i, (dst, src, n) in enumerate(self.calls[lo:hi]):
             runtime.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, stream)
-            if marks is not None:
-                marks[i].record(self.stream)
+            marks[i].record(self.stream)
+
+
+class _DriverAttrs(ctypes.Structure):
+    """CUmemcpyAttributes (cuda.h, CUDA >= 12.8): access order, two CUmemLocation hints, flags."""
+
+    _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHintType", ctypes.c_int),
+                ("srcLocHintId", ctypes.c_int), ("dstLocHintType", ctypes.c_int),
+                ("dstLocHintId", ctypes.c_int), ("flags", ctypes.c_uint)]
+
+
+SRC_ACCESS_ORDER_STREAM, SRC_ACCESS_ORDER_ANY = 1, 3
+
+
+def driver_memcpy_batch():
+    """cuMemcpyBatchAsync of the driver (libcuda.so.1, the CUDA 12.8 ABI, asked for by version
+    through cuGetProcAddress), or (None, why not). Called straight through ctypes with arrays
+    built once, its cost per call is the driver's; cuda-bindings converts its Python lists on
+    every call (~0.3-1 ms for 1,024 copies), which would sit inside every e2e sample."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        get = lib.cuGetProcAddress_v2
+    except (OSError, AttributeError) as exc:
+        return None, f"libcuda.so.1 has no cuGetProcAddress_v2 ({exc})"
+    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                    ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+    get.restype = ctypes.c_int
+    pfn, status = ctypes.c_void_p(), ctypes.c_int()
+    rc = get(b"cuMemcpyBatchAsync", ctypes.byref(pfn), BATCH_MIN_VERSION, 0, ctypes.byref(status))
+    if rc != 0 or not pfn.value:
+        return None, f"cuGetProcAddress(cuMemcpyBatchAsync, 12080) failed ({rc}, {status.value})"
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_void_p, ctypes.c_void_p)
+    return proto(pfn.value), None
 
 
 class BatchSession(GpuSession):
-    """cudaMemcpyBatchAsync (CUDA >= 12.8): every fragment in one API call."""
+    """cudaMemcpyBatchAsync (CUDA >= 12.8): every fragment in one API call. By default the
+    driver's cuMemcpyBatchAsync is called through ctypes with the pointer arrays built in setup
+    (`batch_api=driver`); `--param api=bindings` (or a driver without it) uses cuda-bindings."""
+
+    e2e_contains = "one cuMemcpyBatchAsync call (pointer arrays built beforehand)"
 
     def setup(self) -> None:
+        self._blocking_if_pageable()
+        src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
+        pageable = self.src.device_pointer is None
+        self.info["src_access_order"] = "any" if pageable else "stream"
+        self.dsts = np.ascontiguousarray(dst + self.table[:, 1], dtype=np.uint64)
+        self.srcs = np.ascontiguousarray(src + self.table[:, 0], dtype=np.uint64)
+        self.sizes = np.ascontiguousarray(self.table[:, 2], dtype=np.uint64)
+        self.first = (int(self.dsts[0]), int(self.srcs[0]))
+        self._driver_call, why = (None, "api=bindings") \
+            if str(self.ctx.params.get("api", "driver")) == "bindings" else driver_memcpy_batch()
+        if self._driver_call is not None:
+            attrs = _DriverAttrs()
+            # stream order for memory CUDA knows; "any" is what the API asks for malloc'd sources
+            attrs.srcAccessOrder = SRC_ACCESS_ORDER_ANY if pageable else SRC_ACCESS_ORDER_STREAM
+            self._attrs = attrs
+            self._idx = np.zeros(1, np.uint64)
+            self._fail = ctypes.c_size_t(0)
+            self._args = (self.dsts.ctypes.data, self.srcs.ctypes.data, self.sizes.ctypes.data,
+                          len(self.sizes), ctypes.addressof(attrs), self._idx.ctypes.data, 1,
+                          ctypes.addressof(self._fail), self.stream.ptr)
+            self.info["batch_api"] = "driver cuMemcpyBatchAsync via ctypes"
+        else:
+            self._bindings_setup(pageable)
+            self.info["batch_api"] = f"cuda-bindings ({why}; its list conversion is inside e2e)"
+
+    def _bindings_setup(self, pageable: bool) -> None:
         from cuda.bindings import runtime
 
         self.runtime = runtime
-        self._blocking_if_pageable()
-        src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
-        self.srcs = [src + int(s) for s in self.table[:, 0]]
-        self.dsts = [dst + int(d) for d in self.table[:, 1]]
-        self.sizes = [int(n) for n in self.table[:, 2]]
+        self._lists = ([int(x) for x in self.dsts], [int(x) for x in self.srcs],
+                       [int(x) for x in self.sizes])
         attrs = runtime.cudaMemcpyAttributes()
         order = runtime.cudaMemcpySrcAccessOrder
-        pageable = self.src.device_pointer is None
-        # stream order for memory CUDA knows; "any" is what the API asks for malloc'd sources
         attrs.srcAccessOrder = (order.cudaMemcpySrcAccessOrderAny if pageable
                                 else order.cudaMemcpySrcAccessOrderStream)
         self.attrs = [attrs]
-        self.info["src_access_order"] = "any" if pageable else "stream"
         runtime.cudaSetDevice(self.device)
 
-    def enqueue(self, marks: list | None = None) -> None:
-        result = self.runtime.cudaMemcpyBatchAsync(self.dsts, self.srcs, self.sizes,
-                                                   len(self.sizes), self.attrs, [0], 1,
-                                                   self.stream.ptr)
-        err = result[0] if isinstance(result, tuple) else result
+    def check(self) -> None:
+        try:
+            super().check()
+        except RuntimeError as exc:
+            if self._driver_call is None:
+                raise
+            self._driver_call = None  # say why in the row and use cuda-bindings instead
+            self._bindings_setup(self.src.device_pointer is None)
+            self.info["batch_api"] = f"cuda-bindings (the driver call failed the check: {exc})"
+            super().check()
+
+    def prime(self) -> None:
+        dst, src = self.first
+        self.cp.cuda.runtime.memcpyAsync(dst, src, 1, MEMCPY_DEFAULT, self.stream.ptr)
+
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
+        if self._driver_call is not None:
+            err = self._driver_call(*self._args)
+        else:
+            dsts, srcs, sizes = self._lists
+            result = self.runtime.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes),
+                                                       self.attrs, [0], 1, self.stream.ptr)
+            err = result[0] if isinstance(result, tuple) else result
         if int(err) != 0:
             raise RuntimeError(f"cudaMemcpyBatchAsync failed: {err}")
 
 
 class Memcpy2DSession(GpuSession):
     """cudaMemcpy2DAsync: regularly strided fragments as one pitched copy."""
+
+    e2e_contains = "one cudaMemcpy2DAsync call"
 
     def setup(self) -> None:
         shape = regular_strides(self.table)
@@ -382,7 +520,11 @@ class Memcpy2DSession(GpuSession):
                      height)
         self.info.update(spitch=spitch, dpitch=dpitch, width=width, height=height)
 
-    def enqueue(self, marks: list | None = None) -> None:
+    def prime(self) -> None:
+        dst, _, src, _, _, _ = self.args
+        self.cp.cuda.runtime.memcpyAsync(dst, src, 1, MEMCPY_DEFAULT, self.stream.ptr)
+
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         dst, dpitch, src, spitch, width, height = self.args
         self.cp.cuda.runtime.memcpy2DAsync(dst, dpitch, src, spitch, width, height,
                                            MEMCPY_DEFAULT, self.stream.ptr)
@@ -392,6 +534,7 @@ class PeerMemcpySession(GpuSession):
     """cudaMemcpyPeerAsync, one call per fragment, with peer access enabled when possible."""
 
     per_call = True
+    e2e_contains = "one cudaMemcpyPeerAsync call per fragment"
 
     def setup(self) -> None:
         other = self._other_device()  # both directions, so the copy engines go direct
@@ -401,6 +544,7 @@ class PeerMemcpySession(GpuSession):
         src, dst = self._pointer(self.src, False), self._pointer(self.dst, False)
         self.calls = [(dst + int(d), self.dst.device, src + int(s), self.src.device, int(n))
                       for s, d, n in self.table]
+        self.ops = len(self.calls)
 
     def _other_device(self) -> int:
         if self.src.device is None or self.dst.device is None:
@@ -408,9 +552,13 @@ class PeerMemcpySession(GpuSession):
                              "--peer gpu:K")
         return self.src.device if self.src.device != self.device else self.dst.device
 
-    def enqueue(self, marks: list | None = None) -> None:
+    def prime(self) -> None:
+        dst, dst_dev, src, src_dev, _ = self.calls[0]
+        self.cp.cuda.runtime.memcpyPeerAsync(dst, dst_dev, src, src_dev, 1, self.stream.ptr)
+
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         runtime, stream = self.cp.cuda.runtime, self.stream.ptr
-        for i, (dst, dst_dev, src, src_dev, n) in enumerate(self.calls):
+        for i, (dst, dst_dev, src, src_dev, n) in enumerate(self.calls[lo:hi]):
             runtime.memcpyPeerAsync(dst, dst_dev, src, src_dev, n, stream)
             if marks is not None:
                 marks[i].record(self.stream)
@@ -439,9 +587,14 @@ def enable_peer_access(cp, device: int, peer: int, required: bool, info: dict) -
 # --- one kernel for the whole table --------------------------------------------------------------
 
 class KernelSession(GpuSession):
-    """gather-kernel / scatter-kernel / peer-kernel: one launch moves every fragment."""
+    """gather-kernel / scatter-kernel / peer-kernel: one launch moves every fragment, its work
+    split by bytes (nearlocal.gpu.kernels). The piece table lives in device memory for device
+    timing; for e2e the host writes it into pinned memory inside the interval and the kernel
+    reads it from there (no separate upload call)."""
 
     peer = False  # peer-kernel: both sides must be GPUs
+    kernel_name = "nl_copy"
+    check_paths = ("e2e", "device")  # pieces read from pinned staging, and from device memory
 
     def setup(self) -> None:
         params = self.ctx.params
@@ -452,33 +605,45 @@ class KernelSession(GpuSession):
             if access.device is not None and access.device != self.device:
                 enable_peer_access(self.cp, self.device, access.device, required=True,
                                    info=self.info)
-        src = self._pointer(self.src, True)
-        dst = self._pointer(self.dst, True)
-        self.src_nb = _numba_array(src, self.src.nbytes)
-        self.dst_nb = _numba_array(dst, self.dst.nbytes)
-        self.plan = self.kernels.plan_launch(
+        self.src_ptr = self._pointer(self.src, True)
+        self.dst_ptr = self._pointer(self.dst, True)
+        self.plan, self.pieces = self.kernel_lib.plan_launch(
             self.table, width=_int_param(params, "width", 4, 16),
             threads=_int_param(params, "threads", 1, 1024),
             group=_int_param(params, "group", 0, 1024),
-            alignment=self.kernels.pointer_alignment(src, dst))
+            alignment=self.kernel_lib.pointer_alignment(self.src_ptr, self.dst_ptr))
         self.info.update(self.plan.info())
         cp = self.cp
-        self.table_dev = cp.asarray(self.table)
-        self.table_nb = _numba_array(self.table_dev.data.ptr, self.table.shape, np.int64)
-        # the host's copy of the table, in pinned memory, for the e2e upload
-        self._table_host_mem = cp.cuda.alloc_pinned_memory(self.table.nbytes)
-        self.table_host = np.frombuffer(self._table_host_mem, np.int64,
-                                        self.table.size).reshape(self.table.shape)
+        self.pieces_dev = cp.asarray(self.pieces)
+        # the host's copy of the pieces, in mapped pinned memory, read in place by e2e launches
+        runtime = cp.cuda.runtime
+        self._staging = runtime.hostAlloc(self.pieces.nbytes, HOST_ALLOC_PORTABLE |
+                                          HOST_ALLOC_MAPPED)
+        self.staging_view = _host_array(self._staging, self.pieces.nbytes).view(
+            np.int64).reshape(self.pieces.shape)
+        staging_dev = _device_pointer(runtime, self._staging)
+        self.args = {"device": self._args(int(self.pieces_dev.data.ptr)),
+                     "e2e": self._args(staging_dev)}
+        self.e2e_contains = ("the host writing the piece table (" +
+                             f"{self.pieces.nbytes} B) into pinned memory the kernel reads, "
+                             "one kernel launch")
+
+    def _args(self, pieces_pointer: int) -> tuple:
+        return self.kernels.copy_args(self.dst_ptr, self.src_ptr, pieces_pointer, self.plan)
 
     def decide(self) -> None:
-        np.copyto(self.table_host, self.table)
-        self.cp.cuda.runtime.memcpyAsync(self.table_dev.data.ptr, self.table_host.ctypes.data,
-                                         self.table.nbytes, MEMCPY_HOST_TO_DEVICE,
-                                         self.stream.ptr)
+        np.copyto(self.staging_view, self.pieces)
 
-    def enqueue(self, marks: list | None = None) -> None:
-        self.kernels.copy_fragments(self.dst_nb, self.src_nb, self.table_nb, self.plan,
-                                    self.nb_stream)
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
+        self.kernels.launch(self.kernel_name, self.plan, self.args["device"], self.stream)
+
+    def e2e_run(self) -> None:
+        self.decide()
+        self.kernels.launch(self.kernel_name, self.plan, self.args["e2e"], self.stream)
+
+    def close(self) -> None:
+        self.stream.synchronize()
+        self.cp.cuda.runtime.freeHost(self._staging)
 
 
 class PeerKernelSession(KernelSession):
@@ -490,33 +655,32 @@ class ZeroCopySession(KernelSession):
     copied to device memory) or writes them in place (a fill byte)."""
 
     def setup(self) -> None:
-        super().setup()
         self.sums = self.cp.zeros(self.table.shape[0], dtype=self.cp.uint64)
-        self.sums_nb = _numba_array(self.sums.data.ptr, self.sums.size, np.uint64)
         self.fill = _int_param(self.ctx.params, "fill", 0, 255)
+        self.kernel_name = "nl_sum" if self.ctx.case.access == "read" else "nl_fill"
+        super().setup()
 
-    def enqueue(self, marks: list | None = None) -> None:
+    def _args(self, pieces_pointer: int) -> tuple:
         if self.ctx.case.access == "read":  # the sums are only read by the check
-            self.kernels.sum_fragments(self.src_nb, self.table_nb, self.plan, self.sums_nb,
-                                       self.nb_stream)
-        else:
-            self.kernels.fill_fragments(self.dst_nb, self.table_nb, self.plan, self.fill,
-                                        self.nb_stream)
+            return self.kernels.sum_args(self.src_ptr, int(self.sums.data.ptr), pieces_pointer,
+                                         self.plan)
+        return self.kernels.fill_args(self.dst_ptr, self.fill, pieces_pointer, self.plan)
 
     def check(self) -> None:
-        if self.ctx.case.access == "read":
-            self.sums.data.memset_async(0, self.sums.nbytes, self.stream)
-            self.run_once()
-            expected = self.kernels.reference_sums(self._bytes(self.ctx.src), self.table)
-            if not np.array_equal(self.cp.asnumpy(self.sums), expected):
-                raise RuntimeError("zero-copy-kernel read wrong bytes: fragment sums differ")
-            return
-        self._clear_destination()
-        self.run_once()
-        data = self._bytes(self.ctx.dst)
-        for i, (_, d, n) in enumerate(self.table):
-            if np.any(data[d:d + n] != self.fill):
-                raise RuntimeError(f"zero-copy-kernel did not write fragment {i}")
+        for path in self.check_paths:
+            if self.ctx.case.access == "read":
+                self.sums.data.memset_async(0, self.sums.nbytes, self.stream)
+                self.run_once(path)
+                expected = self.kernel_lib.reference_sums(self._bytes(self.ctx.src), self.table)
+                if not np.array_equal(self.cp.asnumpy(self.sums), expected):
+                    raise RuntimeError("zero-copy-kernel read wrong bytes: fragment sums differ")
+                continue
+            self._clear_destination()
+            self.run_once(path)
+            data = self._bytes(self.ctx.dst)
+            for i, (_, d, n) in enumerate(self.table):
+                if np.any(data[d:d + n] != self.fill):
+                    raise RuntimeError(f"zero-copy-kernel did not write fragment {i}")
 
 
 # --- SwiftCache S3: layer stream ------------------------------------------------------------------
@@ -568,21 +732,22 @@ class LayerStreamSession(GpuSession):
         self.buffers = [cp.zeros(local_span + 256, dtype=cp.uint8) for _ in range(2)]
         self.fetch_tables = [table + np.array([k * span, 0, 0]) for k in range(self.layers)]
         self.streams = {name: cp.cuda.Stream(non_blocking=True) for name in ("compute", "back")}
-        from numba import cuda
-
-        self.nb_compute = cuda.external_stream(self.streams["compute"].ptr)
+        self._compute_out = cp.zeros(1, dtype=cp.uint64)
         if self.copy == "kernel":
-            from nearlocal.gpu import kernels
-
-            self.store_nb = _numba_array(self.store.data.ptr, self.store.nbytes)
-            self.buf_nb = [_numba_array(b.data.ptr, b.nbytes) for b in self.buffers]
-            self.nb_back = cuda.external_stream(self.streams["back"].ptr)
-            self.fetch_dev = [cp.asarray(t) for t in self.fetch_tables]
-            self.back_dev = [cp.asarray(t[:, [1, 0, 2]]) for t in self.fetch_tables]
-            self.fetch_nb = [_numba_array(t.data.ptr, t.shape, np.int64) for t in self.fetch_dev]
-            self.back_nb = [_numba_array(t.data.ptr, t.shape, np.int64) for t in self.back_dev]
-            self.plan = kernels.plan_launch(table, width=_int_param(params, "width", 4, 16),
-                                            threads=_int_param(params, "threads", 1, 1024))
+            self.plan, _ = self.kernel_lib.plan_launch(
+                table, width=_int_param(params, "width", 4, 16),
+                threads=_int_param(params, "threads", 1, 1024))
+            split = self.kernel_lib.split_pieces
+            self.fetch_dev = [cp.asarray(split(t, self.plan.chunk)) for t in self.fetch_tables]
+            self.back_dev = [cp.asarray(split(t[:, [1, 0, 2]], self.plan.chunk))
+                             for t in self.fetch_tables]
+            store, bufs = int(self.store.data.ptr), [int(b.data.ptr) for b in self.buffers]
+            self.fetch_args = [self.kernels.copy_args(bufs[k % 2], store, int(t.data.ptr),
+                                                      self.plan)
+                               for k, t in enumerate(self.fetch_dev)]
+            self.back_args = [self.kernels.copy_args(store, bufs[k % 2], int(t.data.ptr),
+                                                     self.plan)
+                              for k, t in enumerate(self.back_dev)]
             self.info.update(self.plan.info())
         count = self.layers
         self.ev = {name: [cp.cuda.Event() for _ in range(count)]
@@ -594,15 +759,11 @@ class LayerStreamSession(GpuSession):
         self.compute_pass_ns = self.timer.queued(lambda: self._pass(compute_only=True))
         self._last_pass_ns = 0.0
 
-    def _copy(self, layer: int, fetch: bool, stream, nb_stream) -> None:
+    def _copy(self, layer: int, fetch: bool, stream) -> None:
         buf = self.buffers[layer % 2]
         if self.copy == "kernel":
-            if fetch:
-                self.kernels.copy_fragments(self.buf_nb[layer % 2], self.store_nb,
-                                            self.fetch_nb[layer], self.plan, nb_stream)
-            else:
-                self.kernels.copy_fragments(self.store_nb, self.buf_nb[layer % 2],
-                                            self.back_nb[layer], self.plan, nb_stream)
+            args = (self.fetch_args if fetch else self.back_args)[layer]
+            self.kernels.launch("nl_copy", self.plan, args, stream)
             return
         runtime = self.cp.cuda.runtime
         local = int(buf.data.ptr)
@@ -623,28 +784,22 @@ class LayerStreamSession(GpuSession):
                 if layer >= 2:
                     fetch.wait_event(ev["back1"][layer - 2])  # its buffer is free again
                 ev["fetch0"][layer].record(fetch)
-                self._copy(layer, True, fetch, self.nb_stream)
+                self._copy(layer, True, fetch)
                 ev["fetch1"][layer].record(fetch)
                 compute.wait_event(ev["fetch1"][layer])
             elif layer == 0:
                 compute.wait_event(self.timer.start)
-            self.kernels.spin(self.compute_ns, self._spin_out_nb(), self.nb_compute)
+            self.kernels.spin(self.compute_ns, int(self._compute_out.data.ptr), compute)
             ev["compute1"][layer].record(compute)
             if not compute_only:
                 back.wait_event(ev["compute1"][layer])
                 ev["back0"][layer].record(back)
-                self._copy(layer, False, back, getattr(self, "nb_back", None))
+                self._copy(layer, False, back)
                 ev["back1"][layer].record(back)
         last = ev["compute1" if compute_only else "back1"][self.layers - 1]
         fetch.wait_event(last)  # the timer's stop event on self.stream covers the whole pass
 
-    def _spin_out_nb(self):
-        if not hasattr(self, "_compute_out"):
-            self._compute_out = self.cp.zeros(1, dtype=self.cp.uint64)
-            self._compute_out_nb = _numba_array(self._compute_out.data.ptr, 1, np.uint64)
-        return self._compute_out_nb
-
-    def enqueue(self, marks: list | None = None) -> None:
+    def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         self._pass()
 
     def check(self) -> None:
@@ -653,7 +808,7 @@ class LayerStreamSession(GpuSession):
         last = self.layers - 1
         local = self.cp.asnumpy(self.buffers[last % 2])
         store = self.cp.asnumpy(self.store)
-        bad = self.kernels.fragments_match(local, store, self.fetch_tables[last])
+        bad = self.kernel_lib.fragments_match(local, store, self.fetch_tables[last])
         if bad is not None:
             raise RuntimeError(f"layer-stream fetched wrong bytes (layer {last}, fragment {bad})")
 
@@ -697,6 +852,7 @@ class LayerStreamSession(GpuSession):
 # --- registration ---------------------------------------------------------------------------
 
 _TIMING = {"timing": "device"}
+_COPY = {**_TIMING, "prime": "1"}  # prime=0: no 1-byte copy before the start event
 _KERNEL = {**_TIMING, "width": "16", "threads": "128", "group": "0"}
 
 
@@ -715,13 +871,14 @@ _gpu("cuda-memcpy", "cudaMemcpy per fragment (synchronous; device time includes 
      _TIMING)
 _gpu("cuda-memcpy-async", "cudaMemcpyAsync per fragment on one stream",
      ("read", "write"), lambda ctx: MemcpySession(ctx, "cuda-memcpy-async", True), _needs_gpu,
-     _TIMING)
+     _COPY)
 _gpu("cuda-memcpy-batch", "cudaMemcpyBatchAsync: every fragment in one call (CUDA >= 12.8)",
      ("read", "write"), lambda ctx: BatchSession(ctx, "cuda-memcpy-batch"), _needs_batch,
-     _TIMING)
+     {**_COPY, "api": "driver"})
 _gpu("cuda-memcpy-2d", "cudaMemcpy2DAsync of regularly strided fragments",
-     ("read", "write"), lambda ctx: Memcpy2DSession(ctx, "cuda-memcpy-2d"), _needs_gpu, _TIMING)
-_gpu("gather-kernel", "one kernel gathers every fragment into the GPU (reads mapped host memory)",
+     ("read", "write"), lambda ctx: Memcpy2DSession(ctx, "cuda-memcpy-2d"), _needs_gpu, _COPY)
+_gpu("gather-kernel", "one CUDA C kernel gathers every fragment into the GPU (reads mapped host "
+     "memory; work split by bytes)",
      ("read",), lambda ctx: KernelSession(ctx, "gather-kernel"), _needs_gpu, _KERNEL)
 _gpu("scatter-kernel", "one kernel scatters every fragment from the GPU into the region",
      ("write",), lambda ctx: KernelSession(ctx, "scatter-kernel"), _needs_gpu, _KERNEL)
@@ -730,7 +887,7 @@ _gpu("zero-copy-kernel", "a kernel reads (byte sums) or writes (fill) mapped hos
      {**_KERNEL, "fill": "90"}, regions=("host",))
 _gpu("peer-memcpy", "cudaMemcpyPeerAsync per fragment between two GPUs (NVLink when peered)",
      ("read", "write"), lambda ctx: PeerMemcpySession(ctx, "peer-memcpy"), _needs_two,
-     _TIMING, regions=("gpu",), markers=("gpu", "nvlink"))
+     _COPY, regions=("gpu",), markers=("gpu", "nvlink"))
 _gpu("peer-kernel", "one kernel on the local GPU copies every fragment from / to a peer GPU",
      ("read", "write"), lambda ctx: PeerKernelSession(ctx, "peer-kernel"), _needs_peer,
      _KERNEL, regions=("gpu",), markers=("gpu", "nvlink"))

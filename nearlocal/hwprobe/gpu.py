@@ -38,6 +38,8 @@ class GpuInfo:
     runtime_version: int | None = None
     cupy_version: str | None = None
     nvml: str | None = None  # None when NVML answered, else why not
+    nvrtc_version: str | None = None  # the run-time compiler the kernels are built with
+    nvrtc: str | None = None  # None when NVRTC loads, else why not (one line)
     peer_access: list[list[bool]] = field(default_factory=list)  # [i][j]: i can access j
     nvlink_links: list[list[int]] = field(default_factory=list)  # direct GPU-GPU links per pair
 
@@ -58,11 +60,16 @@ def _norm_bus_id(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if rest else domain
 
 
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short line (cupy's import errors span several)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]
+
+
 def probe_gpu() -> GpuInfo:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
-        return GpuInfo(reason=f"no GPU: cupy is not importable ({type(exc).__name__}: {exc})")
+        return GpuInfo(reason=f"no GPU: cupy is not importable ({_one_line(exc)})")
     try:
         runtime = cupy.cuda.runtime
         count = runtime.getDeviceCount()
@@ -95,9 +102,24 @@ def probe_gpu() -> GpuInfo:
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({type(exc).__name__}: {exc})")
+        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({_one_line(exc)})")
     info.nvml = _probe_nvml(info)
+    _probe_nvrtc(cupy, info)
     return info
+
+
+def _probe_nvrtc(cupy, info: GpuInfo) -> None:
+    """NVRTC compiles the fragment kernels and the blocking kernel every device clock uses: say
+    in one line when cupy cannot load it."""
+    nvrtc = getattr(cupy.cuda, "nvrtc", None)
+    if nvrtc is None:  # this cupy does not expose its binding: a compile error names the cause
+        return
+    try:
+        major, minor = nvrtc.getVersion()
+        info.nvrtc_version = f"{major}.{minor}"
+    except Exception as exc:
+        info.nvrtc = (f"NVRTC is not usable through cupy ({_one_line(exc)}): GPU kernels cannot be "
+                      "compiled; install the NVRTC library of cupy's CUDA (nvidia-cuda-nvrtc)")
 
 
 def _probe_nvml(info: GpuInfo) -> str | None:
