@@ -47,10 +47,11 @@ def print_table(table: Table, target: Console | None = None) -> None:
 
 
 def identifier_column(table: Table, name: str, values: list[str]) -> None:
-    """A column of names (methods, regions, run ids...): never cut and never wrapped, so that
-    `clflush-load` and `clflushopt-load` stay two different words on a narrow terminal."""
-    table.add_column(name, no_wrap=True, overflow="fold",
-                     min_width=max([len(name), *(len(str(v)) for v in values)]))
+    """A column of names (methods, regions, run ids...): never cut with an ellipsis, so that
+    `clflush-load` and `clflushopt-load` stay two different words on a narrow terminal. Short
+    names keep their width; long ones fold onto a second line rather than lose characters."""
+    longest = max([len(name), *(len(str(v)) for v in values)])
+    table.add_column(name, overflow="fold", min_width=min(longest, 16))
 
 
 def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
@@ -188,7 +189,10 @@ def params_text(params) -> str:
 KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params")
 
 
-def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -> Table:
+def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False,
+               compact: bool = False) -> Table:
+    """One row per case. `compact` (a terminal too narrow for every column): the key columns
+    become the case id, which folds onto more lines but is never cut, and p99 / n are left out."""
     shown = cases if include_skipped else cases[cases["status"] != "skipped"]
     keys = {column: [str(v) for v in shown[column]] if column in shown else []
             for column in KEY_COLUMNS}
@@ -197,26 +201,40 @@ def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -
     columns = [c for c in KEY_COLUMNS if keys[c] and
                (c not in optional or any(v != optional[c] for v in keys[c]))]
     table = Table(title=title, title_justify="left")
-    for column in columns:
-        identifier_column(table, column, keys[column])
-    for column in ("median", "p10–p90", "p99", "GB/s", "n", "status"):
+    if compact:
+        columns = ["case_id"]
+        keys["case_id"] = [str(v) for v in shown["case_id"]]
+        table.add_column("case", overflow="fold", ratio=1)
+    else:
+        for column in columns:
+            identifier_column(table, column, keys[column])
+    numbers = ("median", "p10–p90", "GB/s", "status") if compact else (
+        "median", "p10–p90", "p99", "GB/s", "n", "status")
+    for column in numbers:
         table.add_column(column, justify="right" if column in ("median", "p99", "GB/s", "n")
-                         else "left", no_wrap=column != "status")
+                         else "left", overflow="fold", no_wrap=column != "status")
     for index, row in enumerate(shown.itertuples()):
         key = [keys[c][index] for c in columns]
         if row.status == "ok":
-            status = "ok" if row.converged else "ok, not converged"
-            table.add_row(*key, format_ns(row.median_ns), _range(row.p10_ns, row.p90_ns),
-                          format_ns(row.p99_ns), f"{row.gbps:.2f}", str(int(row.n_samples)),
-                          status)
+            values = {"median": format_ns(row.median_ns),
+                      "p10–p90": _range(row.p10_ns, row.p90_ns), "p99": format_ns(row.p99_ns),
+                      "GB/s": f"{row.gbps:.2f}", "n": str(int(row.n_samples)),
+                      "status": "ok" if row.converged else "ok, not converged"}
         else:
-            table.add_row(*key, "-", "-", "-", "-", "-", f"{row.status}: {row.reason}")
+            values = {**dict.fromkeys(numbers, "-"), "status": f"{row.status}: {row.reason}"}
+        table.add_row(*key, *(values[c] for c in numbers))
     return table
 
 
 def print_run(meta: dict, cases: pd.DataFrame, include_skipped: bool = False) -> None:
+    title = f"run {meta.get('run_id')}"
+    table = case_table(cases, title, include_skipped)
+    if console.is_terminal:  # too wide for this terminal: the compact form, nothing cut
+        wanted = Measurement.get(console, console.options.update_width(1_000_000), table)
+        if wanted.maximum > console.width:
+            table = case_table(cases, title, include_skipped, compact=True)
+    print_table(table)
     counts = cases["status"].value_counts().to_dict()
-    print_table(case_table(cases, f"run {meta.get('run_id')}", include_skipped))
     console.print(", ".join(f"{n} {status}" for status, n in counts.items()))
     if not include_skipped and counts.get("skipped"):
         reasons = cases.loc[cases["status"] == "skipped", "reason"].value_counts()
