@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 from rich import box
@@ -251,6 +252,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
+RECENT_CASES = 20  # the ETA follows the pace of the last cases (sizes and suites differ)
+
+
 class RunProgress:
     """Progress of `nearlocal run` on stderr, counting only the cases that will be measured
     (skipped ones cost nothing): the case being measured, done / total and an ETA (the mean
@@ -264,7 +268,8 @@ class RunProgress:
         self.total = sum(runnable)
         self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s
         self.index = self.done = 0
-        self.started = self.last_line = 0.0
+        self.started = self.last_line = self.last_done = 0.0
+        self.durations: list[float] = []  # seconds per measured case, the first one excluded
         self._live = None
         self._task = None
 
@@ -273,13 +278,14 @@ class RunProgress:
                                              self.runnable[self.index:], strict=True) if run), "")
 
     def eta_s(self, now: float) -> float:
-        per_case = (now - self.started) / self.done if self.done else self.budget_s
+        """Cases left x the mean time of the last measured cases (the first one, which also
+        starts the worker, left out), or x the budget until there are any."""
+        recent = self.durations[-RECENT_CASES:]
+        per_case = sum(recent) / len(recent) if recent else self.budget_s
         return (self.total - self.done) * per_case
 
     def __enter__(self) -> RunProgress:
-        import time
-
-        self.started = self.last_line = time.monotonic()
+        self.started = self.last_line = self.last_done = time.monotonic()
         if not self.enabled:
             return self
         skipped = len(self.case_ids) - self.total
@@ -292,32 +298,39 @@ class RunProgress:
             BarColumn,
             MofNCompleteColumn,
             Progress,
+            ProgressColumn,
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.text import Text
+
+        class _Eta(ProgressColumn):  # counts down between cases, from the last estimate
+            def render(self, task) -> Text:
+                return Text("ETA " + _duration(task.fields["eta_at"] - time.monotonic()))
 
         self._live = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
+                              TimeElapsedColumn(), _Eta(),
                               TextColumn("{task.fields[case]}", markup=False),
                               console=self.target, transient=True)
         self._live.__enter__()
         self._task = self._live.add_task("measuring", total=self.total or 1,
-                                         eta=_duration(self.eta_s(self.started)),
+                                         eta_at=self.started + self.eta_s(self.started),
                                          case=self._current())
         return self
 
     def finished(self, row: dict) -> None:
         """One case finished (measured, failed or skipped), in the order they were given."""
-        import time
-
         measured = self.index < len(self.runnable) and self.runnable[self.index]
         self.index += 1
         if not measured:
             return
         self.done += 1
         now = time.monotonic()
+        if self.done > 1:
+            self.durations.append(now - self.last_done)
+        self.last_done = now
         if self._live is not None:
-            self._live.update(self._task, completed=self.done, eta=_duration(self.eta_s(now)),
+            self._live.update(self._task, completed=self.done, eta_at=now + self.eta_s(now),
                               case=self._current())
         elif self.enabled and (row.get("status") == "failed" or self.done == self.total
                                or now - self.last_line >= self.interval_s):

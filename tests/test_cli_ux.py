@@ -150,6 +150,7 @@ def test_progress_counts_measured_cases_and_prints_lines_off_a_terminal(monkeypa
                                "median_ns": 1500.0})
     lines = buffer.getvalue().splitlines()
     assert lines[0].startswith("measuring 3 cases (2 skipped")
-    assert lines[1].startswith("[1/3] 4 s, ETA 8 s: b/one 1.50 us")
+    assert lines[1].startswith("[1/3] 4 s, ETA 1 s: b/one 1.50 us")  # the budget: 2 x 0.5 s
+    assert lines[2].startswith("[2/3] 8 s, ETA 4 s: d/two")  # then the pace: 1 x 4 s
     assert lines[-1].startswith("[3/3]") and len(lines) == 4
     assert console_module._duration(3725) == "1h02m"
