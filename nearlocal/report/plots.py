@@ -19,10 +19,11 @@ from nearlocal.units import format_size
 LINE_STYLES = ("-", "--", ":", "-.")  # one per run: run 1 solid, run 2 dashed, ...
 RUN_STYLE_NAMES = ("solid", "dashed", "dotted", "dash-dot")
 PAPER_COLOR = "#111111"
-# Okabe & Ito's colour-blind-safe palette (black kept for the papers' stars); with eight markers
-# every series up to 56 has its own colour + marker pair, and neighbours differ in both.
-COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
+# Okabe & Ito's colour-blind-safe palette (black kept for the papers' stars); with nine markers
+# every series up to 72 has its own colour + marker pair, and neighbours differ in both.
+COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442",
+          "#882255")  # the last is Paul Tol's wine, for an eighth series (black is the papers')
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", "h")
 REF_LINE_COLOR = "#777777"
 
 
@@ -116,8 +117,7 @@ def caption(plot: PlotData) -> str:
         parts.append("grey dashed lines are labelled " + " and ".join(kinds))
     if not plot.series:
         parts.append("no measured series")
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
+    return "; ".join(parts) + "."
 
 
 _ID = re.compile(r'id="([^"]+)"')
