@@ -17,11 +17,16 @@ from nearlocal.units import format_ns, format_size
 
 class _Console(Console):
     """A rich console that does not wrap long lines when its output is not a terminal: a CI log
-    or a file keeps each line whole (grep finds a reason on one line)."""
+    or a file keeps each line whole (grep finds a reason on one line), and a table printed on
+    it becomes a full-width Markdown table (print_table), whichever command prints it."""
 
     def print(self, *objects, soft_wrap: bool | None = None, **kwargs) -> None:
-        if soft_wrap is None and not self.is_terminal:
-            soft_wrap = True
+        if not self.is_terminal:
+            if len(objects) == 1 and isinstance(objects[0], Table) and not kwargs:
+                print_table(objects[0], self)
+                return
+            if soft_wrap is None:
+                soft_wrap = True
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
 
@@ -37,11 +42,15 @@ def print_table(table: Table, target: Console | None = None) -> None:
     if target.is_terminal:
         target.print(table)
         return
-    title, table.title, table.box = table.title, None, box.MARKDOWN
-    natural = Measurement.get(target, target.options.update_width(1_000_000), table).maximum
-    wide = Console(width=natural, color_system=None, highlight=False)
-    with wide.capture() as captured:
-        wide.print(table)
+    title, table_box = table.title, table.box
+    table.title, table.box = None, box.MARKDOWN
+    try:
+        natural = Measurement.get(target, target.options.update_width(1_000_000), table).maximum
+        wide = Console(width=natural, color_system=None, highlight=False)
+        with wide.capture() as captured:
+            wide.print(table)
+    finally:
+        table.title, table.box = title, table_box
     lines = [line.rstrip() for line in captured.get().splitlines() if line.strip()]
     target.file.write("\n".join([*([str(title)] if title else []), *lines, ""]))
     target.file.flush()
