@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import json
@@ -22,6 +23,33 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         raise UsageError(f"{self.prog}: {message}")
 
+    def format_help(self) -> str:
+        """Help texts that name registry entries (suites, methods) are filled in only when help
+        is printed: loading every method module costs time no other command should pay."""
+        for action in self._actions:
+            lazy = getattr(action, "lazy_help", None)
+            if lazy is not None:
+                action.help = lazy().replace("%", "%%")
+        return super().format_help()
+
+
+def _suites_help() -> str:
+    from nearlocal.harness.suites import SUITES, get_suite
+
+    get_suite("quick")  # importing the method modules declares their suites
+    return "the cases to run (default quick): " + "; ".join(
+        f"{suite.name} = {suite.summary}" for suite in SUITES.values())
+
+
+def _methods_help() -> str:
+    from nearlocal.harness.methods import load_methods
+
+    return ("method names, comma list or repeated: " + ", ".join(load_methods()))
+
+
+SIZE_HELP = ("sizes, comma list or repeated: 64, 160B, 16KiB, 1GiB. Binary units: KiB/MiB/GiB and "
+             "the bare k/M/G (4k = 4KiB = 4096 B); KB/MB/GB are decimal (4KB = 4000 B)")
+
 
 def _probe(args: argparse.Namespace) -> int:
     from nearlocal import availability, console
@@ -37,28 +65,91 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _items(option: str, texts: list[str] | None, unique: bool = True) -> list[str]:
+    """Values of a repeatable option, each of which may be a comma list: `--method a,b --method
+    c` = a, b, c (duplicates dropped, order kept). An empty item (`--size ,`) is an error."""
+    items: list[str] = []
+    for text in texts or []:
+        parts = [part.strip() for part in str(text).split(",")]
+        if not all(parts):
+            raise UsageError(f"{option} {text!r} has an empty item: give one or more values "
+                             "separated by commas")
+        items += parts
+    return list(dict.fromkeys(items)) if unique else items
+
+
+def _rejoin(parts: list[str], starts_new, glue) -> list[str]:
+    """Undo a comma split inside one value: a part that cannot start a value continues the
+    previous one (`devdax:/dev/dax0.0@1GiB,64MiB` stays one region)."""
+    joined: list[str] = []
+    for part in parts:
+        if joined and not starts_new(part):
+            joined[-1] = glue(joined[-1]) + part
+        else:
+            joined.append(part)
+    return list(dict.fromkeys(joined))
+
+
+def region_list(option: str, texts: list[str] | None) -> list[str]:
+    """Region specs from repeated options and comma lists. A region's own options use commas too
+    (`dram:2M,node=0`, `devdax:/dev/dax0.0@1GiB,64MiB`): a part that does not begin with a region
+    kind belongs to the region before it; `dram,node=0` is read as `dram:node=0`."""
+    from nearlocal.regions import REGION_KINDS, load_providers
+
+    load_providers()
+
+    def starts_new(part: str) -> bool:
+        return part.partition(":")[0] in REGION_KINDS
+
+    def glue(previous: str) -> str:
+        inner = previous  # registered:dram -> dram: the options belong to the innermost region
+        while True:
+            _, sep, arg = inner.partition(":")
+            if sep and arg.partition(":")[0] in REGION_KINDS:
+                inner = arg
+                continue
+            return previous + ("," if sep else ":")
+
+    return _rejoin(_items(option, texts, unique=False), starts_new, glue)
+
+
+def pattern_list(texts: list[str] | None) -> list[str]:
+    """Patterns from repeated options and comma lists; a part that does not begin a pattern (a
+    size, COUNTxSIZE or a `kind:` prefix) belongs to the pattern before it."""
+    import re
+
+    def starts_new(part: str) -> bool:
+        return bool(re.match(r"\d|[A-Za-z][\w.-]*:", part))
+
+    return _rejoin(_items("--pattern", texts, unique=False), starts_new, lambda previous: previous + ",")
+
+
 def _selected_cases(args: argparse.Namespace):
     from nearlocal.harness.cases import Case
     from nearlocal.harness.methods import get_method
     from nearlocal.harness.suites import suite_cases
-    from nearlocal.units import format_size, parse_size_list
+    from nearlocal.units import format_size, parse_size
 
     cases = suite_cases(args.suite)
     params = _parse_params(args.param or [])
-    manual = args.method or args.region or args.attr or args.size or args.pattern or args.peer
-    if not manual:
+    methods = _items("--method", args.method)
+    regions = region_list("--region", args.region)
+    attrs = _items("--attr", args.attr)
+    sizes = [format_size(parse_size(text)) for text in _items("--size", args.size)]
+    patterns = list(dict.fromkeys([*sizes, *pattern_list(args.pattern)]))
+    peers = region_list("--peer", args.peer)
+    if not (methods or regions or attrs or patterns or peers):
         return [replace(case, params=(*case.params, *params.items())) for case in cases] \
             if params else cases
-    for name in args.method or []:
+    for name in methods:
         get_method(name)
-    methods = args.method or list(dict.fromkeys(c.method for c in cases))
-    regions = args.region or list(dict.fromkeys(c.region for c in cases))
-    attrs = args.attr or ["wb"]
-    patterns = [format_size(s) for s in parse_size_list(args.size or [])] + list(args.pattern or [])
+    methods = methods or list(dict.fromkeys(c.method for c in cases))
+    regions = regions or list(dict.fromkeys(c.region for c in cases))
     patterns = patterns or list(dict.fromkeys(c.pattern for c in cases))
-    peer = args.peer or "dram"
-    return [Case(m, r, a, p, peer=peer, params=tuple(params.items()), suite=args.suite)
-            for m, r, a, p in itertools.product(methods, regions, attrs, patterns)]
+    return list(dict.fromkeys(
+        Case(m, r, a, p, peer=peer, params=tuple(params.items()), suite=args.suite)
+        for m, r, a, p, peer in itertools.product(methods, regions, attrs or ["wb"], patterns,
+                                                  peers or ["dram"])))
 
 
 def _parse_params(texts: list[str]) -> dict[str, str]:
@@ -71,9 +162,18 @@ def _parse_params(texts: list[str]) -> dict[str, str]:
     return params
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _json_records(cases, columns: list[str] | None = None) -> str:
+    """Case rows as a JSON array; `params` (stored as JSON text) becomes an object."""
+    frame = cases[columns] if columns else cases
+    records = json.loads(frame.to_json(orient="records"))
+    for record in records:
+        if isinstance(record.get("params"), str):
+            with contextlib.suppress(ValueError):
+                record["params"] = json.loads(record["params"] or "{}")
+    return json.dumps(records, indent=1)
 
+
+def _run(args: argparse.Namespace) -> int:
     from nearlocal import console
     from nearlocal.harness import cases as case_rules
     from nearlocal.harness.runner import Runner, run_metadata
@@ -102,15 +202,9 @@ def _run(args: argparse.Namespace) -> int:
     meta = run_metadata(inventory, settings, args.suite)
     store = Store.create(Path(args.out), meta)
     interrupted = False
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console.console, transient=True,
-                  disable=args.quiet) as progress:
-        task = progress.add_task("measuring", total=len(cases))
-
-        def on_case(row: dict) -> None:
-            progress.update(task, advance=1, description=f"{row['case_id']:<48.48}")
-
-        runner = Runner(inventory, settings, store, on_case)
+    with console.RunProgress([c.id for c in cases], [r is None for r in reasons], budget,
+                             enabled=not args.quiet) as progress:
+        runner = Runner(inventory, settings, store, progress.finished)
         try:
             runner.run(cases)
         except KeyboardInterrupt:
@@ -120,8 +214,8 @@ def _run(args: argparse.Namespace) -> int:
 
     run = load(path)
     if args.json:
-        Path(args.json).write_text(
-            run.cases[JSON_COLUMNS].to_json(orient="records", indent=1))
+        Path(args.json).write_text(_json_records(
+            run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path}")
@@ -131,18 +225,20 @@ def _run(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from nearlocal.console import console
+    from nearlocal.console import identifier_column, print_table
     from nearlocal.results.store import list_runs
 
+    paths = list_runs(Path(args.out))
     table = Table(title=f"runs in {args.out}", title_justify="left")
-    for column in ("run", "suite", "started", "cases", "complete", "host"):
+    identifier_column(table, "run", [p.name for p in paths])
+    for column in ("suite", "started", "cases", "complete", "host"):
         table.add_column(column)
-    for path in list_runs(Path(args.out)):
+    for path in paths:
         meta = json.loads((path / "run.json").read_text())
         table.add_row(path.name, str(meta.get("suite", "")), str(meta.get("started", "")),
                       str(meta.get("n_cases", "")), str(meta.get("complete", False)),
                       str(meta.get("inventory", {}).get("hostname", "")))
-    console.print(table)
+    print_table(table)
     return 0
 
 
@@ -152,14 +248,19 @@ def _show(args: argparse.Namespace) -> int:
 
     run = load(args.run, Path(args.out))
     if args.json:
-        print(run.cases.to_json(orient="records", indent=1))
+        print(_json_records(run.cases))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="nearlocal", description=__doc__)
+    from nearlocal import __version__
+
+    parser = _Parser(prog="nearlocal", description="How close to local memory is each memory "
+                     "path of this box? probe, run a suite, report it beside the papers' figures.",
+                     epilog="`nearlocal run --help` lists the suites and methods.")
+    parser.add_argument("--version", action="version", version=f"nearlocal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     probe = sub.add_parser("probe", help="what this box has and what can run here")
@@ -169,14 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     probe.set_defaults(func=_probe)
 
     run = sub.add_parser("run", help="run a suite (default quick) and store the run")
-    run.add_argument("--suite", default="quick")
-    run.add_argument("--method", action="append", help="method name (repeatable)")
-    run.add_argument("--region", action="append", help="region spec, e.g. dram, numa:1, "
-                     "devdax:/dev/dax0.0 (repeatable)")
-    run.add_argument("--attr", action="append", help="wb, uc or wc (repeatable)")
-    run.add_argument("--size", action="append", help="sizes: 64, 16KiB, 1GiB; lists allowed")
-    run.add_argument("--pattern", action="append", help="fragment pattern, e.g. 1024x160B")
-    run.add_argument("--peer", help="the other side of every transfer (default dram)")
+    run.add_argument("--suite", default="quick").lazy_help = _suites_help
+    run.add_argument("--method", action="append").lazy_help = _methods_help
+    run.add_argument("--region", action="append",
+                     help="region specs, comma list or repeated: dram, dram:thp, dram:node=0, "
+                     "numa:1, shm:NAME, file:PATH, devdax:/dev/dax0.0[@OFFSET[,SIZE]]")
+    run.add_argument("--attr", action="append", help="wb, uc, wc (comma list or repeated)")
+    run.add_argument("--size", action="append", help=SIZE_HELP)
+    run.add_argument("--pattern", action="append",
+                     help="fragment patterns, comma list or repeated: 1024x160B, "
+                     "1024x160B@4KiB, kv:MODEL[:LAYOUT][:SELECT], rpc:128x64B")
+    run.add_argument("--peer", action="append", help="the other side of every transfer "
+                     "(default dram; e.g. gpu:0), comma list or repeated")
     run.add_argument("--param", action="append",
                      help="a method parameter KEY=VALUE, e.g. qd=16 (repeatable)")
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")

@@ -2,15 +2,66 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pandas as pd
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from nearlocal.hwprobe import HostInventory
 from nearlocal.units import format_ns, format_size
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console(Console):
+    """A rich console that does not wrap long lines when its output is not a terminal: a CI log
+    or a file keeps each line whole (grep finds a reason on one line), and a table printed on
+    it becomes a full-width Markdown table (print_table), whichever command prints it."""
+
+    def print(self, *objects, soft_wrap: bool | None = None, **kwargs) -> None:
+        if not self.is_terminal:
+            if len(objects) == 1 and isinstance(objects[0], Table) and not kwargs:
+                print_table(objects[0], self)
+                return
+            if soft_wrap is None:
+                soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+
+def print_table(table: Table, target: Console | None = None) -> None:
+    """Print a table; when the output is not a terminal (a pipe, a CI log) it has no width to
+    respect, so the table is a Markdown table at its natural width: one line per row, every
+    identifier whole, greppable and pasteable."""
+    target = target or console
+    if target.is_terminal:
+        target.print(table)
+        return
+    title, table_box = table.title, table.box
+    table.title, table.box = None, box.MARKDOWN
+    try:
+        natural = Measurement.get(target, target.options.update_width(1_000_000), table).maximum
+        wide = Console(width=natural, color_system=None, highlight=False)
+        with wide.capture() as captured:
+            wide.print(table)
+    finally:
+        table.title, table.box = title, table_box
+    lines = [line.rstrip() for line in captured.get().splitlines() if line.strip()]
+    target.file.write("\n".join([*([str(title)] if title else []), *lines, ""]))
+    target.file.flush()
+
+
+def identifier_column(table: Table, name: str, values: list[str]) -> None:
+    """A column of names (methods, regions, run ids...): never cut with an ellipsis, so that
+    `clflush-load` and `clflushopt-load` stay two different words on a narrow terminal. Short
+    names keep their width; long ones fold onto a second line rather than lose characters."""
+    longest = max([len(name), *(len(str(v)) for v in values)])
+    table.add_column(name, overflow="fold", min_width=min(longest, 16))
 
 
 def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
@@ -28,7 +79,7 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     for node in inventory.numa:
         table.add_row(str(node.node), f"{len(node.cpus)}", f"{node.mem_total_bytes / 2**30:.1f} GiB",
                       "CPU-less: likely CXL (system-ram)" if node.likely_cxl else "")
-    console.print(table)
+    print_table(table)
 
     cxl = inventory.cxl
     console.print("[bold]CXL[/] " + (
@@ -82,13 +133,14 @@ def print_availability(availability: list[dict]) -> None:
         cells.setdefault((row["method"], row["region"]), []).append(mark)
     table = Table(title="What can run here: attributes per method x region (green = runnable, "
                   "number = skip reason, · = not applicable)", title_justify="left")
-    table.add_column("method")
+    methods = list(dict.fromkeys(row["method"] for row in availability))
+    identifier_column(table, "method", methods)
     for region in regions:
         table.add_column(region)
-    for method in dict.fromkeys(row["method"] for row in availability):
+    for method in methods:
         marks = (dict.fromkeys(cells.get((method, region), [])) for region in regions)
         table.add_row(method, *(" ".join(m) for m in marks))
-    console.print(table)
+    print_table(table)
     for number, reason in enumerate(reasons, 1):
         console.print(f"  [yellow]{number}[/] {reason}")
 
@@ -124,33 +176,183 @@ def _print_gpus(inventory: HostInventory) -> None:
                              ("peer" if gpu.can_access_peer(i, j) else "no peer") +
                              (f", {links} NVLink" if links else ""))
             table.add_row(str(i), *cells)
-        console.print(table)
+        print_table(table)
 
 
-def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False) -> Table:
+def _range(low: float, high: float) -> str:
+    """`10.0–20.0 ns`: one unit when both ends share it."""
+    lo, hi = format_ns(low), format_ns(high)
+    lo_num, _, lo_unit = lo.partition(" ")
+    hi_unit = hi.partition(" ")[2]
+    return f"{lo_num}–{hi}" if lo_unit == hi_unit else f"{lo}–{hi}"
+
+
+def params_text(params) -> str:
+    """`protocol=flush qd=8` from the stored JSON text (or a dict); `-` for none."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params) if params else {}
+        except ValueError:
+            return params
+    return " ".join(f"{k}={v}" for k, v in sorted((params or {}).items())) or "-"
+
+
+# Key columns of the run table: what tells two rows of one run apart. peer and params are shown
+# only when some row has a non-default value (most CPU runs have neither).
+KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params")
+
+
+def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False,
+               compact: bool = False) -> Table:
+    """One row per case. `compact` (a terminal too narrow for every column): the key columns
+    become the case id, which folds onto more lines but is never cut, and p99 / n are left out."""
+    shown = cases if include_skipped else cases[cases["status"] != "skipped"]
+    keys = {column: [str(v) for v in shown[column]] if column in shown else []
+            for column in KEY_COLUMNS}
+    keys["params"] = [params_text(p) for p in shown["params"]] if "params" in shown else []
+    optional = {"peer": "dram", "params": "-"}
+    columns = [c for c in KEY_COLUMNS if keys[c] and
+               (c not in optional or any(v != optional[c] for v in keys[c]))]
     table = Table(title=title, title_justify="left")
-    for column in ("method", "region", "attr", "pattern", "median", "p10-p90", "p99", "GB/s",
-                   "n", "status"):
-        table.add_column(column, justify="right" if column in ("median", "p99", "GB/s", "n") else "left")
-    for row in cases.itertuples():
-        if row.status == "skipped" and not include_skipped:
-            continue
+    if compact:
+        columns = ["case_id"]
+        keys["case_id"] = [str(v) for v in shown["case_id"]]
+        table.add_column("case", overflow="fold", ratio=1)
+    else:
+        for column in columns:
+            identifier_column(table, column, keys[column])
+    numbers = ("median", "p10–p90", "GB/s", "status") if compact else (
+        "median", "p10–p90", "p99", "GB/s", "n", "status")
+    for column in numbers:
+        table.add_column(column, justify="right" if column in ("median", "p99", "GB/s", "n")
+                         else "left", overflow="fold", no_wrap=column != "status")
+    for index, row in enumerate(shown.itertuples()):
+        key = [keys[c][index] for c in columns]
         if row.status == "ok":
-            status = "ok" if row.converged else "ok (not converged)"
-            table.add_row(row.method, row.region, row.attr, row.pattern, format_ns(row.median_ns),
-                          f"{format_ns(row.p10_ns)} - {format_ns(row.p90_ns)}",
-                          format_ns(row.p99_ns), f"{row.gbps:.2f}", str(int(row.n_samples)), status)
+            values = {"median": format_ns(row.median_ns),
+                      "p10–p90": _range(row.p10_ns, row.p90_ns), "p99": format_ns(row.p99_ns),
+                      "GB/s": f"{row.gbps:.2f}", "n": str(int(row.n_samples)),
+                      "status": "ok" if row.converged else "ok, not converged"}
         else:
-            table.add_row(row.method, row.region, row.attr, row.pattern, "-", "-", "-", "-", "-",
-                          f"{row.status}: {row.reason}")
+            values = {**dict.fromkeys(numbers, "-"), "status": f"{row.status}: {row.reason}"}
+        table.add_row(*key, *(values[c] for c in numbers))
     return table
 
 
 def print_run(meta: dict, cases: pd.DataFrame, include_skipped: bool = False) -> None:
+    title = f"run {meta.get('run_id')}"
+    table = case_table(cases, title, include_skipped)
+    if console.is_terminal:  # too wide for this terminal: the compact form, nothing cut
+        wanted = Measurement.get(console, console.options.update_width(1_000_000), table)
+        if wanted.maximum > console.width:
+            table = case_table(cases, title, include_skipped, compact=True)
+    print_table(table)
     counts = cases["status"].value_counts().to_dict()
-    console.print(case_table(cases, f"run {meta.get('run_id')}", include_skipped))
     console.print(", ".join(f"{n} {status}" for status, n in counts.items()))
     if not include_skipped and counts.get("skipped"):
         reasons = cases.loc[cases["status"] == "skipped", "reason"].value_counts()
         for reason, n in reasons.items():
-            console.print(f"  skipped {n}: {reason}")
+            console.print(f"  skipped {n}: {reason}", markup=False)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+RECENT_CASES = 20  # the ETA follows the pace of the last cases (sizes and suites differ)
+
+
+class RunProgress:
+    """Progress of `nearlocal run` on stderr, counting only the cases that will be measured
+    (skipped ones cost nothing): the case being measured, done / total and an ETA (the mean
+    time per measured case so far, the budget before the first one finishes). On a terminal a
+    live bar; otherwise (a CI log) one line when a case fails and at most every `interval_s`,
+    so a log shows progress without a line per case."""
+
+    def __init__(self, case_ids: list[str], runnable: list[bool], budget_s: float,
+                 enabled: bool = True, target: Console | None = None, interval_s: float = 3.0):
+        self.case_ids, self.runnable, self.budget_s = case_ids, runnable, budget_s
+        self.total = sum(runnable)
+        self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s
+        self.index = self.done = 0
+        self.started = self.last_line = self.last_done = 0.0
+        self.durations: list[float] = []  # seconds per measured case, the first one excluded
+        self._live = None
+        self._task = None
+
+    def _current(self) -> str:
+        return next((cid for cid, run in zip(self.case_ids[self.index:],
+                                             self.runnable[self.index:], strict=True) if run), "")
+
+    def eta_s(self, now: float) -> float:
+        """Cases left x the mean time of the last measured cases (the first one, which also
+        starts the worker, left out), or x the budget until there are any."""
+        recent = self.durations[-RECENT_CASES:]
+        per_case = sum(recent) / len(recent) if recent else self.budget_s
+        return (self.total - self.done) * per_case
+
+    def __enter__(self) -> RunProgress:
+        self.started = self.last_line = self.last_done = time.monotonic()
+        if not self.enabled:
+            return self
+        skipped = len(self.case_ids) - self.total
+        if not self.target.is_terminal:
+            self.target.print(f"measuring {self.total} cases ({skipped} skipped: they cannot run "
+                              f"here), up to {self.budget_s:g} s each, ETA "
+                              f"{_duration(self.eta_s(self.started))}", markup=False)
+            return self
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.text import Text
+
+        class _Eta(ProgressColumn):  # counts down between cases, from the last estimate
+            def render(self, task) -> Text:
+                return Text("ETA " + _duration(task.fields["eta_at"] - time.monotonic()))
+
+        self._live = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), _Eta(),
+                              TextColumn("{task.fields[case]}", markup=False),
+                              console=self.target, transient=True)
+        self._live.__enter__()
+        self._task = self._live.add_task("measuring", total=self.total or 1,
+                                         eta_at=self.started + self.eta_s(self.started),
+                                         case=self._current())
+        return self
+
+    def finished(self, row: dict) -> None:
+        """One case finished (measured, failed or skipped), in the order they were given."""
+        measured = self.index < len(self.runnable) and self.runnable[self.index]
+        self.index += 1
+        if not measured:
+            return
+        self.done += 1
+        now = time.monotonic()
+        if self.done > 1:
+            self.durations.append(now - self.last_done)
+        self.last_done = now
+        if self._live is not None:
+            self._live.update(self._task, completed=self.done, eta_at=now + self.eta_s(now),
+                              case=self._current())
+        elif self.enabled and (row.get("status") == "failed" or self.done == self.total
+                               or now - self.last_line >= self.interval_s):
+            self.last_line = now
+            outcome = (format_ns(row["median_ns"]) if row.get("status") == "ok"
+                       else f"{row.get('status')}: {row.get('reason', '')}")
+            self.target.print(f"[{self.done}/{self.total}] {_duration(now - self.started)}, "
+                              f"ETA {_duration(self.eta_s(now))}: {row.get('case_id')} "
+                              f"{outcome}", markup=False)
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)

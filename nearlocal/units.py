@@ -19,7 +19,8 @@ _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from `64`, `16KiB`, `1GiB`, `4k` (k/M/G alone are binary, as users mean them)."""
+    """Bytes from `64`, `16KiB`, `1GiB`, `4k`. The convention, stated in `run --help` too:
+    KiB/MiB/GiB and k/M/G alone are binary (as users mean `4k`), KB/MB/GB are decimal."""
     if isinstance(text, int):
         if text <= 0:
             raise UsageError(f"size must be a positive number of bytes, got {text}")
@@ -28,7 +29,8 @@ def parse_size(text: str | int) -> int:
     if not match:
         raise UsageError(
             f"malformed size {text!r}: use a positive number with an optional unit "
-            "(B, KiB, MiB, GiB, KB, MB, GB), e.g. 64, 16KiB, 1GiB"
+            "(B, KiB, MiB, GiB, KB, MB, GB), e.g. 64, 16KiB, 1GiB; KiB/MiB/GiB and k/M/G are "
+            "binary (4k = 4096 B), KB/MB/GB decimal (4KB = 4000 B)"
         )
     number, unit = match.groups()
     unit_key = unit.lower()
@@ -36,7 +38,8 @@ def parse_size(text: str | int) -> int:
         unit_key += "ib"
     if unit_key not in _SIZE_UNITS:
         raise UsageError(
-            f"malformed size {text!r}: unknown unit {unit!r} (valid: B, KiB, MiB, GiB, KB, MB, GB)"
+            f"malformed size {text!r}: unknown unit {unit!r} (valid: B, KiB, MiB, GiB, k, M, G "
+            "binary; KB, MB, GB decimal)"
         )
     value = float(number) * _SIZE_UNITS[unit_key]
     if value <= 0 or value != int(value):

@@ -6,5 +6,4 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q -e .
 nearlocal probe
 nearlocal run "$@"
-nearlocal report --html results/report.html --markdown results/report.md
-echo "report: results/report.html (self-contained), results/report.md"
+nearlocal report --html results/report.html --markdown results/report.md  # one line per file

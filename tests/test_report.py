@@ -29,8 +29,8 @@ from tests.report_fixtures import (
     row,
 )
 
-SECTION_KEYS = ["runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3", "near",
-                "inventory", "failures", "skipped", "references"]
+SECTION_KEYS = ["near", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3",
+                "near-cases", "inventory", "failures", "skipped", "references"]
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_s2_s3_kv_near_local_failures(full):
     assert metadata[-1] is None and metadata[8] is None  # nothing moved: no bandwidth
     gather = next(r for r in kv.rows if r[0] == "memcpy" and r[2].startswith("kv:qwen"))
     assert gather[7].median_ns == 90000 and gather[8] == pytest.approx(90000 + 800)
-    near = full.section("near").table
+    near = full.section("near-cases").table
     numa = next(r for r in near.rows if r[4] == "numa:1")
     assert numa[5] == "-" and numa[6].median_ns == 3000 and numa[7] == 1500
     assert numa[8] == pytest.approx(2.0)
@@ -205,7 +205,7 @@ def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
 
 def test_cpu_only_run_renders_every_section(cpu_only, tmp_path):
     absent = {s.key for s in cpu_only.sections if s.absent}
-    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3", "near"} <= absent
+    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3", "near", "near-cases"} <= absent
     assert "dsa-memmove" in cpu_only.section("b8").absent
     assert "idxd driver is not loaded" in cpu_only.section("b8").absent
     assert any("no pool region measured" in n for n in cpu_only.section("b7").notes)
@@ -263,9 +263,11 @@ def test_cli_writes_html(tmp_path, capsys):
     code = main(["report", "--out", str(tmp_path / "store"), "--html", str(html)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "B7 — CPU access to the pool, 16 KB" in out and "No DSA measurement" in out
-    assert f"wrote {html}" in out
+    assert out.strip() == f"wrote {html}"  # writing a file says where, and nothing more
     assert html.read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", "--out", str(tmp_path / "store")]) == 0  # no file: the tables
+    out = capsys.readouterr().out
+    assert "B7 — CPU access to the pool, 16 KB" in out and "No DSA measurement" in out
     assert main(["report", "r1", "r1", "--out", str(tmp_path / "store"), "--quiet"]) == 0
 
 
@@ -290,6 +292,96 @@ def test_cli_empty_store_exits_2(tmp_path, capsys):
 def test_near_local_compares_with_dram_at_the_same_attribute(tmp_path):
     rows = [row("load", "dram", attr="uc", median=100000.0), row("load", "dram", median=1000.0),
             row("load", "numa:1", median=2000.0), row("load", "numa:1", attr="uc", median=300000.0)]
-    near = build_report([load(make_run(tmp_path, rows))]).section("near").table
+    near = build_report([load(make_run(tmp_path, rows))]).section("near-cases").table
     ratios = {r[4]: r[8] for r in near.rows}
     assert ratios == {"numa:1": pytest.approx(2.0), "numa:1[uc]": pytest.approx(3.0)}
+
+
+# --- the top of the report, folded rows, plot captions ----------------------------------------
+
+def test_the_report_opens_with_how_near_local_is(full, cpu_only):
+    near = full.sections[0]
+    assert near.key == "near" and near.title == "How near is local"
+    (lead,) = near.lead
+    assert lead.startswith("devdax:/dev/dax0.0, a CXL pool (device-dax), takes 4.82× local "
+                           "DRAM's time in the one case measured on both (nt-store write, 16KiB)")
+    assert "numa:1, a CPU-less NUMA node (CXL in system-ram mode), takes 2.00×" in lead
+    assert "64 KiB by cuda-memcpy from devdax:/dev/dax0.0 takes 1.14× the time from pinned" in lead
+    assert "1 failed" in lead and "no provider on this box can map uncacheable memory (1)" in lead
+    rows = {(r[0], r[2]): r for r in near.table.rows}
+    assert rows[("devdax:/dev/dax0.0", "write")][3:7] == [1, pytest.approx(4.82),
+                                                          pytest.approx(4.82), pytest.approx(4.82)]
+    assert rows[("numa:1", "read")][4] == pytest.approx(2.0)
+    assert [r[0] for r in near.table.rows] == ["devdax:/dev/dax0.0", "numa:1"]  # pool first
+    (plain,) = cpu_only.sections[0].lead
+    assert "cannot say how near a pool is" in plain and "--region numa:N" in plain
+    assert "No GPU path was measured" not in plain or "(" in plain
+    html = report_html(full)
+    assert html.index('<div class="verdict">') < html.index('<section id="runs">')
+    assert html.index("takes 4.82× local") < html.index('<section id="b7">')
+
+
+def test_shm_only_runs_say_no_pool_was_measured(tmp_path):
+    rows = [row("load", "dram", size=4096 * k, median=100.0 * k) for k in (1, 2, 4)]
+    rows += [row("load", "shm:x", size=4096 * k, median=110.0 * k) for k in (1, 2, 4)]
+    lead = build_report([load(make_run(tmp_path, rows))]).sections[0].lead[0]
+    assert lead.startswith("shm:x, a shared mapping, takes 1.10× local DRAM's time at the median "
+                           "of 3 cases measured on both (1.10× – 1.10×; reads 1.10×)")
+    assert "No CXL pool" in lead
+
+
+def test_rows_without_a_number_fold_into_one_line_per_reason(tmp_path):
+    no_gpu = "no GPU: cupy is not importable"
+    rows = [row("load", "shm:kv", size=160 * n, fragments=n, median=10.0 * n) for n in (8, 16)]
+    rows += [row(m, "pinned", size=160 * n, fragments=n, peer="gpu:0", family="gpu",
+                 status="skipped", reason=no_gpu)
+             for m in ("gather-kernel", "cuda-memcpy") for n in (8, 16, 32)]
+    rows.append(row("dsa-memmove", "dram", size=160 * 8, fragments=8, family="dsa",
+                    status="skipped", reason="no DSA"))
+    rows += [row("store", "dram", attr="uc", access="write", status="skipped", reason=UC_REASON),
+             row("load", "dram", attr="uc", status="skipped", reason=UC_REASON)]
+    report = build_report([load(make_run(tmp_path, rows))])
+    kv = report.section("b13").table
+    assert [r[0] for r in kv.rows] == ["dsa-memmove", "load", "load"]  # a lone reason stays
+    (folded,) = kv.collapsed
+    assert folded.count == 6 and folded.reason == f"skipped: {no_gpu}"
+    assert folded.examples == ("cuda-memcpy", "gather-kernel")
+    b7 = report.section("b7").table  # one row per paper figure, never folded
+    assert not b7.collapsed and len(b7.rows) == 6
+    line = f"6 rows without a number (method: cuda-memcpy, gather-kernel): skipped: {no_gpu}"
+    markdown = write_markdown(report, tmp_path / "r.md")[0].read_text()
+    html = report_html(report)
+    assert markdown.count(line) == 1 and html.count(line) == 1
+    b13 = html[html.index('<section id="b13">'):]
+    assert b13[:b13.index("</section>")].count(no_gpu) == 1  # not once per row
+
+
+def test_plot_captions_name_only_what_is_drawn_in_distinct_colours_and_markers(full):
+    from nearlocal.report.plots import caption, draw
+
+    latency = full.section("b7").plots[0]
+    assert latency.points and not latency.lines
+    text = caption(latency)
+    assert "black stars" in text and "dashed" not in text
+    crossover = full.section("b8").plots[0]
+    text = caption(crossover)
+    assert "grey dashed lines" in text and "crossovers found from this box's medians" in text
+    axes = draw(latency).axes[0]
+    styles = [(line.get_color(), line.get_marker()) for line in axes.get_lines()
+              if not line.get_label().startswith("_")]
+    assert len(styles) == len(latency.series) and len(set(styles)) == len(styles)
+
+
+def test_terminal_report_off_a_tty_keeps_rows_on_one_line(full):
+    import io
+
+    from rich.console import Console
+
+    from nearlocal.report.render_terminal import print_report
+
+    buffer = io.StringIO()
+    print_report(full, Console(file=buffer, width=80))
+    lines = buffer.getvalue().splitlines()
+    kv = [line for line in lines if line.startswith("| memcpy ") and "kv:qwen" in line]
+    assert len(kv) == 1 and "90.00 us" in kv[0]  # one row, one line, wider than 80 columns
+    assert not any("…" in line for line in lines)

@@ -54,3 +54,35 @@ def test_html_report_loads_in_chromium_with_its_plots(tmp_path):
     with Image.open(shot) as image:
         colors = image.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 50  # text, tables and plots, not a blank page
+
+
+# Measures the laid-out page: where the verdict and the first paper table sit, in CSS pixels.
+_LAYOUT_PROBE = """<script>
+const top_of = (sel) => { const e = document.querySelector(sel);
+                          return e ? Math.round(e.getBoundingClientRect().top) : -1; };
+document.body.dataset.probe = JSON.stringify({
+  h2: document.querySelector("main h2").textContent,
+  verdict: top_of(".verdict"), b7: top_of("#b7"), viewport: window.innerHeight,
+  scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth});
+</script>"""
+
+
+def test_the_top_of_the_page_answers_how_near_local_is(tmp_path):
+    import html as html_module
+    import json
+    import re
+
+    report = build_report([load(make_run(tmp_path / "store", full_rows()))])
+    page = write_html(report, tmp_path / "report.html")
+    probe = tmp_path / "probe.html"  # the report plus a script that reports its layout
+    probe.write_text(page.read_text().replace("</body>", _LAYOUT_PROBE + "</body>"))
+    dom = _chromium(tmp_path, "--window-size=1280,900", "--dump-dom", probe.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]+)"', dom.stdout)
+    assert found, dom.stdout[:2000]
+    layout = json.loads(html_module.unescape(found.group(1)))
+    assert layout["h2"] == "How near is local"  # the first heading under the header
+    assert 0 < layout["verdict"] < layout["viewport"] / 2  # the verdict is on the first screen
+    assert layout["verdict"] < layout["b7"]
+    assert layout["scrollWidth"] <= layout["width"]  # nothing pushes the page sideways
+    assert "takes 4.82× local DRAM's time" in dom.stdout

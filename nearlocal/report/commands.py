@@ -34,7 +34,7 @@ def _report(args: argparse.Namespace) -> int:
     refs = args.runs or [None]
     data = [load(ref, Path(args.out)) for ref in refs]
     report = build_report(data)
-    if not args.quiet:
+    if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
         print_report(report, console)
     try:
         if html:
@@ -58,5 +58,7 @@ def register(subparsers) -> None:
     parser.add_argument("--html", help="write one self-contained HTML file (plots inline)")
     parser.add_argument("--markdown", help="write Markdown, with PNG plots beside it")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
-    parser.add_argument("--quiet", action="store_true", help="do not print the tables")
+    parser.add_argument("--quiet", action="store_true",
+                        help="do not print the tables (with --html / --markdown they are not "
+                        "printed anyway: one line says where the file is)")
     parser.set_defaults(func=_report)

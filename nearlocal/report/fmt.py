@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from nearlocal.report.tables import Cell, Column, NoValue, Stat
+from nearlocal.report.tables import Cell, Collapsed, Column, NoValue, Stat, Table
 from nearlocal.units import format_ns, format_size
 
 NOT_CONVERGED = "†"
@@ -56,3 +56,11 @@ def is_reason(value: Cell) -> bool:
 def numeric(column: Column) -> bool:
     """Right-align this column."""
     return column.kind != "text"
+
+
+def collapsed_text(table: Table, folded: Collapsed, shown: int = 6) -> str:
+    """`184 rows without a number (method: gather-kernel, ...): skipped: no GPU: ...`."""
+    examples = ", ".join(folded.examples[:shown]) + (", ..." if len(folded.examples) > shown
+                                                     else "")
+    what = table.columns[0].name if table.columns else "row"
+    return (f"{folded.count} rows without a number ({what}: {examples}): {folded.reason}")

@@ -16,8 +16,15 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from nearlocal.report.tables import PlotData
 from nearlocal.units import format_size
 
-LINE_STYLES = ("-", "--", ":", "-.")
+LINE_STYLES = ("-", "--", ":", "-.")  # one per run: run 1 solid, run 2 dashed, ...
+RUN_STYLE_NAMES = ("solid", "dashed", "dotted", "dash-dot")
 PAPER_COLOR = "#111111"
+# Okabe & Ito's colour-blind-safe palette (black kept for the papers' stars); with nine markers
+# every series up to 72 has its own colour + marker pair, and neighbours differ in both.
+COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442",
+          "#882255")  # the last is Paul Tol's wine, for an eighth series (black is the papers')
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", "h")
+REF_LINE_COLOR = "#777777"
 
 
 def _size_ticks(low: float, high: float) -> list[float]:
@@ -33,12 +40,12 @@ def draw(plot: PlotData) -> Figure:
     figure.subplots_adjust(left=0.07, right=0.66, bottom=0.11, top=0.93)  # legend on the right
     FigureCanvasAgg(figure)  # the Agg canvas: no pyplot, no display, no global state
     ax = figure.add_subplot()
-    colors = matplotlib.colormaps["tab20"].colors
     for index, series in enumerate(plot.series):
         style = LINE_STYLES[series.run % len(LINE_STYLES)] if plot.connect else "none"
-        ax.plot(series.x, series.y, label=series.label, color=colors[index % len(colors)],
-                linestyle=style, marker="os^Dv<>"[series.run % 7] if not plot.connect else "o",
-                markersize=3 if plot.connect else 5, linewidth=1.3, alpha=0.9)
+        ax.plot(series.x, series.y, label=series.label, color=COLORS[index % len(COLORS)],
+                linestyle=style, marker=MARKERS[index % len(MARKERS)],
+                markersize=4.5 if plot.connect else 6, markeredgecolor="#333333",
+                markeredgewidth=0.4, linewidth=1.4, alpha=0.95)
     by_x: dict[float, list] = {}
     for point in plot.points:
         by_x.setdefault(point.x, []).append(point)
@@ -53,7 +60,7 @@ def draw(plot: PlotData) -> Figure:
                               "alpha": 0.8})
     for index, line in enumerate(sorted(plot.lines, key=lambda line: line.value)):
         draw_line = ax.axhline if line.axis == "y" else ax.axvline
-        draw_line(line.value, color="#777777", linestyle=(0, (4, 3)), linewidth=0.9)
+        draw_line(line.value, color=REF_LINE_COLOR, linestyle=(0, (4, 3)), linewidth=0.9)
         if line.axis == "y":  # neighbouring labels step along the line so they do not overlap
             ax.annotate(line.label, (0.01 + 0.24 * (index % 4), line.value),
                         xycoords=("axes fraction", "data"), fontsize=7, color="#555555",
@@ -87,6 +94,30 @@ def draw(plot: PlotData) -> Figure:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
                   ncols=1 if len(handles) <= 24 else 2, borderaxespad=0)
     return figure
+
+
+def caption(plot: PlotData) -> str:
+    """What the plot draws, naming only what is drawn: stars only when the papers' figures are
+    points, dashed lines only when reference lines are drawn, line styles only for several runs."""
+    parts = [("each coloured line is one of this box's series (median per size)" if plot.connect
+              else "each colour and marker is one of this box's series (markers only: the "
+              "points are separate cases, not a sweep)")]
+    runs = sorted({s.run for s in plot.series})
+    if plot.connect and len(runs) > 1:
+        parts.append("line style = run (" + ", ".join(
+            f"{RUN_STYLE_NAMES[r % len(RUN_STYLE_NAMES)]} #{r + 1}" for r in runs) + ")")
+    if plot.points:
+        parts.append("black stars are the papers' figures (as reported)")
+    if plot.lines:
+        kinds = []
+        if any("crossover" not in line.label for line in plot.lines):
+            kinds.append("the papers' figures (as reported)")
+        if any("crossover" in line.label for line in plot.lines):
+            kinds.append("crossovers found from this box's medians")
+        parts.append("grey dashed lines are labelled " + " and ".join(kinds))
+    if not plot.series:
+        parts.append("no measured series")
+    return "; ".join(parts) + "."
 
 
 _ID = re.compile(r'id="([^"]+)"')

@@ -6,8 +6,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, is_reason, numeric
-from nearlocal.report.plots import svg_text
+from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
+from nearlocal.report.plots import caption, svg_text
 from nearlocal.report.tables import Report, Section, Stat, Table
 
 CSS = """
@@ -45,6 +45,11 @@ figure { margin: 12px 0; }
 figure svg { width: 100%; max-width: 1100px; height: auto; display: block; }
 figcaption { color: var(--dim); font-size: 12px; }
 footer { color: var(--dim); font-size: 12px; padding: 0 32px 24px; }
+.verdict { background: #eef5ff; border-left: 5px solid var(--accent); padding: 10px 14px;
+           margin: 8px 0 12px; font-size: 15px; max-width: 1100px; }
+.verdict p { margin: 0 0 6px; }
+.verdict p:last-child { margin-bottom: 0; }
+ul.collapsed { margin: 2px 0 8px; padding-left: 18px; color: var(--dim); font-size: 13px; }
 """
 
 
@@ -88,8 +93,11 @@ def table_html(table: Table) -> str:
 
 
 def _section(section: Section) -> str:
-    parts = [f'<section id="{escape(section.key)}"><h2>{escape(section.title)}</h2>',
-             f'<p class="intro">{escape(section.intro)}</p>']
+    parts = [f'<section id="{escape(section.key)}"><h2>{escape(section.title)}</h2>']
+    if section.lead:
+        parts.append('<div class="verdict">' + "".join(f"<p>{escape(p)}</p>"
+                                                      for p in section.lead) + "</div>")
+    parts.append(f'<p class="intro">{escape(section.intro)}</p>')
     if section.refs:
         items = "".join(
             f'<li><span class="id">{escape(r.id)}</span> {escape(r.what)}: '
@@ -100,13 +108,16 @@ def _section(section: Section) -> str:
         parts.append(f'<div class="absent">{escape(section.absent)}</div>')
     if section.table is not None and section.table.rows:
         parts.append(table_html(section.table))
+    if section.table is not None and section.table.collapsed:
+        parts.append('<ul class="collapsed">' + "".join(
+            f"<li>{escape(collapsed_text(section.table, c))}</li>"
+            for c in section.table.collapsed) + "</ul>")
     if section.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>"
                                                     for n in section.notes) + "</ul>")
     for plot in section.plots:
         parts.append(f'<figure class="plot">{svg_text(plot, f"{section.key}-{plot.name}")}'
-                     f"<figcaption>{escape(plot.title)}: lines are this box's medians; black "
-                     "stars and dashed lines are the papers' figures (as reported)."
+                     f"<figcaption>{escape(plot.title)}: {escape(caption(plot))}"
                      "</figcaption></figure>")
     parts.append("</section>")
     return "\n".join(parts)
@@ -114,8 +125,8 @@ def _section(section: Section) -> str:
 
 def report_html(report: Report) -> str:
     runs = ", ".join(f"{r.run_id} on {r.host}" for r in report.runs)
-    nav = "".join(f'<a href="#{escape(s.key)}">{escape(s.title.split(" — ")[0])}</a>'
-                  for s in report.sections)
+    nav = "\n".join(f'<a href="#{escape(s.key)}">{escape(s.title.split(" — ")[0])}</a>'
+                    for s in report.sections)  # whitespace between links lets the bar wrap
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, numeric
-from nearlocal.report.plots import write_png
+from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, numeric
+from nearlocal.report.plots import caption, write_png
 from nearlocal.report.tables import Report, Section, Table, header
 
 
@@ -24,7 +24,9 @@ def table_markdown(table: Table) -> str:
 
 
 def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> str:
-    parts = [f"## {section.title}", "", section.intro, ""]
+    parts = [f"## {section.title}", ""]
+    parts += [f"**{lead}**\n" for lead in section.lead]
+    parts += [section.intro, ""]
     for ref in section.refs:
         parts.append(f"- **{ref.id}** ({ref.citation}): {_escape(ref.what)} — "
                      f"**{_escape(ref.text)}**")
@@ -34,6 +36,9 @@ def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> 
         parts += [f"> {section.absent}", ""]
     if section.table is not None and section.table.rows:
         parts += [table_markdown(section.table), ""]
+    if section.table is not None and section.table.collapsed:
+        parts += [f"- {collapsed_text(section.table, c)}" for c in section.table.collapsed]
+        parts.append("")
     for note in section.notes:
         parts.append(f"- {note}")
     if section.notes:
@@ -41,7 +46,7 @@ def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> 
     for plot in section.plots:
         path = folder / f"{stem}-{plot.name}.png"
         written.append(write_png(plot, path))
-        parts += [f"![{plot.title}]({path.name})", ""]
+        parts += [f"![{plot.title}]({path.name})", "", f"*{plot.title}: {caption(plot)}*", ""]
     return "\n".join(parts)
 
 

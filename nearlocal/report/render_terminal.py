@@ -7,7 +7,8 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, is_reason, numeric
+from nearlocal.console import print_table
+from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
 from nearlocal.report.tables import Report, Section, Table, header
 
 
@@ -25,6 +26,8 @@ def rich_table(table: Table) -> RichTable:
 
 def print_section(section: Section, console: Console) -> None:
     console.rule(f"[bold]{escape(section.title)}", align="left")
+    for lead in section.lead:
+        console.print(f"[bold]{escape(lead)}[/]")
     console.print(f"[dim]{escape(section.intro)}[/]")
     for ref in section.refs:
         console.print(f"  [cyan]{ref.id}[/] {escape(ref.what)}: [bold]{escape(ref.text)}[/] "
@@ -32,7 +35,10 @@ def print_section(section: Section, console: Console) -> None:
     if section.absent:
         console.print(f"[yellow]{escape(section.absent)}[/]")
     if section.table is not None and section.table.rows:
-        console.print(rich_table(section.table))
+        print_table(rich_table(section.table), console)
+    if section.table is not None:
+        for folded in section.table.collapsed:
+            console.print(f"  [dim]{escape(collapsed_text(section.table, folded))}[/]")
     for note in section.notes:
         console.print(f"  - {escape(note)}")
     if section.plots:

@@ -57,10 +57,22 @@ class Column:
             raise ValueError(f"column {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
 
 
+@dataclass(frozen=True)
+class Collapsed:
+    """Rows of a table that all lack a number for the same reason, shown as one line."""
+
+    count: int
+    reason: str
+    examples: tuple[str, ...]  # the distinct first key values of those rows (e.g. methods)
+
+
 @dataclass
 class Table:
     columns: list[Column]
     rows: list[list[Cell]]
+    keys: int = 0  # how many leading columns are keys (the rest are values)
+    collapse: bool = True  # rows without a number may be folded into one line per reason
+    collapsed: list[Collapsed] = field(default_factory=list)
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with one column per header (cells unformatted)."""
@@ -118,6 +130,7 @@ class Section:
     absent: str | None = None  # one line when this run has no data for the section
     notes: list[str] = field(default_factory=list)
     plots: list[PlotData] = field(default_factory=list)
+    lead: list[str] = field(default_factory=list)  # the verdict: paragraphs printed first
 
 
 @dataclass(frozen=True)
@@ -223,6 +236,7 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["src"], df["dst"] = _texts(src, df.index), _texts(dst, df.index)
     df["path"] = _texts((f"{a} -> {b}" for a, b in zip(src, dst, strict=True)), df.index)
     rank = [region_class(r, cpuless)[0] for r in df["region"]]
+    df["region_what"] = _texts((region_class(r, cpuless)[1] for r in df["region"]), df.index)
     peer_rank = [region_class(r, cpuless)[0] for r in df["peer"]]
     df["rank"] = pd.Series(rank, index=df.index, dtype="int64")
     df["peer_rank"] = pd.Series(peer_rank, index=df.index, dtype="int64")
@@ -296,7 +310,7 @@ def keyed_table(key_columns: list[Column], value_columns: list[Column], runs: li
         for cells in per_run:
             row += cells.get(key, [NOT_IN_RUN] + [None] * (len(value_columns) - 1))
         rows.append(row)
-    return Table(columns, rows)
+    return Table(columns, rows, keys=len(key_columns))
 
 
 def _refs(*ids: str) -> list[Figure]:
@@ -388,6 +402,7 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         [Column("ID"), Column("case"), Column("paper")],
         [Column("median (p10–p90)", "time"), Column("× paper", "ratio"), Column("region")],
         runs, per_run)
+    section.table.collapse = False  # one row per paper figure, measured or not
     section.notes.append("CPU rows are isolated transfers (drain=before: an mfence drains the "
                          "previous repetition before each sample starts), as the paper times one "
                          "16 KB operation; back-to-back rows (drain=none) are not compared here.")
@@ -546,6 +561,19 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
+def _pool_and_local_to_gpu(df: pd.DataFrame) -> dict[str, tuple]:
+    """Per GPU copy method, B11's pair of 64 KiB rows into a GPU: (from the most pool-like host
+    region, from local host memory: pinned first, then registered dram, then dram)."""
+    local_order = {"pinned": 0, "registered:dram": 1, "dram": 2}
+    rows = _gpu_rows(df)
+    rows = rows[(rows["size_bytes"] == SIZE_64K) & rows["contiguous"]
+                & rows["dst"].str.startswith("gpu:")]
+    rows = rows.assign(local_rank=[local_order.get(s.split("[")[0], 9) for s in rows["src"]])
+    return {method: (_best(group[group["src_rank"] < LOCAL_CLASS], ("src_rank",)),
+                     _best(group[group["src_rank"] == LOCAL_CLASS], ("local_rank",)))
+            for method, group in rows.groupby("method", sort=False)}
+
+
 def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     fig = figure("B11")
     paper_ratio = fig.value("pool -> GPU").ns() / fig.value("local DRAM -> GPU").ns()
@@ -558,17 +586,10 @@ def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         section.absent = "No 64 KiB GPU copy: " + _absent(runs, frames, GPU_COPY_METHODS,
                                                           "GPU copy")
         return section
-    local_order = {"pinned": 0, "registered:dram": 1, "dram": 2}
     per_run = []
     for df in frames:
-        rows = _gpu_rows(df)
-        rows = rows[(rows["size_bytes"] == SIZE_64K) & rows["contiguous"]
-                    & rows["dst"].str.startswith("gpu:")]
-        rows = rows.assign(local_rank=[local_order.get(s.split("[")[0], 9) for s in rows["src"]])
         cells: dict[tuple, list[Cell]] = {}
-        for method, group in rows.groupby("method", sort=False):
-            pool = _best(group[group["src_rank"] < LOCAL_CLASS], ("src_rank",))
-            local = _best(group[group["src_rank"] == LOCAL_CLASS], ("local_rank",))
+        for method, (pool, local) in _pool_and_local_to_gpu(df).items():
             pool_cell = stat_of(pool) if pool is not None else NoValue("no pool -> GPU row")
             local_cell = stat_of(local) if local is not None else NoValue("no local -> GPU row")
             cells[(method, f"{fig.value('pool -> GPU').text()} vs "
@@ -756,6 +777,7 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section.table = keyed_table([Column("medium"), Column("paper")],
                                 [Column("peak GB/s", "gbps"), Column("at size", "size"),
                                  Column("path"), Column("× paper", "ratio")], runs, per_run)
+    section.table.collapse = False  # one row per medium, measured or not
     return section
 
 
@@ -781,26 +803,148 @@ def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
-def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+NEAR_MATCH = ["method", "access", "attr", "peer", "pattern", "params"]
+
+
+def near_matches(df: pd.DataFrame) -> pd.DataFrame:
+    """Every measured row on a non-local host region that local dram was also measured at (same
+    method, access, attribute, peer, pattern and parameters), with `local_ns` and `ratio`."""
+    ok = df[df["ok"]]
+    base = ok[ok["region"] == "dram"].drop_duplicates(NEAR_MATCH).set_index(NEAR_MATCH)
+    others = ok[ok["rank"] < LOCAL_CLASS]
+    local = [base["median_ns"].get(tuple(row[m] for m in NEAR_MATCH))
+             for _, row in others.iterrows()]
+    others = others.assign(local_ns=pd.Series(local, index=others.index, dtype="float64"))
+    others = others[others["local_ns"].notna() & (others["local_ns"] > 0)]
+    return others.assign(ratio=others["median_ns"] / others["local_ns"])
+
+
+NEAR_INTRO = ("Every non-local region's median as a ratio of local dram's at the same method, "
+              "pattern, access, attribute, peer and parameters (1.00× = as fast as local; "
+              "2.00× = twice as slow).")
+
+
+def _ratio_text(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def _short_reason(reason: str) -> str:
+    """A skip reason's headline (`no GPU: cupy is not importable (...)` -> `no GPU`)."""
+    head = str(reason).split(":")[0].split(" (")[0].strip()
+    return head or str(reason)
+
+
+def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
+    """One paragraph: how near the measured regions are to local DRAM, what the run could not
+    measure and why, and how much of it is trustworthy."""
+    parts = []
+    near = near_matches(df)
+    if near.empty:
+        parts.append("This run measured no region besides local DRAM at a pattern local DRAM "
+                     "was also measured at, so it cannot say how near a pool is: name one "
+                     "with --region numa:N or devdax:/dev/daxX.Y (nearlocal probe lists them).")
+    else:
+        groups = []
+        for (region, what, rank), group in near.groupby(["region", "region_what", "rank"],
+                                                        sort=False):
+            groups.append((int(rank), region, what, group))
+        groups.sort(key=lambda g: (g[0], g[1]))
+        clauses = []
+        for _, region, what, group in groups[:3]:
+            ratios = group["ratio"]
+            by_access = "; ".join(
+                f"{access}s {_ratio_text(sub['ratio'].median())}"
+                for access, sub in group.groupby("access", sort=True))
+            if len(group) == 1:
+                only = group.iloc[0]
+                clauses.append(f"{region}, a {what}, takes {_ratio_text(ratios.iloc[0])} local "
+                               f"DRAM's time in the one case measured on both ({only['method']}"
+                               f" {only['access']}, {only['pattern']})")
+                continue
+            clauses.append(f"{region}, a {what}, takes {_ratio_text(ratios.median())} local "
+                           f"DRAM's time at the median of {len(group)} cases measured on both "
+                           f"({_ratio_text(ratios.min())} – {_ratio_text(ratios.max())}; "
+                           f"{by_access})")
+        more = f", and {len(groups) - 3} more regions below" if len(groups) > 3 else ""
+        parts.append("; ".join(clauses) + more + ".")
+        if groups[0][0] >= 3:
+            parts.append("No CXL pool (device-dax or a CPU-less NUMA node) was measured: shm "
+                         "and file mappings live in this box's own DRAM, so these ratios are "
+                         "the cost of a shared mapping, not of a pool.")
+    gpu = _pool_and_local_to_gpu(df)
+    pairs = [(m, pool, local) for m, (pool, local) in gpu.items() if pool is not None
+             and local is not None and pool["ok"] and local["ok"]]
+    if pairs:
+        method, pool, local = pairs[0]
+        fig = figure("B11")
+        paper = fig.value("pool -> GPU").ns() / fig.value("local DRAM -> GPU").ns()
+        parts.append(f"Into the GPU, 64 KiB by {method} from {pool['src']} takes "
+                     f"{_ratio_text(pool['median_ns'] / local['median_ns'])} the time from "
+                     f"{local['src']} (B11; Beluga reports {_ratio_text(paper)}).")
+    elif not _gpu_rows(df)["ok"].any():
+        gpu_rows = _gpu_rows(df)
+        why = (f" ({gpu_rows['reason'].iloc[0].split(' (')[0]})" if len(gpu_rows)
+               and gpu_rows["reason"].iloc[0] else "")
+        parts.append(f"No GPU path was measured{why}.")
+    counts = df["status"].value_counts()
+    converged = df["converged"] if "converged" in df else pd.Series(dtype=object)
+    unconverged = int((df["ok"] & converged.notna()
+                       & (converged.astype("boolean") == False)).sum())  # noqa: E712
+    skipped = df.loc[df["status"] == "skipped", "reason"].map(_short_reason).value_counts()
+    outcome = (f"{int(counts.get('ok', 0))} cases measured ({unconverged} not converged, "
+               f"marked †), {int(counts.get('failed', 0))} failed, "
+               f"{int(counts.get('skipped', 0))} skipped")
+    if len(skipped):
+        outcome += ": " + ", ".join(f"{reason} ({n})" for reason, n in skipped.head(4).items())
+        outcome += f" and {len(skipped) - 4} more reasons" if len(skipped) > 4 else ""
+    parts.append(outcome + ".")
+    text = " ".join(parts)
+    return f"Run {run.label} ({run.run_id} on {run.host}): {text}" if multi else text
+
+
+def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("near", "How near is local",
-                      "For each method, every non-local region's median as a ratio of local "
-                      "dram's at the same pattern, access, attribute, peer and parameters "
-                      "(1.00× = as fast as local; 2.00× = twice as slow).")
+                      "Per region and direction: the median, best and worst of its ratios to "
+                      "local dram over the cases both measured (every case is listed in "
+                      "\"How near is local: every case\" below). " + NEAR_INTRO)
+    section.lead = [verdict(run, df, len(runs) > 1) for run, df in zip(runs, frames,
+                                                                          strict=True)]
+    per_run = []
+    order: dict[tuple, tuple] = {}
+    for df in frames:
+        near = near_matches(df)
+        cells: dict[tuple, list[Cell]] = {}
+        for (region, what, access, rank), group in near.groupby(
+                ["region", "region_what", "access", "rank"], sort=False):
+            attrs = sorted(set(group["attr"]))
+            key = (region + ("" if attrs == ["wb"] else f" [{', '.join(attrs)}]"), what, access)
+            order[key] = (int(rank), key)
+            ratios = group["ratio"]
+            cells[key] = [len(group), float(ratios.median()), float(ratios.min()),
+                          float(ratios.max()),
+                          ", ".join(dict.fromkeys(group.sort_values("ratio")["method"]))]
+        per_run.append(cells)
+    if not any(per_run):
+        section.absent = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a "
+                          "pattern that local dram was also measured at.")
+        return section
+    section.table = keyed_table(
+        [Column("region"), Column("what it is"), Column("access")],
+        [Column("cases", "count"), Column("median ÷ local", "ratio"),
+         Column("best", "ratio"), Column("worst", "ratio"),
+         Column("methods (nearest first)")], runs, per_run, sort_key=lambda k: order[k])
+    return section
+
+
+def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("near-cases", "How near is local: every case", NEAR_INTRO)
     per_run = []
     for df in frames:
-        ok = df[df["ok"]]
-        match = ["method", "access", "attr", "peer", "pattern", "params"]
-        base = ok[ok["region"] == "dram"].drop_duplicates(match).set_index(match)["median_ns"]
-        others = ok[ok["rank"] < LOCAL_CLASS]
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in others.iterrows():
-            local = base.get(tuple(row[m] for m in match))
-            if local is None:
-                continue
+        for _, row in near_matches(df).iterrows():
             key = (row["method"], row["access"], row["pattern"], int(row["size_bytes"]),
                    _with_attr(row["region"], row["attr"]), _params_text(row["params_d"]))
-            cells[key] = [stat_of(row), float(local), _ratio(float(row["median_ns"]),
-                                                             float(local))]
+            cells[key] = [stat_of(row), float(row["local_ns"]), float(row["ratio"])]
         per_run.append(cells)
     if not any(per_run):
         section.absent = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a "
@@ -1021,6 +1165,7 @@ def build_report(data: list[RunData]) -> Report:
     runs = [run_info(i, run) for i, run in enumerate(data)]
     frames = [prepare(run) for run in data]
     sections = [
+        section_near_summary(runs, frames),  # the answer first, then the papers' tables
         section_runs(runs),
         section_b7(runs, frames),
         section_b8(runs, frames),
@@ -1037,4 +1182,32 @@ def build_report(data: list[RunData]) -> Report:
         section_skipped(runs, frames),
         section_references(),
     ]
+    for section in sections:
+        if section.table is not None and section.table.collapse:
+            collapse_unmeasured(section.table)
     return Report(runs, sections)
+
+
+def collapse_unmeasured(table: Table, min_rows: int = 2) -> None:
+    """Rows with no number at all (every value cell a reason or empty) that share their reasons
+    become one line per reason: a box without a GPU shows "184 rows: no GPU: ..." once instead
+    of 184 identical rows."""
+    if not table.keys:
+        return
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, row in enumerate(table.rows):
+        values = row[table.keys:]
+        if any(v is not None and not isinstance(v, NoValue) for v in values):
+            continue
+        reasons = tuple(dict.fromkeys(v.reason for v in values if isinstance(v, NoValue)))
+        if reasons:
+            groups.setdefault(reasons, []).append(index)
+    folded = set()
+    for reasons, indexes in groups.items():
+        if len(indexes) < min_rows:
+            continue
+        folded.update(indexes)
+        examples = tuple(dict.fromkeys(str(table.rows[i][0]) for i in indexes))
+        table.collapsed.append(Collapsed(len(indexes), "; ".join(reasons), examples))
+    table.rows = [row for index, row in enumerate(table.rows) if index not in folded]
+

@@ -14,6 +14,6 @@ SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns"]
 
 # The subset `nearlocal run --json PATH` writes.
 JSON_COLUMNS = [
-    "case_id", "method", "region", "attr", "pattern", "size_bytes", "fragment_count", "status",
-    "reason", "median_ns", "p99_ns", "gbps", "n_samples", "converged",
+    "case_id", "method", "access", "region", "attr", "pattern", "peer", "params", "size_bytes",
+    "fragment_count", "status", "reason", "median_ns", "p99_ns", "gbps", "n_samples", "converged",
 ]

@@ -168,6 +168,13 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
         return path
     if (Path(root) / str(ref) / "run.json").is_file():
         return Path(root) / str(ref)
+    matches = [p for p in list_runs(root) if p.name.startswith(str(ref))] if str(ref) else []
+    if len(matches) == 1:  # a unique prefix of a run id, as `nearlocal runs` lists them
+        return matches[0]
+    if matches:
+        raise UsageError(f"run {ref!r} is ambiguous: it begins {len(matches)} run ids ("
+                         f"{', '.join(m.name for m in matches[:3])}{', ...' if len(matches) > 3 else ''}"
+                         "); give more of the id")
     raise UsageError(f"no run {ref!r}: give a run directory or a run id from `nearlocal runs`")
 
 

@@ -1,0 +1,156 @@
+"""The command line as a new user meets it: comma lists for every selector, run-id prefixes,
+--version and --help, tables that stay readable in a CI log, rows told apart by access / peer /
+params (tables and --json), and progress that counts measured cases."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from nearlocal import console as console_module
+from nearlocal.cli import _selected_cases, build_parser, main, pattern_list, region_list
+from nearlocal.console import RunProgress, case_table, print_table
+from tests.report_fixtures import make_run, row
+
+TINY = ["--budget", "0.02", "--quiet"]
+
+
+def _cases(*argv: str):
+    return _selected_cases(build_parser().parse_args(["run", *argv]))
+
+
+def test_comma_lists_and_repeated_flags_select_the_same_cases():
+    listed = _cases("--method", "nt-store,store", "--attr", "wb,uc", "--size", "16KiB,64KiB",
+                    "--region", "dram,dram:thp", "--peer", "dram")
+    repeated = _cases("--method", "nt-store", "--method", "store", "--attr", "wb", "--attr",
+                      "uc", "--size", "16KiB", "--size", "64KiB", "--region", "dram",
+                      "--region", "dram:thp")
+    assert listed == repeated and len(listed) == 2 * 2 * 2 * 2
+    assert {c.method for c in listed} == {"nt-store", "store"}
+    assert len(_cases("--method", "load,load", "--size", "4k,4096")) == 1  # duplicates dropped
+
+
+def test_region_lists_keep_the_commas_of_region_options():
+    assert region_list("--region", ["dram,node=0,numa:1"]) == ["dram:node=0", "numa:1"]
+    assert region_list("--region", ["dram:2M,node=0,shm:x", "dram:thp"]) == [
+        "dram:2M,node=0", "shm:x", "dram:thp"]
+    assert region_list("--region", ["devdax:/dev/dax0.0@1GiB,64MiB,dram"]) == [
+        "devdax:/dev/dax0.0@1GiB,64MiB", "dram"]
+    assert region_list("--peer", ["gpu:0,gpu:1"]) == ["gpu:0", "gpu:1"]
+    assert region_list("--region", ["registered:dram,node=0"]) == ["registered:dram:node=0"]
+    assert pattern_list(["1024x160B,16KiB,kv:qwen2.5-32b:flash-attn:dense,rpc:128x64B"]) == [
+        "1024x160B", "16KiB", "kv:qwen2.5-32b:flash-attn:dense", "rpc:128x64B"]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--size", ","], "--size ',' has an empty item"),
+    (["--size", "16KiB,"], "--size '16KiB,' has an empty item"),
+    (["--method", "load,,store"], "--method 'load,,store' has an empty item"),
+    (["--region", ","], "--region ',' has an empty item"),
+    (["--method", "load,teleport"], "unknown method 'teleport'"),
+    (["--region", "dram,moon"], "unknown dram option 'moon'"),
+])
+def test_bad_lists_are_one_line_and_exit_2(argv, fragment, capsys, tmp_path):
+    assert main(["run", *argv, "--out", str(tmp_path), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_version_and_help_name_suites_methods_and_size_units(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("nearlocal 0.")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("quick", "kv", "rpc", "dsa", "gpu", "swiftcache", "all", "clflushopt-load"):
+        assert name in text
+    assert "4k = 4KiB = 4096 B" in text and "4KB = 4000 B" in text
+
+
+def test_run_id_prefixes(tmp_path, capsys):
+    a = make_run(tmp_path, [row("load")], run_id="20261201T010203-aaaaaa").name
+    make_run(tmp_path, [row("load")], run_id="20261201T010204-bbbbbb")
+    assert main(["show", "20261201T010203", "--out", str(tmp_path)]) == 0
+    assert a in capsys.readouterr().out
+    assert main(["show", "2026", "--out", str(tmp_path)]) == 2
+    assert "ambiguous" in capsys.readouterr().err
+
+
+def test_rows_of_one_run_are_told_apart_in_tables_and_json(tmp_path, capsys):
+    rows = [row("rpc-throughput", "shm:rpc", access="write", pattern="rpc:128x64B",
+                params={"protocol": p, "qd": q}) for p in ("flush", "coherent") for q in "18"]
+    rows += [row("memcpy", "shm:kv", access=a, median=m) for a, m in (("read", 10.0),
+                                                                      ("write", 20.0))]
+    make_run(tmp_path, rows, run_id="r1")
+    assert main(["show", "r1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| rpc-throughput")]
+    assert len(set(lines)) == 4 and any("protocol=flush qd=8" in line for line in lines)
+    assert any(line.startswith("| memcpy ") and "| write " in line for line in out.splitlines())
+    assert main(["show", "r1", "--out", str(tmp_path), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {(r["access"], r["peer"], json.dumps(r["params"], sort_keys=True))
+            for r in records if r["method"] == "rpc-throughput"} == {
+        ("write", "dram", json.dumps({"protocol": p, "qd": q}, sort_keys=True))
+        for p in ("flush", "coherent") for q in "18"}
+
+
+def test_run_json_carries_access_peer_and_params(tmp_path):
+    out = tmp_path / "rows.json"
+    assert main(["run", "--method", "load,store", "--size", "64", "--out", str(tmp_path / "s"),
+                 "--json", str(out), *TINY]) == 0
+    records = {r["method"]: r for r in json.loads(out.read_text())}
+    assert records["load"]["access"] == "read" and records["store"]["access"] == "write"
+    assert records["load"]["peer"] == "dram" and records["load"]["params"] == {}
+
+
+def test_tables_off_a_terminal_are_whole_markdown_rows():
+    cases = pd.DataFrame([row(m, "shm:a-long-region-name", size=2**20, median=1e5)
+                          for m in ("clflush-load", "clflushopt-load")])
+    buffer = io.StringIO()
+    print_table(case_table(cases, "run x"), Console(file=buffer, width=80))
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == "run x" and lines[1].startswith("| method")
+    body = [line for line in lines[3:] if line]
+    assert len(body) == 2 and "clflushopt-load" in body[1] and "…" not in buffer.getvalue()
+    assert len(body[0]) > 80  # the full width, not wrapped at 80 columns
+
+
+def test_a_narrow_terminal_folds_identifiers_but_never_cuts_them(monkeypatch):
+    cases = pd.DataFrame([row(m, "shm:a-long-region-name", size=2**20, median=1e5,
+                              params={"qd": "8"}) for m in ("clflush-load", "clflushopt-load")])
+    buffer = io.StringIO()
+    monkeypatch.setattr(console_module, "console", console_module._Console(
+        file=buffer, width=80, force_terminal=True, color_system=None))
+    console_module.print_run({"run_id": "x"}, cases)
+    text = buffer.getvalue()
+    assert "…" not in text and text.count("100.00 us") == 2  # every median is shown
+    assert max(len(line) for line in text.splitlines()) <= 80
+    first_column = "".join(line.split("│")[1].strip() for line in text.splitlines()
+                           if line.startswith("│"))
+    for case_id in cases["case_id"]:
+        assert case_id in first_column  # folded onto several lines, every character kept
+
+
+def test_progress_counts_measured_cases_and_prints_lines_off_a_terminal(monkeypatch):
+    clock = iter(float(t) for t in range(0, 100, 4))
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    buffer = io.StringIO()
+    ids = ["a/skip", "b/one", "c/skip", "d/two", "e/three"]
+    runnable = [False, True, False, True, True]
+    with RunProgress(ids, runnable, 0.5, target=Console(file=buffer), interval_s=3) as progress:
+        assert progress.total == 3 and progress._current() == "b/one"
+        for case_id, run in zip(ids, runnable, strict=True):
+            progress.finished({"case_id": case_id, "status": "ok" if run else "skipped",
+                               "median_ns": 1500.0})
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].startswith("measuring 3 cases (2 skipped")
+    assert lines[1].startswith("[1/3] 4 s, ETA 1 s: b/one 1.50 us")  # the budget: 2 x 0.5 s
+    assert lines[2].startswith("[2/3] 8 s, ETA 4 s: d/two")  # then the pace: 1 x 4 s
+    assert lines[-1].startswith("[3/3]") and len(lines) == 4
+    assert console_module._duration(3725) == "1h02m"

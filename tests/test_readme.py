@@ -1,0 +1,112 @@
+"""Every command line the README shows is one the CLI accepts: each parses, every `run` line's
+selection expands to valid cases (region and pattern syntax, method parameters), `kv` lines run,
+and one README line is run for real with the store / show / report commands after it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nearlocal.cli import _selected_cases, build_parser, main
+from nearlocal.errors import UsageError
+from nearlocal.harness import cases as case_rules
+from nearlocal.hwprobe import probe
+from nearlocal.hwprobe.numa import NumaNode
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+# Placeholders the README uses for things only the reader's box has.
+PLACEHOLDERS = {"RUN_A": "latest", "RUN_B": "latest", "$STORE": "{out}",
+                '"$GITHUB_STEP_SUMMARY"': "{out}/summary.md"}
+# What a region validator may say about a device this box lacks; anything else is a README error.
+ABSENT_HERE = ("does not exist", "not a device-dax")
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every `nearlocal ...` command in the README's code blocks (fenced or indented), with
+    continuation lines joined and comments dropped."""
+    commands, fenced, pending = [], False, ""
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not (fenced or line.startswith("    ")):
+            continue
+        code, pending = pending + line.strip(), ""
+        if code.endswith("\\"):
+            pending = code[:-1] + " "
+            continue
+        for segment in code.split("&&"):
+            segment = re.sub(r"^(- )?(if: .*|run: )", "", segment.strip()).split(" #")[0]
+            if segment.strip().startswith("nearlocal "):
+                commands.append(segment.strip())
+    return commands
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+def _argv(command: str, out: Path) -> list[str]:
+    for name, value in PLACEHOLDERS.items():
+        command = command.replace(name, value.format(out=out))
+    return shlex.split(command)[1:]
+
+
+def test_the_readme_shows_commands():
+    assert len(COMMANDS) > 20
+    assert any("--region dram,dram:thp,numa:0" in c for c in COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def inventory():
+    """This box, with a second (CPU-less) NUMA node so `numa:1` examples validate anywhere."""
+    box = probe()
+    if not any(n.node == 1 for n in box.numa):
+        box = replace(box, numa=[*box.numa, NumaNode(1, [], 2**34, [20, 10])])
+    return box
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_readme_command_parses(command, tmp_path, inventory, capsys):
+    if command == "nearlocal --version":
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(["--version"])
+        assert exited.value.code == 0 and capsys.readouterr().out.startswith("nearlocal 0.")
+        return
+    args = build_parser().parse_args(_argv(command, tmp_path))
+    assert callable(args.func)
+    if args.command != "run":
+        return
+    cases = _selected_cases(args)
+    assert cases
+    for case in cases:
+        try:
+            case_rules.validate(case, inventory)
+        except UsageError as exc:  # only the absence of the README's device is acceptable
+            assert any(text in str(exc) for text in ABSENT_HERE), (command, str(exc))
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("nearlocal kv")])
+def test_readme_kv_commands_run(command, tmp_path, capsys):
+    assert main(_argv(command, tmp_path)) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_a_readme_run_line_then_runs_show_and_report(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = next(c for c in COMMANDS if "--region dram,dram:thp,numa:0" in c)
+    argv = _argv(line, tmp_path)
+    assert main([*argv, "--quiet", "--budget", "0.02"]) == 0
+    stored = capsys.readouterr().out
+    run_id = Path(stored.split("stored ")[-1].strip()).name
+    for command in ("nearlocal runs", "nearlocal show", "nearlocal show latest --all",
+                    f"nearlocal show {run_id[:8]}", "nearlocal report --html report.html",
+                    "nearlocal report --markdown report.md"):
+        assert main(_argv(command, tmp_path)) == 0, command
+    out = capsys.readouterr().out
+    assert "dram:thp" in out and run_id in out
+    assert (tmp_path / "report.html").exists() and (tmp_path / "report.md").exists()
+    assert "wrote report.html" in out and "wrote report.md" in out
