@@ -6,6 +6,8 @@ import argparse
 import importlib
 import itertools
 import json
+import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -89,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
     if args.json and not Path(args.json).parent.resolve().is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
+    if args.json and Path(args.json).is_dir():  # checked before measuring, not after
+        raise UsageError(f"--json {args.json}: is a directory; give a file name")
     inventory = probe()
     cases = _selected_cases(args)
     for case in cases:
@@ -113,9 +117,10 @@ def _run(args: argparse.Namespace) -> int:
         runner = Runner(inventory, settings, store, on_case)
         try:
             runner.run(cases)
-        except KeyboardInterrupt:
-            interrupted = True
-    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=interrupted)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): keep what was measured
+            interrupted = exc
+    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        interrupted=bool(interrupted))
     from nearlocal.results import load
 
     run = load(path)
@@ -124,24 +129,25 @@ def _run(args: argparse.Namespace) -> int:
             run.cases[JSON_COLUMNS].to_json(orient="records", indent=1))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
-    console.console.print(f"stored {path}")
-    return 130 if interrupted else 0
+    console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
+    return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from nearlocal.console import console
-    from nearlocal.results.store import list_runs
+    from nearlocal.results.store import list_runs, require_store, survey_run
 
     table = Table(title=f"runs in {args.out}", title_justify="left")
     for column in ("run", "suite", "started", "cases", "complete", "host"):
         table.add_column(column)
-    for path in list_runs(Path(args.out)):
-        meta = json.loads((path / "run.json").read_text())
+    for path in list_runs(require_store(Path(args.out))):
+        meta, state = survey_run(path)  # a damaged run is listed and marked, never fatal
+        inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else {}
         table.add_row(path.name, str(meta.get("suite", "")), str(meta.get("started", "")),
-                      str(meta.get("n_cases", "")), str(meta.get("complete", False)),
-                      str(meta.get("inventory", {}).get("hostname", "")))
+                      str(meta.get("n_cases", "")), "yes" if not state else f"no: {state}",
+                      str(inventory.get("hostname", "")))
     console.print(table)
     return 0
 
@@ -155,6 +161,9 @@ def _show(args: argparse.Namespace) -> int:
         print(run.cases.to_json(orient="records", indent=1))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
+    if run.incomplete:  # on stderr: `show --json` stays valid JSON
+        print(f"nearlocal: run {run.run_id} is incomplete ({run.incomplete}): "
+              f"{len(run.cases)} cases", file=sys.stderr)
     return 0
 
 
@@ -205,16 +214,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what was measured is stored, nearlocal's files removed."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe (`show --json | head`) surfaces here, not at exit
+        return code
     except UsageError as exc:
         print(f"nearlocal: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("nearlocal: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("nearlocal: " + ("terminated" if isinstance(exc, Terminated) else "interrupted"),
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    except BrokenPipeError:  # the reader went away: not an error of ours, and no traceback
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods
 from nearlocal.harness.stats import StoppingRule, summarize
-from nearlocal.regions import MappedRegion, parse_region, region_kind
+from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
 from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 
@@ -51,11 +51,13 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
     if case.access == "write":
         pattern = pattern.swapped()  # scattered pieces land in the region, packed in the peer
     region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
-    region_size = pattern.src_span if case.access == "read" else pattern.dst_span
-    peer_size = pattern.dst_span if case.access == "read" else pattern.src_span
+    region_size, peer_size = case.spans()
+    for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
+        check_capacity(spec, size)  # the in-process front end validates nothing else
     region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
     try:
-        peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", True)
+        # the peer is a region too: a user's file there is written only with --allow-write
+        peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", allow_write)
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,

@@ -7,6 +7,7 @@ from nearlocal.regions.base import (
     RegionKind,
     RegionSpec,
     attribute_unavailable,
+    check_capacity,
     parse_region,
     region_kind,
     register_region_kind,
@@ -30,5 +31,5 @@ def load_providers() -> None:
 
 __all__ = [
     "ATTRIBUTES", "REGION_KINDS", "MappedRegion", "RegionKind", "RegionSpec",
-    "attribute_unavailable", "load_providers", "parse_region", "region_kind", "register_region_kind",
+    "attribute_unavailable", "check_capacity", "load_providers", "parse_region", "region_kind", "register_region_kind",
 ]

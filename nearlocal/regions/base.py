@@ -74,6 +74,9 @@ class RegionKind:
     open: Callable[[RegionSpec, int, str, bool], MappedRegion]  # (spec, size, attr, allow_write)
     user_owned: Callable[[RegionSpec], bool] = lambda spec: False  # writes need --allow-write
     instances: Callable[[HostInventory], list[str]] | None = None  # specs probe lists for this box
+    # (bytes a new region of this spec can take now, what holds them); None: not limited here,
+    # e.g. an existing file or a device window the open itself checks
+    capacity: Callable[[RegionSpec], tuple[int, str] | None] | None = None
 
 
 REGION_KINDS: dict[str, RegionKind] = {}
@@ -100,6 +103,18 @@ def parse_region(text: str) -> RegionSpec:
 
 def region_kind(spec: RegionSpec) -> RegionKind:
     return REGION_KINDS[spec.kind]
+
+
+def check_capacity(spec: RegionSpec, size: int) -> None:
+    """Refuse, before anything is created, a region larger than what can hold it (free memory,
+    the file system's free space): filling /dev/shm or RAM ends with the OOM killer."""
+    kind = region_kind(spec)
+    found = kind.capacity(spec) if kind.capacity else None
+    if found is not None and size > found[0]:
+        from nearlocal.units import format_size
+
+        raise UsageError(f"{spec.text} cannot hold {format_size(size)}: {found[1]} has "
+                         f"{format_size(found[0])} free; choose a smaller size")
 
 
 def attribute_unavailable(spec: RegionSpec, attr: str) -> str | None:
