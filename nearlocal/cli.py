@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import json
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
     if cases and all(r and "--allow-write" in r for r in reasons):
         raise UsageError("every selected case writes to memory you did not allow: "
-                         "pass --allow-write to write to " + ", ".join({c.region for c in cases}))
+                         "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
     meta = run_metadata(inventory, settings, args.suite)
@@ -240,10 +241,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
     except BrokenPipeError:  # the reader went away: not an error of ours, and no traceback
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
         return 141
     finally:
         if previous is not None:

@@ -85,6 +85,6 @@ def test_an_unfinished_run_keeps_its_cases_on_disk(tmp_path):
     assert not run.complete and "partial" in run.incomplete
     assert list(run.cases["case_id"]) == ["a"] and list(run.samples_of("a")) == [1.0, 1.0, 1.0]
     assert load(None, tmp_path).run_id == "r2"  # the latest, even killed
-    with pytest.raises(UsageError, match="incomplete.*--allow-incomplete"):
+    with pytest.raises(UsageError, match=r"incomplete.*--allow-incomplete"):
         run.require_complete("a baseline")
     run.require_complete("a baseline", allow_incomplete=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -83,7 +84,15 @@ class Runner:
     def _start_worker(self) -> _Worker:
         parent, child = self._context.Pipe()
         process = self._context.Process(target=worker_main, args=(child, self.settings), daemon=True)
-        process.start()
+        # the child starts with SIGINT ignored (until worker_main says the same): a Ctrl-C while
+        # it imports would print its KeyboardInterrupt traceback; the parent handles Ctrl-C
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            process.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         child.close()
         if not parent.poll(WORKER_START_TIMEOUT_S):
             process.kill()

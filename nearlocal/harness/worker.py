@@ -105,14 +105,22 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
 
 
 def worker_main(conn, settings: WorkerSettings) -> None:
+    import signal
+
     from nearlocal.kernels.timer import measure_clock
 
+    # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
+    # measured); a KeyboardInterrupt traceback from here would only be noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     load_methods()
     clock = measure_clock()
     overhead = clock.overhead_ticks
     conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
     while True:
-        message = conn.recv()
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the parent is gone (killed): nothing left to measure for
+            return
         if message is None:
             return
         case = Case.from_dict(message)

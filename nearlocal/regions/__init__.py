@@ -31,5 +31,6 @@ def load_providers() -> None:
 
 __all__ = [
     "ATTRIBUTES", "REGION_KINDS", "MappedRegion", "RegionKind", "RegionSpec",
-    "attribute_unavailable", "check_capacity", "load_providers", "parse_region", "region_kind", "register_region_kind",
+    "attribute_unavailable", "check_capacity",
+    "load_providers", "parse_region", "region_kind", "register_region_kind",
 ]

@@ -227,7 +227,7 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
             ratio = value.get("ratio", 1.0)
             if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not \
                     0 < ratio < math.inf:
-                raise UsageError(f"{key}: ratio must be a positive finite number, got {ratio!r}")
+                raise UsageError(f"{key}: ratio must be a positive number (finite), got {ratio!r}")
             reference = _make_case(_merge(fields, {k: v for k, v in value.items() if k != "ratio"}),
                                    key)
             if reference == case:
@@ -236,12 +236,12 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
         elif metric == "gbps" or key.endswith("_gbps"):
             if isinstance(value, bool) or not isinstance(value, int | float) or not \
                     0 < value < math.inf:
-                raise UsageError(f"{key} must be a positive finite number of GB/s, got {value!r}")
+                raise UsageError(f"{key} must be a positive number of GB/s (finite), got {value!r}")
             kind, bound = key.removesuffix("_gbps"), float(value)
         else:
             kind, bound = key, _duration_ns(value)
             if not 0 < bound < math.inf:  # max = inf would always pass, min = nan never
-                raise UsageError(f"{key} must be a positive finite duration, got {value!r}")
+                raise UsageError(f"{key} must be a positive duration (finite), got {value!r}")
     except UsageError as exc:
         raise fail(key, str(exc)) from None
     return Requirement(index, name, case, metric, kind, bound, reference)

@@ -33,6 +33,10 @@ def _report(args: argparse.Namespace) -> int:
     markdown = _output_path(args.markdown, "--markdown", (".md",))
     refs = args.runs or [None]
     data = [load(ref, Path(args.out)) for ref in refs]
+    for run in data:  # also in the report's run table; said here so it is not missed
+        if run.incomplete:
+            console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): its "
+                          f"figures cover only the {len(run.cases)} cases it stored[/]")
     report = build_report(data)
     if not args.quiet:
         print_report(report, console)

@@ -288,13 +288,17 @@ def survey_run(path: Path) -> tuple[dict, str]:
         meta = read_meta(path)
     except UsageError as exc:
         return {}, "damaged: " + str(exc).split(": ", 1)[-1]
-    for name in ("cases.parquet", "samples.parquet"):
+    for name, required in (("cases.parquet", REQUIRED_CASE_COLUMNS),
+                           ("samples.parquet", tuple(SAMPLE_COLUMNS))):
         file = path / name
         if file.exists():
             try:
-                pq.read_metadata(file)
-            except Exception:  # noqa: BLE001 - truncated, zero bytes, not Parquet
+                names = pq.read_schema(file).names
+            except Exception:  # truncated, zero bytes, not Parquet
                 return meta, f"damaged: {name} is not a readable Parquet file"
+            missing = [column for column in required if column not in names]
+            if missing:
+                return meta, f"damaged: {name} lacks {', '.join(missing)}"
     state = run_state(path, meta)
     if state and not (path / "cases.parquet").exists() and (path / "partial").is_dir():
         meta = {**meta, "n_cases": len(list((path / "partial").glob("[0-9]*.json")))}
