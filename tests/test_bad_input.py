@@ -305,3 +305,23 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "_atomic_write_bytes", real)
     run = load("r", tmp_path)
     assert len(run.cases) == 2 and not run.complete
+
+
+def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
+    from nearlocal.harness.cases import Case
+    from nearlocal.regions import files_to_create, remove_leftovers
+
+    left, held = tmp_path / "left.bin", tmp_path / "held.bin"
+    case = Case("memcpy", f"file:{left}", pattern="4KiB", peer=f"file:{held}")
+    assert files_to_create(case) == [left, held]
+    left.write_bytes(b"x")  # what a worker killed mid-case leaves
+    (tmp_path / ".left.bin.nearlocal-1234abcd").write_bytes(b"x")
+    held.write_bytes(b"y")  # made meanwhile by another live run: it holds a flock
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        remove_leftovers([left, held])
+    finally:
+        os.close(fd)
+    assert not left.exists() and held.exists()
+    assert not list(tmp_path.glob(".left.bin.*"))

@@ -20,11 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZES = ",".join(str(64 << k) for k in range(12))  # 12 cases: the run is still going when killed
 
 
+def _shm(out: Path) -> Path:
+    return Path("/dev/shm") / f"nearlocal-i13-test-{os.getpid()}-{out.parent.name[-24:]}"
+
+
 def _start_run(out: Path) -> subprocess.Popen:
+    """A run on a shm: region nearlocal creates per case: it must be gone however the run ends."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size", SIZES,
-         "--budget", "0.2", "--quiet", "--out", str(out)],
+         "--region", f"shm:{_shm(out).name}", "--budget", "0.2", "--quiet", "--out", str(out)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
 
@@ -61,6 +66,7 @@ def test_a_sigkilled_run_reads_back_its_cases(tmp_path, capsys):
     process.kill()  # the parent only, as the OOM killer would
     process.communicate(timeout=30)
     _reap_group(process)
+    assert not _shm(out).exists() and not list(Path("/dev/shm").glob(f".{_shm(out).name}.*"))
     run = load(path.name, out)
     assert not run.complete and "partial" in run.incomplete
     assert len(run.cases) >= 2 and set(run.cases["status"]) <= {"ok", "failed"}
@@ -85,6 +91,7 @@ def test_sigterm_and_ctrl_c_store_an_interrupted_run_without_traceback(tmp_path,
     _, err = process.communicate(timeout=60)
     _reap_group(process)
     assert process.returncode == code, err
+    assert not _shm(out).exists() and not list(Path("/dev/shm").glob(f".{_shm(out).name}.*"))
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     run = load(path.name, out)
     assert run.meta["interrupted"] and not run.meta["complete"] and not run.complete

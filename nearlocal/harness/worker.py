@@ -4,6 +4,7 @@ SIGSEGV) takes down only this process; the parent records the signal and starts 
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -110,8 +111,10 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     from nearlocal.kernels.timer import measure_clock
 
     # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
-    # measured); a KeyboardInterrupt traceback from here would only be noise.
+    # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
+    # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     load_methods()
     clock = measure_clock()
     overhead = clock.overhead_ticks
@@ -125,10 +128,12 @@ def worker_main(conn, settings: WorkerSettings) -> None:
             return
         case = Case.from_dict(message)
         try:
-            row, raw, ns = measure(case, settings, overhead)
-            conn.send(("ok", row, raw, ns))
+            reply = ("ok", *measure(case, settings, overhead))
         except UsageError as exc:
-            conn.send(("failed", str(exc)))
+            reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run
-            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            conn.send(("failed", detail))
+            reply = ("failed", traceback.format_exception_only(type(exc), exc)[-1].strip())
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (killed) while this case ran
+            return

@@ -8,9 +8,11 @@ from nearlocal.regions.base import (
     RegionSpec,
     attribute_unavailable,
     check_capacity,
+    files_to_create,
     parse_region,
     region_kind,
     register_region_kind,
+    remove_leftovers,
 )
 
 _PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.gpu.regions"]
@@ -30,7 +32,17 @@ def load_providers() -> None:
 
 
 __all__ = [
-    "ATTRIBUTES", "REGION_KINDS", "MappedRegion", "RegionKind", "RegionSpec",
-    "attribute_unavailable", "check_capacity",
-    "load_providers", "parse_region", "region_kind", "register_region_kind",
+    "ATTRIBUTES",
+    "REGION_KINDS",
+    "MappedRegion",
+    "RegionKind",
+    "RegionSpec",
+    "attribute_unavailable",
+    "check_capacity",
+    "files_to_create",
+    "load_providers",
+    "parse_region",
+    "region_kind",
+    "register_region_kind",
+    "remove_leftovers",
 ]

@@ -275,6 +275,10 @@ def _held_by_a_run(path: Path) -> bool:
     return False
 
 
+def _file_creates(spec: RegionSpec) -> Path:
+    return _file_path(spec)
+
+
 def _in_use(spec: RegionSpec) -> str:
     return (f"{_file_path(spec)} is in use by another running nearlocal process (it created the "
             f"file and removes it when done): give another name than {spec.text!r}, or wait")
@@ -391,11 +395,12 @@ register_region_kind(RegionKind(
     summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: [], capacity=_file_capacity,
+    creates=_file_creates,
 ))
 register_region_kind(RegionKind(
     name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
     summary="POSIX shared memory /dev/shm/NAME, shared between processes",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: ["shm:nearlocal"],
-    capacity=_file_capacity,
+    capacity=_file_capacity, creates=_file_creates,
 ))

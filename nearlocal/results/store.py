@@ -11,6 +11,7 @@ Files follow the umask (a CI store is often shared by a group), not mkstemp's 06
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -111,10 +112,16 @@ class Store:
             path.mkdir()  # never overwrite a run
         except FileExistsError:
             raise UsageError(f"run {path} already exists; runs are never overwritten") from None
-        (path / "partial").mkdir()
         meta = {**meta, "run_id": run_id, "schema_version": SCHEMA_VERSION, "complete": False}
         store = cls(path, meta)
-        store._write_meta()
+        try:
+            (path / "partial").mkdir()
+            store._write_meta()
+        except OSError as exc:  # a full disk before the first case: nothing measured to keep
+            for leftover in (path / "partial", path):
+                with contextlib.suppress(OSError):
+                    leftover.rmdir()
+            raise UsageError(f"cannot start run {path}: {exc.strerror}") from None
         return store
 
     def _write_meta(self) -> None:
