@@ -145,10 +145,11 @@ def test_bad_imports_are_one_line_and_exit_2(store, tmp_path, capsys, entry, fra
                      fragment)
 
 
-def test_binary_import_file(store, tmp_path, capsys):
+def test_binary_json_files(store, tmp_path, capsys):
     path = tmp_path / "bench.json"
     path.write_bytes(b"\xff\xfe\x00binary")
     _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, "not a JSON file")
+    _one_line_exit_2(["kv", "--model", str(path)], capsys, "binary")
 
 
 # ------------------------------------------------------------------ incomplete runs

@@ -316,10 +316,12 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
     """A run directory from a path, a run id in the store, `latest`, or None (the latest; a run
     killed part way counts, and says it is incomplete)."""
     if ref is None or str(ref) == "latest":
-        runs = [p for p in list_runs(require_store(root))
+        runs = [p for p in list_runs(root)
                 if (p / "cases.parquet").exists() or (p / "partial").is_dir()]
         if not runs:
-            raise UsageError(f"no runs in {root}: run `nearlocal run` first")
+            missing = "" if Path(root).is_dir() else " (the directory does not exist)"
+            raise UsageError(f"no runs in {root}{missing}: run `nearlocal run` first, or give "
+                             "the store's root with --out")
         return runs[-1]
     path = Path(ref)
     if (path / "run.json").is_file():
