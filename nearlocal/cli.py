@@ -94,11 +94,15 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     if args.json and Path(args.json).is_dir():  # checked before measuring, not after
         raise UsageError(f"--json {args.json}: is a directory; give a file name")
+    if args.json and not os.access(Path(args.json).parent.resolve(), os.W_OK):
+        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} is not writable")
     inventory = probe()
     cases = _selected_cases(args)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
+    if cases and all(r and "cannot hold" in r for r in reasons):  # e.g. --size 1TiB on shm:
+        raise UsageError(next(r for r in reasons if r))
     if cases and all(r and "--allow-write" in r for r in reasons):
         raise UsageError("every selected case writes to memory you did not allow: "
                          "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
@@ -126,8 +130,12 @@ def _run(args: argparse.Namespace) -> int:
 
     run = load(path)
     if args.json:
-        Path(args.json).write_text(
-            run.cases[JSON_COLUMNS].to_json(orient="records", indent=1))
+        try:
+            Path(args.json).write_text(
+                run.cases[JSON_COLUMNS].to_json(orient="records", indent=1))
+        except OSError as exc:  # the run itself is stored: say where
+            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
+                             f"stored in {path}") from None
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))

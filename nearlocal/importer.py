@@ -87,6 +87,11 @@ def _check_entry(path: Path, bench: dict) -> None:
     data = (stats or {}).get("data")
     if data is not None and not isinstance(data, list):
         raise UsageError(f"{path}: benchmark {name!r}: stats.data must be a list of round times")
+    bad = next((t for t in data or [] if isinstance(t, bool) or not isinstance(t, int | float)
+                or not 0 <= t < math.inf), None)
+    if bad is not None:
+        raise UsageError(f"{path}: benchmark {name!r}: stats.data holds {bad!r}, not a round time "
+                         "in seconds (a finite number >= 0)")
 
 
 def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:

@@ -326,3 +326,13 @@ def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
         os.close(fd)
     assert not left.exists() and held.exists()
     assert not list(tmp_path.glob(".left.bin.*"))
+
+
+def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
+    """Alone it is exit 2 (test_bad_values...); among others (a suite) it is a skipped row."""
+    from nearlocal.harness.cases import Case, unavailable
+    from nearlocal.hwprobe import probe
+
+    inventory = probe()
+    assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**50}B"), inventory, False)
+    assert unavailable(Case("load", "dram", pattern="64B"), inventory, False) is None

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import get_method
 from nearlocal.hwprobe import HostInventory
-from nearlocal.regions import attribute_unavailable, check_capacity, parse_region, region_kind
+from nearlocal.regions import attribute_unavailable, capacity_problem, parse_region, region_kind
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,6 @@ def validate(case: Case, inventory: HostInventory) -> None:
         region_kind(spec).validate(spec, inventory)
     attribute_unavailable(parse_region(case.region), case.attr)  # unknown attribute raises
     parse_pattern(case.pattern)
-    for text, size in zip((case.region, case.peer), case.spans(), strict=True):
-        check_capacity(parse_region(text), size)  # before anything is created
 
 
 def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:
@@ -124,6 +122,10 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
     reason = attribute_unavailable(spec, case.attr)
     if reason:
         return reason
+    for one, size in zip((spec, peer), case.spans(), strict=True):
+        reason = capacity_problem(one, size)  # refused before anything is created
+        if reason:
+            return reason
     written, written_kind = (spec, kind) if case.writes_region else (peer, peer_kind)
     if written_kind.user_owned(written) and not allow_write:
         role = "" if case.writes_region else "the peer "

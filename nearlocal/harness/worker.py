@@ -54,7 +54,7 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
     region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
     region_size, peer_size = case.spans()
     for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
-        check_capacity(spec, size)  # the in-process front end validates nothing else
+        check_capacity(spec, size)  # again here: free memory may have gone since planning
     region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
     try:
         # the peer is a region too: a user's file there is written only with --allow-write

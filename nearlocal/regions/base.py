@@ -147,16 +147,24 @@ def _locked(path: Path) -> bool:
     return False
 
 
-def check_capacity(spec: RegionSpec, size: int) -> None:
-    """Refuse, before anything is created, a region larger than what can hold it (free memory,
-    the file system's free space): filling /dev/shm or RAM ends with the OOM killer."""
+def capacity_problem(spec: RegionSpec, size: int) -> str | None:
+    """Why a region of this size must not be created (more than the free memory or the file
+    system's free space can hold: filling /dev/shm or RAM ends with the OOM killer), or None."""
     kind = region_kind(spec)
     found = kind.capacity(spec) if kind.capacity else None
     if found is not None and size > found[0]:
         from nearlocal.units import format_size
 
-        raise UsageError(f"{spec.text} cannot hold {format_size(size)}: {found[1]} has "
-                         f"{format_size(found[0])} free; choose a smaller size")
+        return (f"{spec.text} cannot hold {format_size(size)}: {found[1]} has "
+                f"{format_size(found[0])} free; choose a smaller size")
+    return None
+
+
+def check_capacity(spec: RegionSpec, size: int) -> None:
+    """capacity_problem as a UsageError: the last check before a region is created."""
+    problem = capacity_problem(spec, size)
+    if problem:
+        raise UsageError(problem)
 
 
 def attribute_unavailable(spec: RegionSpec, attr: str) -> str | None:

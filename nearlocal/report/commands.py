@@ -48,7 +48,8 @@ def _report(args: argparse.Namespace) -> int:
             console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
                                                  if len(files) > 1 else ""))
     except OSError as exc:  # e.g. no permission: one line, exit 2
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        raise UsageError(f"cannot write {exc.filename or html or markdown}: "
+                         f"{exc.strerror or exc}") from None
     return 0
 
 

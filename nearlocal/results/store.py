@@ -319,7 +319,8 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
         runs = [p for p in list_runs(root)
                 if (p / "cases.parquet").exists() or (p / "partial").is_dir()]
         if not runs:
-            missing = "" if Path(root).is_dir() else " (the directory does not exist)"
+            missing = "" if Path(root).is_dir() else \
+                f" ({'not a directory' if Path(root).exists() else 'the directory does not exist'})"
             raise UsageError(f"no runs in {root}{missing}: run `nearlocal run` first, or give "
                              "the store's root with --out")
         return runs[-1]
