@@ -100,6 +100,7 @@ def test_runs_lists_the_others_and_marks_the_damaged_ones(store, capsys):
     (["compare", GOOD, GOOD, "--seed", "-1"], "--seed"),
     (["compare", GOOD, GOOD, "--history", "-1"], "--history"),
     (["runs", "--out", "/nonexistent/nearlocal"], "does not exist"),
+    (["baseline", "show", "--out", "/nonexistent/nearlocal"], "does not exist"),
 ])
 def test_bad_values_are_one_line_and_exit_2(store, capsys, argv, fragment):
     if "--out" not in argv:
@@ -149,7 +150,6 @@ def test_binary_json_files(store, tmp_path, capsys):
     path = tmp_path / "bench.json"
     path.write_bytes(b"\xff\xfe\x00binary")
     _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, "not a JSON file")
-    _one_line_exit_2(["kv", "--model", str(path)], capsys, "binary")
 
 
 # ------------------------------------------------------------------ incomplete runs

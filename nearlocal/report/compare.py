@@ -44,7 +44,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from nearlocal.errors import UsageError
-from nearlocal.results.store import RunData, load
+from nearlocal.results.store import RunData, load, require_store
 from nearlocal.units import format_ns, non_negative_int
 
 DEFAULT_THRESHOLD = 0.05
@@ -611,7 +611,7 @@ def _baseline(args) -> int:
         record = json.loads(path.read_text())
         console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
         return 0
-    records = baselines(root)
+    records = baselines(require_store(root))
     if not records:
         console.print(f"no baselines in {_baseline_dir(root)}")
     for record in records:

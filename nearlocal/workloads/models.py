@@ -89,8 +89,6 @@ def from_hf_config(path: str | Path) -> ModelConfig:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise UsageError(f"cannot read model config {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"model config {path} is binary, not JSON") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"model config {path} is not valid JSON: {exc.msg} "
                          f"(line {exc.lineno})") from None
