@@ -74,7 +74,7 @@ def test_a_sigkilled_run_reads_back_its_cases(tmp_path, capsys):
     for case_id, n in zip(ok["case_id"], ok["n_samples"], strict=True):
         assert len(run.samples_of(case_id)) == n  # every stored row has its samples
     assert main(["runs", "--out", str(out)]) == 0
-    assert "no: killed" in capsys.readouterr().out
+    assert "no: not" in capsys.readouterr().out
     assert main(["show", path.name, "--out", str(out)]) == 0
     assert "incomplete" in capsys.readouterr().err
 

@@ -284,7 +284,7 @@ def run_state(path: Path, meta: dict) -> str:
             return "samples.parquet is missing"
         return ""
     if (path / "partial").is_dir():
-        return "killed or still running: read from partial/"
+        return "not finished (killed, disk full or still running): read from partial/"
     return "no cases were stored"
 
 
