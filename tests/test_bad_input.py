@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -336,3 +338,26 @@ def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
     inventory = probe()
     assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**50}B"), inventory, False)
     assert unavailable(Case("load", "dram", pattern="64B"), inventory, False) is None
+
+
+def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
+    """A file nearlocal made (xattr) whose maker is dead and holds no lock may be replaced; the
+    same file without the marker is the user's and needs --allow-write."""
+    from nearlocal.harness.cases import Case, unavailable
+    from nearlocal.hwprobe import probe
+    from nearlocal.regions.host import CREATED_XATTR, _left_by_a_dead_run
+
+    path = tmp_path / "left.bin"
+    path.write_bytes(b"\0" * 8192)
+    case = Case("store", f"file:{path}", pattern="4KiB")
+    inventory = probe()
+    assert "--allow-write" in unavailable(case, inventory, False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    try:
+        os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{dead}".encode())
+    except OSError:
+        pytest.skip("no user xattrs on this file system")
+    assert _left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
+    os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{os.getpid()}".encode())
+    assert not _left_by_a_dead_run(path)  # its maker is alive

@@ -275,6 +275,33 @@ def _held_by_a_run(path: Path) -> bool:
     return False
 
 
+CREATED_XATTR = "user.nearlocal.created"  # "<hostname>:<pid>" of the process that made the file
+
+
+def _maker() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}"
+
+
+def _left_by_a_dead_run(path: Path) -> bool:
+    """True for a file nearlocal created (its xattr says so) whose maker, on this host, is dead
+    and holds no lock: a SIGKILLed run's leftover, not a user's file, so it may be replaced."""
+    try:
+        if os.path.islink(path):
+            return False
+        host, _, pid = os.getxattr(path, CREATED_XATTR).decode().rpartition(":")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if host != os.uname().nodename or not pid.isdigit() or _held_by_a_run(path):
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False  # its maker is alive (a pid reused is alive too: left alone)
+
+
 def _file_creates(spec: RegionSpec) -> Path:
     return _file_path(spec)
 
@@ -322,6 +349,8 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if path.is_symlink() and not path.exists():
         raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows nor "
                          "replaces it")
+    if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
+        path.unlink(missing_ok=True)
     if os.path.lexists(path):
         if not allow_write and _held_by_a_run(path):
             raise UsageError(_in_use(spec))
@@ -338,6 +367,8 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
+        with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
+            os.setxattr(fd, CREATED_XATTR, _maker().encode())
         identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
         os.ftruncate(fd, length)
         buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
@@ -366,7 +397,8 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
 
 
 def _file_user_owned(spec: RegionSpec) -> bool:
-    return os.path.lexists(_file_path(spec))  # a dangling link too: never replaced
+    path = _file_path(spec)
+    return os.path.lexists(path) and not _left_by_a_dead_run(path)  # a dangling link is the user's
 
 
 register_region_kind(RegionKind(
