@@ -191,7 +191,7 @@ def test_incomplete_runs_are_marked_and_refused_as_baseline(incomplete, capsys, 
     _one_line_exit_2(["compare", run_id, "a-good", *out], capsys, "--allow-incomplete")
     _one_line_exit_2(["compare", "a-good", run_id, *out], capsys, "--allow-incomplete")
     assert main(["compare", run_id, "a-good", "--allow-incomplete", *out]) in (0, 1)
-    capsys.readouterr()
+    assert "INCOMPLETE" in capsys.readouterr().out
 
 
 def test_an_empty_run_is_no_baseline(tmp_path, capsys):

@@ -590,6 +590,9 @@ def _compare(args) -> int:
     elif host_id(base.meta) != host_id(cand.meta):
         note = (f"host ids {host_id(base.meta)} / {host_id(cand.meta)} differ only in memory size "
                 "or calibrated TSC: same hardware")
+    incomplete = [f"run {r.run_id} is INCOMPLETE ({r.incomplete})" for r in (base, cand)
+                  if r.incomplete]  # only with --allow-incomplete: said in every format
+    note = "; ".join(filter(None, [note, *incomplete]))
     history, used = history_noise(root, cand, args.history) if args.history else ({}, 0)
     result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
                           history, used)
