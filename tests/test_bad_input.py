@@ -234,6 +234,10 @@ def test_a_spec_size_matches_the_stored_case_however_spelled(tmp_path, capsys):
     from nearlocal.report.accept import parse_spec
 
     assert parse_spec(spec).requirements[0].case.pattern == "16KiB"
+    assert main(["accept", str(spec), "r", "--out", str(tmp_path)]) == 0
+    # a run measured with `--pattern 16384` stored that spelling: the spec still finds it
+    make_run(tmp_path, [row("load", size=16384, median=100.0, pattern="16384")], run_id="p")
+    assert main(["accept", str(spec), "p", "--out", str(tmp_path)]) == 0
 
 
 def test_a_dangling_symlink_is_neither_followed_nor_removed(tmp_path, capsys):

@@ -311,8 +311,19 @@ def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:
     return float(value), ""
 
 
+def _normalised_id(row: dict) -> str | None:
+    """The row's case id with its size spelled as the runner spells it (`--pattern 16384` was
+    stored as 16384, a spec's size = 16384 asks for 16KiB); None when the row is not a case."""
+    try:
+        return Case.from_dict({**row, "pattern": _pattern_text(str(row["pattern"]))}).id
+    except (UsageError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def judge(spec: Spec, run: RunData) -> list[Verdict]:
-    rows = {str(r["case_id"]): r for r in run.cases.to_dict("records")}
+    records = run.cases.to_dict("records")
+    rows = {key: r for r in records if (key := _normalised_id(r))}
+    rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
     verdicts = []
     for req in spec.requirements:
         measured, reason = _value(rows, req.case, req.metric)
