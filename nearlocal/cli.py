@@ -7,6 +7,8 @@ import contextlib
 import importlib
 import itertools
 import json
+import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -189,14 +191,20 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
     if args.json and not Path(args.json).parent.resolve().is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
+    if args.json and Path(args.json).is_dir():  # checked before measuring, not after
+        raise UsageError(f"--json {args.json}: is a directory; give a file name")
+    if args.json and not os.access(Path(args.json).parent.resolve(), os.W_OK):
+        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} is not writable")
     inventory = probe()
     cases = _selected_cases(args)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
+    if cases and all(r and "cannot hold" in r for r in reasons):  # e.g. --size 1TiB on shm:
+        raise UsageError(next(r for r in reasons if r))
     if cases and all(r and "--allow-write" in r for r in reasons):
         raise UsageError("every selected case writes to memory you did not allow: "
-                         "pass --allow-write to write to " + ", ".join({c.region for c in cases}))
+                         "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
     meta = run_metadata(inventory, settings, args.suite)
@@ -207,37 +215,43 @@ def _run(args: argparse.Namespace) -> int:
         runner = Runner(inventory, settings, store, progress.finished)
         try:
             runner.run(cases)
-        except KeyboardInterrupt:
-            interrupted = True
-    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=interrupted)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): keep what was measured
+            interrupted = exc
+    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        interrupted=bool(interrupted))
     from nearlocal.results import load
 
     run = load(path)
     if args.json:
-        Path(args.json).write_text(_json_records(
-            run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
+        try:
+            Path(args.json).write_text(_json_records(
+                run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
+        except OSError as exc:  # the run itself is stored: say where
+            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
+                             f"stored in {path}") from None
     if not args.quiet:
         console.print_run(run.meta, run.cases)
-    console.console.print(f"stored {path}")
-    return 130 if interrupted else 0
+    console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
+    return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from nearlocal.console import identifier_column, print_table
-    from nearlocal.results.store import list_runs
+    from nearlocal.results.store import list_runs, require_store, survey_run
 
-    paths = list_runs(Path(args.out))
+    paths = list_runs(require_store(Path(args.out)))
     table = Table(title=f"runs in {args.out}", title_justify="left")
     identifier_column(table, "run", [p.name for p in paths])
     for column in ("suite", "started", "cases", "complete", "host"):
         table.add_column(column)
     for path in paths:
-        meta = json.loads((path / "run.json").read_text())
+        meta, state = survey_run(path)  # a damaged run is listed and marked, never fatal
+        inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else {}
         table.add_row(path.name, str(meta.get("suite", "")), str(meta.get("started", "")),
-                      str(meta.get("n_cases", "")), str(meta.get("complete", False)),
-                      str(meta.get("inventory", {}).get("hostname", "")))
+                      str(meta.get("n_cases", "")), "yes" if not state else f"no: {state}",
+                      str(inventory.get("hostname", "")))
     print_table(table)
     return 0
 
@@ -251,6 +265,9 @@ def _show(args: argparse.Namespace) -> int:
         print(_json_records(run.cases))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
+    if run.incomplete:  # on stderr: `show --json` stays valid JSON
+        print(f"nearlocal: run {run.run_id} is incomplete ({run.incomplete}): "
+              f"{len(run.cases)} cases", file=sys.stderr)
     return 0
 
 
@@ -310,16 +327,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what was measured is stored, nearlocal's files removed."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe (`show --json | head`) surfaces here, not at exit
+        return code
     except UsageError as exc:
         print(f"nearlocal: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("nearlocal: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("nearlocal: " + ("terminated" if isinstance(exc, Terminated) else "interrupted"),
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    except BrokenPipeError:  # the reader went away: not an error of ours, and no traceback
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

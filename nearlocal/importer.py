@@ -27,7 +27,7 @@ _NOT_COLUMNS = ("host_id", "rel_ci_half_width")
 
 def read_benchmark_json(path: Path) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_bytes().decode())
     except FileNotFoundError:
         raise UsageError(f"no such file {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -66,6 +66,34 @@ def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | No
     return row, None, None
 
 
+_TEXT_FIELDS = ("case_id", "method", "region", "attr", "pattern", "peer", "access", "suite",
+                "host_id")
+
+
+def _check_entry(path: Path, bench: dict) -> None:
+    """A nearlocal entry's shape, before anything is stored: one line naming the bad field."""
+    extra = bench["extra_info"]
+    name = extra["case_id"] if isinstance(extra["case_id"], str) else bench.get("name")
+    for field in _TEXT_FIELDS:
+        if field in extra and extra[field] is not None and not isinstance(extra[field], str):
+            raise UsageError(f"{path}: benchmark {name!r}: extra_info.{field} must be a string, "
+                             f"got {type(extra[field]).__name__} {extra[field]!r:.40}")
+    if not extra["case_id"]:
+        raise UsageError(f"{path}: benchmark {bench.get('name')!r} has an empty extra_info.case_id")
+    stats = bench.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise UsageError(f"{path}: benchmark {name!r}: stats must be an object, got "
+                         f"{type(stats).__name__} {stats!r:.40}")
+    data = (stats or {}).get("data")
+    if data is not None and not isinstance(data, list):
+        raise UsageError(f"{path}: benchmark {name!r}: stats.data must be a list of round times")
+    bad = next((t for t in data or [] if isinstance(t, bool) or not isinstance(t, int | float)
+                or not 0 <= t < math.inf), None)
+    if bad is not None:
+        raise UsageError(f"{path}: benchmark {name!r}: stats.data holds {bad!r}, not a round time "
+                         "in seconds (a finite number >= 0)")
+
+
 def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     """Store the file's nearlocal benchmarks as a run under `root`; returns (run path, number
     imported, names of benchmarks that did not come from bench/ and were left out)."""
@@ -75,14 +103,17 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
         if not isinstance(bench, dict):
             foreign.append(repr(bench)[:40])
         elif isinstance(bench.get("extra_info"), dict) and "case_id" in bench["extra_info"]:
+            _check_entry(path, bench)
             ours.append(bench)
         else:
             foreign.append(str(bench.get("fullname") or bench.get("name")))
     if not ours:
         raise UsageError(f"{path} holds no nearlocal benchmarks ({len(foreign)} without "
                          "extra_info.case_id): write it with `pytest bench/ --benchmark-json FILE`")
-    machine = dict(data.get("machine_info") or {})
-    ours_info = machine.pop("nearlocal", {}) or {}
+    machine = data.get("machine_info")
+    machine = dict(machine) if isinstance(machine, dict) else {}
+    ours_info = machine.pop("nearlocal", {})
+    ours_info = ours_info if isinstance(ours_info, dict) else {}
     host_ids = {b["extra_info"].get("host_id") for b in ours} - {None}
     if len(host_ids) > 1:
         raise UsageError(f"{path} mixes benchmarks from several hosts ({', '.join(sorted(host_ids))})")
@@ -101,7 +132,7 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     for bench in ours:  # all converted before the store is touched: a bad entry leaves no run
         try:
             converted.append(benchmark_row(bench))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"{path}: benchmark {bench.get('name') or bench['extra_info']['case_id']}"
                              f" has malformed stats ({exc})") from None
     store = Store.create(Path(root), meta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from nearlocal.errors import UsageError
 
@@ -13,6 +14,7 @@ _SIZE_UNITS = {
     "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
     "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
 }
+MAX_SIZE = 2**62  # beyond any machine's memory; also keeps every size inside an int64
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
@@ -24,6 +26,8 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int):
         if text <= 0:
             raise UsageError(f"size must be a positive number of bytes, got {text}")
+        if text > MAX_SIZE:
+            raise UsageError(f"size {text} is larger than any memory (at most {MAX_SIZE} bytes)")
         return text
     match = _SIZE_RE.match(str(text))
     if not match:
@@ -41,9 +45,11 @@ def parse_size(text: str | int) -> int:
             f"malformed size {text!r}: unknown unit {unit!r} (valid: B, KiB, MiB, GiB, k, M, G "
             "binary; KB, MB, GB decimal)"
         )
-    value = float(number) * _SIZE_UNITS[unit_key]
-    if value <= 0 or value != int(value):
+    value = Fraction(number) * _SIZE_UNITS[unit_key]  # exact: 1e23 bytes is not a float's 1e23
+    if value <= 0 or value.denominator != 1:
         raise UsageError(f"malformed size {text!r}: must be a positive whole number of bytes")
+    if value > MAX_SIZE:
+        raise UsageError(f"size {text!r} is larger than any memory (at most {MAX_SIZE} bytes)")
     return int(value)
 
 
@@ -52,6 +58,19 @@ def parse_size_list(texts: list[str] | str) -> list[int]:
     if isinstance(texts, str):
         texts = [texts]
     return [parse_size(part) for text in texts for part in str(text).split(",") if part.strip()]
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type for counts and seeds: 0, 1, 2, ... (a negative seed or count is refused)."""
+    import argparse
+
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def format_size(nbytes: int) -> str:

@@ -81,5 +81,10 @@ def test_an_unfinished_run_keeps_its_cases_on_disk(tmp_path):
     store = Store.create(tmp_path, {}, run_id="r2")
     store.add_case({"case_id": "a", "status": "ok"}, np.ones(3), np.ones(3))
     assert len(list((tmp_path / "r2" / "partial").glob("*.json"))) == 1
-    with pytest.raises(UsageError, match="incomplete"):
-        load("r2", tmp_path)
+    run = load("r2", tmp_path)  # a killed run reads back from partial/, marked incomplete
+    assert not run.complete and "partial" in run.incomplete
+    assert list(run.cases["case_id"]) == ["a"] and list(run.samples_of("a")) == [1.0, 1.0, 1.0]
+    assert load(None, tmp_path).run_id == "r2"  # the latest, even killed
+    with pytest.raises(UsageError, match=r"incomplete.*--allow-incomplete"):
+        run.require_complete("a baseline")
+    run.require_complete("a baseline", allow_incomplete=True)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import get_method
 from nearlocal.hwprobe import HostInventory
-from nearlocal.regions import attribute_unavailable, parse_region, region_kind
+from nearlocal.regions import attribute_unavailable, capacity_problem, parse_region, region_kind
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,23 @@ class Case:
     def writes_region(self) -> bool:
         return self.access == "write"
 
+    @property
+    def written(self) -> str:
+        """The region or peer this case writes: the region on a write, the peer on a read (the
+        bytes land there). Both are checked against --allow-write alike."""
+        return self.region if self.writes_region else self.peer
+
+    def spans(self) -> tuple[int, int]:
+        """Bytes the case maps in its (region, peer), as the worker maps them."""
+        from nearlocal.workloads.patterns import parse_pattern
+
+        pattern = parse_pattern(self.pattern)
+        if self.writes_region:
+            pattern = pattern.swapped()
+        if self.access == "read":
+            return pattern.src_span, pattern.dst_span
+        return pattern.dst_span, pattern.src_span
+
 
 def validate(case: Case, inventory: HostInventory) -> None:
     """Bad input (unknown names, malformed specs, missing nodes/paths): UsageError, exit 2."""
@@ -105,6 +122,12 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
     reason = attribute_unavailable(spec, case.attr)
     if reason:
         return reason
-    if case.writes_region and kind.user_owned(spec) and not allow_write:
-        return f"writes to {case.region} need --allow-write (it may hold someone's data)"
+    for one, size in zip((spec, peer), case.spans(), strict=True):
+        reason = capacity_problem(one, size)  # refused before anything is created
+        if reason:
+            return reason
+    written, written_kind = (spec, kind) if case.writes_region else (peer, peer_kind)
+    if written_kind.user_owned(written) and not allow_write:
+        role = "" if case.writes_region else "the peer "
+        return f"writes to {role}{case.written} need --allow-write (it may hold someone's data)"
     return None

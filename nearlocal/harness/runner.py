@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import get_method
 from nearlocal.harness.worker import WorkerSettings, worker_main
 from nearlocal.hwprobe import HostInventory
-from nearlocal.regions import parse_region
+from nearlocal.regions import files_to_create, parse_region, remove_leftovers
 from nearlocal.results.store import Store
 from nearlocal.workloads.patterns import parse_pattern
 
@@ -79,11 +80,20 @@ class Runner:
         self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
         self._context = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
+        self._creating: list = []  # files the case in flight may create (removed if it dies)
 
     def _start_worker(self) -> _Worker:
         parent, child = self._context.Pipe()
         process = self._context.Process(target=worker_main, args=(child, self.settings), daemon=True)
-        process.start()
+        # the child starts with SIGINT ignored (until worker_main says the same): a Ctrl-C while
+        # it imports would print its KeyboardInterrupt traceback; the parent handles Ctrl-C
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            process.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         child.close()
         if not parent.poll(WORKER_START_TIMEOUT_S):
             process.kill()
@@ -91,20 +101,31 @@ class Runner:
         _, overhead, quantum_ns = parent.recv()
         return _Worker(process, parent, overhead, quantum_ns)
 
-    def _stop_worker(self) -> None:
+    def _stop_worker(self, now: bool = False) -> None:
+        """now (Ctrl-C, SIGTERM, an error): SIGTERM, which unwinds the case in flight and
+        removes the files it created, instead of waiting for the case to end."""
         if self._worker is None:
             return
         worker, self._worker = self._worker, None
         with contextlib.suppress(BrokenPipeError, OSError):
             worker.conn.send(None)
+        if now:
+            worker.process.terminate()
         worker.process.join(5)
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Files the case in flight was creating, when its worker died before removing them."""
+        files, self._creating = self._creating, []
+        remove_leftovers(files)
 
     def _crashed(self, worker: _Worker) -> dict:
         worker.process.join(10)
         self._worker = None
+        self._remove_leftovers()
         code = worker.process.exitcode
         if code is None:
             worker.process.kill()
@@ -118,6 +139,7 @@ class Runner:
             self._worker = self._start_worker()
         worker = self._worker
         overhead_ns = worker.overhead_ticks * 1e9 / self.settings.tsc_hz
+        self._creating = files_to_create(case)
         worker.conn.send(case.to_dict())
         deadline = time.monotonic() + self.case_timeout_s
         while not worker.conn.poll(0.05):
@@ -127,12 +149,14 @@ class Runner:
                 worker.process.kill()
                 worker.process.join()
                 self._worker = None
+                self._remove_leftovers()
                 return {"status": "failed",
                         "reason": f"timed out after {self.case_timeout_s:.0f} s"}, None, None
         try:
             message = worker.conn.recv()
         except EOFError:
             return self._crashed(worker), None, None
+        self._creating = []
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
@@ -159,6 +183,9 @@ class Runner:
                 self.store.add_case(row, raw, ns)
                 rows.append(row)
                 self.on_case(row)
+        except BaseException:
+            self._stop_worker(now=True)
+            raise
         finally:
             self._stop_worker()
         return rows

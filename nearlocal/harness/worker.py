@@ -4,6 +4,7 @@ SIGSEGV) takes down only this process; the parent records the signal and starts 
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods
 from nearlocal.harness.stats import StoppingRule, summarize
-from nearlocal.regions import MappedRegion, parse_region, region_kind
+from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
 from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 
@@ -51,11 +52,13 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
     if case.access == "write":
         pattern = pattern.swapped()  # scattered pieces land in the region, packed in the peer
     region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
-    region_size = pattern.src_span if case.access == "read" else pattern.dst_span
-    peer_size = pattern.dst_span if case.access == "read" else pattern.src_span
+    region_size, peer_size = case.spans()
+    for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
+        check_capacity(spec, size)  # again here: free memory may have gone since planning
     region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
     try:
-        peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", True)
+        # the peer is a region too: a user's file there is written only with --allow-write
+        peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", allow_write)
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
@@ -103,22 +106,34 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
 
 
 def worker_main(conn, settings: WorkerSettings) -> None:
+    import signal
+
     from nearlocal.kernels.timer import measure_clock
 
+    # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
+    # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
+    # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     load_methods()
     clock = measure_clock()
     overhead = clock.overhead_ticks
     conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
     while True:
-        message = conn.recv()
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the parent is gone (killed): nothing left to measure for
+            return
         if message is None:
             return
         case = Case.from_dict(message)
         try:
-            row, raw, ns = measure(case, settings, overhead)
-            conn.send(("ok", row, raw, ns))
+            reply = ("ok", *measure(case, settings, overhead))
         except UsageError as exc:
-            conn.send(("failed", str(exc)))
+            reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run
-            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            conn.send(("failed", detail))
+            reply = ("failed", traceback.format_exception_only(type(exc), exc)[-1].strip())
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (killed) while this case ran
+            return

@@ -7,9 +7,13 @@ from nearlocal.regions.base import (
     RegionKind,
     RegionSpec,
     attribute_unavailable,
+    capacity_problem,
+    check_capacity,
+    files_to_create,
     parse_region,
     region_kind,
     register_region_kind,
+    remove_leftovers,
 )
 
 _PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.gpu.regions"]
@@ -29,6 +33,18 @@ def load_providers() -> None:
 
 
 __all__ = [
-    "ATTRIBUTES", "REGION_KINDS", "MappedRegion", "RegionKind", "RegionSpec",
-    "attribute_unavailable", "load_providers", "parse_region", "region_kind", "register_region_kind",
+    "ATTRIBUTES",
+    "REGION_KINDS",
+    "MappedRegion",
+    "RegionKind",
+    "RegionSpec",
+    "attribute_unavailable",
+    "capacity_problem",
+    "check_capacity",
+    "files_to_create",
+    "load_providers",
+    "parse_region",
+    "region_kind",
+    "register_region_kind",
+    "remove_leftovers",
 ]

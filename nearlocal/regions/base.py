@@ -8,8 +8,10 @@ never branches on the kind.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -74,6 +76,11 @@ class RegionKind:
     open: Callable[[RegionSpec, int, str, bool], MappedRegion]  # (spec, size, attr, allow_write)
     user_owned: Callable[[RegionSpec], bool] = lambda spec: False  # writes need --allow-write
     instances: Callable[[HostInventory], list[str]] | None = None  # specs probe lists for this box
+    # (bytes a new region of this spec can take now, what holds them); None: not limited here,
+    # e.g. an existing file or a device window the open itself checks
+    capacity: Callable[[RegionSpec], tuple[int, str] | None] | None = None
+    # the file open() creates (and removes on close) for this spec, e.g. /dev/shm/NAME; None: none
+    creates: Callable[[RegionSpec], Path] | None = None
 
 
 REGION_KINDS: dict[str, RegionKind] = {}
@@ -100,6 +107,64 @@ def parse_region(text: str) -> RegionSpec:
 
 def region_kind(spec: RegionSpec) -> RegionKind:
     return REGION_KINDS[spec.kind]
+
+
+def files_to_create(case) -> list[Path]:
+    """The files opening this case's region and peer will create (they do not exist now): what
+    the runner removes if the worker dies (SIGBUS on a full tmpfs, a timeout) before it could."""
+    found = []
+    for text in (case.region, case.peer):
+        spec = parse_region(text)
+        kind = region_kind(spec)
+        path = kind.creates(spec) if kind.creates else None
+        if path is not None and not os.path.lexists(path):
+            found.append(Path(path))
+    return found
+
+
+def remove_leftovers(paths: list[Path]) -> None:
+    """Remove what a dead worker created at these paths (and its temporary names), unless a live
+    process holds it (another run made it since: nearlocal's files carry a shared flock)."""
+    for path in paths:
+        for found in [path, *path.parent.glob(f".{path.name}.nearlocal-*")]:
+            if found.is_file() and not found.is_symlink() and not _locked(found):
+                found.unlink(missing_ok=True)
+
+
+def _locked(path: Path) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def capacity_problem(spec: RegionSpec, size: int) -> str | None:
+    """Why a region of this size must not be created (more than the free memory or the file
+    system's free space can hold: filling /dev/shm or RAM ends with the OOM killer), or None."""
+    kind = region_kind(spec)
+    found = kind.capacity(spec) if kind.capacity else None
+    if found is not None and size > found[0]:
+        from nearlocal.units import format_size
+
+        return (f"{spec.text} cannot hold {format_size(size)}: {found[1]} has "
+                f"{format_size(found[0])} free; choose a smaller size")
+    return None
+
+
+def check_capacity(spec: RegionSpec, size: int) -> None:
+    """capacity_problem as a UsageError: the last check before a region is created."""
+    problem = capacity_problem(spec, size)
+    if problem:
+        raise UsageError(problem)
 
 
 def attribute_unavailable(spec: RegionSpec, attr: str) -> str | None:

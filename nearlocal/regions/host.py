@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import fcntl
 import mmap
 import os
 import re
@@ -29,6 +31,23 @@ MPOL_MF_MOVE = 2
 SYS_MBIND = 237  # x86-64
 HUGE_2M = 2 * 1024 * 1024
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+MEMORY_HEADROOM = 0.9  # a region may take at most this share of the memory available now
+
+
+def _meminfo(absolute: str) -> dict[str, int]:
+    """A meminfo file (/proc/meminfo or a node's) as bytes per field; {} when unreadable."""
+    fields = {}
+    for line in (SysRoot.default().read(absolute, "") or "").splitlines():
+        match = re.search(r"(\w+(?:\(\w+\))?):\s+(\d+)\s*kB", line)
+        if match:
+            fields[match.group(1)] = int(match.group(2)) * 1024
+    return fields
+
+
+def _memory_available() -> int | None:
+    return _meminfo("/proc/meminfo").get("MemAvailable")
 
 
 def _round_up(value: int, align: int) -> int:
@@ -119,6 +138,25 @@ def _dram_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
         if match is None or match.mem_total_bytes == 0:
             return f"NUMA node {node} has no memory"
     return None
+
+
+def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
+    """What a new anonymous region can take now: free 2 MiB pages, or the node's free memory,
+    or MemAvailable (less headroom: nearlocal fills every page it maps)."""
+    options = _dram_options(spec)
+    if options["pages"] == "2M":
+        free = SysRoot.default().read_int("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        return (free * HUGE_2M, "the 2 MiB hugetlb pool") if free is not None else None
+    available = _memory_available()
+    where = "memory (MemAvailable less 10%)"
+    node = options["node"]
+    if node is not None:
+        fields = _meminfo(f"/sys/devices/system/node/node{node}/meminfo")
+        if "MemFree" in fields:
+            node_free = fields["MemFree"] + fields.get("FilePages", 0)
+            available = node_free if available is None else min(available, node_free)
+            where = f"NUMA node {node} (free and page-cache memory, less 10%)"
+    return None if available is None else (int(available * MEMORY_HEADROOM), where)
 
 
 def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
@@ -212,16 +250,110 @@ def _file_path(spec: RegionSpec) -> Path:
 
 def _validate_file(spec: RegionSpec, inventory: HostInventory) -> None:
     path = _file_path(spec)
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{path} is a dangling symbolic link (from {spec.text!r}): nearlocal "
+                         "neither follows nor replaces it; name a file or a path that does not exist")
     if path.exists() and not path.is_file():
         raise UsageError(f"{path} is not a regular file (from {spec.text!r})")
     if not path.exists() and not path.parent.is_dir():
         raise UsageError(f"directory {path.parent} does not exist (from {spec.text!r})")
 
 
+def _held_by_a_run(path: Path) -> bool:
+    """True when a live nearlocal process created this file and still uses it: it holds a shared
+    flock on it until it removes it (what tells it from a user's file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)  # also drops the lock it may have taken
+    return False
+
+
+CREATED_XATTR = "user.nearlocal.created"  # "<hostname>:<pid>" of the process that made the file
+
+
+def _maker() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}"
+
+
+def _left_by_a_dead_run(path: Path) -> bool:
+    """True for a file nearlocal created (its xattr says so) whose maker, on this host, is dead
+    and holds no lock: a SIGKILLed run's leftover, not a user's file, so it may be replaced."""
+    try:
+        if os.path.islink(path):
+            return False
+        host, _, pid = os.getxattr(path, CREATED_XATTR).decode().rpartition(":")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if host != os.uname().nodename or not pid.isdigit() or _held_by_a_run(path):
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False  # its maker is alive (a pid reused is alive too: left alone)
+
+
+def _file_creates(spec: RegionSpec) -> Path:
+    return _file_path(spec)
+
+
+def _in_use(spec: RegionSpec) -> str:
+    return (f"{_file_path(spec)} is in use by another running nearlocal process (it created the "
+            f"file and removes it when done): give another name than {spec.text!r}, or wait")
+
+
+def _file_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    return _in_use(spec) if _held_by_a_run(_file_path(spec)) else None
+
+
+def _file_capacity(spec: RegionSpec) -> tuple[int, str] | None:
+    """Free space where a new file would go (tmpfs also needs the memory); None for an existing
+    file (its size is checked when it is opened)."""
+    path = _file_path(spec)
+    if os.path.lexists(path) or not path.parent.is_dir():
+        return None
+    try:
+        fs = os.statvfs(path.parent)
+    except OSError:
+        return None
+    free, where = fs.f_bavail * fs.f_frsize, f"the file system of {path.parent}"
+    if spec.kind == "shm":
+        available = _memory_available()
+        if available is not None and available * MEMORY_HEADROOM < free:
+            free, where = int(available * MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
+    return free, where
+
+
+def _publish(temp: Path, path: Path) -> None:
+    """Give the new file its name without replacing anything that appeared there meanwhile (a
+    user's file, a link, another run's region): a hard link fails where a rename would replace."""
+    try:
+        os.link(temp, path, follow_symlinks=False)
+    except FileExistsError:
+        raise UsageError(f"{path} appeared while nearlocal was creating it (another run, or "
+                         "someone's file): it was left alone; give another name") from None
+
+
 def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     path = _file_path(spec)
     length = max(size, 1)
-    if path.exists():
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows nor "
+                         "replaces it")
+    if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
+        path.unlink(missing_ok=True)
+    if os.path.lexists(path):
+        if not allow_write and _held_by_a_run(path):
+            raise UsageError(_in_use(spec))
         if path.stat().st_size < length:
             raise UsageError(f"{path} holds {path.stat().st_size} bytes, the case needs {length}")
         fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
@@ -232,36 +364,55 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
             os.close(fd)
         return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
     temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
+        with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
+            os.setxattr(fd, CREATED_XATTR, _maker().encode())
+        identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
         os.ftruncate(fd, length)
         buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
-    finally:
+        _publish(temp, path)
+    except BaseException:
         os.close(fd)
-    os.rename(temp, path)
+        raise
+    finally:
+        temp.unlink(missing_ok=True)
+
+    def remove() -> None:
+        """Only the file nearlocal made: whatever has the name now is left alone otherwise."""
+        try:
+            found = os.lstat(path)
+            if (found.st_dev, found.st_ino) == identity:
+                path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
-                     cleanup=lambda: path.unlink(missing_ok=True))
+                     cleanup=remove)
     _fill_owned(region.array)
     return region
 
 
 def _file_user_owned(spec: RegionSpec) -> bool:
-    return _file_path(spec).exists()
+    path = _file_path(spec)
+    return os.path.lexists(path) and not _left_by_a_dead_run(path)  # a dangling link is the user's
 
-
-_always = lambda spec, inventory: None  # noqa: E731
 
 register_region_kind(RegionKind(
     name="dram", syntax="dram[:2M|thp][,node=N]", family="host", attrs=frozenset({"wb"}),
     summary="private anonymous local memory (optionally huge pages, optionally bound to a node)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
-    instances=lambda inventory: ["dram", "dram:thp", "dram:2M"],
+    instances=lambda inventory: ["dram", "dram:thp", "dram:2M"], capacity=_dram_capacity,
 ))
 register_region_kind(RegionKind(
     name="numa", syntax="numa:N", family="host", attrs=frozenset({"wb"}),
     summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
+    capacity=_dram_capacity,
 ))
 register_region_kind(RegionKind(
     name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", family="host",
@@ -274,12 +425,14 @@ register_region_kind(RegionKind(
 register_region_kind(RegionKind(
     name="file", syntax="file:PATH", family="host", attrs=frozenset({"wb"}),
     summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
-    validate=_validate_file, unavailable=_always, open=_open_file, user_owned=_file_user_owned,
-    instances=lambda inventory: [],
+    validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
+    user_owned=_file_user_owned, instances=lambda inventory: [], capacity=_file_capacity,
+    creates=_file_creates,
 ))
 register_region_kind(RegionKind(
     name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
     summary="POSIX shared memory /dev/shm/NAME, shared between processes",
-    validate=_validate_file, unavailable=_always, open=_open_file, user_owned=_file_user_owned,
-    instances=lambda inventory: ["shm:nearlocal"],
+    validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
+    user_owned=_file_user_owned, instances=lambda inventory: ["shm:nearlocal"],
+    capacity=_file_capacity, creates=_file_creates,
 ))

@@ -139,6 +139,21 @@ def _duration_ns(value: object) -> float:
     return parse_duration(str(value)) * 1e9
 
 
+def _pattern_text(value: object) -> str:
+    """A size in the form the runner stores it (16384, "16384", "16 KiB" -> "16KiB"), so a spec
+    matches the stored case whichever way it spells the size; a fragment pattern as given."""
+    from nearlocal.units import format_size, parse_size
+
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UsageError(f"size / pattern must be a size or a pattern string, got {value!r}")
+    try:
+        return format_size(parse_size(value))
+    except UsageError:
+        if isinstance(value, int):
+            raise
+        return value.strip()
+
+
 def _make_case(fields: dict, where: str) -> Case:
     from nearlocal.harness.methods import get_method
     from nearlocal.regions import ATTRIBUTES, parse_region
@@ -152,7 +167,7 @@ def _make_case(fields: dict, where: str) -> Case:
     if "size" in fields and "pattern" in fields:
         raise UsageError(f"{where}: give size or pattern, not both")
     method = get_method(str(fields["method"]))
-    pattern = str(fields.get("pattern", fields.get("size", "16KiB")))
+    pattern = _pattern_text(fields.get("pattern", fields.get("size", "16KiB")))
     parse_pattern(pattern)
     region, peer = str(fields.get("region", "dram")), str(fields.get("peer", "dram"))
     parse_region(region)
@@ -210,21 +225,23 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
                 raise UsageError(f"{key} must be a table: the fields that differ from the case, "
                                  "and ratio, e.g. { region = \"dram\", ratio = 1.25 }")
             ratio = value.get("ratio", 1.0)
-            if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 0:
-                raise UsageError(f"{key}: ratio must be a positive number, got {ratio!r}")
+            if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not \
+                    0 < ratio < math.inf:
+                raise UsageError(f"{key}: ratio must be a positive number (finite), got {ratio!r}")
             reference = _make_case(_merge(fields, {k: v for k, v in value.items() if k != "ratio"}),
                                    key)
             if reference == case:
                 raise UsageError(f"{key} names the case itself: change at least one field")
             kind, bound = key.removesuffix("_to"), float(ratio)
         elif metric == "gbps" or key.endswith("_gbps"):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise UsageError(f"{key} must be a positive number of GB/s, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not \
+                    0 < value < math.inf:
+                raise UsageError(f"{key} must be a positive number of GB/s (finite), got {value!r}")
             kind, bound = key.removesuffix("_gbps"), float(value)
         else:
             kind, bound = key, _duration_ns(value)
-            if not bound > 0:
-                raise UsageError(f"{key} must be a positive duration, got {value!r}")
+            if not 0 < bound < math.inf:  # max = inf would always pass, min = nan never
+                raise UsageError(f"{key} must be a positive duration (finite), got {value!r}")
     except UsageError as exc:
         raise fail(key, str(exc)) from None
     return Requirement(index, name, case, metric, kind, bound, reference)
@@ -234,9 +251,11 @@ def parse_spec(path: Path | str) -> Spec:
     """The spec, or UsageError naming the file, line and problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode()
     except OSError as exc:
         raise UsageError(f"cannot read spec {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a TOML file (binary, not UTF-8 text)") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -266,12 +285,15 @@ def parse_spec(path: Path | str) -> Spec:
             raise ValueError(f"ci must be a percentage between 0 and 100, got {run['ci']!r}")
     except (UsageError, TypeError, ValueError) as exc:
         raise _fail(path, lines.table("run", key), f"[run]: {exc}") from None
+    allow_write = run.get("allow_write", False)
+    if not isinstance(allow_write, bool):  # bool("no") is True: only a TOML boolean says it
+        raise _fail(path, lines.table("run", "allow_write"),
+                    f"[run]: allow_write must be true or false (a TOML boolean), got {allow_write!r}")
     tables = data.get("requirement")
     if not isinstance(tables, list) or not tables:
         raise _fail(path, None, "no requirements: add [[requirement]] tables")
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
-    return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci,
-                bool(run.get("allow_write", False)))
+    return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write)
 
 
 # ---------------------------------------------------------------- judging
@@ -289,8 +311,19 @@ def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:
     return float(value), ""
 
 
+def _normalised_id(row: dict) -> str | None:
+    """The row's case id with its size spelled as the runner spells it (`--pattern 16384` was
+    stored as 16384, a spec's size = 16384 asks for 16KiB); None when the row is not a case."""
+    try:
+        return Case.from_dict({**row, "pattern": _pattern_text(str(row["pattern"]))}).id
+    except (UsageError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def judge(spec: Spec, run: RunData) -> list[Verdict]:
-    rows = {str(r["case_id"]): r for r in run.cases.to_dict("records")}
+    records = run.cases.to_dict("records")
+    rows = {key: r for r in records if (key := _normalised_id(r))}
+    rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
     verdicts = []
     for req in spec.requirements:
         measured, reason = _value(rows, req.case, req.metric)
@@ -353,8 +386,12 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) 
             runnable.append(case)
         except UsageError as exc:  # e.g. numa:1 on a one-node box: not measured, not a bad spec
             store.add_case({**describe(case), "status": "skipped", "reason": str(exc)})
-    with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
-        Runner(inventory, settings, store).run(runnable)
+    try:
+        with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
+            Runner(inventory, settings, store).run(runnable)
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
+        store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=True)
+        raise
     return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
 
 
@@ -417,6 +454,9 @@ def _accept(args) -> int:
         console.print(f"stored {run.path}")
     verdicts = judge(spec, run)
     print_verdicts(spec, run, verdicts)
+    if run.incomplete:
+        console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
+                      "whose cases it lacks fail as not measured[/]")
     if args.junit:
         Path(args.junit).write_text(render_junit(spec, run, verdicts))
     if args.json:

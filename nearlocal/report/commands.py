@@ -33,6 +33,10 @@ def _report(args: argparse.Namespace) -> int:
     markdown = _output_path(args.markdown, "--markdown", (".md",))
     refs = args.runs or [None]
     data = [load(ref, Path(args.out)) for ref in refs]
+    for run in data:  # also in the report's run table; said here so it is not missed
+        if run.incomplete:
+            console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): its "
+                          f"figures cover only the {len(run.cases)} cases it stored[/]")
     report = build_report(data)
     if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
         print_report(report, console)
@@ -44,7 +48,8 @@ def _report(args: argparse.Namespace) -> int:
             console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
                                                  if len(files) > 1 else ""))
     except OSError as exc:  # e.g. no permission: one line, exit 2
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        raise UsageError(f"cannot write {exc.filename or html or markdown}: "
+                         f"{exc.strerror or exc}") from None
     return 0
 
 

@@ -44,8 +44,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from nearlocal.errors import UsageError
-from nearlocal.results.store import RunData, load
-from nearlocal.units import format_ns
+from nearlocal.results.store import RunData, load, require_store
+from nearlocal.units import format_ns, non_negative_int
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
@@ -502,9 +502,11 @@ def _baseline_records(root: Path) -> list[tuple[Path, dict]]:
     found = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            found.append((path, json.loads(path.read_text())))
-        except (OSError, json.JSONDecodeError):
+            record = json.loads(path.read_bytes().decode())
+        except (OSError, ValueError):  # unreadable, binary or not JSON: not a baseline record
             continue
+        if isinstance(record, dict) and "run" in record:
+            found.append((path, record))
     return found
 
 
@@ -518,10 +520,12 @@ def _baseline_record(root: Path, meta: dict) -> tuple[Path, dict] | None:
     return max(alike, key=lambda r: r[1].get("set", "")) if alike else None
 
 
-def set_baseline(ref: str, root: Path) -> Path:
+def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
     """Make a run this hardware's baseline in `<root>/baselines/<host_id>.json`; the runs that were
-    its baseline before are kept as history (they tell how much each case moves between runs)."""
+    its baseline before are kept as history (they tell how much each case moves between runs).
+    An incomplete or empty run is refused: every later comparison would measure against it."""
     run = load(ref, root)
+    run.require_complete("a baseline", allow_incomplete)
     key = host_id(run.meta)
     if not key:
         raise UsageError(f"run {run.run_id} records no host id: it cannot be a per-host baseline")
@@ -574,6 +578,8 @@ def _compare(args) -> int:
     cand = load(args.candidate, root)
     base_ref = baseline_for(cand.meta, root) if args.base == BASELINE_REF else args.base
     base = load(base_ref, root)
+    base.require_complete("the base of a comparison", args.allow_incomplete)
+    cand.require_complete("the candidate of a comparison", args.allow_incomplete)
     note = ""
     differences = host_differences(base.meta, cand.meta)
     if differences:
@@ -584,6 +590,9 @@ def _compare(args) -> int:
     elif host_id(base.meta) != host_id(cand.meta):
         note = (f"host ids {host_id(base.meta)} / {host_id(cand.meta)} differ only in memory size "
                 "or calibrated TSC: same hardware")
+    incomplete = [f"run {r.run_id} is INCOMPLETE ({r.incomplete})" for r in (base, cand)
+                  if r.incomplete]  # only with --allow-incomplete: said in every format
+    note = "; ".join(filter(None, [note, *incomplete]))
     history, used = history_noise(root, cand, args.history) if args.history else ({}, 0)
     result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
                           history, used)
@@ -601,11 +610,11 @@ def _baseline(args) -> int:
 
     root = Path(args.out)
     if args.action == "set":
-        path = set_baseline(args.run, root)
+        path = set_baseline(args.run, root, args.allow_incomplete)
         record = json.loads(path.read_text())
         console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
         return 0
-    records = baselines(root)
+    records = baselines(require_store(root))
     if not records:
         console.print(f"no baselines in {_baseline_dir(root)}")
     for record in records:
@@ -628,10 +637,13 @@ def register(sub) -> None:
     parser.add_argument("--output", help="write the report to this file instead of stdout")
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")
-    parser.add_argument("--history", type=int, default=HISTORY_RUNS,
+    parser.add_argument("--history", type=non_negative_int, default=HISTORY_RUNS,
                         help="past baselines of this hardware whose spread widens each case's "
                              f"interval (default {HISTORY_RUNS}; 0: none)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="bootstrap seed (default 0)")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="compare an incomplete (interrupted or killed) run anyway")
     parser.set_defaults(func=_compare)
 
     baseline = sub.add_parser("baseline", help="a named baseline run per host, kept in the store")
@@ -639,6 +651,8 @@ def register(sub) -> None:
     set_parser = actions.add_parser("set", help="make RUN this host's baseline")
     set_parser.add_argument("run", help="run id, directory or `latest`")
     set_parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    set_parser.add_argument("--allow-incomplete", action="store_true",
+                            help="make an incomplete (interrupted or killed) run the baseline")
     show = actions.add_parser("show", help="list the baselines")
     show.add_argument("--out", default="results", help="the store's root (default ./results)")
     baseline.set_defaults(func=_baseline)

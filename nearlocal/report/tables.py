@@ -1152,7 +1152,8 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
 def run_info(index: int, run: RunData) -> RunInfo:
     inventory = run.meta.get("inventory") or {}
     counts = run.cases["status"].value_counts().to_dict() if len(run.cases) else {}
-    return RunInfo(str(index + 1), run.run_id,
+    run_id = run.run_id + (f" (INCOMPLETE: {run.incomplete})" if run.incomplete else "")
+    return RunInfo(str(index + 1), run_id,
                    str(inventory.get("hostname", "?")), str(run.meta.get("suite", "?")),
                    str(run.meta.get("started", "?")), str(run.path),
                    {k: int(v) for k, v in counts.items()})

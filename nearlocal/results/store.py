@@ -2,11 +2,17 @@
 
 While a run is in progress each finished case is appended to `partial/` (one JSON line and one
 samples file per case), so a crash or Ctrl-C loses nothing already measured; `finish()` writes
-the Parquet files through temporary names and renames them into place.
+the Parquet files through temporary names and renames them into place. A run killed before
+`finish()` (SIGKILL, power loss, a full disk) is read back from `partial/` by `load()` as an
+incomplete run: what was measured stays readable, and says that it is incomplete.
+
+Files follow the umask (a CI store is often shared by a group), not mkstemp's 0600.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import secrets
@@ -24,11 +30,27 @@ from nearlocal.errors import UsageError
 from nearlocal.results.schema import CASE_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
 
 DEFAULT_ROOT = Path("results")
+# Columns a cases.parquet must have to be read at all; the others of CASE_COLUMNS are filled in
+# empty when missing (a run written by an older version), these mean a damaged file.
+REQUIRED_CASE_COLUMNS = ("case_id", "method", "region", "pattern", "status")
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class StoreFull(UsageError):
+    """The disk (or quota) filled up while writing a run: one line saying what was kept."""
+
+
+def _file_mode() -> int:
+    """0666 less the umask: what open(2) would give a new file (mkstemp always gives 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -41,7 +63,10 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _atomic_write_table(path: Path, table: pa.Table) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
+    try:
+        os.fchmod(fd, _file_mode())
+    finally:
+        os.close(fd)
     try:
         pq.write_table(table, temp, compression="zstd")
         os.replace(temp, path)
@@ -87,51 +112,101 @@ class Store:
             path.mkdir()  # never overwrite a run
         except FileExistsError:
             raise UsageError(f"run {path} already exists; runs are never overwritten") from None
-        (path / "partial").mkdir()
         meta = {**meta, "run_id": run_id, "schema_version": SCHEMA_VERSION, "complete": False}
         store = cls(path, meta)
-        store._write_meta()
+        try:
+            (path / "partial").mkdir()
+            store._write_meta()
+        except OSError as exc:  # a full disk before the first case: nothing measured to keep
+            for leftover in (path / "partial", path):
+                with contextlib.suppress(OSError):
+                    leftover.rmdir()
+            raise UsageError(f"cannot start run {path}: {exc.strerror}") from None
         return store
 
     def _write_meta(self) -> None:
         _atomic_write_bytes(self.path / "run.json",
                             json.dumps(self.meta, indent=2, default=str).encode())
 
+    def _full(self, exc: OSError, doing: str, kept: int) -> StoreFull:
+        return StoreFull(
+            f"no space left on {self.path.parent} while {doing}: kept the {kept} "
+            f"cases measured before it in {self.path} (an incomplete run; `nearlocal show "
+            f"{self.path}` reads it): free some space and run again ({exc.strerror})")
+
     def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None) -> None:
+        """Samples first, then the row: a row on disk always has its samples (the row's rename
+        is what makes a case part of the run)."""
         name = f"{self._added:06d}"
         self._added += 1
-        if ns is not None and len(ns):
-            np.savez(self.partial / f"{name}.npz", raw=np.asarray(raw, dtype=np.float64),
-                     ns=np.asarray(ns, dtype=np.float64))
-        _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
+        samples = self.partial / f"{name}.npz"
+        try:
+            if ns is not None and len(ns):
+                temp = self.partial / f".{name}.npz"
+                with open(temp, "wb") as handle:
+                    np.savez(handle, raw=np.asarray(raw, dtype=np.float64),
+                             ns=np.asarray(ns, dtype=np.float64))
+                os.replace(temp, samples)
+            _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
+        except OSError as exc:
+            (self.partial / f".{name}.npz").unlink(missing_ok=True)
+            samples.unlink(missing_ok=True)
+            if exc.errno in _FULL:
+                raise self._full(exc, f"storing case {row.get('case_id')}", self._added - 1) from None
+            raise
 
-    def finish(self, **meta) -> Path:
-        rows, raws, nss, ids = [], [], [], []
-        for path in sorted(self.partial.glob("*.json")):
-            row = json.loads(path.read_text())
-            rows.append(row)
-            samples = path.with_suffix(".npz")
-            if samples.exists():
-                with np.load(samples) as data:
-                    raws.append(data["raw"])
-                    nss.append(data["ns"])
-                    ids.append((row["case_id"], len(data["ns"])))
-        _atomic_write_table(self.path / "cases.parquet",
-                            pa.Table.from_pandas(cases_frame(rows), preserve_index=False))
-        samples = pd.DataFrame({
-            "case_id": pd.Series([cid for cid, n in ids for _ in range(n)], dtype="string"),
-            "rep": np.concatenate([np.arange(n) for _, n in ids]) if ids else np.array([], int),
-            "raw": np.concatenate(raws) if raws else np.array([], float),
-            "ns": np.concatenate(nss) if nss else np.array([], float),
-        })[SAMPLE_COLUMNS]
-        _atomic_write_table(self.path / "samples.parquet",
-                            pa.Table.from_pandas(samples, preserve_index=False))
-        self.meta.update(meta, complete=True, n_cases=len(rows))
-        self._write_meta()
+    def finish(self, interrupted: bool = False, **meta) -> Path:
+        """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
+        last, so a failure anywhere before leaves a run `load()` still reads."""
+        rows, samples = _read_partial(self.partial)
+        try:
+            _atomic_write_table(self.path / "cases.parquet",
+                                pa.Table.from_pandas(cases_frame(rows), preserve_index=False))
+            _atomic_write_table(self.path / "samples.parquet",
+                                pa.Table.from_pandas(samples, preserve_index=False))
+            self.meta.update(meta, interrupted=interrupted, complete=not interrupted,
+                             n_cases=len(rows))
+            self._write_meta()
+        except OSError as exc:
+            (self.path / "cases.parquet").unlink(missing_ok=True)  # partial/ is the run now
+            if exc.errno in _FULL:
+                raise self._full(exc, "writing the run's Parquet files", len(rows)) from None
+            raise
         for path in self.partial.iterdir():
             path.unlink()
         self.partial.rmdir()
         return self.path
+
+
+def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
+    """The rows and samples a run has written to partial/ so far (a row whose JSON or samples
+    file is unreadable, e.g. cut short by a kill, is left out: it was not finished)."""
+    rows, raws, nss, ids = [], [], [], []
+    for path in sorted(partial.glob("[0-9]*.json")):
+        try:
+            row = json.loads(path.read_text())
+            samples = path.with_suffix(".npz")
+            if samples.exists():
+                with np.load(samples) as data:
+                    raw, ns = data["raw"], data["ns"]
+            else:
+                raw = ns = None
+        except (OSError, ValueError, KeyError, EOFError):
+            continue
+        if not isinstance(row, dict) or "case_id" not in row:
+            continue
+        rows.append(row)
+        if ns is not None:
+            raws.append(raw)
+            nss.append(ns)
+            ids.append((row["case_id"], len(ns)))
+    samples = pd.DataFrame({
+        "case_id": pd.Series([cid for cid, n in ids for _ in range(n)], dtype="string"),
+        "rep": np.concatenate([np.arange(n) for _, n in ids]) if ids else np.array([], int),
+        "raw": np.concatenate(raws) if raws else np.array([], float),
+        "ns": np.concatenate(nss) if nss else np.array([], float),
+    })[SAMPLE_COLUMNS]
+    return rows, samples
 
 
 @dataclass
@@ -140,10 +215,24 @@ class RunData:
     meta: dict
     cases: pd.DataFrame
     samples: pd.DataFrame
+    incomplete: str = ""  # why the run is not whole ("" for a finished run): every command says it
 
     @property
     def run_id(self) -> str:
         return self.meta.get("run_id", self.path.name)
+
+    @property
+    def complete(self) -> bool:
+        return not self.incomplete
+
+    def require_complete(self, role: str, allow_incomplete: bool = False) -> None:
+        """Refuse a run that cannot stand as `role` (a baseline, the base of a comparison): an
+        incomplete run, unless allowed, and a run with no measured case at all."""
+        if self.incomplete and not allow_incomplete:
+            raise UsageError(f"run {self.run_id} is incomplete ({self.incomplete}): it cannot be "
+                             f"{role}; pass --allow-incomplete to use it anyway")
+        if not len(self.cases) or not (self.cases["status"] == "ok").any():
+            raise UsageError(f"run {self.run_id} has no measured case: it cannot be {role}")
 
     def samples_of(self, case_id: str) -> np.ndarray:
         return self.samples.loc[self.samples["case_id"] == case_id, "ns"].to_numpy()
@@ -156,12 +245,84 @@ def list_runs(root: Path = DEFAULT_ROOT) -> list[Path]:
     return sorted((p for p in root.iterdir() if (p / "run.json").is_file()), key=lambda p: p.name)
 
 
+def require_store(root: Path) -> Path:
+    """The store's root, or a one-line error when it is not a directory."""
+    root = Path(root)
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise UsageError(f"results directory {root} {what}: give the store's root with --out")
+    return root
+
+
+def read_meta(path: Path) -> dict:
+    """run.json as a dict, or a one-line error naming the damage (empty, not JSON, binary, not an
+    object)."""
+    file = Path(path) / "run.json"
+    try:
+        data = json.loads(file.read_bytes().decode())
+    except OSError as exc:
+        raise UsageError(f"run {path} is damaged: cannot read run.json ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"run {path} is damaged: run.json is binary, not JSON") from None
+    except json.JSONDecodeError as exc:
+        what = "empty" if not file.stat().st_size else f"not JSON ({exc.msg}, line {exc.lineno})"
+        raise UsageError(f"run {path} is damaged: run.json is {what}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"run {path} is damaged: run.json holds a {type(data).__name__}, "
+                         "not an object")
+    return data
+
+
+def run_state(path: Path, meta: dict) -> str:
+    """"" for a finished run, else why it is incomplete (what `runs` and every loader say)."""
+    if (path / "cases.parquet").exists():
+        if meta.get("interrupted"):
+            return "interrupted"
+        if not meta.get("complete", False):
+            return "run.json does not say complete"
+        if not (path / "samples.parquet").exists():
+            return "samples.parquet is missing"
+        return ""
+    if (path / "partial").is_dir():
+        return "not finished (killed, disk full or still running): read from partial/"
+    return "no cases were stored"
+
+
+def survey_run(path: Path) -> tuple[dict, str]:
+    """(run.json, "" or why the run is incomplete or damaged) without reading it all: what
+    `nearlocal runs` lists. A damaged run comes back as ({}, "damaged: ...")."""
+    try:
+        meta = read_meta(path)
+    except UsageError as exc:
+        return {}, "damaged: " + str(exc).split(": ", 1)[-1]
+    for name, required in (("cases.parquet", REQUIRED_CASE_COLUMNS),
+                           ("samples.parquet", tuple(SAMPLE_COLUMNS))):
+        file = path / name
+        if file.exists():
+            try:
+                names = pq.read_schema(file).names
+            except Exception:  # truncated, zero bytes, not Parquet
+                return meta, f"damaged: {name} is not a readable Parquet file"
+            missing = [column for column in required if column not in names]
+            if missing:
+                return meta, f"damaged: {name} lacks {', '.join(missing)}"
+    state = run_state(path, meta)
+    if state and not (path / "cases.parquet").exists() and (path / "partial").is_dir():
+        meta = {**meta, "n_cases": len(list((path / "partial").glob("[0-9]*.json")))}
+    return meta, state
+
+
 def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
-    """A run directory from a path, a run id in the store, `latest`, or None (the latest)."""
+    """A run directory from a path, a run id in the store, `latest`, or None (the latest; a run
+    killed part way counts, and says it is incomplete)."""
     if ref is None or str(ref) == "latest":
-        runs = [p for p in list_runs(root) if (p / "cases.parquet").exists()]
+        runs = [p for p in list_runs(root)
+                if (p / "cases.parquet").exists() or (p / "partial").is_dir()]
         if not runs:
-            raise UsageError(f"no runs in {root}: run `nearlocal run` first")
+            missing = "" if Path(root).is_dir() else \
+                f" ({'not a directory' if Path(root).exists() else 'the directory does not exist'})"
+            raise UsageError(f"no runs in {root}{missing}: run `nearlocal run` first, or give "
+                             "the store's root with --out")
         return runs[-1]
     path = Path(ref)
     if (path / "run.json").is_file():
@@ -178,18 +339,49 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
     raise UsageError(f"no run {ref!r}: give a run directory or a run id from `nearlocal runs`")
 
 
+def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # truncated, zero bytes, not Parquet: pyarrow raises several kinds
+        size = path.stat().st_size if path.exists() else 0
+        what = "empty (0 bytes)" if not size else "not a readable Parquet file"
+        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise UsageError(f"run {path.parent} is damaged: {path.name} is {what} ({detail})") from None
+    missing = [column for column in required if column not in frame]
+    if missing:
+        raise UsageError(f"run {path.parent} is damaged: {path.name} lacks the column"
+                         f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    return frame
+
+
+def _info(value: object) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {"text": value}
+    return value if isinstance(value, dict) else {}
+
+
 def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
-    """A run's metadata, case rows and raw samples as pandas DataFrames."""
+    """A run's metadata, case rows and raw samples as pandas DataFrames. A run that did not
+    finish comes back with `incomplete` saying why (rows from partial/ when it was killed); a
+    damaged one is a one-line UsageError."""
     path = resolve_run(ref, root)
-    meta = json.loads((path / "run.json").read_text())
-    if not (path / "cases.parquet").exists():
-        raise UsageError(f"run {path} is incomplete (no cases.parquet): it is still running or "
-                         "was killed before it finished")
-    cases = pd.read_parquet(path / "cases.parquet")
-    if "info" in cases:
-        cases["info"] = [json.loads(text) if isinstance(text, str) else (text or {})
-                         for text in cases["info"]]
-    samples_path = path / "samples.parquet"
-    samples = pd.read_parquet(samples_path) if samples_path.exists() else pd.DataFrame(
-        columns=SAMPLE_COLUMNS)
-    return RunData(path, meta, cases, samples)
+    meta = read_meta(path)
+    incomplete = run_state(path, meta)
+    if (path / "cases.parquet").exists():
+        cases = _read_table(path / "cases.parquet", REQUIRED_CASE_COLUMNS)
+        samples_path = path / "samples.parquet"
+        samples = _read_table(samples_path, tuple(SAMPLE_COLUMNS)) if samples_path.exists() \
+            else pd.DataFrame(columns=SAMPLE_COLUMNS)
+    else:
+        rows, samples = _read_partial(path / "partial") if (path / "partial").is_dir() \
+            else ([], pd.DataFrame(columns=SAMPLE_COLUMNS))
+        cases = cases_frame(rows)
+        meta = {**meta, "n_cases": len(rows)}
+    for column in CASE_COLUMNS:
+        if column not in cases:
+            cases[column] = None
+    cases["info"] = [_info(value) for value in cases["info"]]
+    return RunData(path, meta, cases, samples, incomplete)

@@ -1,0 +1,367 @@
+"""Issue 13, table-driven: every bad invocation and every damaged store is one line on stderr and
+exit 2, never a traceback; an incomplete run is marked and refused as a baseline; nothing the user
+owns is written, replaced or removed."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.results import load
+from tests.report_fixtures import make_run, row
+
+GOOD = "good"
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    """A store with one good run (`good`) and a damaged copy of it per kind of damage."""
+    root = tmp_path / "store"
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)], run_id=GOOD)
+    good = root / GOOD
+    for name, damage in DAMAGES.items():
+        shutil.copytree(good, root / name)
+        damage(root / name)
+        meta = root / name / "run.json"
+        if name.startswith("parquet") or name.startswith("samples"):
+            data = json.loads(meta.read_text())
+            meta.write_text(json.dumps({**data, "run_id": name}))
+    return root
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+DAMAGES = {
+    "json-empty": lambda run: (run / "run.json").write_text(""),
+    "json-text": lambda run: (run / "run.json").write_text("not json {"),
+    "json-binary": lambda run: (run / "run.json").write_bytes(b"\x89PNG\x00\xff\xfe"),
+    "json-null": lambda run: (run / "run.json").write_text("null"),
+    "json-list": lambda run: (run / "run.json").write_text("[1, 2, 3]"),
+    "parquet-empty": lambda run: (run / "cases.parquet").write_bytes(b""),
+    "parquet-truncated": lambda run: _truncate(run / "cases.parquet"),
+    "parquet-columns": lambda run: pq.write_table(pa.table({"case_id": ["x"]}),
+                                                  run / "cases.parquet"),
+    "samples-truncated": lambda run: _truncate(run / "samples.parquet"),
+}
+
+
+def _one_line_exit_2(argv: list[str], capsys, fragment: str = "") -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, (argv, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert fragment in err, err
+    return err
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize("command", ["show", "report", "compare-base", "compare-cand", "accept",
+                                     "baseline"])
+def test_a_damaged_run_is_one_line_and_exit_2(store, capsys, damage, command):
+    out = ["--out", str(store)]
+    spec = Path(__file__).parent.parent / "examples" / "acceptance" / "local-dram.toml"
+    argv = {
+        "show": ["show", damage, *out],
+        "report": ["report", damage, "--quiet", *out],
+        "compare-base": ["compare", damage, GOOD, *out],
+        "compare-cand": ["compare", GOOD, damage, *out],
+        "accept": ["accept", str(spec), damage, *out],
+        "baseline": ["baseline", "set", damage, *out],
+    }[command]
+    _one_line_exit_2(argv, capsys, "is damaged")
+
+
+def test_runs_lists_the_others_and_marks_the_damaged_ones(store, capsys):
+    assert main(["runs", "--out", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert GOOD in out
+    for name in DAMAGES:
+        line = next(line for line in out.splitlines() if name[:12] in line)
+        assert "damaged" in line, line
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "--method", "load", "--size", "99999999999999999999999"], "larger than any memory"),
+    (["run", "--method", "load", "--size", "1PiB"], "malformed size"),
+    (["run", "--method", "load", "--size", str(2**50)], "cannot hold"),
+    (["run", "--method", "load", "--region", "shm:nearlocal-i13-huge", "--size", str(2**50)],
+     "cannot hold"),
+    (["compare", GOOD, GOOD, "--seed", "-1"], "--seed"),
+    (["compare", GOOD, GOOD, "--history", "-1"], "--history"),
+    (["runs", "--out", "/nonexistent/nearlocal"], "does not exist"),
+    (["baseline", "show", "--out", "/nonexistent/nearlocal"], "does not exist"),
+])
+def test_bad_values_are_one_line_and_exit_2(store, capsys, argv, fragment):
+    if "--out" not in argv:
+        argv = [*argv, "--out", str(store)]
+    _one_line_exit_2(argv, capsys, fragment)
+    assert not Path("/dev/shm/nearlocal-i13-huge").exists()
+    assert sorted(p.name for p in store.iterdir()) == sorted([GOOD, *DAMAGES])  # nothing stored
+
+
+def test_json_to_a_directory_is_refused_before_measuring(store, tmp_path, capsys):
+    _one_line_exit_2(["run", "--method", "load", "--size", "64", "--json", str(tmp_path),
+                      "--out", str(store)], capsys, "is a directory")
+    assert sorted(p.name for p in store.iterdir()) == sorted([GOOD, *DAMAGES])
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"\x00\x01\xff\xfe binary", "not a TOML file"),
+    (b'[run]\nallow_write = "no"\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n',
+     "allow_write must be true or false"),
+    (b'[[requirement]]\ncase = { method = "load" }\nmax = inf\n', "finite"),
+    (b'[[requirement]]\ncase = { method = "load" }\nmin_gbps = inf\n', "finite"),
+])
+def test_bad_specs_are_one_line_and_exit_2(store, tmp_path, capsys, content, fragment):
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(content)
+    _one_line_exit_2(["accept", str(spec), GOOD, "--out", str(store)], capsys, fragment)
+
+
+def _bench_file(tmp_path: Path, entry: dict) -> Path:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"benchmarks": [{"name": "b", **entry}]}))
+    return path
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ({"extra_info": {"case_id": "load/dram/wb/64B"}, "stats": 5}, "stats must be an object"),
+    ({"extra_info": {"case_id": ["load"]}, "stats": {}}, "case_id must be a string"),
+    ({"extra_info": {"case_id": "x", "host_id": {"a": 1}}, "stats": {}}, "host_id must be"),
+    ({"extra_info": {"case_id": "x"}, "stats": {"data": 5}}, "stats.data must be a list"),
+])
+def test_bad_imports_are_one_line_and_exit_2(store, tmp_path, capsys, entry, fragment):
+    _one_line_exit_2(["import", str(_bench_file(tmp_path, entry)), "--out", str(store)], capsys,
+                     fragment)
+
+
+def test_binary_json_files(store, tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, "not a JSON file")
+
+
+# ------------------------------------------------------------------ incomplete runs
+
+
+@pytest.fixture
+def incomplete(tmp_path) -> Path:
+    """A good run and two incomplete ones: one killed (only partial/), one whose samples vanished
+    and whose run.json says complete: false."""
+    root = tmp_path / "inc"
+    rows = [row("load", size=64 * 2**k, median=100.0 + k) for k in range(3)]
+    make_run(root, rows, run_id="a-good")
+    killed = make_run(root, rows, run_id="b-killed")
+    shutil.rmtree(killed / "partial", ignore_errors=True)
+    (killed / "partial").mkdir()
+    for name in ("cases.parquet", "samples.parquet"):
+        (killed / name).unlink()
+    (killed / "partial" / "000000.json").write_text(json.dumps(rows[0]))
+    half = make_run(root, rows, run_id="c-half")
+    (half / "samples.parquet").unlink()
+    meta = json.loads((half / "run.json").read_text())
+    (half / "run.json").write_text(json.dumps({**meta, "complete": False}))
+    return root
+
+
+@pytest.mark.parametrize("run_id", ["b-killed", "c-half"])
+def test_incomplete_runs_are_marked_and_refused_as_baseline(incomplete, capsys, run_id):
+    out = ["--out", str(incomplete)]
+    assert main(["runs", *out]) == 0
+    listed = capsys.readouterr().out
+    assert "no:" in next(line for line in listed.splitlines() if run_id in line)
+    assert main(["show", run_id, *out]) == 0
+    assert "incomplete" in capsys.readouterr().err
+    assert main(["report", run_id, "--quiet", *out]) == 0
+    assert "incomplete" in capsys.readouterr().out
+    _one_line_exit_2(["baseline", "set", run_id, *out], capsys, "--allow-incomplete")
+    _one_line_exit_2(["compare", run_id, "a-good", *out], capsys, "--allow-incomplete")
+    _one_line_exit_2(["compare", "a-good", run_id, *out], capsys, "--allow-incomplete")
+    assert main(["compare", run_id, "a-good", "--allow-incomplete", *out]) in (0, 1)
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+def test_an_empty_run_is_no_baseline(tmp_path, capsys):
+    make_run(tmp_path, [row("load", status="skipped", reason="no")], run_id="empty")
+    _one_line_exit_2(["baseline", "set", "empty", "--out", str(tmp_path)], capsys,
+                     "no measured case")
+
+
+# ------------------------------------------------------------------ what the user owns
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_peer_file_is_protected_like_a_region(tmp_path, capsys):
+    existing = tmp_path / "peer.bin"
+    existing.write_bytes(os.urandom(1 << 16))
+    before = _sha(existing)
+    # memcpy writes the region here (its first access): the peer is its source, mapped read-only
+    assert main(["run", "--method", "memcpy", "--size", "4KiB", "--peer", f"file:{existing}",
+                 "--budget", "0.02", "--quiet", "--out", str(tmp_path / "r")]) == 0
+    assert load(None, tmp_path / "r").cases["status"].tolist() == ["ok"]
+    assert _sha(existing) == before
+    # reading the region lands the bytes in the peer: a user's file there needs --allow-write
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[run]\nbudget = "0.02"\n[[requirement]]\n'
+                    f'case = {{ method = "memcpy", size = "4KiB", access = "read", '
+                    f'peer = "file:{existing}" }}\nmax = "1s"\n')
+    assert main(["accept", str(spec), "--out", str(tmp_path / "r")]) == 1  # not measured
+    assert "peer" in capsys.readouterr().out
+    assert _sha(existing) == before
+
+
+def test_a_spec_size_matches_the_stored_case_however_spelled(tmp_path, capsys):
+    make_run(tmp_path, [row("load", size=16384, median=100.0)], run_id="r")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[requirement]]\ncase = { method = "load", size = 16384, access = "read" }\n'
+                    'max = "1us"\n')
+    from nearlocal.report.accept import parse_spec
+
+    assert parse_spec(spec).requirements[0].case.pattern == "16KiB"
+    assert main(["accept", str(spec), "r", "--out", str(tmp_path)]) == 0
+    # a run measured with `--pattern 16384` stored that spelling: the spec still finds it
+    make_run(tmp_path, [row("load", size=16384, median=100.0, pattern="16384")], run_id="p")
+    assert main(["accept", str(spec), "p", "--out", str(tmp_path)]) == 0
+
+
+def test_a_dangling_symlink_is_neither_followed_nor_removed(tmp_path, capsys):
+    link = tmp_path / "pool.bin"
+    link.symlink_to(tmp_path / "missing-target")
+    _one_line_exit_2(["run", "--method", "store", "--region", f"file:{link}", "--size", "4KiB",
+                      "--out", str(tmp_path / "r")], capsys, "dangling symbolic link")
+    assert link.is_symlink() and not (tmp_path / "missing-target").exists()
+
+
+def test_created_files_never_replace_or_remove_what_appeared(tmp_path):
+    from nearlocal.regions import parse_region, region_kind
+    from nearlocal.regions.host import _held_by_a_run
+
+    spec = parse_region(f"file:{tmp_path / 'made.bin'}")
+    kind = region_kind(spec)
+    region = kind.open(spec, 4096, "wb", False)
+    assert region.info["owned"] and _held_by_a_run(tmp_path / "made.bin")
+    # another run planning on the same name is told so, not asked for --allow-write
+    assert "in use by another running nearlocal" in kind.unavailable(spec, None)
+    (tmp_path / "made.bin").unlink()
+    (tmp_path / "made.bin").write_bytes(b"someone's")  # replaced meanwhile: left alone
+    region.close()
+    assert (tmp_path / "made.bin").read_bytes() == b"someone's"
+    assert not list(tmp_path.glob(".made.bin.nearlocal-*"))
+
+
+def test_a_name_held_by_another_run_is_not_mistaken_for_a_users_file(tmp_path):
+    from nearlocal.harness.cases import Case, unavailable
+    from nearlocal.hwprobe import probe
+
+    path = tmp_path / "shared.bin"
+    path.write_bytes(b"\0" * 8192)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # what a live nearlocal run holds on the file it made
+        reason = unavailable(Case("store", f"file:{path}", pattern="4KiB"), probe(), False)
+    finally:
+        os.close(fd)
+    assert "in use by another running nearlocal" in reason
+
+
+def test_results_files_follow_the_umask(tmp_path):
+    old = os.umask(0o002)
+    try:
+        run = make_run(tmp_path, [row("load")], run_id="r")
+    finally:
+        os.umask(old)
+    for name in ("run.json", "cases.parquet", "samples.parquet"):
+        assert (run / name).stat().st_mode & 0o777 == 0o664, name
+
+
+def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
+    import errno
+
+    from nearlocal.errors import UsageError
+    from nearlocal.results import Store
+    from nearlocal.results import store as store_module
+
+    store = Store.create(tmp_path, {"suite": "t"}, run_id="r")
+    store.add_case(row("load", size=64), None, None)
+    store.add_case(row("load", size=128), None, None)
+    real = store_module._atomic_write_bytes
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_module, "_atomic_write_bytes", full)
+    with pytest.raises(UsageError, match=r"no space left.*kept the 2 cases") as info:
+        store.add_case(row("load", size=256), None, None)
+    assert "\n" not in str(info.value)
+    monkeypatch.setattr(store_module, "_atomic_write_bytes", real)
+    run = load("r", tmp_path)
+    assert len(run.cases) == 2 and not run.complete
+
+
+def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
+    from nearlocal.harness.cases import Case
+    from nearlocal.regions import files_to_create, remove_leftovers
+
+    left, held = tmp_path / "left.bin", tmp_path / "held.bin"
+    case = Case("memcpy", f"file:{left}", pattern="4KiB", peer=f"file:{held}")
+    assert files_to_create(case) == [left, held]
+    left.write_bytes(b"x")  # what a worker killed mid-case leaves
+    (tmp_path / ".left.bin.nearlocal-1234abcd").write_bytes(b"x")
+    held.write_bytes(b"y")  # made meanwhile by another live run: it holds a flock
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        remove_leftovers([left, held])
+    finally:
+        os.close(fd)
+    assert not left.exists() and held.exists()
+    assert not list(tmp_path.glob(".left.bin.*"))
+
+
+def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
+    """Alone it is exit 2 (test_bad_values...); among others (a suite) it is a skipped row."""
+    from nearlocal.harness.cases import Case, unavailable
+    from nearlocal.hwprobe import probe
+
+    inventory = probe()
+    assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**50}B"), inventory, False)
+    assert unavailable(Case("load", "dram", pattern="64B"), inventory, False) is None
+
+
+def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
+    """A file nearlocal made (xattr) whose maker is dead and holds no lock may be replaced; the
+    same file without the marker is the user's and needs --allow-write."""
+    from nearlocal.harness.cases import Case, unavailable
+    from nearlocal.hwprobe import probe
+    from nearlocal.regions.host import CREATED_XATTR, _left_by_a_dead_run
+
+    path = tmp_path / "left.bin"
+    path.write_bytes(b"\0" * 8192)
+    case = Case("store", f"file:{path}", pattern="4KiB")
+    inventory = probe()
+    assert "--allow-write" in unavailable(case, inventory, False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    try:
+        os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{dead}".encode())
+    except OSError:
+        pytest.skip("no user xattrs on this file system")
+    assert _left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
+    os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{os.getpid()}".encode())
+    assert not _left_by_a_dead_run(path)  # its maker is alive

@@ -1,0 +1,108 @@
+"""Issue 13: a run killed part way (SIGKILL, SIGTERM, Ctrl-C to the process group) keeps what it
+measured, readable as an incomplete run, and prints no traceback; a closed pipe is no error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.results import load
+from tests.report_fixtures import make_run, row
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = ",".join(str(64 << k) for k in range(12))  # 12 cases: the run is still going when killed
+
+
+def _shm(out: Path) -> Path:
+    return Path("/dev/shm") / f"nearlocal-i13-test-{os.getpid()}-{out.parent.name[-24:]}"
+
+
+def _start_run(out: Path) -> subprocess.Popen:
+    """A run on a shm: region nearlocal creates per case: it must be gone however the run ends."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size", SIZES,
+         "--region", f"shm:{_shm(out).name}", "--budget", "0.2", "--quiet", "--out", str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+def _wait_for_cases(out: Path, process: subprocess.Popen, n: int, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(out.glob("*/partial/[0-9]*.json"))
+        if len(found) >= n:
+            return found[0].parent.parent
+        if process.poll() is not None:
+            pytest.fail(f"the run ended before {n} cases: {process.communicate()}")
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    pytest.fail("no case stored in time")
+
+
+def _reap_group(process: subprocess.Popen) -> None:
+    """The worker of a killed parent exits on its own (EOF on its pipe); wait for it briefly."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_a_sigkilled_run_reads_back_its_cases(tmp_path, capsys):
+    out = tmp_path / "r"
+    process = _start_run(out)
+    path = _wait_for_cases(out, process, 2)
+    process.kill()  # the parent only, as the OOM killer would
+    process.communicate(timeout=30)
+    _reap_group(process)
+    assert not _shm(out).exists() and not list(Path("/dev/shm").glob(f".{_shm(out).name}.*"))
+    run = load(path.name, out)
+    assert not run.complete and "partial" in run.incomplete
+    assert len(run.cases) >= 2 and set(run.cases["status"]) <= {"ok", "failed"}
+    ok = run.cases[run.cases["status"] == "ok"]
+    for case_id, n in zip(ok["case_id"], ok["n_samples"], strict=True):
+        assert len(run.samples_of(case_id)) == n  # every stored row has its samples
+    assert main(["runs", "--out", str(out)]) == 0
+    assert "no: not" in capsys.readouterr().out
+    assert main(["show", path.name, "--out", str(out)]) == 0
+    assert "incomplete" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how, code", [("term", 143), ("int-group", 130)])
+def test_sigterm_and_ctrl_c_store_an_interrupted_run_without_traceback(tmp_path, how, code):
+    out = tmp_path / "r"
+    process = _start_run(out)
+    path = _wait_for_cases(out, process, 1)
+    if how == "term":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the worker too
+    _, err = process.communicate(timeout=60)
+    _reap_group(process)
+    assert process.returncode == code, err
+    assert not _shm(out).exists() and not list(Path("/dev/shm").glob(f".{_shm(out).name}.*"))
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    run = load(path.name, out)
+    assert run.meta["interrupted"] and not run.meta["complete"] and not run.complete
+    assert (path / "cases.parquet").exists() and not (path / "partial").exists()
+    assert len(run.cases) >= 1
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path):
+    make_run(tmp_path, [row("load", size=64 + k) for k in range(120)], run_id="big")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        f"{sys.executable} -m nearlocal.cli show big --json --out {tmp_path} | head -c 10",
+        shell=True, env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
