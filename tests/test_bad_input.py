@@ -96,8 +96,8 @@ def test_runs_lists_the_others_and_marks_the_damaged_ones(store, capsys):
 @pytest.mark.parametrize("argv, fragment", [
     (["run", "--method", "load", "--size", "99999999999999999999999"], "larger than any memory"),
     (["run", "--method", "load", "--size", "1PiB"], "malformed size"),
-    (["run", "--method", "load", "--size", str(2**50)], "cannot hold"),
-    (["run", "--method", "load", "--region", "shm:nearlocal-i13-huge", "--size", str(2**50)],
+    (["run", "--method", "load", "--size", str(2**45)], "cannot hold"),
+    (["run", "--method", "load", "--region", "shm:nearlocal-i13-huge", "--size", str(2**45)],
      "cannot hold"),
     (["compare", GOOD, GOOD, "--seed", "-1"], "--seed"),
     (["compare", GOOD, GOOD, "--history", "-1"], "--history"),
@@ -340,7 +340,7 @@ def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
     from nearlocal.hwprobe import probe
 
     inventory = probe()
-    assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**50}B"), inventory, False)
+    assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**45}B"), inventory, False)
     assert unavailable(Case("load", "dram", pattern="64B"), inventory, False) is None
 
 
