@@ -97,16 +97,19 @@ class Store:
         _atomic_write_bytes(self.path / "run.json",
                             json.dumps(self.meta, indent=2, default=str).encode())
 
-    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None) -> None:
+    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
+                 process: np.ndarray | None = None) -> None:
+        """process: per sample, which of the run's worker processes took it (default all 0)."""
         name = f"{self._added:06d}"
         self._added += 1
         if ns is not None and len(ns):
+            tags = np.zeros(len(ns), np.int32) if process is None else np.asarray(process, np.int32)
             np.savez(self.partial / f"{name}.npz", raw=np.asarray(raw, dtype=np.float64),
-                     ns=np.asarray(ns, dtype=np.float64))
+                     ns=np.asarray(ns, dtype=np.float64), process=tags)
         _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
 
     def finish(self, **meta) -> Path:
-        rows, raws, nss, ids = [], [], [], []
+        rows, raws, nss, tags, ids = [], [], [], [], []
         for path in sorted(self.partial.glob("*.json")):
             row = json.loads(path.read_text())
             rows.append(row)
@@ -115,6 +118,8 @@ class Store:
                 with np.load(samples) as data:
                     raws.append(data["raw"])
                     nss.append(data["ns"])
+                    tags.append(data["process"] if "process" in data
+                                else np.zeros(len(data["ns"]), np.int32))
                     ids.append((row["case_id"], len(data["ns"])))
         _atomic_write_table(self.path / "cases.parquet",
                             pa.Table.from_pandas(cases_frame(rows), preserve_index=False))
@@ -123,6 +128,7 @@ class Store:
             "rep": np.concatenate([np.arange(n) for _, n in ids]) if ids else np.array([], int),
             "raw": np.concatenate(raws) if raws else np.array([], float),
             "ns": np.concatenate(nss) if nss else np.array([], float),
+            "process": np.concatenate(tags) if tags else np.array([], np.int32),
         })[SAMPLE_COLUMNS]
         _atomic_write_table(self.path / "samples.parquet",
                             pa.Table.from_pandas(samples, preserve_index=False))
@@ -185,4 +191,6 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     samples_path = path / "samples.parquet"
     samples = pd.read_parquet(samples_path) if samples_path.exists() else pd.DataFrame(
         columns=SAMPLE_COLUMNS)
+    if "process" not in samples:  # schema version 1: one worker process per case
+        samples["process"] = np.zeros(len(samples), np.int32)
     return RunData(path, meta, cases, samples)
