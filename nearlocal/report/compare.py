@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
+from scipy.optimize import brentq
 
 from nearlocal.errors import UsageError
 from nearlocal.results.store import RunData, load
@@ -57,6 +58,7 @@ MAD_TO_SIGMA = 1.4826
 MIN_PROCESSES = 2  # worker processes each run needs for a case before the process model judges it
 MIN_CASES_FOR_PRIOR = 3  # cases with a nonzero process spread needed to fit the variance prior
 MAX_PRIOR_DF = 20.0  # the prior never outweighs a case's own spread by more than this
+EXCESS_DEPENDENCE = 1.25  # neighbouring differences share a case: their median varies more
 TINY_VARIANCE = 1e-10  # of log medians: rounding, not spread (equal medians after the rebase)
 # Degrees of freedom of the Student t that models the cross-case run noise. Fitted on 28 pairs of
 # back-to-back quick runs of the same code on a busy 2-core VM: |change| / noise had quantiles
@@ -124,12 +126,12 @@ class Comparison:
         text = ", ".join(f"{n} {v}" for v, n in counts.items())
         history = (f", per-case spread of {self.history_runs} past baselines"
                    if self.history_runs else "")
-        noise = (f"run-to-run noise {self.run_noise:.1%}" if self.n_compared >= MIN_CASES_FOR_RUN_NOISE
+        others = self.n_compared - (self.process_model.cases if self.process_model else 0)
+        noise = (f"run-to-run noise {self.run_noise:.1%}" if others >= MIN_CASES_FOR_RUN_NOISE
                  else f"run-to-run noise unknown with under {MIN_CASES_FOR_RUN_NOISE} cases")
         if self.process_model is not None:
             noise = self.process_model.describe() + (
-                f"; {noise} for the other {self.n_compared - self.process_model.cases}"
-                if self.n_compared > self.process_model.cases else "")
+                f"; {noise} for the other {others} cases" if others else "")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
                 f"{self.n_compared} cases, {noise}{history})")
 
@@ -281,8 +283,9 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict,
     result.ratio = result.cand_median_ns / result.base_median_ns
     result._proc_base = _process_log_medians(base_ns, base_proc)
     result._proc_cand = _process_log_medians(cand_ns, cand_proc)
-    if result._proc_base is None or result._proc_cand is None:
-        result._proc_base = result._proc_cand = None
+    if result._proc_base is not None and result._proc_cand is not None:
+        return result  # judged by the process model (judge_by_processes)
+    result._proc_base = result._proc_cand = None
     floor = 1e-3  # ns: keeps a resampled zero median from giving an infinite log
     draws = (np.log(np.maximum(bootstrap_medians(cand_ns, rng.random(N_BOOTSTRAP)), floor))
              - np.log(np.maximum(bootstrap_medians(base_ns, rng.random(N_BOOTSTRAP)), floor)))
@@ -325,22 +328,23 @@ class ProcessModel:
     Each case's variance of log process medians is pooled over both runs and shrunk toward a prior
     fitted across cases (empirical Bayes, limma's fitFDist: prior variance `noise`**2 with
     `prior_df` degrees of freedom), so a case with 5 processes is neither trusted alone nor
-    drowned by its noisy neighbours. `calibration` (>= 1) scales every standard error so that
-    neighbouring cases' differences, which a shared change (a uniform slowdown, every size of
-    one method) cancels, scatter as the model says: a process spread that understates the
-    run-to-run noise widens every interval instead of crying wolf."""
+    drowned by its noisy neighbours. `excess` is run-to-run noise that no process shows (load
+    that changed between the runs, not within them), added in quadrature to every case: the
+    smallest sigma with which neighbouring cases' differences, which a shared change (a uniform
+    slowdown, every size of one method) cancels, scatter no more than the model says. A process
+    spread that understates the run-to-run noise so widens every interval instead of crying wolf."""
 
     cases: int
     noise: float  # prior sigma of one process's log median
     prior_df: float
-    calibration: float
+    excess: float  # sigma of a log ratio's run-to-run noise beyond the processes' spread
     selected: int  # cases beyond the threshold at the Benjamini-Hochberg level
     confidence: float  # of each judged case's interval (false coverage-rate adjusted)
 
     def describe(self) -> str:
         prior = "inf" if math.isinf(self.prior_df) else f"{self.prior_df:.1f}"
         return (f"process model on {self.cases} cases: between-process noise {self.noise:.1%} "
-                f"(prior df {prior}), calibration x{self.calibration:.2f}, "
+                f"(prior df {prior}), excess run noise {self.excess:.1%}, "
                 f"intervals at {self.confidence:.2%}")
 
 
@@ -397,8 +401,8 @@ def judge_by_processes(cases: list[CaseComparison], family: int, threshold: floa
     """Verdicts for cases whose runs both have >= 2 worker processes (see ProcessModel).
 
     Per case the estimate is the ratio of the geometric means of the process medians; its
-    standard error comes from their moderated pooled variance, times the calibration, and is at
-    least the spread of past baselines. A case's p-value tests "beyond the threshold" (the ratio
+    standard error comes from their moderated pooled variance, with the excess run noise added,
+    and is at least the spread of past baselines. A case's p-value tests "beyond the threshold" (the ratio
     outside [1/(1+t), 1+t], each median allowed to be off by the clock's resolution); the
     Benjamini-Hochberg procedure over the `family` compared cases selects, which keeps the chance
     of any false `slower` at alpha when the code did not change (every case null) while a change
@@ -425,13 +429,8 @@ def judge_by_processes(cases: list[CaseComparison], family: int, threshold: floa
     else:
         post_s2, post_df = (prior_df * prior_s2 + df * s2) / (prior_df + df), prior_df + df
     se = np.sqrt(post_s2 * (1 / kb + 1 / kc))
-    calibration = 1.0
-    usable = (~coarse[:-1]) & (~coarse[1:]) & (se[:-1] > 0) & (se[1:] > 0)
-    if usable.sum() >= MIN_CASES_FOR_RUN_NOISE:
-        d = np.diff(logs)[usable] / np.hypot(se[:-1], se[1:])[usable]
-        typical = float(scipy_stats.t.ppf(0.75, float(np.median(post_df))))
-        calibration = max(1.0, float(np.median(np.abs(d))) / typical)
-    sd = np.maximum(calibration * se,
+    excess = _excess_noise(logs, se, coarse, float(np.median(post_df)))
+    sd = np.maximum(np.hypot(se, excess),
                     [math.sqrt(2) * history.get(c.case_id, 0.0) for c in cases])
     bounds = np.array([_resolution_bounds(c) for c in cases])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -462,8 +461,37 @@ def judge_by_processes(cases: list[CaseComparison], family: int, threshold: floa
             else:
                 c.note = c.note or (f"the interval straddles the threshold (process medians "
                                     f"spread {spread:.1%}: more --processes narrow it)")
-    return ProcessModel(len(cases), math.sqrt(prior_s2), prior_df, calibration, selected,
+    return ProcessModel(len(cases), math.sqrt(prior_s2), prior_df, excess, selected,
                         1 - level)
+
+
+def _excess_noise(logs: np.ndarray, se: np.ndarray, coarse: np.ndarray, df: float) -> float:
+    """The sigma tau of run noise beyond the processes' spread: the smallest with which the
+    differences of neighbouring cases' log ratios (in the run's order), each over
+    sqrt(se_i^2 + se_j^2 + 2 tau^2), have the median absolute value of a t variate. 0 when they
+    scatter no more than a 99% bound on that median's chance excess (the median of a few dozen
+    |t| values is itself noisy; inflated by EXCESS_DEPENDENCE for overlapping pairs), or with
+    fewer than MIN_CASES_FOR_RUN_NOISE pairs."""
+    usable = (~coarse[:-1]) & (~coarse[1:])
+    if usable.sum() < MIN_CASES_FOR_RUN_NOISE:
+        return 0.0
+    diffs = np.abs(np.diff(logs))[usable]
+    spread2 = (se[:-1] ** 2 + se[1:] ** 2)[usable]
+    typical = float(scipy_stats.t.ppf(0.75, df))
+    # the sample median's standard error, 1 / (2 f sqrt(n)), f the density of |t| at its median
+    median_se = EXCESS_DEPENDENCE / (4 * float(scipy_stats.t.pdf(typical, df)) * math.sqrt(diffs.size))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        observed = float(np.median(np.nan_to_num(diffs / np.sqrt(spread2), nan=0.0, posinf=1e9)))
+    if observed <= typical + float(scipy_stats.norm.isf(0.01)) * median_se:
+        return 0.0
+
+    def excess_scatter(tau: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.median(np.nan_to_num(diffs / np.sqrt(spread2 + 2 * tau**2),
+                                                 nan=0.0, posinf=1e9))) - typical
+
+    high = float(diffs.max()) + 1e-12
+    return float(brentq(excess_scatter, 0.0, high, xtol=1e-6))
 
 
 def _coarse_clock(c: CaseComparison) -> bool:
@@ -532,15 +560,15 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             cases.append(CaseComparison(case_id, "new", method=str(row.get("method", "")),
                                         cand_median_ns=float(row["median_ns"]), note=why))
 
-    tested = [c for c in cases if math.isfinite(c._log_se)]
-    tau = run_noise([c._log_ratio for c in tested])
+    by_processes = [c for c in cases if c._proc_base is not None]
+    tested = [c for c in cases if math.isfinite(c._log_se) or c._proc_base is not None]
     per_case_alpha = alpha / max(len(tested), 1)
     history = history or {}
-    by_processes = [c for c in tested if c._proc_base is not None]
     model = judge_by_processes(by_processes, len(tested), threshold, alpha, history) \
         if by_processes else None
     # cases from single-process runs: the whole-run noise model below, Bonferroni over the family
     tested = [c for c in tested if c._proc_base is None]
+    tau = run_noise([c._log_ratio for c in tested])
     z = float(scipy_stats.norm.isf(per_case_alpha / 2))
     # run-to-run changes have heavy tails (a Student t fits them): its quantile, on the MAD scale
     tail = float(scipy_stats.t.isf(per_case_alpha / 2, RUN_NOISE_DOF)
