@@ -9,9 +9,9 @@ Runs measured in several worker processes (`nearlocal run --processes K`, the de
 process model (judge_by_processes, ProcessModel). The estimate is the ratio of the geometric means
 of the process medians; its error is their pooled, empirically-Bayes-moderated variance plus any
 run noise that neighbouring cases show beyond it; Benjamini-Hochberg over all compared cases
-selects with the matching false coverage-rate adjusted intervals. On the busy VM (33 and 55 cases,
-5 processes each, 18 pairs of back-to-back runs) every rerun of the same code exited 0 and every
-1.3x copy of a run exited 1, with 6 to 18 cases slower.
+selects with the matching false coverage-rate adjusted intervals. On the busy VM (33, 55 and 88
+cases, 5 processes each, 24 comparisons of back-to-back runs) every rerun of the same code exited
+0 and every 1.3x copy of another run exited 1, with 6 to 40 cases slower.
 
 Runs with one process per case (schema 1, or `--processes 1`): the whole-run model. The ratio of
 medians with a confidence interval from a bootstrap over the raw samples, and a Mann-Whitney U
