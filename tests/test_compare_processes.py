@@ -191,3 +191,110 @@ def test_runs_stored_before_process_tags_load_with_process_0(tmp_path):
     loaded = load(path)
     assert (loaded.samples["process"] == 0).all()
     assert compare_runs(loaded, loaded).process_model is None
+
+
+# A test double loaded by the test and, through NEARLOCAL_PLUGINS, by every worker process: its
+# session "measures" 1 us and, at the case's second opening (the second worker process), raises or
+# kills its process, as the case's `fail` parameter says.
+FLAKY_METHOD = '''
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+
+from nearlocal.harness.methods import Method, register_method
+
+
+class FlakySession:
+    clock = "fake"
+
+    def __init__(self, ctx):
+        self.info = {}
+        mode = ctx.params.get("fail", "never")
+        opened = Path(os.environ["I12C_FLAKY_DIR"]) / mode
+        opened.mkdir(exist_ok=True)
+        count = len(list(opened.iterdir()))
+        (opened / str(count)).touch()
+        if count == 1 and mode == "raise":
+            raise RuntimeError("flaky method failed")
+        if count == 1 and mode == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    def sample(self, n):
+        ns = np.full(n, 1000.0)
+        return ns.copy(), ns
+
+    def close(self):
+        pass
+
+
+register_method(Method(name="i12c-flaky", family="cpu", summary="test double", accesses=("read",),
+                       state="-", open_session=FlakySession, params={"fail": "never"}))
+'''
+
+
+@pytest.fixture
+def flaky_method(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from nearlocal.harness.methods import METHODS, load_methods
+
+    (tmp_path / "i12c_flaky_method.py").write_text(FLAKY_METHOD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "i12c_flaky_method")
+    monkeypatch.setenv("I12C_FLAKY_DIR", str(tmp_path / "opened"))
+    (tmp_path / "opened").mkdir()
+    load_methods()
+    importlib.import_module("i12c_flaky_method")
+    yield
+    METHODS.pop("i12c-flaky", None)
+    sys.modules.pop("i12c_flaky_method", None)
+
+
+def _runner(tmp_path, processes, **kwargs):
+    from nearlocal.harness.runner import Runner
+    from nearlocal.harness.stats import StoppingRule
+    from nearlocal.harness.worker import WorkerSettings
+    from nearlocal.hwprobe import probe
+    from nearlocal.results import Store
+
+    inventory = probe(gpu=False)
+    settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False)
+    store = Store.create(tmp_path / "store", {"host_id": inventory.host_id})
+    return Runner(inventory, settings, store, processes=processes, **kwargs), store
+
+
+def test_a_case_failing_in_a_later_process_fails_and_the_others_go_on(tmp_path, flaky_method):
+    from nearlocal.harness.cases import Case
+
+    cases = [Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
+             for mode in ("raise", "crash", "never")]
+    runner, store = _runner(tmp_path, 3)
+    rows = {row["params"]: row for row in runner.run(cases)}
+    run = load(store.finish())
+    raised, crashed, fine = (next(r for p, r in rows.items() if mode in str(p))
+                             for mode in ("raise", "crash", "never"))
+    assert raised["status"] == "failed" and "flaky method failed (process 2 of 3)" in raised["reason"]
+    assert crashed["status"] == "failed" and crashed["reason"] == "worker crashed: SIGSEGV (process 2 of 3)"
+    assert fine["status"] == "ok" and fine["processes"] == 3
+    by_case = run.samples.groupby("case_id")["process"].unique()
+    assert list(by_case.index) == [fine["case_id"]]  # failed cases keep no samples
+    assert sorted(by_case.iloc[0]) == [0, 1, 2]
+
+
+def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky_method):
+    from nearlocal.harness.cases import Case
+
+    def stop(index: int) -> None:
+        if index == 2:
+            raise KeyboardInterrupt
+
+    runner, store = _runner(tmp_path, 3, on_pass=stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
+    run = load(store.finish())
+    (row,) = run.cases.to_dict("records")
+    assert row["status"] == "ok" and row["processes"] == 2
+    assert sorted(run.samples["process"].unique()) == [0, 1]
