@@ -92,7 +92,9 @@ class CaseComparison:
     ratio: float = math.nan
     ci_low: float = math.nan
     ci_high: float = math.nan
-    p_value: float = math.nan  # Mann-Whitney U, two-sided, Bonferroni-adjusted
+    # whole-run model: Mann-Whitney U, two-sided, Bonferroni-adjusted; process model: the
+    # Benjamini-Hochberg-adjusted p of "beyond the threshold"
+    p_value: float = math.nan
     n_base: int = 0
     n_cand: int = 0
     processes: str = ""  # "base/candidate" worker processes when the process model judged
