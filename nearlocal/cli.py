@@ -178,7 +178,7 @@ def _json_records(cases, columns: list[str] | None = None) -> str:
 def _run(args: argparse.Namespace) -> int:
     from nearlocal import console
     from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner, run_metadata
+    from nearlocal.harness.runner import Runner, default_processes, run_metadata
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
@@ -189,6 +189,9 @@ def _run(args: argparse.Namespace) -> int:
     budget = parse_duration(args.budget)
     if not 0 < args.ci < 100:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
+    processes = default_processes(budget) if args.processes is None else args.processes
+    if not 1 <= processes <= 100:
+        raise UsageError(f"--processes must be between 1 and 100, got {processes}")
     if args.json and not Path(args.json).parent.resolve().is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     if args.json and Path(args.json).is_dir():  # checked before measuring, not after
@@ -207,12 +210,13 @@ def _run(args: argparse.Namespace) -> int:
                          "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
-    meta = run_metadata(inventory, settings, args.suite)
+    meta = run_metadata(inventory, settings, args.suite, processes=processes)
     store = Store.create(Path(args.out), meta)
     interrupted = False
     with console.RunProgress([c.id for c in cases], [r is None for r in reasons], budget,
-                             enabled=not args.quiet) as progress:
-        runner = Runner(inventory, settings, store, progress.finished)
+                             enabled=not args.quiet, processes=processes) as progress:
+        runner = Runner(inventory, settings, store, progress.finished, processes=processes,
+                        on_pass=progress.new_pass)
         try:
             runner.run(cases)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): keep what was measured
@@ -304,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
+    run.add_argument("--processes", type=int, default=None,
+                     help="worker processes per case, in passes over all cases, sharing the "
+                          "budget (default: one per 0.1 s of --budget, at most 5)")
     run.add_argument("--out", default="results", help="the store's root (default ./results)")
     run.add_argument("--json", help="also write the case rows as a JSON array to this path")
     run.add_argument("--allow-write", action="store_true",

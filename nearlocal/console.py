@@ -275,19 +275,23 @@ class RunProgress:
     so a log shows progress without a line per case."""
 
     def __init__(self, case_ids: list[str], runnable: list[bool], budget_s: float,
-                 enabled: bool = True, target: Console | None = None, interval_s: float = 3.0):
+                 enabled: bool = True, target: Console | None = None, interval_s: float = 3.0,
+                 processes: int = 1):
         self.case_ids, self.runnable, self.budget_s = case_ids, runnable, budget_s
         self.total = sum(runnable)
+        self.processes, self.pass_label = processes, ""
+        self._finished: set[str] = set()
         self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s
-        self.index = self.done = 0
+        self.done = 0
         self.started = self.last_line = self.last_done = 0.0
         self.durations: list[float] = []  # seconds per measured case, the first one excluded
         self._live = None
         self._task = None
 
     def _current(self) -> str:
-        return next((cid for cid, run in zip(self.case_ids[self.index:],
-                                             self.runnable[self.index:], strict=True) if run), "")
+        case = next((cid for cid, run in zip(self.case_ids, self.runnable, strict=True)
+                     if run and cid not in self._finished), "")
+        return self.pass_label + case
 
     def eta_s(self, now: float) -> float:
         """Cases left x the mean time of the last measured cases (the first one, which also
@@ -330,11 +334,22 @@ class RunProgress:
                                          case=self._current())
         return self
 
+    def new_pass(self, index: int) -> None:
+        """With --processes K the runner makes K passes over the cases; rows finish in the last
+        pass (or when they fail), so the passes are what shows progress before that."""
+        if self.processes <= 1 or not self.enabled:
+            return
+        self.pass_label = f"process {index + 1} of {self.processes}: "
+        if self._live is not None:
+            self._live.update(self._task, case=self._current())
+        else:
+            self.target.print(f"{_duration(time.monotonic() - self.started)}: pass "
+                              f"{index + 1} of {self.processes} over the cases", markup=False)
+
     def finished(self, row: dict) -> None:
-        """One case finished (measured, failed or skipped), in the order they were given."""
-        measured = self.index < len(self.runnable) and self.runnable[self.index]
-        self.index += 1
-        if not measured:
+        """One case finished (measured, failed or skipped)."""
+        self._finished.add(row.get("case_id", ""))
+        if row.get("status") == "skipped":  # cost nothing, not counted
             return
         self.done += 1
         now = time.monotonic()

@@ -31,7 +31,7 @@ def scale_run(ref: str, factor: float, root: Path) -> Path:
         ns = samples["ns"].to_numpy(dtype=np.float64) * factor
         raw = samples["raw"].to_numpy(dtype=np.float64) * factor
         row.update(summarize(ns, int(row["bytes_moved"])))
-        store.add_case(row, raw, ns)
+        store.add_case(row, raw, ns, samples["process"].to_numpy())  # keep the process tags
     return store.finish(ended=run.meta.get("ended"), interrupted=False)
 
 

@@ -4,18 +4,20 @@ case to the store as it completes. It never branches on hardware: methods and re
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import get_method
+from nearlocal.harness.stats import summarize
 from nearlocal.harness.worker import WorkerSettings, worker_main
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import files_to_create, parse_region, remove_leftovers
@@ -23,6 +25,14 @@ from nearlocal.results.store import Store
 from nearlocal.workloads.patterns import parse_pattern
 
 WORKER_START_TIMEOUT_S = 120.0
+MAX_AUTO_PROCESSES = 5
+MIN_PROCESS_BUDGET_S = 0.1
+
+
+def default_processes(budget_s: float) -> int:
+    """Worker processes per case when not given: one per 0.1 s of the case's budget, 1 to 5
+    (the default 0.5 s budget gets 5; a tiny budget, as in quick checks, stays in one process)."""
+    return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
 
 
 def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
@@ -71,20 +81,32 @@ class _Worker:
 
 
 class Runner:
+    """processes: how many worker processes measure each case, one after another in passes over
+    all cases (pyperf's way): page placement, code layout and co-tenants are drawn again in each
+    process, so their spread is sampled within the run and `nearlocal compare` can model it. Each
+    process gets budget / processes; a row pools every process's samples, tagged by process."""
+
     def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
-                 on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None):
+                 on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,
+                 processes: int = 1, on_pass: Callable[[int], None] | None = None):
         self.inventory = inventory
         self.settings = settings
         self.store = store
         self.on_case = on_case or (lambda row: None)
+        self.on_pass = on_pass or (lambda index: None)  # called as each pass over the cases starts
         self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
+        self.processes = max(1, int(processes))
         self._context = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
         self._creating: list = []  # files the case in flight may create (removed if it dies)
 
     def _start_worker(self) -> _Worker:
         parent, child = self._context.Pipe()
-        process = self._context.Process(target=worker_main, args=(child, self.settings), daemon=True)
+        settings = self.settings
+        if self.processes > 1:  # the K processes share the case's budget
+            settings = replace(settings, rule=replace(
+                settings.rule, budget_s=settings.rule.budget_s / self.processes))
+        process = self._context.Process(target=worker_main, args=(child, settings), daemon=True)
         # the child starts with SIGINT ignored (until worker_main says the same): a Ctrl-C while
         # it imports would print its KeyboardInterrupt traceback; the parent handles Ctrl-C
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
@@ -99,6 +121,8 @@ class Runner:
             process.kill()
             raise RuntimeError("the measurement worker did not start")
         _, overhead, quantum_ns = parent.recv()
+        if self.settings.overhead_ticks is None:  # the run's estimate, reused by later workers
+            self.settings = replace(self.settings, overhead_ticks=overhead)
         return _Worker(process, parent, overhead, quantum_ns)
 
     def _stop_worker(self, now: bool = False) -> None:
@@ -169,23 +193,79 @@ class Runner:
                 "clock_resolution_ns": resolution, **row}, raw, ns
 
     def run(self, cases: Iterable[Case]) -> list[dict]:
-        rows = []
+        """Skipped cases are stored as they come; runnable ones after their last process (a
+        failure in any process fails the case). Interrupted, what was measured is stored."""
+        cases = list(cases)
+        rows: list[dict] = []
+        pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
+
+        def finish(index: int, row: dict, results: list) -> None:
+            raw = ns = tags = None
+            if results:
+                row.update(_pooled(results, row["bytes_moved"]))
+                raw = np.concatenate([r for _, r, _ in results])
+                ns = np.concatenate([n for _, _, n in results])
+                tags = np.concatenate([np.full(len(n), i, np.int32)
+                                       for i, (_, _, n) in enumerate(results)])
+            pending.pop(index, None)
+            self.store.add_case(row, raw, ns, tags)
+            rows.append(row)
+            self.on_case(row)
+
         try:
-            for case in cases:
-                row = describe(case)
-                reason = case_rules.unavailable(case, self.inventory, self.settings.allow_write)
-                raw = ns = None
-                if reason:
-                    row.update(status="skipped", reason=reason)
-                else:
+            for process in range(self.processes):
+                self.on_pass(process)
+                last = process == self.processes - 1
+                for index, case in enumerate(cases):
+                    if process == 0:
+                        row = describe(case)
+                        reason = case_rules.unavailable(case, self.inventory,
+                                                        self.settings.allow_write)
+                        if reason:
+                            row.update(status="skipped", reason=reason)
+                            finish(index, row, [])
+                            continue
+                        pending[index] = (row, [])
+                    elif index not in pending:
+                        continue  # skipped, or failed in an earlier process
+                    row, results = pending[index]
                     result, raw, ns = self._measure(case)
-                    row.update(result)
-                self.store.add_case(row, raw, ns)
-                rows.append(row)
-                self.on_case(row)
+                    if result["status"] != "ok":
+                        if self.processes > 1:
+                            result["reason"] += f" (process {process + 1} of {self.processes})"
+                        row.update(result)
+                        finish(index, row, [])
+                        continue
+                    results.append((result, raw, ns))
+                    if last:
+                        finish(index, row, results)
+                if not last:
+                    self._stop_worker()  # the next pass draws a fresh process
+        except KeyboardInterrupt:  # Ctrl-C / SIGTERM: keep the processes measured so far
+            self._stop_worker(now=True)
+            for index, (row, results) in list(pending.items()):
+                if results:
+                    finish(index, row, results)
+            raise
         except BaseException:
             self._stop_worker(now=True)
             raise
         finally:
             self._stop_worker()
         return rows
+
+
+def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int) -> dict:
+    """One row from each process's result: statistics over all samples; converged only if every
+    process met the stopping rule; the coarsest clock resolution."""
+    if len(results) == 1:
+        return {**results[0][0], "processes": 1}
+    rows = [r for r, _, _ in results]
+    ns = np.concatenate([n for _, _, n in results])
+    overheads = [r["timer_overhead_ns"] for r in rows if r.get("timer_overhead_ns") is not None]
+    resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
+    return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(results),
+            "converged": all(bool(r.get("converged")) for r in rows),
+            "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
+            "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
+            "clock_resolution_ns": max(resolutions) if resolutions else None}

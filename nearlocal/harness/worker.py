@@ -26,6 +26,9 @@ class WorkerSettings:
     rule: StoppingRule
     tsc_hz: float
     allow_write: bool
+    # The run's timer overhead when an earlier worker measured it: every worker process of a run
+    # subtracts the same estimate, so processes differ only in what they measure.
+    overhead_ticks: float | None = None
 
 
 @dataclass
@@ -117,7 +120,7 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     load_methods()
     clock = measure_clock()
-    overhead = clock.overhead_ticks
+    overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks
     conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
     while True:
         try:

@@ -1,8 +1,21 @@
 """`nearlocal compare BASE CAND`: is each case slower, faster or the same in the candidate run?
 
-Per case measured in both runs: the ratio of medians (candidate / base) with a confidence interval
-from a bootstrap over the raw samples, and a Mann-Whitney U p-value. Noise between two runs of the
-same code on a shared machine is real, so the verdict is built not to cry wolf:
+Noise between two runs of the same code on a shared machine is real, and most of it is drawn once
+per worker process (page placement, code layout, co-tenants): on a busy 2-vCPU VM a case's median
+moves by 2% to 50% from one process to the next, so no statistic over one process's samples can
+tell a 1.3x slowdown from a rerun. Two models, chosen per case:
+
+Runs measured in several worker processes (`nearlocal run --processes K`, the default): the
+process model (judge_by_processes, ProcessModel). The estimate is the ratio of the geometric means
+of the process medians; its error is their pooled, empirically-Bayes-moderated variance plus any
+run noise that neighbouring cases show beyond it; Benjamini-Hochberg over all compared cases
+selects with the matching false coverage-rate adjusted intervals. On the busy VM (33, 55 and 88
+cases, 5 processes each, 24 comparisons of back-to-back runs) every rerun of the same code exited
+0 and every 1.3x copy of another run exited 1, with 6 to 40 cases slower.
+
+Runs with one process per case (schema 1, or `--processes 1`): the whole-run model. The ratio of
+medians with a confidence interval from a bootstrap over the raw samples, and a Mann-Whitney U
+p-value:
 
 - The runs' samples are put on the same timer-overhead correction (the smaller of the two runs'
   estimates): a different overhead estimate is not a change in the code.
@@ -25,6 +38,7 @@ same code on a shared machine is real, so the verdict is built not to cry wolf:
 - A case whose samples did not meet the runner's stopping rule (median CI within --ci) in either
   run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
   is where back-to-back runs of the same code differ by 2-3x.
+Both models: the overhead rebase, the clock's resolution and the past baselines' spread apply.
 Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
 unless --cross-host.
 """
@@ -42,6 +56,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
+from scipy.optimize import brentq
 
 from nearlocal.errors import UsageError
 from nearlocal.results.store import RunData, load, require_store
@@ -54,6 +69,11 @@ MIN_CASES_FOR_RUN_NOISE = 8  # below this the run-to-run noise is not estimated 
 HISTORY_RUNS = 20  # past baselines of the same hardware used for per-case noise
 MIN_HISTORY = 3  # runs a case needs in that history before its spread is used
 MAD_TO_SIGMA = 1.4826
+MIN_PROCESSES = 2  # worker processes each run needs for a case before the process model judges it
+MIN_CASES_FOR_PRIOR = 3  # cases with a nonzero process spread needed to fit the variance prior
+MAX_PRIOR_DF = 20.0  # the prior never outweighs a case's own spread by more than this
+EXCESS_DEPENDENCE = 1.25  # neighbouring differences share a case: their median varies more
+TINY_VARIANCE = 1e-10  # of log medians: rounding, not spread (equal medians after the rebase)
 # Degrees of freedom of the Student t that models the cross-case run noise. Fitted on 28 pairs of
 # back-to-back quick runs of the same code on a busy 2-core VM: |change| / noise had quantiles
 # 2.1 (90%), 4.3 (99%), 6.9 (99.9%) where a normal gives 1.6, 2.6, 3.3 and t(5) 1.9, 3.7, 6.4.
@@ -72,15 +92,21 @@ class CaseComparison:
     ratio: float = math.nan
     ci_low: float = math.nan
     ci_high: float = math.nan
-    p_value: float = math.nan  # Mann-Whitney U, two-sided, Bonferroni-adjusted
+    # whole-run model: Mann-Whitney U, two-sided, Bonferroni-adjusted; process model: the
+    # Benjamini-Hochberg-adjusted p of "beyond the threshold"
+    p_value: float = math.nan
     n_base: int = 0
     n_cand: int = 0
+    processes: str = ""  # "base/candidate" worker processes when the process model judged
     note: str = ""
     _log_ratio: float = field(default=math.nan, repr=False)
     _log_se: float = field(default=math.nan, repr=False)
     _p_raw: float = field(default=math.nan, repr=False)
     _resolution_ns: float = field(default=math.nan, repr=False)
     _unsettled: str = field(default="", repr=False)  # which run's stopping rule was not met
+    # log medians of each worker process's samples (runs made with --processes >= 2)
+    _proc_base: np.ndarray | None = field(default=None, repr=False)
+    _proc_cand: np.ndarray | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -98,6 +124,7 @@ class Comparison:
     host_note: str
     cases: list[CaseComparison]
     history_runs: int = 0  # past baselines whose spread widened each case's interval
+    process_model: ProcessModel | None = None  # fitted when cases ran in >= 2 processes each
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -115,8 +142,12 @@ class Comparison:
         text = ", ".join(f"{n} {v}" for v, n in counts.items())
         history = (f", per-case spread of {self.history_runs} past baselines"
                    if self.history_runs else "")
-        noise = (f"run-to-run noise {self.run_noise:.1%}" if self.n_compared >= MIN_CASES_FOR_RUN_NOISE
+        others = self.n_compared - (self.process_model.cases if self.process_model else 0)
+        noise = (f"run-to-run noise {self.run_noise:.1%}" if others >= MIN_CASES_FOR_RUN_NOISE
                  else f"run-to-run noise unknown with under {MIN_CASES_FOR_RUN_NOISE} cases")
+        if self.process_model is not None:
+            noise = self.process_model.describe() + (
+                f"; {noise} for the other {others} cases" if others else "")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
                 f"{self.n_compared} cases, {noise}{history})")
 
@@ -131,6 +162,7 @@ class Comparison:
         return {"base": self.base, "candidate": self.candidate, "threshold": self.threshold,
                 "alpha": self.alpha, "run_noise": self.run_noise, "confidence": self.confidence,
                 "host_note": self.host_note, "history_runs": self.history_runs,
+                "process_model": asdict(self.process_model) if self.process_model else None,
                 "counts": self.counts(),
                 "regression": bool(self.regressions),
                 "cases": [c.to_dict() for c in self.sorted_cases()]}
@@ -199,12 +231,26 @@ def bootstrap_medians(values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     return (draw(n // 2) + draw(n // 2 + 1)) / 2
 
 
-def _samples_by_case(run: RunData) -> dict[str, np.ndarray]:
+def _samples_by_case(run: RunData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per case: the samples' ns and the worker process that took each (0 in older runs)."""
     samples = run.samples
     if samples.empty:
         return {}
-    return {str(cid): group.to_numpy(dtype=np.float64)
-            for cid, group in samples.groupby("case_id", sort=False)["ns"]}
+    if "process" not in samples:
+        samples = samples.assign(process=0)
+    return {str(cid): (group["ns"].to_numpy(dtype=np.float64),
+                       group["process"].to_numpy(dtype=np.int64))
+            for cid, group in samples.groupby("case_id", sort=False)}
+
+
+def _process_log_medians(ns: np.ndarray, process: np.ndarray) -> np.ndarray | None:
+    """The log median of each process's samples; None with fewer than 2 processes or a median
+    at or below 0 (below the clock's resolution after the overhead correction)."""
+    tags = np.unique(process)
+    if tags.size < MIN_PROCESSES:
+        return None
+    medians = np.array([np.median(ns[process == tag]) for tag in tags])
+    return np.log(medians) if np.all(medians > 0) else None
 
 
 def _ok_rows(run: RunData) -> dict[str, dict]:
@@ -217,11 +263,15 @@ def _number(row: dict, column: str) -> float:
     return float(value) if value is not None and pd.notna(value) else math.nan
 
 
-def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndarray | None,
-                  cand_ns: np.ndarray | None, rng: np.random.Generator) -> CaseComparison:
+def _measure_case(case_id: str, base_row: dict, cand_row: dict,
+                  base: tuple[np.ndarray, np.ndarray] | None,
+                  cand: tuple[np.ndarray, np.ndarray] | None,
+                  rng: np.random.Generator) -> CaseComparison:
     result = CaseComparison(case_id, "ambiguous", method=str(cand_row.get("method", "")),
                             base_median_ns=float(base_row.get("median_ns", math.nan)),
                             cand_median_ns=float(cand_row.get("median_ns", math.nan)))
+    base_ns, base_proc = base if base is not None else (None, None)
+    cand_ns, cand_proc = cand if cand is not None else (None, None)
     if base_ns is None or cand_ns is None or base_ns.size < 2 or cand_ns.size < 2:
         if result.base_median_ns > 0:
             result.ratio = result.cand_median_ns / result.base_median_ns
@@ -247,6 +297,11 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict, base_ns: np.ndar
         result.note = "a median is 0 after the timer-overhead correction: below the clock's resolution"
         return result
     result.ratio = result.cand_median_ns / result.base_median_ns
+    result._proc_base = _process_log_medians(base_ns, base_proc)
+    result._proc_cand = _process_log_medians(cand_ns, cand_proc)
+    if result._proc_base is not None and result._proc_cand is not None:
+        return result  # judged by the process model (judge_by_processes)
+    result._proc_base = result._proc_cand = None
     floor = 1e-3  # ns: keeps a resampled zero median from giving an infinite log
     draws = (np.log(np.maximum(bootstrap_medians(cand_ns, rng.random(N_BOOTSTRAP)), floor))
              - np.log(np.maximum(bootstrap_medians(base_ns, rng.random(N_BOOTSTRAP)), floor)))
@@ -279,6 +334,186 @@ def run_noise(log_ratios: list[float]) -> float:
     if values.size < MIN_CASES_FOR_RUN_NOISE:
         return 0.0
     return float(MAD_TO_SIGMA * np.median(np.abs(np.diff(values))) / math.sqrt(2))
+
+
+@dataclass
+class ProcessModel:
+    """The noise model fitted on the runs' own repeats: how much a case's median moves from one
+    worker process to the next (page placement, code layout, co-tenants are drawn again in each).
+
+    Each case's variance of log process medians is pooled over both runs and shrunk toward a prior
+    fitted across cases (empirical Bayes, limma's fitFDist: prior variance `noise`**2 with
+    `prior_df` degrees of freedom), so a case with 5 processes is neither trusted alone nor
+    drowned by its noisy neighbours. `excess` is run-to-run noise that no process shows (load
+    that changed between the runs, not within them), added in quadrature to every case: the
+    smallest sigma with which neighbouring cases' differences, which a shared change (a uniform
+    slowdown, every size of one method) cancels, scatter no more than the model says. A process
+    spread that understates the run-to-run noise so widens every interval instead of crying wolf."""
+
+    cases: int
+    noise: float  # prior sigma of one process's log median
+    prior_df: float
+    excess: float  # sigma of a log ratio's run-to-run noise beyond the processes' spread
+    selected: int  # cases beyond the threshold at the Benjamini-Hochberg level
+    confidence: float  # of each judged case's interval (false coverage-rate adjusted)
+
+    def describe(self) -> str:
+        prior = "inf" if math.isinf(self.prior_df) else f"{self.prior_df:.1f}"
+        return (f"process model on {self.cases} cases: between-process noise {self.noise:.1%} "
+                f"(prior df {prior}), excess run noise {self.excess:.1%}, "
+                f"intervals at {self.confidence:.2%}")
+
+
+def _trigamma_inverse(y: float) -> float:
+    """x with trigamma(x) = y (y > 0), by Newton's method on 1/trigamma as limma does."""
+    from scipy.special import polygamma
+
+    if y > 1e7:
+        return 1 / math.sqrt(y)
+    if y < 1e-6:
+        return 1 / y
+    x = 0.5 + 1 / y
+    for _ in range(50):
+        tri = float(polygamma(1, x))
+        step = tri * (1 - tri / y) / float(polygamma(2, x))
+        x += step
+        if -step / x < 1e-8:
+            break
+    return x
+
+
+def fit_variance_prior(s2: np.ndarray, df: np.ndarray) -> tuple[float, float]:
+    """(prior variance, prior df) of per-case variances s2 on df degrees of freedom, by moments of
+    log s2 (Smyth 2004, limma's fitFDist). Zero variances (every process median equal, as on a
+    coarse clock) are left out; df is infinite when the cases' variances scatter no more than
+    sampling alone would make them, and capped at MAX_PRIOR_DF."""
+    from scipy.special import digamma, polygamma
+
+    keep = s2 > TINY_VARIANCE
+    s2, df = s2[keep], df[keep]
+    if s2.size < MIN_CASES_FOR_PRIOR:
+        return (float(np.median(s2)) if s2.size else 0.0), 0.0
+    e = np.log(s2) - digamma(df / 2) + np.log(df / 2)
+    emean = float(e.mean())
+    evar = float(e.var(ddof=1) - np.mean(polygamma(1, df / 2)))
+    prior_df = 2 * _trigamma_inverse(evar) if evar > 0 else math.inf
+    prior_df = min(prior_df, MAX_PRIOR_DF)
+    return float(math.exp(emean + digamma(prior_df / 2) - math.log(prior_df / 2))), prior_df
+
+
+def benjamini_hochberg(p: np.ndarray, family: int) -> np.ndarray:
+    """BH-adjusted p-values of p within a family of `family` >= p.size tests (the rest count as
+    tests that were not rejected)."""
+    order = np.argsort(p)
+    ranked = p[order] * family / np.arange(1, p.size + 1)
+    adjusted = np.minimum.accumulate(ranked[::-1])[::-1]
+    out = np.empty_like(p)
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
+
+
+def judge_by_processes(cases: list[CaseComparison], family: int, threshold: float, alpha: float,
+                       history: dict[str, float]) -> ProcessModel:
+    """Verdicts for cases whose runs both have >= 2 worker processes (see ProcessModel).
+
+    Per case the estimate is the ratio of the geometric means of the process medians; its
+    standard error comes from their moderated pooled variance, with the excess run noise added,
+    and is at least the spread of past baselines. A case's p-value tests "beyond the threshold" (the ratio
+    outside [1/(1+t), 1+t], each median allowed to be off by the clock's resolution); the
+    Benjamini-Hochberg procedure over the `family` compared cases selects, which keeps the chance
+    of any false `slower` at alpha when the code did not change (every case null) while a change
+    shared by many cases needs less evidence per case. Intervals are the matching false
+    coverage-rate adjusted ones (Benjamini-Yekutieli 2005): level 1 - R alpha / family for R
+    selected, so a case is `slower` exactly when selected with its whole interval above 1+t."""
+    hi = math.log1p(threshold)
+    for c in cases:
+        c.base_median_ns = float(math.exp(c._proc_base.mean()))
+        c.cand_median_ns = float(math.exp(c._proc_cand.mean()))
+        c.ratio = c.cand_median_ns / c.base_median_ns
+        c.processes = f"{c._proc_base.size}/{c._proc_cand.size}"
+    logs = np.array([math.log(c.ratio) for c in cases])
+    kb = np.array([c._proc_base.size for c in cases], dtype=float)
+    kc = np.array([c._proc_cand.size for c in cases], dtype=float)
+    df = kb + kc - 2
+    s2 = np.array([(np.sum((c._proc_base - c._proc_base.mean()) ** 2)
+                    + np.sum((c._proc_cand - c._proc_cand.mean()) ** 2)) for c in cases]) / df
+    coarse = np.array([_coarse_clock(c) for c in cases])
+    # the fit learns from cases the clock resolves: a coarse clock's steps are no placement noise
+    prior_s2, prior_df = fit_variance_prior(np.where(coarse, 0.0, s2), df)
+    if math.isinf(prior_df):
+        post_s2, post_df = np.full_like(s2, prior_s2), np.full_like(s2, 1e6)
+    else:
+        post_s2, post_df = (prior_df * prior_s2 + df * s2) / (prior_df + df), prior_df + df
+    se = np.sqrt(post_s2 * (1 / kb + 1 / kc))
+    excess = _excess_noise(logs, se, coarse, float(np.median(post_df)))
+    sd = np.maximum(np.hypot(se, excess),
+                    [math.sqrt(2) * history.get(c.case_id, 0.0) for c in cases])
+    bounds = np.array([_resolution_bounds(c) for c in cases])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slow = np.where(sd > 0, scipy_stats.t.sf((bounds[:, 0] - hi) / sd, post_df),
+                        (bounds[:, 0] <= hi).astype(float))
+        fast = np.where(sd > 0, scipy_stats.t.sf((-hi - bounds[:, 1]) / sd, post_df),
+                        (bounds[:, 1] >= -hi).astype(float))
+    p = np.minimum(1.0, 2 * np.minimum(slow, fast))
+    adjusted = benjamini_hochberg(p, family)
+    selected = int(np.sum(adjusted <= alpha))
+    level = max(selected, 1) * alpha / family
+    quantile = scipy_stats.t.isf(level / 2, post_df)
+    for i, c in enumerate(cases):
+        c.ci_low = math.exp(bounds[i, 0] - quantile[i] * sd[i])
+        c.ci_high = math.exp(bounds[i, 1] + quantile[i] * sd[i])
+        c.p_value = float(adjusted[i])
+        if c.ci_low > 1 + threshold:
+            c.verdict = "slower"
+        elif c.ci_high < 1 / (1 + threshold):
+            c.verdict = "faster"
+        elif c.ci_low >= 1 / (1 + threshold) and c.ci_high <= 1 + threshold:
+            c.verdict = "same"
+        else:
+            c.verdict = "ambiguous"
+            spread = math.sqrt(post_s2[i])
+            if coarse[i]:
+                c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+            else:
+                c.note = c.note or (f"the interval straddles the threshold (process medians "
+                                    f"spread {spread:.1%}: more --processes narrow it)")
+    return ProcessModel(len(cases), math.sqrt(prior_s2), prior_df, excess, selected,
+                        1 - level)
+
+
+def _excess_noise(logs: np.ndarray, se: np.ndarray, coarse: np.ndarray, df: float) -> float:
+    """The sigma tau of run noise beyond the processes' spread: the smallest with which the
+    differences of neighbouring cases' log ratios (in the run's order), each over
+    sqrt(se_i^2 + se_j^2 + 2 tau^2), have the median absolute value of a t variate. 0 when they
+    scatter no more than a 99% bound on that median's chance excess (the median of a few dozen
+    |t| values is itself noisy; inflated by EXCESS_DEPENDENCE for overlapping pairs), or with
+    fewer than MIN_CASES_FOR_RUN_NOISE pairs."""
+    usable = (~coarse[:-1]) & (~coarse[1:])
+    if usable.sum() < MIN_CASES_FOR_RUN_NOISE:
+        return 0.0
+    diffs = np.abs(np.diff(logs))[usable]
+    spread2 = (se[:-1] ** 2 + se[1:] ** 2)[usable]
+    typical = float(scipy_stats.t.ppf(0.75, df))
+    # the sample median's standard error, 1 / (2 f sqrt(n)), f the density of |t| at its median
+    median_se = EXCESS_DEPENDENCE / (4 * float(scipy_stats.t.pdf(typical, df)) * math.sqrt(diffs.size))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        observed = float(np.median(np.nan_to_num(diffs / np.sqrt(spread2), nan=0.0, posinf=1e9)))
+    if observed <= typical + float(scipy_stats.norm.isf(0.01)) * median_se:
+        return 0.0
+
+    def excess_scatter(tau: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.median(np.nan_to_num(diffs / np.sqrt(spread2 + 2 * tau**2),
+                                                 nan=0.0, posinf=1e9))) - typical
+
+    high = float(diffs.max()) + 1e-12
+    return float(brentq(excess_scatter, 0.0, high, xtol=1e-6))
+
+
+def _coarse_clock(c: CaseComparison) -> bool:
+    """The clock's resolution is over 5% of a median: a change of a step or two is not told."""
+    return math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
+        c.base_median_ns, c.cand_median_ns)
 
 
 def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS) -> tuple[dict[str, float], int]:
@@ -341,15 +576,20 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             cases.append(CaseComparison(case_id, "new", method=str(row.get("method", "")),
                                         cand_median_ns=float(row["median_ns"]), note=why))
 
-    tested = [c for c in cases if math.isfinite(c._log_se)]
-    tau = run_noise([c._log_ratio for c in tested])
+    by_processes = [c for c in cases if c._proc_base is not None]
+    tested = [c for c in cases if math.isfinite(c._log_se) or c._proc_base is not None]
     per_case_alpha = alpha / max(len(tested), 1)
+    history = history or {}
+    model = judge_by_processes(by_processes, len(tested), threshold, alpha, history) \
+        if by_processes else None
+    # cases from single-process runs: the whole-run noise model below, Bonferroni over the family
+    tested = [c for c in tested if c._proc_base is None]
+    tau = run_noise([c._log_ratio for c in tested])
     z = float(scipy_stats.norm.isf(per_case_alpha / 2))
     # run-to-run changes have heavy tails (a Student t fits them): its quantile, on the MAD scale
     tail = float(scipy_stats.t.isf(per_case_alpha / 2, RUN_NOISE_DOF)
                  * scipy_stats.norm.isf(0.25) / scipy_stats.t.isf(0.25, RUN_NOISE_DOF))
     high_bound, low_bound = 1 + threshold, 1 / (1 + threshold)
-    history = history or {}
     for c in tested:
         # a ratio spans 2 runs, hence sqrt(2) times one run's spread
         between = max(tail * tau, z * math.sqrt(2) * history.get(c.case_id, 0.0))
@@ -379,7 +619,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             else:
                 c.note = c.note or "the interval straddles the threshold"
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
-                      host_note, cases, history_runs if history else 0)
+                      host_note, cases, history_runs if history else 0, model)
 
 
 # ---------------------------------------------------------------- output
@@ -406,7 +646,8 @@ def render_table(result: Comparison, file=None) -> None:
         ratio, ci, p = _ratio_text(c)
         table.add_row(f"[{colours[c.verdict]}]{c.verdict}[/]", c.case_id,
                       format_ns(c.base_median_ns), format_ns(c.cand_median_ns), ratio, ci, p,
-                      f"{c.n_base}/{c.n_cand}" if c.n_base else "-", c.note)
+                      (f"{c.n_base}/{c.n_cand}" + (f" in {c.processes} proc" if c.processes else ""))
+                      if c.n_base else "-", c.note)
     console = Console(file=file, width=200 if file else None)
     console.print(table)
     if result.host_note:

@@ -33,6 +33,7 @@ DEFAULT_ROOT = Path("results")
 # Columns a cases.parquet must have to be read at all; the others of CASE_COLUMNS are filled in
 # empty when missing (a run written by an older version), these mean a damaged file.
 REQUIRED_CASE_COLUMNS = ("case_id", "method", "region", "pattern", "status")
+REQUIRED_SAMPLE_COLUMNS = ("case_id", "rep", "raw", "ns")  # "process" came with schema 2
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -134,18 +135,22 @@ class Store:
             f"cases measured before it in {self.path} (an incomplete run; `nearlocal show "
             f"{self.path}` reads it): free some space and run again ({exc.strerror})")
 
-    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None) -> None:
+    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
+                 process: np.ndarray | None = None) -> None:
         """Samples first, then the row: a row on disk always has its samples (the row's rename
-        is what makes a case part of the run)."""
+        is what makes a case part of the run). process: per sample, which of the run's worker
+        processes took it (default all 0)."""
         name = f"{self._added:06d}"
         self._added += 1
         samples = self.partial / f"{name}.npz"
         try:
             if ns is not None and len(ns):
                 temp = self.partial / f".{name}.npz"
+                tags = np.zeros(len(ns), np.int32) if process is None \
+                    else np.asarray(process, np.int32)
                 with open(temp, "wb") as handle:
                     np.savez(handle, raw=np.asarray(raw, dtype=np.float64),
-                             ns=np.asarray(ns, dtype=np.float64))
+                             ns=np.asarray(ns, dtype=np.float64), process=tags)
                 os.replace(temp, samples)
             _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
         except OSError as exc:
@@ -181,7 +186,7 @@ class Store:
 def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
     """The rows and samples a run has written to partial/ so far (a row whose JSON or samples
     file is unreadable, e.g. cut short by a kill, is left out: it was not finished)."""
-    rows, raws, nss, ids = [], [], [], []
+    rows, raws, nss, tags, ids = [], [], [], [], []
     for path in sorted(partial.glob("[0-9]*.json")):
         try:
             row = json.loads(path.read_text())
@@ -189,8 +194,9 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
             if samples.exists():
                 with np.load(samples) as data:
                     raw, ns = data["raw"], data["ns"]
+                    tag = data["process"] if "process" in data else np.zeros(len(ns), np.int32)
             else:
-                raw = ns = None
+                raw = ns = tag = None
         except (OSError, ValueError, KeyError, EOFError):
             continue
         if not isinstance(row, dict) or "case_id" not in row:
@@ -199,12 +205,14 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
         if ns is not None:
             raws.append(raw)
             nss.append(ns)
+            tags.append(tag)
             ids.append((row["case_id"], len(ns)))
     samples = pd.DataFrame({
         "case_id": pd.Series([cid for cid, n in ids for _ in range(n)], dtype="string"),
         "rep": np.concatenate([np.arange(n) for _, n in ids]) if ids else np.array([], int),
         "raw": np.concatenate(raws) if raws else np.array([], float),
         "ns": np.concatenate(nss) if nss else np.array([], float),
+        "process": np.concatenate(tags) if tags else np.array([], np.int32),
     })[SAMPLE_COLUMNS]
     return rows, samples
 
@@ -296,7 +304,7 @@ def survey_run(path: Path) -> tuple[dict, str]:
     except UsageError as exc:
         return {}, "damaged: " + str(exc).split(": ", 1)[-1]
     for name, required in (("cases.parquet", REQUIRED_CASE_COLUMNS),
-                           ("samples.parquet", tuple(SAMPLE_COLUMNS))):
+                           ("samples.parquet", REQUIRED_SAMPLE_COLUMNS)):
         file = path / name
         if file.exists():
             try:
@@ -373,13 +381,15 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     if (path / "cases.parquet").exists():
         cases = _read_table(path / "cases.parquet", REQUIRED_CASE_COLUMNS)
         samples_path = path / "samples.parquet"
-        samples = _read_table(samples_path, tuple(SAMPLE_COLUMNS)) if samples_path.exists() \
+        samples = _read_table(samples_path, REQUIRED_SAMPLE_COLUMNS) if samples_path.exists() \
             else pd.DataFrame(columns=SAMPLE_COLUMNS)
     else:
         rows, samples = _read_partial(path / "partial") if (path / "partial").is_dir() \
             else ([], pd.DataFrame(columns=SAMPLE_COLUMNS))
         cases = cases_frame(rows)
         meta = {**meta, "n_cases": len(rows)}
+    if "process" not in samples:  # schema version 1: one worker process per case
+        samples["process"] = np.zeros(len(samples), np.int32)
     for column in CASE_COLUMNS:
         if column not in cases:
             cases[column] = None

@@ -1,0 +1,300 @@
+"""`nearlocal compare` on runs measured in several worker processes (`run --processes K`): the
+noise model fitted on the runs' own repeats must stay quiet when the code did not change and catch
+a uniform 1.3x slowdown, on synthetic runs whose process-to-process spread is as large as a busy
+2-vCPU VM's (a few % to 25% per case)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+
+from nearlocal.cli import main
+from nearlocal.harness.runner import default_processes
+from nearlocal.report.compare import benjamini_hochberg, compare_runs, fit_variance_prior
+from nearlocal.results import load
+from nearlocal.results.store import RunData
+
+METHODS = ("load", "store", "nt-store")
+SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB")
+CASES = [f"{m}/dram/wb/{s}" for m in METHODS for s in SIZES]
+
+
+def _levels(seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Per case: (typical median ns, sigma of one process's log median), fixed for all runs.
+    Sigmas are log-uniform between 1% and 25%, as measured between processes on the busy VM."""
+    rng = np.random.default_rng(seed)
+    return {cid: (1e3 * 4 ** (i % len(SIZES)), float(math.exp(rng.uniform(math.log(0.01),
+                                                                             math.log(0.25)))))
+            for i, cid in enumerate(CASES)}
+
+
+def synthetic_run(seed: int, processes: int = 5, factor: float | dict[str, float] = 1.0,
+                  levels: dict | None = None, run_sigma: float = 0.0, n: int = 200) -> RunData:
+    """A run as the store loads it: per case, `processes` groups of n samples, each group's level
+    drawn around the case's median with the case's process sigma (and, with run_sigma, one more
+    draw per case and run that no process shows)."""
+    rng = np.random.default_rng(seed)
+    rows, frames = [], []
+    for cid, (median, sigma) in (levels or _levels()).items():
+        scale = factor if isinstance(factor, float) else factor.get(cid, 1.0)
+        run_level = median * scale * rng.lognormal(0, run_sigma) if run_sigma else median * scale
+        ns = np.concatenate([run_level * rng.lognormal(0, sigma) * rng.lognormal(0, 0.02, n)
+                             for _ in range(processes)])
+        frames.append(pd.DataFrame({"case_id": cid, "rep": np.arange(ns.size), "raw": ns,
+                                    "ns": ns, "process": np.repeat(np.arange(processes), n)}))
+        rows.append({"case_id": cid, "method": cid.split("/")[0], "status": "ok",
+                     "median_ns": float(np.median(ns)), "converged": True,
+                     "timer_overhead_ns": 20.0, "clock_resolution_ns": 10.0,
+                     "processes": processes})
+    meta = {"run_id": f"run-{seed}", "host_id": "h"}
+    return RunData(Path(f"/nonexistent/run-{seed}"), meta, pd.DataFrame(rows),
+                   pd.concat(frames, ignore_index=True))
+
+
+def test_same_code_reruns_stay_quiet():
+    """40 pairs of runs of the same code: a false `slower` in any case of a pair may happen with
+    probability alpha = 1% per pair; here none does, and most cases are not judged at all."""
+    alarms = []
+    for pair in range(40):
+        result = compare_runs(synthetic_run(2 * pair), synthetic_run(2 * pair + 1))
+        assert result.process_model is not None and result.process_model.cases == len(CASES)
+        alarms.append(result.exit_code)
+    assert sum(alarms) == 0
+
+
+def test_a_uniform_1_3x_slowdown_is_caught_in_every_pair():
+    for pair in range(20):
+        result = compare_runs(synthetic_run(100 + 2 * pair),
+                              synthetic_run(101 + 2 * pair, factor=1.3))
+        assert result.exit_code == 1
+        counts = result.counts()
+        assert counts["faster"] == 0
+        # the quiet cases (process sigma under 5%) are all caught
+        quiet = [c for c in result.cases if _levels()[c.case_id][1] < 0.05]
+        assert all(c.verdict == "slower" for c in quiet), [c.case_id for c in quiet
+                                                            if c.verdict != "slower"]
+
+
+def test_one_method_slower_is_flagged_and_nothing_else():
+    """Every store case 1.5x slower: flagged in (nearly) every pair, and never another case."""
+    slower = {cid: 1.5 for cid in CASES if cid.startswith("store/")}
+    caught = 0
+    for pair in range(10):
+        result = compare_runs(synthetic_run(200 + 2 * pair), synthetic_run(201 + 2 * pair,
+                                                                           factor=slower))
+        flagged = {c.case_id for c in result.cases if c.verdict == "slower"}
+        assert flagged <= set(slower)
+        assert not any(c.verdict == "faster" for c in result.cases)
+        caught += result.exit_code
+    assert caught >= 9
+
+
+def test_run_noise_the_processes_do_not_show_widens_intervals_instead_of_crying_wolf():
+    """Each case also moves 10% per run where no process can see it: the excess run noise
+    fitted on neighbouring cases adds it to every case's
+    standard error, and reruns stay quiet."""
+    alarms, excess = 0, []
+    for pair in range(20):
+        result = compare_runs(synthetic_run(300 + 2 * pair, run_sigma=0.1),
+                              synthetic_run(301 + 2 * pair, run_sigma=0.1))
+        alarms += result.exit_code
+        excess.append(result.process_model.excess)
+    assert alarms == 0
+    assert np.median(excess) == pytest.approx(0.1 * math.sqrt(2), rel=0.35)
+
+
+def test_fewer_than_two_processes_fall_back_to_the_whole_run_model():
+    result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=5))
+    assert result.process_model is None
+    assert all(c.processes == "" for c in result.cases)
+
+
+def test_ratio_and_interval_are_of_the_process_medians():
+    base, cand = synthetic_run(7), synthetic_run(8, factor=1.3)
+    result = compare_runs(base, cand)
+    case = next(c for c in result.cases if c.case_id == CASES[0])
+    logs = {name: run.samples[run.samples["case_id"] == CASES[0]].groupby("process")["ns"]
+            .median().map(math.log).mean() for name, run in (("b", base), ("c", cand))}
+    assert case.base_median_ns == pytest.approx(math.exp(logs["b"]))
+    assert case.ratio == pytest.approx(math.exp(logs["c"] - logs["b"]))
+    assert case.ci_low < case.ratio < case.ci_high
+    assert case.processes == "5/5"
+
+
+def test_variance_prior_recovers_a_scaled_chi_square():
+    """Variances s2 ~ sigma^2 chi2(8)/8 from one common sigma: the fitted prior variance is
+    sigma^2 and its df large; a lognormal scatter of sigmas gives a small prior df."""
+    rng = np.random.default_rng(0)
+    df = np.full(4000, 8.0)
+    s2 = 0.01 * rng.chisquare(8, df.size) / 8
+    prior, prior_df = fit_variance_prior(s2, df)
+    assert prior == pytest.approx(0.01, rel=0.05) and prior_df >= 15
+    # sigma^2 itself inverse-chi-square with 6 df around 0.01: the prior has about 6 df
+    s2 = 0.01 * 6 / rng.chisquare(6, df.size) * rng.chisquare(8, df.size) / 8
+    prior, prior_df = fit_variance_prior(s2, df)
+    assert prior == pytest.approx(0.01, rel=0.1) and prior_df == pytest.approx(6, rel=0.25)
+
+
+def test_benjamini_hochberg_matches_the_step_up_rule():
+    rng = np.random.default_rng(1)
+    p = np.concatenate([rng.uniform(0, 1e-3, 5), rng.uniform(0, 1, 45)])
+    adjusted = benjamini_hochberg(p, 60)
+    order = np.sort(p)
+    ranks = np.nonzero(order <= np.arange(1, p.size + 1) * 0.05 / 60)[0]
+    expected = int(ranks[-1]) + 1 if ranks.size else 0
+    assert int(np.sum(adjusted <= 0.05)) == expected
+    assert np.all(adjusted >= p) and np.all(adjusted <= 1)
+    # scipy's own BH (family = the p-values given) agrees
+    assert np.allclose(benjamini_hochberg(p, p.size), scipy_stats.false_discovery_control(p))
+
+
+def test_default_processes_follow_the_budget():
+    assert [default_processes(b) for b in (0.02, 0.1, 0.3, 0.5, 2.0)] == [1, 1, 3, 5, 5]
+
+
+def test_run_with_processes_tags_every_sample(tmp_path):
+    """A real run: 2 worker processes per case, the samples of each tagged, the row pooling both."""
+    assert main(["run", "--method", "load", "--method", "store", "--size", "4KiB",
+                 "--processes", "2", "--budget", "0.04", "--quiet", "--out", str(tmp_path)]) == 0
+    run = load("latest", tmp_path)
+    assert run.meta["processes"] == 2
+    for row in run.cases.to_dict("records"):
+        samples = run.samples[run.samples["case_id"] == row["case_id"]]
+        assert set(samples["process"]) == {0, 1}
+        assert row["processes"] == 2 and row["n_samples"] == len(samples)
+        assert row["median_ns"] == pytest.approx(float(np.median(samples["ns"])))
+    result = compare_runs(run, run)
+    assert result.process_model is not None and result.exit_code == 0
+
+
+def test_bad_process_count_is_a_usage_error(tmp_path, capsys):
+    assert main(["run", "--method", "load", "--processes", "0", "--out", str(tmp_path)]) == 2
+    assert "--processes" in capsys.readouterr().err
+
+
+def test_runs_stored_before_process_tags_load_with_process_0(tmp_path):
+    run = synthetic_run(1, processes=1)
+    from nearlocal.results import Store
+
+    store = Store.create(tmp_path, {"host_id": "h"})
+    for row in run.cases.to_dict("records"):
+        ns = run.samples_of(row["case_id"])
+        store.add_case(row, ns, ns)
+    path = store.finish()
+    old = pd.read_parquet(path / "samples.parquet").drop(columns="process")
+    old.to_parquet(path / "samples.parquet")  # as schema version 1 wrote it
+    loaded = load(path)
+    assert (loaded.samples["process"] == 0).all()
+    assert compare_runs(loaded, loaded).process_model is None
+
+
+# A test double loaded by the test and, through NEARLOCAL_PLUGINS, by every worker process: its
+# session "measures" 1 us and, at the case's second opening (the second worker process), raises or
+# kills its process, as the case's `fail` parameter says.
+FLAKY_METHOD = '''
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+
+from nearlocal.harness.methods import Method, register_method
+
+
+class FlakySession:
+    clock = "fake"
+
+    def __init__(self, ctx):
+        self.info = {}
+        mode = ctx.params.get("fail", "never")
+        opened = Path(os.environ["I12C_FLAKY_DIR"]) / mode
+        opened.mkdir(exist_ok=True)
+        count = len(list(opened.iterdir()))
+        (opened / str(count)).touch()
+        if count == 1 and mode == "raise":
+            raise RuntimeError("flaky method failed")
+        if count == 1 and mode == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    def sample(self, n):
+        ns = np.full(n, 1000.0)
+        return ns.copy(), ns
+
+    def close(self):
+        pass
+
+
+register_method(Method(name="i12c-flaky", family="cpu", summary="test double", accesses=("read",),
+                       state="-", open_session=FlakySession, params={"fail": "never"}))
+'''
+
+
+@pytest.fixture
+def flaky_method(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from nearlocal.harness.methods import METHODS, load_methods
+
+    (tmp_path / "i12c_flaky_method.py").write_text(FLAKY_METHOD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "i12c_flaky_method")
+    monkeypatch.setenv("I12C_FLAKY_DIR", str(tmp_path / "opened"))
+    (tmp_path / "opened").mkdir()
+    load_methods()
+    importlib.import_module("i12c_flaky_method")
+    yield
+    METHODS.pop("i12c-flaky", None)
+    sys.modules.pop("i12c_flaky_method", None)
+
+
+def _runner(tmp_path, processes, **kwargs):
+    from nearlocal.harness.runner import Runner
+    from nearlocal.harness.stats import StoppingRule
+    from nearlocal.harness.worker import WorkerSettings
+    from nearlocal.hwprobe import probe
+    from nearlocal.results import Store
+
+    inventory = probe(gpu=False)
+    settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False)
+    store = Store.create(tmp_path / "store", {"host_id": inventory.host_id})
+    return Runner(inventory, settings, store, processes=processes, **kwargs), store
+
+
+def test_a_case_failing_in_a_later_process_fails_and_the_others_go_on(tmp_path, flaky_method):
+    from nearlocal.harness.cases import Case
+
+    cases = [Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
+             for mode in ("raise", "crash", "never")]
+    runner, store = _runner(tmp_path, 3)
+    rows = {row["params"]: row for row in runner.run(cases)}
+    run = load(store.finish())
+    raised, crashed, fine = (next(r for p, r in rows.items() if mode in str(p))
+                             for mode in ("raise", "crash", "never"))
+    assert raised["status"] == "failed" and "flaky method failed (process 2 of 3)" in raised["reason"]
+    assert crashed["status"] == "failed" and crashed["reason"] == "worker crashed: SIGSEGV (process 2 of 3)"
+    assert fine["status"] == "ok" and fine["processes"] == 3
+    by_case = run.samples.groupby("case_id")["process"].unique()
+    assert list(by_case.index) == [fine["case_id"]]  # failed cases keep no samples
+    assert sorted(by_case.iloc[0]) == [0, 1, 2]
+
+
+def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky_method):
+    from nearlocal.harness.cases import Case
+
+    def stop(index: int) -> None:
+        if index == 2:
+            raise KeyboardInterrupt
+
+    runner, store = _runner(tmp_path, 3, on_pass=stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
+    run = load(store.finish())
+    (row,) = run.cases.to_dict("records")
+    assert row["status"] == "ok" and row["processes"] == 2
+    assert sorted(run.samples["process"].unique()) == [0, 1]
