@@ -237,6 +237,23 @@ def test_faults_command(capsys):
     assert shm_leftovers(name) == []  # refused before anything was created
 
 
+def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch):
+    """A full tmpfs is not an error at creation but a SIGBUS when the pages are first touched,
+    which kills the process and strands the file: the free space is checked first (here a
+    statvfs that reports 1 MiB free stands in for a small tmpfs)."""
+    real = os.statvfs
+
+    class Small:
+        f_bavail, f_frsize = 256, 4096
+
+    monkeypatch.setattr(faults.os, "statvfs",
+                        lambda path: Small() if str(path) == "/dev/shm" else real(path))
+    name = f"nearlocal-test-faults-full-{os.getpid()}"
+    with pytest.raises(UsageError, match="more than the 1,048,576 bytes free in /dev/shm"):
+        run_faults(FaultConfig(region=f"shm:{name}", records=64, kills=1), tsc_hz)
+    assert shm_leftovers(name) == []
+
+
 def test_signal_landing_inside_fork_is_not_lost():
     """An interrupt handled inside os.fork()'s at-fork callbacks is swallowed by CPython; the
     fault run noted none of the Ctrl-Cs that landed there and ran on to its full duration."""
