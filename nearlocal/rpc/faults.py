@@ -403,8 +403,9 @@ def _await_owner(store: rec.RecordStore, writer: int, epoch: int, signals: _Sign
 
 def _await_detection(store: rec.RecordStore, config: FaultConfig, epoch: int,
                      signals: _Signals) -> bool:
-    """Wait until every reader has judged this epoch's owner lost (or give up: a miss)."""
-    deadline = time.monotonic() + max(20 * config.lease_s, 2.0)
+    """Wait until every reader has judged this epoch's owner lost (or give up: a miss; a
+    detection later than the bound but within twice it counts as late, not missed)."""
+    deadline = time.monotonic() + max(20 * config.lease_s, 2.0, 2 * config.detect_bound_s)
     while time.monotonic() < deadline:
         signals.check()
         if all(store.detection_ticks(r, epoch) for r in range(config.readers)):
