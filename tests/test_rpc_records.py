@@ -201,14 +201,12 @@ def test_self_fencing_counts_from_the_last_heartbeat_not_the_last_look(tsc_hz):
                                                                rec.WRITER_FENCED)
 
 
-SHARED_WORD_LOADS_ALLOWED = {"take_over"}  # reads only after invalidating (read_flag/invalidate)
-
-
 def test_writer_kernels_read_shared_words_only_through_invalidation():
     """Under protocol=flush the owner's lines and record headers may have been written last by a
     previous owner on another host: writer-side kernels read them with read_flag (invalidate,
-    then load), never with a plain load; only the immutable setup line (C_*) is read plainly. The
-    in-place initialisers flush their cached stores before publishing."""
+    then load), never with a plain load; only the immutable setup line (C_*) is read plainly
+    (take_over, not listed, reads a header or payload plainly only right after invalidating it).
+    The in-place initialisers flush their cached stores before publishing."""
     for function in (rec.write_record, rec._invalidate_record, rec._count, rec._beat,
                      rec._may_write, rec.writer_run):
         tree = ast.parse(inspect.getsource(function.py_func))

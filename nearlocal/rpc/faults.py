@@ -141,7 +141,7 @@ def _child(body: Callable[[], int]) -> int:
         os._exit(code)
 
 
-def _wait(pid: int, timeout_s: float, signals: _Signals | None = None) -> int | None:
+def _wait(pid: int, timeout_s: float) -> int | None:
     """waitpid with a timeout: the exit status, or None if still running."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -150,8 +150,6 @@ def _wait(pid: int, timeout_s: float, signals: _Signals | None = None) -> int | 
             return status
         if time.monotonic() > deadline:
             return None
-        if signals is not None:
-            signals.check()
         time.sleep(0.0005)
 
 
@@ -212,6 +210,7 @@ def _check_room(spec, nbytes: int) -> None:
 
 
 def _file_backed(spec) -> bool:
+    """A region nearlocal creates as a file (shm:, file:): its room is also the filesystem's."""
     return spec.kind in ("shm", "file")
 
 
