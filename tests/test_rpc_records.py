@@ -230,7 +230,7 @@ def test_faults_command(capsys):
     from nearlocal.cli import main
 
     name = f"nearlocal-test-faults-cli-{os.getpid()}"
-    assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "300ms",
+    assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "1s",
                  "--region", f"shm:{name}", "--records", "8", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["writer_kills"] == 3 and report["torn_reads"] == 0 and report["passed"]
