@@ -2,8 +2,15 @@
 owner loss found through the lease; readers bounded by their timeout; repairs by the next owner;
 and the fault run (hundreds of writer kills) with its `nearlocal faults` front end."""
 
+import ast
+import inspect
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +18,7 @@ import pytest
 from nearlocal.errors import UsageError
 from nearlocal.kernels.cpu import tsc_now
 from nearlocal.kernels.timer import calibrate_tsc_hz
+from nearlocal.rpc import faults
 from nearlocal.rpc import records as rec
 from nearlocal.rpc.faults import FaultConfig, run_faults
 
@@ -107,41 +115,215 @@ def test_next_owner_invalidates_retries_and_repairs(tsc_hz):
     assert store.header_word(intent, rec.H_VERSION) >= version  # the same write, done again
 
 
+def shm_leftovers(name: str) -> list[str]:
+    """Anything nearlocal left in /dev/shm for the region name (the file or its temp file)."""
+    return sorted(str(p) for p in Path("/dev/shm").glob(f"*{name}*"))
+
+
 def test_fault_run_hundreds_of_kills_no_torn_reads(tsc_hz):
     """200 SIGKILLs inside writes, freezes past the lease, corrupted headers, two readers
-    throughout. The grace is wide because this box's CPUs are shared with other jobs: it bounds
-    how late a preempted reader may notice, the lease itself is 20 ms."""
-    config = FaultConfig(region="shm:nearlocal-test-faults", kills=200, duration_s=28,
-                         lease_s=0.02, grace_s=0.3, records=32, record_bytes=16 * 1024)
+    throughout. The lease is 20 ms; the grace is 1 s because the test asserts correctness, not
+    scheduling: on a 2-vCPU box loaded 4x (other jobs) a reader waited 330 ms for a CPU. The bound
+    still catches a reader that stops noticing; the detection times are in the report."""
+    name = f"nearlocal-test-faults-{os.getpid()}"
+    config = FaultConfig(region=f"shm:{name}", kills=200, duration_s=28,
+                         lease_s=0.02, grace_s=1.0, records=32, record_bytes=16 * 1024)
     report = run_faults(config, tsc_hz)
-    assert report["torn_reads"] == 0
+    summary = {k: v for k, v in report.items() if k != "config"}
+    assert report["torn_reads"] == 0 and report["torn_reads_returned"] == 0, summary
     assert report["writer_kills"] == 200 or (report["stopped_early"]
-                                             and report["writer_kills"] >= 100)
-    assert report["missed_detections"] == 0
-    assert report["detections_late"] == 0, report["detect_ms"]
-    assert report["stale_detections"] == 2 * report["owners_lost"]  # every reader, every owner
-    assert report["owners_lost"] >= report["writer_kills"] + report["freezes"]
-    assert report["kills_mid_write"] > report["writer_kills"] // 2
-    assert report["freezes"] > 0 and report["writers_fenced_after_freeze"] == report["freezes"]
-    assert report["frozen_writers_killed"] == 0
-    assert report["invalidated"] > 0 and report["idempotent_retries"] > 0
-    assert report["reads_ok"] > 0 and report["fallbacks"] > 0
-    assert report["header_corruptions"] > 0 and report["checksum_rejects"] > 0
-    assert report["writes_attempted"] >= report["writes_completed"] > 0
-    assert report["passed"]
+                                             and report["writer_kills"] >= 100), summary
+    assert report["missed_detections"] == 0, summary
+    assert report["detections_late"] == 0, summary
+    assert report["stale_detections"] == 2 * report["owners_lost"], summary  # every reader
+    assert report["owners_lost"] >= report["writer_kills"] + report["freezes"], summary
+    # enough kills land inside a write to exercise invalidation and retries (the share depends on
+    # how long a write takes next to the loop around it: ~40-50 % on this VM)
+    assert report["kills_mid_write"] >= report["writer_kills"] // 4, summary
+    # every frozen owner fenced itself, and no owner began a write after a reader judged it lost
+    assert report["freezes"] > 0, summary
+    assert report["writers_fenced_after_freeze"] == report["freezes"], summary
+    assert report["frozen_writers_killed"] == 0 and report["writes_after_loss"] == 0, summary
+    assert report["invalidated"] > 0 and report["idempotent_retries"] > 0, summary
+    assert report["reads_ok"] > 0 and report["fallbacks"] > 0, summary
+    assert report["header_corruptions"] > 0 and report["checksum_rejects"] > 0, summary
+    assert report["writes_attempted"] >= report["writes_completed"] > 0, summary
+    assert report["passed"], summary
+    assert shm_leftovers(name) == []
+
+
+def test_negative_control_without_the_sequence_recheck_reports_torn_reads(tsc_hz, monkeypatch):
+    """A fault test that cannot fail proves nothing: with the readers' sequence re-check removed
+    (the test-only `recheck=False`), the same run must report torn reads and fail. No header is
+    corrupted here, so every checksum reject is a tear the checksum caught."""
+    real = rec.reader_run
+    monkeypatch.setattr(rec, "reader_run", lambda *args: real(*args[:-1], False))  # forked too
+    name = f"nearlocal-test-faults-neg-{os.getpid()}"
+    config = FaultConfig(region=f"shm:{name}", kills=30, duration_s=20, lease_s=0.02,
+                         grace_s=0.3, records=2, record_bytes=16 * 1024, corrupt_every=0)
+    report = run_faults(config, tsc_hz)
+    summary = {k: v for k, v in report.items() if k != "config"}
+    assert report["torn_reads"] > 0 and not report["passed"], summary
+    assert report["torn_reads_returned"] == 0, summary  # the checksum still refuses them
+    assert shm_leftovers(name) == []
+
+
+def test_self_fencing_counts_from_the_last_heartbeat_not_the_last_look(tsc_hz):
+    """The flaky-test cause: the owner measured its lapse from its last look at the clock, so a
+    write slowed down after a heartbeat, then a freeze, left a gap shorter than the lease while a
+    reader had already judged the owner lost; thawed, it went on writing. Now any write check or
+    heartbeat more than a lease after the last heartbeat fails, however recent the last look."""
+    lease_s = 0.2
+    store, raw, words = make_store("flush", lease_s, tsc_hz)
+    lease = words[rec.C_LEASE]
+    epoch = 0
+    while True:  # a take-over preempted past its lease fences itself: take over again
+        epoch += 1
+        clock = np.array([tsc_now()], np.uint64)
+        if rec.take_over(raw, words, epoch, 1, clock):
+            break
+        assert epoch < 5
+    checked = store.writer_counters()["write_check_ticks"]
+    renewed = clock[0]
+    time.sleep(lease_s / 2)
+    rec._lease_held(clock, lease)  # a look at the clock after the heartbeat...
+    assert clock[0] == renewed  # ...does not move the lease's start
+    deadline = time.monotonic() + 10
+    while not store.detection_ticks(0, epoch):  # a reader judges the silent owner lost
+        assert store.read(0, int(tsc_hz))[0] == OK  # whole records stay readable meanwhile
+        assert time.monotonic() < deadline
+    beat = store.writer_counters()["heartbeat"]
+    assert not rec._may_write(raw, words, clock, lease, 1)
+    assert not rec._beat(raw, words, clock, lease, 1)
+    after = store.writer_counters()
+    assert after["write_check_ticks"] == checked and after["heartbeat"] == beat
+    assert rec.writer_run(raw, words, epoch + 1, 0, 1, 1, 0) in (rec.WRITER_DONE,
+                                                               rec.WRITER_FENCED)
+
+
+def test_writer_kernels_read_shared_words_only_through_invalidation():
+    """Under protocol=flush the owner's lines and record headers may have been written last by a
+    previous owner on another host: writer-side kernels read them with read_flag (invalidate,
+    then load), never with a plain load; only the immutable setup line (C_*) is read plainly
+    (take_over, not listed, reads a header or payload plainly only right after invalidating it).
+    The in-place initialisers flush their cached stores before publishing."""
+    for function in (rec.write_record, rec._invalidate_record, rec._count, rec._beat,
+                     rec._may_write, rec.writer_run):
+        tree = ast.parse(inspect.getsource(function.py_func))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+                    node.value.id == "words":
+                index = ast.unparse(node.slice)
+                assert isinstance(node.ctx, ast.Load), f"{function.__name__}: store {index}"
+                assert index.startswith("C_"), f"{function.__name__}: plain load of {index}"
+    from nearlocal.rpc import slots
+
+    for function in (rec.init_store, slots.init_ring):
+        source = inspect.getsource(function)
+        last_store = max(i for i, line in enumerate(source.splitlines())
+                         if line.strip().startswith(("words[", "raw[:]")))
+        flush = [i for i, line in enumerate(source.splitlines()) if "flush_written(" in line]
+        assert flush and flush[0] > last_store, function.__name__
 
 
 def test_faults_command(capsys):
     from nearlocal.cli import main
 
-    assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "300ms",
-                 "--region", "shm:nearlocal-test-faults-cli", "--records", "8", "--json"]) == 0
+    name = f"nearlocal-test-faults-cli-{os.getpid()}"
+    assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "1s",
+                 "--region", f"shm:{name}", "--records", "8", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["writer_kills"] == 3 and report["torn_reads"] == 0 and report["passed"]
     for bad in (["--kills", "0"], ["--lease", "soon"], ["--readers", "0"],
                 ["--record-size", "100"], ["--lease", "50ms", "--read-timeout", "10ms"],
-                ["--region", "shm:nearlocal-test-faults-huge", "--records", "100000000000"]):
-        assert main(["faults", *bad]) == 2
+                ["--records", "100000000000"], ["--kills", "100000000000"],
+                ["--record-size", "1PiB"]):
+        assert main(["faults", "--region", f"shm:{name}", *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, (bad, err)
+    assert shm_leftovers(name) == []  # refused before anything was created
+
+
+def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch):
+    """A full tmpfs is not an error at creation but a SIGBUS when the pages are first touched,
+    which kills the process and strands the file: the free space is checked first (here a
+    statvfs that reports 1 MiB free stands in for a small tmpfs)."""
+    real = os.statvfs
+
+    class Small:
+        f_bavail, f_frsize = 256, 4096
+
+    monkeypatch.setattr(faults.os, "statvfs",
+                        lambda path: Small() if str(path) == "/dev/shm" else real(path))
+    name = f"nearlocal-test-faults-full-{os.getpid()}"
+    with pytest.raises(UsageError, match="more than the 1,048,576 bytes free in /dev/shm"):
+        run_faults(FaultConfig(region=f"shm:{name}", records=64, kills=1), tsc_hz)
+    assert shm_leftovers(name) == []
+
+
+def test_signal_landing_inside_fork_is_not_lost():
+    """An interrupt handled inside os.fork()'s at-fork callbacks is swallowed by CPython; the
+    fault run noted none of the Ctrl-Cs that landed there and ran on to its full duration."""
+    armed = [True]
+
+    def interrupt_inside_fork() -> None:
+        if armed:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    os.register_at_fork(after_in_parent=interrupt_inside_fork)
+    signals = faults._Signals()
+    with pytest.raises(KeyboardInterrupt), signals:  # re-delivered once the run has cleaned up
+        child = faults._child(lambda: 0)
+        status = os.waitpid(child, 0)[1]
+        pending = signals.pending
+        interrupted = False
+        try:
+            signals.check()
+        except faults._Interrupted:
+            interrupted = True
+    assert not armed and pending == signal.SIGINT and interrupted
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the process"])
+def test_faults_interrupted_cleans_up(how, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group) or SIGTERM: exit at once, the shm file and
+    every child gone, one line and no traceback."""
+    name = f"nearlocal-test-faults-int-{os.getpid()}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nearlocal.cli", "faults", "--region", f"shm:{name}",
+         "--kills", "100000", "--duration", "60s", "--records", "8"],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"/dev/shm/{name}").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)  # writers coming and going
+        if how == "ctrl-c to the group":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            os.kill(process.pid, signal.SIGTERM)
+        _, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    err = err.decode()
+    assert "Traceback" not in err, err
+    if how == "ctrl-c to the group":
+        assert process.returncode == 130 and err.strip() == "nearlocal: interrupted"
+    else:
+        assert process.returncode in (-signal.SIGTERM, 130, 143), (process.returncode, err)
+    assert shm_leftovers(name) == []
+    with pytest.raises(ProcessLookupError):  # no reader or writer left behind
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            os.killpg(process.pid, 0)
+            time.sleep(0.05)
 
 
 def test_fault_config_rejects_bad_input():

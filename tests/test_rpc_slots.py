@@ -132,14 +132,18 @@ def test_bad_rpc_parameter_values_are_refused_before_the_run():
             validate(Case(method, "shm:x", "wb", "rpc:8x64B", params=params), inventory)
 
 
-def test_a_plain_size_for_an_rpc_method_fails_its_case_not_the_run(tmp_path):
+def test_an_rpc_method_without_an_rpc_pattern_is_a_usage_error(tmp_path, capsys):
+    """A plain size (or any pattern that is not rpc:SLOTSxSIZE) is bad input: exit 2, one line,
+    before anything runs, not a failed row per case."""
     from nearlocal.cli import main
-    from nearlocal.results import load
 
-    assert main(["run", "--method", "rpc-roundtrip", "--region", "shm:nearlocal-test-rpc-size",
-                 "--size", "64KiB", "--out", str(tmp_path), "--quiet"]) == 0
-    (row,) = load(None, tmp_path).cases.itertuples()
-    assert row.status == "failed" and "rpc:SLOTSxSIZE" in row.reason
+    name = f"nearlocal-test-rpc-size-{os.getpid()}"
+    for method in ("rpc-roundtrip", "rpc-throughput"):
+        assert main(["run", "--method", method, "--region", f"shm:{name}", "--size", "64KiB",
+                     "--out", str(tmp_path), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "rpc:SLOTSxSIZE" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir()) and not list(Path("/dev/shm").glob(f"*{name}*"))
 
 
 def shm_region(tag: str, nbytes: int):

@@ -98,7 +98,9 @@ def validate(case: Case, inventory: HostInventory) -> None:
         spec = parse_region(text)
         region_kind(spec).validate(spec, inventory)
     attribute_unavailable(parse_region(case.region), case.attr)  # unknown attribute raises
-    parse_pattern(case.pattern)
+    pattern = parse_pattern(case.pattern)
+    if method.check_pattern:
+        method.check_pattern(pattern)
 
 
 def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:

@@ -60,6 +60,8 @@ class Method:
     markers: tuple[str, ...] = ()
     # bad parameter values -> UsageError, checked before anything runs (defaults merged in)
     check_params: Callable[[dict], None] | None = None
+    # a pattern the method cannot use -> UsageError, checked before the run (e.g. rpc-* need rpc:)
+    check_pattern: Callable[[Pattern], None] | None = None
     # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
     sample_bytes: Callable[[Pattern], int] | None = None
 

@@ -39,9 +39,12 @@ def _print(report: dict) -> None:
          f"{report['freezes']} ({report['writers_fenced_after_freeze']} / "
          f"{report['frozen_writers_killed']})"),
         ("lease lapses (writer starved, fenced itself)", str(report["lease_lapses"])),
+        ("writes begun after the owner was judged lost", str(report["writes_after_loss"])),
         ("headers corrupted", str(report["header_corruptions"])),
         ("reads / whole", f"{report['reads']:,} / {report['reads_ok']:,}"),
-        ("torn reads", f"[{'red' if report['torn_reads'] else 'green'}]{report['torn_reads']}[/]"),
+        ("torn reads past the sequence check (returned to the caller)",
+         f"[{'red' if report['torn_reads'] else 'green'}]{report['torn_reads']}[/] "
+         f"({report['torn_reads_returned']})"),
         ("retries / checksum rejects", f"{report['retries']:,} / {report['checksum_rejects']:,}"),
         ("fallbacks (recompute): stale / timeout / checksum",
          f"{report['fallbacks_stale']:,} / {report['fallbacks_timeout']:,} / "

@@ -83,14 +83,57 @@ class FaultConfig:
         protocol_code(self.protocol)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Interrupted(Exception):
+    """A stop signal arrived; raised only at the injector's own check points (see _Signals)."""
+
+
+class _Signals:
+    """Ctrl-C / SIGTERM during a fault run are noted, not raised where they land: one landing in
+    the middle of os.fork() (its at-fork handlers swallow exceptions: the run went on to its full
+    duration) or inside a region's creation would lose the interrupt or strand the shm file. The
+    injector checks `pending` at its own points, cleans up, then re-delivers the signal under the
+    handler it had before (KeyboardInterrupt for Ctrl-C, termination for SIGTERM)."""
+
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self.saved: dict[int, object] = {}
+
+    def __enter__(self) -> _Signals:
+        with contextlib.suppress(ValueError):  # not the main thread: signals stay as they are
+            for signum in STOP_SIGNALS:
+                self.saved[signum] = signal.signal(signum, self._note)
+        return self
+
+    def _note(self, signum: int, frame) -> None:
+        if self.pending is None:
+            self.pending = signum
+
+    def check(self) -> None:
+        if self.pending is not None:
+            raise _Interrupted()
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        if self.pending is not None:
+            signal.raise_signal(self.pending)
+
+
 def _child(body: Callable[[], int]) -> int:
-    """Fork; the child runs body under a parent-death SIGKILL and never returns to Python."""
+    """Fork; the child runs body under a parent-death SIGKILL and never returns to Python. Ctrl-C
+    and SIGTERM take their default action in the child (a writer spinning in compiled code would
+    never run a Python handler); the parent, which sees them too, cleans up."""
     parent = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = 70
     try:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
         set_parent_death_signal()
         if os.getppid() == parent:  # else the parent died before the signal was armed
             code = int(body())
@@ -127,20 +170,60 @@ def _warm_up(protocol: int) -> None:
     rec.writer_run(raw, words, 1, 0, protocol, 4, 0)
     rec.seed_random(0)
     rec.reader_run(raw, words, layout.reader_base(0), np.empty(layout.payload_words, np.uint64),
-                   np.zeros(4, np.int64), np.uint64(1 << 30), np.uint64(1), protocol)
+                   np.zeros(4, np.int64), np.uint64(1 << 30), np.uint64(1), protocol, True)
     store = rec.RecordStore(raw, layout, "flush" if protocol else "coherent")
     store.read(0, 1 << 30)
 
 
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _check_room(spec, nbytes: int) -> None:
+    """Refuse, before anything is created, a store the memory or the filesystem cannot hold: a
+    file on a full tmpfs is not an error but a SIGBUS when its pages are first touched, which
+    kills the process and strands the file."""
+    from nearlocal.regions.host import _file_path
+
+    room = []
+    available = _mem_available()
+    if available is not None:
+        # a private region is shared through a memfd of the same size: two copies
+        room.append((available // (1 if _file_backed(spec) else 2), "memory available"))
+    if _file_backed(spec):
+        path = _file_path(spec)
+        if not path.exists():
+            with contextlib.suppress(OSError):
+                stat = os.statvfs(path.parent)
+                room.append((stat.f_bavail * stat.f_frsize, f"free in {path.parent}"))
+    for limit, where in room:
+        if nbytes > limit:
+            raise UsageError(f"the record store needs {nbytes:,} bytes, more than the {limit:,} "
+                             f"bytes {where}: use fewer --records or a smaller --record-size")
+
+
+def _file_backed(spec) -> bool:
+    """A region nearlocal creates as a file (shm:, file:): its room is also the filesystem's."""
+    return spec.kind in ("shm", "file")
+
+
 def run_faults(config: FaultConfig, tsc_hz: float,
                on_progress: Callable[[dict], None] | None = None) -> dict:
-    """Run the injector on config.region; returns the report (see module docstring)."""
-    from nearlocal.kernels.cpu import tsc_now
+    """Run the injector on config.region; returns the report (see module docstring).
+
+    Everything it creates (the region's file, the children) is gone when it returns or raises,
+    also after Ctrl-C or SIGTERM (re-delivered once the cleanup is done, see _Signals)."""
     from nearlocal.regions import parse_region, region_kind
 
     config.check()
     protocol = protocol_code(config.protocol)
-    rng = random.Random(config.seed)
     epochs = 2 * config.kills + config.kills // max(config.freeze_every - 1, 1) + 64
     layout = rec.Layout(config.records, config.record_bytes, config.readers, epochs)
     spec = parse_region(config.region)
@@ -150,23 +233,34 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     if kind.user_owned(spec) and not config.allow_write:
         raise UsageError(f"the fault run writes to {config.region}, which may hold someone's "
                          "data: pass --allow-write")
-    _warm_up(protocol)
+    _check_room(spec, layout.nbytes)
+    with _Signals() as signals:
+        _warm_up(protocol)
+        try:
+            region = kind.open(spec, layout.nbytes, "wb", True)
+        except OSError as exc:  # e.g. --records / --record-size larger than the memory there is
+            raise UsageError(f"cannot map the {layout.nbytes:,} bytes of the record store in "
+                             f"{config.region}: {exc.strerror or exc}") from None
+        try:
+            return _inject(config, layout, region, tsc_hz, protocol, signals, on_progress)
+        finally:
+            region.close()
+
+
+def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, protocol: int,
+            signals: _Signals, on_progress: Callable[[dict], None] | None) -> dict:
+    """The run itself, on an open region (closed by the caller)."""
+    from nearlocal.kernels.cpu import tsc_now
+
+    rng = random.Random(config.seed)
+    shared = share(region, layout.nbytes)
     try:
-        region = kind.open(spec, layout.nbytes, "wb", True)
-    except OSError as exc:  # e.g. --records / --record-size larger than the memory there is
-        raise UsageError(f"cannot map the {layout.nbytes:,} bytes of the record store in "
-                         f"{config.region}: {exc.strerror or exc}") from None
-    shared = None
-    try:
-        shared = share(region, layout.nbytes)
         raw = shared.array
         lease_ticks = int(config.lease_s * tsc_hz)
         words = rec.init_store(raw, layout, lease_ticks, config.protocol)
         store = rec.RecordStore(raw, layout, config.protocol)
     except BaseException:
-        if shared is not None:
-            shared.close()
-        region.close()
+        shared.close()
         raise
     timeout_ticks = np.uint64(config.read_timeout * tsc_hz)
     readers: list[int] = []
@@ -174,8 +268,8 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     writer: int | None = None
     report = {"config": asdict(config), "writer_kills": 0, "kills_mid_write": 0, "freezes": 0,
               "writers_fenced_after_freeze": 0, "frozen_writers_killed": 0, "lease_lapses": 0,
-              "header_corruptions": 0, "owners_lost": 0, "missed_detections": 0,
-              "detect_ms": [], "stopped_early": ""}
+              "writes_after_loss": 0, "header_corruptions": 0, "owners_lost": 0,
+              "missed_detections": 0, "detect_ms": [], "stopped_early": ""}
     started = time.monotonic()
     try:
         for reader in range(config.readers):
@@ -184,6 +278,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
         epoch = 0
         fault = 0
         while report["writer_kills"] < config.kills:
+            signals.check()
             if time.monotonic() - started > config.duration_s:
                 report["stopped_early"] = f"duration {config.duration_s:g} s reached"
                 break
@@ -194,7 +289,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
             writer = _child(lambda epoch=epoch: rec.writer_run(
                 raw, words, epoch, config.seed * 100_000 + epoch, protocol, 0,
                 int((config.duration_s + 60) * tsc_hz)))
-            if not _await_owner(store, writer, epoch):
+            if not _await_owner(store, writer, epoch, signals):
                 raise RuntimeError(f"the writer of epoch {epoch} did not take over")
             time.sleep(rng.uniform(WRITER_MIN_RUN_S, WRITER_MAX_RUN_S))
             if config.corrupt_every and epoch % config.corrupt_every == 0:
@@ -220,7 +315,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
                 os.kill(writer, signal.SIGKILL)
                 report["writer_kills"] += 1
             report["owners_lost"] += 1
-            detected = _await_detection(store, config, epoch, tsc_hz)
+            detected = _await_detection(store, config, epoch, signals)
             if status is None and not freeze:  # dead by now (reaped later, that takes a while)
                 dying.append(writer)
                 intent = store.writer_counters()["intent_index"]
@@ -236,6 +331,9 @@ def run_faults(config: FaultConfig, tsc_hz: float,
                 else:
                     raise RuntimeError(f"the frozen writer of epoch {epoch} failed "
                                        f"(wait status {code})")
+            if status is not None or freeze:  # it has exited: its last write check is final
+                report["writes_after_loss"] += int(
+                    detected and _write_after_loss(store, config, epoch))
             writer = None
             if not detected:
                 report["missed_detections"] += 1
@@ -245,6 +343,8 @@ def run_faults(config: FaultConfig, tsc_hz: float,
             dying = [pid for pid in dying if _wait(pid, 0) is None]
             if on_progress:
                 on_progress(report)
+    except _Interrupted:
+        report["stopped_early"] = "interrupted"
     finally:
         for pid in [*dying, *([writer] if writer is not None else [])]:
             _reap(pid)
@@ -258,8 +358,15 @@ def run_faults(config: FaultConfig, tsc_hz: float,
         store = None
         raw = None
         shared.close()
-        region.close()
     return report
+
+
+def _write_after_loss(store: rec.RecordStore, config: FaultConfig, epoch: int) -> bool:
+    """Did the (exited) owner of `epoch` check its lease for a write at or after the moment the
+    first reader judged it lost? Self-fencing must make that impossible."""
+    check = store.writer_counters()["write_check_ticks"]
+    judged = min(store.detection_ticks(r, epoch) for r in range(config.readers))
+    return check >= judged
 
 
 def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
@@ -275,27 +382,31 @@ def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
     deadline = time.monotonic() + config.duration_s + 60
     while time.monotonic() < deadline:
         if rec.reader_run(raw, words, layout.reader_base(reader), local, monitor, timeout_ticks,
-                          slice_ticks, protocol):
+                          slice_ticks, protocol, True):
             break
         time.sleep(gap)
     return 0
 
 
-def _await_owner(store: rec.RecordStore, writer: int, epoch: int, timeout_s: float = 30.0) -> bool:
+def _await_owner(store: rec.RecordStore, writer: int, epoch: int, signals: _Signals,
+                 timeout_s: float = 30.0) -> bool:
     """Wait until the new writer has published its epoch: faults hit a running owner."""
     deadline = time.monotonic() + timeout_s
     while store.writer_counters()["epoch"] != epoch:
         if time.monotonic() > deadline or _wait(writer, 0) is not None:
             return False
+        signals.check()
         time.sleep(0.0002)
     return True
 
 
 def _await_detection(store: rec.RecordStore, config: FaultConfig, epoch: int,
-                     tsc_hz: float) -> bool:
-    """Wait until every reader has judged this epoch's owner lost (or give up: a miss)."""
-    deadline = time.monotonic() + max(20 * config.lease_s, 2.0)
+                     signals: _Signals) -> bool:
+    """Wait until every reader has judged this epoch's owner lost (or give up: a miss; a
+    detection later than the bound but within twice it counts as late, not missed)."""
+    deadline = time.monotonic() + max(20 * config.lease_s, 2.0, 2 * config.detect_bound_s)
     while time.monotonic() < deadline:
+        signals.check()
         if all(store.detection_ticks(r, epoch) for r in range(config.readers)):
             return True
         time.sleep(config.lease_s / 10)
@@ -329,9 +440,11 @@ def _totals(report: dict, store: rec.RecordStore, config: FaultConfig, tsc_hz: f
     else:
         report["detect_ms"] = {}
         report["detections_late"] = 0
-    report["passed"] = bool(report["torn_reads"] == 0 and report["missed_detections"] == 0
+    report["passed"] = bool(report["torn_reads"] == 0 and report["torn_reads_returned"] == 0
+                            and report["missed_detections"] == 0
                             and report["detections_late"] == 0
-                            and report["frozen_writers_killed"] == 0)
+                            and report["frozen_writers_killed"] == 0
+                            and report["writes_after_loss"] == 0)
 
 
 __all__ = ["PROTOCOLS", "FaultConfig", "run_faults"]

@@ -82,6 +82,14 @@ def _check_params(params: dict) -> None:
         _int_param(params, name, 0)
 
 
+def _check_pattern(pattern: Pattern) -> None:
+    """The ring's shape comes from the pattern: any other pattern is bad input, refused before
+    the run (exit 2), not a failed row per case."""
+    if pattern.axes.get("slots") is None:
+        raise UsageError(f"the rpc-* methods need an rpc:SLOTSxSIZE pattern, got "
+                         f"{pattern.text!r} (e.g. {SUITE_PATTERN})")
+
+
 class RpcSession:
     """Maps the ring in the region under test, starts the server, pins the client."""
 
@@ -168,7 +176,7 @@ def _request_bytes(pattern: Pattern) -> int:
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
-           "check_params": _check_params,
+           "check_params": _check_params, "check_pattern": _check_pattern,
            "sample_bytes": lambda pattern: _request_bytes(pattern)}
 
 register_method(Method(

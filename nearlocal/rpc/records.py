@@ -12,11 +12,16 @@ this works between hosts), records when, and answers "recompute" (a fallback) fo
 dead owner left half-written instead of waiting. The next writer (a new epoch) invalidates records
 left odd, retries the interrupted write with the same version (writes are idempotent: the content
 of (record, version) is fixed) and rewrites records whose checksum no longer matches. A writer that
-finds its own lease lapsed (frozen, descheduled) stops before writing again (self-fencing).
+finds more than a lease passed since its last heartbeat (frozen, descheduled) stops before writing
+again (self-fencing, _lease_held): it can finish the one write it was in, never start another.
+
+Under `flush` every shared word follows sync.py's rule: written with nontemporal stores or
+flushed, read after invalidation (the writer's own lines too: the previous owner wrote them).
 
 Layout (uint64 words; each line written by one agent):
     line 0      setup: magic, records, payload words, protocol, lease ticks, stop, readers, epochs
-    lines 1-2   writer: epoch, heartbeat, intent record, intent version, counters
+    lines 1-2   writer: epoch, heartbeat, intent record, intent version, counters,
+                when it last checked its lease before a write
     reader r    2 counter lines + one detection timestamp per epoch
     records     from a 4 KiB boundary: header line + payload, per record
 """
@@ -27,11 +32,11 @@ import numpy as np
 from numba import njit
 
 from nearlocal.errors import UsageError
-from nearlocal.kernels.intrinsics import clwb_range, lfence, pause, sfence, tsc_end
+from nearlocal.kernels.intrinsics import lfence, pause, tsc_begin, tsc_end
 from nearlocal.rpc.sync import (
-    FLUSH,
     WORDS_PER_LINE,
     compiler_barrier,
+    flush_written,
     invalidate,
     protocol_code,
     publish_flag,
@@ -45,10 +50,11 @@ C_MAGIC, C_RECORDS, C_PAYLOAD, C_PROTOCOL, C_LEASE, C_STOP, C_READERS, C_EPOCHS 
 # writer lines
 W_EPOCH, W_HEARTBEAT, W_INTENT_INDEX, W_INTENT_VERSION = 8, 9, 10, 11
 W_STARTED, W_COMPLETED, W_INVALIDATED, W_RETRIED, W_REPAIRED = 12, 13, 14, 15, 16
+W_WRITE_CHECK = 17  # when the owner last checked its lease before a write
 READERS_BASE = 24
 # reader counters (offsets in a reader's area)
 R_READS, R_OK, R_RETRIES, R_REJECTS, R_TORN, R_DETECTIONS, R_MAX_READ, R_MARKED = range(8)
-R_FB_STALE, R_FB_TIMEOUT, R_FB_CORRUPT = 8, 9, 10
+R_FB_STALE, R_FB_TIMEOUT, R_FB_CORRUPT, R_TORN_RETURNED = 8, 9, 10, 11
 READER_COUNTERS = 16
 # record header
 H_SEQ, H_VERSION, H_EPOCH, H_FLAGS, H_CHECKSUM, H_INDEX = range(6)
@@ -131,24 +137,50 @@ def _record_base(words, index):
 
 
 @njit(cache=True, nogil=True)
-def _beat(words, protocol):
-    publish_flag(words, W_HEARTBEAT, words[W_HEARTBEAT] + np.uint64(1), protocol)
+def _lease_held(clock, lease):
+    """Self-fencing: True while at most a lease has passed since clock[0], the time the owner took
+    just before publishing its last heartbeat that it confirmed in time (_beat).
+
+    A reader judges the owner lost only at a read made more than a lease after it first saw that
+    heartbeat, so a check that passes precedes every such judgement: a frozen owner can finish at
+    most the one write it had checked for, never start another. (Measuring from the owner's last
+    look at its clock instead let a write slowed down before the freeze shorten the gap, and an
+    owner thawed after its loss was judged went on writing.)"""
+    return tsc_end() - clock[0] <= lease
 
 
 @njit(cache=True, nogil=True)
-def _lapsed(clock, lease):
-    """Self-fencing: True if more than a lease passed since the owner last looked at its clock
-    (clock[0]); it looks before and after every write, so a freeze anywhere shows up as a gap.
-    A frozen owner can finish at most the one write it was in or about to start."""
+def _may_write(raw, words, clock, lease, protocol):
+    """The check before every write: lease held, and when the check was made (W_WRITE_CHECK, so
+    the fault run can verify that no write began after a reader judged the owner lost)."""
     now = tsc_end()
-    gap = now - clock[0]
-    clock[0] = now
-    return gap > lease
+    if now - clock[0] > lease:
+        return False
+    publish_flag(words, W_WRITE_CHECK, now, protocol)
+    return True
 
 
 @njit(cache=True, nogil=True)
-def _count(words, index, protocol):
-    publish_flag(words, index, words[index] + np.uint64(1), protocol)
+def _beat(raw, words, clock, lease, protocol):
+    """Renew the lease: publish the next heartbeat, then confirm it became visible within the
+    current lease; a beat that came out late (the owner was frozen or descheduled between its
+    check and the store) may follow a reader's judgement, so the owner fences itself."""
+    before = tsc_end()
+    if before - clock[0] > lease:
+        return False
+    publish_flag(words, W_HEARTBEAT, read_flag(raw, words, W_HEARTBEAT, protocol) + np.uint64(1),
+                 protocol)
+    if tsc_begin() - clock[0] > lease:  # tsc_begin drains the store first (mfence)
+        return False
+    clock[0] = before
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _count(raw, words, index, protocol):
+    """A writer counter: the last value may come from a previous owner (another host), so it is
+    read with invalidation like any other shared word."""
+    publish_flag(words, index, read_flag(raw, words, index, protocol) + np.uint64(1), protocol)
 
 
 @njit(cache=True, nogil=True)
@@ -158,8 +190,8 @@ def write_record(raw, words, index, version, epoch, protocol):
     payload_words = np.int64(words[C_PAYLOAD])
     publish_flag(words, W_INTENT_INDEX, np.uint64(index), protocol)
     publish_flag(words, W_INTENT_VERSION, np.uint64(version), protocol)
-    _count(words, W_STARTED, protocol)
-    seq = words[base + H_SEQ]  # ours: only the writer writes this line
+    _count(raw, words, W_STARTED, protocol)
+    seq = read_flag(raw, words, base + H_SEQ, protocol)  # a previous owner may have written it
     odd = seq + np.uint64(2) if seq & np.uint64(1) else seq + np.uint64(1)
     publish_flag(words, base + H_SEQ, odd, protocol)
     compiler_barrier()
@@ -174,48 +206,57 @@ def write_record(raw, words, index, version, epoch, protocol):
     write_data(words, base + H_CHECKSUM, _mix(h), protocol)
     write_data(words, base + H_INDEX, np.uint64(index), protocol)
     publish_flag(words, base + H_SEQ, odd + np.uint64(1), protocol)
-    _count(words, W_COMPLETED, protocol)
+    _count(raw, words, W_COMPLETED, protocol)
 
 
 @njit(cache=True, nogil=True)
-def _invalidate_record(words, base, protocol):
-    """Mark a record a dead owner left odd: stale, sequence even again (readers recompute)."""
-    seq = words[base + H_SEQ]
+def _invalidate_record(raw, words, base, seq, protocol):
+    """Mark a record a dead owner left odd (seq, as just read): stale, sequence even again
+    (readers recompute)."""
     write_data(words, base + H_FLAGS, np.uint64(STALE), protocol)
     publish_flag(words, base + H_SEQ, seq + np.uint64(1) if seq & np.uint64(1) else seq,
                  protocol)
-    _count(words, W_INVALIDATED, protocol)
+    _count(raw, words, W_INVALIDATED, protocol)
 
 
 @njit(cache=True, nogil=True)
 def take_over(raw, words, epoch, protocol, clock):
     """A new owner: publish the epoch, then repair what the previous one left behind.
 
-    Returns False if its own lease lapsed on the way (frozen, descheduled): it must stop."""
+    clock[0] must be a time taken before this call (the lease starts before the epoch is
+    published). Returns False if its own lease lapsed on the way: it must stop."""
+    invalidate(raw, words, 0, WORDS_PER_LINE, protocol)  # the setup line, read plainly below
     lease = words[C_LEASE]
     publish_flag(words, W_EPOCH, np.uint64(epoch), protocol)
-    _beat(words, protocol)
+    if not _beat(raw, words, clock, lease, protocol):
+        return False
     payload_words = np.int64(words[C_PAYLOAD])
+    invalidate(raw, words, W_INTENT_INDEX, 2, protocol)
     intent_index = np.int64(words[W_INTENT_INDEX])
     intent_version = words[W_INTENT_VERSION]
     for index in range(np.int64(words[C_RECORDS])):
         base = _record_base(words, index)
+        seq = read_flag(raw, words, base + H_SEQ, protocol)  # invalidates the header line
         version = words[base + H_VERSION]
-        if words[base + H_SEQ] & np.uint64(1):
-            _invalidate_record(words, base, protocol)
+        if seq & np.uint64(1):
+            if not _may_write(raw, words, clock, lease, protocol):
+                return False
+            _invalidate_record(raw, words, base, seq, protocol)
             if index == intent_index and intent_version > version:
                 version = intent_version
             write_record(raw, words, index, version, epoch, protocol)  # the same write again
-            _count(words, W_RETRIED, protocol)
+            _count(raw, words, W_RETRIED, protocol)
         else:
+            invalidate(raw, words, base + WORDS_PER_LINE, payload_words, protocol)
             payload = words[base + WORDS_PER_LINE:base + WORDS_PER_LINE + payload_words]
             if (words[base + H_FLAGS] != VALID or words[base + H_INDEX] != index
                     or checksum(payload, index, version) != words[base + H_CHECKSUM]):
+                if not _may_write(raw, words, clock, lease, protocol):
+                    return False
                 write_record(raw, words, index, version, epoch, protocol)
-                _count(words, W_REPAIRED, protocol)
-        if _lapsed(clock, lease):
+                _count(raw, words, W_REPAIRED, protocol)
+        if not _beat(raw, words, clock, lease, protocol):
             return False
-        _beat(words, protocol)
     return True
 
 
@@ -223,29 +264,30 @@ def take_over(raw, words, epoch, protocol, clock):
 def writer_run(raw, words, epoch, seed, protocol, max_writes, max_ticks):
     """The owner's loop: take over, then write random records with new versions until stopped,
     max_writes / max_ticks are reached (0: no limit) or its own lease lapses (self-fencing)."""
-    lease = words[C_LEASE]
     if seed >= 0:
         np.random.seed(seed)
     start = tsc_end()
-    clock = np.array([start], np.uint64)  # the owner's last look at its clock (_lapsed)
+    clock = np.array([start], np.uint64)  # when the lease was last renewed (_lease_held)
     if not take_over(raw, words, epoch, protocol, clock):
         return WRITER_FENCED
+    lease = words[C_LEASE]
     records = np.int64(words[C_RECORDS])
     writes = 0
     while True:
-        if _lapsed(clock, lease):  # frozen or descheduled past the lease
+        if not _lease_held(clock, lease):  # frozen or descheduled past the lease
             return WRITER_FENCED
-        now = clock[0]
         if read_flag(raw, words, C_STOP, protocol) != 0:
             return WRITER_STOPPED
-        if (max_writes and writes >= max_writes) or (max_ticks and now - start > max_ticks):
+        if (max_writes and writes >= max_writes) or (max_ticks and tsc_end() - start > max_ticks):
             return WRITER_DONE
         index = np.random.randint(0, records)
-        version = words[_record_base(words, index) + H_VERSION] + np.uint64(1)
-        write_record(raw, words, index, version, epoch, protocol)
-        if _lapsed(clock, lease):  # no heartbeat from a writer whose lease lapsed
+        version = read_flag(raw, words, _record_base(words, index) + H_VERSION, protocol) \
+            + np.uint64(1)
+        if not _may_write(raw, words, clock, lease, protocol):
             return WRITER_FENCED
-        _beat(words, protocol)
+        write_record(raw, words, index, version, epoch, protocol)
+        if not _beat(raw, words, clock, lease, protocol):  # no heartbeat once the lease lapsed
+            return WRITER_FENCED
         writes += 1
 
 
@@ -253,26 +295,30 @@ def writer_run(raw, words, epoch, seed, protocol, max_writes, max_ticks):
 def owner_dead(raw, words, monitor, area, now, protocol):
     """A reader's lease check. Returns True while the current epoch's owner is judged dead.
 
-    The first time an epoch is judged dead the reader records when (area's detection slot for the
-    epoch) and whether the owner left a record half-written (marked stale for this reader)."""
+    `now` was taken before the heartbeat is read here, a heartbeat change is timed after it is
+    seen: so a judgement always falls more than a lease after the owner took the time of its last
+    heartbeat, which is what the owner's self-fencing (_lease_held) relies on. The first time an
+    epoch is judged dead the reader publishes when (its detection slot for the epoch) and counts
+    whether the owner left a record half-written (marked stale for this reader)."""
     epoch = np.int64(read_flag(raw, words, W_EPOCH, protocol))
     beat = np.int64(read_flag(raw, words, W_HEARTBEAT, protocol))
     if epoch != monitor[M_EPOCH]:
-        monitor[M_EPOCH], monitor[M_BEAT], monitor[M_SINCE] = epoch, beat, np.int64(now)
+        monitor[M_EPOCH], monitor[M_BEAT], monitor[M_SINCE] = epoch, beat, np.int64(tsc_end())
         return False
     if epoch == 0:
         return False
     if monitor[M_DEAD] == epoch:
         return True
     if beat != monitor[M_BEAT]:
-        monitor[M_BEAT], monitor[M_SINCE] = beat, np.int64(now)
+        monitor[M_BEAT], monitor[M_SINCE] = beat, np.int64(tsc_end())
         return False
-    if np.uint64(now - np.uint64(monitor[M_SINCE])) <= words[C_LEASE]:
+    if now < np.uint64(monitor[M_SINCE]) or \
+            np.uint64(now - np.uint64(monitor[M_SINCE])) <= words[C_LEASE]:
         return False
     monitor[M_DEAD] = epoch
     words[area + R_DETECTIONS] += np.uint64(1)
     if epoch < np.int64(words[C_EPOCHS]):
-        words[area + READER_COUNTERS + epoch] = now
+        publish_flag(words, area + READER_COUNTERS + epoch, now, protocol)
     intent = np.int64(read_flag(raw, words, W_INTENT_INDEX, protocol))
     if intent < np.int64(words[C_RECORDS]) and \
             read_flag(raw, words, _record_base(words, intent) + H_SEQ, protocol) & np.uint64(1):
@@ -281,11 +327,27 @@ def owner_dead(raw, words, monitor, area, now, protocol):
 
 
 @njit(cache=True, nogil=True)
-def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol):
+def _expected_checksum(index, version, payload_words):
+    """The checksum of (index, version)'s fixed content: tells an intact header from a damaged one."""
+    h = _seed(index, version)
+    for w in range(payload_words):
+        h = _fold(h, content_word(index, version, w))
+    return _mix(h)
+
+
+@njit(cache=True, nogil=True)
+def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol, recheck):
     """Copy record `index` into `local` if, and only if, it is whole. Returns (outcome, version).
 
     Never blocks past timeout_ticks: a record that stays in progress, keeps changing or keeps
-    failing its checksum ends in a fallback (the caller recomputes it)."""
+    failing its checksum ends in a fallback (the caller recomputes it).
+
+    Every copy that passes the sequence check is also compared with the record's fixed content,
+    independently of the reader's own checks: one that is not whole although its header is
+    intact is a torn read (the seqlock failed; the checksum would still refuse it), one that is
+    not whole and accepted is a torn read returned (R_TORN_RETURNED). `recheck=False` drops the
+    sequence re-check after the copy: only the negative-control test does that, to show the
+    fault run reports the torn reads a broken protocol lets through."""
     base = _record_base(words, index)
     payload_words = np.int64(words[C_PAYLOAD])
     start = tsc_end()
@@ -316,12 +378,20 @@ def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol
         stored_index = words[base + H_INDEX]
         compiler_barrier()
         lfence()
-        if read_flag(raw, words, base + H_SEQ, protocol) != first:
+        if recheck and read_flag(raw, words, base + H_SEQ, protocol) != first:
             words[area + R_RETRIES] += np.uint64(1)
             continue
         if flags & np.uint64(STALE):
             outcome = FALLBACK_STALE
             break
+        whole = True
+        for w in range(payload_words):  # independent of the checksum: is it really whole?
+            if local[w] != content_word(index, version, w):
+                whole = False
+                break
+        if not whole and stored_index == index and \
+                stored == _expected_checksum(index, version, payload_words):
+            words[area + R_TORN] += np.uint64(1)
         if stored_index != index or checksum(local, index, version) != stored:
             words[area + R_REJECTS] += np.uint64(1)
             rejects += 1
@@ -330,10 +400,8 @@ def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol
                 break
             words[area + R_RETRIES] += np.uint64(1)
             continue
-        for w in range(payload_words):  # independent of the checksum: is it really whole?
-            if local[w] != content_word(index, version, w):
-                words[area + R_TORN] += np.uint64(1)
-                break
+        if not whole:
+            words[area + R_TORN_RETURNED] += np.uint64(1)
         words[area + R_OK] += np.uint64(1)
         break
     if outcome == FALLBACK_STALE:
@@ -355,11 +423,13 @@ def seed_random(seed):
 
 
 @njit(cache=True, nogil=True)
-def reader_run(raw, words, area, local, monitor, timeout_ticks, max_ticks, protocol):
+def reader_run(raw, words, area, local, monitor, timeout_ticks, max_ticks, protocol, recheck):
     """A reader: random records for max_ticks or until the stop word is set (returns True then).
 
     `monitor` (4 int64) and `local` (payload words) persist across calls, so a reader can run in
-    slices and sleep between them without losing track of the owner's lease."""
+    slices and sleep between them without losing track of the owner's lease. The reader's counter
+    lines are its own (cached stores), written back before it sleeps or goes."""
+    invalidate(raw, words, 0, WORDS_PER_LINE, protocol)  # the setup line, read plainly below
     records = np.int64(words[C_RECORDS])
     start = tsc_end()
     stopped = False
@@ -368,15 +438,16 @@ def reader_run(raw, words, area, local, monitor, timeout_ticks, max_ticks, proto
             stopped = True
             break
         read_record(raw, words, np.random.randint(0, records), local, monitor, area,
-                    timeout_ticks, protocol)
-    if protocol == FLUSH:  # our counters leave the cache before we sleep or go
-        clwb_range(raw, area * 8, READER_COUNTERS * 8)
-        sfence()
+                    timeout_ticks, protocol, recheck)
+    flush_written(raw, area, READER_COUNTERS, protocol)
     return stopped
 
 
 def init_store(raw: np.ndarray, layout: Layout, lease_ticks: int, protocol: str) -> np.ndarray:
-    """Zero the store, write the setup line and every record at version 1 (epoch 0, no owner)."""
+    """Zero the store, write the setup line and every record at version 1 (epoch 0, no owner).
+
+    The zeroing and the setup line are cached stores, so under `flush` they are written back
+    before the records are published; the magic word goes last."""
     if raw.size < layout.nbytes:
         raise UsageError(f"the record store needs {layout.nbytes} bytes, the region has {raw.size}")
     code = protocol_code(protocol)
@@ -386,10 +457,12 @@ def init_store(raw: np.ndarray, layout: Layout, lease_ticks: int, protocol: str)
     words[C_RECORDS], words[C_PAYLOAD], words[C_PROTOCOL] = (layout.records,
                                                              layout.payload_words, code)
     words[C_LEASE], words[C_READERS], words[C_EPOCHS] = lease_ticks, layout.readers, layout.epochs
-    words[C_MAGIC] = MAGIC
+    flush_written(raw, 0, words.size, code)
     for index in range(layout.records):
         write_record(raw, words, index, 1, 0, code)
-    words[W_STARTED] = words[W_COMPLETED] = 0
+    publish_flag(words, W_STARTED, np.uint64(0), code)
+    publish_flag(words, W_COMPLETED, np.uint64(0), code)
+    publish_flag(words, C_MAGIC, np.uint64(MAGIC), code)
     return words
 
 
@@ -404,11 +477,12 @@ class RecordStore:
         self.area = layout.reader_base(reader)
         self.local = np.empty(layout.payload_words, np.uint64)
         self.monitor = np.zeros(4, np.int64)
+        invalidate(self.raw, self.words, 0, WORDS_PER_LINE, self.protocol)  # setup, read plainly
 
     def read(self, index: int, timeout_ticks: int) -> tuple[str, int, bytes | None]:
         """(outcome, version, payload bytes or None for a fallback)."""
         outcome, version = read_record(self.raw, self.words, index, self.local, self.monitor,
-                                       self.area, np.uint64(timeout_ticks), self.protocol)
+                                       self.area, np.uint64(timeout_ticks), self.protocol, True)
         payload = self.local.tobytes() if outcome == READ_OK else None
         return OUTCOMES[outcome], int(version), payload
 
@@ -420,6 +494,7 @@ class RecordStore:
         invalidate(self.raw, self.words, area, READER_COUNTERS, self.protocol)
         names = {"reads": R_READS, "reads_ok": R_OK, "retries": R_RETRIES,
                  "checksum_rejects": R_REJECTS, "torn_reads": R_TORN,
+                 "torn_reads_returned": R_TORN_RETURNED,
                  "stale_detections": R_DETECTIONS, "max_read_ticks": R_MAX_READ,
                  "stale_marked": R_MARKED, "fallbacks_stale": R_FB_STALE,
                  "fallbacks_timeout": R_FB_TIMEOUT, "fallbacks_corrupt": R_FB_CORRUPT}
@@ -434,7 +509,7 @@ class RecordStore:
         names = {"epoch": W_EPOCH, "heartbeat": W_HEARTBEAT, "intent_index": W_INTENT_INDEX,
                  "writes_attempted": W_STARTED, "writes_completed": W_COMPLETED,
                  "invalidated": W_INVALIDATED, "idempotent_retries": W_RETRIED,
-                 "repaired": W_REPAIRED}
+                 "repaired": W_REPAIRED, "write_check_ticks": W_WRITE_CHECK}
         return {name: int(self.words[offset]) for name, offset in names.items()}
 
     def in_progress(self, index: int) -> bool:
@@ -442,16 +517,11 @@ class RecordStore:
         return bool(read_flag(self.raw, self.words, base + H_SEQ, self.protocol) & 1)
 
     def header_word(self, index: int, field: int) -> int:
-        return int(self.words[_record_base(self.words, index) + field])
+        return int(read_flag(self.raw, self.words, _record_base(self.words, index) + field,
+                             self.protocol))
 
     def set_header_word(self, index: int, field: int, value: int) -> None:
         """Fault injection only: overwrite a header word as a stray writer would."""
-        self.words[_record_base(self.words, index) + field] = np.uint64(value)
-        if self.protocol == FLUSH:
-            clwb_flush(self.raw, (_record_base(self.words, index) + field) * 8)
-
-
-@njit(cache=True)
-def clwb_flush(raw, offset):
-    clwb_range(raw, offset, 8)
-    sfence()
+        word = _record_base(self.words, index) + field
+        self.words[word] = np.uint64(value)
+        flush_written(self.raw, word, 1, self.protocol)

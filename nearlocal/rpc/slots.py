@@ -30,6 +30,7 @@ from nearlocal.errors import UsageError
 from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
 from nearlocal.rpc.sync import (
     WORDS_PER_LINE,
+    flush_written,
     invalidate,
     protocol_code,
     publish_flag,
@@ -160,7 +161,8 @@ def serve(raw, words, slots, msg_words, protocol, k, idle_ticks, max_requests):
         k += 1
         served += 1
         if bad:  # server-owned word, read by the client after the run
-            publish_flag(words, W_BAD, words[W_BAD] + np.uint64(bad), protocol)
+            publish_flag(words, W_BAD, read_flag(raw, words, W_BAD, protocol) + np.uint64(bad),
+                         protocol)
             bad = 0
         if max_requests and served >= max_requests:
             return k, DONE
@@ -219,7 +221,10 @@ def time_throughput(raw, words, slots, msg_words, protocol, state, qd, per_batch
 
 
 def init_ring(raw: np.ndarray, slots: int, message_bytes: int, protocol: str) -> np.ndarray:
-    """Zero the ring and write the client's header line; returns the word view."""
+    """Zero the ring and write the client's header line; returns the word view.
+
+    The zeroing and the header are cached stores: under `flush` they are written back before the
+    magic word is published (the server checks the magic before it reads anything else)."""
     msg_words, _, ring_bytes = layout(slots, message_bytes)
     if raw.size < ring_bytes:
         raise UsageError(f"an RPC ring of {slots} slots of {message_bytes} B needs {ring_bytes} "
@@ -229,9 +234,11 @@ def init_ring(raw: np.ndarray, slots: int, message_bytes: int, protocol: str) ->
     raw = raw[:ring_bytes]
     raw[:] = 0
     words = raw.view(np.uint64)
+    code = protocol_code(protocol)
     words[W_SLOTS], words[W_MSG] = slots, msg_words
-    words[W_PROTOCOL] = protocol_code(protocol)
-    words[W_MAGIC] = MAGIC
+    words[W_PROTOCOL] = code
+    flush_written(raw, 0, words.size, code)
+    publish_flag(words, W_MAGIC, np.uint64(MAGIC), code)
     return words
 
 

@@ -3,7 +3,10 @@
 `coherent`: release stores and acquire loads are enough (one cache-coherent host).
 `flush`: what a non-coherent pool (CXL 2.0 shared between hosts) needs: the writer's data leaves
 its cache (nontemporal stores, sfence) before the flag flips, and the reader invalidates its copy
-(clflushopt, mfence) before every load of shared data.
+(clflushopt, mfence) before every load of shared data. The rule holds for every shared word: one
+written with cached stores (an area initialised in place) is flushed (`flush_written`) before
+anyone may read it, and one read is invalidated first, even a word this agent owns if another
+agent (a previous owner) may have written it last.
 
 Words are addressed as indices into a uint64 view of the region; the same memory as a uint8 view
 is passed for the cache-line instructions (the range intrinsics take bytes).
@@ -92,6 +95,15 @@ def invalidate(raw, words, first, count, protocol):
     if protocol == FLUSH:
         clflushopt_range(raw, first * 8, count * 8)
         mfence()
+
+
+@njit(cache=True, nogil=True)
+def flush_written(raw, first, count, protocol):
+    """After cached stores to words [first, first+count) (an area set up in place): write the
+    lines back to memory before another agent may read them (no-op under `coherent`)."""
+    if protocol == FLUSH:
+        clflushopt_range(raw, first * 8, count * 8)
+        sfence()
 
 
 @njit(cache=True, nogil=True)
