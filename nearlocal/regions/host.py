@@ -21,7 +21,7 @@ from nearlocal.hwprobe import HostInventory, pat
 from nearlocal.hwprobe.dax import find_dax
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
 from nearlocal.sysroot import SysRoot
-from nearlocal.units import parse_size
+from nearlocal.units import format_size, parse_size
 
 MAP_HUGETLB = 0x40000
 MAP_HUGE_SHIFT = 26
@@ -343,6 +343,23 @@ def _publish(temp: Path, path: Path) -> None:
                          "someone's file): it was left alone; give another name") from None
 
 
+def _reserve(fd: int, length: int, path: Path) -> None:
+    """Allocate the file's blocks now: on a full file system (a 2 MiB tmpfs, /dev/shm filled by
+    someone else since the capacity check) the first touch of a sparse mapping is a SIGBUS that
+    kills the process; reserving first makes it an ENOSPC here, reported as one line."""
+    try:
+        os.posix_fallocate(fd, 0, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate there: sparse, as before
+            os.ftruncate(fd, length)
+            return
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.ENOMEM):
+            raise UsageError(f"no room for {format_size(length)} in {path.parent} to create "
+                             f"{path.name}: {exc.strerror}; choose a smaller size or free "
+                             "space there") from None
+        raise
+
+
 def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     path = _file_path(spec)
     length = max(size, 1)
@@ -370,14 +387,18 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
         with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
             os.setxattr(fd, CREATED_XATTR, _maker().encode())
         identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        os.ftruncate(fd, length)
+        _reserve(fd, length, path)
         buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
-        _publish(temp, path)
+        try:
+            _publish(temp, path)
+        except BaseException:
+            buf.close()
+            raise
     except BaseException:
         os.close(fd)
         raise
     finally:
-        temp.unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)  # on every path: the name is published (linked) or dropped
 
     def remove() -> None:
         """Only the file nearlocal made: whatever has the name now is left alone otherwise."""
@@ -392,7 +413,11 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
 
     region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
                      cleanup=remove)
-    _fill_owned(region.array)
+    try:
+        _fill_owned(region.array)
+    except BaseException:  # e.g. SIGTERM (SystemExit) mid-fill: the published file goes too
+        region.close()
+        raise
     return region
 
 

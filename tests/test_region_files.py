@@ -1,0 +1,82 @@
+"""file:/shm: regions nearlocal creates: nothing is left behind when creating one fails, and a
+full file system is a one-line error at creation, never a SIGBUS at the first touch."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nearlocal.errors import UsageError
+from nearlocal.regions import host, parse_region, region_kind
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Path:
+    """A 2 MiB tmpfs (root only; skipped where mounting is not permitted)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _open(path: Path, size: int):
+    spec = parse_region(f"file:{path}")
+    return region_kind(spec).open(spec, size, "wb", False)  # past the planner's capacity check
+
+
+def test_a_full_tmpfs_is_one_error_at_creation_and_leaves_nothing(small_tmpfs):
+    with pytest.raises(UsageError, match="no room for 4MiB") as raised:
+        _open(small_tmpfs / "big.bin", 4 << 20)  # before: created, then SIGBUS at the first touch
+    assert "\n" not in str(raised.value)
+    assert list(small_tmpfs.iterdir()) == []
+    region = _open(small_tmpfs / "fits.bin", 1 << 20)  # what fits still maps and is filled
+    try:
+        assert region.array.size == 1 << 20 and region.array.min() > 0
+        with pytest.raises(UsageError, match="no room"):  # the rest of the space is reserved
+            _open(small_tmpfs / "second.bin", 1536 << 10)
+    finally:
+        region.close()
+    assert list(small_tmpfs.iterdir()) == []
+
+
+def test_a_failed_mmap_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(host.mmap, "mmap", refuse)
+    with pytest.raises(OSError, match="Cannot allocate memory"):
+        _open(tmp_path / "pool.bin", 8192)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_fill_removes_the_published_file(tmp_path, monkeypatch):
+    def interrupted(array):
+        raise SystemExit(143)  # what SIGTERM raises in a worker
+
+    monkeypatch.setattr(host, "_fill_owned", interrupted)
+    with pytest.raises(SystemExit):
+        _open(tmp_path / "pool.bin", 8192)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_fallocate_support_falls_back_to_a_sparse_file(tmp_path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(host.os, "posix_fallocate", unsupported)
+    region = _open(tmp_path / "pool.bin", 8192)
+    try:
+        assert os.path.getsize(tmp_path / "pool.bin") == 8192
+    finally:
+        region.close()
+    assert list(tmp_path.iterdir()) == []
