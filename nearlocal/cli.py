@@ -184,9 +184,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.hwprobe import probe
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
-    from nearlocal.units import parse_duration
+    from nearlocal.units import parse_budget
 
-    budget = parse_duration(args.budget)
+    budget = parse_budget(args.budget)
     if not 0 < args.ci < 100:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
     processes = default_processes(budget) if args.processes is None else args.processes

@@ -68,6 +68,20 @@ def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | No
 
 _TEXT_FIELDS = ("case_id", "method", "region", "attr", "pattern", "peer", "access", "suite",
                 "host_id")
+_COUNT_FIELDS = ("size_bytes", "fragment_count", "fragment_bytes", "bytes_moved", "n_samples",
+                 "processes")
+_NUMBER_FIELDS = (*(c for c in CASE_COLUMNS if c.endswith("_ns")), "gbps", "elapsed_s")
+
+
+def _kind_problem(value: object, integer: bool) -> str | None:
+    """What is wrong with a count (integer) or a statistic (number) field; None when fine."""
+    if value is None:
+        return None
+    if integer and (isinstance(value, bool) or not isinstance(value, int)):
+        return "an integer"
+    if not integer and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return "a number"
+    return None
 
 
 def _check_entry(path: Path, bench: dict) -> None:
@@ -80,6 +94,12 @@ def _check_entry(path: Path, bench: dict) -> None:
                              f"got {type(extra[field]).__name__} {extra[field]!r:.40}")
     if not extra["case_id"]:
         raise UsageError(f"{path}: benchmark {bench.get('name')!r} has an empty extra_info.case_id")
+    for fields, integer in ((_COUNT_FIELDS, True), (_NUMBER_FIELDS, False)):
+        for field in fields:
+            wanted = _kind_problem(extra.get(field), integer)
+            if wanted:
+                raise UsageError(f"{path}: benchmark {name!r}: extra_info.{field} must be "
+                                 f"{wanted}, got {type(extra[field]).__name__} {extra[field]!r:.40}")
     stats = bench.get("stats")
     if stats is not None and not isinstance(stats, dict):
         raise UsageError(f"{path}: benchmark {name!r}: stats must be an object, got "
@@ -110,8 +130,11 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     if not ours:
         raise UsageError(f"{path} holds no nearlocal benchmarks ({len(foreign)} without "
                          "extra_info.case_id): write it with `pytest bench/ --benchmark-json FILE`")
-    machine = data.get("machine_info")
-    machine = dict(machine) if isinstance(machine, dict) else {}
+    for key in ("machine_info", "commit_info"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise UsageError(f"{path}: {key} must be an object, got {type(data[key]).__name__} "
+                             f"{data[key]!r:.40}")
+    machine = dict(data.get("machine_info") or {})
     ours_info = machine.pop("nearlocal", {})
     ours_info = ours_info if isinstance(ours_info, dict) else {}
     host_ids = {b["extra_info"].get("host_id") for b in ours} - {None}
@@ -124,7 +147,7 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
         "suite": ",".join(suites), "nearlocal_version": ours_info.get("nearlocal_version"),
         "host_id": ours_info.get("host_id") or next(iter(host_ids), None),
         "inventory": ours_info.get("inventory", {}), "machine_info": machine,
-        "commit_info": data.get("commit_info", {}),
+        "commit_info": data.get("commit_info") or {},
         "samples": "raw round times" if all((b.get("stats") or {}).get("data") for b in ours)
         else "summary statistics only (save with --benchmark-save-data for raw samples)",
     }

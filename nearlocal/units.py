@@ -96,6 +96,17 @@ def parse_duration(text: str | float) -> float:
     return seconds
 
 
+MAX_BUDGET_S = 3600.0  # a per-case budget past an hour is a typo (1e20 s), not a plan
+
+
+def parse_budget(text: str | float, what: str = "--budget") -> float:
+    """A per-case time budget: a positive duration of at most MAX_BUDGET_S."""
+    seconds = parse_duration(text)
+    if not seconds <= MAX_BUDGET_S:
+        raise UsageError(f"{what} {text!r} is more than {MAX_BUDGET_S:g} s (1 hour) per case")
+    return seconds
+
+
 def format_ns(ns: float) -> str:
     """A latency with a unit that keeps 3-4 significant digits."""
     if ns != ns:  # NaN

@@ -89,7 +89,7 @@ def full_rows(scale: float = 1.0) -> list[dict]:
         row("load", "dram", size=65536, median=1500 * scale),
         # RPC
         row("rpc-roundtrip", "shm:rpc", pattern="rpc:128x64B", size=8192, fragments=128,
-            access="write", median=2110 * scale, params={"protocol": "flush"}),
+            access="write", median=2110 * scale),  # protocol=flush, the default: not stored
         row("rpc-throughput", "shm:rpc", pattern="rpc:128x64B", size=8192, fragments=128,
             access="write", median=250 * scale, params={"protocol": "coherent", "qd": "128"}),
         # KV fragments and a fragment-count series

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -192,3 +193,46 @@ def test_output_paths_that_cannot_be_written_are_usage_errors(tmp_path, run, cap
     err = capsys.readouterr().err
     assert "--junit" in err and "is a directory" in err
     assert "--json" in err and "does not exist" in err
+
+
+def test_a_param_at_its_default_is_the_same_case(tmp_path, run, capsys):
+    assert Case("load", "dram", params=(("drain", "before"),)).id == "load/dram/wb/16KiB"
+    assert Case("load", "dram", params=(("drain", "none"),)).id == "load/dram/wb/16KiB/drain=none"
+    spec = _spec(tmp_path, """
+[[requirement]]
+case = { method = "load", size = "16KiB", params = { drain = "before" } }
+max = "3us"
+""")
+    assert _accept(tmp_path, spec, run) == 0  # the stored default row is found
+    assert "1 passed, 0 failed" in capsys.readouterr().out
+
+
+class _NoRunner:
+    """Stands in for the runner: records how many processes accept asked for, measures nothing."""
+
+    asked: ClassVar[list[int]] = []
+
+    def __init__(self, inventory, settings, store, *args, processes: int = 1, **kwargs):
+        _NoRunner.asked.append(processes)
+
+    def run(self, cases) -> None:
+        pass
+
+
+@pytest.mark.parametrize("run_table, extra, processes", [
+    ('budget = "0.5"', [], 5),  # what `nearlocal run --budget 0.5` uses
+    ('budget = "0.02"', [], 1),
+    ('budget = "0.5"\nprocesses = 2', [], 2),
+    ('budget = "0.5"\nprocesses = 2', ["--processes", "3"], 3),
+])
+def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, capsys, run_table,
+                                                      extra, processes):
+    from nearlocal.harness import runner
+
+    monkeypatch.setattr(runner, "Runner", _NoRunner)
+    _NoRunner.asked = []
+    spec = _spec(tmp_path, f'[run]\n{run_table}\n[[requirement]]\ncase = {{ method = "load" }}\n'
+                           'max = "1s"\n')
+    assert main(["accept", spec, "--out", str(tmp_path / "store"), *extra]) == 1  # not measured
+    assert _NoRunner.asked == [processes]
+    assert load(None, tmp_path / "store").meta["processes"] == processes

@@ -22,6 +22,7 @@ from nearlocal.results import load
 from tests.report_fixtures import make_run, row
 
 GOOD = "good"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
 
 
 @pytest.fixture
@@ -99,6 +100,10 @@ def test_runs_lists_the_others_and_marks_the_damaged_ones(store, capsys):
     (["run", "--method", "load", "--size", str(2**45)], "cannot hold"),
     (["run", "--method", "load", "--region", "shm:nearlocal-i13-huge", "--size", str(2**45)],
      "cannot hold"),
+    (["run", "--method", "load", "--budget", "100000000000000000000"], "1 hour"),
+    (["run", "--method", "load", "--budget", "2h"], "malformed duration"),
+    (["accept", str(EXAMPLES / "local-dram.toml"), "--budget", "3601"], "1 hour"),
+    (["accept", str(EXAMPLES / "local-dram.toml"), "--processes", "0"], "--processes"),
     (["compare", GOOD, GOOD, "--seed", "-1"], "--seed"),
     (["compare", GOOD, GOOD, "--history", "-1"], "--history"),
     (["runs", "--out", "/nonexistent/nearlocal"], "does not exist"),
@@ -124,6 +129,12 @@ def test_json_to_a_directory_is_refused_before_measuring(store, tmp_path, capsys
      "allow_write must be true or false"),
     (b'[[requirement]]\ncase = { method = "load" }\nmax = inf\n', "finite"),
     (b'[[requirement]]\ncase = { method = "load" }\nmin_gbps = inf\n', "finite"),
+    (b'[run]\nbudget = 1e20\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n',
+     "malformed duration"),
+    (b'[run]\nbudget = "7200"\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n',
+     "1 hour"),
+    (b'[run]\nprocesses = "5"\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n',
+     "processes must be an integer"),
 ])
 def test_bad_specs_are_one_line_and_exit_2(store, tmp_path, capsys, content, fragment):
     spec = tmp_path / "spec.toml"
@@ -142,10 +153,22 @@ def _bench_file(tmp_path: Path, entry: dict) -> Path:
     ({"extra_info": {"case_id": ["load"]}, "stats": {}}, "case_id must be a string"),
     ({"extra_info": {"case_id": "x", "host_id": {"a": 1}}, "stats": {}}, "host_id must be"),
     ({"extra_info": {"case_id": "x"}, "stats": {"data": 5}}, "stats.data must be a list"),
+    ({"extra_info": {"case_id": "x", "size_bytes": [64, 128]}, "stats": {}},
+     "size_bytes must be an integer"),
+    ({"extra_info": {"case_id": "x", "median_ns": "fast"}, "stats": {}},
+     "median_ns must be a number"),
 ])
 def test_bad_imports_are_one_line_and_exit_2(store, tmp_path, capsys, entry, fragment):
     _one_line_exit_2(["import", str(_bench_file(tmp_path, entry)), "--out", str(store)], capsys,
                      fragment)
+
+
+def test_a_machine_info_that_is_no_object_is_one_line(store, tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    entry = {"name": "b", "extra_info": {"case_id": "load/dram/wb/64B"}, "stats": {}}
+    path.write_text(json.dumps({"benchmarks": [entry], "machine_info": [1, 2]}))
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys,
+                     "machine_info must be an object")
 
 
 def test_binary_json_files(store, tmp_path, capsys):

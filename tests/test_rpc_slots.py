@@ -1,6 +1,7 @@
 """RPC slots: requests and responses carry the right bytes, in one process and between processes;
 the server never outlives its client; the rpc suite stores round-trip and throughput rows."""
 
+import json
 import os
 import signal
 import subprocess
@@ -232,21 +233,31 @@ def test_server_dies_with_its_client(tmp_path):
         time.sleep(0.05)
 
 
-def test_rpc_suite_stores_round_trip_and_throughput_rows(tmp_path):
+def test_rpc_suite_stores_round_trip_and_throughput_rows(tmp_path, monkeypatch):
     from nearlocal.cli import main
+    from nearlocal.harness.methods import get_method
     from nearlocal.results import load
+    from nearlocal.rpc import methods as rpc_methods
 
+    # the suite's fixed shm:nearlocal-rpc would collide with a concurrent run (another pytest, a
+    # user's `nearlocal run --suite rpc`): this test's cases get a name of their own
+    region = f"shm:nearlocal-rpc-test-{os.getpid()}"
+    monkeypatch.setattr(rpc_methods, "SUITE_REGION", region)
     assert main(["run", "--suite", "rpc", "--budget", "0.01", "--out", str(tmp_path),
                  "--quiet"]) == 0
     cases = load(None, tmp_path).cases
     assert set(cases["status"]) == {"ok"}, cases[["case_id", "reason"]].to_string()
-    cases["protocol"] = cases["params"].str.extract(r'"protocol": "(\w+)"')[0]
-    cases["qd"] = cases["params"].str.extract(r'"qd": "(\d+)"')[0]
+    # a param at the method's default is not stored (it is the same case as no param)
+    effective = [{**get_method(m).params, **json.loads(p or "{}")}
+                 for m, p in zip(cases["method"], cases["params"], strict=True)]
+    cases["protocol"] = [p["protocol"] for p in effective]
+    cases["qd"] = [p.get("qd") for p in effective]
     round_trip = cases[cases["method"] == "rpc-roundtrip"]
     throughput = cases[cases["method"] == "rpc-throughput"]
     assert sorted(round_trip["protocol"]) == ["coherent", "flush"]
     assert sorted(zip(throughput["protocol"], throughput["qd"].astype(int), strict=True)) == \
         [(p, q) for p in ("coherent", "flush") for q in (1, 8, 32, 128)]
-    assert (cases["region"] == "shm:nearlocal-rpc").all()
+    assert (cases["region"] == region).all()
+    assert not list(Path("/dev/shm").glob(f"*{region[4:]}*"))  # removed after the run
     assert (cases["median_ns"] > 0).all()
     assert (cases["bytes_moved"] == 2 * 64).all()  # a sample is one 64 B request and its reply

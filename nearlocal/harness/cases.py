@@ -24,9 +24,18 @@ class Case:
     suite: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        """Params equal to the method's declared default are dropped: `--param drain=before` (or
+        a spec's `params = { drain = "before" }`) and no param are one case with one id."""
         if not self.access:
             object.__setattr__(self, "access", get_method(self.method).accesses[0])
-        object.__setattr__(self, "params", tuple(sorted((str(k), str(v)) for k, v in self.params)))
+        params = sorted((str(k), str(v)) for k, v in self.params)
+        if params:
+            try:
+                defaults = get_method(self.method).params
+            except UsageError:  # an unknown method: validate() says so
+                defaults = {}
+            params = [(k, v) for k, v in params if k not in defaults or str(defaults[k]) != v]
+        object.__setattr__(self, "params", tuple(params))
 
     @property
     def id(self) -> str:

@@ -2,6 +2,7 @@
 
     [run]                      # optional: how the cases are measured when no RUN is given
     budget = "0.5"             # per-case time budget; ci = 1.0 (percent) as in `nearlocal run`
+    processes = 5              # worker processes per case (default as in `nearlocal run`)
     [defaults]                 # optional: case fields every requirement starts from
     region = "dram"
     [[requirement]]
@@ -31,7 +32,7 @@ from pathlib import Path
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.results.store import RunData, load
-from nearlocal.units import format_ns, parse_duration
+from nearlocal.units import format_ns, parse_budget, parse_duration
 
 TIME_METRICS = ("median_ns", "p10_ns", "p90_ns", "p99_ns", "min_ns", "mean_ns", "max_ns")
 METRICS = (*TIME_METRICS, "gbps")
@@ -39,7 +40,7 @@ CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "p
 BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
 REQUIREMENT_KEYS = ("name", "case", "metric", *BOUND_KEYS)
 TOP_KEYS = ("title", "run", "defaults", "requirement")
-RUN_KEYS = ("budget", "ci", "allow_write")
+RUN_KEYS = ("budget", "ci", "allow_write", "processes")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Spec:
     budget: str = "0.5"
     ci: float = 1.0
     allow_write: bool = False
+    processes: int | None = None  # None: default_processes(budget), as `nearlocal run` does
 
     def cases(self) -> list[Case]:
         found = [c for r in self.requirements for c in (r.case, r.reference) if c is not None]
@@ -278,7 +280,7 @@ def parse_spec(path: Path | str) -> Spec:
     key = "budget"
     try:
         budget = str(run.get("budget", "0.5"))
-        parse_duration(budget)
+        parse_budget(budget, "budget")
         key = "ci"
         ci = float(run.get("ci", 1.0))
         if not 0 < ci < 100:
@@ -289,11 +291,16 @@ def parse_spec(path: Path | str) -> Spec:
     if not isinstance(allow_write, bool):  # bool("no") is True: only a TOML boolean says it
         raise _fail(path, lines.table("run", "allow_write"),
                     f"[run]: allow_write must be true or false (a TOML boolean), got {allow_write!r}")
+    processes = run.get("processes")
+    if processes is not None and (type(processes) is not int or not 1 <= processes <= 100):
+        raise _fail(path, lines.table("run", "processes"),
+                    f"[run]: processes must be an integer from 1 to 100, got {processes!r}")
     tables = data.get("requirement")
     if not isinstance(tables, list) or not tables:
         raise _fail(path, None, "no requirements: add [[requirement]] tables")
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
-    return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write)
+    return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write,
+                processes)
 
 
 # ---------------------------------------------------------------- judging
@@ -361,21 +368,26 @@ def bound_text(req: Requirement) -> str:
 # ---------------------------------------------------------------- running
 
 
-def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) -> Path:
+def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
+                  processes: int | None = None) -> Path:
     """Run exactly the spec's cases through the normal runner and store; returns the run path.
-    Cases this box cannot run (a missing node, a CPU flag) are stored skipped with the reason."""
+    Cases this box cannot run (a missing node, a CPU flag) are stored skipped with the reason.
+    Worker processes per case: --processes, else the spec's [run] processes, else the default
+    `nearlocal run` uses for this budget (so accept's rows are measured as run's are)."""
     from nearlocal.console import console
     from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner, describe, run_metadata
+    from nearlocal.harness.runner import Runner, default_processes, describe, run_metadata
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
 
     inventory = probe()
-    rule = StoppingRule(budget_s=parse_duration(budget or spec.budget), target_rel_ci=spec.ci / 100)
+    budget_s = parse_budget(budget) if budget else parse_budget(spec.budget, "budget")
+    processes = processes or spec.processes or default_processes(budget_s)
+    rule = StoppingRule(budget_s=budget_s, target_rel_ci=spec.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=allow_write)
     meta = run_metadata(inventory, settings, f"accept:{spec.path.name}",
-                        spec=str(spec.path.resolve()))
+                        spec=str(spec.path.resolve()), processes=processes)
     from nearlocal.results.store import Store
 
     store = Store.create(out, meta)
@@ -388,7 +400,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool) 
             store.add_case({**describe(case), "status": "skipped", "reason": str(exc)})
     try:
         with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
-            Runner(inventory, settings, store).run(runnable)
+            Runner(inventory, settings, store, processes=processes).run(runnable)
     except KeyboardInterrupt:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
         store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=True)
         raise
@@ -441,6 +453,10 @@ def _accept(args) -> int:
     from nearlocal.console import console
 
     spec = parse_spec(args.spec)
+    if args.processes is not None and not 1 <= args.processes <= 100:
+        raise UsageError(f"--processes must be between 1 and 100, got {args.processes}")
+    if args.budget:
+        parse_budget(args.budget)  # before anything is loaded or measured
     for option, path in (("--junit", args.junit), ("--json", args.json)):
         if path and Path(path).is_dir():
             raise UsageError(f"{option} {path}: is a directory; give a file name")
@@ -450,7 +466,7 @@ def _accept(args) -> int:
         run = load(args.run, Path(args.out))
     else:
         run = load(measure_cases(spec, Path(args.out), args.budget,
-                                 args.allow_write or spec.allow_write))
+                                 args.allow_write or spec.allow_write, args.processes))
         console.print(f"stored {run.path}")
     verdicts = judge(spec, run)
     print_verdicts(spec, run, verdicts)
@@ -471,6 +487,9 @@ def register(sub) -> None:
     parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="worker processes per case (default: the spec's [run] processes, "
+                             "else as `nearlocal run`: one per 0.1 s of budget, at most 5)")
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     parser.add_argument("--junit", help="also write a JUnit XML report here")

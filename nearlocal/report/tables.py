@@ -362,6 +362,17 @@ def _host_only(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["rank"] < GPU_CLASS) & (df["peer_rank"] < GPU_CLASS)]
 
 
+def _declared_params(method: str) -> dict:
+    """A method's default parameters: a case stores only the params that differ from them."""
+    from nearlocal.errors import UsageError
+    from nearlocal.harness.methods import get_method
+
+    try:
+        return dict(get_method(method).params)
+    except UsageError:
+        return {}
+
+
 def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("b7", "B7 — CPU access to the pool, 16 KB",
                       "Each row times one 16 KiB transfer between a host region and local DRAM. "
@@ -706,7 +717,7 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in df[df["method"].isin(RPC_METHODS)].iterrows():
-            params = row["params_d"]
+            params = {**_declared_params(row["method"]), **row["params_d"]}  # defaults are implicit
             qd = params.get("qd")
             key = (row["method"], str(params.get("protocol", "-")), str(qd or "-"),
                    row["pattern"], _with_attr(row["region"], row["attr"]))
