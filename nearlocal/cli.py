@@ -91,6 +91,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     inventory = probe()
     cases = _selected_cases(args)
+    from nearlocal.harness.threads import apply_thread_args
+
+    cases = apply_thread_args(cases, args.threads, args.cpus)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
@@ -179,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--peer", help="the other side of every transfer (default dram)")
     run.add_argument("--param", action="append",
                      help="a method parameter KEY=VALUE, e.g. qd=16 (repeatable)")
+    run.add_argument("--threads", help="N or all: that many pinned threads on distinct CPUs "
+                     "(load, store, nt-store, memcpy, loaded-chase)")
+    run.add_argument("--cpus", help="CPU list for --threads, e.g. 0-3 (default: the region's "
+                     "NUMA node's CPUs)")
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")

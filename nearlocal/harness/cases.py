@@ -60,7 +60,7 @@ class Case:
 
     @property
     def writes_region(self) -> bool:
-        return self.access == "write"
+        return self.access == "write" or get_method(self.method).stores_in_region
 
 
 def validate(case: Case, inventory: HostInventory) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from nearlocal.harness.methods import Method, SessionContext, register_method
+from nearlocal.harness.threads import threaded
 
 
 class CpuSession:
@@ -32,11 +33,11 @@ class CpuSession:
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = ()) -> Method:
-    return register_method(Method(
+    return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel: CpuSession(kernel, ctx),
         cpu_flags=("rdtscp", *flags), markers=("cpu",),
-    ))
+    )))
 
 
 _cpu("load", "time_load", ("read",), "warm",
