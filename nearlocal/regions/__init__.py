@@ -12,7 +12,8 @@ from nearlocal.regions.base import (
     register_region_kind,
 )
 
-_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.gpu.regions"]
+_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave",
+                     "nearlocal.gpu.regions"]
 _loaded = False
 
 
