@@ -103,6 +103,11 @@ def _run(args: argparse.Namespace) -> int:
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
     meta = run_metadata(inventory, settings, args.suite)
+    from nearlocal.harness.pool import pool_note
+
+    meta["pool"] = pool_note(inventory)  # what local memory is compared with (one line)
+    if args.suite in ("quick", "mlc", "all") and not args.quiet:
+        console.console.print(meta["pool"])
     store = Store.create(Path(args.out), meta)
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -83,7 +83,7 @@ METHODS: dict[str, Method] = {}
 # Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
 # (comma-separated module names) adds third-party ones.
 METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
-                              "nearlocal.kernels.chase_methods",
+                              "nearlocal.kernels.chase_methods", "nearlocal.harness.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods"]
 _loaded = False
