@@ -3,9 +3,10 @@
 `quick` gains, for each CPU-less NUMA node (CXL in system-ram mode), each other node with memory
 (`numa:N`) and each device-dax device (read-only: nothing is written without --allow-write), the
 read methods over quick's sizes and `chase` (idle latency) at cache and memory sizes; `chase`
-runs on local `dram` and `dram:2M` too, so "How near is local" has both sides. The `mlc` suite is
-what Intel MLC prints first, per region: idle latency, peak bandwidth with every CPU of the
-region's node, and the loaded-latency curve (a sweep of injected delays).
+runs on local `dram` too, so "How near is local" has both sides. The `mlc` suite is what Intel
+MLC prints first, per region (and on `dram:thp` / `dram:2M` for the page size's share): idle
+latency, peak bandwidth with every CPU of the region's node, the loaded-latency curve (a sweep
+of injected delays).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _inventory() -> HostInventory:
 def quick_pool_cases(inventory: HostInventory | None = None) -> list[Case]:
     inventory = inventory or _inventory()
     regions = pool_regions(inventory)
-    cases = [Case("chase", region, "wb", size) for region in ("dram", "dram:2M", *regions)
+    cases = [Case("chase", region, "wb", size) for region in ("dram", *regions)
              for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", format_size(size)) for region in regions
               for method in READ_METHODS for size in QUICK_SIZES]
@@ -70,7 +71,7 @@ def quick_pool_cases(inventory: HostInventory | None = None) -> list[Case]:
 def mlc_cases(inventory: HostInventory | None = None) -> list[Case]:
     inventory = inventory or _inventory()
     regions = ["dram", *pool_regions(inventory)]
-    cases = [Case("chase", region, "wb", size) for region in ("dram:2M", *regions)
+    cases = [Case("chase", region, "wb", size) for region in ("dram:thp", "dram:2M", *regions)
              for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", LOADED_SIZE, params=(("threads", "all"),))
               for region in regions for method in BANDWIDTH_METHODS]

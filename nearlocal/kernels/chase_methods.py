@@ -31,8 +31,29 @@ def _int_param(params: dict, key: str, low: int = 0) -> int:
     return int(text)
 
 
-def _page_size(info: dict) -> str:
-    """What the row says about page size: the region's pages, a devdax device's alignment."""
+def _thp_share(array: np.ndarray) -> str:
+    """How much of a THP mapping the kernel really backs with 2 MiB pages (/proc/self/smaps)."""
+    address = array.ctypes.data
+    try:
+        with open("/proc/self/smaps") as smaps:
+            text = smaps.read()
+    except OSError:
+        return "thp (coverage unknown)"
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        lo, _, hi = block.split(" ", 1)[0].partition("-")
+        if lo and hi and int(lo, 16) <= address < int(hi, 16):
+            size = re.search(r"^Size:\s+(\d+) kB", block, re.M)
+            huge = re.search(r"^AnonHugePages:\s+(\d+) kB", block, re.M)
+            if size and huge and int(size.group(1)):
+                return f"thp ({100 * int(huge.group(1)) // int(size.group(1))}% in 2M pages)"
+    return "thp (coverage unknown)"
+
+
+def _page_size(info: dict, array: np.ndarray | None = None) -> str:
+    """What the row says about page size: the region's pages (for THP, how much the kernel
+    really gave in 2 MiB pages), a devdax device's alignment."""
+    if info.get("pages") == "thp" and array is not None:
+        return _thp_share(array)
     if info.get("pages"):
         return str(info["pages"])
     align = info.get("align")
@@ -79,7 +100,7 @@ class ChaseSession:
         self.ring = _Ring(ctx.src.array, offset, nbytes, _int_param(ctx.params, "seed"))
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": "time_chase",
                      "ring_lines": self.ring.lines, "hops_per_sample": self.hops,
-                     "page_size": _page_size(ctx.src.info),
+                     "page_size": _page_size(ctx.src.info, ctx.src.array),
                      "timed": f"{self.hops} dependent loads around a one-cycle random ring of "
                               f"{self.ring.lines} lines; ns is per load"}
 
@@ -148,7 +169,7 @@ class LoadedChaseSession(ChaseSession):
             thread.start()
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": "time_chase",
                      "ring_lines": self.ring.lines, "hops_per_sample": self.hops,
-                     "page_size": _page_size(ctx.src.info), "cpus": self.cpus,
+                     "page_size": _page_size(ctx.src.info, ctx.src.array), "cpus": self.cpus,
                      "chase_cpu": self.cpus[0], "traffic": traffic, "traffic_threads":
                      len(self.cpus) - 1, "delay_ns": delay_ns, "burst_bytes": burst,
                      "share_bytes": share, "traffic_gbps": None,

@@ -151,7 +151,7 @@ GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cu
 KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
 RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
 # Rows that time something other than moving their pattern's bytes: no bandwidth, no size plots.
-NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata")
+NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata", "chase", "loaded-chase")
 LOCAL_CLASS = 9
 GPU_CLASS = 10
 
@@ -1003,6 +1003,12 @@ def run_info(index: int, run: RunData) -> RunInfo:
                    {k: int(v) for k, v in counts.items()})
 
 
+def _latency_sections(runs: list[RunInfo], frames: list[pd.DataFrame]) -> list[Section]:
+    from nearlocal.report.latency import section_idle_latency, section_loaded_latency
+
+    return [section_idle_latency(runs, frames), section_loaded_latency(runs, frames)]
+
+
 def build_report(data: list[RunData]) -> Report:
     """Every section of the report for one or more runs (several runs: side-by-side columns)."""
     if not data:
@@ -1021,6 +1027,7 @@ def build_report(data: list[RunData]) -> Report:
         section_s2(runs, frames),
         section_s3(runs, frames),
         section_near_local(runs, frames),
+        *_latency_sections(runs, frames),
         section_inventory(runs, data),
         section_failures(runs, frames),
         section_skipped(runs, frames),
