@@ -53,8 +53,9 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                           float(base) if base is not None else NoValue("no local chase"),
                           median / float(base) if ok and base else None,
                           median - float(base) if ok and base is not None else None]
-        per_run.append({k[:1] + k[2:]: v for k, v in sorted(cells.items(),
-                                                           key=lambda kv: (kv[0][0], kv[0][1]))})
+        order = sorted(cells.items(),  # by ring size: local dram, then the pool first
+                       key=lambda kv: (kv[0][0], kv[0][2] != "dram", kv[0][1], kv[0][2]))
+        per_run.append({k[:1] + k[2:]: v for k, v in order})
     if not any(per_run):
         section.absent = ("The run has no chase rows (nearlocal run --method chase, or the "
                           "quick / mlc suites).")
