@@ -216,3 +216,13 @@ def test_loaded_chase_bad_params():
     for bad in ({"traffic": "memcpyy"}, {"delay": "-1"}, {"burst": "100"}, {"threads": "x"}):
         with pytest.raises(UsageError):
             method.check_params({**method.params, **bad})
+
+
+def test_too_many_threads_is_bad_input(capsys):
+    from nearlocal.cli import main
+
+    assert main(["run", "--method", "load", "--size", "1MiB", "--threads", "9999",
+                 "--out", "/nonexistent-never-created"]) == 2
+    assert "9999 threads need 9999 distinct CPUs" in capsys.readouterr().err
+    assert main(["run", "--method", "chase", "--size", "1MiB", "--threads", "2"]) == 2
+    assert main(["run", "--method", "load", "--threads", "0"]) == 2

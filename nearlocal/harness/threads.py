@@ -179,6 +179,9 @@ class ThreadedSession:
         self.shares = split_frags(ctx.pattern.frags, len(self.cpus))
         self.share_bytes = [int(s[:, 2].sum()) for s in self.shares]
         self.kernel = threaded_kernel(method)
+        none = np.zeros(0, np.uint64)  # compile here, not in a thread the others would wait for
+        self.kernel(ctx.src.array, ctx.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
+                    none, none, np.zeros(1, np.uint64))
         self.per_thread: list[list[np.ndarray]] = [[] for _ in self.cpus]
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "threads": len(self.cpus),
                      "cpus": self.cpus,
@@ -259,6 +262,11 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None) -> lis
     kept = [replace(case, params=(*[(k, v) for k, v in case.params if k not in extra],
                                   *extra.items()))
             for case in cases if "threads" in get_method(case.method).params]
+    for case in kept:  # too few CPUs is bad input: exit 2 before anything runs
+        node = region_node(case.region)
+        if node is None or node_cpus(node):  # a missing node is validate()'s to report
+            choose_cpus(case.region, case.param_dict.get("threads", "all"),
+                        case.param_dict.get("cpus", ""))
     if not kept:
         from nearlocal.kernels.parallel import BODIES
 
