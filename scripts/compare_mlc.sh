@@ -2,7 +2,8 @@
 # The MLC-style figures against anchors measured in the same run (Intel MLC itself is not
 # redistributable and literature figures come from other boxes):
 #  1. chase idle latency of a 1 GiB ring (dram, 4 KiB pages) vs the same ring walked by a
-#     pointer chase written in C (scripts/chase.c, gcc -O2, clock_gettime around 4M hops);
+#     pointer chase written in C (scripts/chase.c, gcc -O2): the same estimator on both sides,
+#     the median over samples of 4096 dependent loads (C: clock_gettime around each sample);
 #  2. --threads 2 load bandwidth of 1 GB vs likwid-bench -t load_<isa> -w S0:1GB:2
 #     (1 GB = 10^9 bytes for both; likwid splits it over the 2 threads, as nearlocal does).
 # Pairs run alternately ROUNDS times; the medians and ratios are printed at the end.
@@ -20,7 +21,7 @@ threads=2; [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs for --threads 2" >&2; ex
 : > "$OUT/pairs.txt"
 gb() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print(round(r[sys.argv[2]], 2))" "$@"; }
 for round in $(seq "$ROUNDS"); do
-  c=$("$OUT/chase" "$SIZE" 4000000 15 | awk '{print $1}')
+  c=$("$OUT/chase" "$SIZE" 4096 2001 | awk '{print $1}')
   nearlocal run --method chase --size 1GiB --budget 2 --quiet --out "$OUT/store" \
     --json "$OUT/chase-$round.json" >/dev/null
   printf "chase-1GiB ns %s %s\n" "$(gb "$OUT/chase-$round.json" median_ns)" "$c" | tee -a "$OUT/pairs.txt"
