@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from nearlocal.units import parse_size
 LINE = 64
 TRAFFIC_METHODS = ("load", "store", "nt-store")
 WARM_HOPS_MAX = 1 << 22
+TRAFFIC_START_TIMEOUT_S = 30.0
 
 
 def _int_param(params: dict, key: str, low: int = 0) -> int:
@@ -167,6 +169,12 @@ class LoadedChaseSession(ChaseSession):
         self.progress[:] = 0  # the call above only compiled the kernel (stop flag already set)
         for thread in self._threads:
             thread.start()
+        deadline = time.monotonic() + TRAFFIC_START_TIMEOUT_S
+        while (self.progress == 0).any() and not self._errors:  # chase only under traffic
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("the traffic threads did not start")
+            time.sleep(0.001)
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": "time_chase",
                      "ring_lines": self.ring.lines, "hops_per_sample": self.hops,
                      "page_size": _page_size(ctx.src.info, ctx.src.array), "cpus": self.cpus,
