@@ -53,73 +53,86 @@ def spin_ticks(ticks):
         pause()
 
 
-# --- bodies: one pass over fragments [lo, hi), closing fence included -------------------------
+# --- passes: one untimed repetition over a fragment table, closing fence included ------------
+# Issue 12 declares these once as kernels.cpu.PASSES (same names, same signature); until that
+# is merged the four below stand in for them, and nt-copy joins when kernels.intrinsics has it.
 
-@njit(nogil=True)
-def body_load(src, dst, frags, lo, hi):
+@njit(nogil=True, inline="always")
+def _load_pass(src, dst, frags):
     acc = np.uint64(0)
-    for i in range(lo, hi):
+    for i in range(frags.shape[0]):
         acc ^= ops.read_range(src, frags[i, 0], frags[i, 2])
     return acc
 
 
-@njit(nogil=True)
-def body_store(src, dst, frags, lo, hi):
-    for i in range(lo, hi):
+@njit(nogil=True, inline="always")
+def _store_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
         ops.write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
     mfence()
-    return np.uint64(0)
 
 
-@njit(nogil=True)
-def body_nt_store(src, dst, frags, lo, hi):
-    for i in range(lo, hi):
+@njit(nogil=True, inline="always")
+def _nt_store_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
         ops.nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
     sfence()
-    return np.uint64(0)
 
 
-@njit(nogil=True)
-def body_memcpy(src, dst, frags, lo, hi):
-    for i in range(lo, hi):
+@njit(nogil=True, inline="always")
+def _memcpy_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
         ops.memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
     mfence()
-    return np.uint64(0)
 
 
-def _copy_body(range_copy: Callable) -> Callable:
-    """A body from a copy intrinsic with the (dst, dst_off, src, src_off, n) signature, sfence
-    after it (nontemporal stores): how nt-copy plugs in once kernels.intrinsics has one."""
+def _nt_copy_fallback() -> Callable | None:
+    if not hasattr(ops, "nt_copy_range"):
+        return None
+    copy = ops.nt_copy_range
 
-    @njit(nogil=True)
-    def body(src, dst, frags, lo, hi):
-        for i in range(lo, hi):
-            range_copy(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+    @njit(nogil=True, inline="always")
+    def nt_copy_pass(src, dst, frags):
+        for i in range(frags.shape[0]):
+            copy(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
         sfence()
-        return np.uint64(0)
 
-    return body
+    return nt_copy_pass
+
+
+def _passes() -> dict[str, Callable]:
+    from nearlocal.kernels import cpu
+
+    declared = getattr(cpu, "PASSES", None)
+    if declared is not None:
+        return dict(declared)
+    fallback = {"load": _load_pass, "store": _store_pass, "nt-store": _nt_store_pass,
+                "memcpy": _memcpy_pass}
+    nt_copy = _nt_copy_fallback()
+    if nt_copy is not None:
+        fallback["nt-copy"] = nt_copy
+    return fallback
 
 
 @dataclass(frozen=True)
 class Body:
-    """A method's pass as a body; `warm`: one untimed pass first (the method's warm state)."""
+    """A method's pass for threads; `reads`: the pass returns an xor to keep live, and one
+    untimed pass runs first (the method's warm state)."""
 
     fn: Callable
-    warm: bool
+    reads: bool
     timed: str  # what one thread's timed interval contains
 
 
-BODIES: dict[str, Body] = {
-    "load": Body(body_load, True, "64-byte vector loads of the thread's share, warm"),
-    "store": Body(body_store, False, "64-byte vector stores to the thread's share, then mfence"),
-    "nt-store": Body(body_nt_store, False, "nontemporal stores to the thread's share, then sfence"),
-    "memcpy": Body(body_memcpy, True, "libc memcpy of the thread's share, then mfence"),
+_TIMED = {  # the methods with a multi-thread form (issue 14): reads?, what a thread times
+    "load": (True, "64-byte vector loads of the thread's share, warm"),
+    "store": (False, "64-byte vector stores to the thread's share, then mfence"),
+    "nt-store": (False, "nontemporal stores to the thread's share, then sfence"),
+    "nt-copy": (False, "loads and nontemporal stores of the thread's share, then sfence"),
+    "memcpy": (False, "libc memcpy of the thread's share, then mfence"),
 }
-# nt-copy (kernels.intrinsics.nt_copy_range, from issue 12) joins as soon as the intrinsic exists.
-if hasattr(ops, "nt_copy_range"):
-    BODIES["nt-copy"] = Body(_copy_body(ops.nt_copy_range), True,
-                             "nontemporal copy of the thread's share, then sfence")
+BODIES: dict[str, Body] = {name: Body(fn, *_TIMED[name]) for name, fn in _passes().items()
+                           if name in _TIMED}
 
 _threaded: dict[str, Callable] = {}
 _traffic: dict[str, Callable] = {}
@@ -131,21 +144,28 @@ def threaded_kernel(method: str) -> Callable:
     starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start."""
     if method not in _threaded:
         body = BODIES[method].fn
-        warm = BODIES[method].warm
-
-        @njit(nogil=True)
-        def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
-            acc = np.uint64(0)
-            if warm:
-                acc ^= body(src, dst, frags, 0, frags.shape[0])
-            for r in range(starts.size):
-                barrier_wait(gate, np.uint64(n_threads * (r + 1)))
-                t0 = tsc_begin()
-                acc ^= body(src, dst, frags, 0, frags.shape[0])
-                t1 = tsc_end()
-                starts[r] = t0
-                ends[r] = t1
-            sink[0] = acc
+        if BODIES[method].reads:
+            @njit(nogil=True)
+            def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
+                acc = body(src, dst, frags)  # warm: one untimed pass
+                for r in range(starts.size):
+                    barrier_wait(gate, np.uint64(n_threads * (r + 1)))
+                    t0 = tsc_begin()
+                    acc ^= body(src, dst, frags)
+                    t1 = tsc_end()
+                    starts[r] = t0
+                    ends[r] = t1
+                sink[0] = acc
+        else:
+            @njit(nogil=True)
+            def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
+                for r in range(starts.size):
+                    barrier_wait(gate, np.uint64(n_threads * (r + 1)))
+                    t0 = tsc_begin()
+                    body(src, dst, frags)
+                    t1 = tsc_end()
+                    starts[r] = t0
+                    ends[r] = t1
 
         _threaded[method] = kernel
     return _threaded[method]
@@ -157,6 +177,17 @@ def traffic_kernel(method: str) -> Callable:
     progress[slot] counts finished bursts (release store, read by the measuring thread)."""
     if method not in _traffic:
         body = BODIES[method].fn
+        reads = BODIES[method].reads
+
+        if reads:
+            @njit(nogil=True)
+            def burst(src, dst, frags, i):
+                return body(src, dst, frags[i:i + 1])
+        else:
+            @njit(nogil=True)
+            def burst(src, dst, frags, i):
+                body(src, dst, frags[i:i + 1])
+                return np.uint64(0)
 
         @njit(nogil=True)
         def traffic(src, dst, frags, delay_ticks, control, progress, slot):
@@ -165,7 +196,7 @@ def traffic_kernel(method: str) -> Callable:
             n = frags.shape[0]
             i = 0
             while load_acquire(control, 0) == 0:
-                acc ^= body(src, dst, frags, i, i + 1)
+                acc ^= burst(src, dst, frags, i)
                 done += np.uint64(1)
                 store_release(progress, slot, done)
                 i = i + 1 if i + 1 < n else 0
