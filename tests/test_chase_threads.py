@@ -106,6 +106,8 @@ def test_choose_cpus_from_the_regions_node(tmp_path):
     root = SysRoot(cxl_box(tmp_path))
     assert choose_cpus("numa:1", "all", "", root, {0, 1}) == [0, 1]  # CPU-less: nearest node
     assert choose_cpus("dram:node=0", "1", "", root, {0, 1}) == [0]
+    if set(CPUS) <= {0, 1}:  # dram: the node this process runs on (node 0 of the fake box)
+        assert choose_cpus("dram", "all", "", root, {0, 1}) == [0, 1]
     assert choose_cpus("dram", "2", "1,0", root, {0, 1}) == [1, 0]
     with pytest.raises(UsageError, match="3 threads need 3 distinct CPUs"):
         choose_cpus("numa:1", "3", "", root, {0, 1})
@@ -246,3 +248,14 @@ def test_threaded_row_through_the_cli(tmp_path):
     assert row["gbps"] == pytest.approx(row["bytes_moved"] / row["median_ns"])
     assert [t["bytes"] for t in row["info"]["per_thread"]] == [512 * 1024] * 2
     assert len(set(row["info"]["cpus"])) == 2
+
+
+def test_page_size_the_row_states():
+    from nearlocal.kernels.chase_methods import _page_size
+
+    assert _page_size({"pages": "2M"}) == "2M"
+    assert _page_size({"align": 2 << 20, "device": "/dev/dax0.0"}) == "2M"  # devdax alignment
+    assert _page_size({"path": "/dev/shm/x"}) == "4K"
+    load_methods()
+    with open_case(Case("chase", "dram:thp", pattern="4MiB"), TSC_HZ, 0.0, False) as opened:
+        assert opened.info["page_size"].startswith("thp (")  # the share really in 2 MiB pages

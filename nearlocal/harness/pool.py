@@ -25,11 +25,9 @@ LOADED_SIZE = "1GiB"
 
 def _current_node(inventory: HostInventory) -> int | None:
     """The node of the CPU this process runs on now (its memory is what `dram` gets)."""
-    try:
-        with open("/proc/self/stat") as stat:
-            cpu = int(stat.read().rsplit(")", 1)[1].split()[36])
-    except (OSError, ValueError, IndexError):
-        return None
+    from nearlocal.harness.threads import current_cpu
+
+    cpu = current_cpu()
     return next((n.node for n in inventory.numa if cpu in n.cpus), None)
 
 

@@ -9,8 +9,9 @@ fenced rdtscp. A sample is last end - first start over the threads (the TSC is o
 core: constant_tsc), so the row's GB/s = total declared bytes / that interval; every thread's own
 median and GB/s are kept in the row's info.
 
-The CPUs are the region's NUMA node's (the nearest node with CPUs for a CPU-less one), those this
-process may use; `--cpus` names them instead.
+The CPUs are the region's NUMA node's (the nearest node with CPUs for a CPU-less one; for `dram`
+the node this process runs on, where first touch put its pages), those this process may use;
+`--cpus` names them instead.
 """
 
 from __future__ import annotations
@@ -72,6 +73,23 @@ def region_node(region: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def current_cpu() -> int | None:
+    """The CPU this thread runs on now (/proc/self/stat field 39)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _local_node(root: SysRoot | None) -> int | None:
+    """The node of the CPU we run on: where first-touch puts `dram`'s pages."""
+    from nearlocal.hwprobe.numa import probe_numa
+
+    cpu = current_cpu()
+    return next((n.node for n in probe_numa(root or SysRoot.default()) if cpu in n.cpus), None)
+
+
 def node_cpus(node: int, root: SysRoot | None = None) -> list[int]:
     """The CPUs of `node`, or of the nearest node that has CPUs when it has none (a CXL node)."""
     from nearlocal.hwprobe.numa import probe_numa
@@ -104,6 +122,8 @@ def choose_cpus(region: str, threads: str, cpus: str, root: SysRoot | None = Non
         pool, where = named, "--cpus"
     else:
         node = region_node(region)
+        if node is None and (region == "dram" or region.startswith("dram:")):
+            node = _local_node(root)  # the worker faulted dram's pages in on its own node
         if node is None:
             pool, where = sorted(allowed), "this process's CPUs"
         else:
