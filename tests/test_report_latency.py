@@ -66,3 +66,18 @@ def test_sections_say_why_when_empty(tmp_path):
     report = _report(tmp_path, [row("load", "dram")])
     assert "no chase rows" in report.section("idle").absent
     assert "no loaded-chase rows" in report.section("loaded").absent
+
+
+def test_threads_section_puts_n_threads_beside_one(tmp_path):
+    one = row("load", "numa:1", size=GiB, median=GiB / 10.0)  # 10 GB/s
+    many = row("load", "numa:1", size=GiB, median=GiB / 25.0, params={"threads": "all"})
+    many["info"] = {"threads": 3, "per_thread": [{"gbps": 8.0}, {"gbps": 8.5}, {"gbps": 9.25}]}
+    failed = row("store", "numa:1", size=GiB, status="failed", median=None,
+                 reason="3 threads need 3 distinct CPUs", params={"threads": "3"})
+    section = _report(tmp_path, [one, many, failed]).section("threads")
+    frame = section.table.frame().set_index("method")
+    assert frame.loc["load", "threads"] == 3 and frame.loc["load", "GB/s"] == 25.0
+    assert frame.loc["load", "1 thread GB/s"] == 10.0 and frame.loc["load", "× 1 thread"] == 2.5
+    assert frame.loc["load", "per thread GB/s"] == "8.00–9.25"
+    assert isinstance(frame.loc["store", "GB/s"], NoValue)
+    assert "no --threads rows" in _report(tmp_path / "b", [one]).section("threads").absent

@@ -193,6 +193,9 @@ class ThreadedSession:
         if method not in BODIES:
             raise UsageError(f"{method} has no multi-thread form: --threads works for "
                              f"{', '.join(BODIES)}")
+        if str(ctx.params.get("drain", "before")) != "before":
+            raise UsageError("--threads starts every repetition from a barrier, so drain="
+                             f"{ctx.params['drain']} does not apply: use drain=before")
         self.ctx = ctx
         self.cpus = choose_cpus(ctx.case.region, ctx.params.get("threads", "1"),
                                 ctx.params.get("cpus", ""))

@@ -1,5 +1,6 @@
 """Report sections for the MLC-style figures: idle latency of local memory beside the pool's
-(`chase`), and the loaded-latency curve per region (`loaded-chase`). Self-contained: built from
+(`chase`), bandwidth with N threads beside one, and the loaded-latency curve per region
+(`loaded-chase`). Self-contained: built from
 the prepared frames of report.tables, wired into its build_report."""
 
 from __future__ import annotations
@@ -133,3 +134,37 @@ def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
                                  index))
     return PlotData("loaded", "Loaded latency: ns per load against traffic bandwidth",
                     "traffic bandwidth (GB/s)", "ns per load", series, x_is_size=False)
+
+
+def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("threads", "Bandwidth with N threads (--threads)",
+                      "N threads pinned to distinct CPUs, each over its share of the pattern, "
+                      "every repetition started on one barrier: total bytes / (last end - first "
+                      "start), beside one thread on the same region and size, and the spread "
+                      "of the threads' own figures.")
+    per_run = []
+    for df in frames:
+        threaded = df["params_d"].map(lambda p: "threads" in p or "cpus" in p).astype(bool)
+        single = df[~threaded & df["ok"] & df["gbps"].notna()]
+        single = single.drop_duplicates(["method", "region", "attr", "size_bytes"])
+        single = single.set_index(["method", "region", "attr", "size_bytes"])["gbps"]
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[threaded & ~df["method"].isin(("loaded-chase",))].iterrows():
+            info = _info(row)
+            one = single.get((row["method"], row["region"], row["attr"], int(row["size_bytes"])))
+            own = [t.get("gbps") for t in info.get("per_thread", []) if t.get("gbps")]
+            ok = bool(row["ok"])
+            cells[(row["method"], row["region"], int(row["size_bytes"]))] = [
+                info.get("threads"), float(row["gbps"]) if ok else stat_of(row),
+                float(one) if one is not None else None,
+                float(row["gbps"]) / float(one) if ok and one else None,
+                f"{min(own):.2f}–{max(own):.2f}" if own else "-"]
+        per_run.append(cells)
+    if not any(per_run):
+        section.absent = "The run has no --threads rows (nearlocal run --threads N|all)."
+        return section
+    section.table = keyed_table(
+        [Column("method"), Column("region"), Column("size", "size")],
+        [Column("threads", "count"), Column("GB/s", "gbps"), Column("1 thread GB/s", "gbps"),
+         Column("× 1 thread", "ratio"), Column("per thread GB/s")], runs, per_run)
+    return section

@@ -1004,9 +1004,14 @@ def run_info(index: int, run: RunData) -> RunInfo:
 
 
 def _latency_sections(runs: list[RunInfo], frames: list[pd.DataFrame]) -> list[Section]:
-    from nearlocal.report.latency import section_idle_latency, section_loaded_latency
+    from nearlocal.report.latency import (
+        section_idle_latency,
+        section_loaded_latency,
+        section_threads,
+    )
 
-    return [section_idle_latency(runs, frames), section_loaded_latency(runs, frames)]
+    return [section_idle_latency(runs, frames), section_threads(runs, frames),
+            section_loaded_latency(runs, frames)]
 
 
 def build_report(data: list[RunData]) -> Report:
