@@ -130,10 +130,11 @@ def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
         for label, xy in points.items():
             xy.sort()
             series.append(Series(label + (f" #{run.label}" if len(runs) > 1 else ""),
-                                 tuple(max(x, 1e-3) for x, _ in xy), tuple(y for _, y in xy),
+                                 tuple(x for x, _ in xy), tuple(y for _, y in xy),
                                  index))
     return PlotData("loaded", "Loaded latency: ns per load against traffic bandwidth",
-                    "traffic bandwidth (GB/s)", "ns per load", series, x_is_size=False)
+                    "traffic bandwidth (GB/s)", "ns per load", series, x_is_size=False,
+                    linear=True)
 
 
 def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:

@@ -106,6 +106,7 @@ class PlotData:
     lines: list[RefLine] = field(default_factory=list)
     x_is_size: bool = True
     connect: bool = True  # False: markers only (points of one series are not one sweep)
+    linear: bool = False  # True: linear axes (a curve over a narrow range, e.g. loaded latency)
 
 
 @dataclass
