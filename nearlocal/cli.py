@@ -200,6 +200,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} is not writable")
     inventory = probe()
     cases = _selected_cases(args)
+    from nearlocal.harness.threads import apply_thread_args
+
+    cases = apply_thread_args(cases, args.threads, args.cpus)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
@@ -211,6 +214,11 @@ def _run(args: argparse.Namespace) -> int:
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
     meta = run_metadata(inventory, settings, args.suite, processes=processes)
+    from nearlocal.harness.pool import pool_note
+
+    meta["pool"] = pool_note(inventory)  # what local memory is compared with (one line)
+    if args.suite in ("quick", "mlc", "all") and not args.quiet:
+        console.console.print(meta["pool"])
     store = Store.create(Path(args.out), meta)
     interrupted = False
     with console.RunProgress([c.id for c in cases], [r is None for r in reasons], budget,
@@ -305,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default dram; e.g. gpu:0), comma list or repeated")
     run.add_argument("--param", action="append",
                      help="a method parameter KEY=VALUE, e.g. qd=16 (repeatable)")
+    run.add_argument("--threads", help="N or all: that many pinned threads on distinct CPUs "
+                     "(load, store, nt-store, memcpy, loaded-chase)")
+    run.add_argument("--cpus", help="CPU list for --threads, e.g. 0-3 (default: the region's "
+                     "NUMA node's CPUs)")
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")

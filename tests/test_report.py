@@ -29,8 +29,8 @@ from tests.report_fixtures import (
     row,
 )
 
-SECTION_KEYS = ["near", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3",
-                "near-cases", "inventory", "failures", "skipped", "references"]
+SECTION_KEYS = ["near", "idle", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3",
+                "near-cases", "threads", "loaded", "inventory", "failures", "skipped", "references"]
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ class Case:
 
     @property
     def writes_region(self) -> bool:
-        return self.access == "write"
+        return self.access == "write" or get_method(self.method).stores_in_region
 
     @property
     def written(self) -> str:

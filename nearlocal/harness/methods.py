@@ -64,6 +64,8 @@ class Method:
     check_pattern: Callable[[Pattern], None] | None = None
     # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
     sample_bytes: Callable[[Pattern], int] | None = None
+    # writes into the region even when it reads it (chase lays its pointer ring there)
+    stores_in_region: bool = False
 
     def bytes_moved(self, pattern: Pattern) -> int:
         """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""
@@ -83,6 +85,7 @@ METHODS: dict[str, Method] = {}
 # Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
 # (comma-separated module names) adds third-party ones.
 METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
+                              "nearlocal.kernels.chase_methods", "nearlocal.harness.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods"]
 _loaded = False

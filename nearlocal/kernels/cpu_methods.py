@@ -12,6 +12,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import Method, SessionContext, register_method
+from nearlocal.harness.threads import threaded
 
 DRAINS = {
     "before": "mfence before each repetition: one isolated transfer per sample",
@@ -58,12 +59,12 @@ class CpuSession:
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = ()) -> Method:
-    return register_method(Method(
+    return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params,
-    ))
+    )))
 
 
 _cpu("load", "time_load", ("read",), "warm",

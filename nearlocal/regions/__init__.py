@@ -16,7 +16,8 @@ from nearlocal.regions.base import (
     remove_leftovers,
 )
 
-_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.gpu.regions"]
+_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave",
+                     "nearlocal.gpu.regions"]
 _loaded = False
 
 

@@ -70,9 +70,10 @@ def draw(plot: PlotData) -> Figure:
             ax.annotate(line.label, (line.value, 0.99 if index % 2 == 0 else 0.5),
                         xycoords=("data", "axes fraction"), fontsize=7, color="#555555",
                         rotation=90, ha="right", va="top")
-    ax.set_xscale("log", base=2 if plot.x_is_size else 10)
-    ax.set_yscale("log")
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    if not plot.linear:
+        ax.set_xscale("log", base=2 if plot.x_is_size else 10)
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
     xs = [x for s in plot.series for x in s.x] + [p.x for p in plot.points] + [
         line.value for line in plot.lines if line.axis == "x"]
     if plot.x_is_size and xs:

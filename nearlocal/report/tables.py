@@ -118,6 +118,7 @@ class PlotData:
     lines: list[RefLine] = field(default_factory=list)
     x_is_size: bool = True
     connect: bool = True  # False: markers only (points of one series are not one sweep)
+    linear: bool = False  # True: linear axes (a curve over a narrow range, e.g. loaded latency)
 
 
 @dataclass
@@ -164,7 +165,7 @@ GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cu
 KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
 RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
 # Rows that time something other than moving their pattern's bytes: no bandwidth, no size plots.
-NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata")
+NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata", "chase", "loaded-chase")
 LOCAL_CLASS = 9
 GPU_CLASS = 10
 
@@ -1170,14 +1171,27 @@ def run_info(index: int, run: RunData) -> RunInfo:
                    {k: int(v) for k, v in counts.items()})
 
 
+def _latency_sections(runs: list[RunInfo], frames: list[pd.DataFrame]) -> list[Section]:
+    from nearlocal.report.latency import (
+        section_idle_latency,
+        section_loaded_latency,
+        section_threads,
+    )
+
+    return [section_idle_latency(runs, frames), section_threads(runs, frames),
+            section_loaded_latency(runs, frames)]
+
+
 def build_report(data: list[RunData]) -> Report:
     """Every section of the report for one or more runs (several runs: side-by-side columns)."""
     if not data:
         raise ValueError("build_report needs at least one run")
     runs = [run_info(i, run) for i, run in enumerate(data)]
     frames = [prepare(run) for run in data]
+    idle, threads, loaded = _latency_sections(runs, frames)
     sections = [
-        section_near_summary(runs, frames),  # the answer first, then the papers' tables
+        section_near_summary(runs, frames),  # the answer first (ratios, then idle latency),
+        idle,  # then the papers' tables
         section_runs(runs),
         section_b7(runs, frames),
         section_b8(runs, frames),
@@ -1189,6 +1203,8 @@ def build_report(data: list[RunData]) -> Report:
         section_s2(runs, frames),
         section_s3(runs, frames),
         section_near_local(runs, frames),
+        threads,
+        loaded,
         section_inventory(runs, data),
         section_failures(runs, frames),
         section_skipped(runs, frames),

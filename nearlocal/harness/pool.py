@@ -1,0 +1,84 @@
+"""What the default run measures besides local DRAM: every non-local CPU memory the box has.
+
+`quick` gains, for each CPU-less NUMA node (CXL in system-ram mode), each other node with memory
+(`numa:N`) and each device-dax device (read-only: nothing is written without --allow-write), the
+read methods over quick's sizes and `chase` (idle latency) at cache and memory sizes; `chase`
+runs on local `dram` too, so "How near is local" has both sides. The `mlc` suite is what Intel
+MLC prints first, per region (and on `dram:thp` / `dram:2M` for the page size's share): idle
+latency, peak bandwidth with every CPU of the region's node, the loaded-latency curve (a sweep
+of injected delays).
+"""
+
+from __future__ import annotations
+
+from nearlocal.harness.cases import Case
+from nearlocal.harness.suites import QUICK_SIZES, Suite, extend_suite, register_suite
+from nearlocal.hwprobe import HostInventory
+from nearlocal.units import format_size
+
+READ_METHODS = ("load", "nt-load", "clflush-load", "clflushopt-load")
+CHASE_SIZES = ("16KiB", "256KiB", "4MiB", "64MiB", "1GiB")  # L1, L2, LLC, memory, >= 1 GiB
+BANDWIDTH_METHODS = ("load", "store", "nt-store", "memcpy")
+LOADED_DELAYS_NS = (0, 100, 200, 400, 800, 1600, 3200, 10000, 50000)
+LOADED_SIZE = "1GiB"
+
+
+def _current_node(inventory: HostInventory) -> int | None:
+    """The node of the CPU this process runs on now (its memory is what `dram` gets)."""
+    from nearlocal.harness.threads import current_cpu
+
+    cpu = current_cpu()
+    return next((n.node for n in inventory.numa if cpu in n.cpus), None)
+
+
+def pool_regions(inventory: HostInventory) -> list[str]:
+    """Every non-local CPU memory: CPU-less nodes, other nodes with memory, device-dax."""
+    local = _current_node(inventory)
+    nodes = [n for n in inventory.numa if n.mem_total_bytes and n.node != local]
+    nodes.sort(key=lambda n: (not n.cpuless, n.node))  # CXL expanders first
+    daxes = [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"]
+    return [*daxes, *(f"numa:{n.node}" for n in nodes)]
+
+
+def pool_note(inventory: HostInventory) -> str:
+    """One line on what the default run compares local memory with."""
+    regions = pool_regions(inventory)
+    if not regions:
+        nodes = len(inventory.numa)
+        return (f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax "
+                "pool: quick measures local memory only (nothing to compare it with)")
+    return "quick also measures non-local memory: " + ", ".join(regions)
+
+
+def _inventory() -> HostInventory:
+    from nearlocal.hwprobe import probe
+
+    return probe(calibrate=False, gpu=False)
+
+
+def quick_pool_cases(inventory: HostInventory | None = None) -> list[Case]:
+    inventory = inventory or _inventory()
+    regions = pool_regions(inventory)
+    cases = [Case("chase", region, "wb", size) for region in ("dram", *regions)
+             for size in CHASE_SIZES]
+    cases += [Case(method, region, "wb", format_size(size)) for region in regions
+              for method in READ_METHODS for size in QUICK_SIZES]
+    return cases
+
+
+def mlc_cases(inventory: HostInventory | None = None) -> list[Case]:
+    inventory = inventory or _inventory()
+    regions = ["dram", *pool_regions(inventory)]
+    cases = [Case("chase", region, "wb", size) for region in ("dram:thp", "dram:2M", *regions)
+             for size in CHASE_SIZES]
+    cases += [Case(method, region, "wb", LOADED_SIZE, params=(("threads", "all"),))
+              for region in regions for method in BANDWIDTH_METHODS]
+    cases += [Case("loaded-chase", region, "wb", LOADED_SIZE, params=(("delay", str(delay)),))
+              for region in regions for delay in LOADED_DELAYS_NS]
+    return cases
+
+
+extend_suite("quick", quick_pool_cases)
+register_suite(Suite("mlc", "what Intel MLC measures first, per region: idle latency (chase), "
+                     "peak bandwidth with every CPU of the node, loaded-latency curve",
+                     [mlc_cases]))

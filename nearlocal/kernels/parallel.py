@@ -1,0 +1,214 @@
+"""Compiled pieces of the multi-thread methods: a spin barrier, per-method bodies, the threaded
+timed kernel and the traffic kernel of loaded latency. All run with the GIL released (nogil), so
+Python threads pinned to distinct CPUs run them truly in parallel.
+
+A body does one pass of a method over fragments [lo, hi) of its table, with the method's closing
+fence, and returns an xor of what it read (0 for writers). The timed kernels bracket bodies with
+the same fenced rdtscp as kernels.cpu; what each interval contains is stated on the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from nearlocal.kernels import intrinsics as ops
+from nearlocal.kernels.intrinsics import mfence, pause, sfence, tsc_begin, tsc_end
+from nearlocal.rpc.sync import load_acquire, store_release
+
+STORE_PATTERN = np.uint64(0x5A5A5A5A5A5A5A5A)
+
+
+@intrinsic
+def fetch_add(typingctx, words, index, value):
+    """`atomicrmw add` (lock xadd) on words[index]; returns the old value."""
+    if not (isinstance(words, types.Array) and words.dtype == types.uint64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(words)(context, builder, args[0]).data
+        ptr = builder.gep(data, [args[1]])
+        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
+
+    return types.uint64(words, types.int64, types.uint64), codegen
+
+
+@njit(nogil=True)
+def barrier_wait(gate, target):
+    """Arrive, then spin until `target` arrivals: gate[0] counts every arrival of every round."""
+    fetch_add(gate, 0, np.uint64(1))
+    while load_acquire(gate, 0) < target:
+        pause()
+
+
+@njit(nogil=True)
+def spin_ticks(ticks):
+    """Busy-wait `ticks` TSC ticks (the injected delay between bursts)."""
+    t0 = tsc_end()
+    while tsc_end() - t0 < ticks:
+        pause()
+
+
+# --- passes: one untimed repetition over a fragment table, closing fence included ------------
+# Issue 12 declares these once as kernels.cpu.PASSES (same names, same signature); until that
+# is merged the four below stand in for them, and nt-copy joins when kernels.intrinsics has it.
+
+@njit(nogil=True, inline="always")
+def _load_pass(src, dst, frags):
+    acc = np.uint64(0)
+    for i in range(frags.shape[0]):
+        acc ^= ops.read_range(src, frags[i, 0], frags[i, 2])
+    return acc
+
+
+@njit(nogil=True, inline="always")
+def _store_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
+        ops.write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
+    mfence()
+
+
+@njit(nogil=True, inline="always")
+def _nt_store_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
+        ops.nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
+    sfence()
+
+
+@njit(nogil=True, inline="always")
+def _memcpy_pass(src, dst, frags):
+    for i in range(frags.shape[0]):
+        ops.memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+    mfence()
+
+
+def _nt_copy_fallback() -> Callable | None:
+    if not hasattr(ops, "nt_copy_range"):
+        return None
+    copy = ops.nt_copy_range
+
+    @njit(nogil=True, inline="always")
+    def nt_copy_pass(src, dst, frags):
+        for i in range(frags.shape[0]):
+            copy(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
+        sfence()
+
+    return nt_copy_pass
+
+
+def _passes() -> dict[str, Callable]:
+    from nearlocal.kernels import cpu
+
+    declared = getattr(cpu, "PASSES", None)
+    if declared is not None:
+        return dict(declared)
+    fallback = {"load": _load_pass, "store": _store_pass, "nt-store": _nt_store_pass,
+                "memcpy": _memcpy_pass}
+    nt_copy = _nt_copy_fallback()
+    if nt_copy is not None:
+        fallback["nt-copy"] = nt_copy
+    return fallback
+
+
+@dataclass(frozen=True)
+class Body:
+    """A method's pass for threads; `reads`: the pass returns an xor to keep live, and one
+    untimed pass runs first (the method's warm state)."""
+
+    fn: Callable
+    reads: bool
+    timed: str  # what one thread's timed interval contains
+
+
+_TIMED = {  # the methods with a multi-thread form (issue 14): reads?, what a thread times
+    "load": (True, "64-byte vector loads of the thread's share, warm"),
+    "store": (False, "64-byte vector stores to the thread's share, then mfence"),
+    "nt-store": (False, "nontemporal stores to the thread's share, then sfence"),
+    "nt-copy": (False, "loads and nontemporal stores of the thread's share, then sfence"),
+    "memcpy": (False, "libc memcpy of the thread's share, then mfence"),
+}
+BODIES: dict[str, Body] = {name: Body(fn, *_TIMED[name]) for name, fn in _passes().items()
+                           if name in _TIMED}
+
+_threaded: dict[str, Callable] = {}
+_traffic: dict[str, Callable] = {}
+
+
+def threaded_kernel(method: str) -> Callable:
+    """kernel(src, dst, frags, gate, n_threads, starts, ends, sink): per repetition r, every
+    thread meets the others on the barrier, then times one pass over its own fragments;
+    starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start."""
+    if method not in _threaded:
+        body = BODIES[method].fn
+        if BODIES[method].reads:
+            @njit(nogil=True)
+            def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
+                acc = body(src, dst, frags)  # warm: one untimed pass
+                for r in range(starts.size):
+                    barrier_wait(gate, np.uint64(n_threads * (r + 1)))
+                    t0 = tsc_begin()
+                    acc ^= body(src, dst, frags)
+                    t1 = tsc_end()
+                    starts[r] = t0
+                    ends[r] = t1
+                sink[0] = acc
+        else:
+            @njit(nogil=True)
+            def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
+                for r in range(starts.size):
+                    barrier_wait(gate, np.uint64(n_threads * (r + 1)))
+                    t0 = tsc_begin()
+                    body(src, dst, frags)
+                    t1 = tsc_end()
+                    starts[r] = t0
+                    ends[r] = t1
+
+        _threaded[method] = kernel
+    return _threaded[method]
+
+
+def traffic_kernel(method: str) -> Callable:
+    """traffic(src, dst, frags, delay_ticks, control, progress, slot): until control[0] != 0,
+    one burst (one fragment, cycling through the table) then `delay_ticks` of spinning;
+    progress[slot] counts finished bursts (release store, read by the measuring thread)."""
+    if method not in _traffic:
+        body = BODIES[method].fn
+        reads = BODIES[method].reads
+
+        if reads:
+            @njit(nogil=True)
+            def burst(src, dst, frags, i):
+                return body(src, dst, frags[i:i + 1])
+        else:
+            @njit(nogil=True)
+            def burst(src, dst, frags, i):
+                body(src, dst, frags[i:i + 1])
+                return np.uint64(0)
+
+        @njit(nogil=True)
+        def traffic(src, dst, frags, delay_ticks, control, progress, slot):
+            acc = np.uint64(0)
+            done = np.uint64(0)
+            n = frags.shape[0]
+            i = 0
+            while load_acquire(control, 0) == 0:
+                acc ^= burst(src, dst, frags, i)
+                done += np.uint64(1)
+                store_release(progress, slot, done)
+                i = i + 1 if i + 1 < n else 0
+                if delay_ticks > 0:
+                    spin_ticks(delay_ticks)
+            return acc
+
+        _traffic[method] = traffic
+    return _traffic[method]
+
+
+@njit(nogil=True)
+def stop(control):
+    store_release(control, 0, np.uint64(1))
+

@@ -1,0 +1,171 @@
+"""Report sections for the MLC-style figures: idle latency of local memory beside the pool's
+(`chase`), bandwidth with N threads beside one, and the loaded-latency curve per region
+(`loaded-chase`). Self-contained: built from
+the prepared frames of report.tables, wired into its build_report."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nearlocal.report.tables import (
+    Cell,
+    Column,
+    NoValue,
+    PlotData,
+    RunInfo,
+    Section,
+    Series,
+    keyed_table,
+    region_class,
+    stat_of,
+)
+
+
+def _info(row) -> dict:
+    info = row.get("info")
+    return info if isinstance(info, dict) else {}
+
+
+def _chase(df: pd.DataFrame, method: str) -> pd.DataFrame:
+    return df[df["method"] == method]
+
+
+def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("idle", "How near is local — idle latency (chase)",
+                      "Dependent loads around a random one-cycle ring of cache lines (Intel "
+                      "MLC's idle latency): ns per load by ring size, each region beside local "
+                      "dram at the same size; the page size says whether TLB misses are in it.")
+    per_run = []
+    for df in frames:
+        rows = _chase(df, "chase")
+        local = rows[rows["ok"] & (rows["region"] == "dram")].drop_duplicates("size_bytes")
+        local = local.set_index("size_bytes")["median_ns"]
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in rows.iterrows():
+            rank = int(row["rank"])  # prepare() knows which nodes are CPU-less
+            what = region_class(row["region"], frozenset(range(1 << 12)) if rank == 1
+                                else frozenset())[1]
+            base = local.get(int(row["size_bytes"]))
+            ok = bool(row["ok"])
+            median = float(row["median_ns"]) if ok else None
+            key = (int(row["size_bytes"]), rank, row["region"], what,
+                   str(_info(row).get("page_size", "-")))
+            cells[key] = [stat_of(row),
+                          float(base) if base is not None else NoValue("no local chase"),
+                          median / float(base) if ok and base else None,
+                          median - float(base) if ok and base is not None else None]
+        order = sorted(cells.items(),  # by ring size: local dram, then the pool first
+                       key=lambda kv: (kv[0][0], kv[0][2] != "dram", kv[0][1], kv[0][2]))
+        per_run.append({k[:1] + k[2:]: v for k, v in order})
+    if not any(per_run):
+        section.absent = ("The run has no chase rows (nearlocal run --method chase, or the "
+                          "quick / mlc suites).")
+        return section
+    section.table = keyed_table(
+        [Column("ring", "size"), Column("region"), Column("what"), Column("pages")],
+        [Column("ns per load (p10–p90)", "time"), Column("local dram", "time"),
+         Column("÷ local", "ratio"), Column("+ over local", "time")], runs, per_run)
+    section.plots.append(idle_plot(runs, frames))
+    return section
+
+
+def idle_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
+    series = []
+    for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
+        rows = _chase(df, "chase")
+        rows = rows[rows["ok"]]
+        for region, group in rows.groupby("region", sort=False):
+            group = group.sort_values("size_bytes").drop_duplicates("size_bytes")
+            label = region + (f" #{run.label}" if len(runs) > 1 else "")
+            series.append(Series(label, tuple(float(x) for x in group["size_bytes"]),
+                                 tuple(float(y) for y in group["median_ns"]), index))
+    return PlotData("idle", "Idle latency against ring size (chase)", "ring size",
+                    "ns per load", series)
+
+
+def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("loaded", "Loaded latency (chase under traffic)",
+                      "Chase latency on one CPU while the other CPUs run bursts of a bandwidth "
+                      "method with an injected delay between bursts (Intel MLC's loaded "
+                      "latency): bandwidth the traffic reached while the chase was timing, and "
+                      "the chase's ns per load. One curve per region.")
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in _chase(df, "loaded-chase").iterrows():
+            info = _info(row)
+            delay = int(row["params_d"].get("delay", info.get("delay_ns", 0)))
+            key = (row["region"], str(info.get("traffic", row["params_d"].get("traffic", "load"))),
+                   delay)
+            gbps = info.get("traffic_gbps")
+            cells[key] = [info.get("traffic_threads"), float(gbps) if gbps is not None
+                          and row["ok"] else None, stat_of(row)]
+        per_run.append(cells)
+    if not any(per_run):
+        section.absent = ("The run has no loaded-chase rows (nearlocal run --suite mlc, or "
+                          "--method loaded-chase --param delay=NS).")
+        return section
+    section.table = keyed_table(
+        [Column("region"), Column("traffic"), Column("delay ns", "count")],
+        [Column("traffic threads", "count"), Column("traffic GB/s", "gbps"),
+         Column("ns per load (p10–p90)", "time")], runs, per_run,
+        sort_key=lambda k: (region_class(k[0])[0], k[0], k[1], k[2]))
+    section.plots.append(loaded_plot(runs, frames))
+    return section
+
+
+def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
+    series = []
+    for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
+        rows = _chase(df, "loaded-chase")
+        rows = rows[rows["ok"]]
+        points: dict[str, list[tuple[float, float]]] = {}
+        for _, row in rows.iterrows():
+            info = _info(row)
+            if info.get("traffic_gbps") is None:
+                continue
+            label = f"{row['region']} ({info.get('traffic', 'load')} traffic)"
+            points.setdefault(label, []).append((float(info["traffic_gbps"]),
+                                                 float(row["median_ns"])))
+        for label, xy in points.items():
+            xy.sort()
+            series.append(Series(label + (f" #{run.label}" if len(runs) > 1 else ""),
+                                 tuple(x for x, _ in xy), tuple(y for _, y in xy),
+                                 index))
+    return PlotData("loaded", "Loaded latency: ns per load against traffic bandwidth",
+                    "traffic bandwidth (GB/s)", "ns per load", series, x_is_size=False,
+                    linear=True)
+
+
+def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    section = Section("threads", "Bandwidth with N threads (--threads)",
+                      "N threads pinned to distinct CPUs, each over its share of the pattern, "
+                      "every repetition started on one barrier: total bytes / (last end - first "
+                      "start), beside one thread on the same region and size, and the spread "
+                      "of the threads' own figures.")
+    per_run = []
+    for df in frames:
+        threaded = df["params_d"].map(lambda p: "threads" in p or "cpus" in p).astype(bool)
+        single = df[~threaded & df["ok"] & df["gbps"].notna()]
+        single = single.drop_duplicates(["method", "region", "attr", "size_bytes"])
+        single = single.set_index(["method", "region", "attr", "size_bytes"])["gbps"]
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[threaded & ~df["method"].isin(("loaded-chase",))].iterrows():
+            info = _info(row)
+            one = single.get((row["method"], row["region"], row["attr"], int(row["size_bytes"])))
+            own = [t.get("gbps") for t in info.get("per_thread", []) if t.get("gbps")]
+            ok = bool(row["ok"])
+            cells[(row["method"], row["region"], int(row["size_bytes"]))] = [
+                info.get("threads"), float(row["gbps"]) if ok else stat_of(row),
+                float(one) if one is not None else None,
+                float(row["gbps"]) / float(one) if ok and one else None,
+                f"{min(own):.2f}–{max(own):.2f}" if own else "-"]
+        per_run.append(cells)
+    if not any(per_run):
+        section.absent = "The run has no --threads rows (nearlocal run --threads N|all)."
+        return section
+    section.table = keyed_table(
+        [Column("method"), Column("region"), Column("size", "size")],
+        [Column("threads", "count"), Column("GB/s", "gbps"), Column("1 thread GB/s", "gbps"),
+         Column("× 1 thread", "ratio"), Column("per thread GB/s")], runs, per_run)
+    return section

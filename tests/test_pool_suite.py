@@ -1,0 +1,55 @@
+"""The default run measures what the box has: quick adds every non-local CPU memory."""
+
+from __future__ import annotations
+
+from nearlocal.harness import cases as case_rules
+from nearlocal.harness.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
+from nearlocal.harness.suites import suite_cases
+from nearlocal.hwprobe import probe
+from nearlocal.sysroot import SysRoot
+from tests.fakesys import cxl_box, write
+
+
+def test_quick_adds_the_pool_of_a_cxl_box(tmp_path):
+    inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
+    assert pool_regions(inventory) == ["devdax:/dev/dax0.0", "numa:1"]
+    cases = quick_pool_cases(inventory)
+    pool = {c.region for c in cases if c.method != "chase"}
+    assert pool == {"devdax:/dev/dax0.0", "numa:1"}  # read methods on every pool region
+    assert {c.method for c in cases} == {"chase", "load", "nt-load", "clflush-load",
+                                         "clflushopt-load"}
+    chased = {c.region for c in cases if c.method == "chase"}
+    assert chased == {"dram", "devdax:/dev/dax0.0", "numa:1"}
+    assert all(c.access == "read" for c in cases)
+    devdax = next(c for c in cases if c.method == "load" and c.region.startswith("devdax"))
+    assert not devdax.writes_region  # read-only: the pool is never written
+    chase = next(c for c in cases if c.method == "chase" and c.region.startswith("devdax"))
+    assert "--allow-write" in case_rules.unavailable(chase, inventory, allow_write=False)
+    assert pool_note(inventory) == \
+        "quick also measures non-local memory: devdax:/dev/dax0.0, numa:1"
+
+
+def test_a_second_socket_is_a_numa_region(tmp_path):
+    root = cxl_box(tmp_path)
+    write(root, "/sys/devices/system/node/node2/cpulist", "64-127")
+    write(root, "/sys/devices/system/node/node2/meminfo", "Node 2 MemTotal:       1000 kB")
+    inventory = probe(SysRoot(root), calibrate=False, gpu=False)
+    assert pool_regions(inventory)[-2:] == ["numa:1", "numa:2"]  # CPU-less node first
+
+
+def test_one_node_box_says_so_in_one_line():
+    inventory = probe(calibrate=False, gpu=False)
+    if len(inventory.numa) == 1 and not inventory.dax:
+        note = pool_note(inventory)
+        assert "\n" not in note and "local memory only" in note
+        assert not [c for c in quick_pool_cases(inventory) if c.method != "chase"]
+    assert any(c.method == "chase" and c.region == "dram" for c in suite_cases("quick"))
+
+
+def test_mlc_suite_covers_idle_peak_and_loaded(tmp_path):
+    inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
+    cases = mlc_cases(inventory)
+    loaded = [c for c in cases if c.method == "loaded-chase" and c.region == "numa:1"]
+    assert len({c.param_dict["delay"] for c in loaded}) == len(loaded) > 5
+    assert {c.method for c in cases if c.param_dict.get("threads") == "all"} == \
+        {"load", "store", "nt-store", "memcpy"}
