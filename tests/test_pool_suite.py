@@ -50,6 +50,7 @@ def test_mlc_suite_covers_idle_peak_and_loaded(tmp_path):
     inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
     cases = mlc_cases(inventory)
     loaded = [c for c in cases if c.method == "loaded-chase" and c.region == "numa:1"]
-    assert len({c.param_dict["delay"] for c in loaded}) == len(loaded) > 5
+    delays = {c.param_dict.get("delay", "default") for c in loaded}  # the default is no param
+    assert len(delays) == len(loaded) > 5
     assert {c.method for c in cases if c.param_dict.get("threads") == "all"} == \
         {"load", "store", "nt-store", "memcpy"}

@@ -16,11 +16,9 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from nearlocal.kernels import intrinsics as ops
-from nearlocal.kernels.intrinsics import mfence, pause, sfence, tsc_begin, tsc_end
+from nearlocal.kernels import cpu
+from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
 from nearlocal.rpc.sync import load_acquire, store_release
-
-STORE_PATTERN = np.uint64(0x5A5A5A5A5A5A5A5A)
 
 
 @intrinsic
@@ -53,67 +51,6 @@ def spin_ticks(ticks):
         pause()
 
 
-# --- passes: one untimed repetition over a fragment table, closing fence included ------------
-# Issue 12 declares these once as kernels.cpu.PASSES (same names, same signature); until that
-# is merged the four below stand in for them, and nt-copy joins when kernels.intrinsics has it.
-
-@njit(nogil=True, inline="always")
-def _load_pass(src, dst, frags):
-    acc = np.uint64(0)
-    for i in range(frags.shape[0]):
-        acc ^= ops.read_range(src, frags[i, 0], frags[i, 2])
-    return acc
-
-
-@njit(nogil=True, inline="always")
-def _store_pass(src, dst, frags):
-    for i in range(frags.shape[0]):
-        ops.write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
-    mfence()
-
-
-@njit(nogil=True, inline="always")
-def _nt_store_pass(src, dst, frags):
-    for i in range(frags.shape[0]):
-        ops.nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
-    sfence()
-
-
-@njit(nogil=True, inline="always")
-def _memcpy_pass(src, dst, frags):
-    for i in range(frags.shape[0]):
-        ops.memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
-    mfence()
-
-
-def _nt_copy_fallback() -> Callable | None:
-    if not hasattr(ops, "nt_copy_range"):
-        return None
-    copy = ops.nt_copy_range
-
-    @njit(nogil=True, inline="always")
-    def nt_copy_pass(src, dst, frags):
-        for i in range(frags.shape[0]):
-            copy(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
-        sfence()
-
-    return nt_copy_pass
-
-
-def _passes() -> dict[str, Callable]:
-    from nearlocal.kernels import cpu
-
-    declared = getattr(cpu, "PASSES", None)
-    if declared is not None:
-        return dict(declared)
-    fallback = {"load": _load_pass, "store": _store_pass, "nt-store": _nt_store_pass,
-                "memcpy": _memcpy_pass}
-    nt_copy = _nt_copy_fallback()
-    if nt_copy is not None:
-        fallback["nt-copy"] = nt_copy
-    return fallback
-
-
 @dataclass(frozen=True)
 class Body:
     """A method's pass for threads; `reads`: the pass returns an xor to keep live, and one
@@ -131,8 +68,7 @@ _TIMED = {  # the methods with a multi-thread form (issue 14): reads?, what a th
     "nt-copy": (False, "loads and nontemporal stores of the thread's share, then sfence"),
     "memcpy": (False, "libc memcpy of the thread's share, then mfence"),
 }
-BODIES: dict[str, Body] = {name: Body(fn, *_TIMED[name]) for name, fn in _passes().items()
-                           if name in _TIMED}
+BODIES: dict[str, Body] = {name: Body(cpu.PASSES[name], *spec) for name, spec in _TIMED.items()}
 
 _threaded: dict[str, Callable] = {}
 _traffic: dict[str, Callable] = {}
