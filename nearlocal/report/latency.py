@@ -31,7 +31,7 @@ def _chase(df: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
-    section = Section("idle", "How near is local — idle latency (chase)",
+    section = Section("idle", "Idle latency (chase) — each region beside local DRAM",
                       "Dependent loads around a random one-cycle ring of cache lines (Intel "
                       "MLC's idle latency): ns per load by ring size, each region beside local "
                       "dram at the same size; the page size says whether TLB misses are in it.")
