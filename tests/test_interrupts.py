@@ -31,7 +31,10 @@ def _start_run(out: Path) -> subprocess.Popen:
         [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size", SIZES,
          "--region", f"shm:{_shm(out).name}", "--budget", "0.2", "--quiet", "--out", str(out)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True,
+        # a shell's background job (nohup, `&` in a script) starts with SIGINT ignored, and a
+        # Python started so never turns Ctrl-C into KeyboardInterrupt: give the run the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_cases(out: Path, process: subprocess.Popen, n: int, timeout: float = 120) -> Path:

@@ -66,7 +66,11 @@ def _fill_owned(array: np.ndarray) -> None:
 
 
 def _mbind(buf: mmap.mmap, length: int, node: int) -> None:
-    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    mbind_range(ctypes.addressof(ctypes.c_char.from_buffer(buf)), length, node)
+
+
+def mbind_range(address: int, length: int, node: int) -> None:
+    """Bind [address, address + length) to one NUMA node, moving pages already touched."""
     mask = (ctypes.c_ulong * 16)()
     mask[node // 64] = 1 << (node % 64)
     rc = _libc.syscall(SYS_MBIND, ctypes.c_void_p(address), ctypes.c_ulong(length), MPOL_BIND,

@@ -20,6 +20,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
+from nearlocal.regions.host import mbind_range
 
 CHUNK = 2 * 1024 * 1024
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
@@ -112,18 +113,6 @@ def _array(address: int, size: int, writable: bool) -> np.ndarray:
     if not writable:
         array.flags.writeable = False
     return array
-
-
-def mbind_range(address: int, length: int, node: int) -> None:
-    from nearlocal.regions.host import MPOL_BIND, MPOL_MF_MOVE, MPOL_MF_STRICT, SYS_MBIND
-
-    mask = (ctypes.c_ulong * 16)()
-    mask[node // 64] = 1 << (node % 64)
-    rc = _libc.syscall(SYS_MBIND, ctypes.c_void_p(address), ctypes.c_ulong(length), MPOL_BIND,
-                       mask, ctypes.c_ulong(16 * 64 + 1), MPOL_MF_STRICT | MPOL_MF_MOVE)
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mbind to node {node} failed: {os.strerror(err)}")
 
 
 def page_nodes(addresses: list[int]) -> list[int]:

@@ -914,6 +914,10 @@ def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
     return f"Run {run.label} ({run.run_id} on {run.host}): {text}" if multi else text
 
 
+NO_NEAR_PAIRS = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a pattern "
+                 "that local dram was also measured at.")
+
+
 def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("near", "How near is local",
                       "Per region and direction: the median, best and worst of its ratios to "
@@ -937,8 +941,7 @@ def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                           ", ".join(dict.fromkeys(group.sort_values("ratio")["method"]))]
         per_run.append(cells)
     if not any(per_run):
-        section.absent = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a "
-                          "pattern that local dram was also measured at.")
+        section.absent = NO_NEAR_PAIRS
         return section
     section.table = keyed_table(
         [Column("region"), Column("what it is"), Column("access")],
@@ -959,8 +962,7 @@ def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Secti
             cells[key] = [stat_of(row), float(row["local_ns"]), float(row["ratio"])]
         per_run.append(cells)
     if not any(per_run):
-        section.absent = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a "
-                          "pattern that local dram was also measured at.")
+        section.absent = NO_NEAR_PAIRS
         return section
     section.table = keyed_table(
         [Column("method"), Column("access"), Column("pattern"), Column("bytes", "size"),
