@@ -141,8 +141,9 @@ def _selected_cases(args: argparse.Namespace):
     patterns = list(dict.fromkeys([*sizes, *pattern_list(args.pattern)]))
     peers = region_list("--peer", args.peer)
     if not (methods or regions or attrs or patterns or peers):
-        return [replace(case, params=(*case.params, *params.items())) for case in cases] \
-            if params else cases
+        return list(dict.fromkeys(  # --param overrides the suite's value; equal cases merge
+            replace(case, params=tuple({**case.param_dict, **params}.items()))
+            for case in cases)) if params else cases
     for name in methods:
         get_method(name)
     methods = methods or list(dict.fromkeys(c.method for c in cases))

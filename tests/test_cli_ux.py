@@ -155,3 +155,12 @@ def test_progress_counts_measured_cases_and_prints_lines_off_a_terminal(monkeypa
     assert lines[2].startswith("[2/3] 8 s, ETA 4 s: d/two")  # then the pace: 1 x 4 s
     assert lines[-1].startswith("[3/3]") and len(lines) == 4
     assert console_module._duration(3725) == "1h02m"
+
+
+def test_a_param_overrides_the_suites_value_and_equal_cases_merge():
+    from nearlocal.cli import _selected_cases, build_parser
+
+    cases = _selected_cases(build_parser().parse_args(
+        ["run", "--suite", "rpc", "--param", "protocol=coherent"]))
+    assert {c.param_dict.get("protocol") for c in cases} == {"coherent"}
+    assert len({c.id for c in cases}) == len(cases)
