@@ -272,16 +272,22 @@ def test_signal_landing_inside_fork_is_not_lost():
             os.kill(os.getpid(), signal.SIGINT)
 
     os.register_at_fork(after_in_parent=interrupt_inside_fork)
-    signals = faults._Signals()
-    with pytest.raises(KeyboardInterrupt), signals:  # re-delivered once the run has cleaned up
-        child = faults._child(lambda: 0)
-        status = os.waitpid(child, 0)[1]
-        pending = signals.pending
-        interrupted = False
-        try:
-            signals.check()
-        except faults._Interrupted:
-            interrupted = True
+    # under a shell's background job (nohup, `&`) SIGINT starts ignored, and the re-delivered
+    # signal would be ignored too: this test is about Ctrl-C as an interactive run gets it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        signals = faults._Signals()
+        with pytest.raises(KeyboardInterrupt), signals:  # re-delivered once the run cleaned up
+            child = faults._child(lambda: 0)
+            status = os.waitpid(child, 0)[1]
+            pending = signals.pending
+            interrupted = False
+            try:
+                signals.check()
+            except faults._Interrupted:
+                interrupted = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not armed and pending == signal.SIGINT and interrupted
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
