@@ -54,14 +54,6 @@ def _begin(drain):
 
 
 @njit(cache=True)
-def _warm_reads(src, frags):
-    acc = np.uint64(0)
-    for i in range(frags.shape[0]):
-        acc ^= read_range(src, frags[i, 0], frags[i, 2])
-    return acc
-
-
-@njit(cache=True)
 def _flush_src(src, frags):
     for i in range(frags.shape[0]):
         clflush_range(src, frags[i, 0], frags[i, 2])
@@ -183,7 +175,7 @@ def timer_overhead(src, dst, frags, samples, sink, drain=True):
 @njit(cache=True)
 def time_load(src, dst, frags, samples, sink, drain=True):
     """Warm read: one untimed pass, then each repetition reads every fragment of src."""
-    acc = _warm_reads(src, frags)
+    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
         acc ^= load_pass(src, dst, frags)
@@ -208,7 +200,7 @@ def time_nt_load(src, dst, frags, samples, sink, drain=True):
 @njit(cache=True)
 def time_clflush_load(src, dst, frags, samples, sink, drain=True):
     """Beluga's coherent read of a non-coherent pool: clflush every line, mfence, load — all timed."""
-    acc = _warm_reads(src, frags)
+    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
         acc ^= clflush_load_pass(src, dst, frags)
@@ -220,7 +212,7 @@ def time_clflush_load(src, dst, frags, samples, sink, drain=True):
 @njit(cache=True)
 def time_clflushopt_load(src, dst, frags, samples, sink, drain=True):
     """As clflush-load with clflushopt, and an mfence (not sfence) between flushes and loads."""
-    acc = _warm_reads(src, frags)
+    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
         acc ^= clflushopt_load_pass(src, dst, frags)
@@ -253,7 +245,7 @@ def time_nt_store(src, dst, frags, samples, sink, drain=True):
 def time_nt_copy(src, dst, frags, samples, sink, drain=True):
     """Beluga's CPU write path as a copy: loads from src (warm: one untimed read pass),
     nontemporal stores into dst, sfence."""
-    sink[0] = _warm_reads(src, frags)
+    sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
         nt_copy_pass(src, dst, frags)
@@ -284,7 +276,7 @@ def time_movdir64b(src, dst, frags, samples, sink, drain=True):
 @njit(cache=True)
 def time_memcpy(src, dst, frags, samples, sink, drain=True):
     """libc memcpy (LLVM's memcpy call) of every fragment, warm, mfence at the end."""
-    sink[0] = _warm_reads(src, frags)
+    sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
         memcpy_pass(src, dst, frags)

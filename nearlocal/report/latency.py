@@ -42,9 +42,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
         local = local.set_index("size_bytes")["median_ns"]
         cells: dict[tuple, list[Cell]] = {}
         for _, row in rows.iterrows():
-            rank = int(row["rank"])  # prepare() knows which nodes are CPU-less
-            what = region_class(row["region"], frozenset(range(1 << 12)) if rank == 1
-                                else frozenset())[1]
+            rank, what = int(row["rank"]), row["region_what"]  # prepare() knows CPU-less nodes
             base = local.get(int(row["size_bytes"]))
             ok = bool(row["ok"])
             median = float(row["median_ns"]) if ok else None
