@@ -340,20 +340,27 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
     from nearlocal.harness.cases import Case
     from nearlocal.regions import files_to_create, remove_leftovers
+    from nearlocal.regions.base import CREATED_XATTR
 
     left, held = tmp_path / "left.bin", tmp_path / "held.bin"
     case = Case("memcpy", f"file:{left}", pattern="4KiB", peer=f"file:{held}")
     assert files_to_create(case) == [left, held]
-    left.write_bytes(b"x")  # what a worker killed mid-case leaves
+    left.write_bytes(b"x")  # what a worker killed mid-case leaves: it carries nearlocal's mark
+    try:
+        os.setxattr(left, CREATED_XATTR, b"host:1")
+    except OSError:
+        pytest.skip("this filesystem keeps no user xattrs")
     (tmp_path / ".left.bin.nearlocal-1234abcd").write_bytes(b"x")
     held.write_bytes(b"y")  # made meanwhile by another live run: it holds a flock
+    users = tmp_path / "users.bin"  # the user put a file there meanwhile: no mark, never removed
+    users.write_bytes(b"z")
     fd = os.open(held, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        remove_leftovers([left, held])
+        remove_leftovers([left, held, users])
     finally:
         os.close(fd)
-    assert not left.exists() and held.exists()
+    assert not left.exists() and held.exists() and users.read_bytes() == b"z"
     assert not list(tmp_path.glob(".left.bin.*"))
 
 

@@ -82,7 +82,7 @@ class Case:
         from nearlocal.workloads.patterns import parse_pattern
 
         pattern = parse_pattern(self.pattern)
-        if self.writes_region:
+        if self.access == "write":  # as open_case swaps it: a read that stores (chase) does not
             pattern = pattern.swapped()
         if self.access == "read":
             return pattern.src_span, pattern.dst_span

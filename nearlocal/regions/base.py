@@ -122,12 +122,29 @@ def files_to_create(case) -> list[Path]:
     return found
 
 
+CREATED_XATTR = "user.nearlocal.created"  # "<hostname>:<pid>" of the process that made the file
+
+
+def made_by_nearlocal(path: Path) -> bool:
+    """The file carries nearlocal's creation mark (a file the user made in the meantime does not)."""
+    try:
+        os.getxattr(path, CREATED_XATTR, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
 def remove_leftovers(paths: list[Path]) -> None:
-    """Remove what a dead worker created at these paths (and its temporary names), unless a live
-    process holds it (another run made it since: nearlocal's files carry a shared flock)."""
+    """Remove what a dead worker created at these paths (and its temporary names, which carry a
+    random suffix of nearlocal's), unless a live process holds it (another run made it since:
+    nearlocal's files carry a shared flock). A file at the path itself goes only if it carries
+    nearlocal's creation mark: one the user put there meanwhile is never removed."""
     for path in paths:
-        for found in [path, *path.parent.glob(f".{path.name}.nearlocal-*")]:
-            if found.is_file() and not found.is_symlink() and not _locked(found):
+        temps = list(path.parent.glob(f".{path.name}.nearlocal-*"))
+        for found in [path, *temps]:
+            if not found.is_file() or found.is_symlink() or _locked(found):
+                continue
+            if found in temps or made_by_nearlocal(found):
                 found.unlink(missing_ok=True)
 
 

@@ -19,7 +19,13 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.hwprobe import HostInventory, pat
 from nearlocal.hwprobe.dax import find_dax
-from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
+from nearlocal.regions.base import (
+    CREATED_XATTR,
+    MappedRegion,
+    RegionKind,
+    RegionSpec,
+    register_region_kind,
+)
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size, parse_size
 
@@ -279,7 +285,6 @@ def _held_by_a_run(path: Path) -> bool:
     return False
 
 
-CREATED_XATTR = "user.nearlocal.created"  # "<hostname>:<pid>" of the process that made the file
 
 
 def _maker() -> str:

@@ -236,8 +236,6 @@ def _samples_by_case(run: RunData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     samples = run.samples
     if samples.empty:
         return {}
-    if "process" not in samples:
-        samples = samples.assign(process=0)
     return {str(cid): (group["ns"].to_numpy(dtype=np.float64),
                        group["process"].to_numpy(dtype=np.int64))
             for cid, group in samples.groupby("case_id", sort=False)}
@@ -507,6 +505,8 @@ def _excess_noise(logs: np.ndarray, se: np.ndarray, coarse: np.ndarray, df: floa
                                                  nan=0.0, posinf=1e9))) - typical
 
     high = float(diffs.max()) + 1e-12
+    while excess_scatter(high) > 0:  # the root can lie past the largest difference when the
+        high *= 2  # t quantile is below 1/sqrt(2) and most differences are near the largest
     return float(brentq(excess_scatter, 0.0, high, xtol=1e-6))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nearlocal.harness.threads import is_threaded
 from nearlocal.report.tables import (
     Cell,
     Column,
@@ -143,7 +144,7 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                       "of the threads' own figures.")
     per_run = []
     for df in frames:
-        threaded = df["params_d"].map(lambda p: "threads" in p or "cpus" in p).astype(bool)
+        threaded = df["params_d"].map(is_threaded).astype(bool)
         single = df[~threaded & df["ok"] & df["gbps"].notna()]
         single = single.drop_duplicates(["method", "region", "attr", "size_bytes"])
         single = single.set_index(["method", "region", "attr", "size_bytes"])["gbps"]

@@ -893,8 +893,7 @@ def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
         parts.append(f"Into the GPU, 64 KiB by {method} from {pool['src']} takes "
                      f"{_ratio_text(pool['median_ns'] / local['median_ns'])} the time from "
                      f"{local['src']} (B11; Beluga reports {_ratio_text(paper)}).")
-    elif not _gpu_rows(df)["ok"].any():
-        gpu_rows = _gpu_rows(df)
+    elif not (gpu_rows := _gpu_rows(df))["ok"].any():
         why = (f" ({gpu_rows['reason'].iloc[0].split(' (')[0]})" if len(gpu_rows)
                and gpu_rows["reason"].iloc[0] else "")
         parts.append(f"No GPU path was measured{why}.")
