@@ -244,21 +244,44 @@ def test_faults_command(capsys):
     assert shm_leftovers(name) == []  # refused before anything was created
 
 
-def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch):
+def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch, capsys):
     """A full tmpfs is not an error at creation but a SIGBUS when the pages are first touched,
-    which kills the process and strands the file: the free space is checked first (here a
-    statvfs that reports 1 MiB free stands in for a small tmpfs)."""
+    which kills the process and strands the file: the region's own capacity check runs first
+    (here a statvfs, as the region provider sees it, that reports 1 MiB free stands in for a small
+    tmpfs)."""
+    from nearlocal.cli import main
+    from nearlocal.regions import host
+
     real = os.statvfs
 
     class Small:
         f_bavail, f_frsize = 256, 4096
 
-    monkeypatch.setattr(faults.os, "statvfs",
+    monkeypatch.setattr(host.os, "statvfs",
                         lambda path: Small() if str(path) == "/dev/shm" else real(path))
     name = f"nearlocal-test-faults-full-{os.getpid()}"
-    with pytest.raises(UsageError, match="more than the 1,048,576 bytes free in /dev/shm"):
+    with pytest.raises(UsageError, match="the file system of /dev/shm has 1MiB free"):
         run_faults(FaultConfig(region=f"shm:{name}", records=64, kills=1), tsc_hz)
     assert shm_leftovers(name) == []
+    assert main(["faults", "--region", f"shm:{name}", "--kills", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1MiB free" in err and "Traceback" not in err, err
+    assert shm_leftovers(name) == []
+
+
+def test_store_room_counts_the_memfd_copy_of_a_private_region(monkeypatch):
+    """dram and numa:N are shared through a memfd copy in the same memory (two copies there); a
+    shared mapping (shm:, file:, devdax:) holds the one store, and a devdax pool is not limited by
+    free DRAM at all."""
+    from nearlocal.regions import parse_region
+
+    asked = []
+    monkeypatch.setattr("nearlocal.regions.check_capacity",
+                        lambda spec, size: asked.append((spec.text, size)))
+    for text in ("dram", "numa:1", "shm:x", "file:/tmp/x", "devdax:/dev/dax0.0", "dram:2M"):
+        faults._check_room(parse_region(text), 1000)
+    assert asked == [("dram", 2000), ("numa:1", 2000), ("shm:x", 1000), ("file:/tmp/x", 1000),
+                     ("devdax:/dev/dax0.0", 1000), ("dram:2M", 1000), ("dram", 1000)]
 
 
 def test_signal_landing_inside_fork_is_not_lost():

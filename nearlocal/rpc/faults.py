@@ -175,43 +175,28 @@ def _warm_up(protocol: int) -> None:
     store.read(0, 1 << 30)
 
 
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def _check_room(spec, nbytes: int) -> None:
-    """Refuse, before anything is created, a store the memory or the filesystem cannot hold: a
-    file on a full tmpfs is not an error but a SIGBUS when its pages are first touched, which
-    kills the process and strands the file."""
-    from nearlocal.regions.host import _file_path
+    """Refuse, before anything is created, a store the region cannot hold (a file on a full tmpfs
+    is not an error but a SIGBUS when its pages are first touched, which kills the process and
+    strands the file). A region other processes cannot map (dram, numa:N, interleave:) is shared
+    through a memfd copy of the store (rpc.shared.share) in 4 KiB pages on the region's node, or
+    in ordinary memory: where that is the region's own memory, it has to hold both copies."""
+    from nearlocal.regions import check_capacity, parse_region
+    from nearlocal.regions.host import _dram_options
 
-    room = []
-    available = _mem_available()
-    if available is not None:
-        # a private region is shared through a memfd of the same size: two copies
-        room.append((available // (1 if _file_backed(spec) else 2), "memory available"))
-    if _file_backed(spec):
-        path = _file_path(spec)
-        if not path.exists():
-            with contextlib.suppress(OSError):
-                stat = os.statvfs(path.parent)
-                room.append((stat.f_bavail * stat.f_frsize, f"free in {path.parent}"))
-    for limit, where in room:
-        if nbytes > limit:
-            raise UsageError(f"the record store needs {nbytes:,} bytes, more than the {limit:,} "
-                             f"bytes {where}: use fewer --records or a smaller --record-size")
+    if spec.kind in SHARED_KINDS:
+        check_capacity(spec, nbytes)
+        return
+    options = _dram_options(spec) if spec.kind in ("dram", "numa") else {"pages": "", "node": None}
+    if options["pages"] in ("4K", "thp"):  # the memfd lands in the same memory as the region
+        check_capacity(spec, 2 * nbytes)
+        return
+    check_capacity(spec, nbytes)
+    node = options["node"]
+    check_capacity(parse_region(f"numa:{node}" if node is not None else "dram"), nbytes)
 
 
-def _file_backed(spec) -> bool:
-    """A region nearlocal creates as a file (shm:, file:): its room is also the filesystem's."""
-    return spec.kind in ("shm", "file")
+SHARED_KINDS = ("shm", "file", "devdax")  # mapped shared: rpc.shared.share uses them as they are
 
 
 def run_faults(config: FaultConfig, tsc_hz: float,
@@ -236,6 +221,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     _check_room(spec, layout.nbytes)
     with _Signals() as signals:
         _warm_up(protocol)
+        signals.check()  # a Ctrl-C during the compile: stop before creating the region
         try:
             region = kind.open(spec, layout.nbytes, "wb", True)
         except OSError as exc:  # e.g. --records / --record-size larger than the memory there is
@@ -259,6 +245,7 @@ def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, prot
         lease_ticks = int(config.lease_s * tsc_hz)
         words = rec.init_store(raw, layout, lease_ticks, config.protocol)
         store = rec.RecordStore(raw, layout, config.protocol)
+        signals.check()  # a Ctrl-C while the store was written: stop before forking readers
     except BaseException:
         shared.close()
         raise
