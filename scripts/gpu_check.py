@@ -8,7 +8,8 @@
    - gather-kernel >= 0.85x cuda-memcpy-async's bandwidth at 64 MiB, <= 1.5x its time at 64 KiB;
    - gather-kernel e2e at 1024 x 160 B <= 1.5x a bare launch + sync of the same RawKernel
      (pieces already in device memory, arguments packed: the least a Python caller can pay);
-   - every case of the suite JSON files given with --suite-json is ok or skipped.
+   - every case of the suite JSON files is ok or skipped (`--suites-only --suite-json F...`,
+     appended to the report by scripts/gpu_check.sh once the suites have run).
 3. The 64 KiB device figure explained: cuda-memcpy-async 64 KiB with and without the 1-byte
    prime copy before the start event, beside a lone cudaMemcpyAsync between two events.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ import numpy as np
 from nearlocal.harness.cases import Case
 from nearlocal.harness.stats import StoppingRule
 from nearlocal.harness.worker import WorkerSettings, measure
+from nearlocal.hwprobe.gpu import _one_line
 from nearlocal.units import format_ns
 
 SETTINGS = WorkerSettings(StoppingRule(budget_s=0.25, target_rel_ci=0.01), 1e9, False)
@@ -48,7 +49,7 @@ def _row(method: str, pattern: str, access: str = "read", **params: str) -> dict
     try:
         row, _, _ = measure(case, SETTINGS, 0.0)
     except Exception as exc:  # a failed cell is shown as failed, the table goes on
-        return {"case": case.id, "error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+        return {"case": case.id, "error": _one_line(exc, 300)}
     return {"case": case.id, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
             "n": row["n_samples"], "gbps": row["gbps"], "info": row["info"]}
 
@@ -83,12 +84,14 @@ def torch_pinned_copy_ns(nbytes: int, reps: int = 30) -> float | None:
     return float(np.median(times))
 
 
-def bare_launch_ns(pattern: str, reps: int = 300) -> float:
-    """Median host ns of one launch + stream sync of nl_copy for `pattern`, pinned -> device,
-    with the pieces already in device memory and the arguments packed once."""
+def bare_launch_ns(pattern: str, reps: int = 300) -> tuple[float, list[float]]:
+    """Host ns of one launch + stream sync of nl_copy for `pattern`, pinned -> device, with the
+    pieces already in device memory and the arguments packed once, on the e2e rows' clock
+    (timing.end_to_end, host_clock_overhead_ns() removed as from their samples): (median after
+    a 10 % warm-up, every raw time)."""
     import cupy as cp
 
-    from nearlocal.gpu import kernels
+    from nearlocal.gpu import kernels, timing
     from nearlocal.workloads.patterns import parse_pattern
 
     table = kernels.validate_fragments(parse_pattern(pattern).frags)
@@ -103,36 +106,35 @@ def bare_launch_ns(pattern: str, reps: int = 300) -> float:
     args = k.copy_args(int(dst.data.ptr), int(src.ctypes.data), int(pieces_dev.data.ptr), plan)
     fn, stream = k.fn["nl_copy"], cp.cuda.Stream(non_blocking=True)
     grid, block = (plan.blocks,), (plan.threads,)
-    times = []
     with stream:
-        for _ in range(reps):
-            t0 = time.perf_counter_ns()
-            fn(grid, block, args)
-            stream.synchronize()
-            times.append(time.perf_counter_ns() - t0)
+        times = [timing.end_to_end(lambda: fn(grid, block, args), stream) for _ in range(reps)]
     bad = kernels.fragments_match(cp.asnumpy(dst), src, table)
     if bad is not None:
         raise RuntimeError(f"the bare launch moved wrong bytes (fragment {bad})")
-    return float(np.median(times[reps // 10:]))
+    overhead = timing.host_clock_overhead_ns()
+    return max(float(np.median(times[reps // 10:])) - overhead, 0.0), times
 
 
-def lone_memcpy_ns(nbytes: int, reps: int = 100) -> float:
-    """Median device ns of events around one cudaMemcpyAsync pinned -> device, nothing before
-    it on the stream (how issue 11 measured the 5.7 us reference)."""
+def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, list[float]]:
+    """Device ns of events around one cudaMemcpyAsync pinned -> device, nothing before it on the
+    stream (how issue 11 measured the 5.7 us reference; EventTimer.unqueued, raw like it):
+    (median after a 10 % warm-up, every raw time)."""
     import cupy as cp
+
+    from nearlocal.gpu import timing
+    from nearlocal.gpu.methods import MEMCPY_HOST_TO_DEVICE
 
     src = cp.cuda.alloc_pinned_memory(nbytes)
     dst = cp.empty(nbytes, dtype=cp.uint8)
     stream = cp.cuda.Stream(non_blocking=True)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record(stream)
-        cp.cuda.runtime.memcpyAsync(int(dst.data.ptr), src.ptr, nbytes, 1, stream.ptr)
-        stop.record(stream)
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e6)
-    return float(np.median(times[reps // 10:]))
+    timer = timing.EventTimer(cp, stream, None, 0)  # unqueued(): no blocking kernel
+
+    def copy() -> None:
+        cp.cuda.runtime.memcpyAsync(int(dst.data.ptr), src.ptr, nbytes, MEMCPY_HOST_TO_DEVICE,
+                                    stream.ptr)
+
+    times = [timer.unqueued(copy, stream) for _ in range(reps)]
+    return float(np.median(times[reps // 10:])), times
 
 
 def suite_verdicts(paths: list[str]) -> tuple[bool, list[str]]:
@@ -170,7 +172,8 @@ def suites_only(out: Path, paths: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/out")
-    parser.add_argument("--suite-json", action="append", default=[])
+    parser.add_argument("--suite-json", action="append", default=[],
+                        help="a suite's JSON results (with --suites-only)")
     parser.add_argument("--suites-only", action="store_true",
                         help="only the suite verdict, appended to report.md and gpu_check.json")
     args = parser.parse_args(argv)
@@ -178,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.suites_only:
         return suites_only(out, args.suite_json)
+    if args.suite_json:
+        parser.error("--suite-json goes with --suites-only (the suites run after this check)")
     report: dict = {"table": {}, "checks": {}}
     lines = ["# nearlocal GPU check", "", "## Side by side: pinned <-> gpu:0 (median, GB/s)", "",
              "| method | access | timing | " + " | ".join(PATTERNS) + " |",
@@ -229,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{format_ns(memcpy['64KiB']['median_ns'])}: {factor:.2f}x (must be <= 1.5x)"))
     e2e = rows[("gather-kernel", "read", "e2e", "1024x160B")]
     try:
-        bare = bare_launch_ns("1024x160B")
+        bare, bare_times = bare_launch_ns("1024x160B")
         report["bare_launch_sync_1024x160B_ns"] = bare
+        report["bare_launch_sync_1024x160B_raw_ns"] = bare_times
         if "error" in e2e:
             checks["gather_e2e_vs_bare_launch"] = (False, "the e2e row failed")
         else:
@@ -240,12 +246,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"sync {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
     except Exception as exc:
         checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {exc}")
-    if args.suite_json:
-        ok, suite_lines = suite_verdicts(args.suite_json)
-        checks["suites_ok_or_skipped"] = (ok, "every case ok or skipped with a reason"
-                                          if ok else "some cases failed")
-        lines += ["", "## Suites", "", *suite_lines]
-
     lines += ["", "## What must hold", ""]
     for name, (ok, text) in checks.items():
         lines.append(f"- {'PASS' if ok else 'FAIL'} {name}: {text}")
@@ -253,11 +253,12 @@ def main(argv: list[str] | None = None) -> int:
 
     unprimed = _row("cuda-memcpy-async", "64KiB", prime="0")
     try:
-        lone = lone_memcpy_ns(64 * 1024)
+        lone, lone_times = lone_memcpy_ns(64 * 1024)
     except Exception as exc:  # shown in the report, not hidden
-        lone = float("nan")
+        lone, lone_times = float("nan"), []
         lines.append(f"(lone cudaMemcpyAsync failed: {exc})")
-    report["64KiB"] = {"primed": memcpy["64KiB"], "unprimed": unprimed, "lone_events_ns": lone}
+    report["64KiB"] = {"primed": memcpy["64KiB"], "unprimed": unprimed, "lone_events_ns": lone,
+                       "lone_events_raw_ns": lone_times}
     lines += ["", "## 64 KiB pinned -> gpu:0, cuda-memcpy-async, device time (B11)", "",
               f"- behind the blocking kernel, primed (the row): {_cell(memcpy['64KiB'])}",
               f"- behind the blocking kernel, prime=0: {_cell(unprimed)}",

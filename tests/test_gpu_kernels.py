@@ -115,6 +115,22 @@ def test_one_long_fragment_grid_stride_and_byte_path():
 
 
 @needs_gxx
+@pytest.mark.parametrize("misalign", [3, 5, 12])
+def test_equally_misaligned_bases_keep_the_full_width(misalign):
+    """Source and destination both `misalign` bytes past a boundary: the plan keeps width 16 (the
+    kernel picks each piece's width and byte head from its own addresses) and the bytes land."""
+    rng = np.random.default_rng(11 + misalign)
+    src = _buffer(rng, 6000, misalign)
+    dst = _buffer(rng, 6000, misalign)
+    assert gpu_cpushim.ptr(src) % 16 == gpu_cpushim.ptr(dst) % 16 == misalign
+    table = np.array([[0, 0, 4096], [4100, 4200, 700], [5001, 5101, 899]])  # agree mod 4, 4, 4
+    out, expected, plan = _copy(table, src, dst, 16, threads=8, group=2)
+    assert plan.width == 16 and plan.pieces > len(table)
+    np.testing.assert_array_equal(out, expected)
+    assert kernels.fragments_match(out, src, table) is None
+
+
+@needs_gxx
 @pytest.mark.parametrize("width", [16, 8, 4])
 def test_zero_copy_sum_and_fill_match_numpy(width):
     rng = np.random.default_rng(5)

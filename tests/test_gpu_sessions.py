@@ -245,3 +245,38 @@ def test_kernel_check_covers_the_device_path_too(fake_cupy, monkeypatch):
     with pytest.raises(RuntimeError, match="gather-kernel moved wrong bytes: fragment 0"):
         measure(Case("gather-kernel", "pinned", "wb", "3x40B", peer="gpu:0", params=SMALL),
                 SETTINGS, 0.0)
+
+
+def test_batch_driver_call_with_wrong_bytes_fails_the_case(fake_cupy, monkeypatch):
+    """A driver cuMemcpyBatchAsync that returns success but moves nothing fails the check with
+    its error; nothing switches to cuda-bindings behind it."""
+    import nearlocal.gpu.methods as gpu_methods
+
+    calls = []
+    monkeypatch.setattr(gpu_methods, "driver_memcpy_batch",
+                        lambda: (lambda *args: calls.append(args) or 0, None))
+    monkeypatch.setattr(gpu_methods.BatchSession, "_bindings_setup",
+                        lambda self, pageable: pytest.fail("fell back to cuda-bindings"))
+    with pytest.raises(RuntimeError, match="cuda-memcpy-batch moved wrong bytes: fragment 0"):
+        measure(Case("cuda-memcpy-batch", "pinned", "wb", "5x40B@64B", peer="gpu:0"),
+                SETTINGS, 0.0)
+    assert calls
+
+
+def test_a_whole_call_list_is_not_copied_inside_the_interval(fake_cupy):
+    from nearlocal.gpu.methods import _calls
+
+    calls = [(1, 2, 3), (4, 5, 6), (7, 8, 9)]
+    assert _calls(calls, 0, 3) is calls
+    assert list(_calls(calls, 1, 3)) == calls[1:3] and list(_calls(calls, 0, 1)) == calls[:1]
+
+
+def test_pinned_staging_is_freed_when_it_has_no_device_pointer(fake_cupy, monkeypatch):
+    from nearlocal.gpu import regions
+
+    runtime = fake_cupy.cuda.runtime
+    monkeypatch.setattr(type(runtime), "pointerGetAttributes",
+                        lambda self, pointer: type("A", (), {"type": 1, "devicePointer": 0})())
+    with pytest.raises(RuntimeError, match="not mapped into the GPU's address space"):
+        regions.alloc_mapped(runtime, 4096)
+    assert runtime.host_allocs == {}

@@ -275,7 +275,9 @@ def validate_fragments(frags: np.ndarray, src_nbytes: int | None = None,
 
 
 def pointer_alignment(*pointers: int) -> int:
-    """The widest access width (16, 8, 4, or 1) every base pointer is aligned to."""
+    """The widest access width (16, 8, 4, or 1) every base pointer is aligned to. Not needed to
+    launch: the kernels choose the width per piece from the piece's own addresses (nl_width,
+    nl_head), so equally misaligned bases still move words after a byte-wise head."""
     for width in WIDTHS:
         if all(int(p) % width == 0 for p in pointers):
             return width
@@ -306,7 +308,9 @@ def plan_launch(table: np.ndarray, width: int = 16, threads: int = 128, group: i
     """Geometry and pieces for a table. `group` threads per piece (0: one thread per 16-byte word
     of the median fragment, a power of two up to `threads`); a piece holds at most
     group x UNROLL words of 16 B, so a large fragment is cut into many pieces (one group each)
-    and a small one stays whole; enough blocks for every piece (grid-stride beyond max_blocks)."""
+    and a small one stays whole; enough blocks for every piece (grid-stride beyond max_blocks).
+    `alignment` only caps the width (the kernels already pick each piece's width from its own
+    source and destination addresses; sessions leave it at 16)."""
     if width not in WIDTHS:
         raise UsageError(f"load width {width} is not supported: valid widths are 4, 8, 16 (bytes)")
     if not 1 <= threads <= MAX_THREADS:
@@ -364,10 +368,8 @@ class Kernels:
         return (np.uint64(dst), np.uint64(src), np.uint64(pieces), np.int64(plan.pieces),
                 np.int32(plan.width), np.int32(plan.group))
 
-    @staticmethod
-    def sum_args(src: int, sums: int, pieces: int, plan: LaunchPlan) -> tuple:
-        return (np.uint64(src), np.uint64(sums), np.uint64(pieces), np.int64(plan.pieces),
-                np.int32(plan.width), np.int32(plan.group))
+    # nl_sum(src, sums, pieces, count, width, group) packs exactly like nl_copy(dst, src, ...)
+    sum_args = copy_args
 
     @staticmethod
     def fill_args(dst: int, value: int, pieces: int, plan: LaunchPlan) -> tuple:

@@ -25,15 +25,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.gpu import timing
-from nearlocal.gpu.regions import (
-    HOST_ALLOC_MAPPED,
-    HOST_ALLOC_PORTABLE,
-    GpuAccess,
-    _device_pointer,
-    _host_array,
-    _no_gpu,
-    gpu_access,
-)
+from nearlocal.gpu.regions import GpuAccess, _no_gpu, alloc_mapped, gpu_access
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.hwprobe import HostInventory
 
@@ -188,7 +180,8 @@ class GpuSession:
             self.timer.prime = self.prime
         cp.cuda.runtime.deviceSynchronize()  # uploads on the legacy stream are done
         self.check()
-        # each clock's own cost, removed from its samples (the row's and the other figure)
+        # each clock's own cost, removed from its samples: the row's, and a device row's e2e
+        # figure; an e2e row's events figure is raw (no empty unqueued interval is calibrated)
         self.overheads = {"e2e": timing.host_clock_overhead_ns()}
         if self.timing == "device":  # e2e rows never touch the blocking kernel
             self.overheads["device"] = self.timer.calibrate()
@@ -321,7 +314,8 @@ class GpuSession:
             values = np.array([self.timer.unqueued(self.e2e_run, self._work_stream())
                                for _ in range(OTHER_TIMING_SAMPLES)])
             self.info["events_median_ns"] = float(np.median(values))
-            self.info["events_contains"] = "events around the e2e calls, host gaps included"
+            self.info["events_contains"] = ("events around the e2e calls, host gaps included; "
+                                            "raw: the events' own cost is not removed")
         if self.per_call and self.ops > 1 and not self.synchronous and self.timing == "device":
             self._per_copy()
 
@@ -358,6 +352,11 @@ class GpuSession:
 
 # --- runtime API copies ------------------------------------------------------------------------
 
+def _calls(calls: list, lo: int, hi: int):
+    """Calls lo..hi without copying the list inside a timed interval (a slice would)."""
+    return calls if lo == 0 and hi >= len(calls) else itertools.islice(calls, lo, hi)
+
+
 class MemcpySession(GpuSession):
     """cudaMemcpy (synchronous) or cudaMemcpyAsync, one call per fragment."""
 
@@ -381,17 +380,17 @@ class MemcpySession(GpuSession):
         self.cp.cuda.runtime.memcpyAsync(dst, src, 1, MEMCPY_DEFAULT, self.stream.ptr)
 
     def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
-        runtime = self.cp.cuda.runtime
+        runtime, calls = self.cp.cuda.runtime, _calls(self.calls, lo, hi)
         if self.legacy_stream:
-            for dst, src, n in self.calls[lo:hi]:
+            for dst, src, n in calls:
                 runtime.memcpy(dst, src, n, MEMCPY_DEFAULT)
             return
         stream = self.stream.ptr
-        if marks is None:
-            for dst, src, n in self.calls[lo:hi]:
+        if marks is None:  # the timed path: no per-call branch or counter
+            for dst, src, n in calls:
                 runtime.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, stream)
             return
-        for i, (dst, src, n) in enumerate(self.calls[lo:hi]):
+        for i, (dst, src, n) in enumerate(calls):
             runtime.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, stream)
             marks[i].record(self.stream)
 
@@ -433,7 +432,8 @@ def driver_memcpy_batch():
 class BatchSession(GpuSession):
     """cudaMemcpyBatchAsync (CUDA >= 12.8): every fragment in one API call. By default the
     driver's cuMemcpyBatchAsync is called through ctypes with the pointer arrays built in setup
-    (`batch_api=driver`); `--param api=bindings` (or a driver without it) uses cuda-bindings."""
+    (`batch_api=driver`); `--param api=bindings` (or a driver without it) uses cuda-bindings.
+    Only an unavailable driver call falls back: wrong bytes from it fail the case (check())."""
 
     e2e_contains = "one cuMemcpyBatchAsync call (pointer arrays built beforehand)"
 
@@ -475,17 +475,6 @@ class BatchSession(GpuSession):
                                 else order.cudaMemcpySrcAccessOrderStream)
         self.attrs = [attrs]
         runtime.cudaSetDevice(self.device)
-
-    def check(self) -> None:
-        try:
-            super().check()
-        except RuntimeError as exc:
-            if self._driver_call is None:
-                raise
-            self._driver_call = None  # say why in the row and use cuda-bindings instead
-            self._bindings_setup(self.src.device_pointer is None)
-            self.info["batch_api"] = f"cuda-bindings (the driver call failed the check: {exc})"
-            super().check()
 
     def prime(self) -> None:
         dst, src = self.first
@@ -558,7 +547,7 @@ class PeerMemcpySession(GpuSession):
 
     def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         runtime, stream = self.cp.cuda.runtime, self.stream.ptr
-        for i, (dst, dst_dev, src, src_dev, n) in enumerate(self.calls[lo:hi]):
+        for i, (dst, dst_dev, src, src_dev, n) in enumerate(_calls(self.calls, lo, hi)):
             runtime.memcpyPeerAsync(dst, dst_dev, src, src_dev, n, stream)
             if marks is not None:
                 marks[i].record(self.stream)
@@ -610,18 +599,13 @@ class KernelSession(GpuSession):
         self.plan, self.pieces = self.kernel_lib.plan_launch(
             self.table, width=_int_param(params, "width", 4, 16),
             threads=_int_param(params, "threads", 1, 1024),
-            group=_int_param(params, "group", 0, 1024),
-            alignment=self.kernel_lib.pointer_alignment(self.src_ptr, self.dst_ptr))
+            group=_int_param(params, "group", 0, 1024))  # each piece's width: its own addresses
         self.info.update(self.plan.info())
         cp = self.cp
         self.pieces_dev = cp.asarray(self.pieces)
         # the host's copy of the pieces, in mapped pinned memory, read in place by e2e launches
-        runtime = cp.cuda.runtime
-        self._staging = runtime.hostAlloc(self.pieces.nbytes, HOST_ALLOC_PORTABLE |
-                                          HOST_ALLOC_MAPPED)
-        self.staging_view = _host_array(self._staging, self.pieces.nbytes).view(
-            np.int64).reshape(self.pieces.shape)
-        staging_dev = _device_pointer(runtime, self._staging)
+        self._staging, staging_dev, staging = alloc_mapped(cp.cuda.runtime, self.pieces.nbytes)
+        self.staging_view = staging.view(np.int64).reshape(self.pieces.shape)
         self.args = {"device": self._args(int(self.pieces_dev.data.ptr)),
                      "e2e": self._args(staging_dev)}
         self.e2e_contains = ("the host writing the piece table (" +
@@ -642,7 +626,7 @@ class KernelSession(GpuSession):
         self.kernels.launch(self.kernel_name, self.plan, self.args["e2e"], self.stream)
 
     def close(self) -> None:
-        self.stream.synchronize()
+        super().close()
         self.cp.cuda.runtime.freeHost(self._staging)
 
 

@@ -142,17 +142,25 @@ def _host_array(pointer: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
 
 
+def alloc_mapped(runtime, nbytes: int) -> tuple[int, int, np.ndarray]:
+    """cudaHostAlloc(portable | mapped) of `nbytes`: (host pointer, device pointer, the bytes as
+    a numpy array). Freed again when no device pointer can be had; the caller frees it later
+    with runtime.freeHost(host pointer)."""
+    pointer = runtime.hostAlloc(nbytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED)
+    try:
+        device_pointer = _device_pointer(runtime, pointer)
+        array = _host_array(pointer, nbytes)
+    except Exception:
+        runtime.freeHost(pointer)
+        raise
+    return pointer, device_pointer, array
+
+
 def _open_pinned(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     cp = _cupy()
     runtime = cp.cuda.runtime
     nbytes = _round_up(size, PAD)
-    pointer = runtime.hostAlloc(nbytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED)
-    try:
-        device_pointer = _device_pointer(runtime, pointer)
-    except Exception:
-        runtime.freeHost(pointer)
-        raise
-    array = _host_array(pointer, nbytes)
+    pointer, device_pointer, array = alloc_mapped(runtime, nbytes)
     _fill_owned(array)
 
     def close() -> None:

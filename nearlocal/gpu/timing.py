@@ -28,7 +28,8 @@ data being usable at the destination (stream synchronised), read on the host's m
 (time.perf_counter_ns, CLOCK_MONOTONIC). Everything that is not the move itself (pointer lists,
 argument packing, tables, pinned staging) is prepared before the clock starts; each session says
 in `e2e_contains` what its interval holds. No blocking kernel is involved: an e2e row's other
-figure (`events_median_ns`) is two events around the same calls, host gaps included.
+figure (`events_median_ns`) is two events around the same calls, host gaps included, raw (the
+events' own cost is not removed from it).
 
 Each clock's own cost is measured and removed from the samples, as rdtscp's is on the CPU: the
 device time of an empty interval (the two events back to back behind the blocking kernel), and
