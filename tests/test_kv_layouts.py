@@ -315,7 +315,9 @@ def test_timed_metadata_builds_the_patterns_table():
     ("kv:qwen2.5-32b:flash-attn:superblock:100000", "1600000 blocks, beyond"),
     ("kv:qwen2.5-32b:flash-attn:sparse:256:ctx=99999999999", "ctx=99999999999"),
     ("kv:qwen2.5-32b:flash-attn:sparse:256:ctx=" + "9" * 30, "at most 18 digits"),
-    ("kv:qwen2.5-32b:flash-attn:sparse:8:ctx=64:run=65", "run=65"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:8:ctx=64:dist=clustered:run=65", "run=65"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:2:ctx=4:dist=clustered", "run=8"),
+    ("kv:qwen2.5-32b:flash-attn:sparse:8:ctx=64:run=0", "run=0"),
     ("kv:qwen2.5-32b:flash-attn:sparse:4000000:ctx=16000000", "pieces, beyond"),
     ("kv:qwen2.5-32b:flash-attn:dense:pool=99999999999999", "TiB"),
     ("kv:qwen2.5-32b:lmcache:dense:bt=999999999999984", "not allowed by the lmcache layout"),
@@ -421,3 +423,13 @@ def test_size_histogram_buckets_many_sizes():
     assert exact == [("256B", 2, 512), ("512B", 1, 512)]
     many = kv.size_histogram(np.arange(100, 1100, 100))
     assert sum(n for _, n, _ in many) == 10
+
+
+def test_run_length_bounds_only_clustered_selections():
+    """run= is the clustered run length: a uniform selection from a context shorter than the
+    default run (8) is fine; a clustered one still needs its run to fit the context."""
+    pattern = kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:2:ctx=4:dist=uniform")
+    assert pattern.frags.shape[0] > 0
+    kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:2:ctx=4:dist=clustered:run=2")
+    with pytest.raises(UsageError, match="run=8"):
+        kv.parse_kv_pattern("kv:qwen2.5-32b:flash-attn:sparse:2:ctx=4:dist=clustered")

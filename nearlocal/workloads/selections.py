@@ -131,7 +131,9 @@ class Selection:
         if self.kind == "sparse" and self.count > self.context:
             raise UsageError(f"sparse:{self.count} wants more tokens than the context holds "
                              f"(ctx={self.context})")
-        if self.run <= 0 or self.run > self.context:
+        if self.run <= 0:
+            raise UsageError(f"run={self.run} must be a positive token count")
+        if self.distribution == "clustered" and self.run > self.context:  # runs only cluster there
             raise UsageError(f"run={self.run} must be a positive token count up to ctx "
                              f"({self.context})")
 
