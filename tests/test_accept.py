@@ -236,3 +236,11 @@ def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, caps
     assert main(["accept", spec, "--out", str(tmp_path / "store"), *extra]) == 1  # not measured
     assert _NoRunner.asked == [processes]
     assert load(None, tmp_path / "store").meta["processes"] == processes
+
+
+def test_a_plain_size_has_one_spelling_in_a_case_id():
+    from nearlocal.harness.cases import Case
+
+    ids = {Case("load", "dram", pattern=p).id for p in ("16384", "16KiB", "16 KiB", "16k")}
+    assert ids == {"load/dram/wb/16KiB"}
+    assert Case("load", "dram", pattern="1024x160B").pattern == "1024x160B"

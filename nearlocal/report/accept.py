@@ -319,10 +319,10 @@ def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:
 
 
 def _normalised_id(row: dict) -> str | None:
-    """The row's case id with its size spelled as the runner spells it (`--pattern 16384` was
-    stored as 16384, a spec's size = 16384 asks for 16KiB); None when the row is not a case."""
+    """The row's case id as a Case spells it today (runs stored before sizes were spelled once
+    kept `--pattern 16384` as 16384); None when the row is not a case."""
     try:
-        return Case.from_dict({**row, "pattern": _pattern_text(str(row["pattern"]))}).id
+        return Case.from_dict(row).id
     except (UsageError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
