@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import secrets
@@ -145,16 +146,14 @@ class Store:
         samples = self.partial / f"{name}.npz"
         try:
             if ns is not None and len(ns):
-                temp = self.partial / f".{name}.npz"
                 tags = np.zeros(len(ns), np.int32) if process is None \
                     else np.asarray(process, np.int32)
-                with open(temp, "wb") as handle:
-                    np.savez(handle, raw=np.asarray(raw, dtype=np.float64),
-                             ns=np.asarray(ns, dtype=np.float64), process=tags)
-                os.replace(temp, samples)
+                packed = io.BytesIO()
+                np.savez(packed, raw=np.asarray(raw, dtype=np.float64),
+                         ns=np.asarray(ns, dtype=np.float64), process=tags)
+                _atomic_write_bytes(samples, packed.getvalue())  # fsynced like the row
             _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
         except OSError as exc:
-            (self.partial / f".{name}.npz").unlink(missing_ok=True)
             samples.unlink(missing_ok=True)
             if exc.errno in _FULL:
                 raise self._full(exc, f"storing case {row.get('case_id')}", self._added - 1) from None
