@@ -53,13 +53,6 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
-def parse_size_list(texts: list[str] | str) -> list[int]:
-    """Sizes from repeated options and/or comma-separated lists."""
-    if isinstance(texts, str):
-        texts = [texts]
-    return [parse_size(part) for text in texts for part in str(text).split(",") if part.strip()]
-
-
 def non_negative_int(text: str) -> int:
     """An argparse type for counts and seeds: 0, 1, 2, ... (a negative seed or count is refused)."""
     import argparse
