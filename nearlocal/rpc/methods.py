@@ -100,9 +100,7 @@ class RpcSession:
         self.throughput = throughput
         protocol = str(ctx.params.get("protocol", "flush"))
         self.protocol = protocol_code(protocol)
-        if ctx.pattern.axes.get("slots") is None:
-            raise UsageError(f"{ctx.case.method} needs an rpc:SLOTSxSIZE pattern, got "
-                             f"{ctx.case.pattern!r} (e.g. {SUITE_PATTERN})")
+        _check_pattern(ctx.pattern)
         self.slots = int(ctx.pattern.axes["slots"])
         message_bytes = int(ctx.pattern.axes["message_bytes"])
         self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1

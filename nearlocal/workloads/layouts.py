@@ -34,11 +34,11 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.workloads.models import FP8_DS_MLA, KV_DTYPES, ModelConfig
+from nearlocal.workloads.patterns import MAX_SPAN  # a pool's bytes: 64 TiB, past any (Beluga's is 8 TB)
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 MAX_CHUNK_TOKENS = 1 << 16  # LMCache chunks (256 by default); beyond is a typo
 MAX_LAYER_ALIGN = 1 << 30
-MAX_POOL_BYTES = 1 << 46  # 64 TiB: past any pool (Beluga's is 8 TB); offsets stay far inside int64
 
 
 @dataclass(frozen=True)
@@ -164,9 +164,9 @@ class KvGeometry:
         self.model.kv_heads_per_rank(self.tp)  # raises when TP does not divide the KV heads
         if self.pool_blocks <= 0:
             raise UsageError(f"the pool needs at least one block, got {self.pool_blocks}")
-        if self.pool_blocks > MAX_POOL_BYTES // self.block_bytes:
+        if self.pool_blocks > MAX_SPAN // self.block_bytes:
             raise UsageError(f"pool={self.pool_blocks} blocks of {self.block_bytes} B is beyond "
-                             f"{MAX_POOL_BYTES >> 40} TiB: lower pool= (or the selection)")
+                             f"{MAX_SPAN >> 40} TiB: lower pool= (or the selection)")
         if self.layer_align:
             align = self.layer_align
             if not layout.per_layer:
@@ -176,9 +176,9 @@ class KvGeometry:
                 raise UsageError(f"align={align} must be a power of two from 64 B to "
                                  f"{MAX_LAYER_ALIGN >> 30} GiB (2MiB: the CUDA caching "
                                  "allocator's rounding of large tensors)")
-            if self.pool_bytes > MAX_POOL_BYTES:
+            if self.pool_bytes > MAX_SPAN:
                 raise UsageError(f"pool={self.pool_blocks} blocks with align={align} is beyond "
-                                 f"{MAX_POOL_BYTES >> 40} TiB: lower pool= or align=")
+                                 f"{MAX_SPAN >> 40} TiB: lower pool= or align=")
 
     # --- sizes --------------------------------------------------------------------------------
     @property

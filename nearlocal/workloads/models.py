@@ -31,16 +31,18 @@ FP8_DS_MLA_TOKEN_BYTES = 656  # 512 x fp8 latent + 4 x fp32 scale + 64 x bf16 ro
 FP8_DS_MLA_WIDTHS = (512, 64)  # the (kv_lora_rank, qk_rope_head_dim) the record is defined for
 KV_DTYPES = (*DTYPE_BYTES, FP8_DS_MLA)
 # vLLM's --kv-cache-dtype spellings -> ours ("auto" is the model's dtype)
-_VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-                "float": "fp32", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+# torch's dtype names, as both a config.json's torch_dtype and vLLM's --kv-cache-dtype spell them;
+# the two differ only in the fp8 names
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                 "float": "fp32"}
+_VLLM_DTYPES = {**_TORCH_DTYPES, "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 # Bounds on what a config file may say (the largest published models are far inside them):
 # beyond these a value is a typo, and sizing arrays from it would exhaust memory.
 MAX_LAYERS = 4096
 MAX_HEADS = 65536
 MAX_HEAD_DIM = 65536
 MAX_CONFIG_BYTES = 16 << 20
-_HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-              "float": "fp32", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+_HF_DTYPES = {**_TORCH_DTYPES, "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
 
 @dataclass(frozen=True)

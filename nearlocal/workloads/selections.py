@@ -24,6 +24,7 @@ from numba import njit
 
 from nearlocal.errors import UsageError
 from nearlocal.workloads.layouts import DenseDescriptor, SparseDescriptor
+from nearlocal.workloads.patterns import MAX_FRAGMENTS  # fragment-table rows one read may build
 
 SUPERBLOCK_TOKENS = 256
 DEFAULT_TOP_K = 256
@@ -33,7 +34,6 @@ PLACEMENTS = ("contiguous", "scattered")
 DISTRIBUTIONS = ("uniform", "clustered")
 MAX_BLOCKS = 1 << 20  # blocks one read may name (a 16-token block table of 16M tokens)
 MAX_CONTEXT = 1 << 24  # sparse context tokens (16M, past any model's window)
-MAX_PIECES = 1 << 22  # fragment-table rows one read may build (96 MiB of table)
 
 
 @njit(cache=True)
@@ -207,8 +207,8 @@ class Selection:
 
 def check_pieces(pieces: int, what: str) -> None:
     """Refuse a read whose fragment table would be too large to build, before building it."""
-    if pieces > MAX_PIECES:
-        raise UsageError(f"{what} is {pieces} pieces, beyond {MAX_PIECES} in one read: select "
+    if pieces > MAX_FRAGMENTS:
+        raise UsageError(f"{what} is {pieces} pieces, beyond {MAX_FRAGMENTS} in one read: select "
                          "fewer blocks, tokens or layers")
 
 
