@@ -259,3 +259,74 @@ def test_page_size_the_row_states():
     load_methods()
     with open_case(Case("chase", "dram:thp", pattern="4MiB"), TSC_HZ, 0.0, False) as opened:
         assert opened.info["page_size"].startswith("thp (")  # the share really in 2 MiB pages
+
+
+@pytest.mark.parametrize("method", ["memcpy", "nt-copy", "load"])
+def test_threaded_copy_warms_its_source_first(method):
+    """As cpu.time_memcpy / time_nt_copy: one untimed load_pass over the share before the first
+    barrier; its xor lands in sink[0] (zero repetitions: only the warm-up runs)."""
+    from nearlocal.kernels.cpu import load_pass
+    from nearlocal.kernels.parallel import BODIES, threaded_kernel
+
+    assert BODIES[method].warm
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 256, 1 << 14, dtype=np.uint8)
+    dst = np.zeros(1 << 14, np.uint8)
+    frags = np.array([[0, 0, 1 << 14]], np.int64)
+    expected = int(load_pass(src, dst, frags))
+    assert expected != 0
+    sink = np.zeros(1, np.uint64)
+    none = np.zeros(0, np.uint64)
+    threaded_kernel(method)(src, dst, frags, np.zeros(1, np.uint64), 1, none, none, sink)
+    assert int(sink[0]) == expected  # the warm-up read the whole share of src
+    assert (dst == 0).all()  # and no timed pass ran
+
+
+@pytest.mark.parametrize("method", ["store", "nt-store"])
+def test_threaded_writers_read_nothing_first(method):
+    from nearlocal.kernels.parallel import BODIES, threaded_kernel
+
+    assert not BODIES[method].warm
+    sink = np.full(1, 7, np.uint64)
+    none = np.zeros(0, np.uint64)
+    src = np.ones(4096, np.uint8)
+    threaded_kernel(method)(src, np.zeros(4096, np.uint8), np.array([[0, 0, 4096]], np.int64),
+                            np.zeros(1, np.uint64), 1, none, none, sink)
+    assert int(sink[0]) == 7
+
+
+def test_threaded_drain_other_than_before_is_bad_input(capsys):
+    from nearlocal.cli import main
+
+    load_methods()
+    method = get_method("load")
+    with pytest.raises(UsageError, match="drain=none does not apply"):
+        method.check_params({**method.params, "threads": "2", "drain": "none"})
+    method.check_params({**method.params, "threads": "1", "drain": "none"})  # one thread: fine
+    assert main(["run", "--method", "load", "--size", "1MiB", "--cpus", str(CPUS[0]),
+                 "--param", "drain=none", "--out", "/nonexistent-never-created"]) == 2
+    err = capsys.readouterr().err
+    assert "drain=none does not apply" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists("/nonexistent-never-created")
+
+
+def test_threaded_row_records_barrier_start_skew():
+    ctx = _threaded_ctx(4096, "1", str(CPUS[0]))
+    session = ThreadedSession("load", ctx)
+    session.cpus, session.shares = [CPUS[0]] * 2, split_frags(ctx.pattern.frags, 2)
+    session.share_bytes, session.per_thread = [2048, 2048], [[], []]
+
+    def fake_kernel(src, dst, frags, gate, n_threads, starts, ends, sink):  # a test double
+        k = 0 if frags[0, 0] == 0 else 1
+        starts[:] = np.arange(starts.size) * 10_000 + [0, 200][k] + np.arange(starts.size) * k
+        ends[:] = starts + 1000
+
+    session.kernel = fake_kernel
+    session.sample(3)
+    info = session.info
+    assert info["start_skew_median_ns"] == 201.0  # skews 200, 201, 202 at 1 GHz
+    assert info["start_skew_max_ns"] == 202.0
+    assert info["thread_ticks"] == [{"starts": [[0, 10_000, 20_000], [200, 10_201, 20_202]],
+                                     "ends": [[1000, 11_000, 21_000], [1200, 11_201, 21_202]]}]
+    session.sample(1)
+    assert len(info["thread_ticks"]) == 2 and info["start_skew_max_ns"] == 202.0

@@ -86,3 +86,36 @@ def test_device_chunks_come_from_the_expected_device_and_offset(tmp_path):
         assert not array.flags.writeable
     finally:
         unmap()
+
+
+def test_devdax_target_with_an_offset_is_refused(cxl_inventory):
+    spec = parse_region("interleave:/dev/dax0.0@2M,/dev/dax1.0")
+    with pytest.raises(UsageError, match="@offset") as caught:
+        region_kind(spec).validate(spec, cxl_inventory)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(UsageError, match="@offset"):  # never reaches os.open of the literal
+        region_kind(spec).open(spec, il.CHUNK, "wb", False)
+
+
+def test_too_large_node_interleave_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+    from nearlocal.regions import capacity_problem, check_capacity
+
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(cxl_box(tmp_path)))
+    spec = parse_region("interleave:0,1")
+    capacity, where = region_kind(spec).capacity(spec)
+    # node 1 (67000000 kB free) takes every other chunk: twice its share less 10%, not the sum
+    per_node = int(67000000 * 1024 * 0.9) // il.CHUNK * il.CHUNK
+    assert capacity == 2 * per_node and "node 1" in where
+    assert capacity_problem(spec, capacity) is None
+    assert capacity_problem(spec, 100 << 30) is None
+    problem = capacity_problem(spec, 130 << 30)  # less than the nodes' summed free memory
+    assert problem and "cannot hold" in problem and "\n" not in problem
+    with pytest.raises(UsageError, match="cannot hold"):
+        check_capacity(spec, 130 << 30)
+    one = parse_region("interleave:0")
+    assert region_kind(one).capacity(one)[0] == int(200000000 * 1024 * 0.9) // il.CHUNK * il.CHUNK
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    (tmp_path / "proc" / "meminfo").write_text("MemAvailable:    1048576 kB\n")
+    assert capacity_problem(spec, 1 << 30) and "MemAvailable" in capacity_problem(spec, 1 << 30)
+    dax = parse_region("interleave:/dev/dax0.0,/dev/dax1.0")
+    assert region_kind(dax).capacity(dax) is None  # device sizes are checked when opened

@@ -201,7 +201,30 @@ def test_nt_copy_loads_the_peer_and_stores_nontemporally():
     assert vector_nt_stores & mnemonics, "no nontemporal vector store"
     assert {"movnti", "movntiq"} & mnemonics, "8-byte head / tail words are not nontemporal"
     assert {"vmovdqu", "vmovups", "vmovdqu64", "movdqu", "movups"} & mnemonics, "no vector load"
-    assert _fences_after(_sequence(cpu.time_nt_copy), "rdtscp") <= set(FENCES)
+    sequence = _sequence(cpu.time_nt_copy)
+    assert _fences_before_closing_rdtscp(sequence) == {"sfence"}  # stores drained, then timed
+    last_nt = max(i for i, m in enumerate(sequence) if m in vector_nt_stores | {"movnti",
+                                                                                 "movntiq"})
+    assert "sfence" in sequence[last_nt:]
+
+
+def _fences_before_closing_rdtscp(sequence: list[str]) -> set[str]:
+    """The last fence before each rdtscp that closes an interval (tsc_end: not right after the
+    lfence that opens one), in layout order; "none" when no fence precedes it."""
+    found = set()
+    for i, mnemonic in enumerate(sequence):
+        if mnemonic == "rdtscp" and (i == 0 or sequence[i - 1] != "lfence"):
+            found.add(next((m for m in reversed(sequence[:i]) if m in FENCES), "none"))
+    return found
+
+
+def test_closing_fence_check_catches_a_missing_sfence():
+    """The nt-copy check fails on a kernel whose nontemporal stores reach the closing rdtscp
+    with no sfence (they may still sit in write-combining buffers)."""
+    opened = ["mfence", "lfence", "rdtscp", "lfence", "vmovdqu", "vmovntdq", "movntiq"]
+    assert _fences_before_closing_rdtscp([*opened, "rdtscp", "lfence"]) == {"lfence"}
+    assert _fences_before_closing_rdtscp([*opened, "sfence", "rdtscp", "lfence"]) == {"sfence"}
+    assert _fences_before_closing_rdtscp(["vmovntdq", "rdtscp"]) == {"none"}
 
 
 def test_passes_are_the_timed_intervals_untimed():

@@ -10,10 +10,14 @@ from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write
 
 
+def node0(inventory):  # the fake box's CPUs 0-1 are node 0's, whatever CPU runs the test
+    return 0
+
+
 def test_quick_adds_the_pool_of_a_cxl_box(tmp_path):
     inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
-    assert pool_regions(inventory) == ["devdax:/dev/dax0.0", "numa:1"]
-    cases = quick_pool_cases(inventory)
+    assert pool_regions(inventory, node0) == ["devdax:/dev/dax0.0", "numa:1"]
+    cases = quick_pool_cases(inventory, node0)
     pool = {c.region for c in cases if c.method != "chase"}
     assert pool == {"devdax:/dev/dax0.0", "numa:1"}  # read methods on every pool region
     assert {c.method for c in cases} == {"chase", "load", "nt-load", "clflush-load",
@@ -25,7 +29,7 @@ def test_quick_adds_the_pool_of_a_cxl_box(tmp_path):
     assert not devdax.writes_region  # read-only: the pool is never written
     chase = next(c for c in cases if c.method == "chase" and c.region.startswith("devdax"))
     assert "--allow-write" in case_rules.unavailable(chase, inventory, allow_write=False)
-    assert pool_note(inventory) == \
+    assert pool_note(inventory, node0) == \
         "quick also measures non-local memory: devdax:/dev/dax0.0, numa:1"
 
 
@@ -34,7 +38,8 @@ def test_a_second_socket_is_a_numa_region(tmp_path):
     write(root, "/sys/devices/system/node/node2/cpulist", "64-127")
     write(root, "/sys/devices/system/node/node2/meminfo", "Node 2 MemTotal:       1000 kB")
     inventory = probe(SysRoot(root), calibrate=False, gpu=False)
-    assert pool_regions(inventory)[-2:] == ["numa:1", "numa:2"]  # CPU-less node first
+    assert pool_regions(inventory, node0)[-2:] == ["numa:1", "numa:2"]  # CPU-less node first
+    assert pool_regions(inventory, lambda _: 2) == ["devdax:/dev/dax0.0", "numa:1", "numa:0"]
 
 
 def test_one_node_box_says_so_in_one_line():
@@ -48,9 +53,21 @@ def test_one_node_box_says_so_in_one_line():
 
 def test_mlc_suite_covers_idle_peak_and_loaded(tmp_path):
     inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
-    cases = mlc_cases(inventory)
+    cases = mlc_cases(inventory, node0)
     loaded = [c for c in cases if c.method == "loaded-chase" and c.region == "numa:1"]
     delays = {c.param_dict.get("delay", "default") for c in loaded}  # the default is no param
     assert len(delays) == len(loaded) > 5
     assert {c.method for c in cases if c.param_dict.get("threads") == "all"} == \
         {"load", "store", "nt-store", "memcpy"}
+
+
+def test_local_node_is_the_node_of_the_cpu_named(tmp_path):
+    from nearlocal.harness.threads import local_node
+
+    root = cxl_box(tmp_path)
+    write(root, "/sys/devices/system/node/node2/cpulist", "64-127")
+    inventory = probe(SysRoot(root), calibrate=False, gpu=False)
+    assert local_node(inventory.numa, cpu=1) == 0
+    assert local_node(inventory.numa, cpu=70) == 2
+    assert local_node(root=SysRoot(root), cpu=70) == 2
+    assert local_node(inventory.numa, cpu=500) is None

@@ -11,6 +11,8 @@ of injected delays).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nearlocal.harness.cases import Case
 from nearlocal.harness.suites import QUICK_SIZES, Suite, extend_suite, register_suite
 from nearlocal.hwprobe import HostInventory
@@ -23,26 +25,29 @@ LOADED_DELAYS_NS = (0, 100, 200, 400, 800, 1600, 3200, 10000, 50000)
 LOADED_SIZE = "1GiB"
 
 
-def _current_node(inventory: HostInventory) -> int | None:
+def _here(inventory: HostInventory) -> int | None:
     """The node of the CPU this process runs on now (its memory is what `dram` gets)."""
-    from nearlocal.harness.threads import current_cpu
+    from nearlocal.harness.threads import local_node
 
-    cpu = current_cpu()
-    return next((n.node for n in inventory.numa if cpu in n.cpus), None)
+    return local_node(inventory.numa)
 
 
-def pool_regions(inventory: HostInventory) -> list[str]:
-    """Every non-local CPU memory: CPU-less nodes, other nodes with memory, device-dax."""
-    local = _current_node(inventory)
+LocalNode = Callable[[HostInventory], int | None]
+
+
+def pool_regions(inventory: HostInventory, local_node: LocalNode = _here) -> list[str]:
+    """Every non-local CPU memory: CPU-less nodes, other nodes with memory, device-dax.
+    `local_node` names the local node (by default the node of the CPU this process runs on)."""
+    local = local_node(inventory)
     nodes = [n for n in inventory.numa if n.mem_total_bytes and n.node != local]
     nodes.sort(key=lambda n: (not n.cpuless, n.node))  # CXL expanders first
     daxes = [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"]
     return [*daxes, *(f"numa:{n.node}" for n in nodes)]
 
 
-def pool_note(inventory: HostInventory) -> str:
+def pool_note(inventory: HostInventory, local_node: LocalNode = _here) -> str:
     """One line on what the default run compares local memory with."""
-    regions = pool_regions(inventory)
+    regions = pool_regions(inventory, local_node)
     if not regions:
         nodes = len(inventory.numa)
         return (f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax "
@@ -56,9 +61,10 @@ def _inventory() -> HostInventory:
     return probe(calibrate=False, gpu=False)
 
 
-def quick_pool_cases(inventory: HostInventory | None = None) -> list[Case]:
+def quick_pool_cases(inventory: HostInventory | None = None,
+                     local_node: LocalNode = _here) -> list[Case]:
     inventory = inventory or _inventory()
-    regions = pool_regions(inventory)
+    regions = pool_regions(inventory, local_node)
     cases = [Case("chase", region, "wb", size) for region in ("dram", *regions)
              for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", format_size(size)) for region in regions
@@ -66,9 +72,10 @@ def quick_pool_cases(inventory: HostInventory | None = None) -> list[Case]:
     return cases
 
 
-def mlc_cases(inventory: HostInventory | None = None) -> list[Case]:
+def mlc_cases(inventory: HostInventory | None = None,
+              local_node: LocalNode = _here) -> list[Case]:
     inventory = inventory or _inventory()
-    regions = ["dram", *pool_regions(inventory)]
+    regions = ["dram", *pool_regions(inventory, local_node)]
     cases = [Case("chase", region, "wb", size) for region in ("dram:thp", "dram:2M", *regions)
              for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", LOADED_SIZE, params=(("threads", "all"),))

@@ -20,13 +20,18 @@ import itertools
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import Method, SessionContext
 from nearlocal.sysroot import SysRoot, parse_cpulist
+
+if TYPE_CHECKING:
+    from nearlocal.hwprobe.numa import NumaNode
 
 LINE = 64
 THREAD_PARAMS = {"threads": "1", "cpus": ""}
@@ -61,6 +66,13 @@ def check_thread_params(params: dict) -> None:
         raise UsageError(f"--threads {count} needs {count} CPUs but --cpus names {len(cpus)}")
 
 
+def check_threaded_drain(params: dict) -> None:
+    """A threaded case starts every repetition from a barrier: only drain=before applies."""
+    if str(params.get("drain", "before")) != "before":
+        raise UsageError("--threads starts every repetition from a barrier, so drain="
+                         f"{params['drain']} does not apply: use drain=before")
+
+
 def is_threaded(params: dict) -> bool:
     return str(params.get("threads", "1")) != "1" or bool(str(params.get("cpus", "")).strip())
 
@@ -82,12 +94,16 @@ def current_cpu() -> int | None:
         return None
 
 
-def _local_node(root: SysRoot | None) -> int | None:
-    """The node of the CPU we run on: where first-touch puts `dram`'s pages."""
+def local_node(nodes: Iterable[NumaNode] | None = None, root: SysRoot | None = None,
+               cpu: int | None = None) -> int | None:
+    """The node of the CPU we run on (`cpu`, else the one this thread runs on now), among `nodes`
+    (else those probed under `root`): where first-touch puts `dram`'s pages."""
     from nearlocal.hwprobe.numa import probe_numa
 
-    cpu = current_cpu()
-    return next((n.node for n in probe_numa(root or SysRoot.default()) if cpu in n.cpus), None)
+    if nodes is None:
+        nodes = probe_numa(root or SysRoot.default())
+    cpu = current_cpu() if cpu is None else cpu
+    return next((n.node for n in nodes if cpu in n.cpus), None)
 
 
 def node_cpus(node: int, root: SysRoot | None = None) -> list[int]:
@@ -123,7 +139,7 @@ def choose_cpus(region: str, threads: str, cpus: str, root: SysRoot | None = Non
     else:
         node = region_node(region)
         if node is None and (region == "dram" or region.startswith("dram:")):
-            node = _local_node(root)  # the worker faulted dram's pages in on its own node
+            node = local_node(root=root)  # the worker faulted dram's pages in on its own node
         if node is None:
             pool, where = sorted(allowed), "this process's CPUs"
         else:
@@ -193,9 +209,6 @@ class ThreadedSession:
         if method not in BODIES:
             raise UsageError(f"{method} has no multi-thread form: --threads works for "
                              f"{', '.join(BODIES)}")
-        if str(ctx.params.get("drain", "before")) != "before":
-            raise UsageError("--threads starts every repetition from a barrier, so drain="
-                             f"{ctx.params['drain']} does not apply: use drain=before")
         self.ctx = ctx
         self.cpus = choose_cpus(ctx.case.region, ctx.params.get("threads", "1"),
                                 ctx.params.get("cpus", ""))
@@ -206,12 +219,16 @@ class ThreadedSession:
         self.kernel(ctx.src.array, ctx.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
                     none, none, np.zeros(1, np.uint64))
         self.per_thread: list[list[np.ndarray]] = [[] for _ in self.cpus]
+        self.skews: list[np.ndarray] = []  # per repetition: last start - first start (ns)
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "threads": len(self.cpus),
                      "cpus": self.cpus,
                      "timed": "per repetition, every thread's pass over its share "
                               f"({BODIES[method].timed}), all started on one barrier; a sample "
-                              "is last end - first start",
-                     "per_thread": []}
+                              "is last end - first start; start_skew_*_ns: how far apart the "
+                              "threads left the barrier (last start - first start), part of "
+                              "every sample; thread_ticks: per sample, each thread's start and "
+                              "end TSC readings per repetition",
+                     "per_thread": [], "thread_ticks": []}
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         count = len(self.cpus)
@@ -229,6 +246,9 @@ class ThreadedSession:
         ticks = ends.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
         overhead = self.ctx.timer_overhead_ticks
         scale = 1e9 / self.ctx.tsc_hz
+        skew = starts.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
+        self.skews.append(skew * scale)
+        self.info["thread_ticks"].append({"starts": starts.tolist(), "ends": ends.tolist()})
         for k in range(count):
             own = (ends[k].astype(np.float64) - starts[k].astype(np.float64) - overhead) * scale
             self.per_thread[k].append(np.maximum(own, 0.0))
@@ -242,6 +262,9 @@ class ThreadedSession:
             rows.append({"cpu": cpu, "bytes": nbytes, "median_ns": median,
                          "gbps": nbytes / median if median > 0 else None})
         self.info["per_thread"] = rows
+        skews = np.concatenate(self.skews)
+        self.info["start_skew_median_ns"] = float(np.median(skews))
+        self.info["start_skew_max_ns"] = float(skews.max())
 
     def close(self) -> None:
         pass
@@ -263,6 +286,8 @@ def threaded(method: Method) -> Method:
 
     def check(params: dict) -> None:
         check_thread_params(params)
+        if is_threaded(params):
+            check_threaded_drain(params)
         if own_check:
             own_check(params)
 

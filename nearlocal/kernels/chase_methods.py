@@ -131,18 +131,15 @@ class LoadedChaseSession(ChaseSession):
 
         offset, nbytes = _contiguous(ctx)
         params = ctx.params
+        _check_loaded(params)  # traffic, burst, delay, hops, seed, threads / cpus
         self.ctx = ctx
         self.hops = _int_param(params, "hops", 1)
         traffic = params.get("traffic", "load")
-        if traffic not in TRAFFIC_METHODS:
-            raise UsageError(f"unknown traffic={traffic!r}: valid are {', '.join(TRAFFIC_METHODS)}")
         self.cpus = choose_cpus(ctx.case.region, params.get("threads", "all"),
                                 params.get("cpus", ""))
         if len(self.cpus) < 2:
             raise UsageError("loaded-chase needs at least 2 CPUs (one chases, the others load)")
         burst = parse_size(params.get("burst", "4KiB"))
-        if burst < LINE or burst % LINE:
-            raise UsageError(f"burst={burst} must be a multiple of {LINE} bytes")
         share = nbytes // len(self.cpus) // burst * burst
         if share < burst:
             raise UsageError(f"{nbytes} bytes cannot hold a ring and {len(self.cpus) - 1} traffic "

@@ -53,22 +53,26 @@ def spin_ticks(ticks):
 
 @dataclass(frozen=True)
 class Body:
-    """A method's pass for threads; `reads`: the pass returns an xor to keep live, and one
-    untimed pass runs first (the method's warm state)."""
+    """A method's pass for threads. `reads`: the pass returns an xor to keep live. `warm`: one
+    untimed load_pass over the thread's share of src runs before the first repetition, as the
+    single-thread kernel (kernels.cpu time_*) does: the method's warm state."""
 
     fn: Callable
     reads: bool
+    warm: bool
     timed: str  # what one thread's timed interval contains
 
 
-_TIMED = {  # the methods with a multi-thread form (issue 14): reads?, what a thread times
-    "load": (True, "64-byte vector loads of the thread's share, warm"),
-    "store": (False, "64-byte vector stores to the thread's share, then mfence"),
-    "nt-store": (False, "nontemporal stores to the thread's share, then sfence"),
-    "nt-copy": (False, "loads and nontemporal stores of the thread's share, then sfence"),
-    "memcpy": (False, "libc memcpy of the thread's share, then mfence"),
+_TIMED = {  # the methods with a multi-thread form (issue 14): reads?, warm?, what a thread times
+    "load": (True, True, "64-byte vector loads of the thread's share, warm"),
+    "store": (False, False, "64-byte vector stores to the thread's share, then mfence"),
+    "nt-store": (False, False, "nontemporal stores to the thread's share, then sfence"),
+    "nt-copy": (False, True, "loads (warm) and nontemporal stores of the thread's share, "
+                             "then sfence"),
+    "memcpy": (False, True, "libc memcpy of the thread's share (source warm), then mfence"),
 }
 BODIES: dict[str, Body] = {name: Body(cpu.PASSES[name], *spec) for name, spec in _TIMED.items()}
+assert all(b.warm for b in BODIES.values() if b.reads)  # a reader's kernel warms with its xor
 
 _threaded: dict[str, Callable] = {}
 _traffic: dict[str, Callable] = {}
@@ -77,13 +81,15 @@ _traffic: dict[str, Callable] = {}
 def threaded_kernel(method: str) -> Callable:
     """kernel(src, dst, frags, gate, n_threads, starts, ends, sink): per repetition r, every
     thread meets the others on the barrier, then times one pass over its own fragments;
-    starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start."""
+    starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start.
+    A warm method's untimed load_pass runs before the first barrier; its xor goes to sink[0]."""
     if method not in _threaded:
         body = BODIES[method].fn
+        warm = cpu.load_pass
         if BODIES[method].reads:
             @njit(nogil=True)
             def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
-                acc = body(src, dst, frags)  # warm: one untimed pass
+                acc = warm(src, dst, frags)  # warm: one untimed pass
                 for r in range(starts.size):
                     barrier_wait(gate, np.uint64(n_threads * (r + 1)))
                     t0 = tsc_begin()
@@ -92,6 +98,17 @@ def threaded_kernel(method: str) -> Callable:
                     starts[r] = t0
                     ends[r] = t1
                 sink[0] = acc
+        elif BODIES[method].warm:
+            @njit(nogil=True)
+            def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
+                sink[0] = warm(src, dst, frags)  # warm the source: one untimed read pass
+                for r in range(starts.size):
+                    barrier_wait(gate, np.uint64(n_threads * (r + 1)))
+                    t0 = tsc_begin()
+                    body(src, dst, frags)
+                    t1 = tsc_end()
+                    starts[r] = t0
+                    ends[r] = t1
         else:
             @njit(nogil=True)
             def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):

@@ -44,6 +44,11 @@ def targets(spec: RegionSpec) -> tuple[str, list]:
         kind, values = "node", [int(p) for p in parts]
     elif all(p.startswith("/") for p in parts):
         kind, values = "devdax", parts
+        offset = next((p for p in parts if "@" in p), None)
+        if offset:
+            raise UsageError(f"interleave target {offset!r} in {spec.text!r} has an @offset, "
+                             "which interleave does not take: name whole devices "
+                             "(interleave:/dev/dax0.0,/dev/dax1.0)")
     else:
         raise UsageError(f"interleave targets in {spec.text!r} must be all NUMA node numbers or "
                          "all device-dax paths")
@@ -90,6 +95,33 @@ def _unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
         if reason:
             return reason
     return None
+
+
+def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
+    """What a node interleave can take now: chunks go round-robin, so each of the k nodes holds
+    about 1/k of it; k times the least free node (free and page-cache memory, as for numa:N),
+    at most MemAvailable, both less 10%. None for device-dax targets (sized when opened) or when
+    no node's meminfo can be read."""
+    from nearlocal.regions import host
+
+    kind, values = targets(spec)
+    if kind != "node":
+        return None
+    free = {}
+    for node in values:
+        fields = host._meminfo(f"/sys/devices/system/node/node{node}/meminfo")
+        if "MemFree" not in fields:
+            return None
+        free[node] = fields["MemFree"] + fields.get("FilePages", 0)
+    least = min(values, key=lambda node: (free[node], node))
+    chunks = int(free[least] * host.MEMORY_HEADROOM) // CHUNK  # whole chunks on that node
+    capacity = chunks * CHUNK * len(values)
+    where = (f"NUMA nodes {','.join(map(str, values))} (each holds 1/{len(values)} of the "
+             f"chunks; node {least} has the least free and page-cache memory, less 10%)")
+    available = host._memory_available()
+    if available is not None and available * host.MEMORY_HEADROOM < capacity:
+        capacity, where = int(available * host.MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
+    return capacity, where
 
 
 def _mmap(address: int | None, length: int, prot: int, flags: int, fd: int = -1,
@@ -207,4 +239,5 @@ register_region_kind(RegionKind(
     summary="2 MiB chunks striped across NUMA nodes or device-dax devices (software interleave)",
     validate=_validate, unavailable=_unavailable, open=_open,
     user_owned=lambda spec: targets(spec)[0] == "devdax", instances=_instances,
+    capacity=_capacity,
 ))
