@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 LINE = 64
 THREAD_PARAMS = {"threads": "1", "cpus": ""}
+THREAD_TICKS_KEPT = 4096  # samples whose per-thread TSC readings the row keeps
 
 
 def parse_threads(text: str) -> int | None:
@@ -226,8 +227,8 @@ class ThreadedSession:
                               f"({BODIES[method].timed}), all started on one barrier; a sample "
                               "is last end - first start; start_skew_*_ns: how far apart the "
                               "threads left the barrier (last start - first start), part of "
-                              "every sample; thread_ticks: per sample, each thread's start and "
-                              "end TSC readings per repetition",
+                              "every sample; thread_ticks: each thread's start and end TSC "
+                              f"readings for the first {THREAD_TICKS_KEPT} samples",
                      "per_thread": [], "thread_ticks": []}
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +249,11 @@ class ThreadedSession:
         scale = 1e9 / self.ctx.tsc_hz
         skew = starts.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
         self.skews.append(skew * scale)
-        self.info["thread_ticks"].append({"starts": starts.tolist(), "ends": ends.tolist()})
+        kept = sum(len(batch["starts"][0]) for batch in self.info["thread_ticks"])
+        if kept < THREAD_TICKS_KEPT:  # the row's info is JSON: bounded, the samples are not
+            room = THREAD_TICKS_KEPT - kept
+            self.info["thread_ticks"].append({"starts": starts[:, :room].tolist(),
+                                              "ends": ends[:, :room].tolist()})
         for k in range(count):
             own = (ends[k].astype(np.float64) - starts[k].astype(np.float64) - overhead) * scale
             self.per_thread[k].append(np.maximum(own, 0.0))
