@@ -204,6 +204,14 @@ class _RawModule:
         return launch
 
 
+class _PinnedMemory(bytearray):
+    """cupy.cuda.alloc_pinned_memory's answer: a buffer with a `.ptr`."""
+
+    @property
+    def ptr(self) -> int:
+        return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
+
+
 def make_fake_cupy() -> types.ModuleType:
     cp = types.ModuleType("cupy")
     cp.__version__ = "fake"
@@ -219,6 +227,6 @@ def make_fake_cupy() -> types.ModuleType:
         Device=_Device, Stream=_Stream, Event=_Event, runtime=runtime,
         nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)),
         get_elapsed_time=lambda a, b: (b.t - a.t) / 1e6,
-        alloc_pinned_memory=lambda n: bytearray(n),
+        alloc_pinned_memory=_PinnedMemory,
     )
     return cp
