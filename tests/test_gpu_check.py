@@ -11,7 +11,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.gpu_fakecupy import make_fake_cupy
