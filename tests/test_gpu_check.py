@@ -207,3 +207,27 @@ def test_preflight_gate_reads_the_probe(tmp_path):
                      "nvrtc_version": "13.0"})
     assert ok and "0: NVIDIA H200" in line and "compiled" in line
     assert not preflight.gpu_gate(tmp_path / "absent.json")[0]
+
+
+def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
+    """The dry run on a CPU box: preflight and probe run, every GPU step is skipped with the
+    probe's reason, no traceback, five files at most in $OUT, the scratch folder removed."""
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is importable here: the check would run for real")
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
+           "TMPDIR": str(tmp), "PYTHON": sys.executable, "NEARLOCAL_WHEELS": str(tmp_path / "none")}
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
+                            text=True, env=env, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in log
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert steps[0].startswith("=== preflight: ok") and steps[1].startswith("=== probe: ok")
+    assert steps[2].startswith("GPU steps skipped: no GPU")
+    skipped = [line for line in steps if ": skipped (no GPU" in line]
+    assert len(skipped) == 6  # tests, check, two suites, their verdict, bench
+    assert "Not run: no GPU" in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
+                                                     "steps.txt"]
+    assert list(tmp.iterdir()) == []  # the scratch folder (caches, TMPDIR) is gone
