@@ -3,17 +3,27 @@
 1. Side by side (issue 11 item 7): every host -> GPU method's median at 64 KiB and 64 MiB
    contiguous, 1024 x 160 B and 128 x 20 KiB, pinned -> gpu:0 (device time; e2e rows for
    cuda-memcpy-async and gather-kernel), with what each interval contains.
-2. What must hold on an H200:
+2. What must hold on an H200 (issue 24: SMs reading pinned host memory are slower than the copy
+   engine on H100-class GPUs, about 35 against 53 GB/s in NVIDIA/nvbandwidth issue 24, so the
+   gather kernel is held to the best plain SM copy, not to cudaMemcpyAsync):
    - 64 MiB pinned H2D cuda-memcpy-async within 5 % of torch's pinned copy_ (torch.cuda events);
-   - gather-kernel >= 0.85x cuda-memcpy-async's bandwidth at 64 MiB, <= 1.5x its time at 64 KiB;
+   - gather-kernel >= 20x faster than one cudaMemcpyAsync per fragment at 1024 x 160 B;
+   - gather-kernel >= 0.9x the bandwidth of the best plain SM copy kernel of the same bytes on
+     the same buffers at 128 x 20 KiB and 64 MiB (nl_plain_copy4 / nl_plain_copy12: 4 or, as
+     nvbandwidth's copy kernel, 12 loads of 16 B in flight per thread; several geometries);
    - gather-kernel e2e at 1024 x 160 B <= 1.5x a bare launch + sync of the same RawKernel
      (pieces already in device memory, arguments packed: the least a Python caller can pay);
    - every case of the suite JSON files is ok or skipped (`--suites-only --suite-json F...`,
      appended to the report by scripts/gpu_check.sh once the suites have run).
-3. The 64 KiB device figure explained: cuda-memcpy-async 64 KiB with and without the 1-byte
-   prime copy before the start event, beside a lone cudaMemcpyAsync between two events.
+   For information (no verdict): the copy-engine ratio (gather-kernel and best SM copy against
+   cuda-memcpy-async at 64 MiB), and gather-kernel against a primed copy-engine copy at 64 KiB
+   (the 1.5x bound there is borderline by design: the figure is stated whatever it is).
+3. The 64 KiB device figure explained (issue 24 item 6): cuda-memcpy-async 64 KiB with and
+   without the 1-byte prime copy before the start event, beside a lone cudaMemcpyAsync between
+   two events (raw, and minus an unqueued empty interval).
 
 Writes gpu_check.json and report.md under --out, prints the report; exit 1 if a check fails.
+On a box without a usable GPU it says so in one line and exits 1.
 """
 
 from __future__ import annotations
@@ -115,10 +125,10 @@ def bare_launch_ns(pattern: str, reps: int = 300) -> tuple[float, list[float]]:
     return max(float(np.median(times[reps // 10:])) - overhead, 0.0), times
 
 
-def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, list[float]]:
+def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[float]]:
     """Device ns of events around one cudaMemcpyAsync pinned -> device, nothing before it on the
-    stream (how issue 11 measured the 5.7 us reference; EventTimer.unqueued, raw like it):
-    (median after a 10 % warm-up, every raw time)."""
+    stream (how issue 11 measured the 5.7 us reference; EventTimer.unqueued): (raw median after
+    a 10 % warm-up, the unqueued empty interval's median, every raw time)."""
     import cupy as cp
 
     from nearlocal.gpu import timing
@@ -133,8 +143,108 @@ def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, list[float]]:
         cp.cuda.runtime.memcpyAsync(int(dst.data.ptr), src.ptr, nbytes, MEMCPY_HOST_TO_DEVICE,
                                     stream.ptr)
 
+    empty = timer.calibrate_unqueued(stream)
     times = [timer.unqueued(copy, stream) for _ in range(reps)]
-    return float(np.median(times[reps // 10:])), times
+    return float(np.median(times[reps // 10:])), empty, times
+
+
+PLAIN_THREADS = 512  # nvbandwidth's numThreadPerBlock
+
+
+def plain_copy_geometries(nbytes: int, sms: int) -> list[tuple[str, int, int, int]]:
+    """(label, unroll, blocks, threads) of the plain SM copies gpu_check tries: each unroll with
+    enough blocks for one pass, and nvbandwidth's geometry (one block of 512 per SM, 12 deep)
+    and four blocks per SM."""
+    words = max(1, -(-nbytes // 16))
+    out = []
+    for unroll in (4, 12):
+        for threads in (128, PLAIN_THREADS):
+            blocks = max(1, min(-(-words // (unroll * threads)), 65535))
+            out.append((f"unroll {unroll}, {blocks} x {threads} (one pass)", unroll, blocks,
+                        threads))
+    out.append((f"unroll 12, {sms} x {PLAIN_THREADS} (nvbandwidth: a block per SM)", 12, sms,
+                PLAIN_THREADS))
+    out.append((f"unroll 12, {4 * sms} x {PLAIN_THREADS} (4 blocks per SM)", 12, 4 * sms,
+                PLAIN_THREADS))
+    return out
+
+
+def _queued_median_ns(timer, launch, reps: int) -> tuple[float, list[float]]:
+    """Median device ns of `launch` queued behind the blocking kernel, minus the queued empty
+    interval, after 3 unrecorded warm-ups: (median, raw ns)."""
+    for _ in range(3):
+        timer.queued(launch)
+    raw = [timer.queued(launch) for _ in range(reps)]
+    return max(float(np.median(raw)) - timer.overhead_ns, 0.0), raw
+
+
+def gather_vs_plain_copy(pattern: str, reps: int = 30) -> dict:
+    """The gather kernel (nl_copy over `pattern`'s pieces, planned as gather-kernel plans them)
+    and plain SM copies of the same number of bytes, on the same pinned source and device
+    destination, with the same timer: device ns and GB/s of each, the best plain copy, bytes
+    checked after each."""
+    import cupy as cp
+
+    from nearlocal.gpu import kernels, timing
+    from nearlocal.workloads.patterns import parse_pattern
+
+    table = kernels.validate_fragments(parse_pattern(pattern).frags)
+    nbytes = int(table[:, 2].sum())
+    span = max(int((table[:, 0] + table[:, 2]).max()), nbytes) + 64
+    src_mem = cp.cuda.alloc_pinned_memory(span)
+    src = np.frombuffer(src_mem, np.uint8, span)
+    src[:] = np.arange(span) % 251
+    dst = cp.zeros(span, dtype=cp.uint8)
+    k = kernels.compiled(cp)
+    stream = cp.cuda.Stream(non_blocking=True)
+    spin_out = cp.zeros(1, dtype=cp.uint64)
+    timer = timing.EventTimer(cp, stream, k, int(spin_out.data.ptr))
+    timer.calibrate()
+    src_ptr, dst_ptr = int(src.ctypes.data), int(dst.data.ptr)
+    plan, pieces = kernels.plan_launch(table)
+    pieces_dev = cp.asarray(pieces)
+    gather_args = k.copy_args(dst_ptr, src_ptr, int(pieces_dev.data.ptr), plan)
+    ns, raw = _queued_median_ns(timer, lambda: k.launch("nl_copy", plan, gather_args, stream),
+                                reps)
+    stream.synchronize()
+    bad = kernels.fragments_match(cp.asnumpy(dst), src, table)
+    if bad is not None:
+        raise RuntimeError(f"the gather kernel moved wrong bytes (fragment {bad})")
+    out = {"pattern": pattern, "bytes": nbytes, "timer_overhead_ns": timer.overhead_ns,
+           "gather": {"median_ns": ns, "gbps": nbytes / ns if ns else float("nan"),
+                      "plan": plan.info(), "raw_ns": raw}, "plain": []}
+    sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+    whole = np.array([[0, 0, nbytes]])
+    for label, unroll, blocks, threads in plain_copy_geometries(nbytes, sms):
+        fn, args = k.fn[f"nl_plain_copy{unroll}"], k.plain_copy_args(dst_ptr, src_ptr, nbytes)
+
+        def launch(fn=fn, args=args, blocks=blocks, threads=threads) -> None:
+            with stream:
+                fn((blocks,), (threads,), args)
+
+        dst.fill(0)
+        cp.cuda.runtime.deviceSynchronize()
+        ns, raw = _queued_median_ns(timer, launch, reps)
+        stream.synchronize()
+        if kernels.fragments_match(cp.asnumpy(dst), src, whole) is not None:
+            raise RuntimeError(f"plain copy ({label}) moved wrong bytes")
+        out["plain"].append({"label": label, "median_ns": ns,
+                             "gbps": nbytes / ns if ns else float("nan"), "raw_ns": raw})
+    out["best_plain"] = max(out["plain"], key=lambda r: r["gbps"])
+    out["timer"] = timer.info()
+    return out
+
+
+def gpu_unusable() -> str | None:
+    """Why this box cannot run the check (one line), or None."""
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            return "no GPU: the CUDA runtime reports 0 devices"
+    except Exception as exc:
+        return f"no GPU: {_one_line(exc)}"
+    return None
 
 
 def suite_verdicts(paths: list[str]) -> tuple[bool, list[str]]:
@@ -183,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         return suites_only(out, args.suite_json)
     if args.suite_json:
         parser.error("--suite-json goes with --suites-only (the suites run after this check)")
+    why = gpu_unusable()
+    if why is not None:
+        print(f"gpu_check.py: nothing measured: {why}")
+        return 1
     report: dict = {"table": {}, "checks": {}}
     lines = ["# nearlocal GPU check", "", "## Side by side: pinned <-> gpu:0 (median, GB/s)", "",
              "| method | access | timing | " + " | ".join(PATTERNS) + " |",
@@ -208,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"- FAILED {f}" for f in failures]
 
     checks: dict[str, tuple[bool, str]] = {}
+    notes: list[str] = []  # for information: no verdict
     memcpy = {p: rows[("cuda-memcpy-async", "read", "device", p)] for p in PATTERNS}
     gather = {p: rows[("gather-kernel", "read", "device", p)] for p in PATTERNS}
     torch_ns = torch_pinned_copy_ns(BIG)
@@ -218,20 +333,47 @@ def main(argv: list[str] | None = None) -> int:
         checks["h2d_64MiB_vs_torch"] = (abs(ratio - 1) <= 0.05, (
             f"cuda-memcpy-async {format_ns(memcpy['64MiB']['median_ns'])} vs torch copy_ "
             f"{format_ns(torch_ns)}: ratio {ratio:.3f} (must be within 5 %)"))
-    if "error" in gather["64MiB"] or "error" in memcpy["64MiB"]:
-        checks["gather_64MiB_bandwidth"] = (False, "a row failed")
+    few = "1024x160B"
+    if "error" in gather[few] or "error" in memcpy[few]:
+        checks["gather_vs_per_fragment_memcpy_1024x160B"] = (False, "a row failed")
     else:
-        share = gather["64MiB"]["gbps"] / memcpy["64MiB"]["gbps"]
-        checks["gather_64MiB_bandwidth"] = (share >= 0.85, (
-            f"gather-kernel {gather['64MiB']['gbps']:.1f} GB/s vs cuda-memcpy-async "
-            f"{memcpy['64MiB']['gbps']:.1f} GB/s: {share:.2f}x (must be >= 0.85x)"))
+        speedup = memcpy[few]["median_ns"] / gather[few]["median_ns"]
+        checks["gather_vs_per_fragment_memcpy_1024x160B"] = (speedup >= 20, (
+            f"gather-kernel {format_ns(gather[few]['median_ns'])} vs one cudaMemcpyAsync per "
+            f"fragment {format_ns(memcpy[few]['median_ns'])}: {speedup:.1f}x faster "
+            "(must be >= 20x)"))
+    report["gather_vs_plain_copy"] = {}
+    for pattern in ("128x20KiB", "64MiB"):
+        name = f"gather_vs_best_sm_copy_{pattern}"
+        try:
+            ref = gather_vs_plain_copy(pattern)
+        except Exception as exc:
+            checks[name] = (False, f"the same-buffer comparison failed: {_one_line(exc, 300)}")
+            continue
+        report["gather_vs_plain_copy"][pattern] = ref
+        best, mine = ref["best_plain"], ref["gather"]
+        share = mine["gbps"] / best["gbps"]
+        checks[name] = (share >= 0.9, (
+            f"gather-kernel {mine['gbps']:.1f} GB/s vs the best plain SM copy ({best['label']}) "
+            f"{best['gbps']:.1f} GB/s, same bytes, same buffers: {share:.2f}x (must be >= 0.9x);"
+            " every plain copy: " + ", ".join(f"{r['label']}: {r['gbps']:.1f} GB/s"
+                                               for r in ref["plain"])
+            + f"; the gather-kernel row: {_cell(gather[pattern])}"))
+        if pattern == "64MiB" and "error" not in memcpy["64MiB"]:
+            engine = memcpy["64MiB"]["gbps"]
+            notes.append(
+                f"copy-engine ratio at 64 MiB: cuda-memcpy-async {engine:.1f} GB/s; best plain SM "
+                f"copy {best['gbps']:.1f} GB/s ({best['gbps'] / engine:.2f}x); gather-kernel "
+                f"{mine['gbps']:.1f} GB/s ({mine['gbps'] / engine:.2f}x)")
     if "error" in gather["64KiB"] or "error" in memcpy["64KiB"]:
-        checks["gather_64KiB_time"] = (False, "a row failed")
+        notes.append("gather-kernel vs primed cudaMemcpyAsync at 64 KiB: a row failed")
     else:
         factor = gather["64KiB"]["median_ns"] / memcpy["64KiB"]["median_ns"]
-        checks["gather_64KiB_time"] = (factor <= 1.5, (
-            f"gather-kernel {format_ns(gather['64KiB']['median_ns'])} vs cuda-memcpy-async "
-            f"{format_ns(memcpy['64KiB']['median_ns'])}: {factor:.2f}x (must be <= 1.5x)"))
+        notes.append(
+            f"gather-kernel vs primed cudaMemcpyAsync at 64 KiB: "
+            f"{format_ns(gather['64KiB']['median_ns'])} vs {format_ns(memcpy['64KiB']['median_ns'])}"
+            f" = {factor:.2f}x ({'within' if factor <= 1.5 else 'over'} the 1.5x bound, which "
+            "is borderline by design: no verdict)")
     e2e = rows[("gather-kernel", "read", "e2e", "1024x160B")]
     try:
         bare, bare_times = bare_launch_ns("1024x160B")
@@ -245,24 +387,37 @@ def main(argv: list[str] | None = None) -> int:
                 f"gather-kernel e2e {format_ns(e2e['median_ns'])} vs bare RawKernel launch + "
                 f"sync {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
     except Exception as exc:
-        checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {exc}")
+        checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {_one_line(exc, 300)}")
     lines += ["", "## What must hold", ""]
     for name, (ok, text) in checks.items():
         lines.append(f"- {'PASS' if ok else 'FAIL'} {name}: {text}")
+    lines += ["", "For information (no verdict):", "", *[f"- {n}" for n in notes]]
     report["checks"] = {k: {"ok": ok, "text": text} for k, (ok, text) in checks.items()}
+    report["notes"] = notes
 
     unprimed = _row("cuda-memcpy-async", "64KiB", prime="0")
     try:
-        lone, lone_times = lone_memcpy_ns(64 * 1024)
+        lone, lone_empty, lone_times = lone_memcpy_ns(64 * 1024)
     except Exception as exc:  # shown in the report, not hidden
-        lone, lone_times = float("nan"), []
-        lines.append(f"(lone cudaMemcpyAsync failed: {exc})")
+        lone, lone_empty, lone_times = float("nan"), float("nan"), []
+        lines.append(f"(lone cudaMemcpyAsync failed: {_one_line(exc, 300)})")
     report["64KiB"] = {"primed": memcpy["64KiB"], "unprimed": unprimed, "lone_events_ns": lone,
-                       "lone_events_raw_ns": lone_times}
-    lines += ["", "## 64 KiB pinned -> gpu:0, cuda-memcpy-async, device time (B11)", "",
-              f"- behind the blocking kernel, primed (the row): {_cell(memcpy['64KiB'])}",
-              f"- behind the blocking kernel, prime=0: {_cell(unprimed)}",
-              f"- lone cudaMemcpyAsync between two events: {format_ns(lone)}"]
+                       "lone_empty_interval_ns": lone_empty, "lone_events_raw_ns": lone_times}
+
+    def overhead(row: dict) -> str:
+        empty = row.get("info", {}).get("timer_overhead_ns")
+        return "" if empty is None else f" (its empty interval, {format_ns(empty)}, removed)"
+
+    lines += ["", "## 64 KiB pinned -> gpu:0, cuda-memcpy-async, device time (B11, issue 24 "
+              "item 6)", "",
+              f"- behind the blocking kernel, primed (the row): {_cell(memcpy['64KiB'])}"
+              f"{overhead(memcpy['64KiB'])}",
+              f"- behind the blocking kernel, prime=0: {_cell(unprimed)}{overhead(unprimed)}",
+              f"- lone cudaMemcpyAsync between two events: {format_ns(lone)} raw, "
+              f"{format_ns(max(lone - lone_empty, 0.0))} minus the unqueued empty interval "
+              f"({format_ns(lone_empty)})",
+              "- reading: prime=0 above prime=1 by a few us, and the lone copy near prime=1, "
+              "says the copy engine's wait for the blocking kernel inflated the unprimed figure"]
 
     lines += ["", "## gather-kernel 64 MiB by block size (for tuning; the verdict uses the default)",
               ""]

@@ -1,56 +1,127 @@
 #!/usr/bin/env bash
-# The GPU check, for a box with a CUDA GPU and no network (its image already has cupy with NVRTC,
-# pytest, pytest-benchmark, pandas, pyarrow, rich; torch for one comparison). Installs nothing:
-# runs from this checkout with PYTHONPATH. Steps: probe; the GPU tests for real
-# (NEARLOCAL_REAL_GPU=1: kernels' bytes against numpy on the device, every session); the `gpu`
-# scripts/gpu_check.py: the side-by-side table and the "what must hold" ratios; the `gpu` and
-# `swiftcache` suites (nearlocal run) and the verdict "every case ok or skipped with a reason";
-# the `gpu` suite under pytest-benchmark. Under 5 minutes in all (each step's timeout is cut to
-# what is left of TOTAL_S). Every step runs regardless; exit 1 if any failed.
-# $OUT (default /tmp/out) receives at most 5 files: steps.txt, log.txt, report.md,
-# gpu_check.json and gpu-check.tgz (everything else: results store, JSON, JUnit XML, probe).
+# The GPU check, for a box with a CUDA GPU and no network (its image has python 3.12, numpy,
+# cupy with NVRTC, numba, cuda-bindings, pytest, pytest-benchmark, pandas, pyarrow, rich; torch
+# for one comparison). Runs from this checkout with PYTHONPATH; what nearlocal needs beyond the
+# image (scipy) comes as wheels in wheels/ (scripts/gpu_wheels.sh, run where there is network;
+# the device run tool's `carry` must name that folder: carry=["wheels"]) and is installed
+# offline into a scratch folder, never into the image.
+#
+# Steps: preflight (the wheels, then every import the later steps make, with versions); probe
+# (which also compiles the CUDA module once); then, only when the probe found a GPU and the
+# module compiled (else every later step is skipped with that one line and the check exits 1):
+# the GPU tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (the side-by-side table,
+# the thresholds, prime=1 / prime=0 / lone copy at 64 KiB); the `gpu` and `swiftcache` suites
+# and their verdict "every case ok or skipped with a reason"; the `gpu` suite under
+# pytest-benchmark. Each step has its own cap and the caps add up to less than TOTAL_S, so the
+# last step always gets its time; a step's cap is also cut to what is left. Exit 1 if any failed.
+#
+# Writes nothing outside $OUT (default /tmp/out) but a scratch folder under $TMPDIR that it
+# removes on exit: cupy's kernel cache, numba's cache, the CUDA JIT cache, TMPDIR of every step
+# (pytest's tmp_path, the CPU shim), the installed wheels; no __pycache__ (PYTHONDONTWRITEBYTECODE).
+# $OUT receives at most 5 files: steps.txt, log.txt, report.md, gpu_check.json, gpu-check.tgz
+# (everything else: preflight, probe, results store, suite JSON, JUnit XML, benchmark JSON).
+#   bash scripts/gpu_check.sh            (PYTHON=... to choose the interpreter; TOTAL_S=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
 WORK="$OUT/work"
-mkdir -p "$WORK"
-export NEARLOCAL_REAL_GPU=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-TOTAL_S="${TOTAL_S:-285}"
+PY="${PYTHON:-python3}"
+WHEELS="${NEARLOCAL_WHEELS:-$PWD/wheels}"
+TOTAL_S="${TOTAL_S:-300}"
+# name:cap in seconds, in order; the caps must leave TAIL_S of TOTAL_S for packing up
+STEPS=(preflight:20 probe:20 tests:70 check:70 suite-gpu:45 suite-swiftcache:20
+       suites-verdict:10 bench-gpu:35)
+TAIL_S=5
+
+caps_total=0
+for entry in "${STEPS[@]}"; do caps_total=$((caps_total + ${entry#*:})); done
+if [ $((caps_total + TAIL_S)) -gt "$TOTAL_S" ]; then
+  echo "gpu_check.sh: the step caps add up to ${caps_total} s, more than TOTAL_S=${TOTAL_S} s" \
+       "less ${TAIL_S} s: raise TOTAL_S or lower a cap" >&2
+  exit 2
+fi
+
+mkdir -p "$WORK" || exit 2
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-gpu-check.XXXXXX")" || exit 2
+trap 'rm -rf "$SCRATCH"' EXIT
+mkdir -p "$SCRATCH/tmp"
+export TMPDIR="$SCRATCH/tmp" CUPY_CACHE_DIR="$SCRATCH/cupy-cache" \
+  NUMBA_CACHE_DIR="$SCRATCH/numba-cache" CUDA_CACHE_PATH="$SCRATCH/cuda-cache" \
+  XDG_CACHE_HOME="$SCRATCH/cache" MPLCONFIGDIR="$SCRATCH/matplotlib" PYTHONDONTWRITEBYTECODE=1 \
+  PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 NEARLOCAL_REAL_GPU=1
+export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 deadline=$((SECONDS + TOTAL_S))
 status=0
-rm -f "$OUT/steps.txt"
+skip_reason=""
+rm -f "$OUT/steps.txt" "$OUT/report.md" "$OUT/gpu_check.json"
 
-step() {
-  local name=$1 limit=$2 start=$SECONDS rc=0 left
-  shift 2
-  left=$((deadline - SECONDS))
+cap_of() {
+  local entry
+  for entry in "${STEPS[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}" && return; done
+  echo 0
+}
+
+step() {  # [OK_CODES="0 3"] step NAME COMMAND...: run it under its cap, record its verdict
+  local name=$1 limit start=$SECONDS rc=0 left verdict ok_codes=" ${OK_CODES:-0} "
+  shift
+  limit=$(cap_of "$name")
+  if [ -n "$skip_reason" ]; then
+    echo "=== $name: skipped ($skip_reason)" | tee -a "$OUT/steps.txt"
+    return 0
+  fi
+  left=$((deadline - SECONDS - TAIL_S))
   [ "$left" -lt "$limit" ] && limit=$left
   echo "=== $name (timeout ${limit} s)"
   if [ "$limit" -le 0 ]; then
     rc=124
   else
-    timeout "$limit" "$@" || rc=$?
+    timeout -k 5 "$limit" "$@" || rc=$?
   fi
-  local verdict
-  verdict=$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")
+  if [ "$rc" = 0 ]; then
+    verdict=ok
+  elif [[ "$ok_codes" == *" $rc "* ]]; then
+    verdict="ok (exit $rc)"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    verdict="FAILED (timed out after ${limit} s)"
+  else
+    verdict="FAILED (exit $rc)"
+  fi
   echo "=== $name: $verdict in $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
-  [ $rc = 0 ] || status=1
+  [[ "$verdict" == ok* ]] || status=1
+  return $rc
 }
 
-NL="python3 -m nearlocal.cli"
+NL=("$PY" -m nearlocal.cli)
 main() {
-  step probe 30 bash -c "$NL probe | tee '$WORK/probe.txt' && $NL probe --json > '$WORK/probe.json'"
-  step tests 90 python3 -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
+  local rc=0
+  # exit 3: only the CUDA stack is missing, which the probe names in its own words
+  OK_CODES="0 3" step preflight bash -o pipefail -c "'$PY' scripts/gpu_preflight.py \
+    --wheels '$WHEELS' --target '$SCRATCH/site' | tee '$WORK/preflight.txt'" || rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
+    skip_reason="the preflight failed: nearlocal cannot import what it needs (see above)"
+  fi
+  step probe bash -o pipefail -c "${NL[*]} probe --json > '$WORK/probe.json'"  # one probe: slow
+  if [ -z "$skip_reason" ]; then
+    local gate
+    gate="$("$PY" scripts/gpu_preflight.py --gate "$WORK/probe.json")" || skip_reason="${gate#GPU steps skipped: }"
+    echo "$gate" | tee -a "$OUT/steps.txt"
+    [ -n "$skip_reason" ] && status=1
+  fi
+  step tests "$PY" -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
     tests/test_gpu_kernels.py tests/test_gpu_real.py
-  step check 85 python3 scripts/gpu_check.py --out "$OUT"
-  step suite-gpu 70 $NL run --suite gpu --budget 0.05 --out "$WORK/results" \
+  step check "$PY" scripts/gpu_check.py --out "$OUT"
+  step suite-gpu "${NL[@]}" run --suite gpu --budget 0.05 --out "$WORK/results" \
     --json "$WORK/suite-gpu.json"
-  step suite-swiftcache 25 $NL run --suite swiftcache --budget 0.05 --out "$WORK/results" \
+  step suite-swiftcache "${NL[@]}" run --suite swiftcache --budget 0.05 --out "$WORK/results" \
     --json "$WORK/suite-swiftcache.json"
-  step suites-verdict 10 python3 scripts/gpu_check.py --out "$OUT" --suites-only \
+  step suites-verdict "$PY" scripts/gpu_check.py --out "$OUT" --suites-only \
     --suite-json "$WORK/suite-gpu.json" --suite-json "$WORK/suite-swiftcache.json"
-  step bench-gpu 45 python3 -m pytest -q -p no:cacheprovider bench/test_gpu.py \
-    --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json"
+  step bench-gpu "$PY" -m pytest -q -p no:cacheprovider bench/test_gpu.py \
+    --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json" \
+    --benchmark-storage "file://$SCRATCH/benchmarks"
+  if [ -n "$skip_reason" ] && [ ! -e "$OUT/report.md" ]; then
+    printf '# nearlocal GPU check\n\nNot run: %s\n' "$skip_reason" > "$OUT/report.md"
+  fi
   return $status
 }
 
@@ -58,4 +129,4 @@ main 2>&1 | tee "$OUT/log.txt"
 status=${PIPESTATUS[0]}
 tar czf "$OUT/gpu-check.tgz" -C "$OUT" work && rm -rf "$WORK"
 echo "steps in $OUT/steps.txt; report.md, gpu_check.json; everything else in gpu-check.tgz"
-exit $status
+exit "$status"

@@ -102,6 +102,7 @@ class _Runtime:
     CUDARuntimeError = CUDARuntimeError
 
     def __init__(self):
+        self.device_count = 1
         self.host_allocs: dict[int, np.ndarray] = {}
         self.registered: dict[int, int] = {}
         self.calls: dict[str, int] = {}
@@ -126,6 +127,23 @@ class _Runtime:
     def memcpyPeerAsync(self, dst, dst_dev, src, src_dev, n, stream) -> None:
         self._count("memcpyPeerAsync")
         ctypes.memmove(dst, src, n)
+
+    # what hwprobe.gpu.probe_gpu asks
+    def getDeviceCount(self) -> int:
+        return self.device_count
+
+    def getDeviceProperties(self, index) -> dict:
+        return {"name": b"Fake GPU", "totalGlobalMem": 1 << 30, "major": 9, "minor": 0,
+                "multiProcessorCount": 4, "asyncEngineCount": 2, "canMapHostMemory": 1}
+
+    def deviceGetPCIBusId(self, index) -> str:
+        return f"0000:{index + 1:02x}:00.0"
+
+    def driverGetVersion(self) -> int:
+        return 13000
+
+    def runtimeGetVersion(self) -> int:
+        return 13000
 
     def deviceGetAttribute(self, attribute, device) -> int:
         return 0  # no pageable memory access (no HMM / ATS)
@@ -162,13 +180,20 @@ class _Runtime:
 
 
 class _RawModule:
-    """cupy.RawModule over the CPU shim: get_function(name)(grid, block, args) runs the kernel."""
+    """cupy.RawModule over the CPU shim: get_function(name)(grid, block, args) runs the kernel.
+    `compile_error` (class attribute): the exception the first get_function raises, as cupy's
+    compile does when NVRTC fails or finds no CUDA headers."""
+
+    compile_error: Exception | None = None
 
     def __init__(self, code: str, options=()):
         self.code = code
 
     def get_function(self, name: str):
         from tests import gpu_cpushim
+
+        if self.compile_error is not None:
+            raise self.compile_error
 
         def launch(grid, block, args, shared_mem=0):
             if name == "nl_spin":  # the blocking kernel: "waited" what it was asked to
@@ -177,6 +202,14 @@ class _RawModule:
             gpu_cpushim.launch(name, int(grid[0]), int(block[0]), args)
 
         return launch
+
+
+class _PinnedMemory(bytearray):
+    """cupy.cuda.alloc_pinned_memory's answer: a buffer with a `.ptr`."""
+
+    @property
+    def ptr(self) -> int:
+        return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
 
 
 def make_fake_cupy() -> types.ModuleType:
@@ -189,10 +222,11 @@ def make_fake_cupy() -> types.ModuleType:
     cp.asarray = lambda a: _device(np.array(a))
     cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
     runtime = _Runtime()
-    cp.RawModule = _RawModule
+    cp.RawModule = type("RawModule", (_RawModule,), {})  # compile_error per fake module
     cp.cuda = types.SimpleNamespace(
         Device=_Device, Stream=_Stream, Event=_Event, runtime=runtime,
+        nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)),
         get_elapsed_time=lambda a, b: (b.t - a.t) / 1e6,
-        alloc_pinned_memory=lambda n: bytearray(n),
+        alloc_pinned_memory=_PinnedMemory,
     )
     return cp

@@ -258,3 +258,34 @@ def test_fragments_match_points_at_the_bad_fragment():
     assert kernels.fragments_match(dst, src, table) is None
     dst[5] ^= 1
     assert kernels.fragments_match(dst, src, table) == 1
+
+
+@needs_gxx
+@pytest.mark.parametrize("unroll", kernels.PLAIN_COPY_UNROLLS)
+@pytest.mark.parametrize(("nbytes", "blocks", "threads"), [
+    (1, 1, 1), (15, 2, 4), (16 * 37 + 5, 3, 8), (20_000, 2, 32), (16 * 12 * 8, 1, 8),
+])
+def test_plain_copies_match_numpy(unroll, nbytes, blocks, threads):
+    """gpu_check's plain SM copy (the gather kernel's reference): every byte of the range, the
+    unrolled words, the grid-stride remainder and the byte tail, and nothing past the end."""
+    rng = np.random.default_rng(nbytes + unroll)
+    src = _buffer(rng, nbytes + 64, 0)
+    dst = _buffer(rng, nbytes + 64, 0)
+    expected = dst.copy()
+    expected[:nbytes] = src[:nbytes]
+    gpu_cpushim.launch(f"nl_plain_copy{unroll}", blocks, threads, kernels.Kernels.plain_copy_args(
+        gpu_cpushim.ptr(dst), gpu_cpushim.ptr(src), nbytes))
+    np.testing.assert_array_equal(dst, expected)
+
+
+@needs_gxx
+@pytest.mark.parametrize("level", ["-O1", "-O2", "-O3"])
+def test_kernel_source_builds_warning_free_with_gxx(tmp_path, level):
+    """The shim builds with -Werror; g++ 12 at -O3 once flagged the unrolled word arrays as
+    maybe-uninitialized (issue 24), which would fail every shim test on such a compiler."""
+    source = tmp_path / "shim.cpp"
+    source.write_text(gpu_cpushim.shim_source())
+    result = subprocess.run(["g++", "-std=c++17", level, "-fno-strict-aliasing", "-fPIC",
+                             *gpu_cpushim.WARNING_FLAGS, "-S", "-o", str(tmp_path / "shim.s"),
+                             str(source)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -67,3 +67,31 @@ def test_a_broken_nvrtc_is_named_in_one_line():
     cupy.cuda.nvrtc.getVersion = lambda: (13, 0)
     _probe_nvrtc(cupy, working)
     assert working.nvrtc is None and working.nvrtc_version == "13.0"
+
+
+def test_a_module_that_does_not_compile_is_every_gpu_case_skip_reason(monkeypatch, tmp_path):
+    """cupy 14 raises "Failed to find CUDA headers" at the first compile when NVRTC itself loads:
+    the probe compiles once, and every GPU case is skipped with that one line (issue 24)."""
+    from nearlocal.cli import main
+    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.results import load
+    from tests.gpu_fakecupy import make_fake_cupy
+
+    cp = make_fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    working = probe_gpu()
+    assert working.devices and working.nvrtc is None and working.nvrtc_version == "13.0"
+    cp = make_fake_cupy()
+    cp.RawModule.compile_error = RuntimeError(
+        "Failed to find CUDA headers.\nInstall the CUDA runtime headers or set CUDA_PATH")
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    info = probe_gpu()
+    assert info.devices and "\n" not in info.nvrtc
+    assert info.nvrtc.startswith("the GPU kernels do not compile through cupy / NVRTC "
+                                 "(RuntimeError: Failed to find CUDA headers.")
+    assert "cuda_runtime.h" in info.nvrtc
+    assert main(["run", "--suite", "gpu", "--budget", "0.01", "--out", str(tmp_path),
+                 "--quiet"]) == 0
+    cases = load(None, tmp_path).cases
+    assert len(cases) > 10 and (cases["status"] == "skipped").all()
+    assert (cases["reason"] == info.nvrtc).all()

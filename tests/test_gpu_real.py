@@ -86,6 +86,36 @@ def test_spin_waits_on_the_gpu_clock():
     assert int(out[0]) >= 200_000
 
 
+@pytest.mark.parametrize("unroll", [4, 12])
+@pytest.mark.parametrize(("nbytes", "blocks", "threads"), [
+    (1, 1, 1), (16 * 12 * 512 * 3 + 7, 3, 512), (5_000_003, 8, 128),
+])
+def test_plain_copies_on_the_device_match_numpy(unroll, nbytes, blocks, threads):
+    """gpu_check's reference copies, pinned host -> device, and nothing past the range."""
+    from nearlocal.gpu import kernels
+
+    k = kernels.compiled(cupy)
+    src_mem = cupy.cuda.alloc_pinned_memory(nbytes + 64)
+    src = np.frombuffer(src_mem, np.uint8, nbytes + 64)
+    src[:] = np.random.default_rng(nbytes).integers(0, 256, src.size, dtype=np.uint8)
+    dst = cupy.full(nbytes + 64, 7, dtype=cupy.uint8)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        k.fn[f"nl_plain_copy{unroll}"]((blocks,), (threads,), k.plain_copy_args(
+            int(dst.data.ptr), int(src.ctypes.data), nbytes))
+    stream.synchronize()
+    out = cupy.asnumpy(dst)
+    np.testing.assert_array_equal(out[:nbytes], src[:nbytes])
+    assert (out[nbytes:] == 7).all()
+
+
+def test_the_probe_compiles_the_module():
+    from nearlocal.hwprobe.gpu import probe_gpu
+
+    info = probe_gpu()
+    assert info.devices and info.nvrtc is None, info.nvrtc
+
+
 # --- every session --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("pattern", ["1024x160B", "7x1000B@1037B"])

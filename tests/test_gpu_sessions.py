@@ -280,3 +280,87 @@ def test_pinned_staging_is_freed_when_it_has_no_device_pointer(fake_cupy, monkey
     with pytest.raises(RuntimeError, match="not mapped into the GPU's address space"):
         regions.alloc_mapped(runtime, 4096)
     assert runtime.host_allocs == {}
+
+
+def test_the_spin_shrinks_again_after_intervals_in_time(fake_cupy, monkeypatch):
+    """One slow host moment doubles the spin; SHRINK_AFTER intervals in time halve it again,
+    down to what the enqueues needed, so it does not stay at MAX_SPIN_NS (issue 24)."""
+    from nearlocal.gpu.kernels import compiled
+    from nearlocal.gpu.timing import MAX_SPIN_NS, MIN_SPIN_NS, SHRINK_AFTER, EventTimer
+
+    late = {"n": 12}  # the host is late 12 times in a row, then always in time
+
+    def done(self):
+        late["n"] -= 1
+        return late["n"] >= 0
+
+    monkeypatch.setattr(_Event, "done", property(done))
+    timer = EventTimer(fake_cupy, fake_cupy.cuda.Stream(), compiled(fake_cupy),
+                       np.zeros(1, np.uint64).ctypes.data)
+    for _ in range(2):  # ATTEMPTS late tries each: the spin doubles to the ceiling
+        timer.queued(lambda: None)
+    assert timer.spin_ns == timer.max_spin_ns == MAX_SPIN_NS
+    for _ in range(SHRINK_AFTER - 1):
+        timer.queued(lambda: None)
+    assert timer.spin_ns == MAX_SPIN_NS and timer.spin_shrinks == 0
+    timer.queued(lambda: None)
+    assert timer.spin_ns == MAX_SPIN_NS // 2 and timer.spin_shrinks == 1
+    for _ in range(SHRINK_AFTER * 20):
+        timer.queued(lambda: None)
+    assert MIN_SPIN_NS <= timer.spin_ns < MAX_SPIN_NS // 100  # a fake enqueue takes microseconds
+    info = timer.info()
+    assert info["spin_max_ns"] == MAX_SPIN_NS and info["spin_shrinks"] > 10
+
+
+def test_each_interval_loses_the_cost_of_an_empty_interval_of_its_kind(fake_cupy, monkeypatch):
+    """Queued chunks lose the queued empty interval, host-gap fallbacks the unqueued one."""
+    timer, enqueue_range, _ = _queue_of(fake_cupy, monkeypatch, 40)
+    timer.overhead_ns, timer.unqueued_overhead_ns = 500.0, 3.0
+    timer.queued_ops(enqueue_range, 1024)
+    assert timer.intervals == 32 and timer.sample_overhead_ns == 32 * 500.0
+    timer, enqueue_range, _ = _queue_of(fake_cupy, monkeypatch, 0)  # every chunk a host gap
+    timer.overhead_ns, timer.unqueued_overhead_ns = 500.0, 3.0
+    timer.queued_ops(enqueue_range, 3)
+    assert timer.host_gaps == 3 and timer.sample_overhead_ns == 3 * 3.0
+
+
+@pytest.fixture
+def known_overheads(monkeypatch):
+    """Calibrations that answer known costs: queued 500 ns, unqueued 3 ns."""
+    from nearlocal.gpu.timing import EventTimer
+
+    def queued(self, samples=0):
+        self.overhead_ns = 500.0
+        return 500.0
+
+    def unqueued(self, stream, samples=0):
+        self.unqueued_overhead_ns = 3.0
+        return 3.0
+
+    monkeypatch.setattr(EventTimer, "calibrate", queued)
+    monkeypatch.setattr(EventTimer, "calibrate_unqueued", unqueued)
+
+
+@pytest.mark.parametrize(("method", "region", "pattern", "kind", "per_sample"), [
+    ("cuda-memcpy", "pinned", "4x64B", "unqueued", 3.0),  # synchronous cudaMemcpy
+    ("cuda-memcpy-async", "dram", "4x64B", "unqueued", 3.0),  # pageable: the host may block
+    ("cuda-memcpy-async", "pinned", "1024x16B", "queued", 8 * 500.0),  # 8 chunks of 128
+])
+def test_rows_subtract_the_empty_interval_of_their_kind(fake_cupy, known_overheads, method,
+                                                        region, pattern, kind, per_sample):
+    row, raw_ms, ns = measure(Case(method, region, "wb", pattern, peer="gpu:0"), SETTINGS, 0.0)
+    info = row["info"]
+    assert info["timer_overhead_kind"].startswith(kind)
+    assert info["timer_overhead_ns"] == (3.0 if kind == "unqueued" else 500.0)
+    raw_ns = np.asarray(raw_ms) * 1e6
+    kept = raw_ns > per_sample  # samples not clipped at 0
+    assert kept.any()
+    np.testing.assert_allclose(raw_ns[kept] - ns[kept], per_sample)
+
+
+def test_e2e_events_figure_loses_the_unqueued_empty_interval(fake_cupy, known_overheads):
+    row = _run(Case("cuda-memcpy-async", "pinned", "wb", "4x64B", peer="gpu:0",
+                    params=(("timing", "e2e"),)))
+    info = row["info"]
+    assert info["events_overhead_ns"] == 3.0 and "unqueued empty interval" in info["events_contains"]
+    assert info["timer_overhead_kind"] == "two back-to-back host clock reads"

@@ -87,7 +87,7 @@ NL_DEVICE void nl_copy_words(nl_u8* dst, const nl_u8* src, nl_i64 words, int lan
   const T* s = (const T*)src;
   T* d = (T*)dst;
   for (nl_i64 k = lane; k < words; k += (nl_i64)NL_UNROLL * group) {
-    T v[NL_UNROLL];
+    T v[NL_UNROLL] = {};  // every slot set: no maybe-uninitialized from host compilers
 #pragma unroll
     for (int u = 0; u < NL_UNROLL; u++) {
       nl_i64 j = k + (nl_i64)u * group;
@@ -106,7 +106,7 @@ NL_DEVICE nl_u64 nl_sum_words(const nl_u8* src, nl_i64 words, int lane, int grou
   const T* s = (const T*)src;
   nl_u64 acc = 0;
   for (nl_i64 k = lane; k < words; k += (nl_i64)NL_UNROLL * group) {
-    T v[NL_UNROLL];
+    T v[NL_UNROLL] = {};  // every slot set: no maybe-uninitialized from host compilers
 #pragma unroll
     for (int u = 0; u < NL_UNROLL; u++) {
       nl_i64 j = k + (nl_i64)u * group;
@@ -197,6 +197,38 @@ NL_GLOBAL void nl_fill(nl_u64 dst, unsigned byte, nl_u64 pieces, nl_i64 count, i
   NL_PIECE_LOOP(nl_fill_piece((nl_u8*)dst + row[1], row[2], width, byte, lane, group);)
 }
 
+// plain SM copies of one contiguous range (gpu_check's reference for the gather kernel): every
+// thread of the grid moves 16-byte words at a grid-wide stride, U loads in flight before their
+// stores (4: nearlocal's own depth; 12: nvbandwidth's stridingMemcpyKernel), then a byte tail.
+// Both pointers must be 16-byte aligned.
+template <int U>
+NL_DEVICE void nl_plain_copy(nl_u64 dst, nl_u64 src, nl_i64 nbytes) {
+  const nl_v16* s = (const nl_v16*)src;
+  nl_v16* d = (nl_v16*)dst;
+  nl_i64 words = nbytes / 16;
+  nl_i64 threads = (nl_i64)gridDim.x * blockDim.x;
+  nl_i64 t = (nl_i64)blockIdx.x * blockDim.x + threadIdx.x;
+  nl_i64 k = t;
+  for (; k + (nl_i64)(U - 1) * threads < words; k += (nl_i64)U * threads) {
+    nl_v16 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = s[k + u * threads];
+#pragma unroll
+    for (int u = 0; u < U; u++) d[k + u * threads] = v[u];
+  }
+  for (; k < words; k += threads) d[k] = s[k];
+  for (nl_i64 i = words * 16 + t; i < nbytes; i += threads)
+    ((nl_u8*)dst)[i] = ((const nl_u8*)src)[i];
+}
+
+NL_GLOBAL void nl_plain_copy4(nl_u64 dst, nl_u64 src, nl_i64 nbytes) {
+  nl_plain_copy<4>(dst, src, nbytes);
+}
+
+NL_GLOBAL void nl_plain_copy12(nl_u64 dst, nl_u64 src, nl_i64 nbytes) {
+  nl_plain_copy<12>(dst, src, nbytes);
+}
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 NL_DEVICE nl_u64 nl_globaltimer() {
   nl_u64 t;
@@ -214,7 +246,8 @@ NL_GLOBAL void nl_spin(nl_u64 duration_ns, nl_u64 out) {
 }
 #endif
 """
-KERNEL_NAMES = ("nl_copy", "nl_sum", "nl_fill", "nl_spin")
+KERNEL_NAMES = ("nl_copy", "nl_sum", "nl_fill", "nl_plain_copy4", "nl_plain_copy12", "nl_spin")
+PLAIN_COPY_UNROLLS = (4, 12)  # nl_plain_copy<U> instances
 NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC and nvcc default to C++17; cupy adds -arch
 
 
@@ -375,6 +408,11 @@ class Kernels:
     def fill_args(dst: int, value: int, pieces: int, plan: LaunchPlan) -> tuple:
         return (np.uint64(dst), np.uint32(value & 0xFF), np.uint64(pieces),
                 np.int64(plan.pieces), np.int32(plan.width), np.int32(plan.group))
+
+    @staticmethod
+    def plain_copy_args(dst: int, src: int, nbytes: int) -> tuple:
+        """nl_plain_copy4 / nl_plain_copy12(dst, src, nbytes): one contiguous range."""
+        return (np.uint64(dst), np.uint64(src), np.int64(nbytes))
 
     def launch(self, name: str, plan: LaunchPlan, args: tuple, stream) -> None:
         with stream:

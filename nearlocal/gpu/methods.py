@@ -180,15 +180,26 @@ class GpuSession:
             self.timer.prime = self.prime
         cp.cuda.runtime.deviceSynchronize()  # uploads on the legacy stream are done
         self.check()
-        # each clock's own cost, removed from its samples: the row's, and a device row's e2e
-        # figure; an e2e row's events figure is raw (no empty unqueued interval is calibrated)
+        # each clock's own cost, from an empty interval of the same kind as the samples it is
+        # removed from: host clock reads (e2e), unqueued events (synchronous rows, host-gap
+        # fallbacks, an e2e row's events figure), queued events (the rest)
         self.overheads = {"e2e": timing.host_clock_overhead_ns()}
-        if self.timing == "device":  # e2e rows never touch the blocking kernel
-            self.overheads["device"] = self.timer.calibrate()
-        self.overhead_ns = self.overheads[self.timing]
+        self.timer.calibrate_unqueued(self._work_stream())
+        if self.timing == "device" and not self.synchronous:  # e2e rows never spin
+            self.timer.calibrate()
+        self.overhead_ns, kind = (
+            (self.overheads["e2e"], "two back-to-back host clock reads")
+            if self.timing == "e2e" else
+            (self.timer.unqueued_overhead_ns, "unqueued empty interval (two events the host "
+             "records back to back)") if self.synchronous else
+            (self.timer.overhead_ns, "queued empty interval (two events back to back behind "
+             "the blocking kernel), once per chunk"))
         resolution = timing.EVENT_RESOLUTION_NS if self.timing == "device" else \
             timing.host_clock_resolution_ns()
-        self.info.update(timer_overhead_ns=self.overhead_ns, clock_resolution_ns=resolution)
+        self.info.update(timer_overhead_ns=self.overhead_ns, timer_overhead_kind=kind,
+                         clock_resolution_ns=resolution)
+        if self.timing == "device" and not self.synchronous:
+            self.info["unqueued_overhead_ns"] = self.timer.unqueued_overhead_ns  # host gaps
         if self.timing == "e2e":
             self.info["e2e_contains"] = (self.e2e_contains or "the calls") + \
                 ", then stream synchronisation; everything else prepared before the clock"
@@ -296,13 +307,15 @@ class GpuSession:
     def _work_stream(self):
         return self.cp.cuda.Stream.null if self.legacy_stream else self.stream
 
-    def _one(self, mode: str) -> tuple[float, int]:
-        """One sample on `mode`'s clock: (ns, event intervals it spans)."""
+    def _one(self, mode: str) -> tuple[float, float]:
+        """One sample on `mode`'s clock: (raw ns, the clock's cost inside it, to remove)."""
         if mode == "e2e":
-            return timing.end_to_end(self.e2e_run, self._work_stream()), 1
+            return timing.end_to_end(self.e2e_run, self._work_stream()), self.overheads["e2e"]
         if self.synchronous:
-            return self.timer.unqueued(self.enqueue, self._work_stream()), 1
-        return self.timer.queued_ops(self.enqueue_range, self.ops), self.timer.intervals
+            return (self.timer.unqueued(self.enqueue, self._work_stream()),
+                    self.timer.unqueued_overhead_ns)
+        ns = self.timer.queued_ops(self.enqueue_range, self.ops)
+        return ns, self.timer.sample_overhead_ns
 
     def _record_other_timing(self) -> None:
         if self.timing == "device":
@@ -313,9 +326,11 @@ class GpuSession:
         else:  # no blocking kernel in e2e rows: events around the same calls, host gaps in
             values = np.array([self.timer.unqueued(self.e2e_run, self._work_stream())
                                for _ in range(OTHER_TIMING_SAMPLES)])
-            self.info["events_median_ns"] = float(np.median(values))
-            self.info["events_contains"] = ("events around the e2e calls, host gaps included; "
-                                            "raw: the events' own cost is not removed")
+            net = np.maximum(values - self.timer.unqueued_overhead_ns, 0.0)
+            self.info["events_median_ns"] = float(np.median(net))
+            self.info["events_overhead_ns"] = self.timer.unqueued_overhead_ns
+            self.info["events_contains"] = ("events around the e2e calls, host gaps included, "
+                                            "minus an unqueued empty interval")
         if self.per_call and self.ops > 1 and not self.synchronous and self.timing == "device":
             self._per_copy()
 
@@ -338,10 +353,10 @@ class GpuSession:
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         pairs = [self._one(self.timing) for _ in range(n)]
         values = np.array([v for v, _ in pairs], dtype=np.float64)
-        intervals = np.array([k for _, k in pairs], dtype=np.float64)
+        overheads = np.array([k for _, k in pairs], dtype=np.float64)
         if self.timing == "device" and not self.synchronous:
             self.info.update(self.timer.info())
-        ns = np.maximum(values - self.overhead_ns * intervals, 0.0)
+        ns = np.maximum(values - overheads, 0.0)
         if self.timing == "device":
             return values / 1e6, ns  # raw: milliseconds, as cudaEventElapsedTime gives
         return values, ns

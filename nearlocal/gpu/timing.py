@@ -13,7 +13,10 @@ chunk keeps outrunning the spin), each behind its own blocking kernel between it
 the sample is the sum of the chunks' intervals, each minus the empty interval's cost. The row says
 how many chunks a sample took (`queued_chunks`). Only if a single operation still outruns the
 spin (the host blocked in the call itself) is that interval taken between events around the
-calls, host gaps included, and counted in `host_gap_intervals`.
+calls, host gaps included, and counted in `host_gap_intervals`. The spin doubles (up to
+MAX_SPIN_NS) when the host was late and shrinks again after SHRINK_AFTER intervals in a row were
+in time (halved, never below twice the slowest enqueue it covered plus MIN_SPIN_NS), so one slow
+host moment does not leave every later sample waiting 50 ms.
 
 A copy engine that starts right behind a kernel first waits for the kernel's completion to be
 signalled to it: a few microseconds that a lone cudaMemcpyAsync between two events does not pay,
@@ -28,13 +31,16 @@ data being usable at the destination (stream synchronised), read on the host's m
 (time.perf_counter_ns, CLOCK_MONOTONIC). Everything that is not the move itself (pointer lists,
 argument packing, tables, pinned staging) is prepared before the clock starts; each session says
 in `e2e_contains` what its interval holds. No blocking kernel is involved: an e2e row's other
-figure (`events_median_ns`) is two events around the same calls, host gaps included, raw (the
-events' own cost is not removed from it).
+figure (`events_median_ns`) is two events around the same calls, host gaps included.
 
-Each clock's own cost is measured and removed from the samples, as rdtscp's is on the CPU: the
-device time of an empty interval (the two events back to back behind the blocking kernel), and
-the host time of two back-to-back clock reads. Sessions record it as `timer_overhead_ns`, with
-the clock's resolution as `clock_resolution_ns`.
+Each clock's own cost is measured and removed from the samples, as rdtscp's is on the CPU, with
+an empty interval of the same kind as the sample's: queued intervals lose the device time of two
+events back to back behind the blocking kernel (`calibrate`), unqueued ones (synchronous calls,
+host-gap fallbacks, e2e rows' events figure) the device time of two events recorded back to back
+by the host with nothing queued before them (`calibrate_unqueued`: the host's gap between the two
+records is in it, as it is in theirs), and host-clock samples two back-to-back clock reads.
+Sessions record the one their row's samples lost as `timer_overhead_ns` (`timer_overhead_kind`
+names it), with the clock's resolution as `clock_resolution_ns`.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ MIN_SPIN_NS = 20_000
 MAX_SPIN_NS = 50_000_000
 FIRST_CHUNK = 128  # operations queued behind one blocking kernel
 ATTEMPTS = 6  # tries per chunk (the spin doubling) before the chunk is halved
+SHRINK_AFTER = 16  # intervals in time in a row before the spin is halved
 TIMINGS = ("device", "e2e")
 EVENT_RESOLUTION_NS = 500.0  # cudaEventElapsedTime: "a resolution of around 0.5 microseconds"
 OVERHEAD_SAMPLES = 16
@@ -71,7 +78,13 @@ class EventTimer:
         self.host_gaps = 0
         self.intervals = 1  # event intervals in the last sample (their overhead is removed)
         self.max_intervals = 1
-        self.overhead_ns = 0.0  # set by calibrate()
+        self.overhead_ns = 0.0  # queued empty interval, set by calibrate()
+        self.unqueued_overhead_ns = 0.0  # unqueued empty interval, set by calibrate_unqueued()
+        self.sample_overhead_ns = 0.0  # what the last queued_ops() sample's intervals cost
+        self.max_spin_ns = MIN_SPIN_NS
+        self.spin_shrinks = 0
+        self._in_time = 0  # intervals in time since the spin last changed
+        self._slowest_host_ns = 0  # the slowest enqueue among them
 
     def _try(self, enqueue: Callable[[], None]) -> float | None:
         """Device ns of enqueue()'s work behind the spin; None when the spin ended too early."""
@@ -86,10 +99,25 @@ class EventTimer:
         early = self.start.done  # the GPU reached the work before the host finished queueing
         self.stop.synchronize()
         if not early:
+            self._in_time_once(host_ns)
             return self.cp.cuda.get_elapsed_time(self.start, self.stop) * 1e6
         self.retries += 1
         self.spin_ns = min(max(2 * self.spin_ns, 2 * host_ns + MIN_SPIN_NS), MAX_SPIN_NS)
+        self.max_spin_ns = max(self.max_spin_ns, self.spin_ns)
+        self._in_time, self._slowest_host_ns = 0, 0
         return None
+
+    def _in_time_once(self, host_ns: int) -> None:
+        """After SHRINK_AFTER intervals in time, halve the spin towards what they needed."""
+        self._in_time += 1
+        self._slowest_host_ns = max(self._slowest_host_ns, host_ns)
+        if self._in_time < SHRINK_AFTER:
+            return
+        needed = max(MIN_SPIN_NS, 2 * self._slowest_host_ns + MIN_SPIN_NS)
+        if needed < self.spin_ns:
+            self.spin_ns = max(needed, self.spin_ns // 2)
+            self.spin_shrinks += 1
+        self._in_time, self._slowest_host_ns = 0, 0
 
     def queued(self, enqueue: Callable[[], None]) -> float:
         """Device ns of enqueue()'s work (one operation, or few), back to back behind the spin."""
@@ -97,7 +125,7 @@ class EventTimer:
 
     def queued_ops(self, enqueue_range: Callable[[int, int], None], ops: int) -> float:
         """Device ns of operations 0..ops, queued in chunks behind the spin (see the module)."""
-        total, lo, intervals = 0.0, 0, 0
+        total, lo, intervals, gaps = 0.0, 0, 0, 0
         while lo < ops:
             hi = min(ops, lo + self.chunk)
             ns = None
@@ -110,12 +138,15 @@ class EventTimer:
                 continue  # the same operations again, in smaller chunks
             if ns is None:  # one call (or one pass) outruns any spin: the host blocked in it
                 self.host_gaps += 1
+                gaps += 1
                 ns = self.unqueued(lambda lo=lo, hi=hi: enqueue_range(lo, hi), self.stream)
             total += ns
             intervals += 1
             lo = hi
         self.intervals = intervals
         self.max_intervals = max(self.max_intervals, intervals)
+        self.sample_overhead_ns = ((intervals - gaps) * self.overhead_ns
+                                   + gaps * self.unqueued_overhead_ns)
         return total
 
     def unqueued(self, run: Callable[[], None], stream) -> float:
@@ -132,8 +163,16 @@ class EventTimer:
         self.overhead_ns = float(np.median([self.queued(lambda: None) for _ in range(samples)]))
         return self.overhead_ns
 
+    def calibrate_unqueued(self, stream, samples: int = OVERHEAD_SAMPLES) -> float:
+        """The cost of an unqueued interval: median device ns of two events the host records
+        back to back on `stream` with nothing queued before them."""
+        self.unqueued_overhead_ns = float(np.median(
+            [self.unqueued(lambda: None, stream) for _ in range(samples)]))
+        return self.unqueued_overhead_ns
+
     def info(self) -> dict:
-        return {"spin_ns": self.spin_ns, "spin_retries": self.retries,
+        return {"spin_ns": self.spin_ns, "spin_max_ns": self.max_spin_ns,
+                "spin_shrinks": self.spin_shrinks, "spin_retries": self.retries,
                 "queued_chunks": self.max_intervals, "chunk_ops": self.chunk,
                 "host_gap_intervals": self.host_gaps, "primed": self.prime is not None}
 

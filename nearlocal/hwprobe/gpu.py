@@ -39,7 +39,7 @@ class GpuInfo:
     cupy_version: str | None = None
     nvml: str | None = None  # None when NVML answered, else why not
     nvrtc_version: str | None = None  # the run-time compiler the kernels are built with
-    nvrtc: str | None = None  # None when NVRTC loads, else why not (one line)
+    nvrtc: str | None = None  # None when NVRTC loads and the kernels compile, else why not
     peer_access: list[list[bool]] = field(default_factory=list)  # [i][j]: i can access j
     nvlink_links: list[list[int]] = field(default_factory=list)  # direct GPU-GPU links per pair
 
@@ -105,6 +105,8 @@ def probe_gpu() -> GpuInfo:
         return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({_one_line(exc)})")
     info.nvml = _probe_nvml(info)
     _probe_nvrtc(cupy, info)
+    if info.nvrtc is None and info.devices:
+        _probe_compile(cupy, info)
     return info
 
 
@@ -120,6 +122,23 @@ def _probe_nvrtc(cupy, info: GpuInfo) -> None:
     except Exception as exc:
         info.nvrtc = (f"NVRTC is not usable through cupy ({_one_line(exc)}): GPU kernels cannot be "
                       "compiled; install the NVRTC library of cupy's CUDA (nvidia-cuda-nvrtc)")
+
+
+def _probe_compile(cupy, info: GpuInfo) -> None:
+    """Compile nearlocal's CUDA module once (NVRTC through cupy.RawModule, on GPU 0): a library
+    that loads may still not compile (cupy finding no CUDA headers, say), and then every GPU case
+    is skipped with this one line instead of failing row by row. The module stays compiled for
+    this process (kernels.compiled)."""
+    try:
+        from nearlocal.gpu import kernels
+
+        kernels.compiled(cupy)
+    except Exception as exc:
+        text = _one_line(exc, 300)
+        hint = ("; cupy needs the CUDA runtime headers of its CUDA (cuda_runtime.h: the CUDA "
+                "toolkit, or the nvidia-cuda-runtime wheel, or CUDA_PATH)"
+                if "header" in text.lower() else "")
+        info.nvrtc = f"the GPU kernels do not compile through cupy / NVRTC ({text}){hint}"
 
 
 def _probe_nvml(info: GpuInfo) -> str | None:
