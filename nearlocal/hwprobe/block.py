@@ -141,3 +141,29 @@ def filesystem_of(path: str | Path, root: SysRoot | None = None) -> FileSystem:
     except OSError:
         dev = best[3]
     return FileSystem(str(path), best[0], best[1], best[2], _disk_of(root, dev), free)
+
+
+def describe_regions(texts: list[str], inventory) -> list[dict]:
+    """For `probe --region`: each region validated (bad input: UsageError, exit 2); one backed by
+    a file (its kind's `creates` path) with the file system and disk holding it."""
+    from nearlocal.regions import parse_region, region_kind
+
+    disks = {d.name: d for d in inventory.block}
+    found = []
+    for text in texts:
+        spec = parse_region(text)
+        kind = region_kind(spec)
+        kind.validate(spec, inventory)
+        path = kind.creates(spec) if kind.creates else None
+        if path is None:
+            found.append({"region": text, "text": f"{kind.summary} (no file)"})
+            continue
+        fs = filesystem_of(path)
+        disk = disks.get(fs.device)
+        text_ = f"{fs.text}" + (f"; disk {disk.text}" if disk else
+                                "; not on a block device (memory-backed or remote)")
+        found.append({"region": text, "path": str(path), "fstype": fs.fstype,
+                      "mount": fs.mount_point, "source": fs.source, "free_bytes": fs.free_bytes,
+                      "block_device": fs.device, "nvme": bool(disk and disk.nvme),
+                      "text": text_})
+    return found

@@ -22,6 +22,7 @@ with the offending request named, never rounded; buffered reads take any size.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -244,10 +245,8 @@ class FileSession:
             info["io_uring"] = self.uring_reason
         if p.block:
             info["block"] = format_size(p.block)
-        try:
+        with contextlib.suppress(OSError):
             info["page_cache_resident"] = round(resident_fraction(self.fd, self.region.length), 4)
-        except OSError:
-            pass
         return info
 
     def close(self) -> None:

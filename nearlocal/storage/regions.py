@@ -106,7 +106,26 @@ def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
         fs = os.statvfs(path.parent)
     except OSError:
         return None
+    if fs.f_flag & os.ST_RDONLY:  # a new file cannot be created there
+        return 0, f"the read-only file system of {path.parent}"
     return fs.f_bavail * fs.f_frsize, f"the file system of {path.parent}"
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path if path.exists() else path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _read_only(spec: RegionSpec) -> str | None:
+    """Writes (and creating a file) on a read-only file system: refused before the run (the text
+    says "cannot hold", as the capacity refusals do, so a run of only such cases exits 2)."""
+    path = storage_path(spec)
+    if _read_only_fs(path):
+        return (f"{spec.text} cannot hold writes: {path if path.exists() else path.parent} is "
+                "on a read-only file system")
+    return None
 
 
 def _user_owned(spec: RegionSpec) -> bool:
@@ -151,7 +170,8 @@ def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegi
         if path.is_symlink() and not path.exists():
             raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows "
                              "nor replaces it")
-        fd = os.open(path, (os.O_RDWR if allow_write else os.O_RDONLY) | os.O_CLOEXEC)
+        writable = allow_write and not _read_only_fs(path)  # reads of a read-only fs are fine
+        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
         try:
             found = os.fstat(fd)
             if not stat.S_ISREG(found.st_mode):
@@ -162,7 +182,7 @@ def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegi
         except BaseException:
             os.close(fd)
             raise
-        return FileRegion(spec, attr, np.zeros(0, np.uint8), allow_write,
+        return FileRegion(spec, attr, np.zeros(0, np.uint8), writable,
                           {**_describe(path), "owned": False, "file_bytes": found.st_size},
                           lambda: os.close(fd), fd=fd, path=str(path), length=length)
     temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
@@ -201,4 +221,5 @@ STORAGE = register_region_kind(RegionKind(
             "mapped); created, filled and removed if new, written only with --allow-write",
     validate=_validate, unavailable=_unavailable, open=_open, user_owned=_user_owned,
     instances=lambda inventory: [], capacity=_capacity, creates=storage_path,
+    read_only=_read_only,
 ))

@@ -10,6 +10,7 @@ An SQE is 64 bytes, a CQE 16. x86-64 syscall numbers: setup 425, enter 426.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -55,10 +56,8 @@ class Ring:
         maps, self._maps = self._maps, ()
         self.sq = self.cq = self.sqes = np.zeros(0, np.uint32)
         for one in maps:
-            try:
+            with contextlib.suppress(BufferError):  # a view still alive: goes with the process
                 one.close()
-            except BufferError:  # a view still alive: the mapping goes with the process
-                pass
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
