@@ -97,7 +97,7 @@ def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
     path = storage_path(spec)
     if os.path.lexists(path) and not _left_by_a_dead_run(path):
         try:
-            return path.stat().st_size, f"{path} (an existing file, never grown: its length)"
+            return path.stat().st_size, f"the existing file {path} (never grown)"
         except OSError:
             return None
     if not path.parent.is_dir():
