@@ -145,9 +145,37 @@ def test_unaligned_direct_reads_are_refused_naming_the_request(direct_folder):
     path = direct_folder / "user.bin"
     _user_file(path)
     case = Case("file-read", f"storage:{path}", pattern="1000x333B")
-    with pytest.raises(UsageError, match="request 0 is 333 B.*cache=warm or cold"), \
+    with pytest.raises(UsageError, match=r"request 0 is 333 B.*cache=warm or cold"), \
             open_case(case, TSC_HZ, 0.0, False):
         pass
+
+
+@pytest.mark.parametrize("params", [(("qd", "4"),), (("qd", "4"), ("engine", "threads")),
+                                    (("engine", "threads"),)])
+def test_a_short_read_fails_the_case_naming_the_request(folder, params):
+    """The file shrinks under the open case: the read at its old end comes back empty."""
+    path = folder / "user.bin"
+    _user_file(path)
+    case = Case("file-read", f"storage:{path}", pattern="16x64KiB@64KiB",
+                params=(("cache", "cold"), *params))
+    with open_case(case, TSC_HZ, 0.0, False) as opened:
+        os.truncate(path, 512 * 1024)
+        with pytest.raises(RuntimeError, match=r"pread of 65536 B at file offset 524288 .*"
+                                               r"moved 0 of 65536 B \(end of file\)"):
+            opened.session.sample(1)
+
+
+def test_the_storage_suite_is_valid_input(folder, monkeypatch):
+    from nearlocal.harness.cases import validate
+    from nearlocal.harness.suites import suite_cases
+
+    monkeypatch.setenv("NEARLOCAL_STORAGE", str(folder / "suite.bin"))
+    inventory = probe(calibrate=False, gpu=False)
+    cases = suite_cases("storage")
+    assert {c.method for c in cases} == {"file-read", "file-write"} and len(cases) > 15
+    for case in cases:
+        validate(case, inventory)
+        assert unavailable(case, inventory, allow_write=False) is None, case.id
 
 
 def test_a_new_file_is_created_filled_and_removed(direct_folder):

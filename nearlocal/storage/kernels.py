@@ -91,7 +91,8 @@ def settle(fd, mode):
 def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status):
     """All requests through the ring with at most `qd` in flight; one io_uring_enter per round
     submits what was queued and waits for at least one completion. Returns 0, or 1 with
-    status = (result, request) of the first request that failed or came back short."""
+    status = (result, request + 1) of the first request that failed or came back short
+    (request + 1 = -1: io_uring_enter kept failing)."""
     n = reqs.shape[0]
     sq_tail_i, sq_mask = layout[1], layout[2]
     cq_head_i, cq_tail_i, cq_mask, cqes_i = layout[3], layout[4], layout[5], layout[6]
@@ -123,7 +124,7 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
         if got < 0:
             failures += 1
             if failures > ENTER_RETRIES:
-                status[0] = -1
+                status[0] = got
                 status[1] = -1
                 return 1
         else:
@@ -136,7 +137,7 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
             if result != reqs[index, 2] and not failed:
                 failed = 1
                 status[0] = result
-                status[1] = index
+                status[1] = index + 1
             head = (head + 1) & 0xFFFFFFFF
             completed += 1
         store_release_u32(cq, cq_head_i, np.uint64(head))
@@ -189,9 +190,9 @@ def thread_share(fd, write, reqs, mode, gate, taken, starts, ends, tid, nthreads
             if i >= n:
                 break
             got = _one(fd, write, reqs, i)
-            if got != reqs[i, 2] and status[0] == 0:
-                status[0] = got if got != 0 else -9999
-                status[1] = i
+            if got != reqs[i, 2] and status[1] == 0:
+                status[0] = got
+                status[1] = i + 1
         t1 = tsc_end()
         starts[s, tid] = t0
         ends[s, tid] = t1
@@ -207,8 +208,8 @@ def time_sync(fd, write, reqs, mode, ticks, status):
         for i in range(reqs.shape[0]):
             got = _one(fd, write, reqs, i)
             if got != reqs[i, 2]:
-                status[0] = got if got != 0 else -9999
-                status[1] = i
+                status[0] = got
+                status[1] = i + 1
                 ticks[s] = tsc_end() - t0
                 return 1
         ticks[s] = tsc_end() - t0

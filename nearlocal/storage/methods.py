@@ -193,8 +193,8 @@ class FileSession:
             failed = kernels.time_sync(self.fd, self.write, self.reqs, self.mode, ticks, status)
         else:
             failed = self._threads(ticks, status)
-        if failed or status[0] != 0:
-            raise RuntimeError(self._describe(int(status[0]), int(status[1])))
+        if failed or status[1] != 0:
+            raise RuntimeError(self._describe(int(status[0]), int(status[1]) - 1))
         return ticks
 
     def _threads(self, ticks: np.ndarray, status: np.ndarray) -> int:
@@ -212,16 +212,29 @@ class FileSession:
             thread.join()
         if n:
             ticks[:] = ends.max(axis=1) - starts.min(axis=1)
-        return int(status[0] != 0)
+        return int(status[1] != 0)
 
     def _describe(self, result: int, index: int) -> str:
         if index < 0:
-            return "io_uring_enter kept failing"
+            return f"io_uring_enter kept failing on {self.region.path}"
         off, _, length = (int(x) for x in self.reqs[index])
-        what = os.strerror(-result) if result < 0 and result != -1 else \
-            ("failed (see errno)" if result == -1 else f"moved {max(result, 0)} of {length} B")
+        if self.engine == "io_uring" and result < 0:  # a CQE's result is -errno
+            what = os.strerror(-result)
+        elif result < 0:  # libc returned -1; errno stays in the compiled call: ask again
+            what = self._errno_of(off, length)
+        else:
+            what = f"moved {result} of {length} B" + (" (end of file)" if result == 0 else "")
         return (f"{'pwrite' if self.write else 'pread'} of {length} B at file offset {off} of "
                 f"{self.region.path}: {what}")
+
+    def _errno_of(self, offset: int, length: int) -> str:
+        if self.write:
+            return "failed"
+        try:
+            os.pread(self.fd, min(length, 1 << 20), offset)
+        except OSError as exc:
+            return exc.strerror or "failed"
+        return "failed"
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = self._run(n)
