@@ -783,7 +783,9 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 continue
             path = peak["path"]
             if medium == S2_ROWS[3][0]:  # which reads: pattern, qd, cache, engine
-                params = {**_declared_params("file-read"), **peak["params_d"]}
+                info = peak.get("info") if isinstance(peak.get("info"), dict) else {}
+                params = {**_declared_params("file-read"), **peak["params_d"],
+                          **({"engine": info["engine"]} if "engine" in info else {})}  # ran
                 path = f"{path} {peak['pattern']} {_params_text(params)}"
             cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), path,
                           _ratio(float(peak["gbps"]), paper.central)]
