@@ -326,3 +326,18 @@ def test_s2_ssd_row_is_the_best_read_from_the_disk(tmp_path):
     ssd = next(r for r in report.section("s2").table.rows if r[0] == "NVMe SSD")
     assert ssd[2] == pytest.approx((64 << 20) / 64e6)
     assert "qd=32" in ssd[4] and "cache=direct" in ssd[4] and "64x1MiB" in ssd[4]
+
+
+def test_without_io_uring_auto_falls_back_to_threads_and_says_why(folder, monkeypatch):
+    path = folder / "user.bin"
+    data = _user_file(path)
+    why = "io_uring is not available here: Operation not permitted (1)"
+    monkeypatch.setattr(uring, "unavailable", lambda: why)
+    got, info = _read_into_peer(Case("file-read", f"storage:{path}", pattern="64x4KiB",
+                                     params=(("cache", "warm"), ("qd", "4"))))
+    assert info["engine"] == "threads" and info["io_uring"] == why
+    assert np.array_equal(got, _expected(data, "64x4KiB"))
+    case = Case("file-read", f"storage:{path}", pattern="64x4KiB",
+                params=(("cache", "warm"), ("engine", "io_uring")))
+    with pytest.raises(RuntimeError, match="not available"), open_case(case, TSC_HZ, 0.0, False):
+        pass

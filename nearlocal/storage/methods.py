@@ -120,7 +120,7 @@ def resident_fraction(fd: int, length: int) -> float:
         del view
         if rc != 0:
             raise OSError(ctypes.get_errno(), "mincore failed")
-        return float(np.frombuffer(vec, np.uint8).__and__(1).sum()) / pages
+        return float((np.frombuffer(vec, np.uint8) & 1).sum()) / pages
     finally:
         buf.close()
 
