@@ -17,11 +17,13 @@ def region_instances(inventory: HostInventory) -> list[str]:
     return specs
 
 
-def matrix(inventory: HostInventory, allow_write: bool = False) -> list[dict]:
-    """One row per method x region instance x attribute: runnable, or the reason it is not."""
+def matrix(inventory: HostInventory, allow_write: bool = False,
+           regions: tuple[str, ...] = ()) -> list[dict]:
+    """One row per method x region instance (and each region named) x attribute: runnable, or
+    the reason it is not."""
     rows = []
     for method in load_methods().values():
-        for region in region_instances(inventory):
+        for region in dict.fromkeys([*region_instances(inventory), *regions]):
             for attr in ATTRIBUTES:
                 case = Case(method.name, region, attr, "16KiB",
                             peer=_default_peer(method, inventory))

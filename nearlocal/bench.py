@@ -39,6 +39,7 @@ MARKERS = {
     "dsa": "needs an Intel DSA work queue",
     "cxl": "needs a CXL memory node or device-dax",
     "nvlink": "needs two GPUs with peer access",
+    "storage": "reads or writes a file on a disk (file-read, file-write)",
 }
 # Region kinds through which CXL memory appears (a CPU-less NUMA node, device-dax): `-m cxl`.
 CXL_REGION_KINDS = frozenset({"numa", "devdax"})

@@ -58,7 +58,12 @@ def _probe(args: argparse.Namespace) -> int:
     from nearlocal.hwprobe import probe
 
     inventory = probe()
-    rows = availability.matrix(inventory, allow_write=args.allow_write)
+    regions = region_list("--region", args.region)
+    if regions:
+        from nearlocal.hwprobe.block import describe_regions
+
+        inventory.extra["regions"] = describe_regions(regions, inventory)
+    rows = availability.matrix(inventory, allow_write=args.allow_write, regions=tuple(regions))
     if args.json:
         print(json.dumps({"inventory": inventory.to_dict(), "availability": rows}, indent=2,
                          default=str))
@@ -297,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", action="store_true", help="machine-readable output")
     probe.add_argument("--allow-write", action="store_true",
                        help="judge writing cases on user-owned regions as allowed")
+    probe.add_argument("--region", action="append", help="regions to judge too (comma list or "
+                       "repeated); a file's region shows its file system and disk, e.g. "
+                       "storage:/data/kv.bin")
     probe.set_defaults(func=_probe)
 
     run = sub.add_parser("run", help="run a suite (default quick) and store the run")

@@ -112,6 +112,10 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
                       for p in inventory.hugepages.pools)
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")
     _print_gpus(inventory)
+    console.print("[bold]block devices[/] " + ("; ".join(d.text for d in inventory.block)
+                                               or "none in /sys/block"), markup=True)
+    for place in inventory.extra.get("regions", []):
+        console.print(f"  {place['region']}: {place['text']}", markup=False)
 
     print_availability(availability)
 

@@ -131,7 +131,8 @@ def test_swiftcache_suite_names_peer_and_layer_cases(inventory):
     assert {c.access for c in cases if c.method == "peer-kernel"} == {"read", "write"}
     for case in cases:
         validate(case, inventory)
-        assert unavailable(case, inventory, False)
+        # every GPU case is skipped here; S2's SSD row (file-read, storage/) runs anywhere
+        assert unavailable(case, inventory, False) or case.method == "file-read"
 
 
 def test_regular_strides_finds_2d_copies():

@@ -149,7 +149,7 @@ def test_b15_mops_and_ratios(full):
 def test_s2_s3_kv_near_local_failures(full):
     s2 = full.section("s2").table
     ssd = _row(s2, "NVMe SSD")
-    assert ssd[1].startswith("7 GB/s") and "not measured" in ssd[2].reason
+    assert ssd[1].startswith("7 GB/s") and "no such rows" in ssd[2].reason  # no file-read row
     nvlink = s2.rows[0]
     assert nvlink[2] == pytest.approx(450)
     assert nvlink[5] == pytest.approx(450 / 600)
@@ -195,7 +195,7 @@ def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
         assert UC_REASON in text
         assert "worker crashed: SIGBUS" in text
         assert "DSA is faster from 8KiB up" in text
-        assert "not measured: nearlocal has no SSD method" in text
+        assert "no such rows in this run" in text  # the SSD row without file-read rows
         assert "reported by the paper" in text
     assert re.search(r"\| B7a \| nt-store, wb \| 2\.41 us \| 4\.82 us \(4\.34–5\.78\) \| "
                      r"2\.00× \| devdax:/dev/dax0\.0 \|", markdown)

@@ -153,6 +153,8 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
         if reason:
             return reason
     written, written_kind = (spec, kind) if case.writes_region else (peer, peer_kind)
+    if written_kind.read_only and written_kind.read_only(written):
+        return written_kind.read_only(written)
     if written_kind.user_owned(written) and not allow_write:
         role = "" if case.writes_region else "the peer "
         return f"writes to {role}{case.written} need --allow-write (it may hold someone's data)"

@@ -12,6 +12,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 
+from nearlocal.hwprobe.block import BlockDevice, probe_block
 from nearlocal.hwprobe.cpu import CpuInfo, probe_cpu
 from nearlocal.hwprobe.cxl import CxlInfo, probe_cxl
 from nearlocal.hwprobe.dax import DaxDevice, probe_dax
@@ -35,6 +36,7 @@ class HostInventory:
     dsa: DsaInfo
     hugepages: HugePages
     gpu: GpuInfo
+    block: list[BlockDevice] = field(default_factory=list)  # disks (file-read's media)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -78,4 +80,5 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         dsa=probe_dsa(root),
         hugepages=probe_hugepages(root),
         gpu=probe_gpu() if gpu else GpuInfo(reason="no GPU: not probed"),
+        block=probe_block(root),
     )

@@ -17,7 +17,7 @@ from nearlocal.regions.base import (
 )
 
 _PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave",
-                     "nearlocal.gpu.regions"]
+                     "nearlocal.gpu.regions", "nearlocal.storage.regions"]
 _loaded = False
 
 

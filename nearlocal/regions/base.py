@@ -81,6 +81,8 @@ class RegionKind:
     capacity: Callable[[RegionSpec], tuple[int, str] | None] | None = None
     # the file open() creates (and removes on close) for this spec, e.g. /dev/shm/NAME; None: none
     creates: Callable[[RegionSpec], Path] | None = None
+    # why this region cannot be written at all (a read-only file system); None: it can
+    read_only: Callable[[RegionSpec], str | None] | None = None
 
 
 REGION_KINDS: dict[str, RegionKind] = {}

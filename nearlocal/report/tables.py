@@ -767,15 +767,13 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                               & (df["src_kind"] == "pinned")],
             S2_ROWS[2][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
                               & (df["src_rank"] < LOCAL_CLASS)],
+            S2_ROWS[3][0]: df[(df["method"] == "file-read")  # from the disk, not a warm cache
+                              & df["params_d"].map(lambda p: p.get("cache") != "warm")],
         }
         cells: dict[tuple, list[Cell]] = {}
         for medium, value_name, fig_id in S2_ROWS:
             paper = figure(fig_id).value(value_name)
             key = (medium, f"{paper.text()} ({fig_id})")
-            if medium not in choices:
-                cells[key] = [NoValue("not measured: nearlocal has no SSD method"), None, None,
-                              None]
-                continue
             peak = _peak(choices[medium])
             if peak is None:
                 rows = choices[medium]
@@ -783,7 +781,13 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                        else "no such rows in this run")
                 cells[key] = [NoValue(why), None, None, None]
                 continue
-            cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), peak["path"],
+            path = peak["path"]
+            if medium == S2_ROWS[3][0]:  # which reads: pattern, qd, cache, engine
+                info = peak.get("info") if isinstance(peak.get("info"), dict) else {}
+                params = {**_declared_params("file-read"), **peak["params_d"],
+                          **({"engine": info["engine"]} if "engine" in info else {})}  # ran
+                path = f"{path} {peak['pattern']} {_params_text(params)}"
+            cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), path,
                           _ratio(float(peak["gbps"]), paper.central)]
         per_run.append(cells)
     section.table = keyed_table([Column("medium"), Column("paper")],
