@@ -263,10 +263,24 @@ def stat_of(row) -> Stat | NoValue:
     if row["status"] != "ok":
         return NoValue(f"{row['status']}: {row['reason']}" if row["reason"] else row["status"])
     converged = row.get("converged")
-    step = pd.to_numeric(row.get("clock_resolution_ns"), errors="coerce")
     return Stat(float(row["median_ns"]), float(row["p10_ns"]), float(row["p90_ns"]),
                 bool(converged) if converged is not None and converged == converged else True,
-                float(step) if step == step and step and step > 0 else None)
+                _clock_step(row))
+
+
+def _clock_step(row) -> float | None:
+    """The smallest step this row's figures can move by: the clock's resolution over the
+    operations one sample is divided by (a chase sample is 4096 loads). Unknown for a row that
+    times several operations per sample but does not say how many."""
+    step = pd.to_numeric(row.get("clock_resolution_ns"), errors="coerce")
+    ops = pd.to_numeric(row.get("ops_per_sample"), errors="coerce")
+    if not (step == step and step and step > 0):
+        return None
+    if not (ops == ops and ops and ops >= 1):
+        if row.get("method") in NOT_TRANSFERS:  # per operation, count not stored
+            return None
+        ops = 1
+    return float(step) / float(ops)
 
 
 def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank", "n_params")) -> pd.Series | None:
@@ -406,7 +420,7 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             if row["ok"]:
                 used.add(row["region"])
             # the paper's figure is its pool's: local memory set beside it would read as a pool
-            versus = (_ratio(_ns(stat), paper.ns()) if row["rank"] < SHARED_CLASS
+            versus = (_ratio(_ns(stat), paper.ns()) if row["rank"] < SHARED_CLASS or not row["ok"]
                       else NoValue(f"{row['region_what']}, not a pool"))
             cells[key] = [stat, versus, _with_attr(row["region"], row["attr"])]
         per_run.append(cells)
@@ -927,8 +941,8 @@ def only_local_text(meta: dict) -> str:
     has = (f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax pool"
            if nodes <= 1 and not dax else "the run measured no other region")
     return (f"Only local DRAM was measured: {has}, so there is nothing to compare it with "
-            "(`nearlocal probe` lists the regions; `--region numa:N` or "
-            "`--region devdax:/dev/daxX.Y` names one).")
+            "(nearlocal probe lists the regions; --region numa:N or --region devdax:/dev/daxX.Y "
+            "names one).")
 
 
 @dataclass(frozen=True)
