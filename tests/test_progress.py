@@ -150,3 +150,17 @@ def test_durations_read_as_people_write_them():
     from nearlocal.console import _duration
 
     assert [_duration(s) for s in (4.4, 65, 3725)] == ["4 s", "1m05s", "1h02m"]
+
+
+def test_eta_follows_a_box_that_grows_busier_pass_by_pass():
+    clock = FakeClock()
+    ids, patterns, seconds = quick_like_run(5)
+    seconds = [[s * (1 + 0.15 * index) for s in per_case] for index, per_case in enumerate(seconds)]
+    progress = RunProgress(ids, [True] * len(ids), 0.5, target=Log(clock), processes=5,
+                           clock=clock, heartbeat=False, patterns=patterns)
+
+    def check(now, eta_s, left_s, done):
+        if done >= len(ids) * 5 / 10:
+            assert abs(eta_s - left_s) <= 0.3 * left_s + 0.5, (done, eta_s, left_s)
+
+    drive(progress, clock, ids, seconds, check=check)
