@@ -271,6 +271,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
+BEAT_POLL_S = 0.5  # how often the CI heartbeat looks whether the log has been quiet
+
+
 def plural(count: int, noun: str) -> str:
     """`1 case`, `2 cases`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
@@ -376,14 +379,15 @@ class RunProgress:
         return self
 
     def _beat_loop(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(BEAT_POLL_S):
             self.beat()
 
     def beat(self) -> None:
-        """A CI log line when nothing was printed for `interval_s` (the heartbeat thread)."""
+        """A CI log line when nothing was printed for nearly `interval_s` (the heartbeat
+        thread wakes every BEAT_POLL_S, so no gap in the log exceeds `interval_s`)."""
         with self._lock:
             now = self.clock()
-            if self.in_ci and now - self.last_line >= self.interval_s:
+            if self.in_ci and now - self.last_line >= self.interval_s - BEAT_POLL_S:
                 self._line(self.status(now), now)
 
     def compiling(self, done: int, of: int, case_id: str, compiled: int) -> None:
