@@ -57,7 +57,7 @@ def _probe(args: argparse.Namespace) -> int:
     from nearlocal import availability, console
     from nearlocal.hwprobe import probe
 
-    inventory = probe()
+    inventory = probe(calibrate=False)  # the TSC is calibrated where it is used: `run` (1 s of numba)
     regions = region_list("--region", args.region)
     if regions:
         from nearlocal.hwprobe.block import describe_regions
@@ -222,15 +222,17 @@ def _run(args: argparse.Namespace) -> int:
     meta = run_metadata(inventory, settings, args.suite, processes=processes)
     from nearlocal.harness.pool import pool_note
 
-    meta["pool"] = pool_note(inventory)  # what local memory is compared with (one line)
+    meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
     store = Store.create(Path(args.out), meta)
     interrupted = False
     with console.RunProgress([c.id for c in cases], [r is None for r in reasons], budget,
-                             enabled=not args.quiet, processes=processes) as progress:
+                             enabled=not args.quiet, processes=processes,
+                             patterns=[c.pattern for c in cases]) as progress:
         runner = Runner(inventory, settings, store, progress.finished, processes=processes,
-                        on_pass=progress.new_pass)
+                        on_pass=progress.new_pass, on_measured=progress.measured,
+                        on_compile=progress.compiling, compile_first=True)
         try:
             runner.run(cases)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): keep what was measured

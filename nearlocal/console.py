@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
 from nearlocal.hwprobe import HostInventory
+from nearlocal.lazy import lazy_import
 from nearlocal.units import format_ns, format_size
+
+pd = lazy_import("pandas")
 
 
 class _Console(Console):
@@ -66,8 +69,9 @@ def identifier_column(table: Table, name: str, values: list[str]) -> None:
 
 def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     cpu = inventory.cpu
-    console.print(f"[bold]CPU[/] {cpu.model} ({cpu.vendor}), {cpu.logical_cpus} logical CPUs, "
-                  f"TSC {inventory.tsc_hz / 1e9:.3f} GHz ({inventory.tsc_source})")
+    tsc = (f"TSC {inventory.tsc_hz / 1e9:.3f} GHz ({inventory.tsc_source})" if inventory.tsc_hz
+           else "TSC frequency not given by the kernel (`nearlocal run` calibrates it)")
+    console.print(f"[bold]CPU[/] {cpu.model} ({cpu.vendor}), {cpu.logical_cpus} logical CPUs, {tsc}")
     console.print("  flags: " + "  ".join(
         f"[green]{name}[/]" if present else f"[red]-{name}[/]" for name, present in cpu.flags.items()))
     console.print("  caches: " + ", ".join(
@@ -135,8 +139,10 @@ def print_availability(availability: list[dict]) -> None:
         else:
             mark = f"[dim]{row['attr']}[/][yellow]{reasons.index(row['reason']) + 1}[/]"
         cells.setdefault((row["method"], row["region"]), []).append(mark)
-    table = Table(title="What can run here: attributes per method x region (green = runnable, "
-                  "number = skip reason, · = not applicable)", title_justify="left")
+    legend = ("green = runnable, number = skip reason" if console.color_system else
+              "an attribute alone = runnable, attribute + number = skipped for that reason")
+    table = Table(title=f"What can run here: attributes per method x region ({legend}, "
+                  "· = not applicable)", title_justify="left")
     methods = list(dict.fromkeys(row["method"] for row in availability))
     identifier_column(table, "method", methods)
     for region in regions:
@@ -235,7 +241,8 @@ def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False,
         if row.status == "ok":
             values = {"median": format_ns(row.median_ns),
                       "p10–p90": _range(row.p10_ns, row.p90_ns), "p99": format_ns(row.p99_ns),
-                      "GB/s": f"{row.gbps:.2f}", "n": str(int(row.n_samples)),
+                      "GB/s": f"{row.gbps:.2f}" if row.gbps == row.gbps else "-",  # NaN: no bytes
+                      "n": str(int(row.n_samples)),
                       "status": "ok" if row.converged else "ok, not converged"}
         else:
             values = {**dict.fromkeys(numbers, "-"), "status": f"{row.status}: {row.reason}"}
@@ -268,51 +275,86 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
-RECENT_CASES = 20  # the ETA follows the pace of the last cases (sizes and suites differ)
+BEAT_POLL_S = 0.5  # how often the CI heartbeat looks whether the log has been quiet
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 case`, `2 cases`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class RunProgress:
-    """Progress of `nearlocal run` on stderr, counting only the cases that will be measured
-    (skipped ones cost nothing): the case being measured, done / total and an ETA (the mean
-    time per measured case so far, the budget before the first one finishes). On a terminal a
-    live bar; otherwise (a CI log) one line when a case fails and at most every `interval_s`,
-    so a log shows progress without a line per case."""
+    """Progress of `nearlocal run` on stderr, counting only what will be measured (skipped cases
+    cost nothing): compiling kernels as a step of its own, then every measurement of every pass
+    (K processes per case = K passes), the case in flight and an ETA (harness.eta: what each case
+    took in the last pass). On a terminal a live bar; otherwise (a CI log) lines: at each step,
+    for every failed case, and a heartbeat so the log is never silent for more than `interval_s`.
+    `clock` and `heartbeat=False` let a test drive it."""
 
     def __init__(self, case_ids: list[str], runnable: list[bool], budget_s: float,
                  enabled: bool = True, target: Console | None = None, interval_s: float = 3.0,
-                 processes: int = 1):
-        self.case_ids, self.runnable, self.budget_s = case_ids, runnable, budget_s
-        self.total = sum(runnable)
-        self.processes, self.pass_label = processes, ""
-        self._finished: set[str] = set()
-        self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s
-        self.done = 0
-        self.started = self.last_line = self.last_done = 0.0
-        self.durations: list[float] = []  # seconds per measured case, the first one excluded
-        self._live = None
-        self._task = None
+                 processes: int = 1, clock=time.monotonic, heartbeat: bool = True,
+                 patterns: list[str] | None = None):
+        from nearlocal.harness.eta import EtaModel
 
-    def _current(self) -> str:
-        case = next((cid for cid, run in zip(self.case_ids, self.runnable, strict=True)
-                     if run and cid not in self._finished), "")
-        return self.pass_label + case
+        kept = [i for i, run in enumerate(runnable) if run]
+        self.ids = [case_ids[i] for i in kept]
+        self.skipped = len(case_ids) - len(self.ids)
+        self.total = len(self.ids)  # cases to measure
+        self.processes = max(1, processes)
+        self.eta = EtaModel(self.ids, self.processes, budget_s / self.processes,
+                            [patterns[i] for i in kept] if patterns else None)
+        self.budget_s = budget_s
+        self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s
+        self.clock, self.heartbeat = clock, heartbeat
+        self.pass_index, self.pass_label, self.position = 0, "", 0
+        self.compiling_text = ""  # while kernels compile: "compiling kernels ...: k of n"
+        self.started = self.last_event = self.last_line = 0.0
+        self._live = self._task = self._beat = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def in_ci(self) -> bool:
+        return self.enabled and self._live is None
+
+    def current_id(self) -> str:
+        """The case being measured: the next one of this pass still to measure."""
+        return next((case_id for case_id in self.ids[self.position:]
+                     if self.eta.left.get(case_id, 0) > 0), "")
+
+    def current(self) -> str:
+        case_id = self.current_id()
+        return self.pass_label + case_id if case_id else "done"
 
     def eta_s(self, now: float) -> float:
-        """Cases left x the mean time of the last measured cases (the first one, which also
-        starts the worker, left out), or x the budget until there are any."""
-        recent = self.durations[-RECENT_CASES:]
-        per_case = sum(recent) / len(recent) if recent else self.budget_s
-        return (self.total - self.done) * per_case
+        return self.eta.remaining_s(self.current_id(), now - self.last_event)
+
+    def status(self, now: float) -> str:
+        """The line a CI log gets: counts, elapsed, ETA, what is happening now."""
+        if self.compiling_text:
+            return f"{_duration(now - self.started)}: {self.compiling_text}"
+        return (f"[{self.eta.done}/{self.eta.total}] {_duration(now - self.started)}, ETA "
+                f"{_duration(self.eta_s(now))}: {self.current()}")
+
+    def _line(self, text: str, now: float) -> None:
+        self.last_line = now
+        self.target.print(text, markup=False, highlight=False)
 
     def __enter__(self) -> RunProgress:
-        self.started = self.last_line = self.last_done = time.monotonic()
+        self.started = self.last_event = self.last_line = self.clock()
         if not self.enabled:
             return self
-        skipped = len(self.case_ids) - self.total
+        measurements = self.total * self.processes
+        header = (f"measuring {plural(self.total, 'case')} ({self.skipped} skipped: they cannot "
+                  f"run here), " + (f"each in {self.processes} processes ({measurements} "
+                                    "measurements), " if self.processes > 1 else "") +
+                  f"up to {self.budget_s:g} s per case")
         if not self.target.is_terminal:
-            self.target.print(f"measuring {self.total} cases ({skipped} skipped: they cannot run "
-                              f"here), up to {self.budget_s:g} s each, ETA "
-                              f"{_duration(self.eta_s(self.started))}", markup=False)
+            self._line(header, self.started)
+            if self.heartbeat:
+                self._beat = threading.Thread(target=self._beat_loop, daemon=True)
+                self._beat.start()
             return self
         from rich.progress import (
             BarColumn,
@@ -324,54 +366,102 @@ class RunProgress:
         )
         from rich.text import Text
 
-        class _Eta(ProgressColumn):  # counts down between cases, from the last estimate
+        class _Eta(ProgressColumn):  # counts down between measurements, from the last estimate
             def render(self, task) -> Text:
-                return Text("ETA " + _duration(task.fields["eta_at"] - time.monotonic()))
+                eta_at = task.fields["eta_at"]
+                return Text("" if eta_at is None else "ETA " + _duration(eta_at - time.monotonic()))
 
-        self._live = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(),
+        self.target.print(header, markup=False, highlight=False)
+        self._live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), _Eta(),
                               TextColumn("{task.fields[case]}", markup=False),
                               console=self.target, transient=True)
         self._live.__enter__()
-        self._task = self._live.add_task("measuring", total=self.total or 1,
+        self._task = self._live.add_task("measuring", total=max(1, measurements),
                                          eta_at=self.started + self.eta_s(self.started),
-                                         case=self._current())
+                                         case=self.current())
         return self
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(BEAT_POLL_S):
+            self.beat()
+
+    def beat(self) -> None:
+        """A CI log line when nothing was printed for nearly `interval_s` (the heartbeat
+        thread wakes every BEAT_POLL_S, so no gap in the log exceeds `interval_s`)."""
+        with self._lock:
+            now = self.clock()
+            if self.in_ci and now - self.last_line >= self.interval_s - BEAT_POLL_S:
+                self._line(self.status(now), now)
+
+    def compiling(self, done: int, of: int, case_id: str, compiled: int) -> None:
+        """The runner's compile step: `done` of `of` kernel sets ready, `compiled` by numba."""
+        with self._lock:
+            now = self.clock()
+            if done < of:
+                self.compiling_text = (f"compiling kernels (first run only): {done} of {of} "
+                                       f"({case_id})")
+                if self._live is not None:
+                    self._live.update(self._task, description="compiling kernels (first run "
+                                      "only)", completed=done, total=of, eta_at=None, case=case_id)
+                elif self.in_ci and (done == 0 or now - self.last_line >= self.interval_s):
+                    self._line(self.status(now), now)
+                return
+            self.compiling_text = ""
+            self.last_event = now  # the ETA counts measurements only
+            if self.enabled and of:
+                text = (f"{_duration(now - self.started)}: kernels ready ({of} sets; "
+                        f"{plural(compiled, 'kernel')} compiled, the rest from numba's cache)")
+                if self._live is not None:
+                    self._live.update(self._task, description="measuring", completed=0,
+                                      total=max(1, self.eta.total), case=self.current(),
+                                      eta_at=now + self.eta_s(now))
+                    self.target.print(text, markup=False, highlight=False)
+                else:
+                    self._line(text, now)
 
     def new_pass(self, index: int) -> None:
         """With --processes K the runner makes K passes over the cases; rows finish in the last
-        pass (or when they fail), so the passes are what shows progress before that."""
-        if self.processes <= 1 or not self.enabled:
-            return
-        self.pass_label = f"process {index + 1} of {self.processes}: "
-        if self._live is not None:
-            self._live.update(self._task, case=self._current())
-        else:
-            self.target.print(f"{_duration(time.monotonic() - self.started)}: pass "
-                              f"{index + 1} of {self.processes} over the cases", markup=False)
+        pass (or when they fail)."""
+        with self._lock:
+            self.pass_index, self.position = index, 0
+            self.eta.new_pass()
+            if self.processes <= 1 or not self.enabled:
+                return
+            now = self.clock()
+            self.pass_label = f"process {index + 1} of {self.processes}: "
+            if self._live is not None:
+                self._live.update(self._task, case=self.current())
+            else:
+                self._line(f"{_duration(now - self.started)}: pass {index + 1} of "
+                           f"{self.processes} over the cases, ETA {_duration(self.eta_s(now))}", now)
+
+    def measured(self, case_id: str, failed: bool) -> None:
+        """One measurement (one case in one pass) ended."""
+        with self._lock:
+            now = self.clock()
+            self.eta.measured(case_id, now - self.last_event, failed)
+            self.last_event = now
+            if case_id in self.ids:
+                self.position = self.ids.index(case_id) + 1
+            if self._live is not None:
+                self._live.update(self._task, completed=self.eta.done, total=max(1, self.eta.total),
+                                  eta_at=now + self.eta_s(now), case=self.current())
+            elif self.in_ci and (now - self.last_line >= self.interval_s
+                                 or self.eta.done == self.eta.total):
+                self._line(self.status(now), now)
 
     def finished(self, row: dict) -> None:
-        """One case finished (measured, failed or skipped)."""
-        self._finished.add(row.get("case_id", ""))
-        if row.get("status") == "skipped":  # cost nothing, not counted
-            return
-        self.done += 1
-        now = time.monotonic()
-        if self.done > 1:
-            self.durations.append(now - self.last_done)
-        self.last_done = now
-        if self._live is not None:
-            self._live.update(self._task, completed=self.done, eta_at=now + self.eta_s(now),
-                              case=self._current())
-        elif self.enabled and (row.get("status") == "failed" or self.done == self.total
-                               or now - self.last_line >= self.interval_s):
-            self.last_line = now
-            outcome = (format_ns(row["median_ns"]) if row.get("status") == "ok"
-                       else f"{row.get('status')}: {row.get('reason', '')}")
-            self.target.print(f"[{self.done}/{self.total}] {_duration(now - self.started)}, "
-                              f"ETA {_duration(self.eta_s(now))}: {row.get('case_id')} "
-                              f"{outcome}", markup=False)
+        """One case's row is stored (measured, failed or skipped): failures get a line."""
+        with self._lock:
+            if self.in_ci and row.get("status") == "failed":
+                now = self.clock()
+                self._line(f"[{self.eta.done}/{self.eta.total}] {_duration(now - self.started)}: "
+                           f"{row.get('case_id')} failed: {row.get('reason', '')}", now)
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(2)
         if self._live is not None:
             self._live.__exit__(*exc)

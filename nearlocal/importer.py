@@ -14,12 +14,13 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from nearlocal.errors import UsageError
 from nearlocal.harness.stats import summarize
+from nearlocal.lazy import lazy_import
 from nearlocal.results.schema import CASE_COLUMNS
 from nearlocal.results.store import Store
+
+np = lazy_import("numpy")
 
 # Row fields the bench plugin adds to extra_info that are not columns of cases.parquet.
 _NOT_COLUMNS = ("host_id", "rel_ci_half_width")

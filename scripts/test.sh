@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs nearlocal with its test extra (and the Debian packages the browser test needs), then
-# runs ruff and the test suite. Works on a fresh machine; safe to run again.
+# Installs nearlocal with its test extra, then runs ruff and the test suite. Works on a fresh
+# machine; safe to run again.
+#   - As root with apt-get and no chromium: apt-installs Debian's chromium (~100 MB) for the HTML
+#     report's browser test. NEARLOCAL_NO_APT=1 skips that (the browser test is then skipped).
+#   - The test extra pulls nvidia-cuda-nvrtc (~140 MB, no GPU needed) for the NVRTC compile test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "scripts/test.sh: installing chromium with apt-get for the browser test" \
+       "(NEARLOCAL_NO_APT=1 skips this)" >&2
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
     echo "warning: could not install chromium; the HTML report browser test will be skipped" >&2
 fi

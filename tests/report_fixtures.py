@@ -56,10 +56,12 @@ def row(method: str, region: str = "dram", *, attr: str = "wb", size: int = 1638
 
 
 def make_run(root: Path, rows: list[dict], inventory: dict | None = None,
-             run_id: str | None = None) -> Path:
-    store = Store.create(root, {"suite": "test", "inventory": inventory or INVENTORY,
-                                "settings": {"budget_s": 0.1, "target_rel_ci": 0.01}},
-                         run_id=run_id)
+             run_id: str | None = None, meta: dict | None = None) -> Path:
+    inventory = inventory or INVENTORY
+    store = Store.create(root, {"suite": "test", "inventory": inventory,
+                                "host_id": inventory.get("host_id"),
+                                "settings": {"budget_s": 0.1, "target_rel_ci": 0.01},
+                                **(meta or {})}, run_id=run_id)
     for data in rows:
         if data["status"] == "ok":
             ns = np.full(5, data["median_ns"])
@@ -117,6 +119,11 @@ def full_rows(scale: float = 1.0) -> list[dict]:
             family="gpu", params={"layers": "4"}),
         # an unconverged case
         row("memcpy", "dram", size=2**26, median=4e6 * scale, converged=False),
+        # idle latency: local dram and the CPU-less node at the headline ring sizes
+        row("chase", "dram", size=16384, median=1.5 * scale),
+        row("chase", "numa:1", size=16384, median=1.6 * scale),
+        row("chase", "dram", size=2**30, median=280.0 * scale),
+        row("chase", "numa:1", size=2**30, median=560.0 * scale),
     ]
     # B8: CPU (nt-store) faster below 8 KiB, DSA faster from 8 KiB up
     for size, cpu, dsa in ((1024, 100, 900), (4096, 400, 1000), (8192, 1500, 1200),

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from nearlocal import console as console_module
 from nearlocal.cli import _selected_cases, build_parser, main, pattern_list, region_list
-from nearlocal.console import RunProgress, case_table, print_table
+from nearlocal.console import case_table, print_table
 from tests.report_fixtures import make_run, row
 
 TINY = ["--budget", "0.02", "--quiet"]
@@ -136,25 +136,6 @@ def test_a_narrow_terminal_folds_identifiers_but_never_cuts_them(monkeypatch):
                            if line.startswith("│"))
     for case_id in cases["case_id"]:
         assert case_id in first_column  # folded onto several lines, every character kept
-
-
-def test_progress_counts_measured_cases_and_prints_lines_off_a_terminal(monkeypatch):
-    clock = iter(float(t) for t in range(0, 100, 4))
-    monkeypatch.setattr("time.monotonic", lambda: next(clock))
-    buffer = io.StringIO()
-    ids = ["a/skip", "b/one", "c/skip", "d/two", "e/three"]
-    runnable = [False, True, False, True, True]
-    with RunProgress(ids, runnable, 0.5, target=Console(file=buffer), interval_s=3) as progress:
-        assert progress.total == 3 and progress._current() == "b/one"
-        for case_id, run in zip(ids, runnable, strict=True):
-            progress.finished({"case_id": case_id, "status": "ok" if run else "skipped",
-                               "median_ns": 1500.0})
-    lines = buffer.getvalue().splitlines()
-    assert lines[0].startswith("measuring 3 cases (2 skipped")
-    assert lines[1].startswith("[1/3] 4 s, ETA 1 s: b/one 1.50 us")  # the budget: 2 x 0.5 s
-    assert lines[2].startswith("[2/3] 8 s, ETA 4 s: d/two")  # then the pace: 1 x 4 s
-    assert lines[-1].startswith("[3/3]") and len(lines) == 4
-    assert console_module._duration(3725) == "1h02m"
 
 
 def test_a_param_overrides_the_suites_value_and_equal_cases_merge():

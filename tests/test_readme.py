@@ -1,6 +1,7 @@
-"""Every command line the README shows is one the CLI accepts: each parses, every `run` line's
-selection expands to valid cases (region and pattern syntax, method parameters), `kv` lines run,
-and one README line is run for real with the store / show / report commands after it."""
+"""Every command line the README and the pages under docs/ show is one the CLI accepts: each
+parses, every `run` line's selection expands to valid cases (region and pattern syntax, method
+parameters), `kv` lines run, and one line is run for real with the store / show / report
+commands after it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from nearlocal.harness import cases as case_rules
 from nearlocal.hwprobe import probe
 from nearlocal.hwprobe.numa import NumaNode
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The README's first screen links reference pages under docs/: their recipes count the same.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 # Placeholders the README uses for things only the reader's box has.
 PLACEHOLDERS = {"RUN_A": "latest", "RUN_B": "latest", "$STORE": "{out}",
                 '"$GITHUB_STEP_SUMMARY"': "{out}/summary.md"}
@@ -46,7 +50,7 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
-COMMANDS = readme_commands(README.read_text())
+COMMANDS = list(dict.fromkeys(c for page in PAGES for c in readme_commands(page.read_text())))
 
 
 def _argv(command: str, out: Path) -> list[str]:
@@ -58,6 +62,15 @@ def _argv(command: str, out: Path) -> list[str]:
 def test_the_readme_shows_commands():
     assert len(COMMANDS) > 20
     assert any("--region dram,dram:thp,numa:0" in c for c in COMMANDS)
+    first = readme_commands(README.read_text())  # the first screen: probe, run, report, accept
+    assert {"nearlocal probe", "nearlocal run"} <= set(first)
+    assert any(c.startswith("nearlocal accept ") for c in first)
+
+
+def test_every_link_of_the_readme_and_its_pages_exists():
+    for page in PAGES:
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / link).exists(), f"{page.name} links {link}, which is missing"
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,8 @@ def test_crossover_from_data():
 
 def test_sections_in_order(full, cpu_only):
     assert [s.key for s in full.sections] == SECTION_KEYS
-    assert [s.key for s in cpu_only.sections] == SECTION_KEYS
+    # only local dram: no list of cases beside local dram (the first section says so once)
+    assert [s.key for s in cpu_only.sections] == [k for k in SECTION_KEYS if k != "near-cases"]
 
 
 def test_b7_uses_the_pool_shows_ratio_and_reasons(full):
@@ -157,6 +158,7 @@ def test_s2_s3_kv_near_local_failures(full):
     assert s3.rows[0][2] == "layers=4" and s3.rows[0][3].median_ns == 5000
     kv = full.section("b13").table
     assert {r[3] for r in kv.rows} >= {1024, 256}
+    assert not any(r[0] == "chase" for r in kv.rows)  # a ring is no fragment transfer
     variants = {r[6]: r[7].median_ns for r in kv.rows if r[0] == "load" and r[3] == 1024}
     assert variants == {"-": 50000, "qd=16": 40000}  # parameters keep rows apart
     metadata = next(r for r in kv.rows if r[0] == "kv-metadata")
@@ -164,14 +166,13 @@ def test_s2_s3_kv_near_local_failures(full):
     gather = next(r for r in kv.rows if r[0] == "memcpy" and r[2].startswith("kv:qwen"))
     assert gather[7].median_ns == 90000 and gather[8] == pytest.approx(90000 + 800)
     near = full.section("near-cases").table
-    numa = next(r for r in near.rows if r[4] == "numa:1")
+    numa = next(r for r in near.rows if r[4] == "numa:1" and r[0] == "load")
     assert numa[5] == "-" and numa[6].median_ns == 3000 and numa[7] == 1500
     assert numa[8] == pytest.approx(2.0)
     failures = full.section("failures")
     outcomes = {r[0]: r[1] for r in failures.table.rows}
     assert any(v == "failed: worker crashed: SIGBUS" for v in outcomes.values())
-    assert any(k.startswith("memcpy/") and v.startswith("not converged") for k, v in
-               outcomes.items())
+    assert outcomes["memcpy: 1 not converged"].startswith("64MiB; CI of the pooled median ±")
     b12 = full.section("b12").table
     pool_gpu = next(r for r in b12.rows if r[0] == "cuda-memcpy" and "devdax" in r[1])
     assert pool_gpu[4] is not None  # compared with the 26 GB/s cap
@@ -205,7 +206,8 @@ def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
 
 def test_cpu_only_run_renders_every_section(cpu_only, tmp_path):
     absent = {s.key for s in cpu_only.sections if s.absent}
-    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3", "near", "near-cases"} <= absent
+    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3"} <= absent
+    assert "near" not in absent  # its lead says once that only local DRAM was measured
     assert "dsa-memmove" in cpu_only.section("b8").absent
     assert "idxd driver is not loaded" in cpu_only.section("b8").absent
     assert any("no pool region measured" in n for n in cpu_only.section("b7").notes)
@@ -248,8 +250,8 @@ def test_an_empty_run_still_renders_every_section(tmp_path):
     from nearlocal.results.store import Store
 
     report = build_report([load(Store.create(tmp_path, {"suite": "quick"}).finish())])
-    assert [s.key for s in report.sections] == SECTION_KEYS
-    assert report.section("b8").absent and report.section("near").absent
+    assert [s.key for s in report.sections] == [k for k in SECTION_KEYS if k != "near-cases"]
+    assert report.section("b8").absent and not report.section("near").table
     assert _row(report.section("b7").table, "B7a")[3].reason == "no nt-store wb 16KiB row in " \
         "this run"
     assert "<section" in report_html(report)
@@ -302,32 +304,82 @@ def test_near_local_compares_with_dram_at_the_same_attribute(tmp_path):
 def test_the_report_opens_with_how_near_local_is(full, cpu_only):
     near = full.sections[0]
     assert near.key == "near" and near.title == "How near is local"
-    (lead,) = near.lead
-    assert lead.startswith("devdax:/dev/dax0.0, a CXL pool (device-dax), takes 4.82× local "
-                           "DRAM's time in the one case measured on both (nt-store write, 16KiB)")
-    assert "numa:1, a CPU-less NUMA node (CXL in system-ram mode), takes 2.00×" in lead
-    assert "64 KiB by cuda-memcpy from devdax:/dev/dax0.0 takes 1.14× the time from pinned" in lead
-    assert "1 failed" in lead and "no provider on this box can map uncacheable memory (1)" in lead
+    pool, numa, gpu, outcome = near.lead
+    assert pool == ("devdax:/dev/dax0.0, a CXL pool (device-dax): latency vs local DRAM 16KiB "
+                    "not measured, 1GiB not measured; bandwidth 0.21× (nt-store 16KiB: 3.4 vs "
+                    "16.4 GB/s).")
+    assert numa == ("numa:1, a CPU-less NUMA node (CXL in system-ram mode): latency vs local "
+                    "DRAM 16KiB 1.07× (1.6 ns vs 1.5 ns per load), 1GiB 2.00× (560.0 ns vs "
+                    "280.0 ns per load); bandwidth 0.50× (load 64KiB: 21.8 vs 43.7 GB/s).")
+    assert "64 KiB by cuda-memcpy from devdax:/dev/dax0.0 takes 1.14× the time from pinned" in gpu
+    assert "1 failed" in outcome and "no provider on this box can map uncacheable memory (1)" \
+        in outcome
     rows = {(r[0], r[2]): r for r in near.table.rows}
     assert rows[("devdax:/dev/dax0.0", "write")][3:7] == [1, pytest.approx(4.82),
                                                           pytest.approx(4.82), pytest.approx(4.82)]
     assert rows[("numa:1", "read")][4] == pytest.approx(2.0)
-    assert [r[0] for r in near.table.rows] == ["devdax:/dev/dax0.0", "numa:1"]  # pool first
-    (plain,) = cpu_only.sections[0].lead
-    assert "cannot say how near a pool is" in plain and "--region numa:N" in plain
-    assert "No GPU path was measured" not in plain or "(" in plain
+    assert [r[0] for r in near.table.rows][:2] == ["devdax:/dev/dax0.0", "numa:1"]  # pool first
+    only, _ = cpu_only.sections[0].lead  # a box with only local DRAM says so, once
+    assert only.startswith("Only local DRAM was measured: this box has 1 NUMA node and no "
+                           "device-dax pool")
+    html = report_html(cpu_only)
+    assert html.count("Only local DRAM was measured") == 1
+    assert html.count('class="absent"') == len([s for s in cpu_only.sections if s.absent])
     html = report_html(full)
     assert html.index('<div class="verdict">') < html.index('<section id="runs">')
-    assert html.index("takes 4.82× local") < html.index('<section id="b7">')
+    assert html.index("bandwidth 0.21×") < html.index('<section id="b7">')
+
+
+def test_idle_latency_does_not_compare_local_dram_with_itself(full, tmp_path):
+    idle = full.section("idle").table
+    local = [r for r in idle.rows if r[1] == "dram"]
+    assert local and all(cell is None for r in local for cell in r[5:])
+    numa = next(r for r in idle.rows if r[1] == "numa:1" and r[0] == 2**30)
+    assert numa[6] == pytest.approx(2.0)
+    rows = [row("chase", "dram", size=s, median=m) for s, m in ((16384, 1.5), (2**30, 280.0))]
+    alone = build_report([load(make_run(tmp_path, rows, CPU_ONLY_INVENTORY))]).section("idle")
+    assert [c.name for c in alone.table.columns] == ["ring", "region", "what", "pages",
+                                                     "ns per load (p10–p90)"]
+
+
+def test_b7_sets_no_paper_ratio_beside_memory_that_is_not_a_pool(cpu_only):
+    nt = _row(cpu_only.section("b7").table, "B7a")
+    assert isinstance(nt[4], NoValue) and nt[4].reason == "local DRAM, not a pool"
 
 
 def test_shm_only_runs_say_no_pool_was_measured(tmp_path):
     rows = [row("load", "dram", size=4096 * k, median=100.0 * k) for k in (1, 2, 4)]
     rows += [row("load", "shm:x", size=4096 * k, median=110.0 * k) for k in (1, 2, 4)]
     lead = build_report([load(make_run(tmp_path, rows))]).sections[0].lead[0]
-    assert lead.startswith("shm:x, a shared mapping, takes 1.10× local DRAM's time at the median "
-                           "of 3 cases measured on both (1.10× – 1.10×; reads 1.10×)")
-    assert "No CXL pool" in lead
+    assert lead.startswith("Only local DRAM was measured: the run measured no other region")
+
+
+def test_acceptance_verdicts_of_the_host_follow_the_region_lines(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('title = "t"\n'
+                    '[[requirement]]\nname = "load 16 KiB within 1 us"\n'
+                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1us"\n'
+                    '[[requirement]]\nname = "load 16 KiB within 1 ns"\n'
+                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1ns"\n')
+    store = tmp_path / "store"
+    make_run(store, [row("load", "dram", median=500.0)], run_id="20260101T000000-acc",
+             meta={"suite": "accept:spec.toml", "spec": str(spec)})
+    run = load(make_run(store, cpu_only_rows(), CPU_ONLY_INVENTORY | {"host_id": "abc123"},
+                        run_id="20260102T000000-run"))
+    lead = build_report([run]).sections[0].lead
+    assert lead[0].startswith("Only local DRAM was measured")
+    assert lead[1].startswith("FAIL: spec.toml, 1 of 2 requirements failed (run "
+                              "20260101T000000-acc): load 16 KiB within 1 ns (measured 500.0 ns")
+    other_host = load(make_run(tmp_path / "other", cpu_only_rows(),
+                               CPU_ONLY_INVENTORY | {"host_id": "zzz"}))
+    assert not any("FAIL" in line for line in build_report([other_host]).sections[0].lead)
+
+
+def test_a_median_below_the_clock_step_is_no_figure():
+    from nearlocal.report.fmt import _time
+
+    assert _time(Stat(3.0, 0.4, 12.0, True, 10.0)) == "<10 ns (<10–12.0)"
+    assert _time(Stat(30.0, 20.0, 40.0)) == "30.0 ns (20.0–40.0)"
 
 
 def test_rows_without_a_number_fold_into_one_line_per_reason(tmp_path):

@@ -85,4 +85,67 @@ def test_the_top_of_the_page_answers_how_near_local_is(tmp_path):
     assert 0 < layout["verdict"] < layout["viewport"] / 2  # the verdict is on the first screen
     assert layout["verdict"] < layout["b7"]
     assert layout["scrollWidth"] <= layout["width"]  # nothing pushes the page sideways
-    assert "takes 4.82× local DRAM's time" in dom.stdout
+    assert "latency vs local DRAM 16KiB 1.07×" in dom.stdout
+
+
+# Reads the laid-out page: the first text under <main>, and per plot the (fill colour, marker
+# shape) of every data series matplotlib drew in the axes (legend entries left out).
+_SERIES_PROBE = """<script>
+const first = document.querySelector("main section p");
+const plots = [...document.querySelectorAll("figure.plot svg")].map((svg) => {
+  const drawn = [];
+  svg.querySelectorAll('g[id*="line2d"]').forEach((g) => {
+    if (g.closest('g[id*="legend"], g[id*="tick"]')) return;  // legend entries, axis ticks
+    const use = g.querySelector("use");
+    if (!use) return;  // a reference line: no markers
+    const ref = (use.getAttribute("xlink:href") || use.getAttribute("href")).slice(1);
+    drawn.push([getComputedStyle(use).fill, document.getElementById(ref).getAttribute("d")]);
+  });
+  return drawn;
+});
+document.body.dataset.series = JSON.stringify({
+  first: first ? first.textContent : "", firstInVerdict: !!(first && first.closest(".verdict")),
+  absentInFirst: document.querySelectorAll("main section:first-of-type .absent").length,
+  plots});
+</script>"""
+
+
+def _rendered(tmp_path, report) -> dict:
+    import html as html_module
+    import json
+    import re
+
+    page = write_html(report, tmp_path / "report.html")
+    probe = tmp_path / "series.html"
+    probe.write_text(page.read_text().replace("</body>", _SERIES_PROBE + "</body>"))
+    dom = _chromium(tmp_path, "--window-size=1280,900", "--dump-dom", probe.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-series="([^"]+)"', dom.stdout)
+    assert found, dom.stdout[:2000]
+    return json.loads(html_module.unescape(found.group(1)))
+
+
+def test_the_verdict_comes_first_and_no_two_series_look_alike(tmp_path):
+    from tests.report_fixtures import row
+
+    rows = full_rows()  # nine CPU methods over sizes: a ninth series once shared blue circles
+    methods = ["load", "store", "nt-store", "nt-copy", "nt-load", "clflush-load",
+               "clflushopt-load", "store-clwb", "memcpy", "movdir64b"]
+    rows += [row(m, "dram", size=s, median=s / (10 + i)) for i, m in enumerate(methods)
+             for s in (4096, 65536, 2**20)]
+    layout = _rendered(tmp_path, build_report([load(make_run(tmp_path / "store", rows))]))
+    assert layout["firstInVerdict"] and layout["absentInFirst"] == 0
+    assert layout["first"].startswith("devdax:/dev/dax0.0, a CXL pool (device-dax): latency")
+    drawn = [plot for plot in layout["plots"] if plot]
+    assert drawn and max(len(plot) for plot in drawn) >= 10
+    for plot in drawn:
+        assert len(set(map(tuple, plot))) == len(plot), plot  # colour + marker: one per series
+
+
+def test_a_box_with_only_local_dram_says_so_once_first(tmp_path):
+    from tests.report_fixtures import CPU_ONLY_INVENTORY, cpu_only_rows
+
+    run = load(make_run(tmp_path / "store", cpu_only_rows(), CPU_ONLY_INVENTORY))
+    layout = _rendered(tmp_path, build_report([run]))
+    assert layout["firstInVerdict"] and layout["absentInFirst"] == 0
+    assert layout["first"].startswith("Only local DRAM was measured: this box has 1 NUMA node")

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
+from nearlocal.lazy import lazy_import
+
+np = lazy_import("numpy")
+
 
 if TYPE_CHECKING:
     from nearlocal.harness.cases import Case

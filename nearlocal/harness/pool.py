@@ -45,14 +45,15 @@ def pool_regions(inventory: HostInventory, local_node: LocalNode = _here) -> lis
     return [*daxes, *(f"numa:{n.node}" for n in nodes)]
 
 
-def pool_note(inventory: HostInventory, local_node: LocalNode = _here) -> str:
-    """One line on what the default run compares local memory with."""
+def pool_note(inventory: HostInventory, local_node: LocalNode = _here, suite: str = "quick") -> str:
+    """One line on what a run of `suite` compares local memory with."""
     regions = pool_regions(inventory, local_node)
     if not regions:
         nodes = len(inventory.numa)
-        return (f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax "
-                "pool: quick measures local memory only (nothing to compare it with)")
-    return "quick also measures non-local memory: " + ", ".join(regions)
+        found = f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax pool"
+        return (f"{found}: quick measures local memory only (nothing to compare it with)"
+                if suite == "quick" else f"{found}: no non-local memory to compare local memory with")
+    return f"{suite} also measures non-local memory: " + ", ".join(regions)
 
 
 def _inventory() -> HostInventory:

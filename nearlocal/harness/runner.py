@@ -88,12 +88,20 @@ class Runner:
 
     def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
                  on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,
-                 processes: int = 1, on_pass: Callable[[int], None] | None = None):
+                 processes: int = 1, on_pass: Callable[[int], None] | None = None,
+                 on_measured: Callable[[str, bool], None] | None = None,
+                 on_compile: Callable[[int, int, str, int], None] | None = None,
+                 compile_first: bool = False):
         self.inventory = inventory
         self.settings = settings
         self.store = store
         self.on_case = on_case or (lambda row: None)
         self.on_pass = on_pass or (lambda index: None)  # called as each pass over the cases starts
+        # (case id, failed) after every measurement of every pass: what progress counts
+        self.on_measured = on_measured or (lambda case_id, failed: None)
+        # (done, of, case id, kernels compiled so far) around each step of compile_kernels
+        self.on_compile = on_compile or (lambda done, of, case_id, compiled: None)
+        self.compile_first = compile_first
         self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
         self.processes = max(1, int(processes))
         self._context = multiprocessing.get_context("spawn")
@@ -158,29 +166,57 @@ class Runner:
             how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
         return {"status": "failed", "reason": f"worker crashed: {how}"}
 
-    def _measure(self, case: Case) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    def _ask(self, case: Case, message) -> tuple | dict:
+        """One request to the worker about `case`: its reply, or a failed row when the worker
+        crashed or ran past the case timeout."""
         if self._worker is None:
             self._worker = self._start_worker()
         worker = self._worker
-        overhead_ns = worker.overhead_ticks * 1e9 / self.settings.tsc_hz
         self._creating = files_to_create(case)
-        worker.conn.send(case.to_dict())
+        worker.conn.send(message)
         deadline = time.monotonic() + self.case_timeout_s
         while not worker.conn.poll(0.05):
             if not worker.process.is_alive():
-                return self._crashed(worker), None, None
+                return self._crashed(worker)
             if time.monotonic() > deadline:
                 worker.process.kill()
                 worker.process.join()
                 self._worker = None
                 self._remove_leftovers()
-                return {"status": "failed",
-                        "reason": f"timed out after {self.case_timeout_s:.0f} s"}, None, None
+                return {"status": "failed", "reason": f"timed out after {self.case_timeout_s:.0f} s"}
         try:
             message = worker.conn.recv()
         except EOFError:
-            return self._crashed(worker), None, None
+            return self._crashed(worker)
         self._creating = []
+        return message
+
+    def compile_kernels(self, cases: list[Case]) -> None:
+        """A step of its own before the first pass: one sample of the smallest case of each
+        method and parameter set, so numba compiles (or loads from its cache) the kernels the
+        run needs while progress says so, in the worker the first pass then uses. A case that
+        fails here is left to its own measurement to report."""
+        smallest: dict[tuple, tuple[int, Case]] = {}
+        for case in cases:
+            size = parse_pattern(case.pattern).total_bytes
+            key = (case.method, case.params)
+            if key not in smallest or size < smallest[key][0]:
+                smallest[key] = (size, case)
+        chosen = [case for _, case in smallest.values()]
+        compiled = 0
+        for done, case in enumerate(chosen):
+            self.on_compile(done, len(chosen), case.id, compiled)
+            reply = self._ask(case, ("compile", case.to_dict()))
+            if isinstance(reply, tuple) and reply[0] == "compiled":
+                compiled += int(reply[1])
+        self.on_compile(len(chosen), len(chosen), "", compiled)
+
+    def _measure(self, case: Case) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+        message = self._ask(case, case.to_dict())
+        if isinstance(message, dict):  # crashed or timed out
+            return message, None, None
+        worker = self._worker
+        overhead_ns = worker.overhead_ticks * 1e9 / self.settings.tsc_hz
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
@@ -213,14 +249,17 @@ class Runner:
             self.on_case(row)
 
         try:
+            reasons = [case_rules.unavailable(case, self.inventory, self.settings.allow_write)
+                       for case in cases]
+            if self.compile_first:
+                self.compile_kernels([c for c, r in zip(cases, reasons, strict=True) if not r])
             for process in range(self.processes):
                 self.on_pass(process)
                 last = process == self.processes - 1
                 for index, case in enumerate(cases):
                     if process == 0:
                         row = describe(case)
-                        reason = case_rules.unavailable(case, self.inventory,
-                                                        self.settings.allow_write)
+                        reason = reasons[index]
                         if reason:
                             row.update(status="skipped", reason=reason)
                             finish(index, row, [])
@@ -230,6 +269,7 @@ class Runner:
                         continue  # skipped, or failed in an earlier process
                     row, results = pending[index]
                     result, raw, ns = self._measure(case)
+                    self.on_measured(case.id, result["status"] != "ok")
                     if result["status"] != "ok":
                         if self.processes > 1:
                             result["reason"] += f" (process {process + 1} of {self.processes})"
@@ -266,6 +306,7 @@ def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int
     resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
     return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(results),
             "converged": all(bool(r.get("converged")) for r in rows),
+            "processes_converged": sum(bool(r.get("converged")) for r in rows),
             "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
             "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
             "clock_resolution_ns": max(resolutions) if resolutions else None}

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import stats as scipy_stats
+from nearlocal.lazy import lazy_import
+
+np = lazy_import("numpy")
+scipy_stats = lazy_import("scipy.stats")
+
 
 
 def median_ci(sorted_ns: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:

@@ -278,9 +278,9 @@ class ThreadedSession:
 def threaded(method: Method) -> Method:
     """The method with `threads` / `cpus` parameters: one thread keeps its own session; more
     (or named CPUs) run ThreadedSession. Methods without a body are returned unchanged."""
-    from nearlocal.kernels.parallel import BODIES
+    from nearlocal.kernels.thread_forms import THREAD_FORMS
 
-    if method.name not in BODIES:
+    if method.name not in THREAD_FORMS:
         return method
     single, own_check = method.open_session, method.check_params
 
@@ -321,8 +321,8 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None) -> lis
             choose_cpus(case.region, case.param_dict.get("threads", "all"),
                         case.param_dict.get("cpus", ""))
     if not kept:
-        from nearlocal.kernels.parallel import BODIES
+        from nearlocal.kernels.thread_forms import THREAD_FORMS
 
         raise UsageError("--threads / --cpus: none of the selected methods has a multi-thread "
-                         f"form (those that do: {', '.join([*BODIES, 'loaded-chase'])})")
+                         f"form (those that do: {', '.join([*THREAD_FORMS, 'loaded-chase'])})")
     return list(dict.fromkeys(kept))

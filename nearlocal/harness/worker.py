@@ -108,6 +108,28 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
     return np.concatenate(raws), ns_all, time.perf_counter() - start, rule.converged(ns_all)
 
 
+def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float) -> tuple[int, float]:
+    """Open the case and take one sample: numba compiles (or loads from its cache) the kernels
+    its measurement will use. Returns the kernels numba really compiled and the seconds taken."""
+    from numba.core import event
+
+    class Counter(event.Listener):  # top-level compilations only (a kernel compiles its callees)
+        count, depth = 0, 0
+
+        def on_start(self, ev) -> None:
+            self.count += self.depth == 0
+            self.depth += 1
+
+        def on_end(self, ev) -> None:
+            self.depth -= 1
+
+    counter, start = Counter(), time.perf_counter()
+    with event.install_listener("numba:compile", counter), \
+            open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
+        opened.session.sample(1)
+    return counter.count, time.perf_counter() - start
+
+
 def worker_main(conn, settings: WorkerSettings) -> None:
     import signal
 
@@ -129,9 +151,11 @@ def worker_main(conn, settings: WorkerSettings) -> None:
             return
         if message is None:
             return
-        case = Case.from_dict(message)
+        compile_only = isinstance(message, tuple) and message[0] == "compile"
+        case = Case.from_dict(message[1] if compile_only else message)
         try:
-            reply = ("ok", *measure(case, settings, overhead))
+            reply = (("compiled", *compile_case(case, settings, overhead)) if compile_only
+                     else ("ok", *measure(case, settings, overhead)))
         except UsageError as exc:
             reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run

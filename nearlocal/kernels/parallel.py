@@ -18,6 +18,7 @@ from numba.extending import intrinsic
 
 from nearlocal.kernels import cpu
 from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
+from nearlocal.kernels.thread_forms import THREAD_FORMS
 from nearlocal.rpc.sync import load_acquire, store_release
 
 
@@ -63,15 +64,7 @@ class Body:
     timed: str  # what one thread's timed interval contains
 
 
-_TIMED = {  # the methods with a multi-thread form (issue 14): reads?, warm?, what a thread times
-    "load": (True, True, "64-byte vector loads of the thread's share, warm"),
-    "store": (False, False, "64-byte vector stores to the thread's share, then mfence"),
-    "nt-store": (False, False, "nontemporal stores to the thread's share, then sfence"),
-    "nt-copy": (False, True, "loads (warm) and nontemporal stores of the thread's share, "
-                             "then sfence"),
-    "memcpy": (False, True, "libc memcpy of the thread's share (source warm), then mfence"),
-}
-BODIES: dict[str, Body] = {name: Body(cpu.PASSES[name], *spec) for name, spec in _TIMED.items()}
+BODIES: dict[str, Body] = {name: Body(cpu.PASSES[name], *spec) for name, spec in THREAD_FORMS.items()}
 assert all(b.warm for b in BODIES.values() if b.reads)  # a reader's kernel warms with its xor
 
 _threaded: dict[str, Callable] = {}

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
+
+np = lazy_import("numpy")
 
 if TYPE_CHECKING:
     from nearlocal.hwprobe import HostInventory

@@ -53,14 +53,15 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-from scipy import stats as scipy_stats
-from scipy.optimize import brentq
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.results.store import RunData, load, require_store
 from nearlocal.units import format_ns, non_negative_int
+
+np = lazy_import("numpy")
+pd = lazy_import("pandas")
+scipy_stats = lazy_import("scipy.stats")
+scipy_optimize = lazy_import("scipy.optimize")
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
@@ -507,7 +508,7 @@ def _excess_noise(logs: np.ndarray, se: np.ndarray, coarse: np.ndarray, df: floa
     high = float(diffs.max()) + 1e-12
     while excess_scatter(high) > 0:  # the root can lie past the largest difference when the
         high *= 2  # t quantile is below 1/sqrt(2) and most differences are near the largest
-    return float(brentq(excess_scatter, 0.0, high, xtol=1e-6))
+    return float(scipy_optimize.brentq(excess_scatter, 0.0, high, xtol=1e-6))
 
 
 def _coarse_clock(c: CaseComparison) -> bool:

@@ -13,10 +13,19 @@ _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns"))
 
 
 def _time(stat: Stat) -> str:
-    scale, unit = next(((s, u) for s, u in _UNITS if stat.median_ns >= s), (1.0, "ns"))
+    """`4.82 us (4.34–5.78)`; a figure below the clock's step reads `<10` (the clock cannot
+    tell it from zero: 0.4 ns on a 10 ns TSC is no figure)."""
+    shown = max(stat.median_ns, stat.clock_step_ns or 0.0)
+    scale, unit = next(((s, u) for s, u in _UNITS if shown >= s), (1.0, "ns"))
     digits = 1 if unit == "ns" else 2
-    text = (f"{stat.median_ns / scale:.{digits}f} {unit} ({stat.p10_ns / scale:.{digits}f}–"
-            f"{stat.p90_ns / scale:.{digits}f})")
+    step = stat.clock_step_ns
+
+    def value(ns: float) -> str:
+        if step and ns < step:
+            return f"<{step / scale:.3g}"
+        return f"{ns / scale:.{digits}f}"
+
+    text = f"{value(stat.median_ns)} {unit} ({value(stat.p10_ns)}–{value(stat.p90_ns)})"
     return text if stat.converged else f"{text} {NOT_CONVERGED}"
 
 

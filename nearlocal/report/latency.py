@@ -37,6 +37,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                       "MLC's idle latency): ns per load by ring size, each region beside local "
                       "dram at the same size; the page size says whether TLB misses are in it.")
     per_run = []
+    others = any((_chase(df, "chase")["region"] != "dram").any() for df in frames)
     for df in frames:
         rows = _chase(df, "chase")
         local = rows[rows["ok"] & (rows["region"] == "dram")].drop_duplicates("size_bytes")
@@ -49,6 +50,9 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
             median = float(row["median_ns"]) if ok else None
             key = (int(row["size_bytes"]), rank, row["region"], what,
                    str(_info(row).get("page_size", "-")))
+            if row["region"] == "dram":  # local dram is the reference, not compared with itself
+                cells[key] = [stat_of(row), None, None, None]
+                continue
             cells[key] = [stat_of(row),
                           float(base) if base is not None else NoValue("no local chase"),
                           median / float(base) if ok and base else None,
@@ -60,10 +64,14 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
         section.absent = ("The run has no chase rows (nearlocal run --method chase, or the "
                           "quick / mlc suites).")
         return section
+    values = [Column("ns per load (p10–p90)", "time"), Column("local dram", "time"),
+              Column("÷ local", "ratio"), Column("+ over local", "time")]
+    if not others:  # only local dram: its latency by ring size, nothing to compare it with
+        per_run = [{key: cells[:1] for key, cells in run_cells.items()} for run_cells in per_run]
+        values = values[:1]  # (the report's first section says once that nothing else was)
     section.table = keyed_table(
         [Column("ring", "size"), Column("region"), Column("what"), Column("pages")],
-        [Column("ns per load (p10–p90)", "time"), Column("local dram", "time"),
-         Column("÷ local", "ratio"), Column("+ over local", "time")], runs, per_run)
+        values, runs, per_run)
     section.plots.append(idle_plot(runs, frames))
     return section
 

@@ -23,8 +23,24 @@ PAPER_COLOR = "#111111"
 # every series up to 72 has its own colour + marker pair, and neighbours differ in both.
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442",
           "#882255")  # the last is Paul Tol's wine, for an eighth series (black is the papers')
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", "h")
+# Nine shapes that do not pass for one another at 4.5 pt (a hexagon did for a circle: the 9th
+# series, memcpy, read as a second blue circle beside load).
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+MARKER_NAMES = {"o": "circle", "s": "square", "^": "triangle up", "D": "diamond",
+                "v": "triangle down", "P": "plus", "X": "cross", "<": "triangle left",
+                ">": "triangle right"}
 REF_LINE_COLOR = "#777777"
+# Reference lines (the papers' figures, crossovers) get a dash pattern each and a legend entry:
+# labels written on the plot overlapped where two figures lie close (B12's 22.5 and 26 GB/s).
+REF_DASHES = ((0, (4, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)), (0, (2, 4)), (0, (8, 3)),
+              (0, (3, 1, 1, 1, 1, 1)))
+
+
+def series_styles(plot: PlotData) -> list[tuple[str, str, str]]:
+    """(label, colour, marker) of each series as drawn: no two share both colour and marker up
+    to len(COLORS) x len(MARKERS) series, and neighbours differ in both."""
+    return [(s.label, COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)])
+            for i, s in enumerate(plot.series)]
 
 
 def _size_ticks(low: float, high: float) -> list[float]:
@@ -40,10 +56,10 @@ def draw(plot: PlotData) -> Figure:
     figure.subplots_adjust(left=0.07, right=0.66, bottom=0.11, top=0.93)  # legend on the right
     FigureCanvasAgg(figure)  # the Agg canvas: no pyplot, no display, no global state
     ax = figure.add_subplot()
-    for index, series in enumerate(plot.series):
+    for series, (_, color, marker) in zip(plot.series, series_styles(plot), strict=True):
         style = LINE_STYLES[series.run % len(LINE_STYLES)] if plot.connect else "none"
-        ax.plot(series.x, series.y, label=series.label, color=COLORS[index % len(COLORS)],
-                linestyle=style, marker=MARKERS[index % len(MARKERS)],
+        ax.plot(series.x, series.y, label=series.label, color=color,
+                linestyle=style, marker=marker,
                 markersize=4.5 if plot.connect else 6, markeredgecolor="#333333",
                 markeredgewidth=0.4, linewidth=1.4, alpha=0.95)
     by_x: dict[float, list] = {}
@@ -58,18 +74,10 @@ def draw(plot: PlotData) -> Figure:
                         va="center", fontsize=7, color=PAPER_COLOR, zorder=6,
                         bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
                               "alpha": 0.8})
-    for index, line in enumerate(sorted(plot.lines, key=lambda line: line.value)):
+    for index, line in enumerate(sorted(plot.lines, key=lambda line: -line.value)):
         draw_line = ax.axhline if line.axis == "y" else ax.axvline
-        draw_line(line.value, color=REF_LINE_COLOR, linestyle=(0, (4, 3)), linewidth=0.9)
-        if line.axis == "y":  # neighbouring labels step along the line so they do not overlap
-            ax.annotate(line.label, (0.01 + 0.24 * (index % 4), line.value),
-                        xycoords=("axes fraction", "data"), fontsize=7, color="#555555",
-                        va="bottom", bbox={"boxstyle": "round,pad=0.1", "fc": "white",
-                                           "ec": "none", "alpha": 0.7})
-        else:  # vertical: neighbouring labels alternate between the top and the middle
-            ax.annotate(line.label, (line.value, 0.99 if index % 2 == 0 else 0.5),
-                        xycoords=("data", "axes fraction"), fontsize=7, color="#555555",
-                        rotation=90, ha="right", va="top")
+        draw_line(line.value, color=REF_LINE_COLOR, linestyle=REF_DASHES[index % len(REF_DASHES)],
+                  linewidth=1.0, label=line.label)  # named in the legend, never on the plot
     if not plot.linear:
         ax.set_xscale("log", base=2 if plot.x_is_size else 10)
         ax.set_yscale("log")
@@ -115,7 +123,8 @@ def caption(plot: PlotData) -> str:
             kinds.append("the papers' figures (as reported)")
         if any("crossover" in line.label for line in plot.lines):
             kinds.append("crossovers found from this box's medians")
-        parts.append("grey dashed lines are labelled " + " and ".join(kinds))
+        parts.append("grey dashed lines (each its own dash, named in the legend) are "
+                     + " and ".join(kinds))
     if not plot.series:
         parts.append("no measured series")
     return "; ".join(parts) + "."

@@ -97,7 +97,8 @@ def _section(section: Section) -> str:
     if section.lead:
         parts.append('<div class="verdict">' + "".join(f"<p>{escape(p)}</p>"
                                                       for p in section.lead) + "</div>")
-    parts.append(f'<p class="intro">{escape(section.intro)}</p>')
+    if section.intro:
+        parts.append(f'<p class="intro">{escape(section.intro)}</p>')
     if section.refs:
         items = "".join(
             f'<li><span class="id">{escape(r.id)}</span> {escape(r.what)}: '

@@ -26,7 +26,7 @@ def table_markdown(table: Table) -> str:
 def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> str:
     parts = [f"## {section.title}", ""]
     parts += [f"**{lead}**\n" for lead in section.lead]
-    parts += [section.intro, ""]
+    parts += [section.intro, ""] if section.intro else []
     for ref in section.refs:
         parts.append(f"- **{ref.id}** ({ref.citation}): {_escape(ref.what)} — "
                      f"**{_escape(ref.text)}**")

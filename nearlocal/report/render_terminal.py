@@ -28,7 +28,8 @@ def print_section(section: Section, console: Console) -> None:
     console.rule(f"[bold]{escape(section.title)}", align="left")
     for lead in section.lead:
         console.print(f"[bold]{escape(lead)}[/]")
-    console.print(f"[dim]{escape(section.intro)}[/]")
+    if section.intro:
+        console.print(f"[dim]{escape(section.intro)}[/]")
     for ref in section.refs:
         console.print(f"  [cyan]{ref.id}[/] {escape(ref.what)}: [bold]{escape(ref.text)}[/] "
                       f"[dim]({escape(ref.citation)})[/]")

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -30,6 +31,7 @@ class Stat:
     p10_ns: float
     p90_ns: float
     converged: bool = True
+    clock_step_ns: float | None = None  # the clock's resolution: figures below it are not figures
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
 RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
 # Rows that time something other than moving their pattern's bytes: no bandwidth, no size plots.
 NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata", "chase", "loaded-chase")
+SHARED_CLASS = 3  # shm: / file: mappings: this box's own DRAM; lower ranks are other memory
 LOCAL_CLASS = 9
 GPU_CLASS = 10
 
@@ -181,7 +184,7 @@ def region_class(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> tu
             return 1, "CPU-less NUMA node (CXL in system-ram mode)"
         return 2, "NUMA node"
     if kind in ("file", "shm"):
-        return 3, "shared mapping"
+        return SHARED_CLASS, "shared mapping"
     if kind in ("dram", "pinned"):
         return LOCAL_CLASS, "local DRAM"
     if kind == "gpu":
@@ -261,7 +264,23 @@ def stat_of(row) -> Stat | NoValue:
         return NoValue(f"{row['status']}: {row['reason']}" if row["reason"] else row["status"])
     converged = row.get("converged")
     return Stat(float(row["median_ns"]), float(row["p10_ns"]), float(row["p90_ns"]),
-                bool(converged) if converged is not None and converged == converged else True)
+                bool(converged) if converged is not None and converged == converged else True,
+                _clock_step(row))
+
+
+def _clock_step(row) -> float | None:
+    """The smallest step this row's figures can move by: the clock's resolution over the
+    operations one sample is divided by (a chase sample is 4096 loads). Unknown for a row that
+    times several operations per sample but does not say how many."""
+    step = pd.to_numeric(row.get("clock_resolution_ns"), errors="coerce")
+    ops = pd.to_numeric(row.get("ops_per_sample"), errors="coerce")
+    if not (step == step and step and step > 0):
+        return None
+    if not (ops == ops and ops and ops >= 1):
+        if row.get("method") in NOT_TRANSFERS:  # per operation, count not stored
+            return None
+        ops = 1
+    return float(step) / float(ops)
 
 
 def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank", "n_params")) -> pd.Series | None:
@@ -400,8 +419,10 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             stat = stat_of(row)
             if row["ok"]:
                 used.add(row["region"])
-            cells[key] = [stat, _ratio(_ns(stat), paper.ns()), _with_attr(row["region"],
-                                                                           row["attr"])]
+            # the paper's figure is its pool's: local memory set beside it would read as a pool
+            versus = (_ratio(_ns(stat), paper.ns()) if row["rank"] < SHARED_CLASS or not row["ok"]
+                      else NoValue(f"{row['region_what']}, not a pool"))
+            cells[key] = [stat, versus, _with_attr(row["region"], row["attr"])]
         per_run.append(cells)
         pools = sorted({r for r in used if region_class(r)[0] < LOCAL_CLASS})
         name = f"run {run.label}" if len(runs) > 1 else "this run"
@@ -409,7 +430,8 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             section.notes.append(f"{name}: rows measured on {', '.join(pools)}")
         elif used:
             section.notes.append(f"{name}: no pool region measured; the rows use "
-                                 f"{', '.join(sorted(used))} (local DRAM)")
+                                 f"{', '.join(sorted(used))}, which is not a pool, so they "
+                                 "get no × paper")
     section.table = keyed_table(
         [Column("ID"), Column("case"), Column("paper")],
         [Column("median (p10–p90)", "time"), Column("× paper", "ratio"), Column("region")],
@@ -657,7 +679,10 @@ def section_b12(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
 
 
 def _kv_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return df[~df["contiguous"] & ~df["method"].isin((*RPC_METHODS, "layer-stream"))]
+    """Fragmented transfers and the kv-metadata phase: rows with many fragments or a kind:
+    pattern (a chase ring is one contiguous pattern that is no transfer: not a fragment list)."""
+    fragmented = (df["fragment_count"] > 1) | df["pattern"].str.contains(":", regex=False)
+    return df[fragmented & ~df["method"].isin((*RPC_METHODS, "layer-stream"))]
 
 
 def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
@@ -850,43 +875,151 @@ def _short_reason(reason: str) -> str:
     return head or str(reason)
 
 
-def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
-    """One paragraph: how near the measured regions are to local DRAM, what the run could not
-    measure and why, and how much of it is trustworthy."""
-    parts = []
+LATENCY_RINGS = (16 * 1024, 1024**3)  # the headline's idle latencies: in L1, and in memory
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One non-local region against local DRAM, as the report's first lines state it: idle
+    latency (chase, ns per load) at the headline ring sizes and bandwidth at the largest size
+    both measured. None where the run lacks the pair."""
+
+    region: str
+    what: str
+    latency: tuple[tuple[int, float | None, float | None], ...]  # (ring, region ns, local ns)
+    bandwidth: tuple[str, float, float] | None  # (method and pattern, region GB/s, local GB/s)
+
+
+def _chase_median(df: pd.DataFrame, region: str, size: int) -> float | None:
+    rows = df[df["ok"] & (df["method"] == "chase") & (df["region"] == region)
+              & (df["size_bytes"] == size) & (df["attr"] == "wb")]
+    row = _best(rows, ("n_params",))
+    return None if row is None else float(row["median_ns"])
+
+
+def headlines(df: pd.DataFrame) -> list[Headline]:
+    """Every measured region that is other memory than this box's DRAM (a pool, a CPU-less or
+    another NUMA node), most pool-like first."""
+    measured = df[df["ok"] & (df["rank"] < SHARED_CLASS)]
     near = near_matches(df)
-    if near.empty:
-        parts.append("This run measured no region besides local DRAM at a pattern local DRAM "
-                     "was also measured at, so it cannot say how near a pool is: name one "
-                     "with --region numa:N or devdax:/dev/daxX.Y (nearlocal probe lists them).")
+    out = []
+    for (_, region), group in measured.groupby(["rank", "region"], sort=True):
+        latency = tuple((size, _chase_median(df, region, size), _chase_median(df, "dram", size))
+                        for size in LATENCY_RINGS)
+        moved = near[(near["region"] == region) & near["contiguous"] & near["gbps"].notna()
+                     & (near["gbps"] > 0)]
+        bandwidth = None
+        if len(moved):
+            largest = moved[moved["size_bytes"] == moved["size_bytes"].max()]
+            local_gbps = largest["gbps"] * largest["ratio"]  # same bytes in local dram's time
+            best = largest.loc[local_gbps.idxmax()]
+            bandwidth = (f"{best['method']} {best['pattern']}", float(best["gbps"]),
+                         float(local_gbps.max()))
+        out.append(Headline(region, str(group["region_what"].iloc[0]), latency, bandwidth))
+    return out
+
+
+def headline_text(h: Headline) -> str:
+    """`numa:1, a CPU-less NUMA node (...): latency vs local DRAM 16KiB 1.07× (1.6 ns vs 1.5 ns
+    per load), 1GiB ...; bandwidth 0.50× (load 64KiB: 21.8 vs 43.7 GB/s).`"""
+    latencies = []
+    for size, mine, local in h.latency:
+        if mine is None or not local:
+            latencies.append(f"{format_size(size)} not measured")
+        else:
+            latencies.append(f"{format_size(size)} {_ratio_text(mine / local)} ({format_ns(mine)} "
+                             f"vs {format_ns(local)} per load)")
+    if h.bandwidth is None:
+        bandwidth = "bandwidth not measured beside local DRAM"
     else:
-        groups = []
-        for (region, what, rank), group in near.groupby(["region", "region_what", "rank"],
-                                                        sort=False):
-            groups.append((int(rank), region, what, group))
-        groups.sort(key=lambda g: (g[0], g[1]))
-        clauses = []
-        for _, region, what, group in groups[:3]:
-            ratios = group["ratio"]
-            by_access = "; ".join(
-                f"{access}s {_ratio_text(sub['ratio'].median())}"
-                for access, sub in group.groupby("access", sort=True))
-            if len(group) == 1:
-                only = group.iloc[0]
-                clauses.append(f"{region}, a {what}, takes {_ratio_text(ratios.iloc[0])} local "
-                               f"DRAM's time in the one case measured on both ({only['method']}"
-                               f" {only['access']}, {only['pattern']})")
+        case, mine, local = h.bandwidth
+        bandwidth = (f"bandwidth {_ratio_text(mine / local)} ({case}: {mine:.3g} vs {local:.3g} "
+                     "GB/s)")
+    return (f"{h.region}, a {h.what}: latency vs local DRAM {', '.join(latencies)}; "
+            f"{bandwidth}.")
+
+
+def only_local_text(meta: dict) -> str:
+    inventory = meta.get("inventory") or {}
+    nodes, dax = len(inventory.get("numa") or []), len(inventory.get("dax") or [])
+    has = (f"this box has {nodes} NUMA node{'s' if nodes != 1 else ''} and no device-dax pool"
+           if nodes <= 1 and not dax else "the run measured no other region")
+    return (f"Only local DRAM was measured: {has}, so there is nothing to compare it with "
+            "(nearlocal probe lists the regions; --region numa:N or --region devdax:/dev/daxX.Y "
+            "names one).")
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A stored `nearlocal accept` run judged again against its spec."""
+
+    spec: str
+    run_id: str
+    passed: int
+    failed: tuple[str, ...]  # the failed requirements, each with what it measured or why
+    problem: str = ""  # the spec could not be read again
+
+
+def acceptance_of(run: RunData) -> list[Acceptance]:
+    """The verdicts that exist for this run's host: the run itself when it is an accept run,
+    else the latest accept run per spec in the same store from the same host."""
+    from nearlocal.errors import UsageError
+    from nearlocal.report import accept
+    from nearlocal.results.store import list_runs, load, survey_run
+
+    def is_accept(meta: dict) -> bool:
+        return bool(meta.get("spec")) or meta.get("kind") == "accept"
+
+    candidates = [run] if is_accept(run.meta) else []
+    if not candidates and run.path is not None:
+        latest: dict[str, Path] = {}
+        for path in list_runs(Path(run.path).parent):
+            meta, state = survey_run(path)
+            if is_accept(meta) and not state and meta.get("host_id") == run.meta.get("host_id"):
+                latest[str(meta.get("spec"))] = path  # run ids sort by start time
+        candidates = []
+        for path in latest.values():
+            try:
+                candidates.append(load(path))
+            except UsageError:
                 continue
-            clauses.append(f"{region}, a {what}, takes {_ratio_text(ratios.median())} local "
-                           f"DRAM's time at the median of {len(group)} cases measured on both "
-                           f"({_ratio_text(ratios.min())} – {_ratio_text(ratios.max())}; "
-                           f"{by_access})")
-        more = f", and {len(groups) - 3} more regions below" if len(groups) > 3 else ""
-        parts.append("; ".join(clauses) + more + ".")
-        if groups[0][0] >= 3:
-            parts.append("No CXL pool (device-dax or a CPU-less NUMA node) was measured: shm "
-                         "and file mappings live in this box's own DRAM, so these ratios are "
-                         "the cost of a shared mapping, not of a pool.")
+    out = []
+    for candidate in candidates:
+        name = Path(str(candidate.meta.get("spec", "?"))).name
+        try:
+            spec = accept.parse_spec(candidate.meta["spec"])
+            verdicts = accept.judge(spec, candidate)
+        except (UsageError, OSError, KeyError) as exc:
+            out.append(Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}"))
+            continue
+        failed = tuple(f"{v.requirement.name} ({_missed(accept, v)})" for v in verdicts
+                       if not v.passed)
+        out.append(Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed))
+    return out
+
+
+def _missed(accept, verdict) -> str:
+    """Why a requirement failed: its reason (not measured), else measured against the bound."""
+    req = verdict.requirement
+    return verdict.reason or (f"measured {accept._format(verdict.measured, req)}, bound "
+                              f"{accept.bound_text(req)}")
+
+
+def acceptance_text(a: Acceptance) -> str:
+    if a.problem:
+        return f"Acceptance {a.spec} (run {a.run_id}): {a.problem}."
+    if not a.failed:
+        return f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
+    return (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements failed "
+            f"(run {a.run_id}): " + "; ".join(a.failed) + ".")
+
+
+def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> list[str]:
+    """The report's first lines: one per non-local region with its headline ratios to local
+    DRAM (or one saying only local DRAM was measured), PASS / FAIL where acceptance verdicts
+    exist, the GPU path, and what the run could not measure."""
+    lines = [headline_text(h) for h in headlines(df)] or [only_local_text(data.meta)]
+    lines += [acceptance_text(a) for a in acceptance_of(data)]
     gpu = _pool_and_local_to_gpu(df)
     pairs = [(m, pool, local) for m, (pool, local) in gpu.items() if pool is not None
              and local is not None and pool["ok"] and local["ok"]]
@@ -894,13 +1027,9 @@ def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
         method, pool, local = pairs[0]
         fig = figure("B11")
         paper = fig.value("pool -> GPU").ns() / fig.value("local DRAM -> GPU").ns()
-        parts.append(f"Into the GPU, 64 KiB by {method} from {pool['src']} takes "
+        lines.append(f"Into the GPU, 64 KiB by {method} from {pool['src']} takes "
                      f"{_ratio_text(pool['median_ns'] / local['median_ns'])} the time from "
                      f"{local['src']} (B11; Beluga reports {_ratio_text(paper)}).")
-    elif not (gpu_rows := _gpu_rows(df))["ok"].any():
-        why = (f" ({gpu_rows['reason'].iloc[0].split(' (')[0]})" if len(gpu_rows)
-               and gpu_rows["reason"].iloc[0] else "")
-        parts.append(f"No GPU path was measured{why}.")
     counts = df["status"].value_counts()
     converged = df["converged"] if "converged" in df else pd.Series(dtype=object)
     unconverged = int((df["ok"] & converged.notna()
@@ -912,22 +1041,23 @@ def verdict(run: RunInfo, df: pd.DataFrame, multi: bool) -> str:
     if len(skipped):
         outcome += ": " + ", ".join(f"{reason} ({n})" for reason, n in skipped.head(4).items())
         outcome += f" and {len(skipped) - 4} more reasons" if len(skipped) > 4 else ""
-    parts.append(outcome + ".")
-    text = " ".join(parts)
-    return f"Run {run.label} ({run.run_id} on {run.host}): {text}" if multi else text
+    lines.append(outcome + ".")
+    return [f"Run #{run.label} ({run.run_id} on {run.host}): {line}" for line in lines] \
+        if multi else lines
 
 
 NO_NEAR_PAIRS = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a pattern "
                  "that local dram was also measured at.")
 
 
-def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame],
+                         data: list[RunData]) -> Section:
     section = Section("near", "How near is local",
                       "Per region and direction: the median, best and worst of its ratios to "
                       "local dram over the cases both measured (every case is listed in "
                       "\"How near is local: every case\" below). " + NEAR_INTRO)
-    section.lead = [verdict(run, df, len(runs) > 1) for run, df in zip(runs, frames,
-                                                                          strict=True)]
+    section.lead = [line for run, df, one in zip(runs, frames, data, strict=True)
+                    for line in lead_lines(run, df, one, len(runs) > 1)]
     per_run = []
     order: dict[tuple, tuple] = {}
     for df in frames:
@@ -943,8 +1073,8 @@ def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                           float(ratios.max()),
                           ", ".join(dict.fromkeys(group.sort_values("ratio")["method"]))]
         per_run.append(cells)
-    if not any(per_run):
-        section.absent = NO_NEAR_PAIRS
+    if not any(per_run):  # the lead says so, once
+        section.intro = ""
         return section
     section.table = keyed_table(
         [Column("region"), Column("what it is"), Column("access")],
@@ -1030,25 +1160,46 @@ def section_inventory(runs: list[RunInfo], data: list[RunData]) -> Section:
     return section
 
 
-def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+def _unconverged_text(group: pd.DataFrame, target: float | None) -> str:
+    """What the unconverged cases of one method have in common: their patterns, how wide their
+    pooled median's CI is, and (several processes) how many processes missed the target."""
+    half = ((group["ci_high_ns"] - group["ci_low_ns"]) / 2 / group["median_ns"] * 100).dropna()
+    patterns = ", ".join(dict.fromkeys(group.sort_values("size_bytes")["pattern"]))
+    aim = f"±{target * 100:g}%" if target else "its target"
+    parts = [patterns]
+    if len(half):
+        parts.append(f"CI of the pooled median ±{half.min():.1f}–{half.max():.1f}%")
+    else:
+        parts.append("too few samples for a confidence interval")
+    if "processes_converged" in group and "processes" in group:
+        missed = (pd.to_numeric(group["processes"], errors="coerce")
+                  - pd.to_numeric(group["processes_converged"], errors="coerce")).dropna()
+        if len(missed):
+            low, high = int(missed.min()), int(missed.max())
+            count = f"{low}" if low == high else f"{low}–{high}"
+            parts.append(f"in {count} of {int(group['processes'].max())} worker processes the CI "
+                         f"did not reach {aim} within the process's budget")
+    else:
+        parts.append(f"the CI did not reach {aim} within the budget")
+    return "; ".join(parts)
+
+
+def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame],
+                     data: list[RunData]) -> Section:
     section = Section("failures", "Failed and unconverged cases",
-                      "Cases that failed (crash, timeout, error) and cases whose median's 95% "
-                      "CI did not reach the target within the budget (their numbers stand but "
-                      "are noisier; marked † in the tables).")
+                      "Cases that failed (crash, timeout, error), one line each, and per method "
+                      "the cases whose median's 95% CI did not reach the target within the "
+                      "budget (their numbers stand but are noisier; marked † in the tables).")
     per_run = []
-    for df in frames:
+    for run_data, df in zip(data, frames, strict=True):
         cells: dict[tuple, list[Cell]] = {}
         for _, row in df[df["status"] == "failed"].iterrows():
             cells[(row["case_id"],)] = [f"failed: {row['reason']}"]
+        target = (run_data.meta.get("settings") or {}).get("target_rel_ci")
         converged = df["converged"]
         unconverged = df[df["ok"] & converged.notna() & (converged.astype("boolean") == False)]  # noqa: E712
-        for _, row in unconverged.iterrows():
-            half = (row["ci_high_ns"] - row["ci_low_ns"]) / 2 / row["median_ns"] * 100 \
-                if row["median_ns"] else math.nan
-            spread = (f"CI ±{half:.1f}%" if half == half
-                      else "too few samples for a confidence interval")
-            cells[(row["case_id"],)] = [f"not converged: {spread} after "
-                                        f"{int(row['n_samples'])} samples"]
+        for method, group in unconverged.groupby("method", sort=True):  # one line per method
+            cells[(f"{method}: {len(group)} not converged",)] = [_unconverged_text(group, target)]
         per_run.append(cells)
     for run, df in zip(runs, frames, strict=True):
         name = f"run {run.label}" if len(runs) > 1 else "this run"
@@ -1123,13 +1274,10 @@ def _size_series(runs: list[RunInfo], frames: list[pd.DataFrame], value: str,
 
 
 def latency_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
+    # only the papers' CPU accesses to the pool (B7): B11 (into a GPU) and B15 (an RPC round
+    # trip) time other paths than this plot's CPU series, and sit in their own sections
     points = [RefPoint(f"{i} {figure(i).value().text()}", SIZE_16K, figure(i).value().ns() / 1e3)
               for i in ("B7a", "B7b", "B7c", "B7d", "B7e")]
-    b11 = figure("B11")
-    points += [RefPoint(f"B11 {v.name.split()[0]} {v.text()}", SIZE_64K, v.ns() / 1e3)
-               for v in b11.values]
-    rtt = figure("B15").value("64 B round trip")
-    points.append(RefPoint(f"B15 RPC {rtt.text()}", 64, rtt.ns() / 1e3))
     return PlotData("latency", "Latency against size (median)", "transfer size", "median (us)",
                     _size_series(runs, frames, "median_ns", 1e-3), points)
 
@@ -1195,7 +1343,7 @@ def build_report(data: list[RunData]) -> Report:
     frames = [prepare(run) for run in data]
     idle, threads, loaded = _latency_sections(runs, frames)
     sections = [
-        section_near_summary(runs, frames),  # the answer first (ratios, then idle latency),
+        section_near_summary(runs, frames, data),  # the answer first (ratios, idle latency),
         idle,  # then the papers' tables
         section_runs(runs),
         section_b7(runs, frames),
@@ -1211,10 +1359,13 @@ def build_report(data: list[RunData]) -> Report:
         threads,
         loaded,
         section_inventory(runs, data),
-        section_failures(runs, frames),
+        section_failures(runs, frames, data),
         section_skipped(runs, frames),
         section_references(),
     ]
+    # every case beside local dram: nothing to list when nothing else was measured (the
+    # first section says so once)
+    sections = [s for s in sections if not (s.key == "near-cases" and s.absent)]
     for section in sections:
         if section.table is not None and section.table.collapse:
             collapse_unmeasured(section.table)

@@ -22,13 +22,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.results.schema import CASE_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
+
+np = lazy_import("numpy")
+pd = lazy_import("pandas")
+pa = lazy_import("pyarrow")
+pq = lazy_import("pyarrow.parquet")
 
 DEFAULT_ROOT = Path("results")
 # Columns a cases.parquet must have to be read at all; the others of CASE_COLUMNS are filled in

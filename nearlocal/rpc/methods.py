@@ -17,11 +17,13 @@ from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.harness.suites import Suite, register_suite
-from nearlocal.rpc import slots
+from nearlocal.lazy import lazy_import
+from nearlocal.rpc.protocols import PROTOCOLS, protocol_code
 from nearlocal.rpc.shared import share
-from nearlocal.rpc.sync import PROTOCOLS, protocol_code
 from nearlocal.units import format_size, parse_size
 from nearlocal.workloads.patterns import Pattern, register_pattern_kind
+
+slots = lazy_import("nearlocal.rpc.slots")  # numba kernels: compiled when a session opens
 
 SUITE_REGION = "shm:nearlocal-rpc"
 SUITE_PATTERN = "rpc:128x64B"

@@ -9,9 +9,10 @@ import mmap
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from nearlocal.lazy import lazy_import
 from nearlocal.regions import MappedRegion, parse_region, region_kind
+
+np = lazy_import("numpy")
 
 
 @dataclass

@@ -18,23 +18,14 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from nearlocal.errors import UsageError
 from nearlocal.kernels.intrinsics import clflushopt_range, mfence, sfence
+from nearlocal.rpc.protocols import COHERENT, FLUSH, PROTOCOLS, protocol_code  # noqa: F401 (re-exported)
 
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 LINE = 64
 WORDS_PER_LINE = LINE // 8
 
-COHERENT = 0
-FLUSH = 1
-PROTOCOLS = {"coherent": COHERENT, "flush": FLUSH}
-
-
-def protocol_code(name: str) -> int:
-    if name not in PROTOCOLS:
-        raise UsageError(f"unknown protocol {name!r}: valid protocols are {', '.join(PROTOCOLS)}")
-    return PROTOCOLS[name]
 
 
 def _is_words(array) -> bool:

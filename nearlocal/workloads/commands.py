@@ -7,9 +7,11 @@ import argparse
 import json
 
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size
-from nearlocal.workloads import kv
 from nearlocal.workloads.layouts import LAYOUTS, get_layout
+
+kv = lazy_import("nearlocal.workloads.kv")  # numba compiles its selections: only when used
 
 
 def kv_text(args: argparse.Namespace) -> str:

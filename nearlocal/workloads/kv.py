@@ -28,14 +28,16 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size, parse_size
-from nearlocal.workloads import selections
 from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout, layout_key
 from nearlocal.workloads.models import get_model, kv_dtype
 from nearlocal.workloads.patterns import Pattern, parse_pattern, register_pattern_kind
+
+np = lazy_import("numpy")
+
+selections = lazy_import("nearlocal.workloads.selections")  # numba: compiled when a read is built
 
 RDMA_MAX_SGE = 30  # ConnectX-7's scatter-gather list limit quoted by Beluga (B2)
 _EXPLICIT = re.compile(r"^[0-9]+x[^:@]+(@[^:]+)?$", re.IGNORECASE)

@@ -12,15 +12,12 @@ size, contiguity and RDMA work requests are columns, so time can be plotted agai
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import METHODS, Method, SessionContext, register_method
 from nearlocal.harness.suites import Suite, register_suite
-from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
 from nearlocal.workloads import kv
-from nearlocal.workloads.selections import dense_fragments, sparse_fragments
 
 POOL_REGIONS = ("dram", "shm:nearlocal-kv")
 GATHER_METHODS = ("load", "clflushopt-load", "memcpy")  # pool -> local (access read)
@@ -47,32 +44,6 @@ SUITE_PATTERNS = (
 )
 
 
-@njit(cache=True)
-def time_dense_metadata(table, outer, tensors, block_stride, piece, block_major, out, samples):
-    """Each sample: block table -> merged fragment table, whole blocks."""
-    n = 0
-    for r in range(samples.size):
-        t0 = tsc_begin()
-        n = dense_fragments(table, outer, tensors, block_stride, piece, block_major, out)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    return n
-
-
-@njit(cache=True)
-def time_sparse_metadata(table, tokens, layer_offsets, tensors, block_stride, token_stride,
-                         head_stride, unit, block_tokens, out, samples):
-    """Each sample: block table + chosen tokens -> merged fragment table of (token, head) pieces."""
-    n = 0
-    for r in range(samples.size):
-        t0 = tsc_begin()
-        n = sparse_fragments(table, tokens, layer_offsets, tensors, block_stride, token_stride,
-                             head_stride, unit, block_tokens, out)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    return n
-
-
 class MetadataSession:
     """Times the metadata phase of the case's kv: pattern. The block table and token choices are
     the decision's inputs (made before timing); the descriptors are per-model constants."""
@@ -84,6 +55,8 @@ class MetadataSession:
         if not str(text).startswith("kv:") or kv.is_explicit(text):
             raise UsageError(f"kv-metadata needs a kv:MODEL... pattern with a block table, "
                              f"not {text!r}")
+        from nearlocal.workloads import kv_kernels  # numba: compiled here, not at registration
+
         self.ctx = ctx
         plan = kv.parse_plan(text)
         geometry = plan.geometry
@@ -97,14 +70,14 @@ class MetadataSession:
             self._args = (table, tokens, desc.layer_offsets, desc.tensors, desc.block_stride,
                           desc.token_stride, desc.head_stride, desc.unit, geometry.block_tokens,
                           self.out)
-            self._kernel = time_sparse_metadata
+            self._kernel = kv_kernels.time_sparse_metadata
         else:
             desc = geometry.dense(plan.layers)
             pieces = desc.outer.size * table.size
             self.out = np.empty((pieces, 3), np.int64)
             self._args = (table, desc.outer, desc.tensors, desc.block_stride, desc.piece,
                           desc.block_major, self.out)
-            self._kernel = time_dense_metadata
+            self._kernel = kv_kernels.time_dense_metadata
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "phase": "metadata",
                      "pieces": pieces, "block_table_len": int(table.size)}
 

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.workloads.models import FP8_DS_MLA, KV_DTYPES, ModelConfig
 from nearlocal.workloads.patterns import MAX_SPAN  # a pool's bytes: 64 TiB, past any (Beluga's is 8 TB)
+
+np = lazy_import("numpy")
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 MAX_CHUNK_TOKENS = 1 << 16  # LMCache chunks (256 by default); beyond is a typo

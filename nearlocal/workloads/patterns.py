@@ -15,10 +15,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size, parse_size
+
+np = lazy_import("numpy")
 
 LINE = 64
 MAX_FRAGMENTS = 1 << 22  # pieces in one pattern (a 96 MiB fragment table)
