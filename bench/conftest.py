@@ -10,6 +10,11 @@ of page placement and co-tenants per session: on a busy 2-vCPU VM medians of unc
 by up to 3x between sessions, and no percentage that still catches a 1.3x slowdown held there
 (README, "CI and acceptance"). More rounds do not narrow a spread that lies between processes;
 `nearlocal compare` on runs with several worker processes per case is the gate for such a box.
+
+`--nearlocal-save` stores the session as a run of kind `bench`; `--nearlocal-baseline RUN` judges
+it against a stored run with compare's own model (one process per case: the whole-run model,
+whose run-to-run noise is estimated across the cases) and fails the session with pytest's summary
+line and the list of slower cases, never a traceback.
 """
 
 from __future__ import annotations

@@ -39,6 +39,12 @@ p-value:
   run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
   is where back-to-back runs of the same code differ by 2-3x.
 Both models: the overhead rebase, the clock's resolution and the past baselines' spread apply.
+The clock terms (timer overhead, clock step) belong to one timed interval: a figure that divides a
+sample by its operations (a chase's hops, an RPC batch: the row's `ops_per_sample`) carries them
+divided by the same count.
+`same` is an equivalence verdict (judge_equivalence): two one-sided tests that the ratio lies
+within a margin derived from the runs' own noise (3 typical standard errors, at least the
+threshold, at most 10%), stated in the summary.
 Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
 unless --cross-host.
 """

@@ -353,8 +353,8 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
         wanted = [p for p in runs if kinds[p] == kind]
         if not wanted:
             others = sorted(set(kinds.values()) - {""})
-            raise UsageError(f"no {kind} runs in {root} (it holds {', '.join(others)} runs: "
-                             f"use latest:{others[0] if others else 'KIND'} or a run id)")
+            raise UsageError(f"no runs of kind {kind} in {root} (it holds {', '.join(others)} "
+                             f"runs: use latest:{others[0] if others else 'KIND'} or a run id)")
         return wanted[-1]
     path = Path(ref)
     if (path / "run.json").is_file():
