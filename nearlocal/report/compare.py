@@ -721,7 +721,8 @@ CHANGE_VERDICTS = ("slower", "faster")  # what a job summary lists
 
 def _rest_line(result: Comparison, shown: list[CaseComparison]) -> str:
     """One line counting the cases not listed one by one."""
-    rest = [c for c in result.cases if c not in shown]
+    listed = {id(c) for c in shown}
+    rest = [c for c in result.cases if id(c) not in listed]
     if not rest:
         return ""
     counts = {v: sum(c.verdict == v for c in rest) for v in VERDICT_ORDER}
