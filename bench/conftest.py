@@ -10,16 +10,29 @@ of page placement and co-tenants per session: on a busy 2-vCPU VM medians of unc
 by up to 3x between sessions, and no percentage that still catches a 1.3x slowdown held there
 (README, "CI and acceptance"). More rounds do not narrow a spread that lies between processes;
 `nearlocal compare` on runs with several worker processes per case is the gate for such a box.
+
+`--nearlocal-save` stores the session as a run of kind `bench`; `--nearlocal-baseline RUN` judges
+it against a stored run with compare's own model (one process per case: the whole-run model,
+whose run-to-run noise is estimated across the cases) and fails the session with pytest's summary
+line and the list of slower cases, never a traceback.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from nearlocal import bench
 from nearlocal.errors import UsageError
 
+if TYPE_CHECKING:
+    pass
+
 _HOST = pytest.StashKey[bench.BenchHost]()
+_BASE = pytest.StashKey["RunData"]()
+_VERDICT = pytest.StashKey[tuple]()  # (comparison, stored run or None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,6 +44,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default 1); --benchmark-max-time is the per-case budget")
     group.addoption("--nearlocal-allow-write", action="store_true",
                     help="allow writing to devdax: regions and existing files")
+    group.addoption("--nearlocal-out", default="results",
+                    help="the nearlocal store --nearlocal-save writes to and --nearlocal-baseline "
+                         "reads (default ./results)")
+    group.addoption("--nearlocal-save", action="store_true",
+                    help="store the session as a run of kind `bench` (nearlocal runs / show / "
+                         "compare read it; `latest:bench` is the latest such)")
+    group.addoption("--nearlocal-baseline", metavar="RUN",
+                    help="judge the session against this stored run (e.g. latest:bench, a run id) "
+                         "with nearlocal compare's model; a slower case fails the session")
+    group.addoption("--nearlocal-threshold", default="5%",
+                    help="with --nearlocal-baseline: smallest change that counts (default 5%%)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +67,18 @@ def pytest_configure(config: pytest.Config) -> None:
     ci = config.getoption("nearlocal_ci")
     if not 0 < ci < 100:
         raise pytest.UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
+    if config.getoption("nearlocal_baseline"):  # before anything is measured
+        from nearlocal.report.compare import parse_percent
+        from nearlocal.results.store import load
+
+        try:
+            config.stash[_BASE] = load(config.getoption("nearlocal_baseline"),
+                                       Path(config.getoption("nearlocal_out")))
+            threshold = parse_percent(config.getoption("nearlocal_threshold"))
+            if not 0 < threshold < 10:
+                raise UsageError(f"a positive percentage below 1000%, got {threshold:.1%}")
+        except UsageError as exc:
+            raise pytest.UsageError(f"--nearlocal-baseline: {exc}") from None
 
 
 def _host(config: pytest.Config) -> bench.BenchHost:
@@ -69,3 +105,53 @@ def nearlocal_host(request: pytest.FixtureRequest) -> bench.BenchHost:
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     machine_info["nearlocal"] = bench.machine_info(_host(config))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--nearlocal-save stores the session; --nearlocal-baseline judges it (a slower case makes
+    the exit status 1, and the terminal summary lists the slower cases: no traceback)."""
+    config = session.config
+    save, base = config.getoption("nearlocal_save"), config.stash.get(_BASE, None)
+    host = config.stash.get(_HOST, None)
+    if host is None or not host.measured or not (save or base is not None):
+        return
+    from nearlocal.report.compare import parse_percent
+
+    root, suite = Path(config.getoption("nearlocal_out")), config.getoption("nearlocal_suite")
+    try:
+        if base is None:
+            config.stash[_VERDICT] = (None, bench.store_session(host, root, suite))
+            return
+        config.stash[_VERDICT] = bench.judge_session(
+            host, base, root, suite, save, parse_percent(config.getoption("nearlocal_threshold")),
+            0.01)
+    except UsageError as exc:
+        config.stash[_VERDICT] = (str(exc), None)
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    comparison = config.stash[_VERDICT][0]
+    if comparison.regressions and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _VERDICT not in config.stash:
+        return
+    comparison, stored = config.stash[_VERDICT]
+    write = terminalreporter.write_line
+    if isinstance(comparison, str):
+        terminalreporter.section("nearlocal", sep="=", red=True)
+        write(f"nearlocal: error: {comparison}")
+        return
+    if comparison is not None:
+        slower = comparison.regressions
+        terminalreporter.section(f"nearlocal gate: {comparison.candidate} against "
+                                 f"{comparison.base}", sep="=", red=bool(slower), green=not slower)
+        for case in slower:
+            write(f"SLOWER {case.case_id}: {case.ratio:.3f}x [{case.ci_low:.3f}, "
+                  f"{case.ci_high:.3f}] ({case.base_median_ns:.1f} -> {case.cand_median_ns:.1f} ns)")
+        write(comparison.summary())
+        if slower:  # pytest's summary line counts them
+            terminalreporter.stats.setdefault("slower (nearlocal gate)", []).extend(slower)
+    if stored is not None:
+        write(f"nearlocal: stored {stored} (kind bench)")

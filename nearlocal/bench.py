@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +23,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import get_method
+from nearlocal.harness.methods import get_method, ops_per_sample
 from nearlocal.harness.stats import StoppingRule, relative_half_width, summarize
 from nearlocal.harness.suites import get_suite, suite_cases
 from nearlocal.harness.worker import open_case, run_trials
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     import pytest
 
     from nearlocal.hwprobe import HostInventory
+    from nearlocal.report.compare import Comparison
+    from nearlocal.results.store import RunData
 
 # Markers every generated test may carry (pyproject declares them too; pytester runs lack it).
 MARKERS = {
@@ -67,15 +71,23 @@ class BenchHost:
     inventory: HostInventory
     allow_write: bool = False
     target_rel_ci: float = 0.01
-    _overhead_ticks: float | None = field(default=None, repr=False)
+    # what the session measured, (row, raw, ns) per case: the run --nearlocal-save stores and
+    # --nearlocal-baseline judges
+    measured: list[tuple[dict, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    _clock: Any = field(default=None, repr=False)
 
     @property
     def overhead_ticks(self) -> float:
-        if self._overhead_ticks is None:
-            from nearlocal.kernels.timer import measure_overhead_ticks
+        return self.clock.overhead_ticks
 
-            self._overhead_ticks = measure_overhead_ticks()
-        return self._overhead_ticks
+    @property
+    def clock(self) -> Any:
+        """The TSC's calibration (timer overhead, step), measured once per session."""
+        if self._clock is None:
+            from nearlocal.kernels.timer import measure_clock
+
+            self._clock = measure_clock()
+        return self._clock
 
 
 def check_suite(name: str) -> None:
@@ -152,14 +164,19 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
         if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
             benchmark.pedantic(opened.session.sample, args=(1,))
             return row
-        _raw, ns, elapsed, converged = run_trials(opened.session, stopping_rule(benchmark, host))
+        raw, ns, elapsed, converged = run_trials(opened.session, stopping_rule(benchmark, host))
         clock_name, info = opened.session.clock, opened.info
+        ops = ops_per_sample(opened.session)
     row.update(status="ok", reason="", clock=clock_name, converged=converged, elapsed_s=elapsed,
+               ops_per_sample=ops,
                timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz
                if clock_name == "tsc" else info.get("timer_overhead_ns"),
+               clock_resolution_ns=host.clock.quantum_ticks * 1e9 / host.inventory.tsc_hz
+               if clock_name == "tsc" else info.get("clock_resolution_ns"),
                info=info, **summarize(ns, row["bytes_moved"]))
     row["host_id"] = host.inventory.host_id
     row["rel_ci_half_width"] = _finite(relative_half_width(ns))
+    host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64)))
 
     clock = KernelClock()
     seconds = iter((np.asarray(ns, dtype=np.float64) * 1e-9).tolist())
@@ -172,3 +189,51 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------- the session as a run, judged
+
+
+def store_session(host: BenchHost, root: Path, suite: str) -> Path:
+    """The session's measured cases as a run of kind `bench` under `root` (the store `nearlocal
+    compare`, `show` and `report` read): rows and raw samples as `nearlocal run` stores them,
+    one worker process (the pytest process) per case."""
+    import time
+
+    from nearlocal import __version__
+    from nearlocal.results.store import Store
+
+    inv = host.inventory
+    meta = {"kind": "bench", "suite": suite, "nearlocal_version": __version__,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": ["pytest", *sys.argv[1:]],
+            "host_id": inv.host_id, "inventory": inv.to_dict(), "processes": 1}
+    store = Store.create(root, meta)
+    for row, raw, ns in host.measured:
+        store.add_case({key: value for key, value in row.items()
+                        if key not in ("host_id", "rel_ci_half_width")}, raw, ns)
+    return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
+
+
+def judge_session(host: BenchHost, base: RunData, root: Path, suite: str, save: bool,
+                  threshold: float, alpha: float) -> tuple[Comparison, Path | None]:
+    """Compare the session with a stored run by nearlocal's own model (`nearlocal compare`): the
+    cases the session ran, against the same cases of the base (the rest of the base is not
+    "missing": a -k or -m selection chose them out). Returns the comparison and the stored run
+    (None unless save)."""
+    import tempfile
+
+    from nearlocal.report.compare import compare_runs, host_differences
+    from nearlocal.results.store import RunData, load
+
+    with tempfile.TemporaryDirectory(prefix="nearlocal-bench-") as scratch:
+        path = store_session(host, root if save else Path(scratch), suite)
+        cand = load(path)
+    ran = set(cand.cases["case_id"].astype(str))
+    cases = base.cases[base.cases["case_id"].astype(str).isin(ran)]
+    samples = base.samples[base.samples["case_id"].astype(str).isin(ran)]
+    base = RunData(base.path, base.meta, cases, samples, base.incomplete)
+    differences = host_differences(base.meta, cand.meta)
+    if differences:
+        raise UsageError(f"--nearlocal-baseline {base.run_id} comes from other hardware ("
+                         + "; ".join(differences) + ")")
+    return compare_runs(base, cand, threshold, alpha), (path if save else None)

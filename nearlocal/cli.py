@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
                          "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
     rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
-    meta = run_metadata(inventory, settings, args.suite, processes=processes)
+    meta = run_metadata(inventory, settings, args.suite, processes=processes, kind="run")
     from nearlocal.harness.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
@@ -259,17 +259,19 @@ def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from nearlocal.console import identifier_column, print_table
+    from nearlocal.results.schema import run_kind
     from nearlocal.results.store import list_runs, require_store, survey_run
 
     paths = list_runs(require_store(Path(args.out)))
     table = Table(title=f"runs in {args.out}", title_justify="left")
     identifier_column(table, "run", [p.name for p in paths])
-    for column in ("suite", "started", "cases", "complete", "host"):
+    for column in ("kind", "suite", "started", "cases", "complete", "host"):
         table.add_column(column)
     for path in paths:
         meta, state = survey_run(path)  # a damaged run is listed and marked, never fatal
         inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else {}
-        table.add_row(path.name, str(meta.get("suite", "")), str(meta.get("started", "")),
+        table.add_row(path.name, run_kind(meta) if meta else "", str(meta.get("suite", "")),
+                      str(meta.get("started", "")),
                       str(meta.get("n_cases", "")), "yes" if not state else f"no: {state}",
                       str(inventory.get("hostname", "")))
     print_table(table)

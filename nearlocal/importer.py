@@ -115,6 +115,22 @@ def _check_entry(path: Path, bench: dict) -> None:
                          "in seconds (a finite number >= 0)")
 
 
+def _started(stamp: object) -> str | None:
+    """pytest-benchmark's ISO time (microseconds, `+00:00`) in the format every run's `started`
+    has (`%Y-%m-%dT%H:%M:%S%z`); as given when it does not parse."""
+    import datetime
+
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    if when.tzinfo is None:  # pytest-benchmark writes UTC
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     """Store the file's nearlocal benchmarks as a run under `root`; returns (run path, number
     imported, names of benchmarks that did not come from bench/ and were left out)."""
@@ -143,8 +159,8 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
         raise UsageError(f"{path} mixes benchmarks from several hosts ({', '.join(sorted(host_ids))})")
     suites = sorted({str(b["extra_info"].get("suite", "")) for b in ours} - {""})
     meta = {
-        "source": "pytest-benchmark", "imported_from": str(Path(path).resolve()),
-        "pytest_benchmark_version": data.get("version"), "started": data.get("datetime"),
+        "kind": "import", "source": "pytest-benchmark", "imported_from": str(Path(path).resolve()),
+        "pytest_benchmark_version": data.get("version"), "started": _started(data.get("datetime")),
         "suite": ",".join(suites), "nearlocal_version": ours_info.get("nearlocal_version"),
         "host_id": ours_info.get("host_id") or next(iter(host_ids), None),
         "inventory": ours_info.get("inventory", {}), "machine_info": machine,

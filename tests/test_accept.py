@@ -180,7 +180,7 @@ max = "1ms"
     code = main(["accept", spec, "--out", str(tmp_path / "store")])
     out = capsys.readouterr().out
     assert code == 1  # the numa:7 requirement cannot be measured here
-    measured = load(None, tmp_path / "store").cases.set_index("case_id")["status"].to_dict()
+    measured = load("latest:accept", tmp_path / "store").cases.set_index("case_id")["status"].to_dict()
     assert measured == {"load/dram/wb/1KiB": "ok", "load/dram/wb/4KiB": "ok",
                         "store/numa:7/wb/1KiB": "skipped"}
     assert "1 passed, 1 failed" in out
@@ -235,7 +235,7 @@ def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, caps
                            'max = "1s"\n')
     assert main(["accept", spec, "--out", str(tmp_path / "store"), *extra]) == 1  # not measured
     assert _NoRunner.asked == [processes]
-    assert load(None, tmp_path / "store").meta["processes"] == processes
+    assert load("latest:accept", tmp_path / "store").meta["processes"] == processes
 
 
 def test_a_plain_size_has_one_spelling_in_a_case_id():

@@ -713,6 +713,8 @@ class LayerStreamSession(GpuSession):
         if self.src.device is None or self.dst.device is None:
             raise UsageError("layer-stream moves KV between two GPUs: --region gpu:J --peer gpu:K")
         self.layers = _int_param(params, "layers", 1, 1024)
+        if self.timing == "e2e":  # the whole pass on the host clock, / layers
+            self.ops_per_sample = self.layers
         self.compute_ns = 1000 * _int_param(params, "compute_us", 0, 10_000_000)
         self.copy = str(params.get("copy", "memcpy"))
         if self.copy not in ("memcpy", "kernel"):

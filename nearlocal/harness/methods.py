@@ -46,6 +46,13 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
+def ops_per_sample(session: Session) -> int:
+    """How many operations one sample's ns is divided by (a chase's hops, an RPC batch's
+    requests): the clock's resolution and the timer overhead of one timed interval shrink by the
+    same count in that figure. A session states it as `ops_per_sample`; 1 when it does not."""
+    return max(1, int(getattr(session, "ops_per_sample", 1)))
+
+
 @dataclass(frozen=True)
 class Method:
     name: str

@@ -15,7 +15,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods
+from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods, ops_per_sample
 from nearlocal.harness.stats import StoppingRule, summarize
 from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
 from nearlocal.workloads.patterns import Pattern, parse_pattern
@@ -83,7 +83,8 @@ def measure(case: Case, settings: WorkerSettings,
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
         moved = get_method(case.method).bytes_moved(opened.pattern)
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
-                "info": opened.info, **summarize(ns, moved)}, raw, ns
+                "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
+                **summarize(ns, moved)}, raw, ns
 
 
 def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.ndarray, float, bool]:

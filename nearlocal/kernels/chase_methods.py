@@ -98,7 +98,7 @@ class ChaseSession:
     def __init__(self, ctx: SessionContext):
         offset, nbytes = _contiguous(ctx)
         self.ctx = ctx
-        self.hops = _int_param(ctx.params, "hops", 1)
+        self.hops = self.ops_per_sample = _int_param(ctx.params, "hops", 1)
         self.ring = _Ring(ctx.src.array, offset, nbytes, _int_param(ctx.params, "seed"))
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": "time_chase",
                      "ring_lines": self.ring.lines, "hops_per_sample": self.hops,
@@ -133,7 +133,7 @@ class LoadedChaseSession(ChaseSession):
         params = ctx.params
         _check_loaded(params)  # traffic, burst, delay, hops, seed, threads / cpus
         self.ctx = ctx
-        self.hops = _int_param(params, "hops", 1)
+        self.hops = self.ops_per_sample = _int_param(params, "hops", 1)
         traffic = params.get("traffic", "load")
         self.cpus = choose_cpus(ctx.case.region, params.get("threads", "all"),
                                 params.get("cpus", ""))

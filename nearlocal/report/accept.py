@@ -1,13 +1,15 @@
 """`nearlocal accept SPEC.toml [RUN]`: hardware acceptance against a TOML list of requirements.
 
+    pool = "numa:1"            # optional: the region under test, named once ({pool} below)
+    peer = "dram"              # optional: the other side of its transfers ({peer} below)
     [run]                      # optional: how the cases are measured when no RUN is given
     budget = "0.5"             # per-case time budget; ci = 1.0 (percent) as in `nearlocal run`
     processes = 5              # worker processes per case (default as in `nearlocal run`)
     [defaults]                 # optional: case fields every requirement starts from
-    region = "dram"
+    region = "{pool}"
     [[requirement]]
     name = "pool read at 64 KiB is near-local (Beluga B11)"
-    case = { method = "load", region = "numa:1", size = "64KiB" }
+    case = { method = "load", size = "64KiB" }
     metric = "median_ns"       # median_ns (default), p10_ns, p90_ns, p99_ns, min_ns, mean_ns, max_ns, gbps
     max_ratio_to = { region = "dram", ratio = 1.25 }
 
@@ -16,6 +18,11 @@ bound: `max` / `min` (a duration such as "3us" or a number in the metric's unit)
 `max_gbps`, or `max_ratio_to` / `min_ratio_to`: another case, written as the fields that differ
 from this one, plus `ratio` (default 1). A requirement whose case (or reference) was not measured
 fails with the reason. Exit 0 all pass, 1 any fails, 2 a malformed spec (with its line).
+
+`{pool}` and `{peer}` in a region or peer (`registered:{pool}`) stand for the spec's `pool` and
+`peer`; a spec without `pool` has its [defaults] region as the pool. `accept SPEC --region R
+--peer P` aims the spec at other memory without editing it. A pool that this box does not have
+is bad input (exit 2, naming what `probe` lists), not a failed requirement.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ METRICS = (*TIME_METRICS, "gbps")
 CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "params")
 BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
 REQUIREMENT_KEYS = ("name", "case", "metric", *BOUND_KEYS)
-TOP_KEYS = ("title", "run", "defaults", "requirement")
+TOP_KEYS = ("title", "pool", "peer", "run", "defaults", "requirement")
+PLACEHOLDERS = {"{pool}": "pool", "{peer}": "peer"}  # in region / peer strings
 RUN_KEYS = ("budget", "ci", "allow_write", "processes")
 
 
@@ -67,6 +75,8 @@ class Spec:
     ci: float = 1.0
     allow_write: bool = False
     processes: int | None = None  # None: default_processes(budget), as `nearlocal run` does
+    pool: str = ""  # the region under test ("" when the spec names none)
+    peer: str = "dram"
 
     def cases(self) -> list[Case]:
         found = [c for r in self.requirements for c in (r.case, r.reference) if c is not None]
@@ -80,6 +90,7 @@ class Verdict:
     measured: float = math.nan
     margin: float = math.nan  # fraction of the bound still to spare (negative: missed by)
     reason: str = ""
+    seconds: float = 0.0  # wall time spent measuring its case (and reference)
 
     def to_dict(self) -> dict:
         r = self.requirement
@@ -87,7 +98,7 @@ class Verdict:
                 "kind": r.kind, "reference": r.reference.id if r.reference else None,
                 "measured": None if math.isnan(self.measured) else self.measured,
                 "margin": None if math.isnan(self.margin) else self.margin,
-                "passed": self.passed, "reason": self.reason}
+                "passed": self.passed, "reason": self.reason, "seconds": self.seconds}
 
 
 # ---------------------------------------------------------------- parsing
@@ -249,8 +260,51 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
     return Requirement(index, name, case, metric, kind, bound, reference)
 
 
-def parse_spec(path: Path | str) -> Spec:
-    """The spec, or UsageError naming the file, line and problem."""
+def _aim(tree: object, targets: dict[str, str]) -> object:
+    """The spec's tables with {pool} / {peer} in region and peer strings replaced."""
+    if isinstance(tree, dict):
+        return {k: (_substitute(v, targets) if k in ("region", "peer") and isinstance(v, str)
+                    else _aim(v, targets)) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_aim(v, targets) for v in tree]
+    return tree
+
+
+def _substitute(text: str, targets: dict[str, str]) -> str:
+    for placeholder, key in PLACEHOLDERS.items():
+        text = text.replace(placeholder, targets[key])
+    return text
+
+
+def _targets(data: dict, defaults: dict, lines: _Lines, path: Path, region: str | None,
+             peer: str | None) -> tuple[dict[str, str], dict]:
+    """(pool and peer, [defaults]) after --region / --peer: the pool is the spec's `pool`, else
+    its [defaults] region (which --region then replaces)."""
+    from nearlocal.regions import parse_region
+
+    for key in ("pool", "peer"):
+        if key in data and (not isinstance(data[key], str) or not data[key].strip()
+                            or "{" in data[key]):
+            raise _fail(path, lines.key(1, key), f"{key} must be a region such as \"numa:1\", "
+                        f"got {data[key]!r}")
+    pool = data.get("pool", "")
+    if not pool and isinstance(defaults.get("region"), str) and "{" not in defaults["region"]:
+        pool = defaults["region"]
+        if region:
+            defaults = {**defaults, "region": region}
+    targets = {"pool": region or pool, "peer": peer or data.get("peer", "dram")}
+    for option, value in (("--region", region), ("--peer", peer)):
+        if value:
+            try:
+                parse_region(value)
+            except UsageError as exc:
+                raise UsageError(f"{option} {value}: {exc}") from None
+    return targets, defaults
+
+
+def parse_spec(path: Path | str, region: str | None = None, peer: str | None = None) -> Spec:
+    """The spec, or UsageError naming the file, line and problem. region / peer (--region,
+    --peer) replace the spec's pool and peer."""
     path = Path(path)
     try:
         text = path.read_bytes().decode()
@@ -272,6 +326,8 @@ def parse_spec(path: Path | str) -> Spec:
         bad = sorted(set(defaults) - set(CASE_KEYS)) if isinstance(defaults, dict) else ["defaults"]
         raise _fail(path, lines.table("defaults", bad[0]) or lines.key(1, "defaults"),
                     f"[defaults] takes case fields only ({', '.join(CASE_KEYS)}), not {bad[0]!r}")
+    targets, defaults = _targets(data, defaults, lines, path, region, peer)
+    defaults = _aim(defaults, targets)
     run = data.get("run", {})
     if not isinstance(run, dict) or set(run) - set(RUN_KEYS):
         bad = sorted(set(run) - set(RUN_KEYS)) if isinstance(run, dict) else ["run"]
@@ -298,9 +354,10 @@ def parse_spec(path: Path | str) -> Spec:
     tables = data.get("requirement")
     if not isinstance(tables, list) or not tables:
         raise _fail(path, None, "no requirements: add [[requirement]] tables")
+    tables = _aim(tables, targets)
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
     return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write,
-                processes)
+                processes, targets["pool"], targets["peer"])
 
 
 # ---------------------------------------------------------------- judging
@@ -327,28 +384,43 @@ def _normalised_id(row: dict) -> str | None:
         return None
 
 
+def _seconds(rows: dict[str, dict], *cases: Case | None) -> float:
+    """Wall time the run spent on these cases (elapsed_s over every worker process)."""
+    total = 0.0
+    for case in cases:
+        value = (rows.get(case.id) or {}).get("elapsed_s") if case is not None else None
+        if value is not None and math.isfinite(float(value)):
+            total += float(value)
+    return total
+
+
 def judge(spec: Spec, run: RunData) -> list[Verdict]:
     records = run.cases.to_dict("records")
     rows = {key: r for r in records if (key := _normalised_id(r))}
     rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
     verdicts = []
     for req in spec.requirements:
-        measured, reason = _value(rows, req.case, req.metric)
-        if not reason and req.reference is not None:
-            ref, reason = _value(rows, req.reference, req.metric)
-            reason = reason.replace("not measured:", "not measured: reference", 1)
-            measured = measured / ref if ref > 0 else math.nan
-            if not reason and not math.isfinite(measured):
-                reason = f"not measured: reference {req.reference.id} has a zero {req.metric}"
-        if reason:
-            verdicts.append(Verdict(req, False, reason=reason))
-            continue
-        if req.is_max:
-            passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
-        else:
-            passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
-        verdicts.append(Verdict(req, passed, measured, margin))
+        verdicts.append(_verdict(req, rows))
+        verdicts[-1].seconds = _seconds(rows, req.case, req.reference)
     return verdicts
+
+
+def _verdict(req: Requirement, rows: dict[str, dict]) -> Verdict:
+    """One requirement judged on the run's rows (a missing or unmeasured case fails, saying why)."""
+    measured, reason = _value(rows, req.case, req.metric)
+    if not reason and req.reference is not None:
+        ref, reason = _value(rows, req.reference, req.metric)
+        reason = reason.replace("not measured:", "not measured: reference", 1)
+        measured = measured / ref if ref > 0 else math.nan
+        if not reason and not math.isfinite(measured):
+            reason = f"not measured: reference {req.reference.id} has a zero {req.metric}"
+    if reason:
+        return Verdict(req, False, reason=reason)
+    if req.is_max:
+        passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
+    else:
+        passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
+    return Verdict(req, passed, measured, margin)
 
 
 def _format(value: float, req: Requirement) -> str:
@@ -368,6 +440,26 @@ def bound_text(req: Requirement) -> str:
 # ---------------------------------------------------------------- running
 
 
+def check_pool(spec: Spec, inventory) -> None:
+    """The spec's pool (and its peer, when it is not local DRAM) must be memory this box has:
+    aiming a spec at absent memory is bad input, one line saying what `probe` lists instead."""
+    from nearlocal.availability import region_instances
+    from nearlocal.regions import parse_region, region_kind
+
+    for role, text in (("pool", spec.pool), ("peer", spec.peer)):
+        if not text or text == "dram":
+            continue
+        region = parse_region(text)
+        try:
+            region_kind(region).validate(region, inventory)
+        except UsageError as exc:
+            option = "--region" if role == "pool" else "--peer"
+            raise UsageError(f"{spec.path.name}: the {role} {text} is not on this box ({exc}); "
+                             f"probe lists {', '.join(region_instances(inventory))}: aim the spec "
+                             f"at one with {option}") from None
+
+
+
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                   processes: int | None = None) -> Path:
     """Run exactly the spec's cases through the normal runner and store; returns the run path.
@@ -382,12 +474,14 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     from nearlocal.hwprobe import probe
 
     inventory = probe()
+    check_pool(spec, inventory)
     budget_s = parse_budget(budget) if budget else parse_budget(spec.budget, "budget")
     processes = processes or spec.processes or default_processes(budget_s)
     rule = StoppingRule(budget_s=budget_s, target_rel_ci=spec.ci / 100)
     settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=allow_write)
-    meta = run_metadata(inventory, settings, f"accept:{spec.path.name}",
-                        spec=str(spec.path.resolve()), processes=processes)
+    meta = run_metadata(inventory, settings, f"accept:{spec.path.name}", kind="accept",
+                        spec=str(spec.path.resolve()), processes=processes,
+                        pool=spec.pool or None)
     from nearlocal.results.store import Store
 
     store = Store.create(out, meta)
@@ -419,13 +513,27 @@ def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
     for column in ("requirement", "measured", "bound", "verdict", "margin"):
         table.add_column(column, justify="right" if column in ("measured", "margin") else "left")
     for v in verdicts:
-        verdict = "[green]pass[/]" if v.passed else "[red]fail[/]"
+        verdict = "[green]pass[/]" if v.passed else "[red]fail: not measured[/]" if v.reason \
+            else "[red]fail[/]"
         margin = "-" if math.isnan(v.margin) else f"{v.margin:+.1%}"
-        table.add_row(v.requirement.name + (f"\n[dim]{v.reason}[/]" if v.reason else ""),
-                      _format(v.measured, v.requirement), bound_text(v.requirement), verdict, margin)
+        table.add_row(v.requirement.name, _format(v.measured, v.requirement),
+                      bound_text(v.requirement), verdict, margin)
     console.print(table)
     failed = sum(not v.passed for v in verdicts)
     console.print(f"{len(verdicts) - failed} passed, {failed} failed")
+    for reason, numbers in reasons(verdicts).items():
+        console.print(f"  {reason} (requirement{'s' if len(numbers) > 1 else ''} "
+                      f"{', '.join(map(str, numbers))})", markup=False, highlight=False)
+
+
+def reasons(verdicts: list[Verdict]) -> dict[str, list[int]]:
+    """Each distinct not-measured reason with the (1-based) numbers of the requirements it
+    failed: one line per reason, however many requirements share it."""
+    found: dict[str, list[int]] = {}
+    for number, v in enumerate(verdicts, 1):
+        if v.reason:
+            found.setdefault(v.reason, []).append(number)
+    return found
 
 
 def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
@@ -436,7 +544,7 @@ def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
     ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=run.run_id)
     for v in verdicts:
         case = ET.SubElement(suite, "testcase", classname=f"nearlocal.accept.{spec.path.stem}",
-                             name=v.requirement.name, time="0")
+                             name=v.requirement.name, time=f"{v.seconds:.3f}")
         detail = (v.reason or f"measured {_format(v.measured, v.requirement)}, "
                   f"bound {bound_text(v.requirement)}, margin {v.margin:+.1%}")
         if v.passed:
@@ -452,7 +560,7 @@ def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
 def _accept(args) -> int:
     from nearlocal.console import console
 
-    spec = parse_spec(args.spec)
+    spec = parse_spec(args.spec, args.region, args.peer)
     if args.processes is not None and not 1 <= args.processes <= 100:
         raise UsageError(f"--processes must be between 1 and 100, got {args.processes}")
     if args.budget:
@@ -486,6 +594,9 @@ def register(sub) -> None:
     parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
     parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--region", help="aim the spec at this region (its pool): any region "
+                                         "`nearlocal probe` lists, e.g. numa:2 or devdax:/dev/dax0.0")
+    parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
     parser.add_argument("--processes", type=int, default=None,
                         help="worker processes per case (default: the spec's [run] processes, "

@@ -39,6 +39,12 @@ p-value:
   run is at most `ambiguous`: the run itself says that median is not settled, which on a busy box
   is where back-to-back runs of the same code differ by 2-3x.
 Both models: the overhead rebase, the clock's resolution and the past baselines' spread apply.
+The clock terms (timer overhead, clock step) belong to one timed interval: a figure that divides a
+sample by its operations (a chase's hops, an RPC batch: the row's `ops_per_sample`) carries them
+divided by the same count.
+`same` is an equivalence verdict (judge_equivalence): two one-sided tests that the ratio lies
+within a margin derived from the runs' own noise (3 typical standard errors, at least the
+threshold, at most 10%), stated in the summary.
 Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
 unless --cross-host.
 """
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -55,6 +62,7 @@ from pathlib import Path
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.results.schema import ops_per_sample
 from nearlocal.results.store import RunData, load, require_store
 from nearlocal.units import format_ns, non_negative_int
 
@@ -79,6 +87,12 @@ TINY_VARIANCE = 1e-10  # of log medians: rounding, not spread (equal medians aft
 # back-to-back quick runs of the same code on a busy 2-core VM: |change| / noise had quantiles
 # 2.1 (90%), 4.3 (99%), 6.9 (99.9%) where a normal gives 1.6, 2.6, 3.3 and t(5) 1.9, 3.7, 6.4.
 RUN_NOISE_DOF = 5
+# `same` (judge_equivalence): two one-sided tests at EQUIV_ALPHA each against a margin of
+# EQUIV_NOISE_SIGMAS typical standard errors of a case's log ratio (a change the runs' own noise
+# makes in about 3 of 1,000 cases), at least the threshold, capped at EQUIV_MARGIN_CAP.
+EQUIV_ALPHA = 0.05
+EQUIV_NOISE_SIGMAS = 3.0
+EQUIV_MARGIN_CAP = 0.10
 VERDICT_ORDER = ("slower", "faster", "ambiguous", "missing", "new", "same")
 BASELINE_REF = "baseline"
 
@@ -104,6 +118,10 @@ class CaseComparison:
     _log_se: float = field(default=math.nan, repr=False)
     _p_raw: float = field(default=math.nan, repr=False)
     _resolution_ns: float = field(default=math.nan, repr=False)
+    _step_ns: float = field(default=0.0, repr=False)  # the clock's step, per operation
+    # the log ratio's standard error and degrees of freedom (the model's), for the equivalence test
+    _equiv_sd: float = field(default=math.nan, repr=False)
+    _equiv_df: float = field(default=math.inf, repr=False)
     _unsettled: str = field(default="", repr=False)  # which run's stopping rule was not met
     # log medians of each worker process's samples (runs made with --processes >= 2)
     _proc_base: np.ndarray | None = field(default=None, repr=False)
@@ -126,6 +144,7 @@ class Comparison:
     cases: list[CaseComparison]
     history_runs: int = 0  # past baselines whose spread widened each case's interval
     process_model: ProcessModel | None = None  # fitted when cases ran in >= 2 processes each
+    margin: float = math.nan  # the equivalence margin `same` was tested against
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -149,8 +168,12 @@ class Comparison:
         if self.process_model is not None:
             noise = self.process_model.describe() + (
                 f"; {noise} for the other {others} cases" if others else "")
+        same = (f"; same = within ±{self.margin:.1%} by two one-sided tests at "
+                f"{EQUIV_ALPHA:g} (margin {EQUIV_NOISE_SIGMAS:g} x the typical case's noise, at "
+                f"least the threshold, at most {EQUIV_MARGIN_CAP:.0%})"
+                if math.isfinite(self.margin) else "")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
-                f"{self.n_compared} cases, {noise}{history})")
+                f"{self.n_compared} cases, {noise}{history}{same})")
 
     @property
     def n_compared(self) -> int:
@@ -163,6 +186,9 @@ class Comparison:
         return {"base": self.base, "candidate": self.candidate, "threshold": self.threshold,
                 "alpha": self.alpha, "run_noise": self.run_noise, "confidence": self.confidence,
                 "host_note": self.host_note, "history_runs": self.history_runs,
+                "equivalence": {"margin": self.margin, "alpha": EQUIV_ALPHA,
+                                "noise_sigmas": EQUIV_NOISE_SIGMAS, "cap": EQUIV_MARGIN_CAP},
+                "summary": self.summary(),
                 "process_model": asdict(self.process_model) if self.process_model else None,
                 "counts": self.counts(),
                 "regression": bool(self.regressions),
@@ -262,6 +288,12 @@ def _number(row: dict, column: str) -> float:
     return float(value) if value is not None and pd.notna(value) else math.nan
 
 
+def _ops(row: dict) -> int:
+    """Operations one sample's ns is divided by (the row's column; older rows: see schema)."""
+    info = row.get("info")
+    return ops_per_sample(row.get("ops_per_sample"), info if isinstance(info, dict) else {})
+
+
 def _measure_case(case_id: str, base_row: dict, cand_row: dict,
                   base: tuple[np.ndarray, np.ndarray] | None,
                   cand: tuple[np.ndarray, np.ndarray] | None,
@@ -277,13 +309,19 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict,
         result.note = "no raw samples in one run (pytest-benchmark file saved without " \
                       "--benchmark-save-data?): ratio only"
         return result
-    overhead_b, overhead_c = (_number(row, "timer_overhead_ns") for row in (base_row, cand_row))
+    # the clock terms are per timed interval; a figure divided by its operations (a chase's
+    # hops, an RPC batch) carries them divided by the same count
+    ops_b, ops_c = (_ops(row) for row in (base_row, cand_row))
+    overhead_b, overhead_c = (_number(row, "timer_overhead_ns") / ops
+                              for row, ops in ((base_row, ops_b), (cand_row, ops_c)))
     if math.isfinite(overhead_b) and math.isfinite(overhead_c):
         common = min(overhead_b, overhead_c)
         base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
         result._resolution_ns = common
-    steps = [_number(row, "clock_resolution_ns") for row in (base_row, cand_row)]
+    steps = [_number(row, "clock_resolution_ns") / ops
+             for row, ops in ((base_row, ops_b), (cand_row, ops_c))]
     if all(math.isfinite(step) for step in steps):  # a clock coarser than its own overhead
+        result._step_ns = max(steps)
         result._resolution_ns = max(result._resolution_ns, *steps) \
             if math.isfinite(result._resolution_ns) else max(steps)
     result.n_base, result.n_cand = int(base_ns.size), int(cand_ns.size)
@@ -459,6 +497,7 @@ def judge_by_processes(cases: list[CaseComparison], family: int, threshold: floa
     level = max(selected, 1) * alpha / family
     quantile = scipy_stats.t.isf(level / 2, post_df)
     for i, c in enumerate(cases):
+        c._equiv_sd, c._equiv_df = float(sd[i]), float(post_df[i])
         c.ci_low = math.exp(bounds[i, 0] - quantile[i] * sd[i])
         c.ci_high = math.exp(bounds[i, 1] + quantile[i] * sd[i])
         c.p_value = float(adjusted[i])
@@ -539,11 +578,47 @@ def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS) -> tuple
         used += 1
         rows = run.cases[(run.cases["status"] == "ok") & (run.cases["median_ns"] > 0)]
         # the run's own overhead estimate is added back: its drift is not the case's noise
-        totals = rows["median_ns"] + rows["timer_overhead_ns"].astype(float).fillna(0.0)
+        ops = [_ops(row) for row in rows.to_dict("records")]
+        totals = rows["median_ns"] + rows["timer_overhead_ns"].astype(float).fillna(0.0) / ops
         for case_id, total in zip(rows["case_id"], totals, strict=True):
             medians.setdefault(str(case_id), []).append(math.log(total))
     return ({cid: float(np.std(v, ddof=1)) for cid, v in medians.items() if len(v) >= MIN_HISTORY},
             used)
+
+
+def equivalence_margin(cases: list[CaseComparison], threshold: float) -> float:
+    """The margin within which `same` is claimed: EQUIV_NOISE_SIGMAS times the typical (median)
+    standard error of a compared case's log ratio, so that what the runs' own noise cannot tell
+    apart is not asked of them, at least the threshold, and never more than EQUIV_MARGIN_CAP."""
+    errors = [c._equiv_sd for c in cases if math.isfinite(c._equiv_sd)]
+    typical = float(np.median(errors)) if errors else 0.0
+    return float(min(EQUIV_MARGIN_CAP, max(threshold, math.expm1(EQUIV_NOISE_SIGMAS * typical))))
+
+
+def judge_equivalence(cases: list[CaseComparison], threshold: float) -> float:
+    """Two one-sided tests (TOST, each at EQUIV_ALPHA) of "the ratio lies within 1 +- margin":
+    an undecided case whose whole (1 - 2 EQUIV_ALPHA) interval, widened by half a clock step on
+    each median (a median of readings on a stepped clock may sit anywhere within its step), lies
+    inside the margin reads `same`. The timer overhead is not a term here: both runs are put on
+    the same overhead correction, so it cannot make their figures differ. Returns the margin."""
+    margin = equivalence_margin(cases, threshold)
+    limit = math.log1p(margin)
+    for c in cases:
+        if c.verdict not in ("ambiguous", "same") or not math.isfinite(c._equiv_sd) \
+                or not (c.base_median_ns > 0 and c.cand_median_ns > 0):
+            continue
+        half_step = c._step_ns / 2
+        mb, mc = c.base_median_ns, c.cand_median_ns
+        low = math.log((mc - half_step) / (mb + half_step)) if mc > half_step else -math.inf
+        high = math.log((mc + half_step) / (mb - half_step)) if mb > half_step else math.inf
+        reach = float(scipy_stats.t.isf(EQUIV_ALPHA, c._equiv_df)) * c._equiv_sd
+        if -limit < low - reach and high + reach < limit:
+            c.verdict, c.note = "same", ""
+        elif c.verdict == "ambiguous" and not c.note.startswith("not converged"):
+            c.note = (c.note + "; " if c.note else "") + (
+                f"not shown within ±{margin:.1%}: [{math.exp(low - reach):.3f}, "
+                f"{math.exp(high + reach):.3f}] at {1 - 2 * EQUIV_ALPHA:.0%}")
+    return margin
 
 
 def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESHOLD,
@@ -586,6 +661,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     # cases from single-process runs: the whole-run noise model below, Bonferroni over the family
     tested = [c for c in tested if c._proc_base is None]
     tau = run_noise([c._log_ratio for c in tested])
+    noise_known = len([c for c in tested if math.isfinite(c._log_ratio)]) >= MIN_CASES_FOR_RUN_NOISE
     z = float(scipy_stats.norm.isf(per_case_alpha / 2))
     # run-to-run changes have heavy tails (a Student t fits them): its quantile, on the MAD scale
     tail = float(scipy_stats.t.isf(per_case_alpha / 2, RUN_NOISE_DOF)
@@ -595,11 +671,18 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
         # a ratio spans 2 runs, hence sqrt(2) times one run's spread
         between = max(tail * tau, z * math.sqrt(2) * history.get(c.case_id, 0.0))
         half = math.hypot(z * c._log_se, between)
+        c._equiv_sd = math.hypot(c._log_se, max(tau, math.sqrt(2) * history.get(c.case_id, 0.0))) \
+            if noise_known else math.nan  # nothing is shown the same by an unknown noise
+        c._equiv_df = RUN_NOISE_DOF if tau > 0 else math.inf
         low, high = _resolution_bounds(c)
         c.ci_low, c.ci_high = math.exp(low - half), math.exp(high + half)
         c.p_value = min(1.0, c._p_raw * len(tested))
         significant = c.p_value < alpha
-        if (c.ci_low > high_bound or c.ci_high < low_bound) and significant and c._unsettled:
+        if (c.ci_low > high_bound or c.ci_high < low_bound) and significant and not noise_known:
+            c.verdict = "ambiguous"
+            c.note = (f"run-to-run noise unknown with under {MIN_CASES_FOR_RUN_NOISE} cases of "
+                      "one process each: a change is not told from a rerun")
+        elif (c.ci_low > high_bound or c.ci_high < low_bound) and significant and c._unsettled:
             c.verdict = "ambiguous"
             c.note = f"not converged in the {c._unsettled}: re-run with a larger --budget"
         elif c.ci_low > high_bound and significant:
@@ -619,8 +702,9 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
                 c.note = c.note or f"not significant (p >= {alpha:g})"
             else:
                 c.note = c.note or "the interval straddles the threshold"
+    margin = judge_equivalence(cases, threshold)
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
-                      host_note, cases, history_runs if history else 0, model)
+                      host_note, cases, history_runs if history else 0, model, margin)
 
 
 # ---------------------------------------------------------------- output
@@ -633,52 +717,99 @@ def _ratio_text(c: CaseComparison) -> tuple[str, str, str]:
     return ratio, ci, p
 
 
+CHANGE_VERDICTS = ("slower", "faster")  # what a job summary lists
+
+
+def _rest_line(result: Comparison, shown: list[CaseComparison]) -> str:
+    """One line counting the cases not listed one by one."""
+    listed = {id(c) for c in shown}
+    rest = [c for c in result.cases if id(c) not in listed]
+    if not rest:
+        return ""
+    counts = {v: sum(c.verdict == v for c in rest) for v in VERDICT_ORDER}
+    text = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    margin = f" (within ±{result.margin:.1%})" if counts["same"] and math.isfinite(result.margin) \
+        else ""
+    return f"{len(rest)} more cases not listed: {text}{margin}"
+
+
+def _listed(result: Comparison, verdicts: tuple[str, ...] | None = None) -> list[CaseComparison]:
+    """The cases printed one per line, changed ones first: every verdict but `same`, or only
+    `verdicts`."""
+    return [c for c in result.sorted_cases()
+            if (c.verdict in verdicts if verdicts else c.verdict != "same")]
+
+
 def render_table(result: Comparison, file=None) -> None:
+    """The changed cases as a table, then one line counting the rest. On a terminal a rich
+    table; anywhere else (a CI log, a file) the full-width Markdown table that run and show print
+    there: one line per case, every case id whole."""
     from rich.console import Console
     from rich.table import Table
 
+    from nearlocal.console import console as stdout_console
+    from nearlocal.console import identifier_column, print_table
+
     colours = {"slower": "red", "faster": "green", "ambiguous": "yellow", "missing": "magenta",
                "new": "cyan", "same": "default"}
+    target = Console(file=file, color_system=None, highlight=False) if file else stdout_console
+    listed = _listed(result)
     table = Table(title=f"compare {result.base} -> {result.candidate}", title_justify="left")
-    for column in ("verdict", "case", "base", "candidate", "ratio", "CI", "p", "n", "note"):
+    table.add_column("verdict", no_wrap=True)
+    identifier_column(table, "case", [c.case_id for c in listed])
+    for column in ("base", "candidate", "ratio", "CI", "p", "n", "note"):
         table.add_column(column, justify="right" if column in ("base", "candidate", "ratio", "p")
-                         else "left")
-    for c in result.sorted_cases():
+                         else "left", no_wrap=column not in ("note", "n"))
+    for c in listed:
         ratio, ci, p = _ratio_text(c)
-        table.add_row(f"[{colours[c.verdict]}]{c.verdict}[/]", c.case_id,
-                      format_ns(c.base_median_ns), format_ns(c.cand_median_ns), ratio, ci, p,
+        verdict = f"[{colours[c.verdict]}]{c.verdict}[/]" if target.is_terminal else c.verdict
+        table.add_row(verdict, c.case_id, format_ns(c.base_median_ns),
+                      format_ns(c.cand_median_ns), ratio, ci, p,
                       (f"{c.n_base}/{c.n_cand}" + (f" in {c.processes} proc" if c.processes else ""))
                       if c.n_base else "-", c.note)
-    console = Console(file=file, width=200 if file else None)
-    console.print(table)
-    if result.host_note:
-        console.print(result.host_note)
-    console.print(result.summary())
+    if listed:
+        print_table(table, target)
+    rest = _rest_line(result, listed)
+    for line in (rest, result.host_note, result.summary()):
+        if line:
+            target.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def render_markdown(result: Comparison) -> str:
-    counts = result.counts()
+def render_markdown(result: Comparison, verdicts: tuple[str, ...] | None = None) -> str:
+    """Markdown: a head line, the listed cases (changed first; only `verdicts` when given), then
+    one line counting the rest."""
     head = "**regression**" if result.regressions else "no regression"
     lines = [f"### nearlocal compare: `{result.base}` → `{result.candidate}`", "",
              f"{head}: " + result.summary(), ""]
     if result.host_note:
         lines += [f"> {result.host_note}", ""]
-    header = ["| verdict | case | base | candidate | ratio | CI | p | note |",
-              "|---|---|---|---|---|---|---|---|"]
-
-    def row(c: CaseComparison) -> str:
-        ratio, ci, p = _ratio_text(c)
-        return (f"| {c.verdict} | `{c.case_id}` | {format_ns(c.base_median_ns)} | "
-                f"{format_ns(c.cand_median_ns)} | {ratio} | {ci} | {p} | {c.note} |")
-
-    notable = [c for c in result.sorted_cases() if c.verdict != "same"]
-    if notable:
-        lines += [*header, *map(row, notable), ""]
-    same = [c for c in result.sorted_cases() if c.verdict == "same"]
-    if same:
-        lines += [f"<details><summary>{counts['same']} cases the same</summary>", "", *header,
-                  *map(row, same), "", "</details>", ""]
+    listed = _listed(result, verdicts)
+    if listed:
+        lines += ["| verdict | case | base | candidate | ratio | CI | p | note |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in listed:
+            ratio, ci, p = _ratio_text(c)
+            lines.append(f"| {c.verdict} | `{c.case_id}` | {format_ns(c.base_median_ns)} | "
+                         f"{format_ns(c.cand_median_ns)} | {ratio} | {ci} | {p} | {c.note} |")
+        lines.append("")
+    rest = _rest_line(result, listed)
+    if rest:
+        lines += [rest, ""]
     return "\n".join(lines)
+
+
+def append_job_summary(result: Comparison, path: str) -> None:
+    """GitHub Actions' job summary ($GITHUB_STEP_SUMMARY): the regressions and improvements
+    only, the rest counted on one line. A summary that cannot be written is said on stderr and
+    does not change the verdict."""
+    try:
+        with open(path, "a") as handle:
+            handle.write(render_markdown(result, CHANGE_VERDICTS) + "\n")
+    except OSError as exc:
+        from nearlocal.console import err_console
+
+        err_console.print(f"GITHUB_STEP_SUMMARY {path}: cannot append the job summary: "
+                          f"{exc.strerror}", markup=False)
 
 
 def render_junit(result: Comparison) -> str:
@@ -839,6 +970,8 @@ def _compare(args) -> int:
     result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
                           history, used)
     write_output(result, args.format, args.output)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        append_job_summary(result, os.environ["GITHUB_STEP_SUMMARY"])
     if args.output and args.format != "table":
         from nearlocal.console import err_console
 
@@ -875,7 +1008,9 @@ def register(sub) -> None:
                         help="smallest change that counts (default 5%%)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help="family-wise significance level over all cases (default 0.01)")
-    parser.add_argument("--format", choices=("table", "markdown", "json", "junit"), default="table")
+    parser.add_argument("--format", choices=("table", "markdown", "json", "junit"), default="table",
+                        help="table (default): a table on a terminal, full-width Markdown in a "
+                             "pipe or CI log; markdown, json or junit for files")
     parser.add_argument("--output", help="write the report to this file instead of stdout")
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
-from nearlocal.results.schema import CASE_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
+from nearlocal.results.schema import (
+    CASE_COLUMNS,
+    RUN_KINDS,
+    SAMPLE_COLUMNS,
+    SCHEMA_VERSION,
+    ops_per_sample,
+    run_kind,
+)
 
 np = lazy_import("numpy")
 pd = lazy_import("pandas")
@@ -320,18 +327,36 @@ def survey_run(path: Path) -> tuple[dict, str]:
     return meta, state
 
 
+def _kind_of(path: Path) -> str:
+    try:
+        return run_kind(read_meta(path))
+    except UsageError:
+        return ""  # damaged run.json: no kind, never `latest`
+
+
 def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
-    """A run directory from a path, a run id in the store, `latest`, or None (the latest; a run
-    killed part way counts, and says it is incomplete)."""
-    if ref is None or str(ref) == "latest":
+    """A run directory from a path, a run id in the store, `latest` or None (the latest `nearlocal
+    run`; a run killed part way counts, and says it is incomplete), or `latest:KIND` (the latest
+    of another kind: accept, import, bench)."""
+    if ref is None or str(ref) == "latest" or str(ref).startswith("latest:"):
+        kind = str(ref or "latest").partition(":")[2] or "run"
+        if kind not in RUN_KINDS:
+            raise UsageError(f"unknown run kind {kind!r} in {ref!r}: use latest or latest:KIND "
+                             f"with KIND one of {', '.join(RUN_KINDS)}")
         runs = [p for p in list_runs(root)
                 if (p / "cases.parquet").exists() or (p / "partial").is_dir()]
+        kinds = {p: _kind_of(p) for p in runs}
         if not runs:
             missing = "" if Path(root).is_dir() else \
                 f" ({'not a directory' if Path(root).exists() else 'the directory does not exist'})"
             raise UsageError(f"no runs in {root}{missing}: run `nearlocal run` first, or give "
                              "the store's root with --out")
-        return runs[-1]
+        wanted = [p for p in runs if kinds[p] == kind]
+        if not wanted:
+            others = sorted(set(kinds.values()) - {""})
+            raise UsageError(f"no runs of kind {kind} in {root} (it holds {', '.join(others)} "
+                             f"runs: use latest:{others[0] if others else 'KIND'} or a run id)")
+        return wanted[-1]
     path = Path(ref)
     if (path / "run.json").is_file():
         return path
@@ -394,4 +419,6 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
         if column not in cases:
             cases[column] = None
     cases["info"] = [_info(value) for value in cases["info"]]
+    cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
+                               for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
     return RunData(path, meta, cases, samples, incomplete)

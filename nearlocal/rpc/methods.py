@@ -110,6 +110,7 @@ class RpcSession:
             raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
                              f"slots: use 1 to {self.slots}")
         self.per_batch = max(64, 4 * self.qd)  # short batches: a preempted one is an outlier
+        self.ops_per_sample = self.per_batch if throughput else 1  # ns is per request
         self.msg_words, _, ring_bytes = slots.layout(self.slots, message_bytes)
         self.timeout_ticks = np.uint64(TIMEOUT_S * ctx.tsc_hz)
         self.state = np.zeros(1, np.int64)

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Does the CI regression gate (`nearlocal compare`) hold on this box? Measures, at default
+# settings, three runs of the quick suite on unchanged code and two with a REAL 1.3x slowdown of
+# the test-only plugin methods gate-load and gate-chase (tests/gate_plugin.py: a delay chain in
+# their compiled kernels), then compares every pair:
+#   unchanged pairs: exit 0, at least 70% of compared cases `same`, no case `slower`;
+#   unchanged -> slowed pairs: at least 90% of the gate-* cases `slower`, and
+#   gate-chase/dram/wb/1GiB `slower` in every pair.
+# Every run carries the plugin's cases (the unchanged runs at slowdown 1.0), so each pair
+# compares the same case list. Prints the load average with the figures: the box is shared.
+#
+#   bash scripts/gate_check.sh [STORE]        (default: a new temporary directory)
+#   GATE_REUSE=1 bash scripts/gate_check.sh STORE   compares the runs already in STORE
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+store=${1:-$(mktemp -d /tmp/nearlocal-gate.XXXXXX)}
+nearlocal=${NEARLOCAL:-nearlocal}
+[ -x "$root/.venv/bin/nearlocal" ] && nearlocal=${NEARLOCAL:-$root/.venv/bin/nearlocal}
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" NEARLOCAL_PLUGINS=tests.gate_plugin
+mkdir -p "$store"
+echo "store: $store; load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+
+if [ "${GATE_REUSE:-0}" != 1 ]; then
+    for kind in same same same slow slow; do
+        factor=1.0; [ "$kind" = slow ] && factor=1.3
+        start=$(date +%s)
+        NEARLOCAL_GATE_SLOWDOWN=$factor "$nearlocal" run --out "$store" --quiet > "$store/.last-run"
+        id=$(sed -n 's#^stored .*/##p' "$store/.last-run" | tail -1)
+        echo "$kind $id" >> "$store/gate-runs.txt"
+        echo "run $id (slowdown $factor): $(( $(date +%s) - start )) s," \
+             "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    done
+fi
+
+NEARLOCAL="$nearlocal" STORE="$store" "$root/.venv/bin/python" - <<'EOF'
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+store, nearlocal = os.environ["STORE"], os.environ["NEARLOCAL"]
+runs = [line.split() for line in open(os.path.join(store, "gate-runs.txt"))]
+same = [run for kind, run in runs if kind == "same"]
+slow = [run for kind, run in runs if kind == "slow"]
+
+
+def compare(base: str, cand: str) -> tuple[int, dict]:
+    done = subprocess.run([nearlocal, "compare", base, cand, "--out", store, "--format", "json"],
+                          capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        sys.exit(f"compare {base} {cand} failed: {done.stderr.strip()}")
+    return done.returncode, json.loads(done.stdout)
+
+
+ok = True
+print("unchanged pairs (need: exit 0, >= 70% same, no slower):")
+for base, cand in itertools.combinations(same, 2):
+    code, report = compare(base, cand)
+    counts = report["counts"]
+    compared = sum(counts[v] for v in ("slower", "faster", "ambiguous", "same"))
+    share = counts["same"] / max(compared, 1)
+    good = code == 0 and share >= 0.70 and counts["slower"] == 0
+    ok &= good
+    print(f"  {base} -> {cand}: exit {code}, {counts['same']}/{compared} same ({share:.0%}), "
+          f"{counts['slower']} slower, {counts['faster']} faster, {counts['ambiguous']} ambiguous"
+          f"{'' if good else '  FAIL'}")
+    for case in report["cases"]:
+        if case["verdict"] == "slower":
+            print(f"    slower: {case['case_id']} {case['ratio']:.3f}x "
+                  f"[{case['ci_low']:.3f}, {case['ci_high']:.3f}]")
+    print(f"    {report['summary']}")
+
+print("unchanged -> slowed 1.3x pairs (need: >= 90% of gate-* slower over the pairs, "
+      "gate-chase 1GiB slower in each):")
+caught = total = 0
+for base, cand in itertools.product(same, slow):
+    code, report = compare(base, cand)
+    gate = [c for c in report["cases"] if c["case_id"].startswith("gate-")]
+    hits = [c for c in gate if c["verdict"] == "slower"]
+    chase = next(c for c in gate if c["case_id"] == "gate-chase/dram/wb/1GiB")
+    caught, total = caught + len(hits), total + len(gate)
+    ok &= chase["verdict"] == "slower"
+    others = [c for c in report["cases"] if not c["case_id"].startswith("gate-")
+              and c["verdict"] == "slower"]
+    print(f"  {base} -> {cand}: exit {code}, {len(hits)}/{len(gate)} gate cases slower; "
+          f"chase 1GiB {chase['verdict']} {chase['ratio']:.3f}x; "
+          f"{len(others)} unchanged cases slower")
+    for c in gate:
+        if c["verdict"] != "slower":
+            print(f"    missed: {c['case_id']} {c['verdict']} {c['ratio']:.3f}x "
+                  f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}] {c['note'] or ''}")
+share = caught / max(total, 1)
+ok &= share >= 0.90
+print(f"caught {caught}/{total} = {share:.0%} of the slowed cases over the pairs")
+print(f"load average at the end: {open('/proc/loadavg').read().split()[:3]}")
+print("gate check:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+EOF
