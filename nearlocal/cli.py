@@ -183,10 +183,15 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
+    from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
     from nearlocal.units import parse_budget
 
+    if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
+        from nearlocal.rack.job import run_job
+
+        return run_job(args)
     budget = parse_budget(args.budget)
     if not 0 < args.ci < 100:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
