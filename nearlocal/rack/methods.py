@@ -69,6 +69,10 @@ class RackContext:
         return self.world.size
 
     @property
+    def timer_overhead_ticks(self) -> float:  # what RpcSession.sample subtracts
+        return self.overhead_ticks
+
+    @property
     def coherent(self) -> bool:
         """Every rank on one host: caches are coherent, the flush protocol is not proven needed."""
         return len(set(self.host_ids)) == 1
@@ -341,7 +345,7 @@ def _handoff_reader(ctx, control, cwords, sraw, swords, layout, code) -> dict:
     reader = ctx.rank - 1
     local = np.empty(layout.payload_words, np.uint64)
     monitor = np.zeros(4, np.int64)
-    state = np.array([1, 0], np.int64)
+    state = np.array([0, 0], np.int64)  # nothing announced yet (the writer starts at 2)
     timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
     idle = np.uint64(0.05 * ctx.tsc_hz)
     deadline = time.monotonic() + ctx.timeout_s + 10 * ctx.rule.budget_s
