@@ -108,7 +108,7 @@ def test_handoff_readers_take_every_record_whole(three_ranks):
     assert info["records"] == 64 and info["record_bytes"] == 192  # 160 B rounded to lines
     assert info["refused_records"] == {"1": 0, "2": 0}
     assert all(v >= row["n_samples"] for v in info["handled_versions"].values())
-    assert 0 < info["flag_roundtrip_ns"] and info["usable_ns"] <= row["median_ns"]
+    assert info["flag_roundtrip_ns"] > 0 and info["usable_ns"] <= row["median_ns"]
 
 
 @needs_mpi
@@ -205,8 +205,8 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.rack.job as job; "
             "job._run_part = lambda ctx: os.kill(os.getpid(), signal.SIGKILL); "
             "from nearlocal.cli import main; sys.exit(main(sys.argv[1:]))", *args]
-    proc = mpirun(["-n", "1", *NEARLOCAL, *args], ["-n", "1", *dies], mpi=("--with-ft", "ulfm"),
-                  cwd=tmp_path)
+    mpirun(["-n", "1", *NEARLOCAL, *args], ["-n", "1", *dies], mpi=("--with-ft", "ulfm"),
+           cwd=tmp_path)  # its exit code is the launcher's: the run says what happened
     run = load(None, tmp_path)
     assert "rank 1" in run.incomplete and os.uname().nodename in run.incomplete, run.incomplete
     assert run.meta["lost_ranks"] == [1]

@@ -27,6 +27,7 @@ from nearlocal.rack.mpi import RankLost, World, world
 
 START_TIMEOUT_S = 300.0  # ranks start, import and probe at their own pace
 TOKEN_WORDS = 2
+RANKS_LOST = 1  # rank 0's exit code when the run is stored without some ranks
 
 
 @dataclass
@@ -61,12 +62,14 @@ def _run_job(job: World, args: argparse.Namespace) -> int:
     pools = _open_pools(job, plan, args.allow_write, hosts)
     try:
         pingpong = job.pingpong_us(1 - job.rank) if job.rank < 2 else None
-        if job.rank == 0:
-            return _lead(job, args, plan, hosts, pools, pingpong)
-        return _follow(job, plan, hosts, pools)
+        code = _lead(job, args, plan, hosts, pools, pingpong) if job.rank == 0 \
+            else _follow(job, plan, hosts, pools)
     finally:
-        for region in pools.values():
+        for region in pools.values():  # rank 0's pool file goes with it
             region.close()
+    if job.rank == 0 and code == RANKS_LOST:
+        job.abort(code)  # ranks that hang, or were left behind, would keep the job alive
+    return code
 
 
 # --- before the run: every host checks, rank 0 decides --------------------------------------
@@ -302,9 +305,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     console.console.print(f"stored {path} ({job.size} ranks on "
                           f"{len({h['host_id'] for h in hosts})} host(s))"
                           + (f" (incomplete: {store.meta['incomplete_reason']})" if lost else ""))
-    if lost:
-        job.abort(1)  # ranks that hang would keep the job alive
-    return 0
+    return RANKS_LOST if lost else 0
 
 
 def _lost_line(exc: RankLost, hosts: list[dict]) -> str:
