@@ -209,6 +209,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.harness.threads import apply_thread_args
 
     cases = apply_thread_args(cases, args.threads, args.cpus)
+    from nearlocal.rack.methods import refuse_without_mpi
+
+    refuse_without_mpi(cases)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]

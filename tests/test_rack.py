@@ -146,6 +146,31 @@ def test_two_ranks_rpc_throughput_and_the_negative_control(two_ranks):
     assert "negative control" in negative["reason"] and "torn_reads" in negative["reason"]
 
 
+@needs_mpi
+def test_the_report_has_a_rack_section_with_every_rank(three_ranks):
+    from nearlocal.report.tables import build_report
+
+    section = build_report([three_ranks]).section("rack")
+    assert section.absent is None
+    frame = section.table.frame()
+    rpc = frame[frame["measurement"].str.startswith("rpc-roundtrip")]
+    assert sorted(rpc["rank"]) == ["1", "2"]
+    aggregate = frame[frame["measurement"].str.startswith("aggregate")]
+    assert sorted(aggregate["rank"]) == ["0", "1", "2"]
+    assert all("share" in note for note in aggregate["note"])
+    loss = frame[frame["measurement"].str.startswith("host-loss")]
+    assert "torn reads 0" in loss["note"].iloc[0]
+    assert any("Coherent host" in note for note in section.notes)
+
+
+def test_a_run_without_mpi_has_no_rack_section(tmp_path):
+    from nearlocal.report.tables import build_report
+
+    assert main(["run", "--method", "load", "--size", "4KiB", "--out", str(tmp_path), *TINY]) == 0
+    section = build_report([load(None, tmp_path)]).section("rack")
+    assert section.absent and "mpiexec" in section.absent
+
+
 def test_a_rack_method_without_mpi_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
     for name in list(os.environ):
         if name.startswith(("OMPI_", "PMIX_", "PMI_")) or name == "SLURM_NTASKS":

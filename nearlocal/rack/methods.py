@@ -113,17 +113,24 @@ def is_rack(case: Case) -> bool:
     return case.method in RACK_METHODS
 
 
-def _needs_mpi(params: dict) -> None:
-    """A rack method outside an MPI job is bad input: one line saying how to launch it."""
-    if not in_mpi_job():
-        raise UsageError("the rack methods run across the hosts of an MPI job: launch "
-                         "`mpiexec -n N nearlocal run --suite rack` (pip install 'nearlocal[mpi]')")
+WITHOUT_MPI = ("the rack methods run across the hosts of an MPI job: launch `mpiexec -n N "
+               "nearlocal run --suite rack` (pip install 'nearlocal[mpi]')")
+
+
+def _needs_mpi(inventory) -> str | None:
+    """Outside an MPI job a rack case is skipped with this reason (e.g. in the `all` suite)."""
+    return None if in_mpi_job() else WITHOUT_MPI
+
+
+def refuse_without_mpi(cases: list[Case]) -> None:
+    """Only rack cases asked for, outside an MPI job: bad input, one line saying how to launch."""
+    if cases and not in_mpi_job() and all(is_rack(case) for case in cases):
+        raise UsageError(WITHOUT_MPI)
 
 
 def _register(rack: RackMethod, summary: str, params: dict, check_params=None, check_pattern=None,
               accesses: tuple[str, ...] = ("write",), sample_bytes=None) -> None:
     def check(values: dict) -> None:
-        _needs_mpi(values)
         protocol_code(str(values.get("protocol", "flush")))
         if check_params:
             check_params(values)
@@ -131,6 +138,7 @@ def _register(rack: RackMethod, summary: str, params: dict, check_params=None, c
     register_method(Method(
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=("rdtscp", "clflushopt"), params=params,
+        needs=_needs_mpi,
         markers=("cpu",), check_params=check, check_pattern=check_pattern,
         sample_bytes=sample_bytes))
     RACK_METHODS[rack.name] = rack
