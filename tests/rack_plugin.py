@@ -9,7 +9,6 @@ POOL = "shm:nearlocal-test-rack"
 
 def _three() -> list[Case]:
     return [
-        Case("load", "dram", "wb", "4KiB"),
         Case("rack-rpc-roundtrip", POOL, "wb", "rpc:16x64B"),
         Case("rack-handoff", POOL, "wb", "64x160B", params=(("protocol", "coherent"),)),
         Case("rack-aggregate", POOL, "wb", "256KiB", access="read"),
@@ -19,6 +18,7 @@ def _three() -> list[Case]:
 
 def _two() -> list[Case]:
     return [
+        Case("load", "dram", "wb", "4KiB"),
         Case("rack-rpc-throughput", POOL, "wb", "rpc:16x64B", params=(("qd", "8"),)),
         Case("rack-handoff", POOL, "wb", "16KiB"),
         Case("rack-host-loss", POOL, "wb", "16KiB", params=(("kills", "30"), ("recheck", "off"))),

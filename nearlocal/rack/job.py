@@ -113,9 +113,8 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
     processes = default_processes(budget) if args.processes is None else args.processes
     if not 1 <= processes <= 100:
         raise UsageError(f"--processes must be between 1 and 100, got {processes}")
-    if args.json:
-        raise UsageError("--json is not available in an MPI run yet: read the stored run with "
-                         "`nearlocal show --json`")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     cases = apply_thread_args(_selected_cases(args), args.threads, args.cpus)
     for case in cases:
         case_rules.validate(case, inventory)
@@ -261,6 +260,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
 
     meta = run_metadata(plan.inventory, plan.settings, args.suite, processes=plan.processes)
     coherent = len({h["host_id"] for h in hosts}) == 1
+    hosts[0]["pingpong_us"] = pingpong_us  # rows made here carry it (the report's note)
     meta["mpi"] = {"ranks": job.size, "coherent_host": coherent, "pingpong_us": pingpong_us,
                    "hosts": [{k: h[k] for k in ("rank", "hostname", "host_id", "pid", "version")}
                              for h in hosts]}
@@ -300,6 +300,14 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
         store.meta["lost_ranks"] = sorted(lost)
     path = store.finish(interrupted=bool(lost), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     run = load(path)
+    if args.json:
+        from nearlocal.cli import _json_records
+
+        try:
+            Path(args.json).write_text(_json_records(run.cases))
+        except OSError as exc:
+            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
+                             f"stored in {path}") from None
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path} ({job.size} ranks on "
@@ -414,7 +422,8 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
     rows = method.rows(ctx, [value for _, value in results])
     for row in rows:
         stats = summarize(row.ns, base["bytes_moved"]) if len(row.ns) else {"n_samples": 0}
-        info = {**row.info, **_host_columns(hosts, row.rank)}
+        info = {**row.info, **_host_columns(hosts, row.rank),
+                "mpi_pingpong_us": hosts[0].get("pingpong_us")}
         store.add_case({**_tagged(base, hosts, row.rank), **stats, **row.extra,
                         "status": "failed" if row.failed else "ok", "reason": row.failed,
                         "clock": "tsc", "converged": bool(row.info.get("converged", True)),

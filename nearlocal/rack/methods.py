@@ -324,6 +324,16 @@ class _HandoffWriter:
         return ticks.astype(np.float64), self.ctx.ns(ticks)
 
 
+def _flag_roundtrips(writer: _HandoffWriter, seconds: float) -> np.ndarray:
+    """Flag-only handoffs (no records): up to FLAG_SAMPLES, for at most `seconds`."""
+    batches = []
+    start = time.perf_counter()
+    while sum(map(len, batches)) < FLAG_SAMPLES and (time.perf_counter() - start < seconds
+                                                     or not batches):
+        batches.append(writer.sample(10, flag_only=True)[1])
+    return np.concatenate(batches)
+
+
 def _handoff_run(ctx: RackContext) -> dict:
     code = protocol_code(str(ctx.params.get("protocol", "flush")))
     layout = _handoff_layout(ctx.case, ctx.size)
@@ -342,7 +352,7 @@ def _handoff_run(ctx: RackContext) -> dict:
     writer = _HandoffWriter(ctx, control, cwords, sraw, swords, layout, code)
     try:
         ticks, ns, elapsed, converged = run_trials(writer, ctx.rule)
-        _, flag_ns = writer.sample(FLAG_SAMPLES, flag_only=True)
+        flag_ns = _flag_roundtrips(writer, max(ctx.rule.budget_s / 4, 0.02))
     finally:
         publish_flag(cwords, kernels.A_STOP, np.uint64(1), code)
     return {"raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from nearlocal.errors import UsageError
 
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
-                  "SLURM_NTASKS")
+                  "SLURM_STEP_NUM_TASKS")  # srun's step, not a batch script's SLURM_NTASKS
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 POLL_S = 0.0005
 TAG = 21

@@ -82,6 +82,11 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         hosts = _hosts_line(df)
         if hosts:
             section.notes.append(hosts)
+        pingpong = next((i.get("mpi_pingpong_us") for i in df["info"] if isinstance(i, dict)
+                         and i.get("mpi_pingpong_us")), None)
+        if pingpong:
+            section.notes.append(f"MPI's own ping-pong, rank 0 <-> 1: {pingpong:.1f} us (what "
+                                 "one coordination step costs; never inside a timed interval).")
     return section
 
 
