@@ -166,9 +166,9 @@ def test_the_report_has_a_rack_section_with_every_rank(three_ranks):
 
 def test_a_run_without_mpi_has_no_rack_section(tmp_path):
     from nearlocal.report.tables import build_report
+    from tests.report_fixtures import make_run, row
 
-    assert main(["run", "--method", "load", "--size", "4KiB", "--out", str(tmp_path), *TINY]) == 0
-    section = build_report([load(None, tmp_path)]).section("rack")
+    section = build_report([load(make_run(tmp_path, [row("load")]))]).section("rack")
     assert section.absent and "mpiexec" in section.absent
 
 
