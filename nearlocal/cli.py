@@ -188,10 +188,15 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.harness.stats import StoppingRule
     from nearlocal.harness.worker import WorkerSettings
     from nearlocal.hwprobe import probe
+    from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
     from nearlocal.units import parse_budget
 
+    if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
+        from nearlocal.rack.job import run_job
+
+        return run_job(args)
     budget = parse_budget(args.budget)
     if not 0 < args.ci < 100:
         raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
@@ -209,6 +214,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.harness.threads import apply_thread_args
 
     cases = apply_thread_args(cases, args.threads, args.cpus)
+    from nearlocal.rack.methods import refuse_without_mpi
+
+    refuse_without_mpi(cases)
     for case in cases:
         case_rules.validate(case, inventory)
     reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]

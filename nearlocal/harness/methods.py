@@ -98,7 +98,7 @@ METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
                               "nearlocal.kernels.chase_methods", "nearlocal.harness.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods",
-                              "nearlocal.storage.methods"]
+                              "nearlocal.storage.methods", "nearlocal.rack.methods"]
 _loaded = False
 
 

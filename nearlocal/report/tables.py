@@ -1335,6 +1335,12 @@ def _latency_sections(runs: list[RunInfo], frames: list[pd.DataFrame]) -> list[S
             section_loaded_latency(runs, frames)]
 
 
+def _section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    from nearlocal.report.rack import section_rack
+
+    return section_rack(runs, frames)
+
+
 def build_report(data: list[RunData]) -> Report:
     """Every section of the report for one or more runs (several runs: side-by-side columns)."""
     if not data:
@@ -1358,6 +1364,7 @@ def build_report(data: list[RunData]) -> Report:
         section_near_local(runs, frames),
         threads,
         loaded,
+        _section_rack(runs, frames),
         section_inventory(runs, data),
         section_failures(runs, frames, data),
         section_skipped(runs, frames),

@@ -290,6 +290,8 @@ def read_meta(path: Path) -> dict:
 
 def run_state(path: Path, meta: dict) -> str:
     """"" for a finished run, else why it is incomplete (what `runs` and every loader say)."""
+    if meta.get("incomplete_reason") and not meta.get("complete"):  # e.g. an MPI rank lost
+        return str(meta["incomplete_reason"])
     if (path / "cases.parquet").exists():
         if meta.get("interrupted"):
             return "interrupted"

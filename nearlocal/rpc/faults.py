@@ -234,8 +234,11 @@ def run_faults(config: FaultConfig, tsc_hz: float,
 
 
 def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, protocol: int,
-            signals: _Signals, on_progress: Callable[[dict], None] | None) -> dict:
-    """The run itself, on an open region (closed by the caller)."""
+            signals: _Signals, on_progress: Callable[[dict], None] | None,
+            readers_elsewhere: Callable[[], None] | None = None) -> dict:
+    """The run itself, on an open region (closed by the caller). readers_elsewhere: the readers
+    are other processes (the rack's other hosts), started by calling it once the store is
+    written, instead of forked children."""
     from nearlocal.kernels.cpu import tsc_now
 
     rng = random.Random(config.seed)
@@ -259,7 +262,9 @@ def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, prot
               "missed_detections": 0, "detect_ms": [], "stopped_early": ""}
     started = time.monotonic()
     try:
-        for reader in range(config.readers):
+        if readers_elsewhere is not None:
+            readers_elsewhere()
+        for reader in range(config.readers if readers_elsewhere is None else 0):
             readers.append(_child(lambda reader=reader: _reader(
                 raw, words, layout, reader, config, timeout_ticks, tsc_hz, protocol)))
         epoch = 0
@@ -357,7 +362,8 @@ def _write_after_loss(store: rec.RecordStore, config: FaultConfig, epoch: int) -
 
 
 def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
-            config: FaultConfig, timeout_ticks: np.uint64, tsc_hz: float, protocol: int) -> int:
+            config: FaultConfig, timeout_ticks: np.uint64, tsc_hz: float, protocol: int,
+            recheck: bool = True) -> int:
     """A reader process: reads in slices of READ_SLICE_S with READ_GAP_S asleep in between (a
     reader is a client, not a spinner; on a small box it leaves the CPUs to the writer), until
     told to stop or the run's time is long over."""
@@ -369,7 +375,7 @@ def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
     deadline = time.monotonic() + config.duration_s + 60
     while time.monotonic() < deadline:
         if rec.reader_run(raw, words, layout.reader_base(reader), local, monitor, timeout_ticks,
-                          slice_ticks, protocol, True):
+                          slice_ticks, protocol, recheck):
             break
         time.sleep(gap)
     return 0

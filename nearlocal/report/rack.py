@@ -1,0 +1,146 @@
+"""The report's "Rack" section: an MPI run's hosts side by side, cross-host RPC beside B15,
+aggregate bandwidth beside B12 (each host alone and while the others load the pool), the
+handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
+report.tables; the figures were computed when the rows were made (rack.methods)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nearlocal.report.papers import figure
+from nearlocal.report.tables import (
+    Cell,
+    Column,
+    NoValue,
+    RunInfo,
+    Section,
+    Stat,
+    keyed_table,
+    stat_of,
+)
+
+RACK_PREFIX = "rack-"
+
+
+def _info(row) -> dict:
+    info = row.get("info")
+    return info if isinstance(info, dict) else {}
+
+
+def _mpi_rank(row) -> str:
+    """The MPI rank of a row (the prepared frame's own `rank` is the region's class)."""
+    return str(row["case_id"]).rsplit("/rank=", 1)[-1] if "/rank=" in str(row["case_id"]) else "-"
+
+
+def _what(row, params: dict) -> str:
+    method = row["method"].removeprefix(RACK_PREFIX)
+    detail = [row["pattern"]]
+    if "protocol" in params or method.startswith(("rpc", "handoff", "host")):
+        detail.append(str(params.get("protocol", "flush")))
+    if "qd" in params or method == "rpc-throughput":
+        detail.append(f"qd {params.get('qd', '1')}")
+    if method == "aggregate":
+        detail.append(row["access"])
+    if params.get("recheck") == "off":
+        detail.append("recheck off (negative control)")
+    return f"{method} {' '.join(detail)}"
+
+
+def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
+    b15, b12 = figure("B15"), figure("B12")
+    rtt, mops = b15.value("64 B round trip"), b15.value("throughput at qd 128")
+    aggregate = b12.value("aggregate, 16 servers")
+    section = Section(
+        "rack", "Rack — hosts sharing one pool (an MPI job)",
+        "One run across the ranks of an MPI job (docs/rack.md): cross-host RPC (client on rank "
+        f"k, server on rank 0) beside B15's {rtt.text()} round trip and {mops.text()} at qd "
+        "128; handoff from the writer's announce to every reader's acknowledgement (usable: "
+        "less half the flag round trip); aggregate bandwidth of every rank at once beside "
+        f"each alone and B12's {aggregate.text()}; host loss: the writer killed mid-write.",
+        [b15, b12])
+    if not any(("host" in df and df["host"].notna().any()) for df in frames):
+        section.absent = ("No MPI run: launch `mpiexec -n N nearlocal run --suite rack` "
+                          "(docs/rack.md).")
+        return section
+    per_run = []
+    for df in frames:
+        cells: dict[tuple, list[Cell]] = {}
+        for _, row in df[df["method"].str.startswith(RACK_PREFIX)].iterrows():
+            info = _info(row)
+            params = row["params_d"]
+            stat = stat_of(row)
+            key = (_what(row, params), _mpi_rank(row), str(row.get("host") or "-"))
+            cells[key] = _cells(row, info, stat, rtt, mops, aggregate)
+        per_run.append(cells)
+    section.table = keyed_table(
+        [Column("measurement"), Column("rank"), Column("host")],
+        [Column("median (p10–p90)", "time"), Column("usable / alone", "time"),
+         Column("Mops", "mops"), Column("GB/s", "gbps"), Column("alone GB/s", "gbps"),
+         Column("× paper", "ratio"), Column("note")], runs, per_run)
+    section.table.collapse = False
+    for df in frames:
+        hosts = _hosts_line(df)
+        if hosts:
+            section.notes.append(hosts)
+        pingpong = next((i.get("mpi_pingpong_us") for i in df["info"] if isinstance(i, dict)
+                         and i.get("mpi_pingpong_us")), None)
+        if pingpong:
+            section.notes.append(f"MPI's own ping-pong, rank 0 <-> 1: {pingpong:.1f} us (what "
+                                 "one coordination step costs; never inside a timed interval).")
+    return section
+
+
+def _cells(row, info: dict, stat, rtt, mops, aggregate) -> list[Cell]:
+    method = row["method"]
+    median = stat.median_ns if isinstance(stat, Stat) else None
+    usable = ops = gbps = alone = ratio = None
+    note = str(info.get("host_note") or "")
+    if method == "rack-rpc-roundtrip":
+        ratio = median / rtt.ns() if median and int(row["fragment_bytes"]) == 64 else None
+        note = f"server on rank 0 ({info.get('server_host', '?')}); {note}"
+    elif method == "rack-rpc-throughput":
+        ops = 1000 / median if median else None
+        qd = str(row["params_d"].get("qd", "1"))
+        ratio = ops / mops.central if ops and qd == "128" else None
+    elif method == "rack-handoff":
+        usable = info.get("usable_ns")
+        note = f"{info.get('records', '?')} records of {info.get('record_bytes', '?')} B to " \
+               f"ranks {info.get('readers', '?')}; {note}"
+    elif method == "rack-aggregate":
+        gbps, alone = info.get("together_gbps"), info.get("alone_gbps")
+        total = info.get("total_gbps")
+        share = info.get("share")
+        ratio = total / aggregate.central if total else None
+        note = (f"total {total:.2f} GB/s over {info.get('ranks')} ranks, this host's share "
+                f"{share:.0%}" if total and share is not None else note)
+    elif method == "rack-host-loss":
+        detect = info.get("detect_ms") or {}
+        stat = Stat(detect["median"] * 1e6, detect["min"] * 1e6, detect["p99"] * 1e6) \
+            if detect else (stat if isinstance(stat, NoValue) else
+                            NoValue(info.get("detect_note") or "no detection timed"))
+        note = (f"kills {_count(row.get('kills'))}, detections {_count(row.get('detections'))}, "
+                f"torn reads {_count(row.get('torn_reads'))}, "
+                f"writes retried {info.get('idempotent_retries')}, "
+                f"invalidated {info.get('invalidated')}, fallbacks {info.get('fallbacks')}; "
+                f"{info.get('fallback', '')}")
+    return [stat, usable, ops, gbps, alone, ratio, note]
+
+
+def _count(value) -> str:
+    return str(int(value)) if isinstance(value, int | float) and value == value else "-"
+
+
+def _hosts_line(df: pd.DataFrame) -> str:
+    """Which rank ran where, and whether the caches were coherent (one host)."""
+    if "host" not in df:
+        return ""
+    ranks = {}
+    for _, row in df[df["host"].notna()].iterrows():
+        ranks.setdefault(_mpi_rank(row), str(row["host"]))
+    if not ranks:
+        return ""
+    hosts = ", ".join(f"rank {r} on {h}" for r, h in sorted(ranks.items()))
+    coherent = len(set(ranks.values())) == 1
+    return f"Ranks: {hosts}." + (" Coherent host: every rank on one host, so the flush "
+                                  "protocol runs but is not proven necessary here." if coherent
+                                  else "")

@@ -1,0 +1,29 @@
+"""Small rack suites for the MPI tests (NEARLOCAL_PLUGINS=tests.rack_plugin): every rack method
+once, at sizes a shared 2-core CI box runs in seconds."""
+
+from nearlocal.harness.cases import Case
+from nearlocal.harness.suites import Suite, register_suite
+
+POOL = "shm:nearlocal-test-rack"
+
+
+def _three() -> list[Case]:
+    return [
+        Case("rack-rpc-roundtrip", POOL, "wb", "rpc:16x64B"),
+        Case("rack-handoff", POOL, "wb", "64x160B", params=(("protocol", "coherent"),)),
+        Case("rack-aggregate", POOL, "wb", "256KiB", access="read"),
+        Case("rack-host-loss", POOL, "wb", "4KiB", params=(("kills", "4"),)),
+    ]
+
+
+def _two() -> list[Case]:
+    return [
+        Case("load", "dram", "wb", "4KiB"),
+        Case("rack-rpc-throughput", POOL, "wb", "rpc:16x64B", params=(("qd", "8"),)),
+        Case("rack-handoff", POOL, "wb", "16KiB"),
+        Case("rack-host-loss", POOL, "wb", "16KiB", params=(("kills", "30"), ("recheck", "off"))),
+    ]
+
+
+register_suite(Suite("rack-test", "every rack method once, small (3 ranks)", [_three]))
+register_suite(Suite("rack-test-two", "RPC throughput, handoff, the negative control", [_two]))
