@@ -47,7 +47,9 @@ def mpirun(*contexts: list[str], cwd: Path, mpi: tuple[str, ...] = (),
 
 
 def _errors(proc: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in (proc.stdout + proc.stderr).splitlines()
+    # stdout and stderr apart: numba's colorama writes a reset code to stdout at exit with no
+    # newline, which glued to stderr's first line would hide it
+    return [line for line in proc.stdout.splitlines() + proc.stderr.splitlines()
             if line.startswith("nearlocal: error:")]
 
 
