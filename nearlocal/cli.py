@@ -185,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.hwprobe import probe
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
+    from nearlocal.safeio import check_output, write_output
     from nearlocal.units import parse_budget
 
     budget = parse_budget(args.budget)
@@ -193,12 +194,7 @@ def _run(args: argparse.Namespace) -> int:
     processes = default_processes(budget) if args.processes is None else args.processes
     if not 1 <= processes <= 100:
         raise UsageError(f"--processes must be between 1 and 100, got {processes}")
-    if args.json and not Path(args.json).parent.resolve().is_dir():
-        raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
-    if args.json and Path(args.json).is_dir():  # checked before measuring, not after
-        raise UsageError(f"--json {args.json}: is a directory; give a file name")
-    if args.json and not os.access(Path(args.json).parent.resolve(), os.W_OK):
-        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} is not writable")
+    check_output("--json", args.json)  # before measuring, not after
     inventory = probe()
     cases = _selected_cases(args)
     from nearlocal.harness.threads import apply_thread_args
@@ -235,13 +231,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.results import load
 
     run = load(path)
-    if args.json:
-        try:
-            Path(args.json).write_text(_json_records(
-                run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
-        except OSError as exc:  # the run itself is stored: say where
-            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
-                             f"stored in {path}") from None
+    if args.json:  # an OSError names the stored run (note_kept in Store.finish)
+        write_output("--json", args.json, _json_records(
+            run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
@@ -355,13 +347,40 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _refuse_undecodable(argv: list[str]) -> None:
+    """Undecodable bytes in an argument (a path from another locale) arrive as surrogates: no
+    run id, case id or report can hold them, so they are one line before anything starts."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"argument {ascii(arg)} holds bytes that are not UTF-8 text: "
+                             "nearlocal keeps names as text; rename the file or use another "
+                             "path") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    from nearlocal import safeio
+
+    safeio.reset_kept()
+    with safeio.guarded_streams() as stdout_closed:
+        return _main(sys.argv[1:] if argv is None else argv, stdout_closed)
+
+
+def _main(argv: list[str], stdout_closed: bool) -> int:
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
+        if stdout_closed:
+            raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
+                             "it to a file or to /dev/null")
+        _refuse_undecodable(argv)
         args = build_parser().parse_args(argv)
+        if isinstance(getattr(args, "out", None), str) and not args.out.strip():
+            raise UsageError("--out is empty: give the store's root directory (default "
+                             "./results)")  # Path("") is the current directory
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe (`show --json | head`) surfaces here, not at exit
         return code
