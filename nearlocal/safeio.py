@@ -74,7 +74,7 @@ def check_output(option: str, text: str | os.PathLike | None) -> Path | None:
     name) in an existing, writable directory. /dev/null is allowed."""
     if text is None:
         return None
-    shown = f"{option} {printable(text)}"
+    shown = f"cannot write {option} {printable(text)}"
     if not str(text).strip():
         raise UsageError(f"{option}: the path is empty; give a file name")
     path = Path(text)
@@ -109,7 +109,7 @@ def check_output(option: str, text: str | os.PathLike | None) -> Path | None:
     except (OSError, ValueError):
         name_max = 255
     if len(os.fsencode(path.name)) + len(".nearlocal-tmp-0000000000") > name_max:
-        raise UsageError(f"{option}: file name {printable(path.name)[:40]}... is too long "
+        raise UsageError(f"{shown[:80]}...: the file name is too long "
                          f"(ENAMETOOLONG: at most {name_max} bytes here)")
     return path
 

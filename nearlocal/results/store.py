@@ -427,3 +427,24 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
             cases[column] = None
     cases["info"] = [_info(value) for value in cases["info"]]
     return RunData(path, meta, cases, samples, incomplete)
+
+
+def read_baseline(path: Path) -> dict:
+    """A baseline record (`<root>/baselines/<host_id>.json`), validated once here against
+    BASELINE_FIELDS; a damaged one is a one-line UsageError naming the file and the field."""
+    from nearlocal.results.schema import BASELINE_FIELDS
+
+    raw = safeio.read_input(path, "baseline")
+    try:
+        record = safeio.parse_nested(json.loads, raw.decode())
+    except (UnicodeDecodeError, ValueError) as exc:  # binary, not JSON, nested too deep
+        what = "binary" if isinstance(exc, UnicodeDecodeError) else \
+            str(exc) if isinstance(exc, safeio.TooDeep) else "not JSON"
+        raise UsageError(f"baseline {path} is damaged: {what}") from None
+    problem = shape_problem(record, BASELINE_FIELDS)
+    if not problem:
+        missing = [key for key in ("run", "host_id") if not record.get(key)]
+        problem = f"field {missing[0]} is missing" if missing else None
+    if problem:
+        raise UsageError(f"baseline {path} is damaged: {problem}")
+    return record
