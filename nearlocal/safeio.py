@@ -104,23 +104,46 @@ def check_output(option: str, text: str | os.PathLike | None) -> Path | None:
         raise UsageError(f"{shown}: directory {printable(parent)} is not writable")
     if info is not None and not os.access(path, os.W_OK):
         raise UsageError(f"{shown}: the file is not writable")
+    problem = name_problem(path)
+    if problem:
+        raise UsageError(f"{shown[:80]}: {problem}")
+    probe = parent / f".nearlocal-probe-{os.getpid()}"  # what access() cannot tell: /proc, EROFS
     try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    if len(os.fsencode(path.name)) + len(".nearlocal-tmp-0000000000") > name_max:
-        raise UsageError(f"{shown[:80]}...: the file name is too long "
-                         f"(ENAMETOOLONG: at most {name_max} bytes here)")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"{shown}: directory {printable(parent)} takes no new file: "
+                         f"{os_error_text(exc)}") from None
     return path
 
 
+TEMP_SUFFIX_BYTES = 32  # the longest suffix nearlocal adds to a name for its temporary files
+
+
+def name_problem(path: Path) -> str | None:
+    """"the file name is too long ..." when `path`'s last part (plus a temporary suffix) is
+    longer than its file system takes (ENAMETOOLONG at open), else None."""
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        name_max = os.pathconf(parent if parent.is_dir() else "/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    length = len(os.fsencode(path.name))
+    if length + TEMP_SUFFIX_BYTES > name_max:
+        return (f"the file name is {length} bytes, too long (ENAMETOOLONG: at most "
+                f"{name_max - TEMP_SUFFIX_BYTES} here)")
+    return None
+
+
 @contextlib.contextmanager
-def writing(option: str, path: str | os.PathLike) -> Iterator[None]:
-    """Any OSError inside is one line: the option, the path, the errno, what was kept."""
+def writing(option: str, path: str | os.PathLike, name_every_error: bool = False) \
+        -> Iterator[None]:
+    """Any OSError inside is one line: the option, the path (the file the error names, unless
+    `name_every_error`: a temporary file is no name the user knows), the errno, what was kept."""
     try:
         yield
     except OSError as exc:
-        where = exc.filename if exc.filename not in (None, "") else path
+        where = exc.filename if exc.filename not in (None, "") and not name_every_error else path
         raise UsageError(_failure(f"cannot write {option} {printable(where)}", exc)) from None
 
 
@@ -134,7 +157,7 @@ def write_output(option: str, path: str | os.PathLike, data: str | bytes) -> Pat
     previous file (if any) whole and no half-written one."""
     path = Path(path)
     raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
-    with writing(option, path):
+    with writing(option, path, name_every_error=True):
         if os.path.realpath(path) == os.devnull:
             with open(path, "wb") as handle:
                 handle.write(raw)
