@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, naming
 
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
@@ -138,7 +138,13 @@ def _selected_cases(args: argparse.Namespace):
     regions = region_list("--region", args.region)
     attrs = _items("--attr", args.attr)
     sizes = [format_size(parse_size(text)) for text in _items("--size", args.size)]
-    patterns = list(dict.fromkeys([*sizes, *pattern_list(args.pattern)]))
+    given = pattern_list(args.pattern)
+    from nearlocal.workloads.patterns import parse_pattern
+
+    for text in given:  # a kv: pattern's model or selection error says it came from --pattern
+        with naming(f"--pattern {text}"):
+            parse_pattern(text)
+    patterns = list(dict.fromkeys([*sizes, *given]))
     peers = region_list("--peer", args.peer)
     if not (methods or regions or attrs or patterns or peers):
         return list(dict.fromkeys(  # --param overrides the suite's value; equal cases merge
