@@ -383,6 +383,11 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
                              "it to a file or to /dev/null")
         _refuse_undecodable(argv)
+        try:  # relative paths, the worker processes' start: all need it
+            os.getcwd()
+        except OSError as exc:
+            raise UsageError(f"the current directory cannot be used ({exc.strerror}: removed "
+                             "while this shell was in it?): cd to an existing directory") from None
         args = build_parser().parse_args(argv)
         if isinstance(getattr(args, "out", None), str) and not args.out.strip():
             raise UsageError("--out is empty: give the store's root directory (default "
@@ -401,6 +406,14 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # the last resort of safeio's policy: a file the OS refused
+        from nearlocal import safeio
+
+        where = f"{safeio.printable(exc.filename)}: " if exc.filename else ""
+        kept = safeio.kept_note()
+        print(f"nearlocal: error: {where}{safeio.os_error_text(exc)}"
+              + (f"; {kept}" if kept else ""), file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

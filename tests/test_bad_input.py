@@ -395,3 +395,218 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     assert _left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
     os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{os.getpid()}".encode())
     assert not _left_by_a_dead_run(path)  # its maker is alive
+
+
+# ================================================================== issue 20, by cause class
+# Each class is tried with values other than the issue's: the fix is the mechanism (safeio's
+# output check / writer / bounded reader, the schema checked at load), not the example.
+
+NEVER_HANG_S = 60
+
+
+@pytest.fixture
+def never_hangs():
+    """A FIFO or /dev/zero read by mistake would block forever: fail the test instead."""
+    import signal
+
+    def stuck(signum, frame):
+        raise AssertionError(f"blocked for {NEVER_HANG_S} s (a FIFO or a device was read?)")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(NEVER_HANG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _edit_meta(run: Path, change) -> None:
+    meta = json.loads((run / "run.json").read_text())
+    change(meta)
+    (run / "run.json").write_text(json.dumps(meta))
+
+
+def _set(path: str, value):
+    """A damage: the run.json field at `path` (dots, [i] for list items) becomes `value`."""
+    def change(meta: dict) -> None:
+        *parents, last = path.replace("[", ".[").split(".")
+        node = meta
+        for part in parents:
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        if last.startswith("["):
+            node[int(last[1:-1])] = value
+        else:
+            node[last] = value
+    return change
+
+
+# (damage name) -> (how run.json changes, a word the one line must name)
+FIELD_DAMAGES = {
+    "inventory-is-a-list": (_set("inventory", [1, 2]), "inventory"),
+    "inventory-is-text": (_set("inventory", "box-a"), "inventory"),
+    "numa-is-an-int": (_set("inventory.numa", 7), "inventory.numa"),
+    "numa-cpus-text": (_set("inventory.numa[0].cpus", "0-3"), "inventory.numa[0].cpus"),
+    "numa-node-float-text": (_set("inventory.numa[1].node", "one"), "inventory.numa[1].node"),
+    "tsc-is-text": (_set("inventory.tsc_hz", "fast"), "inventory.tsc_hz"),
+    "cpu-is-a-list": (_set("inventory.cpu", ["Test CPU"]), "inventory.cpu"),
+    "flags-mixed": (_set("inventory.cpu.flags", {"avx2": True, "clwb": "yes"}),
+                    "inventory.cpu.flags.clwb"),
+    "gpu-devices-object": (_set("inventory.gpu.devices", {"0": "H20"}), "inventory.gpu.devices"),
+    "cache-size-text": (_set("inventory.cpu.caches[0].size_bytes", "32MiB"),
+                        "inventory.cpu.caches[0].size_bytes"),
+    "settings-list": (_set("settings", [0.1]), "settings"),
+    "budget-text": (_set("settings.budget_s", "half a second"), "settings.budget_s"),
+    "host-id-int": (_set("host_id", 12345), "host_id"),
+    "suite-list": (_set("suite", ["quick", "mlc"]), "suite"),
+    "complete-text": (_set("complete", "yes"), "complete"),
+    "n-cases-huge": (_set("n_cases", 2**70), "n_cases"),
+    "started-object": (_set("started", {"at": 1}), "started"),
+}
+
+
+@pytest.fixture
+def field_store(tmp_path) -> Path:
+    """A good run and, per FIELD_DAMAGES entry, a copy whose run.json has that field damaged."""
+    root = tmp_path / "fields"
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+             run_id=GOOD)
+    for name, (damage, _) in FIELD_DAMAGES.items():
+        shutil.copytree(root / GOOD, root / name)
+        _edit_meta(root / name, lambda meta, name=name: meta.update(run_id=name))
+        _edit_meta(root / name, damage)
+    return root
+
+
+@pytest.mark.parametrize("damage", sorted(FIELD_DAMAGES))
+@pytest.mark.parametrize("command", ["show", "report", "compare-base", "compare-cand", "accept",
+                                     "baseline"])
+def test_a_field_of_the_wrong_type_is_named_in_one_line(field_store, capsys, damage, command):
+    out = ["--out", str(field_store)]
+    argv = {
+        "show": ["show", damage, *out],
+        "report": ["report", damage, "--quiet", *out],
+        "compare-base": ["compare", damage, GOOD, *out],
+        "compare-cand": ["compare", GOOD, damage, *out],
+        "accept": ["accept", str(EXAMPLES / "local-dram.toml"), damage, *out],
+        "baseline": ["baseline", "set", damage, *out],
+    }[command]
+    err = _one_line_exit_2(argv, capsys, "is damaged")
+    assert f"field {FIELD_DAMAGES[damage][1]}" in err and "expected" in err, err
+    assert not (field_store / "baselines").exists() or command != "baseline"
+
+
+def test_the_other_runs_stay_usable_beside_damaged_fields(field_store, capsys):
+    assert main(["runs", "--out", str(field_store)]) == 0
+    listed = capsys.readouterr().out
+    for name in FIELD_DAMAGES:
+        line = next(line for line in listed.splitlines() if name[:12] in line)
+        assert "damaged" in line, line
+    assert main(["show", GOOD, "--out", str(field_store)]) == 0
+    assert main(["report", GOOD, "--quiet", "--out", str(field_store)]) == 0
+    assert main(["compare", GOOD, GOOD, "--out", str(field_store)]) == 0
+
+
+def _rewrite_cases(run: Path, column: str, values) -> None:
+    frame = pq.read_table(run / "cases.parquet").to_pandas()
+    frame[column] = values
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), run / "cases.parquet")
+
+
+COLUMN_DAMAGES = {
+    "median-text": ("median_ns", ["fast", "slow", "1.0", "x"], "median_ns"),
+    "status-int": ("status", [1, 0, 1, 1], "status"),
+    "size-text": ("size_bytes", ["64", "128", "256", "512"], "size_bytes"),
+    "gbps-lists": ("gbps", [[1.0], [2.0], [3.0], [4.0]], "gbps"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(COLUMN_DAMAGES))
+@pytest.mark.parametrize("command", ["show", "report", "compare", "accept"])
+def test_a_parquet_column_of_the_wrong_type_is_one_line(tmp_path, capsys, damage, command):
+    root = tmp_path / "columns"
+    run = make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+                   run_id="bad")
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+             run_id=GOOD)
+    column, values, named = COLUMN_DAMAGES[damage]
+    _rewrite_cases(run, column, values)
+    out = ["--out", str(root)]
+    argv = {"show": ["show", "bad", *out], "report": ["report", "bad", "--quiet", *out],
+            "compare": ["compare", GOOD, "bad", *out],
+            "accept": ["accept", str(EXAMPLES / "local-dram.toml"), "bad", *out]}[command]
+    err = _one_line_exit_2(argv, capsys, "is damaged")
+    assert named in err, err
+
+
+@pytest.mark.parametrize("field, value", [("median_ns", "fast"), ("size_bytes", [64]),
+                                          ("status", 3), ("converged", "no")])
+def test_a_damaged_partial_row_is_one_line(tmp_path, capsys, field, value):
+    rows = [row("load", size=64 * 2**k, median=100.0 + k) for k in range(2)]
+    killed = make_run(tmp_path, rows, run_id="killed")
+    for name in ("cases.parquet", "samples.parquet"):
+        (killed / name).unlink()
+    (killed / "partial").mkdir()
+    (killed / "partial" / "000000.json").write_text(json.dumps({**rows[0], field: value}))
+    err = _one_line_exit_2(["show", "killed", "--out", str(tmp_path)], capsys, "is damaged")
+    assert f"field {field}" in err, err
+
+
+# ------------------------------------------------------------------ damaged baselines
+
+
+def _baseline_store(tmp_path: Path) -> Path:
+    root = tmp_path / "bl"
+    other = {**__import__("tests.report_fixtures", fromlist=["INVENTORY"]).INVENTORY,
+             "host_id": "other-host", "cpu": {"model": "Other CPU"}}
+    make_run(root, [row("load", median=100.0)], run_id="a")
+    make_run(root, [row("load", median=101.0)], run_id="b")
+    make_run(root, [row("load", median=100.0)], inventory=other, run_id="other")
+    assert main(["baseline", "set", "other", "--out", str(root)]) == 0
+    return root
+
+
+BASELINE_DAMAGES = {
+    "history-int": lambda p: p.write_text(json.dumps({"run": "a", "host_id": "abc123",
+                                                      "history": 3})),
+    "history-mixed": lambda p: p.write_text(json.dumps({"run": "a", "host_id": "abc123",
+                                                        "history": ["b", 7]})),
+    "run-list": lambda p: p.write_text(json.dumps({"run": ["a"], "host_id": "abc123"})),
+    "no-run": lambda p: p.write_text(json.dumps({"host_id": "abc123"})),
+    "inventory-list": lambda p: p.write_text(json.dumps(
+        {"run": "a", "host_id": "abc123", "meta": {"inventory": [1]}})),
+    "binary": lambda p: p.write_bytes(b"\x89PNG\xff\x00"),
+    "deep": lambda p: p.write_text('{"run": "a", "host_id": "abc123", "meta": '
+                                   + "[" * 5000 + "]" * 5000 + "}"),
+    "directory": lambda p: p.mkdir(),
+    "fifo": lambda p: os.mkfifo(p),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BASELINE_DAMAGES))
+def test_a_damaged_baseline_is_one_line_and_the_others_stay_usable(tmp_path, capsys, damage,
+                                                                   never_hangs):
+    root = _baseline_store(tmp_path)
+    record = root / "baselines" / "abc123.json"
+    BASELINE_DAMAGES[damage](record)
+    capsys.readouterr()
+    out = ["--out", str(root)]
+    assert main(["baseline", "show", *out]) == 0  # the other host's record is still listed
+    listed = capsys.readouterr().out
+    assert "other-host" in listed and "run other" in listed
+    if damage not in ("directory",):  # a directory named *.json is said too, but not as JSON
+        assert "abc123.json is damaged" in listed or "not a regular file" in listed, listed
+    # this host's comparison against its baseline: one line naming the damaged record
+    err = _one_line_exit_2(["compare", "baseline", "b", *out], capsys, "no baseline")
+    assert "abc123.json" in err, err
+    # setting a new baseline over a damaged record is refused, never silently replaced
+    _one_line_exit_2(["baseline", "set", "b", *out], capsys, "abc123.json")
+    # the other host's baseline still compares
+    assert main(["compare", "baseline", "other", *out]) in (0, 1)
+
+
+@pytest.mark.parametrize("make_folder", ["file", "fifo"])
+def test_a_baselines_folder_that_is_no_folder_is_one_line(tmp_path, capsys, make_folder):
+    make_run(tmp_path, [row("load")], run_id="a")
+    folder = tmp_path / "baselines"
+    folder.write_text("x") if make_folder == "file" else os.mkfifo(folder)
+    _one_line_exit_2(["baseline", "set", "a", "--out", str(tmp_path)], capsys, "baseline")
+    assert main(["compare", "a", "a", "--out", str(tmp_path)]) == 0  # history: none, no error
