@@ -76,7 +76,7 @@ def check_output(option: str, text: str | os.PathLike | None) -> Path | None:
         return None
     shown = f"cannot write {option} {printable(text)}"
     if not str(text).strip():
-        raise UsageError(f"{option}: the path is empty; give a file name")
+        raise UsageError(f"cannot write {option}: the path is empty; give a file name")
     path = Path(text)
     if os.path.realpath(path) == os.devnull:
         return path
@@ -187,7 +187,7 @@ def read_input(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
-        raise UsageError(f"{shown}: no such file") from None
+        raise UsageError(f"cannot read {shown}: no such file (ENOENT)") from None
     except OSError as exc:
         raise UsageError(f"cannot read {shown}: {os_error_text(exc)}") from None
     try:

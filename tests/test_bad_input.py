@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -610,3 +611,300 @@ def test_a_baselines_folder_that_is_no_folder_is_one_line(tmp_path, capsys, make
     folder.write_text("x") if make_folder == "file" else os.mkfifo(folder)
     _one_line_exit_2(["baseline", "set", "a", "--out", str(tmp_path)], capsys, "baseline")
     assert main(["compare", "a", "a", "--out", str(tmp_path)]) == 0  # history: none, no error
+
+
+# ------------------------------------------------------------------ files the OS says no to
+
+MOUNTS: list[Path] = []
+
+
+def _mount_tmpfs(where: Path, options: str) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): "
+                    "needs root in a namespace that allows mounts")
+    return where
+
+
+@pytest.fixture
+def mounts():
+    made: list[Path] = []
+    yield lambda where, options: made.append(_mount_tmpfs(where, options)) or made[-1]
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    """Fill the file system of `folder` to the last block."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def _target(kind: str, tmp_path: Path) -> str:
+    """An output path the OS refuses, of one kind."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "out.fifo")
+        return str(tmp_path / "out.fifo")
+    if kind == "file-as-directory":
+        (tmp_path / "plain").write_text("x")
+        return str(tmp_path / "plain" / "out.json")
+    return {"dev-full": "/dev/full", "dev-zero": "/dev/zero", "proc": "/proc/version",
+            "proc-new": "/proc/nearlocal-out.json", "directory": str(tmp_path),
+            "missing-directory": str(tmp_path / "no" / "such" / "out.json"),
+            "long-name": str(tmp_path / ("n" * 300 + ".json")), "empty": ""}[kind]
+
+
+TARGETS = ["fifo", "file-as-directory", "dev-full", "dev-zero", "proc", "proc-new", "directory",
+           "missing-directory", "long-name", "empty"]
+OUTPUT_OPTIONS = {
+    "run --json": lambda out, path: ["run", "--method", "load", "--size", "64", "--budget",
+                                     "0.02", "--json", path, *out],
+    "accept --junit": lambda out, path: ["accept", str(EXAMPLES / "local-dram.toml"), GOOD,
+                                         "--junit", path, *out],
+    "accept --json": lambda out, path: ["accept", str(EXAMPLES / "local-dram.toml"), GOOD,
+                                        "--json", path, *out],
+    "compare --output": lambda out, path: ["compare", GOOD, GOOD, "--format", "junit",
+                                           "--output", path, *out],
+    "report --html": lambda out, path: ["report", GOOD, "--html", path, *out],
+    "report --markdown": lambda out, path: ["report", GOOD, "--markdown", path, *out],
+}
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("option", sorted(OUTPUT_OPTIONS))
+def test_an_output_the_os_refuses_is_one_line_before_anything_runs(store, tmp_path, capsys, kind,
+                                                                   option, never_hangs):
+    before = sorted(p.name for p in store.iterdir())
+    argv = OUTPUT_OPTIONS[option](["--out", str(store)], _target(kind, tmp_path))
+    err = _one_line_exit_2(argv, capsys, option.split()[-1])
+    assert "cannot write" in err, err
+    assert sorted(p.name for p in store.iterdir()) == before  # nothing measured, nothing stored
+
+
+@pytest.mark.parametrize("option", sorted(OUTPUT_OPTIONS))
+def test_a_read_only_directory_is_one_line(store, tmp_path, capsys, mounts, option):
+    folder = mounts(tmp_path / "ro", "ro,size=64k")
+    before = sorted(p.name for p in store.iterdir())
+    err = _one_line_exit_2(OUTPUT_OPTIONS[option](["--out", str(store)], str(folder / "x.out")),
+                           capsys, "cannot write")
+    assert "not writable" in err or "EROFS" in err, err
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.fixture
+def full_store(tmp_path, mounts) -> Path:
+    """A store with one run on a small tmpfs that is then filled to the last block."""
+    root = mounts(tmp_path / "full", "size=512k")
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(3)],
+             run_id=GOOD)
+    _fill(root)
+    return root
+
+
+@pytest.mark.parametrize("argv", [
+    ["baseline", "set", GOOD],
+    ["compare", GOOD, GOOD, "--format", "json", "--output", "{root}/cmp.json"],
+    ["compare", GOOD, GOOD, "--output", "{root}/cmp.txt"],
+    ["accept", str(EXAMPLES / "local-dram.toml"), GOOD, "--junit", "{root}/junit.xml"],
+    ["report", GOOD, "--html", "{root}/r.html"],
+    ["report", GOOD, "--markdown", "{root}/r.md"],
+])
+def test_a_full_file_system_is_one_line_with_the_errno(full_store, capsys, argv):
+    argv = [part.format(root=full_store) for part in argv] + ["--out", str(full_store)]
+    err = _one_line_exit_2(argv, capsys, "ENOSPC")
+    assert "No space left" in err or "no space left" in err, err
+    assert load(GOOD, full_store).complete  # nothing measured is lost
+    assert not [p for p in full_store.rglob("*nearlocal-tmp*")]  # no half-written file left
+
+
+def test_a_run_into_a_full_store_or_json_says_what_was_kept(full_store, tmp_path, capsys):
+    _one_line_exit_2(["run", "--method", "load", "--size", "64", "--budget", "0.02", "--quiet",
+                      "--out", str(full_store)], capsys, "")
+    elsewhere = tmp_path / "elsewhere"
+    err = _one_line_exit_2(["run", "--method", "load", "--size", "64", "--budget", "0.02",
+                            "--quiet", "--json", str(full_store / "rows.json"),
+                            "--out", str(elsewhere)], capsys, "ENOSPC")
+    assert "the run is stored in" in err, err
+    (stored,) = elsewhere.iterdir()
+    assert load(stored).complete
+
+
+# ------------------------------------------------------------------ inputs: bounded, regular
+
+def _input(kind: str, tmp_path: Path, fmt: str) -> str:
+    path = tmp_path / f"input.{fmt}"
+    if kind in ("dev-zero", "dev-urandom"):
+        return "/dev/" + kind.split("-")[1]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as handle:  # sparse: costs no disk
+            handle.truncate(65 * 2**20)
+    elif kind in ("deep", "deep-but-parseable"):
+        depth = 100_000 if kind == "deep" else 200
+        nested = "[" * depth + "]" * depth
+        path.write_text(f"x = {nested}\n" if fmt == "toml" else
+                        '{"benchmarks": ' + nested + "}" if fmt == "bench" else
+                        '{"num_hidden_layers": ' + nested + "}")
+    return str(path)
+
+
+INPUT_KINDS = ["dev-zero", "dev-urandom", "fifo", "directory", "huge", "deep",
+               "deep-but-parseable"]
+INPUT_COMMANDS = {
+    "accept SPEC": ("toml", lambda path: ["accept", path, GOOD]),
+    "import FILE": ("bench", lambda path: ["import", path]),
+    "kv --model": ("json", lambda path: ["kv", "--model", path]),
+    "run --pattern kv:": ("json", lambda path: ["run", "--method", "load", "--pattern",
+                                                f"kv:{path}", "--budget", "0.02"]),
+}
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("command", sorted(INPUT_COMMANDS))
+def test_an_unbounded_input_is_one_line_and_never_hangs(store, tmp_path, capsys, kind, command,
+                                                        never_hangs):
+    fmt, argv = INPUT_COMMANDS[command]
+    path = _input(kind, tmp_path, fmt)
+    if kind == "directory" and command.startswith(("kv", "run")):
+        path = str(Path(path) / "config.json")  # a model directory without its config
+        Path(path).mkdir()
+    if command.startswith("run") and not path.endswith(".json"):
+        pytest.skip("a kv: pattern names a model config by its .json path")
+    before = sorted(p.name for p in store.iterdir())
+    _one_line_exit_2([*argv(path), "--out", str(store)] if not command.startswith("kv")
+                     else argv(path), capsys)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("cpus", ["0-99999999999", "5-1000000", "0,8192"])
+def test_a_cpu_list_is_bounded_before_it_is_expanded(store, capsys, cpus, never_hangs):
+    _one_line_exit_2(["run", "--method", "load", "--threads", "2", "--cpus", cpus, "--out",
+                      str(store)], capsys, "--cpus")
+
+
+# ------------------------------------------------------------------ values silently accepted
+
+SPEC = str(EXAMPLES / "local-dram.toml")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "--method", "load", "--budget", "inf"], "duration"),
+    (["run", "--method", "load", "--budget", "NaN"], "duration"),
+    (["run", "--method", "load", "--budget", "-0.5"], "duration"),
+    (["run", "--method", "load", "--budget", ""], "duration"),
+    (["run", "--method", "load", "--budget", "3600.001"], "1 hour"),
+    (["run", "--method", "load", "--budget", "3700s"], "1 hour"),
+    (["run", "--method", "load", "--processes", "101"], "--processes"),
+    (["run", "--method", "load", "--processes", "-3"], "--processes"),
+    (["run", "--method", "load", "--threads", ""], "--threads"),
+    (["run", "--method", "load", "--threads", " "], "--threads"),
+    (["run", "--method", "load", "--threads", "0"], "--threads"),
+    (["run", "--method", "load", "--cpus", ""], "--cpus"),
+    (["run", "--method", "rpc-throughput", "--pattern", "rpc:64x64B", "--param", "qd=65"],
+     "--param qd=65"),
+    (["run", "--method", "rpc-throughput", "--pattern", "rpc:8x64B", "--param",
+      "qd=99999999999999"], "--param qd"),
+    (["run", "--method", "rpc-roundtrip", "--pattern", "rpc:8x64B", "--param",
+      "client_cpu=4096"], "--param client_cpu"),
+    (["run", "--method", "rpc-roundtrip", "--pattern", "rpc:8x64B", "--param",
+      "server_cpu=77"], "--param server_cpu"),
+    (["run", "--method", "chase", "--size", "4KiB", "--param", "hops=99999999999"], "hops"),
+    (["run", "--method", "chase", "--size", "4KiB", "--param", "hops=0"], "hops"),
+    (["run", "--method", "loaded-chase", "--size", "4KiB", "--param", "delay=10000000000000"],
+     "delay"),
+    (["run", "--method", "load", "--region", "shm:" + "s" * 240], "too long"),
+    (["run", "--method", "load", "--region", "file:/tmp/" + "f" * 250], "too long"),
+    (["run", "--method", "load", "--out", ""], "--out"),
+    (["run", "--method", "load", "--out", "  "], "--out"),
+    (["accept", SPEC, "--budget", ""], "duration"),
+    (["accept", SPEC, "--budget", "7200"], "1 hour"),
+    (["accept", SPEC, "--processes", "101"], "--processes"),
+    (["accept", SPEC, "--out", ""], "--out"),
+    (["compare", GOOD, GOOD, "--output", ""], "--output"),
+    (["runs", "--out", ""], "--out"),
+    (["baseline", "set", GOOD, "--out", ""], "--out"),
+])
+def test_a_meaningless_value_is_refused_before_anything_is_created(store, tmp_path, capsys,
+                                                                   monkeypatch, argv, fragment):
+    monkeypatch.chdir(tmp_path)  # `--out ""` would be here
+    if "--out" not in argv:
+        argv = [*argv, "--out", str(store)]
+    before = sorted(p.name for p in store.iterdir())
+    _one_line_exit_2(argv, capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # nothing in the cwd
+    assert not list(Path("/dev/shm").glob("s" * 240 + "*"))
+
+
+# ------------------------------------------------------------------ malformed imports
+
+
+@pytest.mark.parametrize("stats, extra, fragment", [
+    ({"rounds": math.inf}, {}, "stats.rounds"),
+    ({"rounds": 1e30}, {}, "stats.rounds"),
+    ({"rounds": 2**64}, {}, "stats.rounds"),
+    ({"median": "fast"}, {}, "stats.median"),
+    ({"median": -1.0}, {}, "stats.median"),
+    ({"min": math.inf}, {}, "stats.min"),
+    ({"stddev": [0.1]}, {}, "stats.stddev"),
+    ({}, {"size_bytes": 2**70}, "size_bytes"),
+    ({}, {"median_ns": math.inf}, "median_ns"),
+    ({}, {"gbps": math.nan}, "gbps"),
+    ({}, {"pattern": 5}, "pattern"),
+    ({}, {"converged": "yes"}, "converged"),
+    ({}, {"suite": ["quick"]}, "suite"),
+])
+def test_a_malformed_benchmark_is_refused_and_stores_nothing(store, tmp_path, capsys, stats,
+                                                              extra, fragment):
+    before = sorted(p.name for p in store.iterdir())
+    path = _bench_file(tmp_path, {"extra_info": {"case_id": "load/dram/wb/64B", **extra},
+                                  "stats": {"median": 1e-7, "rounds": 5, **stats}})
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("nearlocal_info, fragment", [
+    ({"inventory": [1]}, "inventory"),
+    ({"inventory": {"numa": "0-1"}}, "inventory.numa"),
+    ({"inventory": {"tsc_hz": "2GHz"}}, "inventory.tsc_hz"),
+])
+def test_a_malformed_machine_info_stores_nothing(store, tmp_path, capsys, nearlocal_info,
+                                                 fragment):
+    before = sorted(p.name for p in store.iterdir())
+    path = tmp_path / "bench.json"
+    entry = {"name": "b", "extra_info": {"case_id": "load/dram/wb/64B"}, "stats": {"median": 1e-7}}
+    path.write_text(json.dumps({"benchmarks": [entry],
+                                "machine_info": {"nearlocal": nearlocal_info}}))
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+def test_extra_fields_of_mixed_types_import_and_report(tmp_path, capsys):
+    """Fields bench/ does not write, of different types in different entries: kept in the
+    row's info, and the stored run compares and reports."""
+    path = tmp_path / "bench.json"
+    entries = [{"name": f"b{i}", "extra_info": {"case_id": f"load/dram/wb/{64 << i}B",
+                                               "method": "load", "region": "dram",
+                                               "pattern": f"{64 << i}B", "note": note},
+                "stats": {"median": 1e-7 * (i + 1), "rounds": 5}}
+               for i, note in enumerate([[1, 2], "text", {"k": 1}, 3])]
+    path.write_text(json.dumps({"benchmarks": entries, "datetime": 20261201}))
+    assert main(["import", str(path), "--out", str(tmp_path / "s")]) == 0
+    (run,) = (tmp_path / "s").iterdir()
+    assert main(["compare", run.name, run.name, "--cross-host", "--out",
+                 str(tmp_path / "s")]) == 0
+    assert main(["report", run.name, "--quiet", "--out", str(tmp_path / "s")]) == 0
+    assert load(run).cases["info"][0]["extra_info"] == {"note": [1, 2]}

@@ -11,10 +11,9 @@ from nearlocal.errors import UsageError
 
 
 def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    if text is not None and Path(text).is_dir():
-        raise UsageError(f"{option} {text}: is a directory; give a file name such as "
-                         f"{Path(text) / ('report' + suffixes[0])}")
-    return safeio.check_output(option, text)  # a FIFO, a missing or unwritable directory
+    """Checked before anything is read: a directory, a FIFO, a missing or unwritable directory,
+    a name too long are one line (safeio.check_output)."""
+    return safeio.check_output(option, text)
 
 
 def _report(args: argparse.Namespace) -> int:
