@@ -360,7 +360,7 @@ def _refuse_undecodable(argv: list[str]) -> None:
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError:
-            raise UsageError(f"argument {ascii(arg)} holds bytes that are not UTF-8 text: "
+            raise UsageError(f"argument {arg!a} holds bytes that are not UTF-8 text: "
                              "nearlocal keeps names as text; rename the file or use another "
                              "path") from None
 

@@ -20,7 +20,7 @@ import pytest
 
 from nearlocal.cli import main
 from nearlocal.results import load
-from tests.report_fixtures import make_run, row
+from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
@@ -556,8 +556,7 @@ def test_a_damaged_partial_row_is_one_line(tmp_path, capsys, field, value):
 
 def _baseline_store(tmp_path: Path) -> Path:
     root = tmp_path / "bl"
-    other = {**__import__("tests.report_fixtures", fromlist=["INVENTORY"]).INVENTORY,
-             "host_id": "other-host", "cpu": {"model": "Other CPU"}}
+    other = {**INVENTORY, "host_id": "other-host", "cpu": {"model": "Other CPU"}}
     make_run(root, [row("load", median=100.0)], run_id="a")
     make_run(root, [row("load", median=101.0)], run_id="b")
     make_run(root, [row("load", median=100.0)], inventory=other, run_id="other")
@@ -908,3 +907,137 @@ def test_extra_fields_of_mixed_types_import_and_report(tmp_path, capsys):
                  str(tmp_path / "s")]) == 0
     assert main(["report", run.name, "--quiet", "--out", str(tmp_path / "s")]) == 0
     assert load(run).cases["info"][0]["extra_info"] == {"note": [1, 2]}
+
+
+# ------------------------------------------------------------------ hostile environments
+
+
+def _cli(argv: list, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, **kwargs.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv], capture_output=True,
+                          env=env, timeout=300, **kwargs)
+
+
+def _one_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
+    err = result.stderr.decode(errors="replace")
+    assert result.returncode == code, (result.returncode, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+ASCII_ENVIRONMENTS = {
+    "PYTHONIOENCODING=ascii": {"PYTHONIOENCODING": "ascii"},
+    "LC_ALL=C, no UTF-8 mode": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": ""},
+    "latin-1": {"PYTHONIOENCODING": "latin-1"},
+}
+
+
+@pytest.mark.parametrize("environment", sorted(ASCII_ENVIRONMENTS))
+def test_an_ascii_stdout_gets_ascii_and_no_traceback(store, environment):
+    out = ["--out", str(store)]
+    env = ASCII_ENVIRONMENTS[environment]
+    for argv in (["show", GOOD, *out], ["report", GOOD, *out], ["runs", *out],
+                 ["compare", GOOD, GOOD, *out], ["probe"], ["kv"]):
+        result = _cli(argv, env=env)
+        assert result.returncode == 0, (argv, result.stderr.decode(errors="replace"))
+        assert b"Traceback" not in result.stderr
+        encoding = env["PYTHONIOENCODING"] or "ascii"
+        result.stdout.decode(encoding)  # only what the stream's encoding holds
+    result = _cli(["run", "--method", "load", "--size", "1PiB", *out], env=env)
+    _one_line(result)
+    result.stderr.decode("ascii" if "latin" not in environment else "latin-1")
+
+
+@pytest.mark.parametrize("argv", [["show", GOOD], ["runs"], ["report", GOOD], ["probe", "--json"],
+                                  ["baseline", "show"]])
+def test_a_closed_stdout_is_one_line(store, argv):
+    if argv[0] != "probe":
+        argv = [*argv, "--out", str(store)]
+    before = sorted(p.name for p in store.iterdir())
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+                                   stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),
+                                   timeout=300))
+    assert "stdout is closed" in err
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("argv", [["show", GOOD], ["runs"], ["report", GOOD],
+                                  ["compare", GOOD, GOOD, "--format", "json"]])
+def test_a_full_stdout_is_one_line(store, argv):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv, "--out",
+                                 str(store)], stdout=full, stderr=subprocess.PIPE, timeout=300)
+    assert "stdout" in _one_line(result) and "ENOSPC" in result.stderr.decode()
+
+
+@pytest.mark.parametrize("argv", [
+    [b"show", b"/tmp/\xff\xfe-run"],
+    [b"runs", b"--out", b"/tmp/r\xe9sultats"],
+    [b"run", b"--method", b"load", b"--region", b"file:/tmp/\x80.bin", b"--size", b"4KiB"],
+    [b"accept", b"/tmp/spec-\xff.toml"],
+    [b"compare", b"a", b"b", b"--output", b"/tmp/\xc3(.json"],
+])
+def test_undecodable_bytes_in_an_argument_are_one_line(argv):
+    err = _one_line(subprocess.run([sys.executable.encode(), b"-m", b"nearlocal.cli", *argv],
+                                   capture_output=True, timeout=300))
+    assert "not UTF-8" in err
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["show", GOOD, "--out", "{store}"],
+                                  ["report", GOOD, "--out", "{store}", "--html", "r.html"],
+                                  ["run", "--method", "load", "--size", "64", "--out",
+                                   "{store}/../fresh"]])
+def test_a_removed_working_directory_is_one_line(store, tmp_path, argv):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_and_remove() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    argv = [part.format(store=store) for part in argv]
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+                                   capture_output=True, preexec_fn=enter_and_remove,
+                                   timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"}))
+    assert "current directory" in err
+    assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "--method", "load", "--size", "64", "--budget", "0.02"],
+                                  ["report", GOOD, "--out", "{store}", "--html", "r.html"],
+                                  ["import", "{bench}"]])
+def test_a_read_only_working_directory_is_one_line(store, tmp_path, mounts, argv):
+    folder = mounts(tmp_path / "ro-cwd", "ro,size=64k")
+    bench = _bench_file(tmp_path, {"extra_info": {"case_id": "load/dram/wb/64B"},
+                                   "stats": {"median": 1e-7}})
+    argv = [part.format(store=store, bench=bench) for part in argv]
+    err = _one_line(_cli(argv, cwd=folder))
+    assert "not writable" in err or "EROFS" in err or "Read-only" in err, err
+
+
+# ------------------------------------------------------------------ signals
+
+
+@pytest.mark.parametrize("when", ["while the workers start", "while measuring"])
+def test_sigterm_to_the_process_group_ends_every_worker_quietly(tmp_path, when):
+    """`timeout`, a CI runner or systemd signal the whole group: the workers get SIGTERM too,
+    whatever they are doing (importing, calibrating, measuring, answering a parent gone)."""
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size",
+         "64,128,256,512", "--budget", "0.5", "--processes", "2", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    marker = b"pass 1" if when == "while the workers start" else b"[1/"
+    seen, deadline = b"", time.monotonic() + 240
+    while marker not in seen and time.monotonic() < deadline and process.poll() is None:
+        seen += process.stderr.read1(4096)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    err = (seen + err).decode(errors="replace")
+    assert process.returncode in (0, 143), err  # 0: it had finished before the signal came
+    assert "Traceback" not in err and "SystemExit" not in err and "BrokenPipe" not in err, err
+    (run,) = tmp_path.iterdir()
+    assert load(run).meta.get("interrupted") in (True, False)

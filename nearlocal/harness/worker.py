@@ -4,12 +4,12 @@ SIGSEGV) takes down only this process; the parent records the signal and starts 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import traceback
 from collections.abc import Iterator
-import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 

@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.errors import UsageError
 
 
 def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Path | None:

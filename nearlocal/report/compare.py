@@ -58,8 +58,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 from scipy.optimize import brentq
 
-from nearlocal.errors import UsageError
 from nearlocal import safeio
+from nearlocal.errors import UsageError
 from nearlocal.results.store import RunData, load, read_baseline, require_store
 from nearlocal.units import format_ns, non_negative_int
 
