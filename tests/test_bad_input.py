@@ -1,6 +1,12 @@
 """Issue 13, table-driven: every bad invocation and every damaged store is one line on stderr and
 exit 2, never a traceback; an incomplete run is marked and refused as a baseline; nothing the user
-owns is written, replaced or removed."""
+owns is written, replaced or removed.
+
+Issue 20 adds each cause class, tried with values other than the issue's (docs/bad-input.md):
+run.json fields and Parquet columns of the wrong type, damaged baselines, outputs the OS refuses
+(FIFO, devices, /proc, read-only and full tmpfs), unbounded inputs, meaningless values,
+malformed imports, ASCII / closed / full stdout, undecodable arguments, a removed or read-only
+working directory, SIGTERM to the process group."""
 
 from __future__ import annotations
 
