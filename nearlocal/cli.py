@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, naming
 
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
@@ -143,7 +143,13 @@ def _selected_cases(args: argparse.Namespace):
     regions = region_list("--region", args.region)
     attrs = _items("--attr", args.attr)
     sizes = [format_size(parse_size(text)) for text in _items("--size", args.size)]
-    patterns = list(dict.fromkeys([*sizes, *pattern_list(args.pattern)]))
+    given = pattern_list(args.pattern)
+    from nearlocal.workloads.patterns import parse_pattern
+
+    for text in given:  # a kv: pattern's model or selection error says it came from --pattern
+        with naming(f"--pattern {text}"):
+            parse_pattern(text)
+    patterns = list(dict.fromkeys([*sizes, *given]))
     peers = region_list("--peer", args.peer)
     if not (methods or regions or attrs or patterns or peers):
         return list(dict.fromkeys(  # --param overrides the suite's value; equal cases merge
@@ -191,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
+    from nearlocal.safeio import check_output, write_output
     from nearlocal.units import parse_budget
 
     if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
@@ -203,12 +210,7 @@ def _run(args: argparse.Namespace) -> int:
     processes = default_processes(budget) if args.processes is None else args.processes
     if not 1 <= processes <= 100:
         raise UsageError(f"--processes must be between 1 and 100, got {processes}")
-    if args.json and not Path(args.json).parent.resolve().is_dir():
-        raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
-    if args.json and Path(args.json).is_dir():  # checked before measuring, not after
-        raise UsageError(f"--json {args.json}: is a directory; give a file name")
-    if args.json and not os.access(Path(args.json).parent.resolve(), os.W_OK):
-        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} is not writable")
+    check_output("--json", args.json)  # before measuring, not after
     inventory = probe()
     cases = _selected_cases(args)
     from nearlocal.harness.threads import apply_thread_args
@@ -250,13 +252,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.results import load
 
     run = load(path)
-    if args.json:
-        try:
-            Path(args.json).write_text(_json_records(
-                run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
-        except OSError as exc:  # the run itself is stored: say where
-            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
-                             f"stored in {path}") from None
+    if args.json:  # an OSError names the stored run (note_kept in Store.finish)
+        write_output("--json", args.json, _json_records(
+            run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
@@ -375,13 +373,45 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _refuse_undecodable(argv: list[str]) -> None:
+    """Undecodable bytes in an argument (a path from another locale) arrive as surrogates: no
+    run id, case id or report can hold them, so they are one line before anything starts."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"argument {arg!a} holds bytes that are not UTF-8 text: "
+                             "nearlocal keeps names as text; rename the file or use another "
+                             "path") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    from nearlocal import safeio
+
+    safeio.reset_kept()
+    with safeio.guarded_streams() as stdout_closed:
+        return _main(sys.argv[1:] if argv is None else argv, stdout_closed)
+
+
+def _main(argv: list[str], stdout_closed: bool) -> int:
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
+        if stdout_closed:
+            raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
+                             "it to a file or to /dev/null")
+        _refuse_undecodable(argv)
+        try:  # relative paths, the worker processes' start: all need it
+            os.getcwd()
+        except OSError as exc:
+            raise UsageError(f"the current directory cannot be used ({exc.strerror}: removed "
+                             "while this shell was in it?): cd to an existing directory") from None
         args = build_parser().parse_args(argv)
+        if isinstance(getattr(args, "out", None), str) and not args.out.strip():
+            raise UsageError("--out is empty: give the store's root directory (default "
+                             "./results)")  # Path("") is the current directory
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe (`show --json | head`) surfaces here, not at exit
         return code
@@ -396,6 +426,14 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # the last resort of safeio's policy: a file the OS refused
+        from nearlocal import safeio
+
+        where = f"{safeio.printable(exc.filename)}: " if exc.filename else ""
+        kept = safeio.kept_note()
+        print(f"nearlocal: error: {where}{safeio.os_error_text(exc)}"
+              + (f"; {kept}" if kept else ""), file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -1,5 +1,23 @@
 """Errors the command line turns into one line on stderr and exit code 2."""
 
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
 
 class UsageError(Exception):
     """Bad input from the user: a one-line message naming the problem and what is valid."""
+
+
+@contextlib.contextmanager
+def naming(subject: str) -> Iterator[None]:
+    """A UsageError raised inside names `subject` (the option or file the bad value came from)
+    first, unless it already does: `--pattern kv:x:...: unknown model 'x'`."""
+    try:
+        yield
+    except UsageError as exc:
+        text = str(exc)
+        if subject in text:
+            raise
+        raise type(exc)(f"{subject}: {text}") from None

@@ -14,24 +14,25 @@ import math
 import time
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.errors import UsageError
 from nearlocal.harness.stats import summarize
 from nearlocal.lazy import lazy_import
-from nearlocal.results.schema import CASE_COLUMNS
-from nearlocal.results.store import Store
+from nearlocal.results.schema import CASE_COLUMNS, CASE_ROW_FIELDS, RUN_META_FIELDS, shape_problem
+from nearlocal.results.store import Store, cases_frame
 
 np = lazy_import("numpy")
+pa = lazy_import("pyarrow")
 
 # Row fields the bench plugin adds to extra_info that are not columns of cases.parquet.
 _NOT_COLUMNS = ("host_id", "rel_ci_half_width")
 
 
 def read_benchmark_json(path: Path) -> dict:
+    raw = safeio.read_input(path, "benchmark file")  # a regular file, bounded in size
     try:
-        data = json.loads(Path(path).read_bytes().decode())
-    except FileNotFoundError:
-        raise UsageError(f"no such file {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = safeio.parse_nested(json.loads, raw.decode())
+    except (UnicodeDecodeError, ValueError) as exc:  # binary, not JSON, nested too deep
         raise UsageError(f"{path} is not a JSON file: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise UsageError(f"{path} is not a pytest-benchmark JSON file (no 'benchmarks' list): "
@@ -44,7 +45,11 @@ def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | No
     in the file, only seconds."""
     extra = bench.get("extra_info") or {}
     stats = bench.get("stats") or {}
-    row = {k: v for k, v in extra.items() if k not in _NOT_COLUMNS}
+    row = {k: v for k, v in extra.items() if k in CASE_COLUMNS}
+    others = {k: v for k, v in extra.items() if k not in CASE_COLUMNS and k not in _NOT_COLUMNS}
+    if others:  # kept, in the row's info (a column of its own could clash with another entry's)
+        info = row.get("info") if isinstance(row.get("info"), dict) else {}
+        row["info"] = {**info, "extra_info": others}
     row.update(status="ok", reason="")
     bytes_moved = int(extra.get("bytes_moved") or 0)
     data = stats.get("data")
@@ -67,6 +72,7 @@ def benchmark_row(bench: dict) -> tuple[dict, np.ndarray | None, np.ndarray | No
     return row, None, None
 
 
+_STAT_FIELDS = ("rounds", "min", "max", "mean", "median", "stddev")
 _TEXT_FIELDS = ("case_id", "method", "region", "attr", "pattern", "peer", "access", "suite",
                 "host_id")
 _COUNT_FIELDS = ("size_bytes", "fragment_count", "fragment_bytes", "bytes_moved", "n_samples",
@@ -113,6 +119,24 @@ def _check_entry(path: Path, bench: dict) -> None:
     if bad is not None:
         raise UsageError(f"{path}: benchmark {name!r}: stats.data holds {bad!r}, not a round time "
                          "in seconds (a finite number >= 0)")
+    for field in _STAT_FIELDS:  # what benchmark_row converts when there are no raw rounds
+        value = (stats or {}).get(field)
+        integer = field == "rounds"
+        if value is not None and (_kind_problem(value, integer) or not 0 <= value < math.inf
+                                  or (integer and value >= 2**63)):
+            raise UsageError(f"{path}: benchmark {name!r}: stats.{field} is {value!r:.40}, "
+                             f"expected {'a count' if integer else 'a time in seconds'} "
+                             "(a finite number >= 0)")
+    for field in (*_COUNT_FIELDS, *_NUMBER_FIELDS):  # what Parquet's int64 / float64 can hold
+        value = extra.get(field)
+        if value is not None and not (abs(value) < 2**63 and math.isfinite(value)):
+            raise UsageError(f"{path}: benchmark {name!r}: extra_info.{field} is {value!r:.40}, "
+                             "expected a finite number (64-bit)")
+
+
+def _text(value: object) -> str | None:
+    """A free-text field of the file (a version, a date): kept as text whatever its type."""
+    return None if value is None else str(value)
 
 
 def _started(stamp: object) -> str | None:
@@ -160,14 +184,18 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     suites = sorted({str(b["extra_info"].get("suite", "")) for b in ours} - {""})
     meta = {
         "kind": "import", "source": "pytest-benchmark", "imported_from": str(Path(path).resolve()),
-        "pytest_benchmark_version": data.get("version"), "started": _started(data.get("datetime")),
-        "suite": ",".join(suites), "nearlocal_version": ours_info.get("nearlocal_version"),
-        "host_id": ours_info.get("host_id") or next(iter(host_ids), None),
-        "inventory": ours_info.get("inventory", {}), "machine_info": machine,
+        "pytest_benchmark_version": _text(data.get("version")),
+        "started": _started(data.get("datetime")),
+        "suite": ",".join(suites), "nearlocal_version": _text(ours_info.get("nearlocal_version")),
+        "host_id": _text(ours_info.get("host_id")) or next(iter(host_ids), None),
+        "inventory": ours_info.get("inventory") or {}, "machine_info": machine,
         "commit_info": data.get("commit_info") or {},
         "samples": "raw round times" if all((b.get("stats") or {}).get("data") for b in ours)
         else "summary statistics only (save with --benchmark-save-data for raw samples)",
     }
+    problem = shape_problem(meta, RUN_META_FIELDS)  # what load() would refuse is never stored
+    if problem:
+        raise UsageError(f"{path}: machine_info.nearlocal: {problem}")
     converted = []
     for bench in ours:  # all converted before the store is touched: a bad entry leaves no run
         try:
@@ -175,6 +203,15 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
         except (TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"{path}: benchmark {bench.get('name') or bench['extra_info']['case_id']}"
                              f" has malformed stats ({exc})") from None
+        problem = shape_problem(converted[-1][0], CASE_ROW_FIELDS)
+        if problem:
+            raise UsageError(f"{path}: benchmark {bench['extra_info']['case_id']!r}: "
+                             f"extra_info {problem}")
+    try:  # what finish() will write, built now: a row Parquet cannot hold stores nothing
+        pa.Table.from_pandas(cases_frame([row for row, _, _ in converted]), preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise UsageError(f"{path}: the benchmarks cannot be stored: "
+                         f"{str(exc).splitlines()[0][:160]}") from None
     store = Store.create(Path(root), meta)
     for row, raw, ns in converted:
         store.add_case(row, raw, ns)

@@ -60,6 +60,8 @@ def parse_cpulist(text: str | None) -> list[int]:
             continue
         if "-" in part:
             lo, hi = part.split("-", 1)
+            if int(hi) - int(lo) >= 1 << 16:  # no kernel lists that many: not a CPU list
+                raise ValueError(f"CPU range {part!r} is larger than any machine")
             cpus.extend(range(int(lo), int(hi) + 1))
         else:
             cpus.append(int(part))

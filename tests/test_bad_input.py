@@ -1,12 +1,19 @@
 """Issue 13, table-driven: every bad invocation and every damaged store is one line on stderr and
 exit 2, never a traceback; an incomplete run is marked and refused as a baseline; nothing the user
-owns is written, replaced or removed."""
+owns is written, replaced or removed.
+
+Issue 20 adds each cause class, tried with values other than the issue's (docs/bad-input.md):
+run.json fields and Parquet columns of the wrong type, damaged baselines, outputs the OS refuses
+(FIFO, devices, /proc, read-only and full tmpfs), unbounded inputs, meaningless values,
+malformed imports, ASCII / closed / full stdout, undecodable arguments, a removed or read-only
+working directory, SIGTERM to the process group."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -19,7 +26,7 @@ import pytest
 
 from nearlocal.cli import main
 from nearlocal.results import load
-from tests.report_fixtures import make_run, row
+from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
@@ -395,3 +402,654 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     assert _left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
     os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{os.getpid()}".encode())
     assert not _left_by_a_dead_run(path)  # its maker is alive
+
+
+# ================================================================== issue 20, by cause class
+# Each class is tried with values other than the issue's: the fix is the mechanism (safeio's
+# output check / writer / bounded reader, the schema checked at load), not the example.
+
+NEVER_HANG_S = 60
+
+
+@pytest.fixture
+def never_hangs():
+    """A FIFO or /dev/zero read by mistake would block forever: fail the test instead."""
+    import signal
+
+    def stuck(signum, frame):
+        raise AssertionError(f"blocked for {NEVER_HANG_S} s (a FIFO or a device was read?)")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(NEVER_HANG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _edit_meta(run: Path, change) -> None:
+    meta = json.loads((run / "run.json").read_text())
+    change(meta)
+    (run / "run.json").write_text(json.dumps(meta))
+
+
+def _set(path: str, value):
+    """A damage: the run.json field at `path` (dots, [i] for list items) becomes `value`."""
+    def change(meta: dict) -> None:
+        *parents, last = path.replace("[", ".[").split(".")
+        node = meta
+        for part in parents:
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        if last.startswith("["):
+            node[int(last[1:-1])] = value
+        else:
+            node[last] = value
+    return change
+
+
+# (damage name) -> (how run.json changes, a word the one line must name)
+FIELD_DAMAGES = {
+    "inventory-is-a-list": (_set("inventory", [1, 2]), "inventory"),
+    "inventory-is-text": (_set("inventory", "box-a"), "inventory"),
+    "numa-is-an-int": (_set("inventory.numa", 7), "inventory.numa"),
+    "numa-cpus-text": (_set("inventory.numa[0].cpus", "0-3"), "inventory.numa[0].cpus"),
+    "numa-node-float-text": (_set("inventory.numa[1].node", "one"), "inventory.numa[1].node"),
+    "tsc-is-text": (_set("inventory.tsc_hz", "fast"), "inventory.tsc_hz"),
+    "cpu-is-a-list": (_set("inventory.cpu", ["Test CPU"]), "inventory.cpu"),
+    "flags-mixed": (_set("inventory.cpu.flags", {"avx2": True, "clwb": "yes"}),
+                    "inventory.cpu.flags.clwb"),
+    "gpu-devices-object": (_set("inventory.gpu.devices", {"0": "H20"}), "inventory.gpu.devices"),
+    "cache-size-text": (_set("inventory.cpu.caches[0].size_bytes", "32MiB"),
+                        "inventory.cpu.caches[0].size_bytes"),
+    "settings-list": (_set("settings", [0.1]), "settings"),
+    "budget-text": (_set("settings.budget_s", "half a second"), "settings.budget_s"),
+    "host-id-int": (_set("host_id", 12345), "host_id"),
+    "suite-list": (_set("suite", ["quick", "mlc"]), "suite"),
+    "complete-text": (_set("complete", "yes"), "complete"),
+    "n-cases-huge": (_set("n_cases", 2**70), "n_cases"),
+    "started-object": (_set("started", {"at": 1}), "started"),
+}
+
+
+@pytest.fixture
+def field_store(tmp_path) -> Path:
+    """A good run and, per FIELD_DAMAGES entry, a copy whose run.json has that field damaged."""
+    root = tmp_path / "fields"
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+             run_id=GOOD)
+    for name, (damage, _) in FIELD_DAMAGES.items():
+        shutil.copytree(root / GOOD, root / name)
+        _edit_meta(root / name, lambda meta, name=name: meta.update(run_id=name))
+        _edit_meta(root / name, damage)
+    return root
+
+
+@pytest.mark.parametrize("damage", sorted(FIELD_DAMAGES))
+@pytest.mark.parametrize("command", ["show", "report", "compare-base", "compare-cand", "accept",
+                                     "baseline"])
+def test_a_field_of_the_wrong_type_is_named_in_one_line(field_store, capsys, damage, command):
+    out = ["--out", str(field_store)]
+    argv = {
+        "show": ["show", damage, *out],
+        "report": ["report", damage, "--quiet", *out],
+        "compare-base": ["compare", damage, GOOD, *out],
+        "compare-cand": ["compare", GOOD, damage, *out],
+        "accept": ["accept", str(EXAMPLES / "local-dram.toml"), damage, *out],
+        "baseline": ["baseline", "set", damage, *out],
+    }[command]
+    err = _one_line_exit_2(argv, capsys, "is damaged")
+    assert f"field {FIELD_DAMAGES[damage][1]}" in err and "expected" in err, err
+    assert not (field_store / "baselines").exists() or command != "baseline"
+
+
+def test_the_other_runs_stay_usable_beside_damaged_fields(field_store, capsys):
+    assert main(["runs", "--out", str(field_store)]) == 0
+    listed = capsys.readouterr().out
+    for name in FIELD_DAMAGES:
+        line = next(line for line in listed.splitlines() if name[:12] in line)
+        assert "damaged" in line, line
+    assert main(["show", GOOD, "--out", str(field_store)]) == 0
+    assert main(["report", GOOD, "--quiet", "--out", str(field_store)]) == 0
+    assert main(["compare", GOOD, GOOD, "--out", str(field_store)]) == 0
+
+
+def _rewrite_cases(run: Path, column: str, values) -> None:
+    frame = pq.read_table(run / "cases.parquet").to_pandas()
+    frame[column] = values
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), run / "cases.parquet")
+
+
+COLUMN_DAMAGES = {
+    "median-text": ("median_ns", ["fast", "slow", "1.0", "x"], "median_ns"),
+    "status-int": ("status", [1, 0, 1, 1], "status"),
+    "size-text": ("size_bytes", ["64", "128", "256", "512"], "size_bytes"),
+    "gbps-lists": ("gbps", [[1.0], [2.0], [3.0], [4.0]], "gbps"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(COLUMN_DAMAGES))
+@pytest.mark.parametrize("command", ["show", "report", "compare", "accept"])
+def test_a_parquet_column_of_the_wrong_type_is_one_line(tmp_path, capsys, damage, command):
+    root = tmp_path / "columns"
+    run = make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+                   run_id="bad")
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(4)],
+             run_id=GOOD)
+    column, values, named = COLUMN_DAMAGES[damage]
+    _rewrite_cases(run, column, values)
+    out = ["--out", str(root)]
+    argv = {"show": ["show", "bad", *out], "report": ["report", "bad", "--quiet", *out],
+            "compare": ["compare", GOOD, "bad", *out],
+            "accept": ["accept", str(EXAMPLES / "local-dram.toml"), "bad", *out]}[command]
+    err = _one_line_exit_2(argv, capsys, "is damaged")
+    assert named in err, err
+
+
+@pytest.mark.parametrize("field, value", [("median_ns", "fast"), ("size_bytes", [64]),
+                                          ("status", 3), ("converged", "no")])
+def test_a_damaged_partial_row_is_one_line(tmp_path, capsys, field, value):
+    rows = [row("load", size=64 * 2**k, median=100.0 + k) for k in range(2)]
+    killed = make_run(tmp_path, rows, run_id="killed")
+    for name in ("cases.parquet", "samples.parquet"):
+        (killed / name).unlink()
+    (killed / "partial").mkdir()
+    (killed / "partial" / "000000.json").write_text(json.dumps({**rows[0], field: value}))
+    err = _one_line_exit_2(["show", "killed", "--out", str(tmp_path)], capsys, "is damaged")
+    assert f"field {field}" in err, err
+
+
+# ------------------------------------------------------------------ damaged baselines
+
+
+def _baseline_store(tmp_path: Path) -> Path:
+    root = tmp_path / "bl"
+    other = {**INVENTORY, "host_id": "other-host", "cpu": {"model": "Other CPU"}}
+    make_run(root, [row("load", median=100.0)], run_id="a")
+    make_run(root, [row("load", median=101.0)], run_id="b")
+    make_run(root, [row("load", median=100.0)], inventory=other, run_id="other")
+    assert main(["baseline", "set", "other", "--out", str(root)]) == 0
+    return root
+
+
+BASELINE_DAMAGES = {
+    "history-int": lambda p: p.write_text(json.dumps({"run": "a", "host_id": "abc123",
+                                                      "history": 3})),
+    "history-mixed": lambda p: p.write_text(json.dumps({"run": "a", "host_id": "abc123",
+                                                        "history": ["b", 7]})),
+    "run-list": lambda p: p.write_text(json.dumps({"run": ["a"], "host_id": "abc123"})),
+    "no-run": lambda p: p.write_text(json.dumps({"host_id": "abc123"})),
+    "inventory-list": lambda p: p.write_text(json.dumps(
+        {"run": "a", "host_id": "abc123", "meta": {"inventory": [1]}})),
+    "binary": lambda p: p.write_bytes(b"\x89PNG\xff\x00"),
+    "deep": lambda p: p.write_text('{"run": "a", "host_id": "abc123", "meta": '
+                                   + "[" * 5000 + "]" * 5000 + "}"),
+    "directory": lambda p: p.mkdir(),
+    "fifo": lambda p: os.mkfifo(p),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BASELINE_DAMAGES))
+def test_a_damaged_baseline_is_one_line_and_the_others_stay_usable(tmp_path, capsys, damage,
+                                                                   never_hangs):
+    root = _baseline_store(tmp_path)
+    record = root / "baselines" / "abc123.json"
+    BASELINE_DAMAGES[damage](record)
+    capsys.readouterr()
+    out = ["--out", str(root)]
+    assert main(["baseline", "show", *out]) == 0  # the other host's record is still listed
+    listed = capsys.readouterr().out
+    assert "other-host" in listed and "run other" in listed
+    if damage not in ("directory",):  # a directory named *.json is said too, but not as JSON
+        assert "abc123.json is damaged" in listed or "not a regular file" in listed, listed
+    # this host's comparison against its baseline: one line naming the damaged record
+    err = _one_line_exit_2(["compare", "baseline", "b", *out], capsys, "no baseline")
+    assert "abc123.json" in err, err
+    # setting a new baseline over a damaged record is refused, never silently replaced
+    _one_line_exit_2(["baseline", "set", "b", *out], capsys, "abc123.json")
+    # the other host's baseline still compares
+    assert main(["compare", "baseline", "other", *out]) in (0, 1)
+
+
+@pytest.mark.parametrize("make_folder", ["file", "fifo", "read-only"])
+def test_a_baselines_folder_that_is_no_folder_is_one_line(tmp_path, capsys, mounts,
+                                                          make_folder):
+    make_run(tmp_path, [row("load")], run_id="a")
+    folder = tmp_path / "baselines"
+    if make_folder == "read-only":
+        mounts(folder, "ro,size=64k")
+    else:
+        folder.write_text("x") if make_folder == "file" else os.mkfifo(folder)
+    _one_line_exit_2(["baseline", "set", "a", "--out", str(tmp_path)], capsys, "baseline")
+    assert main(["compare", "a", "a", "--out", str(tmp_path)]) == 0  # history: none, no error
+
+
+# ------------------------------------------------------------------ files the OS says no to
+
+MOUNTS: list[Path] = []
+
+
+def _mount_tmpfs(where: Path, options: str) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): "
+                    "needs root in a namespace that allows mounts")
+    return where
+
+
+@pytest.fixture
+def mounts():
+    made: list[Path] = []
+    yield lambda where, options: made.append(_mount_tmpfs(where, options)) or made[-1]
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    """Fill the file system of `folder` to the last block."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def _target(kind: str, tmp_path: Path) -> str:
+    """An output path the OS refuses, of one kind."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "out.fifo")
+        return str(tmp_path / "out.fifo")
+    if kind == "file-as-directory":
+        (tmp_path / "plain").write_text("x")
+        return str(tmp_path / "plain" / "out.json")
+    return {"dev-full": "/dev/full", "dev-zero": "/dev/zero", "proc": "/proc/version",
+            "proc-new": "/proc/nearlocal-out.json", "directory": str(tmp_path),
+            "missing-directory": str(tmp_path / "no" / "such" / "out.json"),
+            "long-name": str(tmp_path / ("n" * 300 + ".json")), "empty": ""}[kind]
+
+
+TARGETS = ["fifo", "file-as-directory", "dev-full", "dev-zero", "proc", "proc-new", "directory",
+           "missing-directory", "long-name", "empty"]
+OUTPUT_OPTIONS = {
+    "run --json": lambda out, path: ["run", "--method", "load", "--size", "64", "--budget",
+                                     "0.02", "--json", path, *out],
+    "accept --junit": lambda out, path: ["accept", str(EXAMPLES / "local-dram.toml"), GOOD,
+                                         "--junit", path, *out],
+    "accept --json": lambda out, path: ["accept", str(EXAMPLES / "local-dram.toml"), GOOD,
+                                        "--json", path, *out],
+    "compare --output": lambda out, path: ["compare", GOOD, GOOD, "--format", "junit",
+                                           "--output", path, *out],
+    "report --html": lambda out, path: ["report", GOOD, "--html", path, *out],
+    "report --markdown": lambda out, path: ["report", GOOD, "--markdown", path, *out],
+}
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("option", sorted(OUTPUT_OPTIONS))
+def test_an_output_the_os_refuses_is_one_line_before_anything_runs(store, tmp_path, capsys, kind,
+                                                                   option, never_hangs):
+    before = sorted(p.name for p in store.iterdir())
+    argv = OUTPUT_OPTIONS[option](["--out", str(store)], _target(kind, tmp_path))
+    err = _one_line_exit_2(argv, capsys, option.split()[-1])
+    assert "cannot write" in err, err
+    assert sorted(p.name for p in store.iterdir()) == before  # nothing measured, nothing stored
+
+
+@pytest.mark.parametrize("option", sorted(OUTPUT_OPTIONS))
+def test_a_read_only_directory_is_one_line(store, tmp_path, capsys, mounts, option):
+    folder = mounts(tmp_path / "ro", "ro,size=64k")
+    before = sorted(p.name for p in store.iterdir())
+    err = _one_line_exit_2(OUTPUT_OPTIONS[option](["--out", str(store)], str(folder / "x.out")),
+                           capsys, "cannot write")
+    assert "not writable" in err or "EROFS" in err, err
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.fixture
+def full_store(tmp_path, mounts) -> Path:
+    """A store with one run on a small tmpfs that is then filled to the last block."""
+    root = mounts(tmp_path / "full", "size=512k")
+    make_run(root, [row("load", size=64 * 2**k, median=100.0 + k) for k in range(3)],
+             run_id=GOOD)
+    _fill(root)
+    return root
+
+
+@pytest.mark.parametrize("argv", [
+    ["baseline", "set", GOOD],
+    ["compare", GOOD, GOOD, "--format", "json", "--output", "{root}/cmp.json"],
+    ["compare", GOOD, GOOD, "--output", "{root}/cmp.txt"],
+    ["accept", str(EXAMPLES / "local-dram.toml"), GOOD, "--junit", "{root}/junit.xml"],
+    ["report", GOOD, "--html", "{root}/r.html"],
+    ["report", GOOD, "--markdown", "{root}/r.md"],
+])
+def test_a_full_file_system_is_one_line_with_the_errno(full_store, capsys, argv):
+    argv = [part.format(root=full_store) for part in argv] + ["--out", str(full_store)]
+    err = _one_line_exit_2(argv, capsys, "ENOSPC")
+    assert "No space left" in err or "no space left" in err, err
+    assert load(GOOD, full_store).complete  # nothing measured is lost
+    assert not [p for p in full_store.rglob("*nearlocal-tmp*")]  # no half-written file left
+
+
+def test_a_run_into_a_full_store_or_json_says_what_was_kept(full_store, tmp_path, capsys):
+    _one_line_exit_2(["run", "--method", "load", "--size", "64", "--budget", "0.02", "--quiet",
+                      "--out", str(full_store)], capsys, "")
+    elsewhere = tmp_path / "elsewhere"
+    err = _one_line_exit_2(["run", "--method", "load", "--size", "64", "--budget", "0.02",
+                            "--quiet", "--json", str(full_store / "rows.json"),
+                            "--out", str(elsewhere)], capsys, "ENOSPC")
+    assert "the run is stored in" in err, err
+    (stored,) = elsewhere.iterdir()
+    assert load(stored).complete
+
+
+# ------------------------------------------------------------------ inputs: bounded, regular
+
+def _input(kind: str, tmp_path: Path, fmt: str) -> str:
+    path = tmp_path / f"input.{fmt}"
+    if kind in ("dev-zero", "dev-urandom"):
+        return "/dev/" + kind.split("-")[1]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as handle:  # sparse: costs no disk
+            handle.truncate(65 * 2**20)
+    elif kind in ("deep", "deep-but-parseable"):
+        depth = 100_000 if kind == "deep" else 200
+        nested = "[" * depth + "]" * depth
+        path.write_text(f"x = {nested}\n" if fmt == "toml" else
+                        '{"benchmarks": ' + nested + "}" if fmt == "bench" else
+                        '{"num_hidden_layers": ' + nested + "}")
+    return str(path)
+
+
+INPUT_KINDS = ["dev-zero", "dev-urandom", "fifo", "directory", "huge", "deep",
+               "deep-but-parseable"]
+INPUT_COMMANDS = {
+    "accept SPEC": ("toml", lambda path: ["accept", path, GOOD]),
+    "import FILE": ("bench", lambda path: ["import", path]),
+    "kv --model": ("json", lambda path: ["kv", "--model", path]),
+    "run --pattern kv:": ("json", lambda path: ["run", "--method", "load", "--pattern",
+                                                f"kv:{path}", "--budget", "0.02"]),
+}
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("command", sorted(INPUT_COMMANDS))
+def test_an_unbounded_input_is_one_line_and_never_hangs(store, tmp_path, capsys, kind, command,
+                                                        never_hangs):
+    fmt, argv = INPUT_COMMANDS[command]
+    path = _input(kind, tmp_path, fmt)
+    if kind == "directory" and command.startswith(("kv", "run")):
+        path = str(Path(path) / "config.json")  # a model directory without its config
+        Path(path).mkdir()
+    if command.startswith("run") and not path.endswith(".json"):
+        pytest.skip("a kv: pattern names a model config by its .json path")
+    before = sorted(p.name for p in store.iterdir())
+    _one_line_exit_2([*argv(path), "--out", str(store)] if not command.startswith("kv")
+                     else argv(path), capsys)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("cpus", ["0-99999999999", "5-1000000", "0,8192"])
+def test_a_cpu_list_is_bounded_before_it_is_expanded(store, capsys, cpus, never_hangs):
+    _one_line_exit_2(["run", "--method", "load", "--threads", "2", "--cpus", cpus, "--out",
+                      str(store)], capsys, "--cpus")
+
+
+# ------------------------------------------------------------------ values silently accepted
+
+SPEC = str(EXAMPLES / "local-dram.toml")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "--method", "load", "--budget", "inf"], "duration"),
+    (["run", "--method", "load", "--budget", "NaN"], "duration"),
+    (["run", "--method", "load", "--budget", "-0.5"], "duration"),
+    (["run", "--method", "load", "--budget", ""], "duration"),
+    (["run", "--method", "load", "--budget", "3600.001"], "1 hour"),
+    (["run", "--method", "load", "--budget", "3700s"], "1 hour"),
+    (["run", "--method", "load", "--processes", "101"], "--processes"),
+    (["run", "--method", "load", "--processes", "-3"], "--processes"),
+    (["run", "--method", "load", "--threads", ""], "--threads"),
+    (["run", "--method", "load", "--threads", " "], "--threads"),
+    (["run", "--method", "load", "--threads", "0"], "--threads"),
+    (["run", "--method", "load", "--cpus", ""], "--cpus"),
+    (["run", "--method", "rpc-throughput", "--pattern", "rpc:64x64B", "--param", "qd=65"],
+     "--param qd=65"),
+    (["run", "--method", "rpc-throughput", "--pattern", "rpc:8x64B", "--param",
+      "qd=99999999999999"], "--param qd"),
+    (["run", "--method", "rpc-roundtrip", "--pattern", "rpc:8x64B", "--param",
+      "client_cpu=4096"], "--param client_cpu"),
+    (["run", "--method", "rpc-roundtrip", "--pattern", "rpc:8x64B", "--param",
+      "server_cpu=77"], "--param server_cpu"),
+    (["run", "--method", "chase", "--size", "4KiB", "--param", "hops=99999999999"], "hops"),
+    (["run", "--method", "chase", "--size", "4KiB", "--param", "hops=0"], "hops"),
+    (["run", "--method", "loaded-chase", "--size", "4KiB", "--param", "delay=10000000000000"],
+     "delay"),
+    (["run", "--method", "load", "--region", "shm:" + "s" * 240], "too long"),
+    (["run", "--method", "load", "--region", "file:/tmp/" + "f" * 250], "too long"),
+    (["run", "--method", "load", "--out", ""], "--out"),
+    (["run", "--method", "load", "--out", "  "], "--out"),
+    (["accept", SPEC, "--budget", ""], "duration"),
+    (["accept", SPEC, "--budget", "7200"], "1 hour"),
+    (["accept", SPEC, "--processes", "101"], "--processes"),
+    (["accept", SPEC, "--out", ""], "--out"),
+    (["compare", GOOD, GOOD, "--output", ""], "--output"),
+    (["runs", "--out", ""], "--out"),
+    (["baseline", "set", GOOD, "--out", ""], "--out"),
+])
+def test_a_meaningless_value_is_refused_before_anything_is_created(store, tmp_path, capsys,
+                                                                   monkeypatch, argv, fragment):
+    monkeypatch.chdir(tmp_path)  # `--out ""` would be here
+    if "--out" not in argv:
+        argv = [*argv, "--out", str(store)]
+    before = sorted(p.name for p in store.iterdir())
+    _one_line_exit_2(argv, capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # nothing in the cwd
+    assert not list(Path("/dev/shm").glob("s" * 240 + "*"))
+
+
+# ------------------------------------------------------------------ malformed imports
+
+
+@pytest.mark.parametrize("stats, extra, fragment", [
+    ({"rounds": math.inf}, {}, "stats.rounds"),
+    ({"rounds": 1e30}, {}, "stats.rounds"),
+    ({"rounds": 2**64}, {}, "stats.rounds"),
+    ({"median": "fast"}, {}, "stats.median"),
+    ({"median": -1.0}, {}, "stats.median"),
+    ({"min": math.inf}, {}, "stats.min"),
+    ({"stddev": [0.1]}, {}, "stats.stddev"),
+    ({}, {"size_bytes": 2**70}, "size_bytes"),
+    ({}, {"median_ns": math.inf}, "median_ns"),
+    ({}, {"gbps": math.nan}, "gbps"),
+    ({}, {"pattern": 5}, "pattern"),
+    ({}, {"converged": "yes"}, "converged"),
+    ({}, {"suite": ["quick"]}, "suite"),
+])
+def test_a_malformed_benchmark_is_refused_and_stores_nothing(store, tmp_path, capsys, stats,
+                                                              extra, fragment):
+    before = sorted(p.name for p in store.iterdir())
+    path = _bench_file(tmp_path, {"extra_info": {"case_id": "load/dram/wb/64B", **extra},
+                                  "stats": {"median": 1e-7, "rounds": 5, **stats}})
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("nearlocal_info, fragment", [
+    ({"inventory": [1]}, "inventory"),
+    ({"inventory": {"numa": "0-1"}}, "inventory.numa"),
+    ({"inventory": {"tsc_hz": "2GHz"}}, "inventory.tsc_hz"),
+])
+def test_a_malformed_machine_info_stores_nothing(store, tmp_path, capsys, nearlocal_info,
+                                                 fragment):
+    before = sorted(p.name for p in store.iterdir())
+    path = tmp_path / "bench.json"
+    entry = {"name": "b", "extra_info": {"case_id": "load/dram/wb/64B"}, "stats": {"median": 1e-7}}
+    path.write_text(json.dumps({"benchmarks": [entry],
+                                "machine_info": {"nearlocal": nearlocal_info}}))
+    _one_line_exit_2(["import", str(path), "--out", str(store)], capsys, fragment)
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+def test_extra_fields_of_mixed_types_import_and_report(tmp_path, capsys):
+    """Fields bench/ does not write, of different types in different entries: kept in the
+    row's info, and the stored run compares and reports."""
+    path = tmp_path / "bench.json"
+    entries = [{"name": f"b{i}", "extra_info": {"case_id": f"load/dram/wb/{64 << i}B",
+                                               "method": "load", "region": "dram",
+                                               "pattern": f"{64 << i}B", "note": note},
+                "stats": {"median": 1e-7 * (i + 1), "rounds": 5}}
+               for i, note in enumerate([[1, 2], "text", {"k": 1}, 3])]
+    path.write_text(json.dumps({"benchmarks": entries, "datetime": 20261201}))
+    assert main(["import", str(path), "--out", str(tmp_path / "s")]) == 0
+    (run,) = (tmp_path / "s").iterdir()
+    assert main(["compare", run.name, run.name, "--cross-host", "--out",
+                 str(tmp_path / "s")]) == 0
+    assert main(["report", run.name, "--quiet", "--out", str(tmp_path / "s")]) == 0
+    assert load(run).cases["info"][0]["extra_info"] == {"note": [1, 2]}
+
+
+# ------------------------------------------------------------------ hostile environments
+
+
+def _cli(argv: list, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, **kwargs.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv], capture_output=True,
+                          env=env, timeout=300, **kwargs)
+
+
+def _one_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
+    err = result.stderr.decode(errors="replace")
+    assert result.returncode == code, (result.returncode, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+ASCII_ENVIRONMENTS = {
+    "PYTHONIOENCODING=ascii": {"PYTHONIOENCODING": "ascii"},
+    "LC_ALL=C, no UTF-8 mode": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": ""},
+    "latin-1": {"PYTHONIOENCODING": "latin-1"},
+}
+
+
+@pytest.mark.parametrize("environment", sorted(ASCII_ENVIRONMENTS))
+def test_an_ascii_stdout_gets_ascii_and_no_traceback(store, environment):
+    out = ["--out", str(store)]
+    env = ASCII_ENVIRONMENTS[environment]
+    commands = [["show", GOOD, *out], ["report", GOOD, *out]]
+    if environment == "PYTHONIOENCODING=ascii":  # every printer once (each start costs seconds)
+        commands += [["runs", *out], ["compare", GOOD, GOOD, *out], ["probe"], ["kv"]]
+    for argv in commands:
+        result = _cli(argv, env=env)
+        assert result.returncode == 0, (argv, result.stderr.decode(errors="replace"))
+        assert b"Traceback" not in result.stderr
+        encoding = env["PYTHONIOENCODING"] or "ascii"
+        result.stdout.decode(encoding)  # only what the stream's encoding holds
+    result = _cli(["run", "--method", "load", "--size", "1PiB", *out], env=env)
+    _one_line(result)
+    result.stderr.decode("ascii" if "latin" not in environment else "latin-1")
+
+
+@pytest.mark.parametrize("argv", [["show", GOOD], ["runs"], ["report", GOOD], ["probe", "--json"],
+                                  ["baseline", "show"]])
+def test_a_closed_stdout_is_one_line(store, argv):
+    if argv[0] != "probe":
+        argv = [*argv, "--out", str(store)]
+    before = sorted(p.name for p in store.iterdir())
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+                                   stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),
+                                   timeout=300))
+    assert "stdout is closed" in err
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("argv", [["show", GOOD], ["runs"], ["report", GOOD],
+                                  ["compare", GOOD, GOOD, "--format", "json"]])
+def test_a_full_stdout_is_one_line(store, argv):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv, "--out",
+                                 str(store)], stdout=full, stderr=subprocess.PIPE, timeout=300)
+    assert "stdout" in _one_line(result) and "ENOSPC" in result.stderr.decode()
+
+
+@pytest.mark.parametrize("argv", [
+    [b"show", b"/tmp/\xff\xfe-run"],
+    [b"runs", b"--out", b"/tmp/r\xe9sultats"],
+    [b"run", b"--method", b"load", b"--region", b"file:/tmp/\x80.bin", b"--size", b"4KiB"],
+    [b"accept", b"/tmp/spec-\xff.toml"],
+    [b"compare", b"a", b"b", b"--output", b"/tmp/\xc3(.json"],
+])
+def test_undecodable_bytes_in_an_argument_are_one_line(argv):
+    err = _one_line(subprocess.run([sys.executable.encode(), b"-m", b"nearlocal.cli", *argv],
+                                   capture_output=True, timeout=300))
+    assert "not UTF-8" in err
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["show", GOOD, "--out", "{store}"],
+                                  ["report", GOOD, "--out", "{store}", "--html", "r.html"],
+                                  ["run", "--method", "load", "--size", "64", "--out",
+                                   "{store}/../fresh"]])
+def test_a_removed_working_directory_is_one_line(store, tmp_path, argv):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_and_remove() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    argv = [part.format(store=store) for part in argv]
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+                                   capture_output=True, preexec_fn=enter_and_remove,
+                                   timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"}))
+    assert "current directory" in err
+    assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "--method", "load", "--size", "64", "--budget", "0.02"],
+                                  ["report", GOOD, "--out", "{store}", "--html", "r.html"],
+                                  ["import", "{bench}"]])
+def test_a_read_only_working_directory_is_one_line(store, tmp_path, mounts, argv):
+    folder = mounts(tmp_path / "ro-cwd", "ro,size=64k")
+    bench = _bench_file(tmp_path, {"extra_info": {"case_id": "load/dram/wb/64B"},
+                                   "stats": {"median": 1e-7}})
+    argv = [part.format(store=store, bench=bench) for part in argv]
+    err = _one_line(_cli(argv, cwd=folder))
+    assert "not writable" in err or "EROFS" in err or "Read-only" in err, err
+
+
+# ------------------------------------------------------------------ signals
+
+
+@pytest.mark.parametrize("when", ["while the workers start", "while measuring"])
+def test_sigterm_to_the_process_group_ends_every_worker_quietly(tmp_path, when):
+    """`timeout`, a CI runner or systemd signal the whole group: the workers get SIGTERM too,
+    whatever they are doing (importing, calibrating, measuring, answering a parent gone)."""
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size",
+         "64,128,256,512", "--budget", "0.5", "--processes", "2", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    marker = b"pass 1" if when == "while the workers start" else b"[1/"
+    seen, deadline = b"", time.monotonic() + 240
+    while marker not in seen and time.monotonic() < deadline and process.poll() is None:
+        seen += process.stderr.read1(4096)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    err = (seen + err).decode(errors="replace")
+    assert process.returncode in (0, 143), err  # 0: it had finished before the signal came
+    assert "Traceback" not in err and "SystemExit" not in err and "BrokenPipe" not in err, err
+    (run,) = tmp_path.iterdir()
+    assert load(run).meta.get("interrupted") in (True, False)

@@ -125,6 +125,8 @@ def validate(case: Case, inventory: HostInventory) -> None:
     pattern = parse_pattern(case.pattern)
     if method.check_pattern:
         method.check_pattern(pattern)
+    if method.check_case:
+        method.check_case({**method.params, **case.param_dict}, pattern)
 
 
 def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:

@@ -72,6 +72,8 @@ class Method:
     check_params: Callable[[dict], None] | None = None
     # a pattern the method cannot use -> UsageError, checked before the run (e.g. rpc-* need rpc:)
     check_pattern: Callable[[Pattern], None] | None = None
+    # a parameter whose limit comes from the pattern (qd <= a ring's slots) -> UsageError
+    check_case: Callable[[dict, Pattern], None] | None = None
     # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
     sample_bytes: Callable[[Pattern], int] | None = None
     # writes into the region even when it reads it (chase lays its pointer ring there)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from nearlocal.hwprobe.numa import NumaNode
 
 LINE = 64
+MAX_CPUS = 8192  # Linux's largest NR_CPUS
 THREAD_PARAMS = {"threads": "1", "cpus": ""}
 THREAD_TICKS_KEPT = 4096  # samples whose per-thread TSC readings the row keeps
 
@@ -54,6 +55,10 @@ def parse_cpus(text: str) -> list[int]:
         return []
     if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", text):
         raise UsageError(f"malformed --cpus {text!r}: use a CPU list such as 0-3,8")
+    highest = max(int(number) for number in re.findall(r"\d+", text))
+    if highest >= MAX_CPUS:  # checked before the list is expanded: 0-99999999999 is no list
+        raise UsageError(f"--cpus {text!r} names CPU {highest}: no machine has more than "
+                         f"{MAX_CPUS} CPUs")
     cpus = parse_cpulist(text)
     if len(set(cpus)) != len(cpus):
         raise UsageError(f"--cpus {text!r} names a CPU twice: threads need distinct CPUs")
@@ -306,7 +311,12 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None) -> lis
     thread per named CPU."""
     from nearlocal.harness.methods import get_method
 
-    if not threads and not cpus:
+    for option, value in (("--threads", threads), ("--cpus", cpus)):
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{option} is empty: give "
+                             + ("a positive count or 'all'" if option == "--threads"
+                                else "a CPU list such as 0-3,8"))
+    if threads is None and cpus is None:
         return cases
     extra = {"threads": threads or "all"}
     if cpus:

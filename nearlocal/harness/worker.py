@@ -4,6 +4,8 @@ SIGSEGV) takes down only this process; the parent records the signal and starts 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 import traceback
@@ -131,16 +133,43 @@ def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float) ->
     return counter.count, time.perf_counter() - start
 
 
-def worker_main(conn, settings: WorkerSettings) -> None:
+def _stopped(signum: int, frame: object) -> None:
+    """SIGTERM from the parent: unwind (open_case removes the files it created), once; a second
+    SIGTERM while unwinding is ignored, so the clean-up is not cut short."""
     import signal
 
-    from nearlocal.kernels.timer import measure_clock
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def worker_main(conn, settings: WorkerSettings) -> None:
+    """A stopped worker ends quietly: SIGTERM (SystemExit) or the parent gone (a broken pipe)
+    anywhere, even before the first case, is no traceback on the user's terminal."""
+    import signal
 
     # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
     # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
     # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, _stopped)
+    code = 0
+    try:
+        _serve(conn, settings)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except (BrokenPipeError, EOFError, ConnectionError):
+        code = 0  # the parent went away: nothing left to report to
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # no traceback from the exit itself
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(code)  # skip multiprocessing's own exit path: nothing of it is left to run
+
+
+def _serve(conn, settings: WorkerSettings) -> None:
+    from nearlocal.kernels.timer import measure_clock
+
     load_methods()
     clock = measure_clock()
     overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks

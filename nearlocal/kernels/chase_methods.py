@@ -26,10 +26,17 @@ WARM_HOPS_MAX = 1 << 20  # enough for any cache; a bigger ring is memory-bound a
 TRAFFIC_START_TIMEOUT_S = 30.0
 
 
+# Work per sample is bounded: a sample is one pass of `hops` loads (at up to ~1 us each on a
+# far pool) and must fit well inside the longest budget; the delay between bursts likewise.
+MAX_PARAM = {"hops": 2**24, "delay": 10**9, "seed": 2**63 - 1}
+
+
 def _int_param(params: dict, key: str, low: int = 0) -> int:
     text = str(params.get(key, "")).strip()
-    if not re.fullmatch(r"\d+", text) or int(text) < low:
-        raise UsageError(f"malformed parameter {key}={text!r}: use an integer >= {low}")
+    high = MAX_PARAM.get(key, 2**63 - 1)
+    if not re.fullmatch(r"\d+", text) or not low <= int(text) <= high:
+        raise UsageError(f"malformed --param {key}={text[:30]!r}: use an integer from {low} to "
+                         f"{high}")
     return int(text)
 
 

@@ -259,7 +259,12 @@ def _file_path(spec: RegionSpec) -> Path:
 
 
 def _validate_file(spec: RegionSpec, inventory: HostInventory) -> None:
+    from nearlocal.safeio import name_problem
+
     path = _file_path(spec)
+    problem = name_problem(path)
+    if problem:
+        raise UsageError(f"region {spec.text[:60]!r}...: {problem}")
     if path.is_symlink() and not path.exists():
         raise UsageError(f"{path} is a dangling symbolic link (from {spec.text!r}): nearlocal "
                          "neither follows nor replaces it; name a file or a path that does not exist")

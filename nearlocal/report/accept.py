@@ -36,6 +36,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.results.store import RunData, load
@@ -306,14 +307,13 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     """The spec, or UsageError naming the file, line and problem. region / peer (--region,
     --peer) replace the spec's pool and peer."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode()
-    except OSError as exc:
-        raise UsageError(f"cannot read spec {path}: {exc.strerror}") from None
+    try:  # bounded: a regular file of at most MAX_INPUT_BYTES, nested at most MAX_DEPTH
+        text = safeio.read_input(path, "spec").decode()
+        data = safeio.parse_nested(tomllib.loads, text)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a TOML file (binary, not UTF-8 text)") from None
-    try:
-        data = tomllib.loads(text)
+    except safeio.TooDeep as exc:
+        raise UsageError(f"{path}: spec is {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
     lines = _Lines(text)
@@ -563,13 +563,10 @@ def _accept(args) -> int:
     spec = parse_spec(args.spec, args.region, args.peer)
     if args.processes is not None and not 1 <= args.processes <= 100:
         raise UsageError(f"--processes must be between 1 and 100, got {args.processes}")
-    if args.budget:
+    if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
     for option, path in (("--junit", args.junit), ("--json", args.json)):
-        if path and Path(path).is_dir():
-            raise UsageError(f"{option} {path}: is a directory; give a file name")
-        if path and not Path(path).parent.resolve().is_dir():
-            raise UsageError(f"{option} {path}: directory {Path(path).parent} does not exist")
+        safeio.check_output(option, path)
     if args.run:
         run = load(args.run, Path(args.out))
     else:
@@ -581,11 +578,12 @@ def _accept(args) -> int:
     if run.incomplete:
         console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
-    if args.junit:
-        Path(args.junit).write_text(render_junit(spec, run, verdicts))
+    if args.junit:  # an OSError is one line naming the file, the errno and the stored run
+        safeio.write_output("--junit", args.junit, render_junit(spec, run, verdicts))
     if args.json:
-        Path(args.json).write_text(json.dumps({"spec": str(spec.path), "run": run.run_id,
-                                               "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
+        safeio.write_output("--json", args.json, json.dumps(
+            {"spec": str(spec.path), "run": run.run_id,
+             "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
     return 0 if all(v.passed for v in verdicts) else 1
 
 

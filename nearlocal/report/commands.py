@@ -6,19 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nearlocal.errors import UsageError
+from nearlocal import safeio
 
 
 def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    if text is None:
-        return None
-    path = Path(text)
-    if path.is_dir():
-        raise UsageError(f"{option} {text}: is a directory; give a file name such as "
-                         f"{path / ('report' + suffixes[0])}")
-    if not path.parent.resolve().is_dir():
-        raise UsageError(f"{option} {text}: directory {path.parent} does not exist")
-    return path
+    """Checked before anything is read: a directory, a FIFO, a missing or unwritable directory,
+    a name too long are one line (safeio.check_output)."""
+    return safeio.check_output(option, text)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -40,16 +34,14 @@ def _report(args: argparse.Namespace) -> int:
     report = build_report(data)
     if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
         print_report(report, console)
-    try:
-        if html:
+    if html:
+        with safeio.writing("--html", html):  # an OSError: one line with the errno
             console.print(f"wrote {write_html(report, html)}")
-        if markdown:
+    if markdown:
+        with safeio.writing("--markdown", markdown):
             files = write_markdown(report, markdown)
-            console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
-                                                 if len(files) > 1 else ""))
-    except OSError as exc:  # e.g. no permission: one line, exit 2
-        raise UsageError(f"cannot write {exc.filename or html or markdown}: "
-                         f"{exc.strerror or exc}") from None
+        console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
+                                             if len(files) > 1 else ""))
     return 0
 
 

@@ -60,10 +60,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.results.schema import ops_per_sample
-from nearlocal.results.store import RunData, load, require_store
+from nearlocal.results.store import RunData, load, read_baseline, require_store
 from nearlocal.units import format_ns, non_negative_int
 
 np = lazy_import("numpy")
@@ -840,10 +841,8 @@ def write_output(result: Comparison, fmt: str, output: str | None) -> None:
     if not output:
         _write_output(result, fmt, None)
         return
-    try:
+    with safeio.writing("--output", output):  # any OSError: one line with the errno
         _write_output(result, fmt, output)
-    except OSError as exc:  # a missing directory, a directory, no permission: one line, exit 2
-        raise UsageError(f"--output {output}: cannot write: {exc.strerror}") from None
 
 
 def _write_output(result: Comparison, fmt: str, output: str | None) -> None:
@@ -870,16 +869,17 @@ def _baseline_dir(root: Path) -> Path:
     return Path(root) / "baselines"
 
 
-def _baseline_records(root: Path) -> list[tuple[Path, dict]]:
+def _baseline_records(root: Path, damaged: list[str] | None = None) -> list[tuple[Path, dict]]:
+    """The valid records; each damaged one (read_baseline says why) is left out and, when
+    `damaged` is given, said there: the other hosts' baselines stay usable."""
     folder = _baseline_dir(root)
     found = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            record = json.loads(path.read_bytes().decode())
-        except (OSError, ValueError):  # unreadable, binary or not JSON: not a baseline record
-            continue
-        if isinstance(record, dict) and "run" in record:
-            found.append((path, record))
+            found.append((path, read_baseline(path)))
+        except UsageError as exc:
+            if damaged is not None:
+                damaged.append(str(exc))
     return found
 
 
@@ -904,8 +904,12 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
         raise UsageError(f"run {run.run_id} records no host id: it cannot be a per-host baseline")
     found = _baseline_record(root, run.meta)
     folder = _baseline_dir(root)
-    folder.mkdir(parents=True, exist_ok=True)
     path = found[0] if found else folder / f"{key}.json"
+    if not found and path.exists():  # damaged: refused (its history is not ours to drop)
+        read_baseline(path)
+    with safeio.writing("baseline", folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    safeio.check_output("baseline", path)
     inside = run.path.resolve().parent == Path(root).resolve()
     name = run.run_id if inside else str(run.path.resolve())
     previous = [found[1]["run"], *found[1].get("history", [])] if found else []
@@ -914,9 +918,7 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
               "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "history": [r for r in dict.fromkeys(previous) if r != name][:HISTORY_RUNS],
               "meta": {"inventory": run.meta.get("inventory", {})}}
-    temp = path.with_suffix(".json.tmp")
-    temp.write_text(json.dumps(record, indent=1, default=str))
-    temp.replace(path)
+    safeio.write_output("baseline", path, json.dumps(record, indent=1, default=str))
     return path
 
 
@@ -928,8 +930,11 @@ def baseline_for(cand_meta: dict, root: Path) -> str:
     """The run recorded as the baseline of the candidate's hardware."""
     found = _baseline_record(root, cand_meta)
     if found is None:
+        damaged: list[str] = []
+        _baseline_records(root, damaged)
         raise UsageError(f"no baseline for host {host_id(cand_meta)} in {_baseline_dir(root)}: "
-                         "set one with `nearlocal baseline set RUN`")
+                         "set one with `nearlocal baseline set RUN`"
+                         + "".join(f" ({problem})" for problem in damaged[:1]))
     return str(found[1]["run"])
 
 
@@ -948,6 +953,7 @@ def parse_percent(text: str) -> float:
 
 def _compare(args) -> int:
     root = Path(args.out)
+    safeio.check_output("--output", args.output)  # before anything is read
     cand = load(args.candidate, root)
     base_ref = baseline_for(cand.meta, root) if args.base == BASELINE_REF else args.base
     base = load(base_ref, root)
@@ -986,10 +992,13 @@ def _baseline(args) -> int:
     root = Path(args.out)
     if args.action == "set":
         path = set_baseline(args.run, root, args.allow_incomplete)
-        record = json.loads(path.read_text())
+        record = read_baseline(path)
         console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
         return 0
-    records = baselines(require_store(root))
+    damaged: list[str] = []
+    records = [record for _, record in _baseline_records(require_store(root), damaged)]
+    for problem in damaged:
+        console.print(problem, markup=False)
     if not records:
         console.print(f"no baselines in {_baseline_dir(root)}")
     for record in records:

@@ -22,15 +22,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.results.schema import (
     CASE_COLUMNS,
+    CASE_ROW_FIELDS,
     RUN_KINDS,
+    RUN_META_FIELDS,
     SAMPLE_COLUMNS,
     SCHEMA_VERSION,
+    frame_problem,
     ops_per_sample,
     run_kind,
+    shape_problem,
 )
 
 np = lazy_import("numpy")
@@ -139,10 +144,15 @@ class Store:
                             json.dumps(self.meta, indent=2, default=str).encode())
 
     def _full(self, exc: OSError, doing: str, kept: int) -> StoreFull:
+        """Any OSError while storing: one line with the errno and what was kept."""
+        where = (f"no space left on {self.path.parent}" if exc.errno in _FULL else
+                 f"cannot write in {self.path}: {safeio.os_error_text(exc)}")
         return StoreFull(
-            f"no space left on {self.path.parent} while {doing}: kept the {kept} "
+            f"{where} while {doing}: kept the {kept} "
             f"cases measured before it in {self.path} (an incomplete run; `nearlocal show "
-            f"{self.path}` reads it): free some space and run again ({exc.strerror})")
+            f"{self.path}` reads it): " + ("free some space and run again "
+                                           f"({exc.strerror})" if exc.errno in _FULL else
+                                           "fix that and run again"))
 
     def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
                  process: np.ndarray | None = None) -> None:
@@ -162,10 +172,9 @@ class Store:
                 _atomic_write_bytes(samples, packed.getvalue())  # fsynced like the row
             _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
         except OSError as exc:
-            samples.unlink(missing_ok=True)
-            if exc.errno in _FULL:
-                raise self._full(exc, f"storing case {row.get('case_id')}", self._added - 1) from None
-            raise
+            with contextlib.suppress(OSError):
+                samples.unlink(missing_ok=True)
+            raise self._full(exc, f"storing case {row.get('case_id')}", self._added - 1) from None
 
     def finish(self, interrupted: bool = False, **meta) -> Path:
         """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
@@ -180,13 +189,14 @@ class Store:
                              n_cases=len(rows))
             self._write_meta()
         except OSError as exc:
-            (self.path / "cases.parquet").unlink(missing_ok=True)  # partial/ is the run now
-            if exc.errno in _FULL:
-                raise self._full(exc, "writing the run's Parquet files", len(rows)) from None
-            raise
-        for path in self.partial.iterdir():
-            path.unlink()
-        self.partial.rmdir()
+            with contextlib.suppress(OSError):  # partial/ is the run now
+                (self.path / "cases.parquet").unlink(missing_ok=True)
+            raise self._full(exc, "writing the run's Parquet files", len(rows)) from None
+        safeio.note_kept(f"the run is stored in {self.path}")
+        with contextlib.suppress(OSError):  # the run is whole without its partial/ removed
+            for path in self.partial.iterdir():
+                path.unlink()
+            self.partial.rmdir()
         return self.path
 
 
@@ -206,8 +216,12 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
                 raw = ns = tag = None
         except (OSError, ValueError, KeyError, EOFError):
             continue
-        if not isinstance(row, dict) or "case_id" not in row:
+        if not isinstance(row, dict) or not isinstance(row.get("case_id"), str):
             continue
+        problem = shape_problem(row, CASE_ROW_FIELDS)
+        if problem:  # written by nearlocal, so changed since: damage, not a case cut short
+            raise UsageError(f"run {partial.parent.name} is damaged: partial/{path.name}: "
+                             f"{problem}")
         rows.append(row)
         if ns is not None:
             raws.append(raw)
@@ -257,7 +271,12 @@ def list_runs(root: Path = DEFAULT_ROOT) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if (p / "run.json").is_file()), key=lambda p: p.name)
+    try:
+        return sorted((p for p in root.iterdir() if (p / "run.json").is_file()),
+                      key=lambda p: p.name)
+    except OSError as exc:  # no permission to list it, an I/O error
+        raise UsageError(f"cannot read results directory {root}: "
+                         f"{safeio.os_error_text(exc)}") from None
 
 
 def require_store(root: Path) -> Path:
@@ -274,17 +293,24 @@ def read_meta(path: Path) -> dict:
     object)."""
     file = Path(path) / "run.json"
     try:
-        data = json.loads(file.read_bytes().decode())
-    except OSError as exc:
-        raise UsageError(f"run {path} is damaged: cannot read run.json ({exc.strerror})") from None
+        raw = safeio.read_input(file, "run.json")
+    except UsageError as exc:  # a FIFO, a device, a huge file, unreadable
+        raise UsageError(f"run {path} is damaged: {exc}") from None
+    try:
+        data = safeio.parse_nested(json.loads, raw.decode())
     except UnicodeDecodeError:
         raise UsageError(f"run {path} is damaged: run.json is binary, not JSON") from None
+    except safeio.TooDeep as exc:
+        raise UsageError(f"run {path} is damaged: run.json is {exc}") from None
     except json.JSONDecodeError as exc:
-        what = "empty" if not file.stat().st_size else f"not JSON ({exc.msg}, line {exc.lineno})"
+        what = "empty" if not raw.strip() else f"not JSON ({exc.msg}, line {exc.lineno})"
         raise UsageError(f"run {path} is damaged: run.json is {what}") from None
     if not isinstance(data, dict):
         raise UsageError(f"run {path} is damaged: run.json holds a {type(data).__name__}, "
                          "not an object")
+    problem = shape_problem(data, RUN_META_FIELDS)
+    if problem:
+        raise UsageError(f"run {Path(path).name} is damaged: run.json {problem}")
     return data
 
 
@@ -386,6 +412,9 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     if missing:
         raise UsageError(f"run {path.parent} is damaged: {path.name} lacks the column"
                          f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    problem = frame_problem(frame, path.name)
+    if problem:
+        raise UsageError(f"run {path.parent.name} is damaged: {problem}")
     return frame
 
 
@@ -424,3 +453,24 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
     return RunData(path, meta, cases, samples, incomplete)
+
+
+def read_baseline(path: Path) -> dict:
+    """A baseline record (`<root>/baselines/<host_id>.json`), validated once here against
+    BASELINE_FIELDS; a damaged one is a one-line UsageError naming the file and the field."""
+    from nearlocal.results.schema import BASELINE_FIELDS
+
+    raw = safeio.read_input(path, "baseline")
+    try:
+        record = safeio.parse_nested(json.loads, raw.decode())
+    except (UnicodeDecodeError, ValueError) as exc:  # binary, not JSON, nested too deep
+        what = "binary" if isinstance(exc, UnicodeDecodeError) else \
+            str(exc) if isinstance(exc, safeio.TooDeep) else "not JSON"
+        raise UsageError(f"baseline {path} is damaged: {what}") from None
+    problem = shape_problem(record, BASELINE_FIELDS)
+    if not problem:
+        missing = [key for key in ("run", "host_id") if not record.get(key)]
+        problem = f"field {missing[0]} is missing" if missing else None
+    if problem:
+        raise UsageError(f"baseline {path} is damaged: {problem}")
+    return record

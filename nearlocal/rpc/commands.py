@@ -6,19 +6,27 @@ from __future__ import annotations
 import argparse
 import json
 
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, naming
 from nearlocal.units import parse_duration, parse_size
 
 
 def _config(args: argparse.Namespace):
     from nearlocal.rpc.faults import FaultConfig
 
+    def parsed(option: str, parse, text: str | None):
+        if text is None:
+            return None
+        with naming(f"{option} {text}"):
+            return parse(text)
+
     config = FaultConfig(
-        region=args.region, kills=args.kills, duration_s=parse_duration(args.duration),
-        lease_s=parse_duration(args.lease), readers=args.readers, records=args.records,
-        record_bytes=parse_size(args.record_size), protocol=args.protocol, seed=args.seed,
-        read_timeout_s=parse_duration(args.read_timeout) if args.read_timeout else None,
-        grace_s=parse_duration(args.grace) if args.grace else None,
+        region=args.region, kills=args.kills,
+        duration_s=parsed("--duration", parse_duration, args.duration),
+        lease_s=parsed("--lease", parse_duration, args.lease), readers=args.readers,
+        records=args.records, record_bytes=parsed("--record-size", parse_size, args.record_size),
+        protocol=args.protocol, seed=args.seed,
+        read_timeout_s=parsed("--read-timeout", parse_duration, args.read_timeout),
+        grace_s=parsed("--grace", parse_duration, args.grace),
         allow_write=args.allow_write)
     config.check()
     return config

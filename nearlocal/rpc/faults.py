@@ -78,8 +78,9 @@ class FaultConfig:
         if self.grace_s is not None and self.grace_s < 0:
             raise UsageError(f"--grace must not be negative, got {self.grace_s}")
         if self.read_timeout <= self.lease_s:
-            raise UsageError("the read timeout must be longer than the lease, or readers time "
-                             "out before they can tell a dead owner from a slow one")
+            raise UsageError(f"--read-timeout ({self.read_timeout * 1e3:g} ms) must be longer "
+                             f"than --lease ({self.lease_s * 1e3:g} ms), or readers time out "
+                             "before they can tell a dead owner from a slow one")
         protocol_code(self.protocol)
 
 

@@ -79,9 +79,23 @@ def _check_params(params: dict) -> None:
     """Parameter values a session would refuse, refused before the run (exit 2)."""
     protocol_code(str(params.get("protocol", "flush")))
     if "qd" in params and _int_param(params, "qd", 1) < 1:
-        raise UsageError(f"queue depth {params['qd']} is not valid: use 1 to the ring's slots")
+        raise UsageError(f"--param qd={params['qd']} is not valid: use 1 to the ring's slots")
+    allowed = sorted(os.sched_getaffinity(0))
     for name in ("client_cpu", "server_cpu"):
-        _int_param(params, name, 0)
+        cpu = _int_param(params, name, allowed[0])
+        if cpu not in allowed:  # refused before the run, not a failed row
+            raise UsageError(f"--param {name}={cpu} is not a CPU this process may run on: "
+                             f"{', '.join(map(str, allowed))}")
+
+
+def _check_case(params: dict, pattern: Pattern) -> None:
+    """qd's limit is the ring's slots, which the pattern gives."""
+    slots_count = pattern.axes.get("slots")
+    if "qd" in params and slots_count is not None and \
+            _int_param(params, "qd", 1) > int(slots_count):
+        raise UsageError(f"--param qd={params['qd']} is deeper than the ring of "
+                         f"{int(slots_count)} slots in {pattern.text!r}: use 1 to "
+                         f"{int(slots_count)}")
 
 
 def _check_pattern(pattern: Pattern) -> None:
@@ -178,6 +192,7 @@ _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
            "check_params": _check_params, "check_pattern": _check_pattern,
+           "check_case": _check_case,
            "sample_bytes": lambda pattern: _request_bytes(pattern)}
 
 register_method(Method(

@@ -101,8 +101,34 @@ def _print(data: dict) -> None:
     console.print(table)
 
 
+# The words a kv error uses for each of the command's options (the pattern's keys and names).
+_OPTION_WORDS = {"tp": ("tp=", "tensor parallelism"), "block_tokens": ("bt=", "block size"),
+                 "pool": ("pool=", "the pool"), "layers": ("layers",), "ctx": ("ctx=",),
+                 "dist": ("distribution", "dist="), "run": ("run=",), "seed": ("seed=",),
+                 "align": ("align",), "dtype": ("dtype",), "order": ("order",),
+                 "blocks": ("placement", "blocks="),
+                 "select": ("selection", "sparse", "superblock", "dense", "select"),
+                 "layout": ("layout",), "model": ("model",)}
+
+
+def _option_of(args: argparse.Namespace, message: str) -> str | None:
+    """`--tp 0`: the option given on the command line that an error about the kv pattern is
+    about, when its words say so."""
+    for name, words in _OPTION_WORDS.items():
+        value = getattr(args, name, None)
+        if value is not None and any(word in message for word in words):
+            return f"--{name.replace('_', '-')} {value}"
+    return None
+
+
 def _kv(args: argparse.Namespace) -> int:
-    data = describe(kv_text(args))
+    try:
+        data = describe(kv_text(args))
+    except UsageError as exc:  # the error names the option it is about, not only the pattern
+        option = _option_of(args, str(exc))
+        if option is None or option in str(exc):
+            raise
+        raise UsageError(f"{option}: {exc}") from None
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -163,15 +163,14 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
+    from nearlocal import safeio
+
+    # bounded: a FIFO, a device or a huge file is not a config (one line, never a hang)
+    raw = safeio.read_input(path, "model config", MAX_CONFIG_BYTES)
     try:
-        with path.open("rb") as handle:  # bounded: a device or a huge file is not a config
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise UsageError(f"model config {path} is over {MAX_CONFIG_BYTES >> 20} MiB: "
-                             "is it a config.json?")
-        data = json.loads(raw.decode())
-    except OSError as exc:
-        raise UsageError(f"cannot read model config {path}: {exc.strerror}") from None
+        data = safeio.parse_nested(json.loads, raw.decode())
+    except safeio.TooDeep:
+        raise UsageError(f"model config {path} nests too deeply to be a config.json") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"model config {path} is not valid JSON: {exc.msg} "
                          f"(line {exc.lineno})") from None
