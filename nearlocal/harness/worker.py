@@ -118,7 +118,9 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    conn.send(("stage", "loading the method modules"))
     load_methods()
+    conn.send(("stage", "measuring the timer overhead (compiling the timer kernel)"))
     clock = measure_clock()
     overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks
     conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
