@@ -3,7 +3,10 @@ guest): attribute files of /sys/bus/{cxl,dax,nd} devices and their drivers (as l
 nodes, memory-controller PCI devices (resource table; resourceN files as empty markers), the
 PAT list, /proc/cpuinfo, /proc/iomem. Standard library only: it runs in a slow guest.
 
-    python3 scripts/record_trees.py OUT_DIR
+    python3 scripts/record_trees.py OUT_DIR [--map-bar DDDD:BB:DD.F N uc|wc]
+
+--map-bar keeps that BAR mapped (resourceN or resourceN_wc) while the PAT list is read, so the
+recorded list shows the type the kernel gave it.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def record(out: Path) -> None:
     for bus in ("cxl", "dax", "nd"):
         base = Path(f"/sys/bus/{bus}/devices")
         for name in sorted(os.listdir(base)) if base.is_dir() else []:
-            _copy_dir(base / name, out / base.relative_to("/") / name, depth=2)
+            _copy_dir(base / name, out / base.relative_to("/") / name, depth=1)
     nodes = Path("/sys/devices/system/node")
     for name in sorted(os.listdir(nodes)):
         if re.fullmatch(r"node\d+", name):
@@ -91,6 +94,16 @@ def record(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    import mmap
+
     target = Path(sys.argv[1])
     shutil.rmtree(target, ignore_errors=True)
+    held = None
+    if sys.argv[2:3] == ["--map-bar"]:
+        address, bar, attr = sys.argv[3:6]
+        name = f"/sys/bus/pci/devices/{address}/resource{bar}" + ("_wc" if attr == "wc" else "")
+        with open(name, "rb") as f:
+            held = mmap.mmap(f.fileno(), mmap.PAGESIZE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     record(target)
+    if held is not None:
+        held.close()
