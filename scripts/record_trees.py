@@ -74,6 +74,11 @@ def record(out: Path) -> None:
                 _copy_file(nodes / name / item, out / nodes.relative_to("/") / name / item)
     cpu = Path("/sys/devices/system/cpu")
     _copy_file(cpu / "online", out / cpu.relative_to("/") / "online")
+    _copy_file(cpu / "cpu0" / "tsc_freq_khz", out / cpu.relative_to("/") / "cpu0" / "tsc_freq_khz")
+    for name in sorted(os.listdir("/dev")):
+        if re.fullmatch(r"dax\d+\.\d+", name):  # the device nodes probes look for: markers
+            (out / "dev").mkdir(parents=True, exist_ok=True)
+            (out / "dev" / name).touch()
     _copy_dir(cpu / "cpu0" / "cache", out / cpu.relative_to("/") / "cpu0" / "cache", depth=1)
     pci = Path("/sys/bus/pci/devices")
     for name in sorted(os.listdir(pci)):

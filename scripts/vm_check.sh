@@ -99,8 +99,7 @@ rm -rf "$WORK/stage"
 stage "pack image (${SIZE_MB} MiB)"
 
 # --- the guest's devices: backing files in $WORK (removed on exit) ---------------------------
-truncate -s 258M "$WORK/nvdimm0"  # less the 128 KiB label area, rounded to 2 MiB: 256 MiB (the region aligns to 16 MiB)
-truncate -s 256M "$WORK/cxl-mem0"
+truncate -s 256M "$WORK/nvdimm0" "$WORK/cxl-mem0"
 truncate -s 1M "$WORK/ivshmem0"
 truncate -s 256M "$WORK/cxl-lsa0"
 mkdir -p "$WORK/out"
@@ -108,8 +107,8 @@ QEMU_OPTS=(
   -machine nvdimm=on,cxl=on -m 1536M,slots=2,maxmem=4G
   -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=512M
   -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,memdev=m1
-  -object "memory-backend-file,id=nv0,share=on,mem-path=$WORK/nvdimm0,size=258M,align=2M"
-  -device nvdimm,id=nvdimm0,memdev=nv0,label-size=128K
+  -object "memory-backend-file,id=nv0,share=on,mem-path=$WORK/nvdimm0,size=256M,align=2M"
+  -device nvdimm,id=nvdimm0,memdev=nv0  # no label area: one raw namespace, reconfigured as devdax
   -device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1
   -device cxl-rp,port=0,bus=cxl.1,id=cxl_rp0,chassis=0,slot=2
   -object "memory-backend-file,id=cxlmem0,share=on,mem-path=$WORK/cxl-mem0,size=256M"

@@ -71,7 +71,8 @@ def check(out: Path) -> list[str]:
         uc = by_key.get((region, "uc"))
         if uc is not None:  # device-dax holds its range write-back: /dev/mem uc is refused
             reason = uc.get("reason") or ""
-            fact((uc["status"] == "ok" and (uc.get("info") or {}).get("memtype", "").startswith("uncached"))
+            mapped = (uc.get("info") or {}).get("memtype", "")
+            fact((uc["status"] == "ok" and mapped.startswith("uncached"))
                  or (uc["status"] in ("failed", "skipped") and ("PAT" in reason or "DEVMEM" in reason)),
                  f"run: {region} uc is mapped uncached or refused naming PAT / STRICT_DEVMEM "
                  f"({uc['status']}: {reason[:160]})")
@@ -90,7 +91,8 @@ def check(out: Path) -> list[str]:
          f"{(out / 'faults.err').read_text()[-300:] if (out / 'faults.err').exists() else ''})")
     if faults is not None:
         fact(faults.get("torn_reads") == 0 and faults.get("torn_reads_returned") == 0,
-             f"faults: 0 torn reads ({faults.get('torn_reads')}, returned {faults.get('torn_reads_returned')})")
+             f"faults: 0 torn reads ({faults.get('torn_reads')}, returned "
+             f"{faults.get('torn_reads_returned')})")
         fact(faults.get("missed_detections") == 0 and faults.get("writes_after_loss") == 0,
              f"faults: every owner loss detected, no write after loss ({faults.get('missed_detections')} "
              f"missed, {faults.get('writes_after_loss')} writes after loss)")

@@ -51,7 +51,10 @@ wait_for 30 "/sys/bus/nd/devices/region*"
 nd_regions() { local r; for r in /sys/bus/nd/devices/region*; do [ -e "$r" ] && echo "${r##*/}"; done; }
 nvregion=$(nd_regions | head -1)
 log "nvdimm region: ${nvregion:-none}"
-ndctl create-namespace -r "${nvregion:-region0}" -m devdax -a 2M >"$OUT/ndctl-nvdimm.json" 2>"$OUT/ndctl-nvdimm.err"
+raw=""
+for ns in /sys/bus/nd/devices/"${nvregion:-region0}"/namespace*.0; do [ -e "$ns" ] && raw=${ns##*/}; done
+log "nvdimm raw namespace: ${raw:-none}"
+ndctl create-namespace -f -e "${raw:-namespace0.0}" -m devdax -a 2M >"$OUT/ndctl-nvdimm.json" 2>"$OUT/ndctl-nvdimm.err"
 before=" $(nd_regions | tr '\n' ' ') "
 cxl create-region -m -d decoder0.0 -t pmem -w 1 -g 256 mem0 >"$OUT/cxl-region.json" 2>"$OUT/cxl-region.err"
 cxlnd=""

@@ -21,7 +21,8 @@ SKIP_BASE = {"site-packages", "test", "idlelib", "tkinter", "ensurepip", "turtle
 SKIP_REPO = {".venv", ".git", "results", ".pytest_cache", ".ruff_cache"}
 
 
-def _link_tree(source: Path, target: Path, skip: set[str] = frozenset(), top: bool = True) -> None:
+def _link_tree(source: Path, target: Path, skip: frozenset[str] | set[str] = frozenset()) -> None:
+    """Hard links of source's files under target; `skip`: top-level names left out."""
     target.mkdir(parents=True, exist_ok=True)
     for entry in os.scandir(source):
         if entry.name in skip:  # left out, its folder kept empty (a mount point, an empty dir)
@@ -32,7 +33,7 @@ def _link_tree(source: Path, target: Path, skip: set[str] = frozenset(), top: bo
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), destination)
         elif entry.is_dir():
-            _link_tree(Path(entry.path), destination, skip if top else frozenset(), top=False)
+            _link_tree(Path(entry.path), destination)
         else:
             try:
                 os.link(entry.path, destination)

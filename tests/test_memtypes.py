@@ -186,3 +186,18 @@ def test_a_pcibar_run_stores_the_kernel_type_and_fails_a_wrong_one(bars, tmp_pat
     refused = _nearlocal("run", "--region", f"pcibar:{DEVICE}/2", "--attr", "uc", "--method",
                          "store", "--size", "4KiB", "--out", str(out), env=env)
     assert refused.returncode == 2 and "--allow-write" in refused.stderr
+
+
+def test_a_refused_uncached_devmem_mapping_names_pat_and_the_type_it_holds(tmp_path, monkeypatch):
+    """What the guest's 6.1 kernel answers for uc on device-dax through /dev/mem (iomem=relaxed):
+    mmap fails with EAGAIN because PAT tracks the range write-back."""
+    import errno
+
+    from nearlocal.regions.devices import _devmem_error
+
+    write(tmp_path, "/sys/kernel/debug/x86/pat_memtype_list",
+          "PAT: [mem 0x0000000100000000-0x0000000110000000] write-back")
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
+    why = _devmem_error(0x100600000, 4096)(OSError(errno.EAGAIN, "Resource temporarily unavailable"))
+    assert "x86 PAT already tracks the range as write-back" in why and "\n" not in why
+    assert "STRICT_DEVMEM" in _devmem_error(0x1000, 4096)(OSError(errno.EPERM, "no"))

@@ -187,11 +187,12 @@ def _devmem_error(start: int, size: int):
             return (f"the kernel refused {DEV_MEM} at [{start:#x}, {start + size:#x}): "
                     "CONFIG_STRICT_DEVMEM / CONFIG_IO_STRICT_DEVMEM (RAM, or a range a driver "
                     "holds without iomem=relaxed), or kernel lockdown")
-        if exc.errno == errno.EINVAL:
+        if exc.errno in (errno.EINVAL, errno.EAGAIN):  # mmap_mem: EAGAIN when PAT refuses
             found = pat.memtype(SysRoot.default(), start, size)
             return (f"the kernel refused an uncached {DEV_MEM} mapping of [{start:#x}, "
-                    f"{start + size:#x}): x86 PAT already tracks the range as {found}, and an "
-                    "uncached alias of a write-back range is not allowed")
+                    f"{start + size:#x}): x86 PAT already tracks the range as {found} (a "
+                    "device-dax range is held write-back), and PAT allows no uncached alias "
+                    "of a write-back range")
         return f"mapping {DEV_MEM} at {start:#x} failed: {exc.strerror}"
     return why
 
