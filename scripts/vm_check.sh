@@ -14,7 +14,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BOOT_LIMIT=${NEARLOCAL_VM_BOOT_S:-300}
-GUEST_LIMIT=${NEARLOCAL_VM_LIMIT_S:-1200}
+GUEST_LIMIT=${NEARLOCAL_VM_LIMIT_S:-1500}
 INSTALL=1
 TREES=""
 while [ $# -gt 0 ]; do
