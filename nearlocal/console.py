@@ -96,6 +96,11 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
     console.print("[bold]device-dax[/] " + (", ".join(
         f"{d.name} {format_size(d.size)} align {d.align} node {d.target_node} ({d.mode})"
         for d in inventory.dax) or "none: /sys/bus/dax/devices is empty or absent"))
+    console.print("[bold]PCI memory BARs[/] " + ("; ".join(
+        f"{d.address} BAR{b.index} {format_size(b.size)}"
+        f"{' prefetchable' if b.prefetchable else ''} ({'uc, wc' if b.wc_file else 'uc'}): "
+        f"pcibar:{d.address}/{b.index}" for d in inventory.pci_memory for b in d.bars)
+        or "none (memory-controller class devices)") + " [dim](measured only when named)[/]")
     dsa = inventory.dsa
     console.print("[bold]DSA[/] " + ("; ".join(
         f"{dev.name} v{dev.version} {dev.state}, {len(dev.engines) or dev.max_engines} engines, "

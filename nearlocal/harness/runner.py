@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nearlocal.errors import UsageError
 from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import get_method
@@ -24,9 +25,51 @@ from nearlocal.regions import files_to_create, parse_region, remove_leftovers
 from nearlocal.results.store import Store
 from nearlocal.workloads.patterns import parse_pattern
 
-WORKER_START_TIMEOUT_S = 120.0
+WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
+WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
+WORKER_START_ENV = "NEARLOCAL_WORKER_START_S"  # seconds: a fixed deadline instead
 MAX_AUTO_PROCESSES = 5
 MIN_PROCESS_BUDGET_S = 0.1
+
+
+def own_startup_s() -> float | None:
+    """Seconds since this process started (what its interpreter start and imports took, read
+    when the first worker is started): a worker does the same imports, so a slow box (a TCG
+    guest: about 50 s) is given a deadline in proportion. None where /proc does not tell."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def worker_start_deadline(startup_s: float | None, last_start_s: float | None = None) -> tuple[float, str]:
+    """(seconds, why): how long a new worker may take to say it is ready. The environment's
+    NEARLOCAL_WORKER_START_S when set; else max(120 s, 10 x this process's start-up, 10 x the
+    last worker's start): adaptive, so a slow machine is not a failed run."""
+    import os
+
+    text = os.environ.get(WORKER_START_ENV, "").strip()
+    if text:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{WORKER_START_ENV}={text!r} is not a positive number of seconds")
+        return value, f"{WORKER_START_ENV}={text}"
+    candidates = [(WORKER_START_MIN_S, f"the minimum of {WORKER_START_MIN_S:g} s")]
+    if startup_s is not None:
+        candidates.append((WORKER_START_FACTOR * startup_s, f"{WORKER_START_FACTOR:g} x this "
+                           f"process's own start-up of {startup_s:.1f} s"))
+    if last_start_s is not None:
+        candidates.append((WORKER_START_FACTOR * last_start_s, f"{WORKER_START_FACTOR:g} x the "
+                           f"previous worker's start of {last_start_s:.1f} s"))
+    return max(candidates)
 
 
 def default_processes(budget_s: float) -> int:
@@ -72,6 +115,10 @@ def describe(case: Case) -> dict:
     }
 
 
+class WorkerStartError(RuntimeError):
+    """The worker died or missed its start deadline: the cases left fail with this reason."""
+
+
 @dataclass
 class _Worker:
     process: multiprocessing.Process
@@ -107,6 +154,45 @@ class Runner:
         self._context = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
         self._creating: list = []  # files the case in flight may create (removed if it dies)
+        self._startup_s: float | None = None  # this process's start-up, read at the first worker
+        self._last_start_s: float | None = None  # what the last worker took to be ready
+        self._start_failure: str | None = None  # a worker that did not start fails the rest
+        worker_start_deadline(None)  # a malformed NEARLOCAL_WORKER_START_S is bad input: now
+
+    def _wait_ready(self, process, parent) -> tuple:
+        """The worker's ("ready", ...) message; the stages it reports on the way name what a
+        worker that misses its deadline was doing. WorkerStartError when it dies or is late."""
+        if self._startup_s is None:
+            self._startup_s = own_startup_s()
+        limit, why = worker_start_deadline(self._startup_s, self._last_start_s)
+        started = time.monotonic()
+        stage = "starting Python and importing nearlocal's worker (numpy, numba)"
+        while True:
+            left = started + limit - time.monotonic()
+            if left <= 0:
+                process.kill()
+                process.join(5)
+                raise WorkerStartError(
+                    f"the measurement worker did not start within {limit:.4g} s ({why}); it was "
+                    f"{stage}; set {WORKER_START_ENV}=SECONDS to wait longer")
+            closed = False
+            if parent.poll(min(left, 0.5)):
+                try:
+                    message = parent.recv()
+                except EOFError:  # it closed its end: it is dying
+                    closed = True
+                else:
+                    if message[0] == "stage":
+                        stage = message[1]
+                        continue
+                    self._last_start_s = time.monotonic() - started
+                    return message
+            if closed or not process.is_alive():
+                process.join(5)
+                code = process.exitcode
+                how = (signal.Signals(-code).name if code is not None and code < 0
+                       else f"exit code {code}")
+                raise WorkerStartError(f"the measurement worker died ({how}) while {stage}")
 
     def _start_worker(self) -> _Worker:
         parent, child = self._context.Pipe()
@@ -125,10 +211,7 @@ class Runner:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         child.close()
-        if not parent.poll(WORKER_START_TIMEOUT_S):
-            process.kill()
-            raise RuntimeError("the measurement worker did not start")
-        _, overhead, quantum_ns = parent.recv()
+        _, overhead, quantum_ns = self._wait_ready(process, parent)
         if self.settings.overhead_ticks is None:  # the run's estimate, reused by later workers
             self.settings = replace(self.settings, overhead_ticks=overhead)
         return _Worker(process, parent, overhead, quantum_ns)
@@ -169,8 +252,14 @@ class Runner:
     def _ask(self, case: Case, message) -> tuple | dict:
         """One request to the worker about `case`: its reply, or a failed row when the worker
         crashed or ran past the case timeout."""
+        if self._start_failure is not None:
+            return {"status": "failed", "reason": self._start_failure}
         if self._worker is None:
-            self._worker = self._start_worker()
+            try:
+                self._worker = self._start_worker()
+            except WorkerStartError as exc:  # each case left fails with it, without more waiting
+                self._start_failure = str(exc)
+                return {"status": "failed", "reason": self._start_failure}
         worker = self._worker
         self._creating = files_to_create(case)
         worker.conn.send(message)

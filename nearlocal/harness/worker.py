@@ -170,7 +170,9 @@ def worker_main(conn, settings: WorkerSettings) -> None:
 def _serve(conn, settings: WorkerSettings) -> None:
     from nearlocal.kernels.timer import measure_clock
 
+    conn.send(("stage", "loading the method modules"))
     load_methods()
+    conn.send(("stage", "measuring the timer overhead (compiling the timer kernel)"))
     clock = measure_clock()
     overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks
     conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))

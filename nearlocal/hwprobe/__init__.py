@@ -20,6 +20,7 @@ from nearlocal.hwprobe.dsa import DsaInfo, probe_dsa
 from nearlocal.hwprobe.gpu import GpuInfo, probe_gpu
 from nearlocal.hwprobe.hugepages import HugePages, probe_hugepages
 from nearlocal.hwprobe.numa import NumaNode, probe_numa
+from nearlocal.hwprobe.pci import PciDevice, probe_pci_memory
 from nearlocal.sysroot import SysRoot
 
 
@@ -38,6 +39,7 @@ class HostInventory:
     gpu: GpuInfo
     block: list[BlockDevice] = field(default_factory=list)  # disks (file-read's media)
     extra: dict = field(default_factory=dict)
+    pci_memory: list[PciDevice] = field(default_factory=list)  # BARs `pcibar:` can map
 
     @property
     def host_id(self) -> str:
@@ -81,4 +83,5 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         hugepages=probe_hugepages(root),
         gpu=probe_gpu() if gpu else GpuInfo(reason="no GPU: not probed"),
         block=probe_block(root),
+        pci_memory=probe_pci_memory(root),
     )

@@ -16,7 +16,7 @@ from nearlocal.regions.base import (
     remove_leftovers,
 )
 
-_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave",
+_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave", "nearlocal.regions.devices",
                      "nearlocal.gpu.regions", "nearlocal.storage.regions"]
 _loaded = False
 

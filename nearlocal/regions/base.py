@@ -32,11 +32,13 @@ ATTRIBUTES: dict[str, str] = {
 ATTRIBUTE_GAPS: dict[str, str] = {
     "uc": (
         "no provider on this box can map uncacheable memory: that needs a driver that maps the "
-        "pool with an uncacheable PAT type (Beluga's setup) or /dev/mem without STRICT_DEVMEM"
+        "pool with an uncacheable PAT type (Beluga's setup), a PCI BAR named as pcibar:ADDRESS/N, "
+        "or a range /dev/mem may map (devdax:... / phys:... with uc)"
     ),
     "wc": (
-        "no provider on this box can map write-combining memory: that needs a driver or a PCI "
-        "BAR resource*_wc file, and nearlocal never maps device BARs it was not given"
+        "no provider on this box can map write-combining memory: that needs a prefetchable PCI "
+        "BAR named as pcibar:ADDRESS/N (its resourceN_wc file); nearlocal never maps a BAR it "
+        "was not given, and /dev/mem and device-dax cannot map write-combining"
     ),
 }
 
@@ -84,6 +86,9 @@ class RegionKind:
     creates: Callable[[RegionSpec], Path] | None = None
     # why this region cannot be written at all (a read-only file system); None: it can
     read_only: Callable[[RegionSpec], str | None] | None = None
+    # why this box cannot give an attribute the kind offers (a BAR with no resourceN_wc, a kernel
+    # that refuses /dev/mem); None: it can
+    attr_unavailable: Callable[[RegionSpec, str], str | None] | None = None
 
 
 REGION_KINDS: dict[str, RegionKind] = {}
@@ -192,5 +197,5 @@ def attribute_unavailable(spec: RegionSpec, attr: str) -> str | None:
     if attr not in ATTRIBUTES:
         raise UsageError(f"unknown attribute {attr!r}: valid attributes are {', '.join(ATTRIBUTES)}")
     if attr in kind.attrs:
-        return None
+        return kind.attr_unavailable(spec, attr) if kind.attr_unavailable else None
     return ATTRIBUTE_GAPS.get(attr, f"region kind {kind.name} cannot produce attribute {attr}")

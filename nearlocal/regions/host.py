@@ -230,6 +230,14 @@ def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
     align = int(align_file.read_text().strip() or HUGE_2M) if align_file.exists() else HUGE_2M
     if window is not None and size > window:
         raise UsageError(f"the case needs {size} bytes but {spec.text!r} names only {window}")
+    start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
+    if attr != "wb":  # device-dax maps with the range's own type: uc goes through /dev/mem
+        from nearlocal.regions.devices import open_devmem
+
+        if start is None:
+            raise UsageError(f"{attr} on {path} needs its physical address (root only)")
+        return open_devmem(spec, start + offset, size, attr, allow_write,
+                           {"device": path, "offset": offset})
     fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
     try:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
@@ -237,9 +245,12 @@ def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
                         offset=offset)
     finally:
         os.close(fd)
-    start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
     memtype = pat.memtype(SysRoot.default(), start + offset, size) if start is not None else \
         "unknown: the device's physical address is not shown"
+    problem = pat.disagreement(attr, memtype, path)
+    if problem:
+        buf.close()
+        raise UsageError(problem)
     return _mapped(spec, attr, buf, size, allow_write,
                    {"device": path, "offset": offset, "align": align, "owned": False,
                     "memtype": memtype})
@@ -258,6 +269,9 @@ def _file_path(spec: RegionSpec) -> Path:
     return Path(spec.arg)
 
 
+SYSFS_RESOURCE = re.compile(r"resource\d+(_wc)?")
+
+
 def _validate_file(spec: RegionSpec, inventory: HostInventory) -> None:
     from nearlocal.safeio import name_problem
 
@@ -265,6 +279,13 @@ def _validate_file(spec: RegionSpec, inventory: HostInventory) -> None:
     problem = name_problem(path)
     if problem:
         raise UsageError(f"region {spec.text[:60]!r}...: {problem}")
+    real = os.path.realpath(path)
+    if SYSFS_RESOURCE.fullmatch(path.name) and (str(path).startswith("/sys/")
+                                                 or real.startswith("/sys/")):
+        device = os.path.basename(os.path.dirname(real))
+        raise UsageError(f"{path} is a PCI BAR, not a file: a file: region would record it as "
+                         f"write-back; name it as pcibar:{device}/"
+                         f"{path.name[8:].removesuffix('_wc')} (with attr uc or wc)")
     if path.is_symlink() and not path.exists():
         raise UsageError(f"{path} is a dangling symbolic link (from {spec.text!r}): nearlocal "
                          "neither follows nor replaces it; name a file or a path that does not exist")
@@ -453,9 +474,15 @@ register_region_kind(RegionKind(
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
     capacity=_dram_capacity,
 ))
+def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
+    from nearlocal.regions.devices import devdax_uc_unavailable
+
+    return devdax_uc_unavailable(spec, attr)
+
+
 register_region_kind(RegionKind(
     name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", family="host",
-    attrs=frozenset({"wb"}),
+    attrs=frozenset({"wb", "uc"}), attr_unavailable=_devdax_attr_unavailable,
     summary="a device-dax pool mapped shared (Beluga's way); written only with --allow-write",
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
     user_owned=lambda spec: True,

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The VM rig: boots one QEMU guest (TCG, Debian's kernel through virtme-ng, the host's root over
+# 9p read-only, nearlocal's interpreter + venv + checkout packed in a read-only ext4 image) with
+# a CPU-less NUMA node, an nvdimm as device-dax, a CXL type-3 device with a region (device-dax
+# on it) and an ivshmem BAR; runs nearlocal in it (scripts/vm_guest.sh) and checks the facts it
+# reports (scripts/vm_facts.py): interfaces, mappings and protocols, never speed.
+#
+#   bash scripts/vm_check.sh [--no-install] [--keep-trees DIR]
+#
+# Installs what it needs (qemu-system-x86, linux-image-amd64, ndctl from Debian; virtme-ng from
+# PyPI) unless --no-install. Prints its stage times. A missing qemu or kernel, or a guest that
+# does not boot within NEARLOCAL_VM_BOOT_S (default 300 s): one line, exit 2. It leaves no QEMU
+# process and no file behind (its work folder is removed, its QEMU killed by PID).
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BOOT_LIMIT=${NEARLOCAL_VM_BOOT_S:-300}
+GUEST_LIMIT=${NEARLOCAL_VM_LIMIT_S:-1500}
+INSTALL=1
+TREES=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-install) INSTALL=0 ;;
+    --keep-trees) TREES=$2; shift ;;
+    *) echo "vm_check: unknown option $1 (valid: --no-install, --keep-trees DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+START=$(date +%s)
+LAST=$START
+stage() {  # the time the stage just finished took, and the total so far
+  local now; now=$(date +%s)
+  printf 'vm_check: %-28s %4d s (total %4d s)\n' "$1" $((now - LAST)) $((now - START))
+  LAST=$now
+}
+fail() { echo "vm_check: $*" >&2; exit 2; }
+
+QEMU=${NEARLOCAL_VM_QEMU:-qemu-system-x86_64}
+KERNEL=${NEARLOCAL_VM_KERNEL:-}
+WORK=""
+QEMU_PIDS=()
+cleanup() {
+  local pid
+  [ -n "$WORK" ] || return 0
+  for pid in $(pgrep -f -- "$WORK/" 2>/dev/null); do  # our QEMU only: its command line names $WORK
+    [ "$pid" != $$ ] && kill -KILL "$pid" 2>/dev/null
+  done
+  for pid in "${QEMU_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=""
+  command -v qemu-system-x86_64 >/dev/null || need="$need qemu-system-x86"
+  ls /boot/vmlinuz-* >/dev/null 2>&1 || need="$need linux-image-amd64"
+  command -v ndctl >/dev/null && command -v cxl >/dev/null || need="$need ndctl"
+  command -v mke2fs >/dev/null || need="$need e2fsprogs"
+  if [ -n "$need" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends $need) >/dev/null 2>&1 || fail "could not install$need from Debian"
+  fi
+fi
+command -v "$QEMU" >/dev/null || fail "$QEMU is missing (apt-get install qemu-system-x86)"
+[ -n "$KERNEL" ] || KERNEL=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
+[ -n "$KERNEL" ] && [ -r "$KERNEL" ] || fail "no kernel ${KERNEL:-in /boot} (apt-get install linux-image-amd64)"
+WORK=$(mktemp -d /var/tmp/nearlocal-vm.XXXXXX)
+# the interpreter the guest runs: the checkout's .venv (as the README sets it up), else a venv
+# made for this check in the work folder (removed with it)
+PY=${NEARLOCAL_VM_PYTHON:-$REPO/.venv/bin/python}
+if [ ! -x "$PY" ]; then
+  python3 -m venv "$WORK/venv" && "$WORK/venv/bin/pip" install -q -e "$REPO" >/dev/null 2>&1 \
+    || fail "could not make a venv with nearlocal for the guest"
+  PY=$WORK/venv/bin/python
+fi
+if [ "$INSTALL" = 1 ]; then
+  "$PY" -c "import virtme_ng" 2>/dev/null || "$PY" -m pip install -q virtme-ng >/dev/null 2>&1 \
+    || fail "could not install virtme-ng from PyPI"
+fi
+stage "install"
+KVER=${KERNEL#/boot/vmlinuz-}
+[ -d "/lib/modules/$KVER/kernel/drivers/cxl" ] || fail "kernel $KVER has no CXL modules in /lib/modules/$KVER"
+VNG=$(dirname "$PY")/vng
+[ -x "$VNG" ] || VNG=$(command -v vng || true)
+[ -n "$VNG" ] || fail "virtme-ng (vng) is missing: pip install virtme-ng"
+export PATH="$(dirname "$VNG"):$PATH"  # vng runs its virtme-run from there
+command -v ndctl >/dev/null && command -v cxl >/dev/null || fail "ndctl / cxl are missing (apt-get install ndctl)"
+command -v mke2fs >/dev/null || fail "mke2fs is missing (apt-get install e2fsprogs)"
+
+
+# --- pack the interpreter, the venv and the checkout: Python over 9p is far too slow ---------
+IMAGE="$WORK/nearlocal.img"
+mkdir -p "$WORK/out"
+"$PY" "$REPO/scripts/vm_pack.py" "$REPO" "$WORK/stage" "$WORK/out/mounts" || fail "packing the image failed"
+SIZE_MB=$(( $(du -sm "$WORK/stage" | cut -f1) * 12 / 10 + 64 ))
+mke2fs -q -t ext4 -O ^has_journal -L nearlocal -d "$WORK/stage" "$IMAGE" "${SIZE_MB}M" >/dev/null \
+  || fail "mke2fs could not build the image"
+rm -rf "$WORK/stage"
+stage "pack image (${SIZE_MB} MiB)"
+
+# --- the guest's devices: backing files in $WORK (removed on exit) ---------------------------
+truncate -s 256M "$WORK/nvdimm0" "$WORK/cxl-mem0"
+truncate -s 1M "$WORK/ivshmem0"
+truncate -s 256M "$WORK/cxl-lsa0"
+mkdir -p "$WORK/out"
+QEMU_OPTS=(
+  -machine nvdimm=on,cxl=on -m 1536M,slots=2,maxmem=4G
+  -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=512M
+  -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,memdev=m1
+  -object "memory-backend-file,id=nv0,share=on,mem-path=$WORK/nvdimm0,size=256M,align=2M"
+  -device nvdimm,id=nvdimm0,memdev=nv0  # no label area: one raw namespace, reconfigured as devdax
+  -device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1
+  -device cxl-rp,port=0,bus=cxl.1,id=cxl_rp0,chassis=0,slot=2
+  -object "memory-backend-file,id=cxlmem0,share=on,mem-path=$WORK/cxl-mem0,size=256M"
+  -object "memory-backend-file,id=cxllsa0,share=on,mem-path=$WORK/cxl-lsa0,size=256M"
+  -device cxl-type3,bus=cxl_rp0,memdev=cxlmem0,lsa=cxllsa0,id=cxl-pmem0
+  -M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G
+  -object "memory-backend-file,id=shm0,share=on,mem-path=$WORK/ivshmem0,size=1M"
+  -device ivshmem-plain,memdev=shm0,bus=pcie.0,addr=0xb
+  -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+  -device virtio-blk-pci,drive=nlimg,bus=pcie.0,serial=nearlocal
+)
+stage "devices"
+
+# --- boot and run; the guest writes $WORK/out/booted first, then its results ----------------
+GUEST_LOG="$WORK/guest.log"
+(cd "$WORK" && exec timeout -k 10 "$GUEST_LIMIT" "$VNG" -r "$KERNEL" --qemu "$(command -v "$QEMU")" --force-9p --disable-kvm \
+  --disable-microvm --cpus 2 --memory 1536M --rwdir "$WORK/out" \
+  --append="iomem=relaxed" --qemu-opts="${QEMU_OPTS[*]}" \
+  --exec "bash $REPO/scripts/vm_guest.sh $WORK/out $WORK/out/mounts" 2>&1 | cat >"$GUEST_LOG") &
+RUNNER=$!
+QEMU_PIDS+=("$RUNNER")
+waited=0
+while [ ! -e "$WORK/out/booted" ]; do
+  if ! kill -0 "$RUNNER" 2>/dev/null; then
+    tail -5 "$GUEST_LOG" >&2
+    fail "the guest exited before it booted (see the lines above)"
+  fi
+  if [ "$waited" -ge "$BOOT_LIMIT" ]; then
+    fail "the guest did not boot within $BOOT_LIMIT s (NEARLOCAL_VM_BOOT_S)"
+  fi
+  sleep 1; waited=$((waited + 1))
+done
+stage "boot"
+while kill -0 "$RUNNER" 2>/dev/null; do
+  sleep 1
+  for done_stage in "$WORK"/out/stage-*; do
+    [ -e "$done_stage" ] || continue
+    stage "guest: $(cat "$done_stage")"
+    rm -f "$done_stage"
+  done
+done
+wait "$RUNNER"
+for done_stage in "$WORK"/out/stage-*; do [ -e "$done_stage" ] && stage "guest: $(cat "$done_stage")"; done
+[ -e "$WORK/out/done" ] || { tail -20 "$GUEST_LOG" >&2; fail "the guest stopped before it finished (limit $GUEST_LIMIT s, NEARLOCAL_VM_LIMIT_S); its last lines are above"; }
+if [ -n "$TREES" ] && [ -e "$WORK/out/trees.tar" ]; then
+  rm -rf "$TREES" && mkdir -p "$TREES" && tar -C "$TREES" --strip-components=1 -xf "$WORK/out/trees.tar"
+fi
+"$PY" "$REPO/scripts/vm_facts.py" "$WORK/out"
+rc=$?
+[ $rc = 0 ] || { echo "vm_check: guest log tail:" >&2; tail -20 "$GUEST_LOG" >&2; }
+stage "facts checked"
+exit $rc

@@ -1,0 +1,121 @@
+"""The facts the VM rig's guest must show (scripts/vm_check.sh): what its kernel presented and
+what nearlocal saw, mapped and read back. Never speeds: TCG has no memory timing.
+
+    python scripts/vm_facts.py OUT   (exit 1 naming every fact that does not hold)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+BAR = "0000:00:0b.0"
+
+
+def check(out: Path) -> list[str]:
+    problems: list[str] = []
+    facts: list[str] = []
+
+    def fact(ok: bool, text: str) -> None:
+        (facts if ok else problems).append(text)
+
+    probe_rc = (out / "probe.rc").read_text().strip() if (out / "probe.rc").exists() else "missing"
+    fact(probe_rc == "0", f"nearlocal probe --json exits 0 (rc {probe_rc}: "
+         f"{(out / 'probe.err').read_text()[-300:] if (out / 'probe.err').exists() else ''})")
+    try:
+        inventory = json.loads((out / "probe.json").read_text())["inventory"]
+    except (OSError, ValueError, KeyError):
+        inventory = None
+    if inventory is not None:
+        nodes = {n["node"]: n for n in inventory["numa"]}
+        fact(1 in nodes and not nodes[1]["cpus"] and nodes[1]["mem_total_bytes"] > 0,
+             "probe: node 1 is CPU-less with memory")
+        devdax = [d for d in inventory["dax"] if d["mode"] == "devdax"]
+        fact(len(devdax) >= 2, f"probe: two device-dax instances in devdax mode (saw "
+             f"{[d['name'] for d in devdax]})")
+        cxl = inventory["cxl"]
+        fact(cxl["present"] and len(cxl["memdevs"]) >= 1 and len(cxl["decoders"]) >= 1
+             and any(r["size"] > 0 for r in cxl["regions"]),
+             f"probe: CXL memdev, decoders and a sized region ({len(cxl['memdevs'])} memdevs, "
+             f"{len(cxl['decoders'])} decoders, {len(cxl['regions'])} regions)")
+        bars = {(d["address"], b["index"]): b for d in inventory.get("pci_memory", []) for b in d["bars"]}
+        bar = bars.get((BAR, 2))
+        fact(bar is not None and bar["prefetchable"] and bar["wc_file"],
+             f"probe: ivshmem {BAR} BAR2 is a prefetchable memory BAR with resource2_wc")
+
+    run_rc = (out / "run.rc").read_text().strip() if (out / "run.rc").exists() else "missing"
+    fact(run_rc == "0", f"nearlocal run exits 0 (rc {run_rc}: "
+         f"{(out / 'run.err').read_text()[-300:] if (out / 'run.err').exists() else ''})")
+    rows = _rows(out / "results")
+    cxl_dax = (out / "cxl-dax.txt").read_text().strip() if (out / "cxl-dax.txt").exists() else ""
+    fact(bool(cxl_dax), "a device-dax instance sits on the CXL region")
+    by_key = {(row["region"], row["attr"]): row for row in rows}
+
+    def row_is(region: str, attr: str, status: str, memtype: str | None = None) -> None:
+        row = by_key.get((region, attr))
+        if row is None:
+            fact(False, f"run: a {region} {attr} row")
+            return
+        info = row.get("info") or {}
+        seen = info.get("memtype", "")
+        ok = row["status"] == status and (memtype is None or seen.startswith(memtype))
+        fact(ok, f"run: {region} {attr} is {status}" + (f" with memtype {memtype}" if memtype else "")
+             + ("" if ok else f" (saw {row['status']}: {row.get('reason') or seen})"))
+
+    row_is("numa:1", "wb", "ok")
+    row_is("numa:1", "uc", "skipped")
+    for region in sorted({row["region"] for row in rows if row["region"].startswith("devdax:")}):
+        row_is(region, "wb", "ok", "write-back")
+        row_is(region, "wc", "skipped")
+        uc = by_key.get((region, "uc"))
+        if uc is not None:  # device-dax holds its range write-back: /dev/mem uc is refused
+            reason = uc.get("reason") or ""
+            mapped = (uc.get("info") or {}).get("memtype", "")
+            fact((uc["status"] == "ok" and mapped.startswith("uncached"))
+                 or (uc["status"] in ("failed", "skipped") and ("PAT" in reason or "DEVMEM" in reason)),
+                 f"run: {region} uc is mapped uncached or refused naming PAT / STRICT_DEVMEM "
+                 f"({uc['status']}: {reason[:160]})")
+    if cxl_dax:
+        fact(f"devdax:/dev/{cxl_dax}" in {r["region"] for r in rows}, "run: the CXL devdax was measured")
+    row_is(f"pcibar:{BAR}/2", "uc", "ok", "uncached-minus")
+    row_is(f"pcibar:{BAR}/2", "wc", "ok", "write-combining")
+    row_is(f"pcibar:{BAR}/2", "wb", "skipped")
+
+    faults_rc = (out / "faults.rc").read_text().strip() if (out / "faults.rc").exists() else "missing"
+    try:
+        faults = json.loads((out / "faults.json").read_text())
+    except (OSError, ValueError):
+        faults = None
+    fact(faults is not None, f"nearlocal faults on the devdax reports (rc {faults_rc}: "
+         f"{(out / 'faults.err').read_text()[-300:] if (out / 'faults.err').exists() else ''})")
+    if faults is not None:
+        fact(faults.get("torn_reads") == 0 and faults.get("torn_reads_returned") == 0,
+             f"faults: 0 torn reads ({faults.get('torn_reads')}, returned "
+             f"{faults.get('torn_reads_returned')})")
+        fact(faults.get("missed_detections") == 0 and faults.get("writes_after_loss") == 0,
+             f"faults: every owner loss detected, no write after loss ({faults.get('missed_detections')} "
+             f"missed, {faults.get('writes_after_loss')} writes after loss)")
+    fact((out / "trees.tar").is_file(), "the guest's trees were recorded")
+    for line in facts:
+        print(f"vm_check: fact: {line}")
+    if (out / "accept.txt").exists():
+        print("vm_check: " + (out / "accept.txt").read_text().strip())
+    return problems
+
+
+def _rows(results: Path) -> list[dict]:
+    try:
+        from nearlocal.results import load
+
+        run = next(p for p in sorted(results.iterdir()) if p.is_dir())
+        return load(run).cases.to_dict("records")
+    except (OSError, StopIteration, ValueError):
+        return []
+
+
+if __name__ == "__main__":
+    found = check(Path(sys.argv[1]))
+    for problem in found:
+        print(f"vm_check: FAILED: {problem}", file=sys.stderr)
+    sys.exit(1 if found else 0)

@@ -1,0 +1,109 @@
+"""The VM rig (scripts/vm_check.sh): its bad-input lines run everywhere; the guest itself boots
+only under the `vm` marker with NEARLOCAL_VM=1 (minutes under TCG; `.ci/run` runs the script
+after the unit tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "vm_check.sh"
+
+
+def _rig(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def _work_folders() -> set[str]:
+    return {p.name for p in Path("/var/tmp").glob("nearlocal-vm.*")}
+
+
+def test_a_missing_qemu_is_one_line_and_exit_2():
+    before = _work_folders()
+    done = _rig("--no-install", NEARLOCAL_VM_QEMU="/nonexistent/qemu-system-x86_64")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "qemu-system-x86_64 is missing" in done.stderr and "apt-get install qemu-system-x86" in done.stderr
+    assert _work_folders() == before
+
+
+def test_a_missing_kernel_is_one_line_and_exit_2():
+    before = _work_folders()
+    done = _rig("--no-install", NEARLOCAL_VM_QEMU="bash", NEARLOCAL_VM_KERNEL="/nonexistent/vmlinuz")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "no kernel /nonexistent/vmlinuz" in done.stderr
+    assert _work_folders() == before
+
+
+def test_an_unknown_option_is_one_line_and_exit_2():
+    done = _rig("--fast")
+    assert done.returncode == 2 and done.stderr.strip() == \
+        "vm_check: unknown option --fast (valid: --no-install, --keep-trees DIR)"
+
+
+def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining") -> Path:
+    """What a guest writes, as vm_facts reads it (the run rows come from a real store)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trees.tar").write_bytes(b"")
+    inventory = {
+        "numa": [{"node": 0, "cpus": [0, 1], "mem_total_bytes": 1 << 30},
+                 {"node": 1, "cpus": [], "mem_total_bytes": 512 << 20}],
+        "dax": [{"name": "dax0.0", "mode": "devdax"}, {"name": "dax1.0", "mode": "devdax"}],
+        "cxl": {"present": True, "memdevs": [{}], "decoders": [{}], "regions": [{"size": 1 << 28}]},
+        "pci_memory": [{"address": "0000:00:0b.0",
+                        "bars": [{"index": 2, "prefetchable": True, "wc_file": True}]}],
+    }
+    (out / "probe.json").write_text(json.dumps({"inventory": inventory}))
+    (out / "faults.json").write_text(json.dumps({"torn_reads": 0, "torn_reads_returned": 0,
+                                                 "missed_detections": 0, "writes_after_loss": 0}))
+    for name in ("probe", "run", "faults"):
+        (out / f"{name}.rc").write_text("0\n")
+    (out / "cxl-dax.txt").write_text("dax1.0\n")
+    from nearlocal.results.store import Store
+
+    store = Store.create(out / "results", {"host_id": "guest"})
+    rows = [("numa:1", "wb", "ok", "write-back (anonymous RAM)"), ("numa:1", "uc", "skipped", ""),
+            ("devdax:/dev/dax0.0", "wb", "ok", "write-back"), ("devdax:/dev/dax0.0", "wc", "skipped", ""),
+            ("devdax:/dev/dax1.0", "wb", "ok", "write-back"), ("devdax:/dev/dax1.0", "wc", "skipped", ""),
+            ("pcibar:0000:00:0b.0/2", "uc", "ok", "uncached-minus"),
+            ("pcibar:0000:00:0b.0/2", "wc", "ok", memtype_wc),
+            ("pcibar:0000:00:0b.0/2", "wb", "skipped", "")]
+    for region, attr, status, memtype in rows:
+        store.add_case({"case_id": f"load/{region}/{attr}/4KiB", "method": "load", "region": region,
+                        "attr": attr, "status": status, "reason": "",
+                        "info": {"memtype": memtype} if memtype else {}}, None, None, None)
+    store.finish()
+    return out
+
+
+def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path):
+    from scripts.vm_facts import check
+
+    assert check(_guest_out(tmp_path)) == []
+
+
+def test_a_bar_mapped_with_the_wrong_type_is_a_failed_fact(tmp_path):
+    from scripts.vm_facts import check
+
+    problems = check(_guest_out(tmp_path, memtype_wc="uncached-minus"))
+    assert problems == ["run: pcibar:0000:00:0b.0/2 wc is ok with memtype write-combining "
+                        "(saw ok: uncached-minus)"]
+
+
+@pytest.mark.vm
+@pytest.mark.slow
+def test_the_guest_boots_and_every_fact_holds():
+    if os.environ.get("NEARLOCAL_VM") != "1":
+        pytest.skip("boots a QEMU guest under TCG (minutes): set NEARLOCAL_VM=1 or run "
+                    "bash scripts/vm_check.sh")
+    before = _work_folders()
+    done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "vm_check: fact: probe: node 1 is CPU-less with memory" in done.stdout
+    assert _work_folders() == before
