@@ -25,14 +25,18 @@ from nearlocal.harness.methods import Method, register_method
 from nearlocal.harness.stats import StoppingRule, summarize
 from nearlocal.harness.suites import Suite, register_suite
 from nearlocal.harness.worker import run_trials
-from nearlocal.rack import kernels
+from nearlocal.lazy import lazy_import
 from nearlocal.rack.mpi import World, in_mpi_job
-from nearlocal.rpc import records as rec
-from nearlocal.rpc import slots
 from nearlocal.rpc.methods import QUEUE_DEPTHS, RpcSession, _check_pattern, _int_param
-from nearlocal.rpc.sync import PROTOCOLS, flush_written, protocol_code, publish_flag, read_flag
+from nearlocal.rpc.protocols import PROTOCOLS, protocol_code
 from nearlocal.units import parse_duration
 from nearlocal.workloads.patterns import Pattern
+
+# numba kernels: compiled when a session opens, not when the methods register (issue 19)
+kernels = lazy_import("nearlocal.rack.kernels")
+rec = lazy_import("nearlocal.rpc.records")
+slots = lazy_import("nearlocal.rpc.slots")
+sync = lazy_import("nearlocal.rpc.sync")
 
 SUITE_REGION = "shm:nearlocal-rack"
 RPC_PATTERN = "rpc:128x64B"
@@ -157,7 +161,7 @@ class _RemoteServer:
         self.raw, self.words, self.protocol = raw, words, protocol
 
     def bad_requests(self) -> int:
-        return int(read_flag(self.raw, self.words, slots.W_BAD, self.protocol))
+        return int(sync.read_flag(self.raw, self.words, slots.W_BAD, self.protocol))
 
 
 class _RackRpcClient(RpcSession):
@@ -187,7 +191,7 @@ class _RackRpcClient(RpcSession):
                      "requests_per_sample": self.per_batch if throughput else 1}
 
     def close(self) -> None:
-        publish_flag(self.words, slots.W_STOP, np.uint64(1), self.protocol)
+        sync.publish_flag(self.words, slots.W_STOP, np.uint64(1), self.protocol)
 
 
 def _ring_bytes(case: Case, ranks: int) -> int:
@@ -200,7 +204,7 @@ def _ring_bytes(case: Case, ranks: int) -> int:
 def _wait_word(raw, words, index: int, protocol: int, want, timeout_s: float, what: str) -> None:
     """Between phases (untimed): poll a pool word until `want(value)` holds."""
     deadline = time.monotonic() + timeout_s
-    while not want(int(read_flag(raw, words, index, protocol))):
+    while not want(int(sync.read_flag(raw, words, index, protocol))):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} within {timeout_s:g} s")
         time.sleep(0.0005)
@@ -251,7 +255,7 @@ def _rpc_server(ctx: RackContext, raw, words, code: int, protocol: str) -> dict:
         server.process.wait(ctx.timeout_s)  # the client sets the stop word when it is done
     bad = server.bad_requests()
     server.stop()
-    publish_flag(words, slots.W_MAGIC, np.uint64(0), code)  # the next client sets up anew
+    sync.publish_flag(words, slots.W_MAGIC, np.uint64(0), code)  # the next client sets up anew
     return {"bad_requests": bad, "server_cpu": cpu}
 
 
@@ -343,7 +347,7 @@ def _handoff_run(ctx: RackContext) -> dict:
     sraw = raw[kernels.CONTROL_BYTES:kernels.CONTROL_BYTES + layout.nbytes]
     if ctx.rank == 0:
         control[:] = 0
-        flush_written(control, 0, cwords.size, code)
+        sync.flush_written(control, 0, cwords.size, code)
         swords = rec.init_store(sraw, layout, 1 << 62, "flush" if code else "coherent")
     ctx.barrier("after the handoff store was written")
     swords = sraw.view(np.uint64)
@@ -354,7 +358,7 @@ def _handoff_run(ctx: RackContext) -> dict:
         ticks, ns, elapsed, converged = run_trials(writer, ctx.rule)
         flag_ns = _flag_roundtrips(writer, max(ctx.rule.budget_s / 4, 0.02))
     finally:
-        publish_flag(cwords, kernels.A_STOP, np.uint64(1), code)
+        sync.publish_flag(cwords, kernels.A_STOP, np.uint64(1), code)
     return {"raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,
             "flag_ns": flag_ns, "records": layout.records, "record_bytes": layout.record_bytes}
 
