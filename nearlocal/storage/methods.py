@@ -327,7 +327,11 @@ def _storage_suite() -> list:
 def _swiftcache_part() -> list:
     from nearlocal.harness.cases import Case
 
-    return [Case("file-read", default_file(), "wb", MIB_READS, params=(("qd", "32"),))]
+    file = default_file()
+    return [Case("file-read", file, "wb", MIB_READS, params=(("qd", "32"),)),
+            # the reload into a GPU: through a pinned bounce buffer, and GPUDirect Storage
+            Case("file-read-gpu", file, "wb", MIB_READS, peer="gpu:0", params=(("qd", "32"),)),
+            Case("file-read-gds", file, "wb", MIB_READS, peer="gpu:0")]
 
 
 def _register_suites() -> None:
@@ -341,3 +345,5 @@ def _register_suites() -> None:
 
 
 _register_suites()
+
+from nearlocal.storage import gpu_methods  # noqa: E402, F401 - file-read-gpu, file-read-gds
