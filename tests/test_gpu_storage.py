@@ -110,8 +110,9 @@ def test_file_read_gpu_lands_the_files_bytes_in_the_device_buffer(fake_cupy, tmp
 def test_file_read_gpu_through_the_worker_gives_a_row(fake_cupy, tmp_path):
     path = tmp_path / "kv.bin"
     _user_file(path)
-    row, raw, ns = measure(Case("file-read-gpu", f"storage:{path}", pattern="8x8KiB", peer="gpu:0",
-                                params=(("cache", "cold"),)), SETTINGS, 0.0)
+    case = Case("file-read-gpu", f"storage:{path}", pattern="8x8KiB", peer="gpu:0",
+                params=(("cache", "cold"),))
+    row, _raw, ns = measure(case, SETTINGS, 0.0)
     assert row["clock"] == "cuda-event" and row["n_samples"] == len(ns) >= 3
     assert row["info"]["timer_overhead_kind"].startswith("unqueued empty interval")
 
