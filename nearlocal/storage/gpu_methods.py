@@ -27,7 +27,6 @@ from nearlocal.errors import UsageError
 from nearlocal.gpu import methods as gpu_methods
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.storage.methods import PARAM_DEFAULTS, FileParams
-from nearlocal.workloads.patterns import Pattern
 
 POSIX_FADV_DONTNEED = 4
 KVIKIO_HINT = "pip install kvikio-cu12 (or kvikio-cu13)"
@@ -98,6 +97,7 @@ class FileToGpuSession(_FileToGpuBase):
         from nearlocal.regions.base import parse_region, region_kind
         from nearlocal.storage import kernels
         from nearlocal.storage.methods import FileSession
+        from nearlocal.workloads.patterns import Pattern
 
         self.method = "file-read-gpu"
         self.file_region = self._file_region(ctx)
@@ -208,9 +208,11 @@ class GdsSession(_FileToGpuBase):
     """kvikio.CuFile.pread of every fragment into device memory (cuFile: the NVMe's DMA lands in
     the GPU); all futures submitted, then all waited for."""
 
-    keep_cached = True  # cuFile reads with O_DIRECT: the check's cached pages are not read
+    keep_cached = False  # cuFile in its own compatibility mode would read cached pages
 
     def __init__(self, ctx: SessionContext):
+        from nearlocal.workloads.patterns import Pattern
+
         self.method = "file-read-gds"
         self.file_region = self._file_region(ctx)
         self.file_table = np.ascontiguousarray(ctx.pattern.frags, dtype=np.int64)

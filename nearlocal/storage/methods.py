@@ -335,13 +335,13 @@ def _swiftcache_part() -> list:
 
 
 def _register_suites() -> None:
-    from nearlocal.harness.suites import SUITES, Suite, extend_suite, register_suite
+    import nearlocal.gpu.suites  # noqa: F401 - declares swiftcache, which S2's reload cases join
+    from nearlocal.harness.suites import Suite, extend_suite, register_suite
 
     register_suite(Suite("storage", "file-read / file-write on a storage:PATH file (default "
                          "./.nearlocal-storage, env NEARLOCAL_STORAGE): O_DIRECT vs page cache, "
                          "qd 1..32, 1 MiB reads, 128x20KiB, a dense KV block", [_storage_suite]))
-    if "swiftcache" in SUITES:
-        extend_suite("swiftcache", _swiftcache_part)
+    extend_suite("swiftcache", _swiftcache_part)
 
 
 _register_suites()
