@@ -851,8 +851,8 @@ def reload_media_plot(runs: list[RunInfo], per_run: list[dict]) -> PlotData:
         labels.append(label if measured else f"{label}\nnot measured")
         if not measured:
             unmeasured.append(flat)
-    return PlotData("reload-media", "Reload media: best measured read bandwidth of each medium (the S2 rows)",
-                    "medium", "GB/s", series, points, x_is_size=False, connect=False,
+    return PlotData("reload-media", "Reload media side by side: each S2 row's best measured "
+                    "bandwidth", "medium", "GB/s", series, points, x_is_size=False, connect=False,
                     categories=tuple(labels), unmeasured=tuple(unmeasured))
 
 
