@@ -341,3 +341,31 @@ def test_without_io_uring_auto_falls_back_to_threads_and_says_why(folder, monkey
                 params=(("cache", "warm"), ("engine", "io_uring")))
     with pytest.raises(RuntimeError, match="not available"), open_case(case, TSC_HZ, 0.0, False):
         pass
+
+
+def test_reload_media_plot_draws_the_s2_rows_and_names_the_absent_media(tmp_path):
+    from nearlocal.report.plots import caption, draw
+
+    rows = [
+        row("file-read", "storage:/data/kv.bin", size=64 << 20, fragments=64, median=64e6,
+            params={"qd": "32"}),
+        row("file-read-gpu", "storage:/data/kv.bin", peer="gpu:0", size=64 << 20, fragments=64,
+            median=32e6, params={"qd": "32"}, family="gpu"),  # the reload into the GPU: faster
+        row("peer-memcpy", "gpu:1", peer="gpu:0", size=64 << 20, median=(64 << 20) / 450,
+            family="gpu"),
+    ]
+    report = build_report([load(make_run(tmp_path, rows))])
+    section = report.section("s2")
+    ssd = next(r for r in section.table.rows if r[0] == "NVMe SSD")
+    assert ssd[4].startswith("file-read-gpu: storage:/data/kv.bin -> gpu:0") and "qd=32" in ssd[4]
+    plot = next(p for p in section.plots if p.name == "reload-media")
+    drawn = {s.label.split(":")[0]: s.y[0] for s in plot.series}
+    assert drawn == {"NVMe SSD": pytest.approx((64 << 20) / 32e6),
+                     "peer GPU (NVLink)": pytest.approx(450)}  # the table's peaks, as drawn
+    assert plot.unmeasured == ("host memory (PCIe)", "CXL pool")
+    assert [c.endswith("not measured") for c in plot.categories] == [True, True, False, False]
+    assert "not measured in this run: host memory (PCIe), CXL pool" in caption(plot)
+    assert len(plot.points) == 4 and all("reported by the paper" in p.label for p in plot.points)
+    assert {p.y for p in plot.points} == {16, 26, 600, 7}  # S2's figures and B12's adapter cap
+    ax = draw(plot).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(plot.categories)

@@ -79,7 +79,8 @@ def draw(plot: PlotData) -> Figure:
         draw_line(line.value, color=REF_LINE_COLOR, linestyle=REF_DASHES[index % len(REF_DASHES)],
                   linewidth=1.0, label=line.label)  # named in the legend, never on the plot
     if not plot.linear:
-        ax.set_xscale("log", base=2 if plot.x_is_size else 10)
+        if not plot.categories:
+            ax.set_xscale("log", base=2 if plot.x_is_size else 10)
         ax.set_yscale("log")
         ax.yaxis.set_minor_formatter(NullFormatter())
     xs = [x for s in plot.series for x in s.x] + [p.x for p in plot.points] + [
@@ -89,6 +90,9 @@ def draw(plot: PlotData) -> Figure:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
         ax.xaxis.set_minor_formatter(NullFormatter())
+    if plot.categories:
+        ax.set_xticks(range(1, len(plot.categories) + 1), plot.categories, fontsize=8)
+        ax.set_xlim(0.5, len(plot.categories) + 0.5)
     ax.set_xlabel(plot.xlabel)
     ax.set_ylabel(plot.ylabel)
     ax.set_title(plot.title, fontsize=11, loc="left")
@@ -125,6 +129,8 @@ def caption(plot: PlotData) -> str:
             kinds.append("crossovers found from this box's medians")
         parts.append("grey dashed lines (each its own dash, named in the legend) are "
                      + " and ".join(kinds))
+    if plot.unmeasured:
+        parts.append("not measured in this run: " + ", ".join(plot.unmeasured))
     if not plot.series:
         parts.append("no measured series")
     return "; ".join(parts) + "."

@@ -121,6 +121,8 @@ class PlotData:
     x_is_size: bool = True
     connect: bool = True  # False: markers only (points of one series are not one sweep)
     linear: bool = False  # True: linear axes (a curve over a narrow range, e.g. loaded latency)
+    categories: tuple[str, ...] = ()  # x tick labels at x = 1..n: a categorical x axis
+    unmeasured: tuple[str, ...] = ()  # categories this run has no value for (the caption says so)
 
 
 @dataclass
@@ -772,6 +774,7 @@ S2_ROWS = (  # (medium, paper value name or None, paper figure)
     ("CXL pool -> GPU (cuda-memcpy)", "per CXL adapter", "B12"),
     ("NVMe SSD", "NVMe SSD", "S2"),
 )
+STORAGE_READS = ("file-read", "file-read-gpu", "file-read-gds")  # the SSD row's candidates
 
 
 def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
@@ -792,7 +795,7 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                               & (df["src_kind"] == "pinned")],
             S2_ROWS[2][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
                               & (df["src_rank"] < LOCAL_CLASS)],
-            S2_ROWS[3][0]: df[(df["method"] == "file-read")  # from the disk, not a warm cache
+            S2_ROWS[3][0]: df[df["method"].isin(STORAGE_READS)  # the disk, not a warm cache
                               & df["params_d"].map(lambda p: p.get("cache") != "warm")],
         }
         cells: dict[tuple, list[Cell]] = {}
@@ -809,9 +812,9 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             path = peak["path"]
             if medium == S2_ROWS[3][0]:  # which reads: pattern, qd, cache, engine
                 info = peak.get("info") if isinstance(peak.get("info"), dict) else {}
-                params = {**_declared_params("file-read"), **peak["params_d"],
+                params = {**_declared_params(peak["method"]), **peak["params_d"],
                           **({"engine": info["engine"]} if "engine" in info else {})}  # ran
-                path = f"{path} {peak['pattern']} {_params_text(params)}"
+                path = f"{peak['method']}: {path} {peak['pattern']} {_params_text(params)}"
             cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), path,
                           _ratio(float(peak["gbps"]), paper.central)]
         per_run.append(cells)
@@ -819,7 +822,38 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                                 [Column("peak GB/s", "gbps"), Column("at size", "size"),
                                  Column("path"), Column("× paper", "ratio")], runs, per_run)
     section.table.collapse = False  # one row per medium, measured or not
+    section.plots.append(reload_media_plot(runs, per_run))
     return section
+
+
+S2_PLOT = ((1, "host memory\n(PCIe)"), (2, "CXL pool"), (0, "peer GPU\n(NVLink)"),
+           (3, "NVMe SSD"))  # (S2_ROWS index, x label): memory, pool, peer GPU, SSD
+
+
+def reload_media_plot(runs: list[RunInfo], per_run: list[dict]) -> PlotData:
+    """The S2 table's peak GB/s per medium side by side, the papers' figures as stars."""
+    series, points, labels, unmeasured = [], [], [], []
+    for x, (row_index, label) in enumerate(S2_PLOT, start=1):
+        medium, value_name, fig_id = S2_ROWS[row_index]
+        paper = figure(fig_id).value(value_name)
+        points.append(RefPoint(f"{fig_id} {paper.text()}\nreported by the paper", x,
+                               paper.central))
+        measured, flat = False, label.replace("\n", " ")
+        for index, (run, cells) in enumerate(zip(runs, per_run, strict=True)):
+            gbps = cells[(medium, f"{paper.text()} ({fig_id})")][0]
+            if not isinstance(gbps, float):
+                continue
+            measured = True
+            shift = (index - (len(runs) - 1) / 2) * 0.15  # runs side by side within a medium
+            series.append(Series(f"{flat}: {gbps:.3g} GB/s"
+                                 + (f" #{run.label}" if len(runs) > 1 else ""),
+                                 (x + shift,), (gbps,), index))
+        labels.append(label if measured else f"{label}\nnot measured")
+        if not measured:
+            unmeasured.append(flat)
+    return PlotData("reload-media", "Reload media side by side: each S2 row's best measured "
+                    "bandwidth", "medium", "GB/s", series, points, x_is_size=False, connect=False,
+                    categories=tuple(labels), unmeasured=tuple(unmeasured))
 
 
 def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:

@@ -327,17 +327,23 @@ def _storage_suite() -> list:
 def _swiftcache_part() -> list:
     from nearlocal.harness.cases import Case
 
-    return [Case("file-read", default_file(), "wb", MIB_READS, params=(("qd", "32"),))]
+    file = default_file()
+    return [Case("file-read", file, "wb", MIB_READS, params=(("qd", "32"),)),
+            # the reload into a GPU: through a pinned bounce buffer, and GPUDirect Storage
+            Case("file-read-gpu", file, "wb", MIB_READS, peer="gpu:0", params=(("qd", "32"),)),
+            Case("file-read-gds", file, "wb", MIB_READS, peer="gpu:0")]
 
 
 def _register_suites() -> None:
-    from nearlocal.harness.suites import SUITES, Suite, extend_suite, register_suite
+    import nearlocal.gpu.suites  # noqa: F401 - declares swiftcache, which S2's reload cases join
+    from nearlocal.harness.suites import Suite, extend_suite, register_suite
 
     register_suite(Suite("storage", "file-read / file-write on a storage:PATH file (default "
                          "./.nearlocal-storage, env NEARLOCAL_STORAGE): O_DIRECT vs page cache, "
                          "qd 1..32, 1 MiB reads, 128x20KiB, a dense KV block", [_storage_suite]))
-    if "swiftcache" in SUITES:
-        extend_suite("swiftcache", _swiftcache_part)
+    extend_suite("swiftcache", _swiftcache_part)
 
 
 _register_suites()
+
+from nearlocal.storage import gpu_methods  # noqa: E402, F401 - file-read-gpu, file-read-gds
