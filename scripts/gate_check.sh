@@ -17,6 +17,8 @@ root=$PWD
 store=${1:-$(mktemp -d /tmp/nearlocal-gate.XXXXXX)}
 nearlocal=${NEARLOCAL:-nearlocal}
 [ -x "$root/.venv/bin/nearlocal" ] && nearlocal=${NEARLOCAL:-$root/.venv/bin/nearlocal}
+python=python3
+[ -x "$root/.venv/bin/python" ] && python=$root/.venv/bin/python
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" NEARLOCAL_PLUGINS=tests.gate_plugin
 mkdir -p "$store"
 echo "store: $store; load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
@@ -33,7 +35,7 @@ if [ "${GATE_REUSE:-0}" != 1 ]; then
     done
 fi
 
-NEARLOCAL="$nearlocal" STORE="$store" "$root/.venv/bin/python" - <<'EOF'
+NEARLOCAL="$nearlocal" STORE="$store" "$python" - <<'EOF'
 import itertools
 import json
 import os
