@@ -267,13 +267,24 @@ class RunData:
         return self.samples.loc[self.samples["case_id"] == case_id, "ns"].to_numpy()
 
 
+def _run_order(path: Path) -> tuple[str, int, str]:
+    """Oldest first. A run id's time has whole seconds and a random suffix, so runs stored within
+    one second are ordered by when their directory last changed (the run's last file), not by
+    the suffix: `latest` is then the one stored last."""
+    stamp = path.name.partition("-")[0]
+    try:
+        changed = path.stat().st_mtime_ns
+    except OSError:
+        changed = 0
+    return stamp, changed, path.name
+
+
 def list_runs(root: Path = DEFAULT_ROOT) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
     try:
-        return sorted((p for p in root.iterdir() if (p / "run.json").is_file()),
-                      key=lambda p: p.name)
+        return sorted((p for p in root.iterdir() if (p / "run.json").is_file()), key=_run_order)
     except OSError as exc:  # no permission to list it, an I/O error
         raise UsageError(f"cannot read results directory {root}: "
                          f"{safeio.os_error_text(exc)}") from None
