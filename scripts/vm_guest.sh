@@ -26,6 +26,9 @@ done
 mkdir -p /tmp/nearlocal-image
 mount -t ext4 -o ro "$disk" /tmp/nearlocal-image || { log "cannot mount $disk"; exit 1; }
 while read -r folder path; do
+  # a path under the guest's own /tmp or /var/tmp (tmpfs, not the host's) is made first: the
+  # venv of a checkout without .venv lives in the host's work folder there
+  [ -d "$path" ] || mkdir -p "$path" || { log "cannot make $path"; exit 1; }
   mount --bind "/tmp/nearlocal-image/$folder" "$path" || { log "cannot bind $folder on $path"; exit 1; }
 done <"$MOUNTS"
 VENV=$(awk '$1 == "venv" {print $2}' "$MOUNTS")
