@@ -91,8 +91,10 @@ for base, cand in itertools.product(same, slow):
           f"{len(others)} unchanged cases slower")
     for c in gate:
         if c["verdict"] != "slower":
-            print(f"    missed: {c['case_id']} {c['verdict']} {c['ratio']:.3f}x "
-                  f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}] {c['note'] or ''}")
+            interval = ("no interval" if c["ci_low"] is None or c["ci_high"] is None
+                        else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]")
+            ratio = "no ratio" if c["ratio"] is None else f"{c['ratio']:.3f}x"
+            print(f"    missed: {c['case_id']} {c['verdict']} {ratio} {interval} {c['note'] or ''}")
 share = caught / max(total, 1)
 ok &= share >= 0.90
 print(f"caught {caught}/{total} = {share:.0%} of the slowed cases over the pairs")
