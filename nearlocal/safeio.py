@@ -21,6 +21,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,6 +153,30 @@ def _failure(what: str, exc: OSError) -> str:
     return f"{what}: {os_error_text(exc)}" + (f"; {kept}" if kept else "")
 
 
+def new_file_mode() -> int:
+    """0666 less the umask: what open(2) would give a new file (mkstemp always gives 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """The one atomic writer (outputs, baselines and the store's files): a temporary file in the
+    same directory, fsynced, renamed over `path`; removed again when anything fails."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, new_file_mode())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
 def write_output(option: str, path: str | os.PathLike, data: str | bytes) -> Path:
     """Write a whole file through a temporary one in the same directory: a full disk leaves the
     previous file (if any) whole and no half-written one."""
@@ -162,18 +187,7 @@ def write_output(option: str, path: str | os.PathLike, data: str | bytes) -> Pat
             with open(path, "wb") as handle:
                 handle.write(raw)
             return path
-        temp = path.with_name(f".{path.name}.nearlocal-tmp-{os.getpid()}")
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(raw)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        atomic_write_bytes(path, raw)
     return path
 
 

@@ -330,16 +330,16 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
     store = Store.create(tmp_path, {"suite": "t"}, run_id="r")
     store.add_case(row("load", size=64), None, None)
     store.add_case(row("load", size=128), None, None)
-    real = store_module._atomic_write_bytes
+    real = store_module.safeio.atomic_write_bytes
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_module, "_atomic_write_bytes", full)
+    monkeypatch.setattr(store_module.safeio, "atomic_write_bytes", full)
     with pytest.raises(UsageError, match=r"no space left.*kept the 2 cases") as info:
         store.add_case(row("load", size=256), None, None)
     assert "\n" not in str(info.value)
-    monkeypatch.setattr(store_module, "_atomic_write_bytes", real)
+    monkeypatch.setattr(store_module.safeio, "atomic_write_bytes", real)
     run = load("r", tmp_path)
     assert len(run.cases) == 2 and not run.complete
 

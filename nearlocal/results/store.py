@@ -55,31 +55,10 @@ class StoreFull(UsageError):
     """The disk (or quota) filled up while writing a run: one line saying what was kept."""
 
 
-def _file_mode() -> int:
-    """0666 less the umask: what open(2) would give a new file (mkstemp always gives 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def _atomic_write_table(path: Path, table: pa.Table) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        os.fchmod(fd, _file_mode())
+        os.fchmod(fd, safeio.new_file_mode())
     finally:
         os.close(fd)
     try:
@@ -140,7 +119,7 @@ class Store:
         return store
 
     def _write_meta(self) -> None:
-        _atomic_write_bytes(self.path / "run.json",
+        safeio.atomic_write_bytes(self.path / "run.json",
                             json.dumps(self.meta, indent=2, default=str).encode())
 
     def _full(self, exc: OSError, doing: str, kept: int) -> StoreFull:
@@ -169,8 +148,8 @@ class Store:
                 packed = io.BytesIO()
                 np.savez(packed, raw=np.asarray(raw, dtype=np.float64),
                          ns=np.asarray(ns, dtype=np.float64), process=tags)
-                _atomic_write_bytes(samples, packed.getvalue())  # fsynced like the row
-            _atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
+                safeio.atomic_write_bytes(samples, packed.getvalue())  # fsynced like the row
+            safeio.atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
         except OSError as exc:
             with contextlib.suppress(OSError):
                 samples.unlink(missing_ok=True)
