@@ -134,8 +134,8 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
             base = cqes_i + (head & cq_mask) * 4
             index = np.int64(cq[base]) | (np.int64(cq[base + 1]) << 32)
             result = np.int64(np.int32(cq[base + 2]))
-            if result != reqs[index, 2] and not failed:
-                failed = 1
+            if result != reqs[index, 2] and (not failed or index + 1 < status[1]):
+                failed = 1  # completions come in any order: name the lowest failed request
                 status[0] = result
                 status[1] = index + 1
             head = (head + 1) & 0xFFFFFFFF
@@ -177,7 +177,9 @@ def _barrier(gate, target):
 def thread_share(fd, write, reqs, mode, gate, taken, starts, ends, tid, nthreads, status):
     """One of `nthreads` threads: per sample, two barriers (thread 0 settles the file between
     them), then requests taken one at a time from the sample's shared counter (a queue: each
-    thread keeps one request outstanding), pread/pwrite each; start and end TSC per thread."""
+    thread keeps one request outstanding), pread/pwrite each; start and end TSC per thread.
+    `status[tid]` holds this thread's first failed request (its lowest: a thread takes requests
+    in increasing order), so the caller can name the lowest one whichever thread took it."""
     n = reqs.shape[0]
     for s in range(starts.shape[0]):
         _barrier(gate, np.uint64((2 * s + 1) * nthreads))
@@ -190,9 +192,9 @@ def thread_share(fd, write, reqs, mode, gate, taken, starts, ends, tid, nthreads
             if i >= n:
                 break
             got = _one(fd, write, reqs, i)
-            if got != reqs[i, 2] and status[1] == 0:
-                status[0] = got
-                status[1] = i + 1
+            if got != reqs[i, 2] and status[tid, 1] == 0:
+                status[tid, 0] = got
+                status[tid, 1] = i + 1
         t1 = tsc_end()
         starts[s, tid] = t0
         ends[s, tid] = t1

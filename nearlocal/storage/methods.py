@@ -203,15 +203,19 @@ class FileSession:
         k, n = self.params.qd, ticks.shape[0]
         gate, taken = np.zeros(1, np.uint64), np.zeros(max(n, 1), np.uint64)
         starts, ends = np.zeros((n, k), np.uint64), np.zeros((n, k), np.uint64)
+        per_thread = np.zeros((k, 2), np.int64)
         threads = [threading.Thread(target=kernels.thread_share, daemon=True,
                                     args=(self.fd, self.write, self.reqs, self.mode, gate, taken,
-                                          starts, ends, t, k, status)) for t in range(k)]
+                                          starts, ends, t, k, per_thread)) for t in range(k)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         if n:
             ticks[:] = ends.max(axis=1) - starts.min(axis=1)
+        failed = per_thread[per_thread[:, 1] != 0]
+        if len(failed):
+            status[:] = failed[np.argmin(failed[:, 1])]
         return int(status[1] != 0)
 
     def _describe(self, result: int, index: int) -> str:
