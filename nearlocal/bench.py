@@ -159,7 +159,7 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     from nearlocal.harness.runner import describe
 
     case = Case.from_dict(case_data)
-    row = describe(case)
+    row = describe(case, host.inventory.cpuless_nodes)
     with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write) as opened:
         if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
             benchmark.pedantic(opened.session.sample, args=(1,))

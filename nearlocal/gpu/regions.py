@@ -23,6 +23,7 @@ from nearlocal.regions.base import (
     RegionKind,
     RegionSpec,
     parse_region,
+    pool_class_of,
     region_kind,
     register_region_kind,
 )
@@ -254,14 +255,14 @@ register_region_kind(RegionKind(
     name="gpu", syntax="gpu:K", family="gpu", attrs=frozenset({"wb"}),
     summary="device memory of CUDA GPU K (cupy)",
     validate=_validate_gpu, unavailable=_gpu_unavailable, open=_open_gpu,
-    instances=_gpu_instances,
+    instances=_gpu_instances, pool_class="gpu",
 ))
 register_region_kind(RegionKind(
     name="pinned", syntax="pinned", family="host", attrs=frozenset({"wb"}),
     summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy)",
     validate=lambda spec, inventory: None,
     unavailable=lambda spec, inventory: _no_gpu(inventory), open=_open_pinned,
-    instances=lambda inventory: ["pinned"],
+    instances=lambda inventory: ["pinned"], pool_class="local",
 ))
 register_region_kind(RegionKind(
     name="registered", syntax="registered:<host region>", family="host", attrs=frozenset({"wb"}),
@@ -269,4 +270,5 @@ register_region_kind(RegionKind(
     validate=_validate_registered, unavailable=_registered_unavailable, open=_open_registered,
     user_owned=lambda spec: region_kind(_inner(spec)).user_owned(_inner(spec)),
     instances=lambda inventory: ["registered:dram"],
+    pool_class=lambda spec, cpuless: pool_class_of(_inner(spec).text, cpuless),
 ))

@@ -22,6 +22,8 @@ from nearlocal.harness.stats import summarize
 from nearlocal.harness.worker import WorkerSettings, worker_main
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import files_to_create, parse_region, remove_leftovers
+from nearlocal.regions.base import pool_class_of
+from nearlocal.results.schema import effective_params_text
 from nearlocal.results.store import Store
 from nearlocal.workloads.patterns import parse_pattern
 
@@ -98,12 +100,15 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
     }
 
 
-def describe(case: Case) -> dict:
-    """The columns a row has whatever happened to the case."""
+def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset()) -> dict:
+    """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
+    (what makes numa:N a CXL node)."""
     method = get_method(case.method)
     pattern = parse_pattern(case.pattern)
     return {
         **case.to_dict(),
+        "pool_class": pool_class_of(case.region, cpuless_nodes),
+        "effective_params": effective_params_text(case.method, case.param_dict),
         "family": method.family,
         "region_kind": parse_region(case.region).kind,
         "state": method.state,
@@ -347,7 +352,7 @@ class Runner:
                 last = process == self.processes - 1
                 for index, case in enumerate(cases):
                     if process == 0:
-                        row = describe(case)
+                        row = describe(case, self.inventory.cpuless_nodes)
                         reason = reasons[index]
                         if reason:
                             row.update(status="skipped", reason=reason)

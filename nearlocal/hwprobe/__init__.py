@@ -42,6 +42,11 @@ class HostInventory:
     pci_memory: list[PciDevice] = field(default_factory=list)  # BARs `pcibar:` can map
 
     @property
+    def cpuless_nodes(self) -> frozenset[int]:
+        """Nodes with memory and no CPUs (how CXL in system-ram mode shows up)."""
+        return frozenset(n.node for n in self.numa if n.cpuless)
+
+    @property
     def host_id(self) -> str:
         """Identity of the hardware for comparisons: CPU, NUMA topology, GPUs. Not memory sizes
         (a VM's balloon moves them) nor a calibrated TSC (its last digits move between runs)."""

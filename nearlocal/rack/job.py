@@ -391,7 +391,7 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
     from nearlocal.rack.methods import RACK_METHODS
 
     method = RACK_METHODS[case.method]
-    base = describe(case)
+    base = describe(case, plan.inventory.cpuless_nodes)
     if lost or job.size < method.min_ranks:
         why = f"needs every rank, and {'; '.join(lost.values())}" if lost else \
             f"needs at least {method.min_ranks} ranks, the job has {job.size}"

@@ -89,6 +89,34 @@ class RegionKind:
     # why this box cannot give an attribute the kind offers (a BAR with no resourceN_wc, a kernel
     # that refuses /dev/mem); None: it can
     attr_unavailable: Callable[[RegionSpec, str], str | None] | None = None
+    # what the region is to the pool question (a POOL_CLASSES key): a name, or for a kind whose
+    # answer depends on the box (numa:N), a function of the spec and the CPU-less nodes
+    pool_class: str | Callable[[RegionSpec, frozenset[int]], str] = "other"
+
+
+# How pool-like a region is, most pool-like first (a class's rank is its position): rows carry
+# their region's class (`pool_class`), so suites, reports, compare and accept never read a
+# region's name to decide what it is.
+POOL_CLASSES: dict[str, str] = {
+    "devdax": "CXL pool (device-dax)",
+    "cxl-node": "CPU-less NUMA node (CXL in system-ram mode)",
+    "numa-node": "NUMA node",
+    "shared": "shared mapping",
+    "other": "other region",
+    "local": "local DRAM",
+    "gpu": "GPU memory",
+}
+
+
+def pool_class_of(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> str:
+    """The POOL_CLASSES key of a region spec; `cpuless_nodes` from the run's inventory. A spec
+    that no longer parses (an old store, a removed kind) is "other"."""
+    try:
+        spec = parse_region(region)
+    except Exception:
+        return "other"
+    declared = REGION_KINDS[spec.kind].pool_class
+    return declared(spec, cpuless_nodes) if callable(declared) else declared
 
 
 REGION_KINDS: dict[str, RegionKind] = {}

@@ -461,18 +461,23 @@ def _file_user_owned(spec: RegionSpec) -> bool:
     return os.path.lexists(path) and not _left_by_a_dead_run(path)  # a dangling link is the user's
 
 
+def _numa_pool_class(spec: RegionSpec, cpuless_nodes: frozenset[int]) -> str:
+    return "cxl-node" if spec.arg.isdigit() and int(spec.arg) in cpuless_nodes else "numa-node"
+
+
 register_region_kind(RegionKind(
     name="dram", syntax="dram[:2M|thp][,node=N]", family="host", attrs=frozenset({"wb"}),
     summary="private anonymous local memory (optionally huge pages, optionally bound to a node)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: ["dram", "dram:thp", "dram:2M"], capacity=_dram_capacity,
+    pool_class="local",
 ))
 register_region_kind(RegionKind(
     name="numa", syntax="numa:N", family="host", attrs=frozenset({"wb"}),
     summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
-    capacity=_dram_capacity,
+    capacity=_dram_capacity, pool_class=_numa_pool_class,
 ))
 def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
     from nearlocal.regions.devices import devdax_uc_unavailable
@@ -487,18 +492,19 @@ register_region_kind(RegionKind(
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
     user_owned=lambda spec: True,
     instances=lambda inventory: [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"],
+    pool_class="devdax",
 ))
 register_region_kind(RegionKind(
     name="file", syntax="file:PATH", family="host", attrs=frozenset({"wb"}),
     summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: [], capacity=_file_capacity,
-    creates=_file_creates,
+    creates=_file_creates, pool_class="shared",
 ))
 register_region_kind(RegionKind(
     name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
     summary="POSIX shared memory /dev/shm/NAME, shared between processes",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: ["shm:nearlocal"],
-    capacity=_file_capacity, creates=_file_creates,
+    capacity=_file_capacity, creates=_file_creates, pool_class="shared",
 ))

@@ -491,7 +491,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
             case_rules.validate(case, inventory)
             runnable.append(case)
         except UsageError as exc:  # e.g. numa:1 on a one-node box: not measured, not a bad spec
-            store.add_case({**describe(case), "status": "skipped", "reason": str(exc)})
+            store.add_case({**describe(case, inventory.cpuless_nodes), "status": "skipped",
+                            "reason": str(exc)})
     try:
         with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
             Runner(inventory, settings, store, processes=processes).run(runnable)

@@ -1,9 +1,14 @@
-"""The column contract between the runner, the store and every report (schema version 2).
+"""The column contract between the runner, the store and every report (schema version 3).
 
 Version 2 added `processes` to cases (how many worker processes a row's samples come from) and
-`process` to samples (which of them took each sample); version-1 runs load with process 0."""
+`process` to samples (which of them took each sample); version-1 runs load with process 0.
+Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its region kind) and
+`effective_params` (JSON: the method's defaults with the case's params over them); older runs
+derive both at load (`pool_class_column`, `effective_params_text`)."""
 
-SCHEMA_VERSION = 2
+import json
+
+SCHEMA_VERSION = 3
 
 # Columns every row of cases.parquet has; statistics are NaN for skipped / failed rows.
 CASE_COLUMNS = [
@@ -12,7 +17,7 @@ CASE_COLUMNS = [
     "fragment_bytes", "bytes_moved", "n_samples", "converged", "min_ns", "median_ns", "mean_ns",
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
-    "ops_per_sample",
+    "ops_per_sample", "pool_class", "effective_params",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 
@@ -34,6 +39,40 @@ def ops_per_sample(stored: object, info: dict) -> int:
         if isinstance(value, int | float) and value >= 1:
             return int(value)
     return 1
+
+
+def effective_params_text(method: str, params: object) -> str:
+    """JSON of the parameters a case really ran with: the method's declared defaults, the case's
+    own (stored `params`, JSON text or a dict) over them; a method no longer registered: its own."""
+    from nearlocal.harness.methods import METHODS, load_methods
+
+    load_methods()
+    given = params if isinstance(params, dict) else {}
+    if isinstance(params, str) and params:
+        try:
+            loaded = json.loads(params)
+            given = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            given = {}
+    declared = METHODS[method].params if method in METHODS else {}
+    return json.dumps({str(k): str(v) for k, v in {**declared, **given}.items()}, sort_keys=True)
+
+
+def cpuless_nodes(inventory: object) -> frozenset[int]:
+    """CPU-less nodes of a stored inventory (run.json's `inventory`)."""
+    nodes = inventory.get("numa", []) if isinstance(inventory, dict) else []
+    return frozenset(int(n["node"]) for n in nodes if isinstance(n, dict)
+                     and isinstance(n.get("node"), int) and not n.get("cpus"))
+
+
+def pool_class_column(stored: list, regions: list, inventory: object) -> list[str]:
+    """Rows' `pool_class`: the stored column, else what the region kind declares now."""
+    from nearlocal.regions.base import POOL_CLASSES, pool_class_of
+
+    cpuless = cpuless_nodes(inventory)
+    return [value if isinstance(value, str) and value in POOL_CLASSES
+            else pool_class_of(str(region), cpuless) for value, region in zip(stored, regions,
+                                                                              strict=True)]
 
 
 # What made a run (run.json's `kind`): `latest` is the latest `run`; `latest:KIND` picks another.

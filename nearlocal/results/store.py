@@ -32,8 +32,10 @@ from nearlocal.results.schema import (
     RUN_META_FIELDS,
     SAMPLE_COLUMNS,
     SCHEMA_VERSION,
+    effective_params_text,
     frame_problem,
     ops_per_sample,
+    pool_class_column,
     run_kind,
     shape_problem,
 )
@@ -442,6 +444,12 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     cases["info"] = [_info(value) for value in cases["info"]]
     cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
+    cases["pool_class"] = pool_class_column(list(cases["pool_class"]), list(cases["region"]),
+                                            meta.get("inventory"))  # schema 3 (schema.py)
+    cases["effective_params"] = [
+        stored if isinstance(stored, str) and stored else effective_params_text(str(method), params)
+        for stored, method, params in zip(cases["effective_params"], cases["method"],
+                                          cases["params"], strict=True)]
     return RunData(path, meta, cases, samples, incomplete)
 
 
