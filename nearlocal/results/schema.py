@@ -6,7 +6,6 @@ Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its reg
 `effective_params` (JSON: the method's defaults with the case's params over them); older runs
 derive both at load (`pool_class_column`, `effective_params_text`)."""
 
-import json
 
 SCHEMA_VERSION = 3
 
@@ -45,17 +44,15 @@ def effective_params_text(method: str, params: object) -> str:
     """JSON of the parameters a case really ran with: the method's declared defaults, the case's
     own (stored `params`, JSON text or a dict) over them; a method no longer registered: its own."""
     from nearlocal.harness.methods import METHODS, load_methods
+    from nearlocal.params import BadParams, decode_params, encode_params
 
     load_methods()
-    given = params if isinstance(params, dict) else {}
-    if isinstance(params, str) and params:
-        try:
-            loaded = json.loads(params)
-            given = loaded if isinstance(loaded, dict) else {}
-        except ValueError:
-            given = {}
+    try:
+        given = decode_params(params)
+    except BadParams:
+        given = {}
     declared = METHODS[method].params if method in METHODS else {}
-    return json.dumps({str(k): str(v) for k, v in {**declared, **given}.items()}, sort_keys=True)
+    return encode_params({**declared, **given})
 
 
 def cpuless_nodes(inventory: object) -> frozenset[int]:
