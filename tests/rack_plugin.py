@@ -1,10 +1,14 @@
 """Small rack suites for the MPI tests (NEARLOCAL_PLUGINS=tests.rack_plugin): every rack method
 once, at sizes a shared 2-core CI box runs in seconds."""
 
+import os
+
 from nearlocal.harness.cases import Case
 from nearlocal.harness.suites import Suite, register_suite
 
-POOL = "shm:nearlocal-test-rack"
+# the test session names its own pool (tests/test_rack.py): two sessions at once on one box
+# (a CI run beside a developer's) must not share one
+POOL = os.environ.get("NEARLOCAL_TEST_RACK_POOL", "shm:nearlocal-test-rack")
 
 
 def _three() -> list[Case]:

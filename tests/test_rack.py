@@ -26,12 +26,13 @@ needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason="mpi4py and an MPI (pip i
 NEARLOCAL = [sys.executable, "-m", "nearlocal.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--budget", "0.02", "--ci", "50", "--processes", "1", "--quiet"]
-POOL = "/dev/shm/nearlocal-test-rack"
+POOL = f"/dev/shm/nearlocal-test-rack-{os.getpid()}"  # this session's (tests/rack_plugin.py)
 
 
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
     return {**env, "NEARLOCAL_PLUGINS": "tests.rack_plugin",
+            "NEARLOCAL_TEST_RACK_POOL": "shm:" + POOL.removeprefix("/dev/shm/"),
             "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
             "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
@@ -228,7 +229,7 @@ def test_threads_beyond_one_hosts_cpus_stops_every_rank(tmp_path):
 def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     """Under ULFM (`--with-ft ulfm`) the job survives the death: rank 0 notices it through MPI
     (MPI_ERR_PROC_FAILED), stores the run marked incomplete with the dead rank named."""
-    args = ["run", "--method", "rack-aggregate", "--region", "shm:nearlocal-test-rack-dies",
+    args = ["run", "--method", "rack-aggregate", "--region", f"shm:nearlocal-test-rack-dies-{os.getpid()}",
             "--size", "64KiB", "--out", str(tmp_path), *TINY]
     dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.rack.job as job; "
             "job._run_part = lambda ctx: os.kill(os.getpid(), signal.SIGKILL); "
@@ -240,4 +241,4 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     assert run.meta["lost_ranks"] == [1]
     (_, row), = run.cases[run.cases["method"] == "rack-aggregate"].iterrows()
     assert row["status"] == "failed" and "rank 1" in row["reason"]
-    assert not Path("/dev/shm/nearlocal-test-rack-dies").exists()
+    assert not Path(f"/dev/shm/nearlocal-test-rack-dies-{os.getpid()}").exists()
