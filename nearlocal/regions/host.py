@@ -12,7 +12,9 @@ import os
 import re
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,6 +30,8 @@ from nearlocal.regions.base import (
 )
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size, parse_size
+
+T = TypeVar("T")
 
 MAP_HUGETLB = 0x40000
 MAP_HUGE_SHIFT = 26
@@ -395,6 +399,51 @@ def _reserve(fd: int, length: int, path: Path) -> None:
         raise
 
 
+def create_file(path: Path, prepare: Callable[[int], T],
+                discard: Callable[[T], None] = lambda prepared: None) -> tuple[int, T, Callable[[], None]]:
+    """Create a new file at `path` as nearlocal's own (file:, shm: and storage: regions): made
+    under a temporary name (O_EXCL, no link followed), marked as a live run's (a shared flock held
+    until it is removed, the creation xattr), `prepare(fd)`d (filled, mapped), then published
+    with a hard link that never replaces what appeared meanwhile (`discard(prepared)` if that
+    fails). Returns (fd, what prepare returned, remove): remove() unlinks only the file made here,
+    whatever has the name now is left alone otherwise, and closes fd."""
+    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
+        with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
+            os.setxattr(fd, CREATED_XATTR, _maker().encode())
+        identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+        prepared = prepare(fd)
+        try:
+            _publish(temp, path)
+        except BaseException:
+            discard(prepared)
+            raise
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        temp.unlink(missing_ok=True)  # on every path: the name is published (linked) or dropped
+
+    def remove() -> None:
+        try:
+            found = os.lstat(path)
+            if (found.st_dev, found.st_ino) == identity:
+                path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    return fd, prepared, remove
+
+
+def _reserve_and_map(fd: int, length: int, path: Path) -> mmap.mmap:
+    _reserve(fd, length, path)
+    return mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
+
+
 def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     path = _file_path(spec)
     length = max(size, 1)
@@ -415,37 +464,8 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
         finally:
             os.close(fd)
         return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
-    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
-        with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
-            os.setxattr(fd, CREATED_XATTR, _maker().encode())
-        identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        _reserve(fd, length, path)
-        buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
-        try:
-            _publish(temp, path)
-        except BaseException:
-            buf.close()
-            raise
-    except BaseException:
-        os.close(fd)
-        raise
-    finally:
-        temp.unlink(missing_ok=True)  # on every path: the name is published (linked) or dropped
-
-    def remove() -> None:
-        """Only the file nearlocal made: whatever has the name now is left alone otherwise."""
-        try:
-            found = os.lstat(path)
-            if (found.st_dev, found.st_ino) == identity:
-                path.unlink()
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
+    _, buf, remove = create_file(path, lambda fd: _reserve_and_map(fd, length, path),
+                                 discard=lambda buf: buf.close())
     region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
                      cleanup=remove)
     try:

@@ -10,12 +10,9 @@ publish, a creation xattr and a shared flock marking it as a live run's).
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import stat
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,13 +22,12 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.hwprobe.block import filesystem_of
 from nearlocal.regions.base import (
-    CREATED_XATTR,
     MappedRegion,
     RegionKind,
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.host import _held_by_a_run, _left_by_a_dead_run, _maker, _publish
+from nearlocal.regions.host import _held_by_a_run, _left_by_a_dead_run, create_file
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
@@ -185,31 +181,7 @@ def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegi
         return FileRegion(spec, attr, np.zeros(0, np.uint8), writable,
                           {**_describe(path), "owned": False, "file_bytes": found.st_size},
                           lambda: os.close(fd), fd=fd, path=str(path), length=length)
-    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
-        with contextlib.suppress(OSError):
-            os.setxattr(fd, CREATED_XATTR, _maker().encode())
-        identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        _fill(fd, length, path)
-        _publish(temp, path)
-    except BaseException:
-        os.close(fd)
-        raise
-    finally:
-        temp.unlink(missing_ok=True)
-
-    def remove() -> None:
-        try:
-            found = os.lstat(path)
-            if (found.st_dev, found.st_ino) == identity:
-                path.unlink()
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
+    fd, _, remove = create_file(path, lambda fd: _fill(fd, length, path))
     return FileRegion(spec, attr, np.zeros(0, np.uint8), True,
                       {**_describe(path), "owned": True, "file_bytes": length}, remove,
                       fd=fd, path=str(path), length=length)
