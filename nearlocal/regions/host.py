@@ -345,13 +345,21 @@ def _file_creates(spec: RegionSpec) -> Path:
     return _file_path(spec)
 
 
-def _in_use(spec: RegionSpec) -> str:
-    return (f"{_file_path(spec)} is in use by another running nearlocal process (it created the "
-            f"file and removes it when done): give another name than {spec.text!r}, or wait")
+def in_use_reason(path: Path, spec: RegionSpec) -> str | None:
+    """Why a file another live run created (and removes when done) cannot be this case's."""
+    if not _held_by_a_run(path):
+        return None
+    return (f"{path} is in use by another running nearlocal process (it created the file and "
+            f"removes it when done): give another name than {spec.text!r}, or wait")
+
+
+def user_owned_file(path: Path) -> bool:
+    """A file that is there and not a dead run's leftover is the user's (a dangling link too)."""
+    return os.path.lexists(path) and not _left_by_a_dead_run(path)
 
 
 def _file_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    return _in_use(spec) if _held_by_a_run(_file_path(spec)) else None
+    return in_use_reason(_file_path(spec), spec)
 
 
 def _file_capacity(spec: RegionSpec) -> tuple[int, str] | None:
@@ -453,8 +461,9 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
         path.unlink(missing_ok=True)
     if os.path.lexists(path):
-        if not allow_write and _held_by_a_run(path):
-            raise UsageError(_in_use(spec))
+        in_use = None if allow_write else in_use_reason(path, spec)
+        if in_use:
+            raise UsageError(in_use)
         if path.stat().st_size < length:
             raise UsageError(f"{path} holds {path.stat().st_size} bytes, the case needs {length}")
         fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
@@ -477,8 +486,7 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
 
 
 def _file_user_owned(spec: RegionSpec) -> bool:
-    path = _file_path(spec)
-    return os.path.lexists(path) and not _left_by_a_dead_run(path)  # a dangling link is the user's
+    return user_owned_file(_file_path(spec))
 
 
 register_region_kind(RegionKind(

@@ -27,7 +27,7 @@ from nearlocal.regions.base import (
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.host import _held_by_a_run, _left_by_a_dead_run, create_file
+from nearlocal.regions.host import _left_by_a_dead_run, create_file, in_use_reason, user_owned_file
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
@@ -81,17 +81,13 @@ def _validate(spec: RegionSpec, inventory: HostInventory) -> None:
 
 
 def _unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    if _held_by_a_run(storage_path(spec)):
-        return (f"{storage_path(spec)} is in use by another running nearlocal process (it "
-                f"created the file and removes it when done): give another name than "
-                f"{spec.text!r}, or wait")
-    return None
+    return in_use_reason(storage_path(spec), spec)
 
 
 def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
     """A new file: the file system's free space. An existing file: its length (never grown)."""
     path = storage_path(spec)
-    if os.path.lexists(path) and not _left_by_a_dead_run(path):
+    if user_owned_file(path):
         try:
             return path.stat().st_size, f"the existing file {path} (never grown)"
         except OSError:
@@ -125,8 +121,7 @@ def _read_only(spec: RegionSpec) -> str | None:
 
 
 def _user_owned(spec: RegionSpec) -> bool:
-    path = storage_path(spec)
-    return os.path.lexists(path) and not _left_by_a_dead_run(path)
+    return user_owned_file(storage_path(spec))
 
 
 def _describe(path: Path) -> dict:
