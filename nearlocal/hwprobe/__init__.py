@@ -45,7 +45,8 @@ class HostInventory:
     def host_id(self) -> str:
         """Identity of the hardware for comparisons: the hash of its hardware_identity."""
         data = dataclasses.asdict(self)
-        data["numa"] = [{**d, "likely_cxl": n.likely_cxl} for d, n in zip(data["numa"], self.numa)]
+        data["numa"] = [{**d, "likely_cxl": n.likely_cxl}
+                        for d, n in zip(data["numa"], self.numa, strict=True)]
         key = hardware_identity(data)
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -58,8 +59,9 @@ class HostInventory:
 def hardware_identity(inventory: dict) -> dict:
     """What identifies the hardware, read from an inventory's dict form (a live one's, a stored
     run's, or identity_summary's; a field it lacks reads None): CPU model and count, NUMA nodes
-    with their CPU count and CXL-likeness (a NumaNode property: host_id adds it), GPUs. Not memory sizes (a VM's balloon moves them) nor
-    a calibrated TSC (its last digits move between runs). host_id is its hash."""
+    with their CPU count and CXL-likeness (a NumaNode property: host_id adds it), GPUs. Not
+    memory sizes (a VM's balloon moves them) nor a calibrated TSC (its last digits move between
+    runs). host_id is its hash."""
     cpu = inventory.get("cpu") or {}
     return {
         "cpu": cpu.get("model"),
