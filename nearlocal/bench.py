@@ -130,19 +130,14 @@ def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.Parame
 
 
 def machine_info(host: BenchHost) -> dict:
-    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the hardware. Only
-    what identifies it (CPU, TSC to 10 MHz, NUMA nodes and their CPUs, GPUs): --benchmark-compare
-    warns whenever machine_info differs, and free memory or huge pages change between runs."""
+    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the hardware: only
+    what identifies it (hwprobe.identity_summary)."""
     from nearlocal import __version__
+    from nearlocal.hwprobe import identity_summary
 
     inv = host.inventory
-    return {"host_id": inv.host_id, "nearlocal_version": __version__, "inventory": {
-        "hostname": inv.hostname, "host_id": inv.host_id,
-        "cpu": {"model": inv.cpu.model, "vendor": inv.cpu.vendor},
-        "tsc_hz": round(inv.tsc_hz, -7),
-        "numa": [{"node": n.node, "cpus": list(n.cpus)} for n in inv.numa],
-        "gpu": {"devices": [{"name": g.name} for g in inv.gpu.devices]},
-    }}
+    return {"host_id": inv.host_id, "nearlocal_version": __version__,
+            "inventory": identity_summary(inv)}
 
 
 def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:

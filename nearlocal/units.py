@@ -74,6 +74,19 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def size_spelled_once(value: str | int) -> str:
+    """A plain size in the runner's spelling (16384, "16384", "16 KiB" -> "16KiB"), so one
+    contiguous transfer has one case id however it was asked for; any other text (a fragment
+    pattern, or a malformed size that validation names) as given, stripped. A number that is no
+    size (0, negative) is an error."""
+    if isinstance(value, int):
+        return format_size(parse_size(value))
+    try:
+        return format_size(parse_size(value))
+    except UsageError:
+        return value.strip()
+
+
 def parse_duration(text: str | float) -> float:
     """Seconds from `0.5`, `500ms`, `3us`."""
     if isinstance(text, int | float):

@@ -10,6 +10,7 @@ from nearlocal.errors import UsageError
 from nearlocal.harness.methods import get_method
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import attribute_unavailable, capacity_problem, parse_region, region_kind
+from nearlocal.units import size_spelled_once
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Case:
                 defaults = {}
             params = [(k, v) for k, v in params if k not in defaults or str(defaults[k]) != v]
         object.__setattr__(self, "params", tuple(params))
-        object.__setattr__(self, "pattern", _size_spelled_once(self.pattern))
+        object.__setattr__(self, "pattern", size_spelled_once(str(self.pattern)))
 
     @property
     def id(self) -> str:
@@ -88,20 +89,6 @@ class Case:
         if self.access == "read":
             return pattern.src_span, pattern.dst_span
         return pattern.dst_span, pattern.src_span
-
-
-def _size_spelled_once(pattern: str) -> str:
-    """A plain size in the runner's spelling (`--pattern 16384`, `16 KiB` -> 16KiB), so one
-    contiguous transfer has one case id however it was asked for; other patterns as given."""
-    from nearlocal.units import format_size, parse_size
-
-    text = str(pattern).strip()
-    if not text[:1].isdigit() or "x" in text.lower() or ":" in text or "@" in text:
-        return text
-    try:
-        return format_size(parse_size(text))
-    except UsageError:  # not a size (validate() names the problem)
-        return text
 
 
 def validate(case: Case, inventory: HostInventory) -> None:

@@ -48,20 +48,46 @@ class HostInventory:
 
     @property
     def host_id(self) -> str:
-        """Identity of the hardware for comparisons: CPU, NUMA topology, GPUs. Not memory sizes
-        (a VM's balloon moves them) nor a calibrated TSC (its last digits move between runs)."""
-        key = {
-            "cpu": self.cpu.model,
-            "logical_cpus": self.cpu.logical_cpus,
-            "numa": [(n.node, len(n.cpus), n.likely_cxl) for n in self.numa],
-            "gpus": [g.name for g in self.gpu.devices],
-        }
+        """Identity of the hardware for comparisons: the hash of its hardware_identity."""
+        data = dataclasses.asdict(self)
+        data["numa"] = [{**d, "likely_cxl": n.likely_cxl}
+                        for d, n in zip(data["numa"], self.numa, strict=True)]
+        key = hardware_identity(data)
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data["host_id"] = self.host_id
         return data
+
+
+def hardware_identity(inventory: dict) -> dict:
+    """What identifies the hardware, read from an inventory's dict form (a live one's, a stored
+    run's, or identity_summary's; a field it lacks reads None): CPU model and count, NUMA nodes
+    with their CPU count and CXL-likeness (a NumaNode property: host_id adds it), GPUs. Not
+    memory sizes (a VM's balloon moves them) nor a calibrated TSC (its last digits move between
+    runs). host_id is its hash."""
+    cpu = inventory.get("cpu") or {}
+    return {
+        "cpu": cpu.get("model"),
+        "logical_cpus": cpu.get("logical_cpus"),
+        "numa": [(n.get("node"), len(n.get("cpus", [])), n.get("likely_cxl"))
+                 for n in inventory.get("numa") or []],
+        "gpus": [g.get("name") for g in (inventory.get("gpu") or {}).get("devices", [])],
+    }
+
+
+def identity_summary(inventory: HostInventory) -> dict:
+    """The inventory cut to what identifies the hardware, in its dict form (what compare reads
+    back), plus the hostname and the TSC to 10 MHz: what pytest-benchmark's machine_info may
+    carry, as it warns whenever that differs (free memory and huge pages change between runs)."""
+    return {
+        "hostname": inventory.hostname, "host_id": inventory.host_id,
+        "cpu": {"model": inventory.cpu.model, "vendor": inventory.cpu.vendor},
+        "tsc_hz": round(inventory.tsc_hz, -7),
+        "numa": [{"node": n.node, "cpus": list(n.cpus)} for n in inventory.numa],
+        "gpu": {"devices": [{"name": g.name} for g in inventory.gpu.devices]},
+    }
 
 
 def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True) -> HostInventory:

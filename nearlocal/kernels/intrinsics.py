@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -27,7 +27,6 @@ I64 = ir.IntType(64)
 VEC = ir.VectorType(I64, 8)  # one 64-byte cache line
 LINE = 64
 UNROLL = 4
-
 
 
 def _is_bytes(array) -> bool:
@@ -339,3 +338,102 @@ memcpy_range = _copy_intrinsic("memcpy")
 movdir64b_range = _copy_intrinsic("movdir64b")
 nt_copy_range = _copy_intrinsic("nt")
 nt_copy_range.__doc__ = "Copy src -> dst with nontemporal stores (no fence: the caller's sfence)."
+
+
+# --- ordered words: the atomics of flags, barriers and ring indices shared with another agent ---
+
+def _is_words(array, dtypes=(types.uint64,)) -> bool:
+    """A 1-D contiguous array of one of `dtypes`, addressed by element index."""
+    return isinstance(array, types.Array) and array.dtype in dtypes and array.ndim == 1 \
+        and array.layout == "C"
+
+
+_ORDERED = (types.uint32, types.uint64)  # the widths an acquire load / release store takes
+
+
+def _word_ptr(context, builder, arrty, array, index) -> ir.Value:
+    data = context.make_array(arrty)(context, builder, array).data
+    return builder.gep(data, [index])
+
+
+@intrinsic
+def load_acquire(typingctx, words, index):
+    """`load atomic acquire` of words[index] (uint64 or uint32 words: a flag, a ring index the
+    kernel advances): later loads and stores stay after it (plain mov on x86)."""
+    if not _is_words(words, _ORDERED):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(_word_ptr(context, builder, words, args[0], args[1]),
+                                   "acquire", words.dtype.bitwidth // 8)
+
+    return words.dtype(words, types.int64), codegen
+
+
+@intrinsic
+def store_release(typingctx, words, index, value):
+    """`store atomic release` of a uint64 value into words[index] (truncated to uint32 words: an
+    io_uring ring index): earlier loads and stores are visible before it."""
+    if not _is_words(words, _ORDERED):
+        return None
+
+    def codegen(context, builder, signature, args):
+        bits = words.dtype.bitwidth
+        value = args[2] if bits == 64 else builder.trunc(args[2], ir.IntType(bits))
+        builder.store_atomic(value, _word_ptr(context, builder, words, args[0], args[1]),
+                             "release", bits // 8)
+        return context.get_dummy_value()
+
+    return types.void(words, types.int64, types.uint64), codegen
+
+
+@intrinsic
+def fetch_add(typingctx, words, index, value):
+    """`atomicrmw add` (lock xadd) on words[index]; returns the old value."""
+    if not (isinstance(words, types.Array) and words.dtype == types.uint64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.atomic_rmw("add", _word_ptr(context, builder, words, args[0], args[1]),
+                                  args[2], "seq_cst")
+
+    return types.uint64(words, types.int64, types.uint64), codegen
+
+
+@intrinsic
+def nt_store_word(typingctx, words, index, value):
+    """A nontemporal 8-byte store (movnti): goes to memory through the WC buffers, not the cache."""
+    if not _is_words(words):
+        return None
+
+    def codegen(context, builder, signature, args):
+        store = builder.store(args[2], _word_ptr(context, builder, words, args[0], args[1]),
+                              align=8)
+        _nontemporal(builder, store)
+        return context.get_dummy_value()
+
+    return types.void(words, types.int64, types.uint64), codegen
+
+
+@intrinsic
+def compiler_barrier(typingctx):
+    """No instruction; keeps the compiler from moving memory accesses across it (x86 keeps
+    stores in order and loads in order, so this is the seqlock's write and read barrier)."""
+
+    def codegen(context, builder, signature, args):
+        _asm(builder, "")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def deadline_passed(start, limit_ticks):
+    """The clock check of a spin-wait (the flag waits of rpc/slots.py and rack/kernels.py), made
+    every so many spins so that a fast answer costs no TSC read: returns (start, passed). A
+    `start` of 0 is a wait not yet on the clock: this reading starts it. Inlined, scalars only: a
+    timed wait holds the same instructions as with the check written out."""
+    now = tsc_end()
+    if start == 0:
+        return now, False
+    return start, now - start > limit_ticks

@@ -9,39 +9,40 @@ the same fenced rdtscp as kernels.cpu; what each interval contains is stated on 
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from nearlocal.kernels import cpu
-from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import (
+    fetch_add,
+    load_acquire,
+    pause,
+    store_release,
+    tsc_begin,
+    tsc_end,
+)
 from nearlocal.kernels.thread_forms import THREAD_FORMS
-from nearlocal.rpc.sync import load_acquire, store_release
 
-
-@intrinsic
-def fetch_add(typingctx, words, index, value):
-    """`atomicrmw add` (lock xadd) on words[index]; returns the old value."""
-    if not (isinstance(words, types.Array) and words.dtype == types.uint64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(words)(context, builder, args[0]).data
-        ptr = builder.gep(data, [args[1]])
-        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
-
-    return types.uint64(words, types.int64, types.uint64), codegen
+_sched_yield = ctypes.CDLL(None, use_errno=True).sched_yield
+_sched_yield.argtypes = []
+_sched_yield.restype = ctypes.c_int
 
 
 @njit(nogil=True)
-def barrier_wait(gate, target):
-    """Arrive, then spin until `target` arrivals: gate[0] counts every arrival of every round."""
+def barrier_wait(gate, target, yield_cpu=False):
+    """Arrive, then wait until `target` arrivals: gate[0] counts every arrival of every round.
+    Spins with pause, or with `yield_cpu` gives the CPU away (sched_yield) between looks: there
+    may be more threads than cores (storage's request threads)."""
     fetch_add(gate, 0, np.uint64(1))
     while load_acquire(gate, 0) < target:
-        pause()
+        if yield_cpu:
+            _sched_yield()
+        else:
+            pause()
 
 
 @njit(nogil=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
 from nearlocal.rpc import records as rec
 from nearlocal.rpc.sync import WORDS_PER_LINE, publish_flag, read_flag, write_data
 
@@ -39,10 +39,8 @@ def _await_acks(raw, words, readers, version, protocol, timeout_ticks):
             pause()
             spins += 1
             if spins % SPINS_PER_CHECK == 0:
-                now = tsc_end()
-                if start == 0:
-                    start = now
-                elif now - start > timeout_ticks:
+                start, passed = deadline_passed(start, timeout_ticks)
+                if passed:
                     return False
     return True
 
@@ -90,10 +88,8 @@ def handoff_read(raw, words, sraw, swords, records, reader, area, local, monitor
             if spins % SPINS_PER_CHECK == 0:
                 if read_flag(raw, words, A_STOP, protocol) != 0:
                     return STOPPED
-                now = tsc_end()
-                if start == 0:
-                    start = now
-                elif now - start > idle_ticks:
+                start, passed = deadline_passed(start, idle_ticks)
+                if passed:
                     return IDLE
         if read_flag(raw, words, A_MODE, protocol) == 0:
             for index in range(records):

@@ -169,26 +169,10 @@ class _RackRpcClient(RpcSession):
     server is another host's process; the ring is this client's to set up, as in RpcSession."""
 
     def __init__(self, ctx: RackContext, raw: np.ndarray, throughput: bool):
-        protocol = str(ctx.params.get("protocol", "flush"))
-        self.ctx = ctx
-        self.throughput = throughput
-        self.protocol = protocol_code(protocol)
-        self.slots = int(ctx.pattern.axes["slots"])
-        message_bytes = int(ctx.pattern.axes["message_bytes"])
-        self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1
-        if not 1 <= self.qd <= self.slots:
-            raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
-                             f"slots: use 1 to {self.slots}")
-        self.per_batch = max(64, 4 * self.qd)
-        self.msg_words, _, ring_bytes = slots.layout(self.slots, message_bytes)
-        self.timeout_ticks = np.uint64(ctx.timeout_s * ctx.tsc_hz)
-        self.state = np.zeros(1, np.int64)
+        protocol, message_bytes, ring_bytes = self._configure(ctx, throughput, ctx.timeout_s)
         self.raw = raw[:ring_bytes]
         self.words = slots.init_ring(self.raw, self.slots, message_bytes, protocol)
         self.server = _RemoteServer(self.raw, self.words, self.protocol)
-        self.info = {"protocol": protocol, "qd": self.qd, "slots": self.slots,
-                     "message_bytes": message_bytes,
-                     "requests_per_sample": self.per_batch if throughput else 1}
 
     def close(self) -> None:
         sync.publish_flag(self.words, slots.W_STOP, np.uint64(1), self.protocol)

@@ -12,7 +12,9 @@ import os
 import re
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,6 +30,8 @@ from nearlocal.regions.base import (
 )
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size, parse_size
+
+T = TypeVar("T")
 
 MAP_HUGETLB = 0x40000
 MAP_HUGE_SHIFT = 26
@@ -341,13 +345,21 @@ def _file_creates(spec: RegionSpec) -> Path:
     return _file_path(spec)
 
 
-def _in_use(spec: RegionSpec) -> str:
-    return (f"{_file_path(spec)} is in use by another running nearlocal process (it created the "
-            f"file and removes it when done): give another name than {spec.text!r}, or wait")
+def in_use_reason(path: Path, spec: RegionSpec) -> str | None:
+    """Why a file another live run created (and removes when done) cannot be this case's."""
+    if not _held_by_a_run(path):
+        return None
+    return (f"{path} is in use by another running nearlocal process (it created the file and "
+            f"removes it when done): give another name than {spec.text!r}, or wait")
+
+
+def user_owned_file(path: Path) -> bool:
+    """A file that is there and not a dead run's leftover is the user's (a dangling link too)."""
+    return os.path.lexists(path) and not _left_by_a_dead_run(path)
 
 
 def _file_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    return _in_use(spec) if _held_by_a_run(_file_path(spec)) else None
+    return in_use_reason(_file_path(spec), spec)
 
 
 def _file_capacity(spec: RegionSpec) -> tuple[int, str] | None:
@@ -395,39 +407,26 @@ def _reserve(fd: int, length: int, path: Path) -> None:
         raise
 
 
-def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
-    path = _file_path(spec)
-    length = max(size, 1)
-    if path.is_symlink() and not path.exists():
-        raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows nor "
-                         "replaces it")
-    if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
-        path.unlink(missing_ok=True)
-    if os.path.lexists(path):
-        if not allow_write and _held_by_a_run(path):
-            raise UsageError(_in_use(spec))
-        if path.stat().st_size < length:
-            raise UsageError(f"{path} holds {path.stat().st_size} bytes, the case needs {length}")
-        fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
-        try:
-            buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=prot)
-        finally:
-            os.close(fd)
-        return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
+def create_file(path: Path, prepare: Callable[[int], T],
+                discard: Callable[[T], None] = lambda prepared: None) -> tuple[int, T, Callable[[], None]]:
+    """Create a new file at `path` as nearlocal's own (file:, shm: and storage: regions): made
+    under a temporary name (O_EXCL, no link followed), marked as a live run's (a shared flock held
+    until it is removed, the creation xattr), `prepare(fd)`d (filled, mapped), then published
+    with a hard link that never replaces what appeared meanwhile (`discard(prepared)` if that
+    fails). Returns (fd, what prepare returned, remove): remove() unlinks only the file made here,
+    whatever has the name now is left alone otherwise, and closes fd."""
     temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
         with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
             os.setxattr(fd, CREATED_XATTR, _maker().encode())
         identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        _reserve(fd, length, path)
-        buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
+        prepared = prepare(fd)
         try:
             _publish(temp, path)
         except BaseException:
-            buf.close()
+            discard(prepared)
             raise
     except BaseException:
         os.close(fd)
@@ -436,7 +435,6 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
         temp.unlink(missing_ok=True)  # on every path: the name is published (linked) or dropped
 
     def remove() -> None:
-        """Only the file nearlocal made: whatever has the name now is left alone otherwise."""
         try:
             found = os.lstat(path)
             if (found.st_dev, found.st_ino) == identity:
@@ -446,6 +444,37 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
         finally:
             os.close(fd)
 
+    return fd, prepared, remove
+
+
+def _reserve_and_map(fd: int, length: int, path: Path) -> mmap.mmap:
+    _reserve(fd, length, path)
+    return mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
+
+
+def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    path = _file_path(spec)
+    length = max(size, 1)
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows nor "
+                         "replaces it")
+    if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
+        path.unlink(missing_ok=True)
+    if os.path.lexists(path):
+        in_use = None if allow_write else in_use_reason(path, spec)
+        if in_use:
+            raise UsageError(in_use)
+        if path.stat().st_size < length:
+            raise UsageError(f"{path} holds {path.stat().st_size} bytes, the case needs {length}")
+        fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
+        try:
+            buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=prot)
+        finally:
+            os.close(fd)
+        return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
+    _, buf, remove = create_file(path, lambda fd: _reserve_and_map(fd, length, path),
+                                 discard=lambda buf: buf.close())
     region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
                      cleanup=remove)
     try:
@@ -457,8 +486,7 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
 
 
 def _file_user_owned(spec: RegionSpec) -> bool:
-    path = _file_path(spec)
-    return os.path.lexists(path) and not _left_by_a_dead_run(path)  # a dangling link is the user's
+    return user_owned_file(_file_path(spec))
 
 
 def _numa_pool_class(spec: RegionSpec, cpuless_nodes: frozenset[int]) -> str:

@@ -154,18 +154,13 @@ def _duration_ns(value: object) -> float:
 
 
 def _pattern_text(value: object) -> str:
-    """A size in the form the runner stores it (16384, "16384", "16 KiB" -> "16KiB"), so a spec
-    matches the stored case whichever way it spells the size; a fragment pattern as given."""
-    from nearlocal.units import format_size, parse_size
+    """A size in the form the runner stores it, so a spec matches the stored case whichever way
+    it spells the size; a fragment pattern as given."""
+    from nearlocal.units import size_spelled_once
 
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise UsageError(f"size / pattern must be a size or a pattern string, got {value!r}")
-    try:
-        return format_size(parse_size(value))
-    except UsageError:
-        if isinstance(value, int):
-            raise
-        return value.strip()
+    return size_spelled_once(value)
 
 
 def _make_case(fields: dict, where: str) -> Case:

@@ -200,14 +200,19 @@ class Comparison:
 
 
 def _identity(meta: dict) -> dict | None:
+    """hwprobe.hardware_identity less what a bench import's inventory lacks (CPU count, CXL
+    flags), with the TSC: what two runs whose host ids differ are compared by."""
+    from nearlocal.hwprobe import hardware_identity
+
     inventory = meta.get("inventory") or {}
     if not inventory.get("cpu"):
         return None
+    exact = hardware_identity(inventory)
     return {
-        "cpu": inventory["cpu"].get("model"),
+        "cpu": exact["cpu"],
         "tsc_hz": float(inventory.get("tsc_hz") or 0.0),
-        "numa": [(n.get("node"), len(n.get("cpus", []))) for n in inventory.get("numa", [])],
-        "gpus": [g.get("name") for g in (inventory.get("gpu") or {}).get("devices", [])],
+        "numa": [(node, cpus) for node, cpus, _ in exact["numa"]],
+        "gpus": exact["gpus"],
     }
 
 

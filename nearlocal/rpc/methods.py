@@ -112,22 +112,7 @@ class RpcSession:
     clock = "tsc"
 
     def __init__(self, ctx: SessionContext, throughput: bool):
-        self.ctx = ctx
-        self.throughput = throughput
-        protocol = str(ctx.params.get("protocol", "flush"))
-        self.protocol = protocol_code(protocol)
-        _check_pattern(ctx.pattern)
-        self.slots = int(ctx.pattern.axes["slots"])
-        message_bytes = int(ctx.pattern.axes["message_bytes"])
-        self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1
-        if not 1 <= self.qd <= self.slots:
-            raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
-                             f"slots: use 1 to {self.slots}")
-        self.per_batch = max(64, 4 * self.qd)  # short batches: a preempted one is an outlier
-        self.ops_per_sample = self.per_batch if throughput else 1  # ns is per request
-        self.msg_words, _, ring_bytes = slots.layout(self.slots, message_bytes)
-        self.timeout_ticks = np.uint64(TIMEOUT_S * ctx.tsc_hz)
-        self.state = np.zeros(1, np.int64)
+        protocol, message_bytes, ring_bytes = self._configure(ctx, throughput, TIMEOUT_S)
         client_cpu, server_cpu = _pick_cpus(ctx.params)
         self.shared = share(ctx.dst, ring_bytes)
         self.raw = self.shared.array
@@ -142,11 +127,32 @@ class RpcSession:
         except BaseException:
             self.close()
             raise
-        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "protocol": protocol,
-                     "qd": self.qd, "slots": self.slots, "message_bytes": message_bytes,
-                     "client_cpu": client_cpu, "server_cpu": server_cpu,
-                     "requests_per_sample": self.per_batch if throughput else 1,
-                     **self.shared.info}
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, **self.info,
+                     "client_cpu": client_cpu, "server_cpu": server_cpu, **self.shared.info}
+
+    def _configure(self, ctx, throughput: bool, timeout_s: float) -> tuple[str, int, int]:
+        """The ring's and the client's settings from the case, shared with rack's client (whose
+        server runs on another host); returns (protocol, message bytes, ring bytes)."""
+        self.ctx = ctx
+        self.throughput = throughput
+        protocol = str(ctx.params.get("protocol", "flush"))
+        self.protocol = protocol_code(protocol)
+        _check_pattern(ctx.pattern)
+        self.slots = int(ctx.pattern.axes["slots"])
+        message_bytes = int(ctx.pattern.axes["message_bytes"])
+        self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1
+        if not 1 <= self.qd <= self.slots:
+            raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
+                             f"slots: use 1 to {self.slots}")
+        self.per_batch = max(64, 4 * self.qd)  # short batches: a preempted one is an outlier
+        self.ops_per_sample = self.per_batch if throughput else 1  # ns is per request
+        self.msg_words, _, ring_bytes = slots.layout(self.slots, message_bytes)
+        self.timeout_ticks = np.uint64(timeout_s * ctx.tsc_hz)
+        self.state = np.zeros(1, np.int64)
+        self.info = {"protocol": protocol, "qd": self.qd, "slots": self.slots,
+                     "message_bytes": message_bytes,
+                     "requests_per_sample": self.per_batch if throughput else 1}
+        return protocol, message_bytes, ring_bytes
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = np.zeros(n, np.uint64)

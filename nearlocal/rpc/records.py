@@ -32,10 +32,16 @@ import numpy as np
 from numba import njit
 
 from nearlocal.errors import UsageError
-from nearlocal.kernels.intrinsics import lfence, pause, tsc_begin, tsc_begin_nodrain, tsc_end
+from nearlocal.kernels.intrinsics import (
+    compiler_barrier,
+    lfence,
+    pause,
+    tsc_begin,
+    tsc_begin_nodrain,
+    tsc_end,
+)
 from nearlocal.rpc.sync import (
     WORDS_PER_LINE,
-    compiler_barrier,
     flush_written,
     invalidate,
     protocol_code,

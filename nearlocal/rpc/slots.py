@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from nearlocal.errors import UsageError
-from nearlocal.kernels.intrinsics import pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
 from nearlocal.rpc.sync import (
     WORDS_PER_LINE,
     flush_written,
@@ -110,10 +110,8 @@ def await_response(raw, words, slots, msg_words, k, protocol, timeout_ticks):
         pause()
         spins += 1
         if spins % SPINS_PER_CHECK == 0:
-            now = tsc_end()
-            if start == 0:
-                start = now
-            elif now - start > timeout_ticks:
+            start, passed = deadline_passed(start, timeout_ticks)
+            if passed:
                 return TIMEOUT
     invalidate(raw, words, flag + WORDS_PER_LINE, msg_words, protocol)
     good = True
@@ -146,10 +144,8 @@ def serve(raw, words, slots, msg_words, protocol, k, idle_ticks, max_requests):
             if spins % SPINS_PER_CHECK == 0:
                 if read_flag(raw, words, W_STOP, protocol) != 0:
                     return k, STOPPED
-                now = tsc_end()
-                if start == 0:
-                    start = now
-                elif now - start > idle_ticks:
+                start, passed = deadline_passed(start, idle_ticks)
+                if passed:
                     return k, IDLE
         invalidate(raw, words, base + WORDS_PER_LINE, msg_words, protocol)
         for j in range(msg_words):

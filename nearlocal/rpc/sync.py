@@ -9,75 +9,26 @@ anyone may read it, and one read is invalidated first, even a word this agent ow
 agent (a previous owner) may have written it last.
 
 Words are addressed as indices into a uint64 view of the region; the same memory as a uint8 view
-is passed for the cache-line instructions (the range intrinsics take bytes).
+is passed for the cache-line instructions (the range intrinsics take bytes). The ordered loads and
+stores themselves are intrinsics (kernels/intrinsics.py).
 """
 
 from __future__ import annotations
 
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
-from nearlocal.kernels.intrinsics import clflushopt_range, mfence, sfence
+from nearlocal.kernels.intrinsics import (
+    clflushopt_range,
+    load_acquire,
+    mfence,
+    nt_store_word,
+    sfence,
+    store_release,
+)
 from nearlocal.rpc.protocols import COHERENT, FLUSH, PROTOCOLS, protocol_code  # noqa: F401 (re-exported)
 
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
 LINE = 64
 WORDS_PER_LINE = LINE // 8
-
-
-
-def _is_words(array) -> bool:
-    return isinstance(array, types.Array) and array.dtype == types.uint64 and array.ndim == 1 \
-        and array.layout == "C"
-
-
-def _word_ptr(context, builder, arrty, array, index) -> ir.Value:
-    data = context.make_array(arrty)(context, builder, array).data
-    return builder.gep(data, [index])
-
-
-@intrinsic
-def load_acquire(typingctx, words, index):
-    """`load atomic i64 acquire`: later loads and stores stay after it (plain mov on x86)."""
-    if not _is_words(words):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.load_atomic(_word_ptr(context, builder, words, args[0], args[1]),
-                                   "acquire", 8)
-
-    return types.uint64(words, types.int64), codegen
-
-
-@intrinsic
-def store_release(typingctx, words, index, value):
-    """`store atomic i64 release`: earlier loads and stores are visible before it."""
-    if not _is_words(words):
-        return None
-
-    def codegen(context, builder, signature, args):
-        builder.store_atomic(args[2], _word_ptr(context, builder, words, args[0], args[1]),
-                             "release", 8)
-        return context.get_dummy_value()
-
-    return types.void(words, types.int64, types.uint64), codegen
-
-
-@intrinsic
-def nt_store_word(typingctx, words, index, value):
-    """A nontemporal 8-byte store (movnti): goes to memory through the WC buffers, not the cache."""
-    if not _is_words(words):
-        return None
-
-    def codegen(context, builder, signature, args):
-        store = builder.store(args[2], _word_ptr(context, builder, words, args[0], args[1]),
-                              align=8)
-        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(I32, 1)]))
-        return context.get_dummy_value()
-
-    return types.void(words, types.int64, types.uint64), codegen
 
 
 @njit(cache=True, nogil=True)
@@ -124,15 +75,3 @@ def publish_flag(words, index, value, protocol):
         sfence()
     else:
         store_release(words, index, value)
-
-
-@intrinsic
-def compiler_barrier(typingctx):
-    """No instruction; keeps the compiler from moving memory accesses across it (x86 keeps
-    stores in order and loads in order, so this is the seqlock's write and read barrier)."""
-
-    def codegen(context, builder, signature, args):
-        builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(), codegen

@@ -12,13 +12,10 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
-from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
-from nearlocal.kernels.parallel import fetch_add
-from nearlocal.rpc.sync import load_acquire
+from nearlocal.kernels.intrinsics import fetch_add, load_acquire, store_release, tsc_begin, tsc_end
+from nearlocal.kernels.parallel import barrier_wait
 from nearlocal.storage import uring
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -34,48 +31,11 @@ fadvise.restype = ctypes.c_int
 fdatasync = _libc.fdatasync
 fdatasync.argtypes = [ctypes.c_int]
 fdatasync.restype = ctypes.c_int
-sched_yield = _libc.sched_yield
-sched_yield.argtypes = []
-sched_yield.restype = ctypes.c_int
 syscall = uring.syscall
 
 POSIX_FADV_DONTNEED = 4
 SETTLE_NONE, SETTLE_DROP, SETTLE_SYNC_DROP = 0, 1, 2
 ENTER_RETRIES = 1000  # io_uring_enter failures (EINTR) tolerated in one sample
-
-
-def _u32_ptr(context, builder, arrty, array, index):
-    data = context.make_array(arrty)(context, builder, array).data
-    return builder.gep(data, [index])
-
-
-@intrinsic
-def load_acquire_u32(typingctx, words, index):
-    """`load atomic i32 acquire` of a ring index the kernel advances (CQ tail)."""
-    if not (isinstance(words, types.Array) and words.dtype == types.uint32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.load_atomic(_u32_ptr(context, builder, signature.args[0], args[0],
-                                            args[1]), "acquire", 4)
-
-    return types.uint32(words, types.int64), codegen
-
-
-@intrinsic
-def store_release_u32(typingctx, words, index, value):
-    """`store atomic i32 release` of a ring index (SQ tail, CQ head): the SQEs written before it
-    are visible to the kernel first."""
-    if not (isinstance(words, types.Array) and words.dtype == types.uint32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ptr = _u32_ptr(context, builder, signature.args[0], args[0], args[1])
-        builder.store_atomic(builder.trunc(args[2], ir.IntType(32)) if args[2].type.width > 32
-                             else args[2], ptr, "release", 4)
-        return context.get_dummy_value()
-
-    return types.void(words, types.int64, types.uint64), codegen
 
 
 @njit(nogil=True)
@@ -118,7 +78,7 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
             tail = (tail + 1) & 0xFFFFFFFF
             submitted += 1
             queued += 1
-        store_release_u32(sq, sq_tail_i, np.uint64(tail))
+        store_release(sq, sq_tail_i, np.uint64(tail))
         got = syscall(uring.SYS_IO_URING_ENTER, ring_fd, queued, 1,
                       uring.IORING_ENTER_GETEVENTS, 0, 0)
         if got < 0:
@@ -129,7 +89,7 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
                 return 1
         else:
             queued -= got
-        ctail = np.int64(load_acquire_u32(cq, cq_tail_i))
+        ctail = np.int64(load_acquire(cq, cq_tail_i))
         while head != ctail:
             base = cqes_i + (head & cq_mask) * 4
             index = np.int64(cq[base]) | (np.int64(cq[base + 1]) << 32)
@@ -140,7 +100,7 @@ def uring_pass(sq, cq, sqes, layout, ring_fd, file_fd, opcode, reqs, qd, status)
                 status[1] = index + 1
             head = (head + 1) & 0xFFFFFFFF
             completed += 1
-        store_release_u32(cq, cq_head_i, np.uint64(head))
+        store_release(cq, cq_head_i, np.uint64(head))
     return failed
 
 
@@ -166,14 +126,6 @@ def _one(fd, write, reqs, i):
 
 
 @njit(nogil=True)
-def _barrier(gate, target):
-    """Arrive, then wait (yielding the CPU: there may be more threads than cores)."""
-    fetch_add(gate, 0, np.uint64(1))
-    while load_acquire(gate, 0) < target:
-        sched_yield()
-
-
-@njit(nogil=True)
 def thread_share(fd, write, reqs, mode, gate, taken, starts, ends, tid, nthreads, status):
     """One of `nthreads` threads: per sample, two barriers (thread 0 settles the file between
     them), then requests taken one at a time from the sample's shared counter (a queue: each
@@ -182,10 +134,10 @@ def thread_share(fd, write, reqs, mode, gate, taken, starts, ends, tid, nthreads
     in increasing order), so the caller can name the lowest one whichever thread took it."""
     n = reqs.shape[0]
     for s in range(starts.shape[0]):
-        _barrier(gate, np.uint64((2 * s + 1) * nthreads))
+        barrier_wait(gate, np.uint64((2 * s + 1) * nthreads), True)
         if tid == 0:
             settle(fd, mode)
-        _barrier(gate, np.uint64((2 * s + 2) * nthreads))
+        barrier_wait(gate, np.uint64((2 * s + 2) * nthreads), True)
         t0 = tsc_begin()
         while True:
             i = np.int64(fetch_add(taken, s, np.uint64(1)))

@@ -279,22 +279,24 @@ def _needs(inventory) -> str | None:
     return None if inventory.cpu.has("rdtscp") else "CPU lacks rdtscp"
 
 
-FILE_READ = register_method(Method(
-    name="file-read", family="cpu", state="-", accesses=("read",),
+def _file_method(name: str, write: bool, summary: str) -> Method:
+    return register_method(Method(
+        name=name, family="cpu", state="-", accesses=("write",) if write else ("read",),
+        summary=summary, open_session=lambda ctx: FileSession(ctx, write=write),
+        region_families=frozenset({"storage"}), cpu_flags=("rdtscp",),
+        params=dict(PARAM_DEFAULTS), markers=("storage",),
+        check_params=lambda params: FileParams.parse(params, write=write),
+    ))
+
+
+FILE_READ = _file_method(
+    "file-read", write=False,
     summary="pread / io_uring reads of the pattern from a storage:PATH file into memory "
-            "(O_DIRECT or buffered, qd requests in flight)",
-    open_session=lambda ctx: FileSession(ctx, write=False), region_families=frozenset({"storage"}),
-    cpu_flags=("rdtscp",), params=dict(PARAM_DEFAULTS), markers=("storage",),
-    check_params=lambda params: FileParams.parse(params, write=False),
-))
-FILE_WRITE = register_method(Method(
-    name="file-write", family="cpu", state="-", accesses=("write",),
+            "(O_DIRECT or buffered, qd requests in flight)")
+FILE_WRITE = _file_method(
+    "file-write", write=True,
     summary="pwrite / io_uring writes of the pattern from memory into a storage:PATH file "
-            "(offload; an existing file needs --allow-write)",
-    open_session=lambda ctx: FileSession(ctx, write=True), region_families=frozenset({"storage"}),
-    cpu_flags=("rdtscp",), params=dict(PARAM_DEFAULTS), markers=("storage",),
-    check_params=lambda params: FileParams.parse(params, write=True),
-))
+            "(offload; an existing file needs --allow-write)")
 
 
 def default_file() -> str:

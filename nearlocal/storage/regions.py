@@ -10,12 +10,9 @@ publish, a creation xattr and a shared flock marking it as a live run's).
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import stat
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,13 +22,12 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.hwprobe.block import filesystem_of
 from nearlocal.regions.base import (
-    CREATED_XATTR,
     MappedRegion,
     RegionKind,
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.host import _held_by_a_run, _left_by_a_dead_run, _maker, _publish
+from nearlocal.regions.host import _left_by_a_dead_run, create_file, in_use_reason, user_owned_file
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
@@ -85,17 +81,13 @@ def _validate(spec: RegionSpec, inventory: HostInventory) -> None:
 
 
 def _unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    if _held_by_a_run(storage_path(spec)):
-        return (f"{storage_path(spec)} is in use by another running nearlocal process (it "
-                f"created the file and removes it when done): give another name than "
-                f"{spec.text!r}, or wait")
-    return None
+    return in_use_reason(storage_path(spec), spec)
 
 
 def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
     """A new file: the file system's free space. An existing file: its length (never grown)."""
     path = storage_path(spec)
-    if os.path.lexists(path) and not _left_by_a_dead_run(path):
+    if user_owned_file(path):
         try:
             return path.stat().st_size, f"the existing file {path} (never grown)"
         except OSError:
@@ -129,8 +121,7 @@ def _read_only(spec: RegionSpec) -> str | None:
 
 
 def _user_owned(spec: RegionSpec) -> bool:
-    path = storage_path(spec)
-    return os.path.lexists(path) and not _left_by_a_dead_run(path)
+    return user_owned_file(storage_path(spec))
 
 
 def _describe(path: Path) -> dict:
@@ -185,31 +176,7 @@ def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegi
         return FileRegion(spec, attr, np.zeros(0, np.uint8), writable,
                           {**_describe(path), "owned": False, "file_bytes": found.st_size},
                           lambda: os.close(fd), fd=fd, path=str(path), length=length)
-    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
-        with contextlib.suppress(OSError):
-            os.setxattr(fd, CREATED_XATTR, _maker().encode())
-        identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        _fill(fd, length, path)
-        _publish(temp, path)
-    except BaseException:
-        os.close(fd)
-        raise
-    finally:
-        temp.unlink(missing_ok=True)
-
-    def remove() -> None:
-        try:
-            found = os.lstat(path)
-            if (found.st_dev, found.st_ino) == identity:
-                path.unlink()
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
+    fd, _, remove = create_file(path, lambda fd: _fill(fd, length, path))
     return FileRegion(spec, attr, np.zeros(0, np.uint8), True,
                       {**_describe(path), "owned": True, "file_bytes": length}, remove,
                       fd=fd, path=str(path), length=length)
