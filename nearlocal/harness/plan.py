@@ -17,10 +17,14 @@ from dataclasses import dataclass, field, replace
 
 from nearlocal.errors import UsageError
 from nearlocal.harness import cases as case_rules
+from nearlocal.harness import runner
 from nearlocal.harness.cases import Case, SkipKind
 from nearlocal.harness.methods import get_method
 from nearlocal.harness.runner import default_processes, describe
+from nearlocal.harness.stats import StoppingRule
+from nearlocal.harness.worker import WorkerSettings
 from nearlocal.hwprobe import HostInventory
+from nearlocal.units import parse_budget
 from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 MAX_PROCESSES = 100
@@ -85,15 +89,10 @@ class RunSettings:
     def from_options(cls, budget: str, ci: float = 1.0, processes: int | None = None,
                      threads: str | None = None, cpus: str | None = None,
                      allow_write: bool = False, budget_option: str = "--budget") -> RunSettings:
-        from nearlocal.units import parse_budget
-
         return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write)
 
-    def worker_settings(self, inventory: HostInventory):
+    def worker_settings(self, inventory: HostInventory) -> WorkerSettings:
         """What each worker gets: the stopping rule, the clock and the run's inventory."""
-        from nearlocal.harness.stats import StoppingRule
-        from nearlocal.harness.worker import WorkerSettings
-
         rule = StoppingRule(budget_s=self.budget_s, target_rel_ci=self.ci_percent / 100)
         return WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=self.allow_write,
                               inventory=inventory)
@@ -198,14 +197,14 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
             case_timeout_s: float | None = None) -> KeyboardInterrupt | None:
     """Run the plan into `store` with run's progress display; the store is left open. Returns
     the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored."""
-    from nearlocal import console
-    from nearlocal.harness import runner
+    from nearlocal import console  # rich: loaded only by the commands that print
 
     settings = plan.settings
     worker = settings.worker_settings(plan.inventory)
     with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
                              settings.budget_s, enabled=not quiet, processes=settings.processes,
                              patterns=[e.case.pattern for e in plan.entries]) as progress:
+        # runner.Runner is looked up here, at the call: tests stand a double in for it
         measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
                                   case_timeout_s=case_timeout_s, processes=settings.processes,
                                   on_pass=progress.new_pass, on_measured=progress.measured,
