@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import get_method, ops_per_sample
 from nearlocal.harness.stats import StoppingRule, relative_half_width, summarize
@@ -74,6 +73,8 @@ class BenchHost:
     # what the session measured, (row, raw, ns) per case: the run --nearlocal-save stores and
     # --nearlocal-baseline judges
     measured: list[tuple[dict, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    # the plan's entry of every generated test's case, by case id (suite_params plans them)
+    planned: dict[str, Any] = field(default_factory=dict, repr=False)
     _clock: Any = field(default=None, repr=False)
 
     @property
@@ -114,19 +115,25 @@ def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.Parame
     import pytest
 
     params = []
-    for case in suite_cases(suite):
-        if get_method(case.method).family != family:
-            continue
-        try:
-            case_rules.validate(case, host.inventory)
-            reason = case_rules.unavailable(case, host.inventory, host.allow_write)
-        except UsageError as exc:  # e.g. a node the suite names does not exist on this box
-            reason = str(exc)
+    cases = [case for case in suite_cases(suite, host.inventory) if get_method(case.method).family == family]
+    for entry in plan(cases, host).entries:
+        case = entry.case
+        host.planned[case.id] = entry
         marks = [getattr(pytest.mark, name) for name in case_markers(case)]
-        if reason:
-            marks.append(pytest.mark.skip(reason=reason))
+        if entry.reason:  # e.g. a node the suite names does not exist on this box: skipped too
+            marks.append(pytest.mark.skip(reason=entry.reason))
         params.append(pytest.param(case.to_dict(), id=case_test_id(case), marks=marks))
     return params
+
+
+def plan(cases: list[Case], host: BenchHost):
+    """The plan stage, as `nearlocal run` plans: one process (this one), the session's CI target;
+    the budget is pytest-benchmark's (stopping_rule), read when each test runs."""
+    from nearlocal.harness.plan import RunSettings, plan_cases
+
+    settings = RunSettings(StoppingRule().budget_s, host.target_rel_ci * 100, processes=1,
+                           allow_write=host.allow_write)
+    return plan_cases(cases, host.inventory, settings)
 
 
 def machine_info(host: BenchHost) -> dict:
@@ -151,11 +158,13 @@ def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:
 
 def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     """Measure one case and record it in pytest-benchmark; returns the row `nearlocal run` stores."""
-    from nearlocal.harness.runner import describe
-
     case = Case.from_dict(case_data)
-    row = describe(case, host.inventory.cpuless_nodes)
-    with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write) as opened:
+    entry = host.planned.get(case.id) or plan([case], host).entries[0]
+    if not entry.runs:  # a case pytest was asked to run all the same (-p no:skipping)
+        raise UsageError(f"{case.id}: {entry.reason}")
+    row = dict(entry.row)
+    with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
+                   host.inventory) as opened:
         if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
             benchmark.pedantic(opened.session.sample, args=(1,))
             return row

@@ -131,13 +131,15 @@ def pattern_list(texts: list[str] | None) -> list[str]:
     return _rejoin(_items("--pattern", texts, unique=False), starts_new, lambda previous: previous + ",")
 
 
-def _selected_cases(args: argparse.Namespace):
+def _selected_cases(args: argparse.Namespace, inventory=None):
+    """The cases the command line selects: the suite's (built for `inventory`, the run's probed
+    box), narrowed or crossed by --method / --region / --attr / --size / --pattern / --peer."""
     from nearlocal.harness.cases import Case
     from nearlocal.harness.methods import get_method
     from nearlocal.harness.suites import suite_cases
     from nearlocal.units import format_size, parse_size
 
-    cases = suite_cases(args.suite)
+    cases = suite_cases(args.suite, inventory)
     params = _parse_params(args.param or [])
     methods = _items("--method", args.method)
     regions = region_list("--region", args.region)
@@ -179,74 +181,55 @@ def _parse_params(texts: list[str]) -> dict[str, str]:
 def _json_records(cases, columns: list[str] | None = None) -> str:
     """Case rows as a JSON array; `params` (stored as JSON text) becomes an object."""
     frame = cases[columns] if columns else cases
+    from nearlocal.params import BadParams, decode_params
+
     records = json.loads(frame.to_json(orient="records"))
     for record in records:
         if isinstance(record.get("params"), str):
-            with contextlib.suppress(ValueError):
-                record["params"] = json.loads(record["params"] or "{}")
+            with contextlib.suppress(BadParams):  # a damaged value is shown as it was stored
+                record["params"] = decode_params(record["params"])
     return json.dumps(records, indent=1)
+
+
+def run_settings(args: argparse.Namespace):
+    """`run`'s --budget, --ci, --processes, --threads, --cpus, --allow-write, checked once."""
+    from nearlocal.harness.plan import RunSettings
+
+    return RunSettings.from_options(args.budget, args.ci, args.processes, args.threads,
+                                    args.cpus, args.allow_write)
 
 
 def _run(args: argparse.Namespace) -> int:
     from nearlocal import console
-    from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner, default_processes, run_metadata
-    from nearlocal.harness.stats import StoppingRule
-    from nearlocal.harness.worker import WorkerSettings
+    from nearlocal.harness.plan import measure, plan_cases
+    from nearlocal.harness.runner import run_metadata
     from nearlocal.hwprobe import probe
     from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.results.schema import JSON_COLUMNS
     from nearlocal.results.store import Store
     from nearlocal.safeio import check_output, write_output
-    from nearlocal.units import parse_budget
 
     if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
         from nearlocal.rack.job import run_job
 
         return run_job(args)
-    budget = parse_budget(args.budget)
-    if not 0 < args.ci < 100:
-        raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
-    processes = default_processes(budget) if args.processes is None else args.processes
-    if not 1 <= processes <= 100:
-        raise UsageError(f"--processes must be between 1 and 100, got {processes}")
+    settings = run_settings(args)
     check_output("--json", args.json)  # before measuring, not after
     inventory = probe()
-    cases = _selected_cases(args)
-    from nearlocal.harness.threads import apply_thread_args
-
-    cases = apply_thread_args(cases, args.threads, args.cpus)
+    cases = _selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
-    refuse_without_mpi(cases)
-    for case in cases:
-        case_rules.validate(case, inventory)
-    reasons = [case_rules.unavailable(c, inventory, args.allow_write) for c in cases]
-    if cases and all(r and "cannot hold" in r for r in reasons):  # e.g. --size 1TiB on shm:
-        raise UsageError(next(r for r in reasons if r))
-    if cases and all(r and "--allow-write" in r for r in reasons):
-        raise UsageError("every selected case writes to memory you did not allow: "
-                         "pass --allow-write to write to " + ", ".join({c.written for c in cases}))
-    rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
-    settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
-    meta = run_metadata(inventory, settings, args.suite, processes=processes, kind="run")
+    plan = plan_cases(cases, inventory, settings, check_selection=refuse_without_mpi)
+    plan.refuse_bad_input()
+    meta = run_metadata(inventory, settings.worker_settings(inventory), args.suite,
+                        processes=settings.processes, kind="run")
     from nearlocal.harness.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
     store = Store.create(Path(args.out), meta)
-    interrupted = False
-    with console.RunProgress([c.id for c in cases], [r is None for r in reasons], budget,
-                             enabled=not args.quiet, processes=processes,
-                             patterns=[c.pattern for c in cases]) as progress:
-        runner = Runner(inventory, settings, store, progress.finished, processes=processes,
-                        on_pass=progress.new_pass, on_measured=progress.measured,
-                        on_compile=progress.compiling, compile_first=True)
-        try:
-            runner.run(cases)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): keep what was measured
-            interrupted = exc
+    interrupted = measure(plan, store, quiet=args.quiet)
     path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         interrupted=bool(interrupted))
     from nearlocal.results import load

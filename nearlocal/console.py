@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -203,13 +202,15 @@ def _range(low: float, high: float) -> str:
 
 
 def params_text(params) -> str:
-    """`protocol=flush qd=8` from the stored JSON text (or a dict); `-` for none."""
-    if isinstance(params, str):
-        try:
-            params = json.loads(params) if params else {}
-        except ValueError:
-            return params
-    return " ".join(f"{k}={v}" for k, v in sorted((params or {}).items())) or "-"
+    """`protocol=flush qd=8` from the stored JSON text (or a dict); `-` for none; a damaged
+    value as it was stored."""
+    from nearlocal.params import BadParams, decode_params
+
+    try:
+        decoded = decode_params(params)
+    except BadParams:
+        return str(params)
+    return " ".join(f"{k}={v}" for k, v in sorted(decoded.items())) or "-"
 
 
 # Key columns of the run table: what tells two rows of one run apart. peer and params are shown

@@ -45,15 +45,20 @@ class Backend:
     block_on_fault: bool | None = None  # the WQ allows the BOF flag
 
 
-def open_backend(wq_param: str) -> Backend:
-    """Probe the live system, pick a usable WQ, check the CPU flag, map its portal."""
+def open_backend(wq_param: str, inventory=None) -> Backend:
+    """Pick a usable WQ of the run's inventory (else of the live system, probed now), check the
+    CPU flag, map its portal."""
     from nearlocal.dsa.portal import Portal, push_for
-    from nearlocal.hwprobe.cpu import probe_cpu
-    from nearlocal.hwprobe.dsa import probe_dsa
-    from nearlocal.sysroot import SysRoot
 
-    root = SysRoot.default()
-    info, cpu = probe_dsa(root), probe_cpu(root)
+    if inventory is not None:
+        info, cpu = inventory.dsa, inventory.cpu
+    else:
+        from nearlocal.hwprobe.cpu import probe_cpu
+        from nearlocal.hwprobe.dsa import probe_dsa
+        from nearlocal.sysroot import SysRoot
+
+        root = SysRoot.default()
+        info, cpu = probe_dsa(root), probe_cpu(root)
     reason = info.reason()
     if reason:
         raise RuntimeError(reason)
@@ -143,7 +148,7 @@ class DsaSession:
 
         self.ctx = ctx
         self.params = DsaParams.parse(dict(ctx.params), batched)
-        self.backend = backend or open_backend(self.params.wq)
+        self.backend = backend or open_backend(self.params.wq, ctx.inventory)
         try:
             self._build(batched)
             self.wait = driver.wait_for(self.params.wait, self.backend.has_flag)

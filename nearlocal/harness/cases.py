@@ -1,16 +1,34 @@
 """Cases: method x region x attribute x pattern (x peer, x parameters). Plain, hashable data with a
-stable id; `unavailable()` says why a case cannot run on this box, before anything is compiled."""
+stable id; `skip()` says why (of which kind) a case cannot run on this box, before anything is
+compiled; `harness/plan.py` asks it once per case."""
 
 from __future__ import annotations
 
-import json
+import enum
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import get_method
 from nearlocal.hwprobe import HostInventory
+from nearlocal.params import decode_params, encode_params
 from nearlocal.regions import attribute_unavailable, capacity_problem, parse_region, region_kind
 from nearlocal.units import size_spelled_once
+
+if TYPE_CHECKING:
+    from nearlocal.workloads.patterns import Pattern
+
+
+class SkipKind(enum.Enum):
+    """Why a case is skipped, as a kind: exit codes and whole-run refusals are chosen from the
+    kind, never from the reason's text."""
+
+    UNAVAILABLE = "unavailable"  # the method, region or attribute is not on this box
+    NOT_APPLICABLE = "not-applicable"  # the method does not run on this region (peer) family
+    CANNOT_HOLD = "cannot-hold"  # more than the region's free memory or space
+    READ_ONLY = "read-only"  # writes to a region that cannot take them (a read-only fs)
+    NEEDS_ALLOW_WRITE = "needs-allow-write"  # writes to user-owned memory without --allow-write
+    NOT_ON_BOX = "not-on-box"  # accept: a case the box refused as input (numa:7 on one node)
 
 
 @dataclass(frozen=True)
@@ -56,14 +74,13 @@ class Case:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["params"] = json.dumps(dict(self.params), sort_keys=True)
+        data["params"] = encode_params(dict(self.params))
         data["case_id"] = self.id
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
-        params = data.get("params") or "{}"
-        params = json.loads(params) if isinstance(params, str) else params
+        params = decode_params(data.get("params"))
         return cls(method=data["method"], region=data["region"], attr=data["attr"],
                    pattern=data["pattern"], peer=data.get("peer", "dram"),
                    access=data.get("access", ""), params=tuple(params.items()),
@@ -79,11 +96,12 @@ class Case:
         bytes land there). Both are checked against --allow-write alike."""
         return self.region if self.writes_region else self.peer
 
-    def spans(self) -> tuple[int, int]:
-        """Bytes the case maps in its (region, peer), as the worker maps them."""
+    def spans(self, pattern: Pattern | None = None) -> tuple[int, int]:
+        """Bytes the case maps in its (region, peer), as the worker maps them (`pattern`: this
+        case's, already parsed)."""
         from nearlocal.workloads.patterns import parse_pattern
 
-        pattern = parse_pattern(self.pattern)
+        pattern = pattern if pattern is not None else parse_pattern(self.pattern)
         if self.access == "write":  # as open_case swaps it: a read that stores (chase) does not
             pattern = pattern.swapped()
         if self.access == "read":
@@ -91,8 +109,9 @@ class Case:
         return pattern.dst_span, pattern.src_span
 
 
-def validate(case: Case, inventory: HostInventory) -> None:
-    """Bad input (unknown names, malformed specs, missing nodes/paths): UsageError, exit 2."""
+def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None) -> None:
+    """Bad input (unknown names, malformed specs, missing nodes/paths): UsageError, exit 2.
+    `pattern`: the case's, already parsed (else parsed here)."""
     from nearlocal.workloads.patterns import parse_pattern
 
     method = get_method(case.method)
@@ -109,7 +128,7 @@ def validate(case: Case, inventory: HostInventory) -> None:
         spec = parse_region(text)
         region_kind(spec).validate(spec, inventory)
     attribute_unavailable(parse_region(case.region), case.attr)  # unknown attribute raises
-    pattern = parse_pattern(case.pattern)
+    pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     if method.check_pattern:
         method.check_pattern(pattern)
     if method.check_case:
@@ -117,34 +136,45 @@ def validate(case: Case, inventory: HostInventory) -> None:
 
 
 def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:
-    """Why this case cannot run here, or None. Never compiles or touches memory."""
+    """Why this case cannot run here, or None (skip()'s reason, for `probe`'s matrix)."""
+    found = skip(case, inventory, allow_write)
+    return found[1] if found else None
+
+
+def skip(case: Case, inventory: HostInventory, allow_write: bool,
+         pattern: Pattern | None = None) -> tuple[SkipKind, str] | None:
+    """(kind, reason) when this case cannot run here, or None. Never compiles or touches
+    memory. `pattern`: the case's, already parsed."""
     method = get_method(case.method)
     reason = method.unavailable(inventory)
     if reason:
-        return reason
+        return SkipKind.UNAVAILABLE, reason
     spec, peer = parse_region(case.region), parse_region(case.peer)
     kind, peer_kind = region_kind(spec), region_kind(peer)
     if kind.family not in method.region_families:
-        return (f"{case.method} runs on {' / '.join(sorted(method.region_families))} regions, "
-                f"not on {kind.family} ones")
+        return SkipKind.NOT_APPLICABLE, (
+            f"{case.method} runs on {' / '.join(sorted(method.region_families))} regions, "
+            f"not on {kind.family} ones")
     if peer_kind.family not in method.peer_families:
-        return (f"{case.method} takes a {' / '.join(sorted(method.peer_families))} peer, "
-                f"not a {peer_kind.family} one")
+        return SkipKind.NOT_APPLICABLE, (
+            f"{case.method} takes a {' / '.join(sorted(method.peer_families))} peer, "
+            f"not a {peer_kind.family} one")
     for one, one_kind in ((spec, kind), (peer, peer_kind)):
         reason = one_kind.unavailable(one, inventory)
         if reason:
-            return reason
+            return SkipKind.UNAVAILABLE, reason
     reason = attribute_unavailable(spec, case.attr)
     if reason:
-        return reason
-    for one, size in zip((spec, peer), case.spans(), strict=True):
+        return SkipKind.UNAVAILABLE, reason
+    for one, size in zip((spec, peer), case.spans(pattern), strict=True):
         reason = capacity_problem(one, size)  # refused before anything is created
         if reason:
-            return reason
+            return SkipKind.CANNOT_HOLD, reason
     written, written_kind = (spec, kind) if case.writes_region else (peer, peer_kind)
     if written_kind.read_only and written_kind.read_only(written):
-        return written_kind.read_only(written)
+        return SkipKind.READ_ONLY, written_kind.read_only(written)
     if written_kind.user_owned(written) and not allow_write:
         role = "" if case.writes_region else "the peer "
-        return f"writes to {role}{case.written} need --allow-write (it may hold someone's data)"
+        return SkipKind.NEEDS_ALLOW_WRITE, (f"writes to {role}{case.written} need --allow-write "
+                                            "(it may hold someone's data)")
     return None

@@ -35,6 +35,12 @@ class SessionContext:
     tsc_hz: float
     timer_overhead_ticks: float
     params: dict = field(default_factory=dict)
+    inventory: HostInventory | None = None  # the run's, probed once in the parent
+
+    @property
+    def numa(self) -> list | None:
+        """The run's NUMA nodes (None: not given; a session probes them itself)."""
+        return list(self.inventory.numa) if self.inventory is not None else None
 
 
 class Session(Protocol):
@@ -78,6 +84,11 @@ class Method:
     sample_bytes: Callable[[Pattern], int] | None = None
     # writes into the region even when it reads it (chase lays its pointer ring there)
     stores_in_region: bool = False
+    # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
+    suites: tuple[str, ...] = ()
+    # what it measures on the pool regions (harness/pool.py): "read" (quick's pool rows),
+    # "bandwidth" (mlc's peak with every CPU), "latency" (idle latency), "loaded-latency"
+    pool_roles: frozenset[str] = frozenset()
 
     def bytes_moved(self, pattern: Pattern) -> int:
         """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""
@@ -121,6 +132,16 @@ def load_methods() -> dict[str, Method]:
         for module in [*METHOD_MODULES, *plugins]:
             importlib.import_module(module.strip())
     return METHODS
+
+
+def methods_joining(suite: str) -> list[str]:
+    """The methods that join `suite`'s generic grid, in the order they were declared."""
+    return [m.name for m in load_methods().values() if suite in m.suites]
+
+
+def methods_in_role(role: str) -> list[str]:
+    """The methods that play `role` on the pool regions, in the order they were declared."""
+    return [m.name for m in load_methods().values() if role in m.pool_roles]
 
 
 def get_method(name: str) -> Method:

@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nearlocal.harness.cases import Case
+from nearlocal.harness.methods import methods_in_role
 from nearlocal.harness.suites import QUICK_SIZES, Suite, extend_suite, register_suite
 from nearlocal.hwprobe import HostInventory
 from nearlocal.units import format_size
 
-READ_METHODS = ("load", "nt-load", "clflush-load", "clflushopt-load")
 CHASE_SIZES = ("16KiB", "256KiB", "4MiB", "64MiB", "1GiB")  # L1, L2, LLC, memory, >= 1 GiB
-BANDWIDTH_METHODS = ("load", "store", "nt-store", "memcpy")
 LOADED_DELAYS_NS = (0, 100, 200, 400, 800, 1600, 3200, 10000, 50000)
 LOADED_SIZE = "1GiB"
 
@@ -56,34 +55,33 @@ def pool_note(inventory: HostInventory, local_node: LocalNode = _here, suite: st
     return f"{suite} also measures non-local memory: " + ", ".join(regions)
 
 
-def _inventory() -> HostInventory:
-    from nearlocal.hwprobe import probe
-
-    return probe(calibrate=False, gpu=False)
-
-
-def quick_pool_cases(inventory: HostInventory | None = None,
-                     local_node: LocalNode = _here) -> list[Case]:
-    inventory = inventory or _inventory()
+def quick_pool_cases(inventory: HostInventory, local_node: LocalNode = _here) -> list[Case]:
     regions = pool_regions(inventory, local_node)
-    cases = [Case("chase", region, "wb", size) for region in ("dram", *regions)
-             for size in CHASE_SIZES]
+    cases = [Case(method, region, "wb", size) for method in methods_in_role("latency")
+             for region in ("dram", *regions) for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", format_size(size)) for region in regions
-              for method in READ_METHODS for size in QUICK_SIZES]
+              for method in methods_in_role("read") for size in QUICK_SIZES]
     return cases
 
 
-def mlc_cases(inventory: HostInventory | None = None,
-              local_node: LocalNode = _here) -> list[Case]:
-    inventory = inventory or _inventory()
+def mlc_cases(inventory: HostInventory, local_node: LocalNode = _here) -> list[Case]:
     regions = ["dram", *pool_regions(inventory, local_node)]
-    cases = [Case("chase", region, "wb", size) for region in ("dram:thp", "dram:2M", *regions)
-             for size in CHASE_SIZES]
+    cases = [Case(method, region, "wb", size) for method in methods_in_role("latency")
+             for region in ("dram:thp", "dram:2M", *regions) for size in CHASE_SIZES]
     cases += [Case(method, region, "wb", LOADED_SIZE, params=(("threads", "all"),))
-              for region in regions for method in BANDWIDTH_METHODS]
-    cases += [Case("loaded-chase", region, "wb", LOADED_SIZE, params=(("delay", str(delay)),))
+              for region in regions for method in methods_in_role("bandwidth")]
+    cases += [Case(method, region, "wb", LOADED_SIZE, params=(("delay", str(delay)),))
+              for method in methods_in_role("loaded-latency")
               for region in regions for delay in LOADED_DELAYS_NS]
     return cases
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """READ_METHODS / BANDWIDTH_METHODS, the names these lists once were: registry queries."""
+    roles = {"READ_METHODS": "read", "BANDWIDTH_METHODS": "bandwidth"}
+    if name in roles:
+        return tuple(methods_in_role(roles[name]))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 extend_suite("quick", quick_pool_cases)

@@ -9,7 +9,7 @@ import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,7 +25,7 @@ from nearlocal.regions import files_to_create, parse_region, remove_leftovers
 from nearlocal.regions.base import pool_class_of
 from nearlocal.results.schema import effective_params_text
 from nearlocal.results.store import Store
-from nearlocal.workloads.patterns import parse_pattern
+from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
@@ -100,11 +100,12 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
     }
 
 
-def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset()) -> dict:
+def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
+             pattern: Pattern | None = None) -> dict:
     """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
-    (what makes numa:N a CXL node)."""
+    (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's)."""
     method = get_method(case.method)
-    pattern = parse_pattern(case.pattern)
+    pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     return {
         **case.to_dict(),
         "pool_class": pool_class_of(case.region, cpuless_nodes),
@@ -132,11 +133,29 @@ class _Worker:
     tsc_quantum_ns: float
 
 
+@dataclass
+class _Planned:
+    """A case given to run() without a plan (library callers, tests): its row facts and skip
+    reason, asked here once. Front ends hand run() a harness.plan.Plan instead."""
+
+    case: Case
+    row: dict
+    reason: str | None
+
+    @property
+    def runs(self) -> bool:
+        return self.reason is None
+
+
 class Runner:
-    """processes: how many worker processes measure each case, one after another in passes over
-    all cases (pyperf's way): page placement, code layout and co-tenants are drawn again in each
-    process, so their spread is sampled within the run and `nearlocal compare` can model it. Each
-    process gets budget / processes; a row pools every process's samples, tagged by process."""
+    """Measures cases interleaved in passes: with `processes` = K, pass k (k = 1..K) measures
+    every runnable case once, each pass in a fresh worker process (one worker per pass serves
+    every case of it, one after another; a new one only after a crash), so a case's K
+    measurements come from K processes, the other cases measured in between. Page placement,
+    code layout and co-tenants are drawn again in each process: their spread is sampled within
+    the run and `nearlocal compare` can model it. (pyperf, by contrast, runs all processes of
+    one benchmark before the next.) Each process gets budget / K; a row pools every process's
+    samples, tagged by process."""
 
     def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
                  on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,
@@ -155,7 +174,9 @@ class Runner:
         self.on_compile = on_compile or (lambda done, of, case_id, compiled: None)
         self.compile_first = compile_first
         self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
-        self.processes = max(1, int(processes))
+        if type(processes) is not int or processes < 1:  # RunSettings checks what users give
+            raise ValueError(f"processes must be a positive integer, got {processes!r}")
+        self.processes = processes
         self._context = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
         self._creating: list = []  # files the case in flight may create (removed if it dies)
@@ -285,14 +306,16 @@ class Runner:
         self._creating = []
         return message
 
-    def compile_kernels(self, cases: list[Case]) -> None:
+    def compile_kernels(self, cases: list[Case], sizes: list[int] | None = None) -> None:
         """A step of its own before the first pass: one sample of the smallest case of each
         method and parameter set, so numba compiles (or loads from its cache) the kernels the
         run needs while progress says so, in the worker the first pass then uses. A case that
-        fails here is left to its own measurement to report."""
+        fails here is left to its own measurement to report. `sizes`: each case's total bytes
+        (the plan's row facts), else read from its pattern."""
         smallest: dict[tuple, tuple[int, Case]] = {}
-        for case in cases:
-            size = parse_pattern(case.pattern).total_bytes
+        if sizes is None:
+            sizes = [parse_pattern(case.pattern).total_bytes for case in cases]
+        for case, size in zip(cases, sizes, strict=True):
             key = (case.method, case.params)
             if key not in smallest or size < smallest[key][0]:
                 smallest[key] = (size, case)
@@ -322,10 +345,14 @@ class Runner:
         return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
                 "clock_resolution_ns": resolution, **row}, raw, ns
 
-    def run(self, cases: Iterable[Case]) -> list[dict]:
-        """Skipped cases are stored as they come; runnable ones after their last process (a
-        failure in any process fails the case). Interrupted, what was measured is stored."""
-        cases = list(cases)
+    def run(self, plan) -> list[dict]:
+        """`plan`: a harness.plan.Plan (its verdicts are used as they are), or cases. Skipped
+        cases are stored as they come; runnable ones after their last process (a failure in any
+        process fails the case). Interrupted, what was measured is stored."""
+        entries = getattr(plan, "entries", None)
+        if entries is None:
+            entries = [self._planned(case) for case in plan]
+        cases = [entry.case for entry in entries]
         rows: list[dict] = []
         pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
 
@@ -343,18 +370,18 @@ class Runner:
             self.on_case(row)
 
         try:
-            reasons = [case_rules.unavailable(case, self.inventory, self.settings.allow_write)
-                       for case in cases]
             if self.compile_first:
-                self.compile_kernels([c for c, r in zip(cases, reasons, strict=True) if not r])
+                runnable = [entry for entry in entries if entry.runs]
+                self.compile_kernels([entry.case for entry in runnable],
+                                     [entry.row["size_bytes"] for entry in runnable])
             for process in range(self.processes):
                 self.on_pass(process)
                 last = process == self.processes - 1
                 for index, case in enumerate(cases):
                     if process == 0:
-                        row = describe(case, self.inventory.cpuless_nodes)
-                        reason = reasons[index]
-                        if reason:
+                        row = dict(entries[index].row)
+                        reason = entries[index].reason
+                        if not entries[index].runs:
                             row.update(status="skipped", reason=reason)
                             finish(index, row, [])
                             continue
@@ -387,6 +414,10 @@ class Runner:
         finally:
             self._stop_worker()
         return rows
+
+    def _planned(self, case: Case) -> _Planned:
+        return _Planned(case, describe(case, self.inventory.cpuless_nodes),
+                        case_rules.unavailable(case, self.inventory, self.settings.allow_write))
 
 
 def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int) -> dict:

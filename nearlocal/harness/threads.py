@@ -112,11 +112,15 @@ def local_node(nodes: Iterable[NumaNode] | None = None, root: SysRoot | None = N
     return next((n.node for n in nodes if cpu in n.cpus), None)
 
 
-def node_cpus(node: int, root: SysRoot | None = None) -> list[int]:
-    """The CPUs of `node`, or of the nearest node that has CPUs when it has none (a CXL node)."""
+def node_cpus(node: int, root: SysRoot | None = None,
+              numa: Iterable[NumaNode] | None = None) -> list[int]:
+    """The CPUs of `node`, or of the nearest node that has CPUs when it has none (a CXL node);
+    among `numa` (the run's inventory), else the nodes probed under `root`."""
     from nearlocal.hwprobe.numa import probe_numa
 
-    nodes = {n.node: n for n in probe_numa(root or SysRoot.default())}
+    if numa is None:
+        numa = probe_numa(root or SysRoot.default())
+    nodes = {n.node: n for n in numa}
     if node not in nodes:
         return []
     if nodes[node].cpus:
@@ -131,9 +135,11 @@ def node_cpus(node: int, root: SysRoot | None = None) -> list[int]:
 
 
 def choose_cpus(region: str, threads: str, cpus: str, root: SysRoot | None = None,
-                allowed: set[int] | None = None) -> list[int]:
+                allowed: set[int] | None = None,
+                numa: Iterable[NumaNode] | None = None) -> list[int]:
     """Distinct CPUs for the threads: --cpus if given, else the region's node's, else all this
-    process may use; UsageError when there are fewer than asked for."""
+    process may use; UsageError when there are fewer than asked for. `numa`: the nodes of the
+    run's inventory (else probed under `root`)."""
     allowed = set(os.sched_getaffinity(0)) if allowed is None else allowed
     named = parse_cpus(cpus)
     if named:
@@ -145,11 +151,11 @@ def choose_cpus(region: str, threads: str, cpus: str, root: SysRoot | None = Non
     else:
         node = region_node(region)
         if node is None and (region == "dram" or region.startswith("dram:")):
-            node = local_node(root=root)  # the worker faulted dram's pages in on its own node
+            node = local_node(numa, root=root)  # the worker faulted dram's pages on its node
         if node is None:
             pool, where = sorted(allowed), "this process's CPUs"
         else:
-            pool = [c for c in node_cpus(node, root) if c in allowed]
+            pool = [c for c in node_cpus(node, root, numa) if c in allowed]
             where = f"the CPUs near node {node}"
     count = parse_threads(threads)
     if count is None:
@@ -217,7 +223,7 @@ class ThreadedSession:
                              f"{', '.join(BODIES)}")
         self.ctx = ctx
         self.cpus = choose_cpus(ctx.case.region, ctx.params.get("threads", "1"),
-                                ctx.params.get("cpus", ""))
+                                ctx.params.get("cpus", ""), numa=ctx.numa)
         self.shares = split_frags(ctx.pattern.frags, len(self.cpus))
         self.share_bytes = [int(s[:, 2].sum()) for s in self.shares]
         self.kernel = threaded_kernel(method)
@@ -305,10 +311,11 @@ def threaded(method: Method) -> Method:
                    check_params=check)
 
 
-def apply_thread_args(cases: list, threads: str | None, cpus: str | None) -> list:
+def apply_thread_args(cases: list, threads: str | None, cpus: str | None,
+                      numa: Iterable[NumaNode] | None = None) -> list:
     """`--threads N|all` / `--cpus LIST` on the selected cases: set on those whose method has a
     multi-thread form, the others dropped; none left is a usage error. `--cpus` alone means one
-    thread per named CPU."""
+    thread per named CPU. `numa`: the run's inventory's nodes (else probed)."""
     from nearlocal.harness.methods import get_method
 
     for option, value in (("--threads", threads), ("--cpus", cpus)):
@@ -327,9 +334,9 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None) -> lis
             for case in cases if "threads" in get_method(case.method).params]
     for case in kept:  # too few CPUs is bad input: exit 2 before anything runs
         node = region_node(case.region)
-        if node is None or node_cpus(node):  # a missing node is validate()'s to report
+        if node is None or node_cpus(node, numa=numa):  # a missing node: validate()'s to say
             choose_cpus(case.region, case.param_dict.get("threads", "all"),
-                        case.param_dict.get("cpus", ""))
+                        case.param_dict.get("cpus", ""), numa=numa)
     if not kept:
         from nearlocal.kernels.thread_forms import THREAD_FORMS
 

@@ -19,6 +19,7 @@ from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods, ops_per_sample
 from nearlocal.harness.stats import StoppingRule, summarize
+from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
 from nearlocal.workloads.patterns import Pattern, parse_pattern
 
@@ -31,6 +32,8 @@ class WorkerSettings:
     # The run's timer overhead when an earlier worker measured it: every worker process of a run
     # subtracts the same estimate, so processes differ only in what they measure.
     overhead_ticks: float | None = None
+    # the box as the parent probed it, once per run: sessions read it instead of probing again
+    inventory: HostInventory | None = None
 
 
 @dataclass
@@ -48,16 +51,17 @@ class OpenCase:
 
 
 @contextmanager
-def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
-              allow_write: bool) -> Iterator[OpenCase]:
+def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: bool,
+              inventory: HostInventory | None = None) -> Iterator[OpenCase]:
     """Map the case's region and peer and open its method's session; all closed on exit.
-    Shared by the worker process and the in-process pytest-benchmark front end."""
+    Shared by the worker process and the in-process pytest-benchmark front end. `inventory`:
+    the run's (sessions that need the box's NUMA nodes or DSA queues read it)."""
     method = get_method(case.method)
-    pattern = parse_pattern(case.pattern)
-    if case.access == "write":
-        pattern = pattern.swapped()  # scattered pieces land in the region, packed in the peer
+    parsed = parse_pattern(case.pattern)  # once in this process
+    # a write: scattered pieces land in the region, packed in the peer
+    pattern = parsed.swapped() if case.access == "write" else parsed
     region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
-    region_size, peer_size = case.spans()
+    region_size, peer_size = case.spans(parsed)
     for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
         check_capacity(spec, size)  # again here: free memory may have gone since planning
     region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
@@ -67,7 +71,7 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
-                                 {**method.params, **case.param_dict})
+                                 {**method.params, **case.param_dict}, inventory)
             session = method.open_session(ctx)
             try:
                 yield OpenCase(case, pattern, region, session)
@@ -81,7 +85,8 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float,
 
 def measure(case: Case, settings: WorkerSettings,
             overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
-    with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
+    with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
+                   settings.inventory) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
         moved = get_method(case.method).bytes_moved(opened.pattern)
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
@@ -128,7 +133,8 @@ def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float) ->
 
     counter, start = Counter(), time.perf_counter()
     with event.install_listener("numba:compile", counter), \
-            open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write) as opened:
+            open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
+                      settings.inventory) as opened:
         opened.session.sample(1)
     return counter.count, time.perf_counter() - start
 

@@ -143,7 +143,7 @@ class LoadedChaseSession(ChaseSession):
         self.hops = self.ops_per_sample = _int_param(params, "hops", 1)
         traffic = params.get("traffic", "load")
         self.cpus = choose_cpus(ctx.case.region, params.get("threads", "all"),
-                                params.get("cpus", ""))
+                                params.get("cpus", ""), numa=ctx.numa)
         if len(self.cpus) < 2:
             raise UsageError("loaded-chase needs at least 2 CPUs (one chases, the others load)")
         burst = parse_size(params.get("burst", "4KiB"))
@@ -247,6 +247,7 @@ register_method(Method(
             "latency; the size picks L1 / L2 / LLC / memory)",
     open_session=ChaseSession, cpu_flags=("rdtscp",), markers=("cpu",), moves_bytes=False,
     params={"hops": "4096", "seed": "1"}, check_params=_check_chase, stores_in_region=True,
+    pool_roles=frozenset({"latency"}),
 ))
 register_method(Method(
     name="loaded-chase", family="cpu", accesses=("read",), state="warm",
@@ -255,5 +256,5 @@ register_method(Method(
     open_session=LoadedChaseSession, cpu_flags=("rdtscp",), markers=("cpu",), moves_bytes=False,
     params={"hops": "4096", "seed": "1", "threads": "all", "cpus": "", "delay": "0",
             "traffic": "load", "burst": "4KiB"},
-    check_params=_check_loaded, stores_in_region=True,
+    check_params=_check_loaded, stores_in_region=True, pool_roles=frozenset({"loaded-latency"}),
 ))

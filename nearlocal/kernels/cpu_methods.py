@@ -36,7 +36,8 @@ class CpuSession:
         from nearlocal.kernels import cpu
 
         check_params(ctx.params)
-        self.kernel = getattr(cpu, kernel_name)
+        # a kernel of kernels.cpu by name, or a kernel function (a plugin's own)
+        self.kernel = getattr(cpu, kernel_name) if isinstance(kernel_name, str) else kernel_name
         self.ctx = ctx
         self.sink = np.zeros(1, np.uint64)
         drain = str(ctx.params.get("drain", "before"))
@@ -58,33 +59,34 @@ class CpuSession:
 
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
-         flags: tuple[str, ...] = ()) -> Method:
+         flags: tuple[str, ...] = (), roles: tuple[str, ...] = ()) -> Method:
     return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
-        check_params=check_params,
+        check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
     )))
 
 
 _cpu("load", "time_load", ("read",), "warm",
-     "64-byte vector loads, warm (one untimed pass first)")
+     "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"))
 _cpu("store", "time_store", ("write",), "warm",
-     "64-byte vector stores, then mfence")
+     "64-byte vector stores, then mfence", roles=("bandwidth",))
 _cpu("nt-store", "time_nt_store", ("write",), "warm",
-     "nontemporal stores (vmovntdq) of a constant, then sfence")
+     "nontemporal stores (vmovntdq) of a constant, then sfence", roles=("bandwidth",))
 _cpu("nt-copy", "time_nt_copy", ("write",), "warm",
      "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence")
 _cpu("nt-load", "time_nt_load", ("read",), "cold",
-     "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"))
+     "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"),
+     roles=("read",))
 _cpu("clflush-load", "time_clflush_load", ("read",), "warm",
      "clflush every line, mfence, then load: all timed (Beluga's read of a non-coherent pool)",
-     ("clflush",))
+     ("clflush",), roles=("read",))
 _cpu("clflushopt-load", "time_clflushopt_load", ("read",), "warm",
-     "clflushopt every line, mfence, then load: all timed", ("clflushopt",))
+     "clflushopt every line, mfence, then load: all timed", ("clflushopt",), roles=("read",))
 _cpu("store-clwb", "time_store_clwb", ("write",), "warm",
      "stores, clwb of every line, sfence: written back to memory", ("clwb",))
 _cpu("movdir64b", "time_movdir64b", ("write",), "warm",
      "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",))
 _cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
-     "libc memcpy of every fragment, then mfence, the baseline")
+     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",))

@@ -37,6 +37,16 @@ class Plan:
     settings: object
     processes: int
     case_timeout_s: float
+    planned: object = None  # the harness.plan.Plan of the cases (verdicts asked once)
+
+    def plain(self):
+        """The plan's ordinary (not rack) cases, as the runner takes them."""
+        from dataclasses import replace
+
+        from nearlocal.rack.methods import is_rack
+
+        return replace(self.planned, entries=[e for e in self.planned.entries
+                                              if not is_rack(e.case)])
 
 
 def run_job(args: argparse.Namespace) -> int:
@@ -98,33 +108,21 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
 
 
 def _plan(args: argparse.Namespace, inventory) -> Plan:
-    from nearlocal.cli import _selected_cases
-    from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import default_processes
-    from nearlocal.harness.stats import StoppingRule
-    from nearlocal.harness.threads import apply_thread_args
-    from nearlocal.harness.worker import WorkerSettings
+    from nearlocal.cli import _selected_cases, run_settings
+    from nearlocal.harness.plan import Refuse, plan_cases
     from nearlocal.rack.methods import is_rack
-    from nearlocal.units import parse_budget
 
-    budget = parse_budget(args.budget)
-    if not 0 < args.ci < 100:
-        raise UsageError(f"--ci must be a percentage between 0 and 100, got {args.ci:g}")
-    processes = default_processes(budget) if args.processes is None else args.processes
-    if not 1 <= processes <= 100:
-        raise UsageError(f"--processes must be between 1 and 100, got {processes}")
+    settings = run_settings(args)
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
-    cases = apply_thread_args(_selected_cases(args), args.threads, args.cpus)
-    for case in cases:
-        case_rules.validate(case, inventory)
-        if is_rack(case):
-            reason = case_rules.unavailable(case, inventory, args.allow_write)
-            if reason:  # a pool named by the user: every host must have it
-                raise UsageError(f"pool {case.region}: {reason}")
-    rule = StoppingRule(budget_s=budget, target_rel_ci=args.ci / 100)
-    settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=args.allow_write)
-    return Plan(cases, inventory, settings, processes, max(120.0, 20 * budget))
+    planned = plan_cases(_selected_cases(args, inventory), inventory, settings)
+    for entry in planned.entries:
+        if isinstance(entry.verdict, Refuse):
+            raise UsageError(entry.verdict.error)
+        if is_rack(entry.case) and entry.reason:  # a pool named by the user: every host has it
+            raise UsageError(f"pool {entry.case.region}: {entry.reason}")
+    return Plan(planned.cases, inventory, settings.worker_settings(inventory),
+                settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 
 def _first_problem(answers: list[dict]) -> str | None:
@@ -277,7 +275,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
                 if rank == 0:
                     Runner(plan.inventory, plan.settings, _RankStore(job, hosts, store),
                            case_timeout_s=plan.case_timeout_s,
-                           processes=plan.processes).run(plain)
+                           processes=plan.processes).run(plan.plain())
                     continue
                 try:
                     _collect_plain(job, rank, store, hosts, plan, len(plain))
@@ -436,7 +434,6 @@ def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
     """Ranks 1..N-1: measure what rank 0 asks, send it the results, until it says stop."""
     from nearlocal.harness.cases import Case
     from nearlocal.harness.runner import Runner
-    from nearlocal.rack.methods import is_rack
 
     patience = (len(plan.cases) + 2) * (plan.case_timeout_s * plan.processes + 120) * job.size
     while True:
@@ -449,8 +446,7 @@ def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
             return 0
         if message[0] == "plain":
             Runner(plan.inventory, plan.settings, _RankStore(job, hosts),
-                   case_timeout_s=plan.case_timeout_s, processes=plan.processes).run(
-                [c for c in plan.cases if not is_rack(c)])
+                   case_timeout_s=plan.case_timeout_s, processes=plan.processes).run(plan.plain())
             job.send(("done",), 0, START_TIMEOUT_S, "ending its cases")
         elif message[0] == "rack":
             case = Case.from_dict(message[1])

@@ -457,44 +457,34 @@ def check_pool(spec: Spec, inventory) -> None:
 
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                   processes: int | None = None) -> Path:
-    """Run exactly the spec's cases through the normal runner and store; returns the run path.
-    Cases this box cannot run (a missing node, a CPU flag) are stored skipped with the reason.
-    Worker processes per case: --processes, else the spec's [run] processes, else the default
-    `nearlocal run` uses for this budget (so accept's rows are measured as run's are)."""
-    from nearlocal.console import console
-    from nearlocal.harness import cases as case_rules
-    from nearlocal.harness.runner import Runner, default_processes, describe, run_metadata
-    from nearlocal.harness.stats import StoppingRule
-    from nearlocal.harness.worker import WorkerSettings
+    """Run exactly the spec's cases through the plan stage and the runner, as `nearlocal run`
+    does; returns the run path. Cases this box cannot run (a missing node, a CPU flag) are stored
+    skipped with the reason. Worker processes per case: --processes, else the spec's [run]
+    processes, else the default `nearlocal run` uses for this budget (so accept's rows are
+    measured as run's are)."""
+    from nearlocal.harness.plan import RunSettings, measure, plan_cases
+    from nearlocal.harness.runner import run_metadata
     from nearlocal.hwprobe import probe
+    from nearlocal.results.store import Store
 
     inventory = probe()
     check_pool(spec, inventory)
-    budget_s = parse_budget(budget) if budget else parse_budget(spec.budget, "budget")
-    processes = processes or spec.processes or default_processes(budget_s)
-    rule = StoppingRule(budget_s=budget_s, target_rel_ci=spec.ci / 100)
-    settings = WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=allow_write)
-    meta = run_metadata(inventory, settings, f"accept:{spec.path.name}", kind="accept",
-                        spec=str(spec.path.resolve()), processes=processes,
+    settings = RunSettings.from_options(budget or spec.budget, spec.ci,
+                                        processes or spec.processes, allow_write=allow_write,
+                                        budget_option="--budget" if budget else "budget")
+    # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
+    # a spec whose every case writes to memory not allowed: its requirements fail, not measured
+    plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
+    meta = run_metadata(inventory, settings.worker_settings(inventory),
+                        f"accept:{spec.path.name}", kind="accept",
+                        spec=str(spec.path.resolve()), processes=settings.processes,
                         pool=spec.pool or None)
-    from nearlocal.results.store import Store
-
     store = Store.create(out, meta)
-    runnable = []
-    for case in spec.cases():
-        try:
-            case_rules.validate(case, inventory)
-            runnable.append(case)
-        except UsageError as exc:  # e.g. numa:1 on a one-node box: not measured, not a bad spec
-            store.add_case({**describe(case, inventory.cpuless_nodes), "status": "skipped",
-                            "reason": str(exc)})
-    try:
-        with console.status(f"measuring {len(runnable)} cases for {spec.path.name}"):
-            Runner(inventory, settings, store, processes=processes).run(runnable)
-    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
-        store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=True)
-        raise
-    return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
+    interrupted = measure(plan, store)
+    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=bool(interrupted))
+    if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
+        raise interrupted
+    return path
 
 
 # ---------------------------------------------------------------- output
@@ -557,8 +547,10 @@ def _accept(args) -> int:
     from nearlocal.console import console
 
     spec = parse_spec(args.spec, args.region, args.peer)
-    if args.processes is not None and not 1 <= args.processes <= 100:
-        raise UsageError(f"--processes must be between 1 and 100, got {args.processes}")
+    if args.processes is not None:
+        from nearlocal.harness.plan import check_processes
+
+        check_processes(args.processes)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
     for option, path in (("--junit", args.junit), ("--json", args.json)):

@@ -1,0 +1,121 @@
+"""The plan stage: one probe per run, each case checked once, skip kinds (not texts) decide, and
+method sets that come from the registry (a plugin's method joins quick and the pool)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.harness import cases as case_rules
+from nearlocal.harness import methods as method_registry
+from nearlocal.harness.cases import Case, SkipKind
+from nearlocal.harness.plan import Refuse, Run, RunSettings, Skip, plan_cases
+from nearlocal.hwprobe import probe
+from nearlocal.results import load
+from nearlocal.sysroot import SysRoot
+from tests.fakesys import cxl_box
+from tests.report_fixtures import make_run, row
+
+PLUGIN = "unwarmed-load"
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """tests.plugin_method loaded the way a user's plugin is: NEARLOCAL_PLUGINS, read when the
+    registry loads."""
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "tests.plugin_method")
+    monkeypatch.setattr(method_registry, "_loaded", False)
+    sys.modules.pop("tests.plugin_method", None)
+    method_registry.load_methods()
+    yield method_registry.get_method(PLUGIN)
+    method_registry.METHODS.pop(PLUGIN, None)
+    sys.modules.pop("tests.plugin_method", None)
+
+
+def test_one_probe_and_one_check_per_case_in_a_run(tmp_path, monkeypatch):
+    """`nearlocal run --method load`: the box is probed once (suites, threads, the runner use
+    that inventory) and each case's skip verdict is asked once. No worker is started: every
+    request to one fails the case at once."""
+    import nearlocal.hwprobe as hwprobe
+    from nearlocal.harness import runner
+
+    probes, skips = [], []
+    real_probe, real_skip = hwprobe.probe, case_rules.skip
+    monkeypatch.setattr(hwprobe, "probe", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
+    monkeypatch.setattr(case_rules, "skip", lambda *a, **k: skips.append(a[0].id) or real_skip(*a, **k))
+    monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: {
+        "status": "failed", "reason": "no worker in this test"})
+    code = main(["run", "--method", "load", "--size", "4KiB,64KiB", "--budget", "0.02",
+                 "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    assert len(probes) == 1
+    cases = load("latest", tmp_path).cases
+    assert sorted(skips) == sorted(cases["case_id"]) and len(skips) == len(set(skips))
+    assert set(cases["status"]) <= {"failed", "skipped"}
+
+
+def test_skip_kinds_decide_what_a_run_refuses():
+    inventory = probe(calibrate=False, gpu=False)
+    settings = RunSettings(0.02, processes=1)
+    huge = plan_cases([Case("load", "dram", pattern=f"{2**45}B")], inventory, settings)
+    (entry,) = huge.entries
+    assert isinstance(entry.verdict, Skip) and entry.verdict.kind is SkipKind.CANNOT_HOLD
+    with pytest.raises(Exception, match="cannot hold"):
+        huge.refuse_bad_input()
+    fine = plan_cases([Case("load", "dram", pattern="4KiB"), Case("load", "numa:99")], inventory,
+                      settings)
+    assert isinstance(fine.entries[0].verdict, Run) and fine.entries[0].row["size_bytes"] == 4096
+    assert isinstance(fine.entries[1].verdict, Refuse)
+    accepted = fine.refused_as_skipped()
+    assert accepted.entries[1].verdict.kind is SkipKind.NOT_ON_BOX
+    accepted.refuse_bad_input()  # one case runs: nothing to refuse
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"budget_s": 0.5, "processes": 0}, "--processes must be between 1 and 100, got 0"),
+    ({"budget_s": 0.5, "ci_percent": 100.0}, "--ci must be a percentage"),
+])
+def test_run_settings_are_checked_once(kwargs, message):
+    from nearlocal.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        RunSettings(**kwargs)
+    assert RunSettings(0.5).processes == 5 and RunSettings(0.02).processes == 1
+
+
+def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):
+    from nearlocal.harness.runner import Runner
+
+    with pytest.raises(ValueError, match="processes"):
+        Runner(None, RunSettings(0.1).worker_settings(probe(calibrate=False, gpu=False)), None,
+               processes=0)
+
+
+def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, monkeypatch):
+    from nearlocal.harness import suites, threads
+    from nearlocal.harness.worker import open_case
+    from nearlocal.kernels.timer import measure_clock
+    from nearlocal.report.tables import build_report
+
+    monkeypatch.setattr(threads, "current_cpu", lambda: 0)  # the fake box's node 0
+    inventory = probe(SysRoot(cxl_box(tmp_path / "sys")), calibrate=False, gpu=False)
+    quick = [c for c in suites.suite_cases("quick", inventory) if c.method == PLUGIN]
+    assert {c.region for c in quick} == {"dram", "numa:1", "devdax:/dev/dax0.0"}
+    assert Case(PLUGIN, "dram", "wb", "16KiB") in quick
+    assert PLUGIN in suites.CPU_METHODS
+
+    # it really measures: its kernel, timed inside compiled code, on local DRAM
+    here = probe(calibrate=False, gpu=False)
+    with open_case(Case(PLUGIN, "dram", "wb", "4KiB"), here.tsc_hz or 2e9,
+                   measure_clock().overhead_ticks, False, here) as opened:
+        raw, ns = opened.session.sample(5)
+    assert len(ns) == 5 and np.all(np.asarray(raw) > 0)
+
+    run = make_run(tmp_path / "store", [row(PLUGIN, "dram", median=1000.0),
+                                        row(PLUGIN, "numa:1", median=2500.0)])
+    near = build_report([load(run)]).section("near-cases").table
+    (found,) = [r for r in near.rows if r[0] == PLUGIN]
+    assert found[4] == "numa:1" and found[8] == pytest.approx(2.5)
