@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nearlocal.harness.threads import is_threaded
-from nearlocal.report.tables import (
+from nearlocal.report.model import (
     Cell,
     Column,
     NoValue,
@@ -17,9 +17,9 @@ from nearlocal.report.tables import (
     Section,
     Series,
     keyed_table,
-    region_class,
-    stat_of,
 )
+from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.rows import region_class, stat_of
 
 
 def _info(row) -> dict:
@@ -176,3 +176,21 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         [Column("threads", "count"), Column("GB/s", "gbps"), Column("1 thread GB/s", "gbps"),
          Column("× 1 thread", "ratio"), Column("per thread GB/s")], runs, per_run)
     return section
+
+
+# ------------------------------------------------------------- registered, in the report's order
+
+
+@register_section('idle', 20)
+def _idle(i: Inputs) -> Section:
+    return section_idle_latency(i.runs, i.frames)
+
+
+@register_section('threads', 140)
+def _threads(i: Inputs) -> Section:
+    return section_threads(i.runs, i.frames)
+
+
+@register_section('loaded', 150)
+def _loaded(i: Inputs) -> Section:
+    return section_loaded_latency(i.runs, i.frames)

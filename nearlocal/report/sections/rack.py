@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nearlocal.report.papers import figure
-from nearlocal.report.tables import (
+from nearlocal.report.model import (
     Cell,
     Column,
     NoValue,
@@ -16,8 +15,10 @@ from nearlocal.report.tables import (
     Section,
     Stat,
     keyed_table,
-    stat_of,
 )
+from nearlocal.report.papers import figure
+from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.rows import stat_of
 
 RACK_PREFIX = "rack-"
 
@@ -144,3 +145,11 @@ def _hosts_line(df: pd.DataFrame) -> str:
     return f"Ranks: {hosts}." + (" Coherent host: every rank on one host, so the flush "
                                   "protocol runs but is not proven necessary here." if coherent
                                   else "")
+
+
+# ------------------------------------------------------------- registered, in the report's order
+
+
+@register_section('rack', 160)
+def _rack(i: Inputs) -> Section:
+    return section_rack(i.runs, i.frames)
