@@ -78,6 +78,10 @@ class Method:
     sample_bytes: Callable[[Pattern], int] | None = None
     # writes into the region even when it reads it (chase lays its pointer ring there)
     stores_in_region: bool = False
+    # what one sample's time is (a row's `measures`): "transfer", moving the pattern's bytes
+    # (sizes, GB/s, fragment plots), or "operation", one operation that is no such transfer
+    # (a dependent load, an RPC, a metadata phase)
+    measures: str = "transfer"
 
     def bytes_moved(self, pattern: Pattern) -> int:
         """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""

@@ -4,12 +4,15 @@ rows. All arithmetic on rows that several sections share lives here."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
+from dataclasses import fields
 
 import pandas as pd
 
+from nearlocal.harness.cases import Case
+from nearlocal.params import BadParams, decode_params
+from nearlocal.regions.base import POOL_CLASSES
 from nearlocal.report.model import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
 from nearlocal.report.papers import Figure, figure
 from nearlocal.results import RunData
@@ -19,42 +22,25 @@ __all__ = ["NOT_IN_RUN"]
 # ---------------------------------------------------------------------------------------------
 # Rows of one run, with the derived columns every section uses
 
-GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cuda-memcpy-2d",
-                    "gather-kernel", "scatter-kernel", "zero-copy-kernel")
-KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
-RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
-# Rows that time something other than moving their pattern's bytes: no bandwidth, no size plots.
-NOT_TRANSFERS = (*RPC_METHODS, "kv-metadata", "chase", "loaded-chase")
-SHARED_CLASS = 3  # shm: / file: mappings: this box's own DRAM; lower ranks are other memory
-LOCAL_CLASS = 9
-GPU_CLASS = 10
+RANKS = {name: rank for rank, name in enumerate(POOL_CLASSES)}  # a class's rank: its position
+SHARED_CLASS = RANKS["shared"]  # shm: / file: mappings: this box's own DRAM; lower: other memory
+LOCAL_CLASS = RANKS["local"]
+GPU_CLASS = RANKS["gpu"]
+SIZE_16K = 16 * 1024
+SIZE_64K = 64 * 1024
 
 
-def region_class(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> tuple[int, str]:
-    """(rank, description): how pool-like a region is; lower ranks stand for the pool first."""
-    inner = str(region).removeprefix("registered:")
-    kind, _, rest = inner.partition(":")
-    if kind == "devdax":
-        return 0, "CXL pool (device-dax)"
-    if kind == "numa":
-        if rest.isdigit() and int(rest) in cpuless_nodes:
-            return 1, "CPU-less NUMA node (CXL in system-ram mode)"
-        return 2, "NUMA node"
-    if kind in ("file", "shm"):
-        return SHARED_CLASS, "shared mapping"
-    if kind in ("dram", "pinned"):
-        return LOCAL_CLASS, "local DRAM"
-    if kind == "gpu":
-        return GPU_CLASS, "GPU memory"
-    return 5, "other region"
+def class_rank(pool_class: object) -> int:
+    """A row's `pool_class` (or `peer_pool_class`) as its rank: lower stands for the pool first."""
+    return RANKS.get(str(pool_class), RANKS["other"])
 
 
-def _params(text) -> dict:
-    if isinstance(text, dict):
-        return text
+def _params(value) -> dict:
+    """Stored params through the one codec; a damaged value reads as none (the row's case id
+    still says what it was)."""
     try:
-        return json.loads(text) if text else {}
-    except (TypeError, ValueError):
+        return decode_params(value)
+    except BadParams:
         return {}
 
 
@@ -66,9 +52,13 @@ def _with_attr(region: str, attr: str) -> str:
     return region if attr in ("wb", "", None) else f"{region}[{attr}]"
 
 
-_TEXT_DEFAULTS = {"case_id": "", "method": "", "family": "", "region": "", "attr": "wb",
-                  "pattern": "", "peer": "dram", "access": "read", "params": "{}",
-                  "status": "failed", "reason": ""}
+# Hand-made or partial rows (an import) may lack a text column: the gaps read as the case's own
+# defaults (harness.cases.Case), a row that says nothing of its outcome as failed.
+_CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if isinstance(f.default, str)}
+_TEXT_DEFAULTS = {**dict.fromkeys(("case_id", "method", "family", "region", "pattern", "params",
+                                   "reason"), ""),
+                  "attr": _CASE_DEFAULTS["attr"], "peer": _CASE_DEFAULTS["peer"],
+                  "access": "read", "params": "{}", "status": "failed"}
 
 
 def _texts(values: Iterable, index: pd.Index) -> pd.Series:
@@ -78,9 +68,6 @@ def _texts(values: Iterable, index: pd.Index) -> pd.Series:
 def prepare(run: RunData) -> pd.DataFrame:
     """The run's case rows plus src / dst / path / pool rank / parsed params."""
     df = run.cases.copy()
-    inventory = run.meta.get("inventory") or {}
-    cpuless = frozenset(int(n.get("node", -1)) for n in inventory.get("numa", [])
-                        if not n.get("cpus"))
     for column, default in _TEXT_DEFAULTS.items():  # hand-made or partial rows: fill the gaps
         values = df[column] if column in df else [None] * len(df)
         df[column] = _texts((str(v) if isinstance(v, str) and v else default
@@ -96,20 +83,23 @@ def prepare(run: RunData) -> pd.DataFrame:
     dst = [r if w else p for p, r, w in zip(df["peer"], region_text, write, strict=True)]
     df["src"], df["dst"] = _texts(src, df.index), _texts(dst, df.index)
     df["path"] = _texts((f"{a} -> {b}" for a, b in zip(src, dst, strict=True)), df.index)
-    rank = [region_class(r, cpuless)[0] for r in df["region"]]
-    df["region_what"] = _texts((region_class(r, cpuless)[1] for r in df["region"]), df.index)
-    peer_rank = [region_class(r, cpuless)[0] for r in df["peer"]]
+    rank = [class_rank(c) for c in df["pool_class"]]  # declared by the region kind, stored
+    df["region_what"] = _texts((POOL_CLASSES.get(str(c), POOL_CLASSES["other"])
+                                for c in df["pool_class"]), df.index)
+    peer_rank = [class_rank(c) for c in df["peer_pool_class"]]
     df["rank"] = pd.Series(rank, index=df.index, dtype="int64")
     df["peer_rank"] = pd.Series(peer_rank, index=df.index, dtype="int64")
     df["src_rank"] = pd.Series([p if w else r for r, p, w in zip(rank, peer_rank, write,
                                                                  strict=True)],
                                index=df.index, dtype="int64")
     df["src_kind"] = _texts((s.split("[")[0].split(":")[0] for s in src), df.index)
-    df["params_d"] = _texts((_params(p) for p in df["params"]), df.index)
-    df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index,
-                               dtype="int64")  # prefer a method's default settings
+    df["params_d"] = _texts((_params(p) for p in df["params"]), df.index)  # the case's own
+    df["effective"] = _texts((_params(p) for p in df["effective_params"]), df.index)
+    # a case keeps only the params that differ from its method's defaults (Case), so the count
+    # of its own params orders the method's default settings first
+    df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index, dtype="int64")
     df["ok"] = (df["status"] == "ok").astype(bool)
-    df["transfer"] = (~df["method"].isin(NOT_TRANSFERS)).astype(bool)
+    df["transfer"] = (df["measures"] == "transfer").astype(bool)  # Method.measures, stored
     df["contiguous"] = ((df["fragment_count"] <= 1)
                         & ~df["pattern"].map(lambda p: ":" in p).astype(bool) & df["transfer"])
     return df
@@ -127,15 +117,13 @@ def stat_of(row) -> Stat | NoValue:
 
 def _clock_step(row) -> float | None:
     """The smallest step this row's figures can move by: the clock's resolution over the
-    operations one sample is divided by (a chase sample is 4096 loads). Unknown for a row that
-    times several operations per sample but does not say how many."""
+    operations one sample is divided by (the row's ops_per_sample: a chase sample is 4096
+    loads)."""
     step = pd.to_numeric(row.get("clock_resolution_ns"), errors="coerce")
     ops = pd.to_numeric(row.get("ops_per_sample"), errors="coerce")
     if not (step == step and step and step > 0):
         return None
-    if not (ops == ops and ops and ops >= 1):
-        if row.get("method") in NOT_TRANSFERS:  # per operation, count not stored
-            return None
+    if not (ops == ops and ops and ops >= 1):  # load() gives every row its count
         ops = 1
     return float(step) / float(ops)
 
@@ -185,29 +173,14 @@ def _absent(runs: list[RunInfo], frames: list[pd.DataFrame], methods: Iterable[s
 
 
 
-SIZE_16K = 16 * 1024
-SIZE_64K = 64 * 1024
-
-
 def _isolated(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows timed as isolated transfers (drain=before, the CPU methods' default): what the
-    papers' single-operation figures time. Methods without a drain parameter count as isolated."""
-    return rows[rows["params_d"].map(lambda p: p.get("drain", "before") == "before").astype(bool)]
+    """Rows timed as isolated transfers (their effective drain=before): what the papers'
+    single-operation figures time. Methods without a drain parameter count as isolated."""
+    return rows[rows["effective"].map(lambda p: p.get("drain", "before") == "before").astype(bool)]
 
 
 def _host_only(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["rank"] < GPU_CLASS) & (df["peer_rank"] < GPU_CLASS)]
-
-
-def _declared_params(method: str) -> dict:
-    """A method's default parameters: a case stores only the params that differ from them."""
-    from nearlocal.errors import UsageError
-    from nearlocal.harness.methods import get_method
-
-    try:
-        return dict(get_method(method).params)
-    except UsageError:
-        return {}
 
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from nearlocal.report import model
 from nearlocal.report.model import NoValue, Report, Stat, collapse_unmeasured
 from nearlocal.report.registry import Inputs, ordered_sections
-from nearlocal.report.rows import prepare, region_class, run_info
+from nearlocal.report.rows import prepare, run_info
 from nearlocal.report.sections import (  # noqa: F401 (each registers its sections)
     beluga,
     inventory,
@@ -20,8 +20,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
 from nearlocal.report.sections.beluga import crossover_size
 from nearlocal.results import RunData
 
-__all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "model", "prepare",
-           "region_class"]
+__all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "model", "prepare"]
 
 
 

@@ -30,7 +30,6 @@ from nearlocal.report.rows import (
     SIZE_64K,
     _absent,
     _best,
-    _declared_params,
     _host_only,
     _isolated,
     _ns,
@@ -38,7 +37,6 @@ from nearlocal.report.rows import (
     _ratio,
     _refs,
     _with_attr,
-    region_class,
     stat_of,
 )
 from nearlocal.units import format_ns, format_size
@@ -70,7 +68,7 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     for run, df in zip(runs, frames, strict=True):
         at16 = _host_only(df[(df["size_bytes"] == SIZE_16K) & df["contiguous"]])
         cells: dict[tuple, list[Cell]] = {}
-        used = set()
+        used: dict[str, int] = {}  # region -> its class rank
         for fig_id, method, access, attr, label in B7_ROWS:
             paper = figure(fig_id).value()
             key = (fig_id, label, paper.text())
@@ -85,13 +83,13 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 continue
             stat = stat_of(row)
             if row["ok"]:
-                used.add(row["region"])
+                used[row["region"]] = int(row["rank"])
             # the paper's figure is its pool's: local memory set beside it would read as a pool
             versus = (_ratio(_ns(stat), paper.ns()) if row["rank"] < SHARED_CLASS or not row["ok"]
                       else NoValue(f"{row['region_what']}, not a pool"))
             cells[key] = [stat, versus, _with_attr(row["region"], row["attr"])]
         per_run.append(cells)
-        pools = sorted({r for r in used if region_class(r)[0] < LOCAL_CLASS})
+        pools = sorted(r for r, rank in used.items() if rank < LOCAL_CLASS)
         name = f"run {run.label}" if len(runs) > 1 else "this run"
         if pools:
             section.notes.append(f"{name}: rows measured on {', '.join(pools)}")
@@ -410,7 +408,7 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in df[df["method"].isin(RPC_METHODS)].iterrows():
-            params = {**_declared_params(row["method"]), **row["params_d"]}  # defaults are implicit
+            params = row["effective"]  # the method's defaults with the case's params over them
             qd = params.get("qd")
             key = (row["method"], str(params.get("protocol", "-")), str(qd or "-"),
                    row["pattern"], _with_attr(row["region"], row["attr"]))

@@ -19,7 +19,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.registry import Inputs, register_section
-from nearlocal.report.rows import region_class, stat_of
+from nearlocal.report.rows import stat_of
 
 
 def _info(row) -> dict:
@@ -97,13 +97,15 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
                       "latency): bandwidth the traffic reached while the chase was timing, and "
                       "the chase's ns per load. One curve per region.")
     per_run = []
+    ranks: dict[str, int] = {}  # region -> its class rank (the pool first)
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in _chase(df, "loaded-chase").iterrows():
+            ranks.setdefault(row["region"], int(row["rank"]))
             info = _info(row)
-            delay = int(row["params_d"].get("delay", info.get("delay_ns", 0)))
-            key = (row["region"], str(info.get("traffic", row["params_d"].get("traffic", "load"))),
-                   delay)
+            params = row["effective"]  # the method's defaults with the case's params over them
+            delay = int(params.get("delay", info.get("delay_ns", 0)))
+            key = (row["region"], str(info.get("traffic", params.get("traffic", "-"))), delay)
             gbps = info.get("traffic_gbps")
             cells[key] = [info.get("traffic_threads"), float(gbps) if gbps is not None
                           and row["ok"] else None, stat_of(row)]
@@ -116,7 +118,7 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
         [Column("region"), Column("traffic"), Column("delay ns", "count")],
         [Column("traffic threads", "count"), Column("traffic GB/s", "gbps"),
          Column("ns per load (p10–p90)", "time")], runs, per_run,
-        sort_key=lambda k: (region_class(k[0])[0], k[0], k[1], k[2]))
+        sort_key=lambda k: (ranks.get(k[0], 0), k[0], k[1], k[2]))
     section.plots.append(loaded_plot(runs, frames))
     return section
 
@@ -131,7 +133,8 @@ def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
             info = _info(row)
             if info.get("traffic_gbps") is None:
                 continue
-            label = f"{row['region']} ({info.get('traffic', 'load')} traffic)"
+            traffic = info.get("traffic", row["effective"].get("traffic", "-"))
+            label = f"{row['region']} ({traffic} traffic)"
             points.setdefault(label, []).append((float(info["traffic_gbps"]),
                                                  float(row["median_ns"])))
         for label, xy in points.items():

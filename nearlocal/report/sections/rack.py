@@ -34,12 +34,14 @@ def _mpi_rank(row) -> str:
 
 
 def _what(row, params: dict) -> str:
+    """The measurement's name; `params` are the row's effective ones (what the case ran with),
+    so a method's protocol and queue depth show whether or not the case set them."""
     method = row["method"].removeprefix(RACK_PREFIX)
     detail = [row["pattern"]]
-    if "protocol" in params or method.startswith(("rpc", "handoff", "host")):
-        detail.append(str(params.get("protocol", "flush")))
-    if "qd" in params or method == "rpc-throughput":
-        detail.append(f"qd {params.get('qd', '1')}")
+    if "protocol" in params:
+        detail.append(str(params["protocol"]))
+    if "qd" in params:
+        detail.append(f"qd {params['qd']}")
     if method == "aggregate":
         detail.append(row["access"])
     if params.get("recheck") == "off":
@@ -68,7 +70,7 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in df[df["method"].str.startswith(RACK_PREFIX)].iterrows():
             info = _info(row)
-            params = row["params_d"]
+            params = row["effective"]
             stat = stat_of(row)
             key = (_what(row, params), _mpi_rank(row), str(row.get("host") or "-"))
             cells[key] = _cells(row, info, stat, rtt, mops, aggregate)
@@ -101,7 +103,7 @@ def _cells(row, info: dict, stat, rtt, mops, aggregate) -> list[Cell]:
         note = f"server on rank 0 ({info.get('server_host', '?')}); {note}"
     elif method == "rack-rpc-throughput":
         ops = 1000 / median if median else None
-        qd = str(row["params_d"].get("qd", "1"))
+        qd = str(row["effective"].get("qd"))
         ratio = ops / mops.central if ops and qd == "128" else None
     elif method == "rack-handoff":
         usable = info.get("usable_ns")

@@ -21,7 +21,6 @@ from nearlocal.report.registry import Inputs, register_section
 from nearlocal.report.rows import (
     LOCAL_CLASS,
     _absent,
-    _declared_params,
     _params_text,
     _ratio,
     _refs,
@@ -73,7 +72,7 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             path = peak["path"]
             if medium == S2_ROWS[3][0]:  # which reads: pattern, qd, cache, engine
                 info = peak.get("info") if isinstance(peak.get("info"), dict) else {}
-                params = {**_declared_params(peak["method"]), **peak["params_d"],
+                params = {**peak["effective"],
                           **({"engine": info["engine"]} if "engine" in info else {})}  # ran
                 path = f"{peak['method']}: {path} {peak['pattern']} {_params_text(params)}"
             cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), path,
