@@ -104,7 +104,8 @@ METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
                               "nearlocal.kernels.chase_methods", "nearlocal.harness.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods",
-                              "nearlocal.storage.methods", "nearlocal.rack.methods"]
+                              "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",
+                              "nearlocal.rack.methods"]
 _loaded = False
 
 
