@@ -92,6 +92,9 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["src_rank"] = pd.Series([p if w else r for r, p, w in zip(rank, peer_rank, write,
                                                                  strict=True)],
                                index=df.index, dtype="int64")
+    df["dst_rank"] = pd.Series([r if w else p for r, p, w in zip(rank, peer_rank, write,
+                                                                 strict=True)],
+                               index=df.index, dtype="int64")
     df["src_kind"] = _texts((s.split("[")[0].split(":")[0] for s in src), df.index)
     df["params_d"] = _texts((_params(p) for p in df["params"]), df.index)  # the case's own
     df["effective"] = _texts((_params(p) for p in df["effective_params"]), df.index)

@@ -47,6 +47,12 @@ GPU_COPY_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cu
                     "gather-kernel", "scatter-kernel", "zero-copy-kernel")
 KERNEL_METHODS = ("gather-kernel", "scatter-kernel")
 RPC_METHODS = ("rpc-roundtrip", "rpc-throughput")
+B15_THROUGHPUT = "rpc-throughput"  # B15's Mops row; the other its round trip
+B8_DSA = "dsa-memmove"  # B8: the CPU's paths against one DSA memmove
+B9_MEMCPY = "cuda-memcpy"  # B9: the one-launch kernels over cudaMemcpy
+B11_LOCAL_ORDER = {"pinned": 0, "registered:dram": 1, "dram": 2}  # B11's local host memory
+B13_METADATA = "kv-metadata"  # B13: decision -> ready adds this phase to the transfer
+B13_OWN_SECTIONS = (*RPC_METHODS, "layer-stream")  # fragmented, but B15's and S3's rows
 
 B7_ROWS = (  # (figure, method, access, attr or None for any, label)
     ("B7a", "nt-store", "write", "wb", "nt-store, wb"),
@@ -141,9 +147,8 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                       "The CPU's best non-coherent-safe paths (nt-store to write, clflush + load "
                       "to read) against one DSA memmove, on the same region; the crossover is "
                       "found from the medians.", _refs("B8", "B7e"))
-    if not any(((df["method"] == "dsa-memmove") & df["ok"]).any() for df in frames):
-        section.absent = "No DSA measurement: " + _absent(runs, frames, ["dsa-memmove"],
-                                                          "dsa-memmove")
+    if not any(((df["method"] == B8_DSA) & df["ok"]).any() for df in frames):
+        section.absent = "No DSA measurement: " + _absent(runs, frames, [B8_DSA], B8_DSA)
         return section
     per_run = []
     cpu_below = figure("B8").value("CPU wins below")
@@ -154,14 +159,14 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                             / 1e3) for i in ("B7a", "B7c", "B7e")]
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
         host = _host_only(df[df["contiguous"]])
-        dsa_ok = host[(host["method"] == "dsa-memmove") & host["ok"]]
+        dsa_ok = host[(host["method"] == B8_DSA) & host["ok"]]
         pool = dsa_ok.sort_values("rank").iloc[0]["region"] if len(dsa_ok) else None
         rows = host[host["region"] == pool] if pool else host.iloc[0:0]
         cells: dict[tuple, list[Cell]] = {}
         medians: dict[str, dict[int, float]] = {}
         for label, method, access in B8_SERIES:
             chosen = _isolated(rows[(rows["method"] == method) & (rows["access"] == access)])
-            chosen = chosen[(chosen["attr"] == "wb")] if method != "dsa-memmove" else chosen
+            chosen = chosen[(chosen["attr"] == "wb")] if method != B8_DSA else chosen
             chosen = chosen.assign(_notok=~chosen["ok"]).sort_values(
                 ["size_bytes", "_notok", "n_params"]).drop_duplicates("size_bytes")
             medians[label] = {}
@@ -232,11 +237,11 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 values.append(stat_of(row) if row is not None else None)
             kernel = next((values[methods.index(m)] for m in KERNEL_METHODS if m in methods
                            and isinstance(values[methods.index(m)], Stat)), None)
-            memcpy = values[methods.index("cuda-memcpy")] if "cuda-memcpy" in methods else None
+            memcpy = values[methods.index(B9_MEMCPY)] if B9_MEMCPY in methods else None
             cells[key] = [*values, _ratio(_ns(kernel), _ns(memcpy))]
         per_run.append(cells)
         name = f"run {run.label}" if len(runs) > 1 else "this run"
-        small_uc = rows[(rows["method"] == "cuda-memcpy") & rows["ok"] & (rows["attr"] == "uc")
+        small_uc = rows[(rows["method"] == B9_MEMCPY) & rows["ok"] & (rows["attr"] == "uc")
                         & (rows["size_bytes"] < b10_below.bytes())]
         if len(small_uc):
             worst = small_uc.sort_values("median_ns").iloc[-1]
@@ -263,11 +268,10 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
 def _pool_and_local_to_gpu(df: pd.DataFrame) -> dict[str, tuple]:
     """Per GPU copy method, B11's pair of 64 KiB rows into a GPU: (from the most pool-like host
     region, from local host memory: pinned first, then registered dram, then dram)."""
-    local_order = {"pinned": 0, "registered:dram": 1, "dram": 2}
     rows = _gpu_rows(df)
     rows = rows[(rows["size_bytes"] == SIZE_64K) & rows["contiguous"]
-                & rows["dst"].str.startswith("gpu:")]
-    rows = rows.assign(local_rank=[local_order.get(s.split("[")[0], 9) for s in rows["src"]])
+                & (rows["dst_rank"] == GPU_CLASS)]
+    rows = rows.assign(local_rank=[B11_LOCAL_ORDER.get(s.split("[")[0], 9) for s in rows["src"]])
     return {method: (_best(group[group["src_rank"] < LOCAL_CLASS], ("src_rank",)),
                      _best(group[group["src_rank"] == LOCAL_CLASS], ("local_rank",)))
             for method, group in rows.groupby("method", sort=False)}
@@ -347,7 +351,7 @@ def _kv_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Fragmented transfers and the kv-metadata phase: rows with many fragments or a kind:
     pattern (a chase ring is one contiguous pattern that is no transfer: not a fragment list)."""
     fragmented = (df["fragment_count"] > 1) | df["pattern"].str.contains(":", regex=False)
-    return df[fragmented & ~df["method"].isin((*RPC_METHODS, "layer-stream"))]
+    return df[fragmented & ~df["method"].isin(B13_OWN_SECTIONS)]
 
 
 def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
@@ -366,8 +370,8 @@ def section_kv(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     for df in frames:
         # decision to data-ready = the metadata phase (block table -> fragment list) + the transfer
         done = df[df["ok"]]
-        metadata = dict(zip(done.loc[done["method"] == "kv-metadata", "pattern"],
-                            done.loc[done["method"] == "kv-metadata", "median_ns"], strict=True))
+        metadata = dict(zip(done.loc[done["method"] == B13_METADATA, "pattern"],
+                            done.loc[done["method"] == B13_METADATA, "median_ns"], strict=True))
         cells: dict[tuple, list[Cell]] = {}
         for _, row in _kv_rows(df).iterrows():
             key = (row["method"], row["path"], row["pattern"], int(row["fragment_count"]),
@@ -415,7 +419,7 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             stat = stat_of(row)
             ops = 1000 / stat.median_ns if isinstance(stat, Stat) and stat.median_ns > 0 \
                 else None
-            if row["method"] == "rpc-throughput":
+            if row["method"] == B15_THROUGHPUT:
                 ratio = _ratio(ops, mops.central) if str(qd) == "128" else None
             else:
                 ratio = _ratio(_ns(stat), rtt.ns()) if int(row["fragment_bytes"]) == 64 else None

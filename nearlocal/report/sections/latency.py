@@ -1,7 +1,7 @@
 """Report sections for the MLC-style figures: idle latency of local memory beside the pool's
 (`chase`), bandwidth with N threads beside one, and the loaded-latency curve per region
-(`loaded-chase`). Self-contained: built from
-the prepared frames of report.tables, wired into its build_report."""
+(`loaded-chase`), built from the prepared rows (report.rows). The method and region names in the
+constants below are the section specs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ from nearlocal.report.model import (
 from nearlocal.report.registry import Inputs, register_section
 from nearlocal.report.rows import stat_of
 
+IDLE_METHOD = "chase"  # MLC's idle latency
+LOADED_METHOD = "loaded-chase"  # MLC's loaded latency
+LOCAL_REGION = "dram"  # the reference every region is set beside
+THREADS_EXCLUDE = (LOADED_METHOD,)  # its threads are the traffic's, not the timed ones
+
 
 def _info(row) -> dict:
     info = row.get("info")
@@ -37,10 +42,10 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                       "MLC's idle latency): ns per load by ring size, each region beside local "
                       "dram at the same size; the page size says whether TLB misses are in it.")
     per_run = []
-    others = any((_chase(df, "chase")["region"] != "dram").any() for df in frames)
+    others = any((_chase(df, IDLE_METHOD)["region"] != LOCAL_REGION).any() for df in frames)
     for df in frames:
-        rows = _chase(df, "chase")
-        local = rows[rows["ok"] & (rows["region"] == "dram")].drop_duplicates("size_bytes")
+        rows = _chase(df, IDLE_METHOD)
+        local = rows[rows["ok"] & (rows["region"] == LOCAL_REGION)].drop_duplicates("size_bytes")
         local = local.set_index("size_bytes")["median_ns"]
         cells: dict[tuple, list[Cell]] = {}
         for _, row in rows.iterrows():
@@ -50,7 +55,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
             median = float(row["median_ns"]) if ok else None
             key = (int(row["size_bytes"]), rank, row["region"], what,
                    str(_info(row).get("page_size", "-")))
-            if row["region"] == "dram":  # local dram is the reference, not compared with itself
+            if row["region"] == LOCAL_REGION:  # local dram is the reference, not compared with itself
                 cells[key] = [stat_of(row), None, None, None]
                 continue
             cells[key] = [stat_of(row),
@@ -58,7 +63,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                           median / float(base) if ok and base else None,
                           median - float(base) if ok and base is not None else None]
         order = sorted(cells.items(),  # by ring size: local dram, then the pool first
-                       key=lambda kv: (kv[0][0], kv[0][2] != "dram", kv[0][1], kv[0][2]))
+                       key=lambda kv: (kv[0][0], kv[0][2] != LOCAL_REGION, kv[0][1], kv[0][2]))
         per_run.append({k[:1] + k[2:]: v for k, v in order})
     if not any(per_run):
         section.absent = ("The run has no chase rows (nearlocal run --method chase, or the "
@@ -79,7 +84,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
 def idle_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
-        rows = _chase(df, "chase")
+        rows = _chase(df, IDLE_METHOD)
         rows = rows[rows["ok"]]
         for region, group in rows.groupby("region", sort=False):
             group = group.sort_values("size_bytes").drop_duplicates("size_bytes")
@@ -100,7 +105,7 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
     ranks: dict[str, int] = {}  # region -> its class rank (the pool first)
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in _chase(df, "loaded-chase").iterrows():
+        for _, row in _chase(df, LOADED_METHOD).iterrows():
             ranks.setdefault(row["region"], int(row["rank"]))
             info = _info(row)
             params = row["effective"]  # the method's defaults with the case's params over them
@@ -126,7 +131,7 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
 def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
-        rows = _chase(df, "loaded-chase")
+        rows = _chase(df, LOADED_METHOD)
         rows = rows[rows["ok"]]
         points: dict[str, list[tuple[float, float]]] = {}
         for _, row in rows.iterrows():
@@ -160,7 +165,7 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         single = single.drop_duplicates(["method", "region", "attr", "size_bytes"])
         single = single.set_index(["method", "region", "attr", "size_bytes"])["gbps"]
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in df[threaded & ~df["method"].isin(("loaded-chase",))].iterrows():
+        for _, row in df[threaded & ~df["method"].isin(THREADS_EXCLUDE)].iterrows():
             info = _info(row)
             one = single.get((row["method"], row["region"], row["attr"], int(row["size_bytes"])))
             own = [t.get("gbps") for t in info.get("per_thread", []) if t.get("gbps")]

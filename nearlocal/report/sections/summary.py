@@ -23,6 +23,9 @@ from nearlocal.report.sections.beluga import _pool_and_local_to_gpu
 from nearlocal.results import RunData
 from nearlocal.units import format_ns, format_size
 
+LOCAL_REGION = "dram"  # what "local" means in every near-local ratio
+IDLE_METHOD = "chase"  # the headline's idle latency
+
 NEAR_MATCH = ["method", "access", "attr", "peer", "pattern", "params"]
 
 
@@ -30,7 +33,7 @@ def near_matches(df: pd.DataFrame) -> pd.DataFrame:
     """Every measured row on a non-local host region that local dram was also measured at (same
     method, access, attribute, peer, pattern and parameters), with `local_ns` and `ratio`."""
     ok = df[df["ok"]]
-    base = ok[ok["region"] == "dram"].drop_duplicates(NEAR_MATCH).set_index(NEAR_MATCH)
+    base = ok[ok["region"] == LOCAL_REGION].drop_duplicates(NEAR_MATCH).set_index(NEAR_MATCH)
     others = ok[ok["rank"] < LOCAL_CLASS]
     local = [base["median_ns"].get(tuple(row[m] for m in NEAR_MATCH))
              for _, row in others.iterrows()]
@@ -70,7 +73,7 @@ class Headline:
 
 
 def _chase_median(df: pd.DataFrame, region: str, size: int) -> float | None:
-    rows = df[df["ok"] & (df["method"] == "chase") & (df["region"] == region)
+    rows = df[df["ok"] & (df["method"] == IDLE_METHOD) & (df["region"] == region)
               & (df["size_bytes"] == size) & (df["attr"] == "wb")]
     row = _best(rows, ("n_params",))
     return None if row is None else float(row["median_ns"])
@@ -83,7 +86,7 @@ def headlines(df: pd.DataFrame) -> list[Headline]:
     near = near_matches(df)
     out = []
     for (_, region), group in measured.groupby(["rank", "region"], sort=True):
-        latency = tuple((size, _chase_median(df, region, size), _chase_median(df, "dram", size))
+        latency = tuple((size, _chase_median(df, region, size), _chase_median(df, LOCAL_REGION, size))
                         for size in LATENCY_RINGS)
         moved = near[(near["region"] == region) & near["contiguous"] & near["gbps"].notna()
                      & (near["gbps"] > 0)]

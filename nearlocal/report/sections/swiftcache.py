@@ -19,6 +19,7 @@ from nearlocal.report.model import (
 from nearlocal.report.papers import figure
 from nearlocal.report.registry import Inputs, register_section
 from nearlocal.report.rows import (
+    GPU_CLASS,
     LOCAL_CLASS,
     _absent,
     _params_text,
@@ -35,6 +36,9 @@ S2_ROWS = (  # (medium, paper value name or None, paper figure)
     ("NVMe SSD", "NVMe SSD", "S2"),
 )
 STORAGE_READS = ("file-read", "file-read-gpu", "file-read-gds")  # the SSD row's candidates
+S2_PEER, S2_HOST, S2_PINNED = "peer-memcpy", "cuda-memcpy", "pinned"  # NVLink; PCIe from pinned
+S2_GPU_METHODS = (S2_PEER, S2_HOST)
+S3_METHOD = "layer-stream"
 
 
 def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
@@ -42,18 +46,17 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                       "Where a KV cache can be reloaded from, at the best bandwidth measured "
                       "(any size). The CXL pool row compares with Beluga's per-adapter cap.",
                       _refs("S2", "B12"))
-    gpu_methods = ("peer-memcpy", "cuda-memcpy")
-    if not any(df[df["method"].isin(gpu_methods)]["ok"].any() for df in frames):
+    if not any(df[df["method"].isin(S2_GPU_METHODS)]["ok"].any() for df in frames):
         section.absent = "No GPU reload path measured: " + _absent(
-            runs, frames, gpu_methods, "peer-memcpy / cuda-memcpy")
+            runs, frames, S2_GPU_METHODS, " / ".join(S2_GPU_METHODS))
     per_run = []
     for df in frames:
-        gpu_dst = df["dst"].str.startswith("gpu:")
+        gpu_dst = df["dst_rank"] == GPU_CLASS
         choices = {
-            S2_ROWS[0][0]: df[(df["method"] == "peer-memcpy")],
-            S2_ROWS[1][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
-                              & (df["src_kind"] == "pinned")],
-            S2_ROWS[2][0]: df[(df["method"] == "cuda-memcpy") & gpu_dst
+            S2_ROWS[0][0]: df[(df["method"] == S2_PEER)],
+            S2_ROWS[1][0]: df[(df["method"] == S2_HOST) & gpu_dst
+                              & (df["src_kind"] == S2_PINNED)],
+            S2_ROWS[2][0]: df[(df["method"] == S2_HOST) & gpu_dst
                               & (df["src_rank"] < LOCAL_CLASS)],
             S2_ROWS[3][0]: df[df["method"].isin(STORAGE_READS)  # the disk, not a warm cache
                               & df["params_d"].map(lambda p: p.get("cache") != "warm")],
@@ -120,15 +123,14 @@ def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("s3", "S3 — layer stream (per-layer round trip)",
                       "layer-stream: fetch one layer's KV from the peer, use it, write it back, "
                       "next layer; the median is one layer's round trip.", _refs("S3", "S5"))
-    if not any(df[df["method"] == "layer-stream"]["ok"].any() for df in frames):
+    if not any(df[df["method"] == S3_METHOD]["ok"].any() for df in frames):
         section.absent = "No layer-stream measurement: " + _absent(runs, frames,
-                                                                   ["layer-stream"],
-                                                                   "layer-stream")
+                                                                   [S3_METHOD], S3_METHOD)
         return section
     per_run = []
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in df[df["method"] == "layer-stream"].iterrows():
+        for _, row in df[df["method"] == S3_METHOD].iterrows():
             key = (row["path"], row["pattern"], _params_text(row["params_d"]))
             cells[key] = [stat_of(row), float(row["gbps"]) if row["ok"] else None]
         per_run.append(cells)
