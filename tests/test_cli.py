@@ -80,7 +80,7 @@ def test_run_lands_in_the_store_with_json(tmp_path):
                  str(json_path), *TINY])
     assert code == 0
     run = load(None, out)
-    assert run.meta["complete"] and run.meta["schema_version"] == 2
+    assert run.meta["complete"] and run.meta["schema_version"] == 3
     assert run.meta["inventory"]["cpu"]["model"]
     cases = run.cases.set_index("case_id")
     assert len(cases) == 8
