@@ -8,16 +8,17 @@ import re
 import pytest
 
 from nearlocal.cli import main
+from nearlocal.regions.base import pool_class_of
 from nearlocal.report.fmt import cell_text
 from nearlocal.report.papers import figure, figures
 from nearlocal.report.render_html import report_html, table_html
 from nearlocal.report.render_markdown import table_markdown, write_markdown
+from nearlocal.report.rows import class_rank
 from nearlocal.report.tables import (
     NoValue,
     Stat,
     build_report,
     crossover_size,
-    region_class,
 )
 from nearlocal.results import load
 from tests.report_fixtures import (
@@ -70,10 +71,10 @@ def test_every_paper_figure_is_present_with_units_and_provenance():
 
 
 def test_region_classes_rank_the_pool_first():
-    ranks = [region_class(r, frozenset({1}))[0] for r in
+    ranks = [class_rank(pool_class_of(r, frozenset({1}))) for r in
              ("devdax:/dev/dax0.0", "numa:1", "numa:0", "shm:x", "dram", "gpu:0")]
-    assert ranks == sorted(ranks)
-    assert region_class("registered:devdax:/dev/dax0.0")[0] == 0
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    assert class_rank(pool_class_of("registered:devdax:/dev/dax0.0")) == 0
 
 
 def test_crossover_from_data():

@@ -89,6 +89,10 @@ class Method:
     # what it measures on the pool regions (harness/pool.py): "read" (quick's pool rows),
     # "bandwidth" (mlc's peak with every CPU), "latency" (idle latency), "loaded-latency"
     pool_roles: frozenset[str] = frozenset()
+    # what one sample's time is (a row's `measures`): "transfer", moving the pattern's bytes
+    # (sizes, GB/s, fragment plots), or "operation", one operation that is no such transfer
+    # (a dependent load, an RPC, a metadata phase)
+    measures: str = "transfer"
 
     def bytes_moved(self, pattern: Pattern) -> int:
         """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""
@@ -111,7 +115,8 @@ METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
                               "nearlocal.kernels.chase_methods", "nearlocal.harness.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods",
-                              "nearlocal.storage.methods", "nearlocal.rack.methods"]
+                              "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",
+                              "nearlocal.rack.methods"]
 _loaded = False
 
 

@@ -118,6 +118,8 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
         "fragment_bytes": pattern.fragment_bytes,
         "bytes_moved": method.bytes_moved(pattern),
         **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
+        "peer_pool_class": pool_class_of(case.peer, cpuless_nodes),
+        "measures": method.measures,
     }
 
 

@@ -121,6 +121,24 @@ def pool_class_of(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> s
 
 REGION_KINDS: dict[str, RegionKind] = {}
 
+# The modules that declare region kinds, imported by name on first use (a registry that loads its
+# providers, so that base imports none of them).
+_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave", "nearlocal.regions.devices",
+                     "nearlocal.gpu.regions", "nearlocal.storage.regions"]
+_loaded = False
+
+
+def load_providers() -> None:
+    """Import every provider module once (GPU providers add themselves to _PROVIDER_MODULES)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+
+    for module in _PROVIDER_MODULES:
+        importlib.import_module(module)
+
 
 def register_region_kind(kind: RegionKind) -> RegionKind:
     if kind.name in REGION_KINDS:
@@ -130,8 +148,6 @@ def register_region_kind(kind: RegionKind) -> RegionKind:
 
 
 def parse_region(text: str) -> RegionSpec:
-    from nearlocal.regions import load_providers
-
     load_providers()
     text = str(text).strip()
     kind, _, arg = text.partition(":")

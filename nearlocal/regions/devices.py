@@ -17,6 +17,7 @@ from nearlocal.hwprobe import HostInventory, pat
 from nearlocal.hwprobe.pci import BASE as PCI_BASE
 from nearlocal.hwprobe.pci import normal_address, read_bars
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
+from nearlocal.regions.mapping import _dax_arg, _mapped
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size, parse_size
 
@@ -62,8 +63,6 @@ def _map(path: str, size: int, offset: int, allow_write: bool, flags: int = 0,
 
 def _region(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool,
             info: dict) -> MappedRegion:
-    from nearlocal.regions.host import _mapped
-
     return _mapped(spec, attr, buf, size, writable, {**info, "owned": False})
 
 
@@ -249,8 +248,6 @@ def devdax_uc_unavailable(spec: RegionSpec, attr: str) -> str | None:
     itself always maps with the range's own type, write-back)."""
     if attr != "uc":
         return None
-    from nearlocal.regions.host import _dax_arg
-
     path, offset, window = _dax_arg(spec)
     start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
     if start is None:

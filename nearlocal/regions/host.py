@@ -28,8 +28,9 @@ from nearlocal.regions.base import (
     RegionSpec,
     register_region_kind,
 )
+from nearlocal.regions.mapping import _dax_arg, _mapped
 from nearlocal.sysroot import SysRoot
-from nearlocal.units import format_size, parse_size
+from nearlocal.units import format_size
 
 T = TypeVar("T")
 
@@ -88,24 +89,6 @@ def mbind_range(address: int, length: int, node: int) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mbind to node {node} failed: {os.strerror(err)}")
-
-
-def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool, info: dict,
-            cleanup=None) -> MappedRegion:
-    array = np.frombuffer(buf, dtype=np.uint8, count=size)
-    if not writable:
-        array = array.view()
-        array.flags.writeable = False
-
-    def close() -> None:
-        nonlocal array
-        array = None
-        with contextlib.suppress(BufferError):  # a numpy view still alive: the GC unmaps it later
-            buf.close()
-        if cleanup is not None:
-            cleanup()
-
-    return MappedRegion(spec, attr, array, writable, info, close)
 
 
 # --- dram and numa:N: private anonymous memory, optionally huge pages, optionally bound -------
@@ -193,13 +176,6 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
 
 
 # --- devdax: the user's pool, mapped shared; never written unless named with --allow-write ----
-
-def _dax_arg(spec: RegionSpec) -> tuple[str, int, int | None]:
-    path, _, window = spec.arg.partition("@")
-    offset_text, _, size_text = window.partition(",")
-    offset = parse_size(offset_text) if offset_text and offset_text != "0" else 0
-    return path, offset, parse_size(size_text) if size_text else None
-
 
 def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
     path, offset, _ = _dax_arg(spec)

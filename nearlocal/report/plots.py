@@ -1,5 +1,5 @@
 """Draws the report's plot data with matplotlib (Agg; no pyplot state): SVG text to embed in the
-HTML report, PNG files beside the Markdown one. The data itself is computed in tables.py."""
+HTML report, PNG files beside the Markdown one. The sections (report.sections) compute the data."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from nearlocal.report.tables import PlotData
+from nearlocal.report.model import PlotData
 from nearlocal.units import format_size
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per run: run 1 solid, run 2 dashed, ...

@@ -7,8 +7,8 @@ from html import escape
 from pathlib import Path
 
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
+from nearlocal.report.model import Report, Section, Stat, Table
 from nearlocal.report.plots import caption, svg_text
-from nearlocal.report.tables import Report, Section, Stat, Table
 
 CSS = """
 :root { --ink: #1d2330; --dim: #6b7280; --line: #d9dde4; --band: #f5f7fa; --accent: #0b6bcb; }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, numeric
+from nearlocal.report.model import Report, Section, Table, header
 from nearlocal.report.plots import caption, write_png
-from nearlocal.report.tables import Report, Section, Table, header
 
 
 def _escape(text: str) -> str:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from nearlocal.console import print_table
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
-from nearlocal.report.tables import Report, Section, Table, header
+from nearlocal.report.model import Report, Section, Table, header
 
 
 def rich_table(table: Table) -> RichTable:

@@ -4,7 +4,9 @@ Version 2 added `processes` to cases (how many worker processes a row's samples 
 `process` to samples (which of them took each sample); version-1 runs load with process 0.
 Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its region kind) and
 `effective_params` (JSON: the method's defaults with the case's params over them); older runs
-derive both at load (`pool_class_column`, `effective_params_text`)."""
+derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
+peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
+without them derive them at load (`pool_class_column`, `measures_column`)."""
 
 
 SCHEMA_VERSION = 3
@@ -16,7 +18,7 @@ CASE_COLUMNS = [
     "fragment_bytes", "bytes_moved", "n_samples", "converged", "min_ns", "median_ns", "mean_ns",
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
-    "ops_per_sample", "pool_class", "effective_params",
+    "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 
@@ -70,6 +72,17 @@ def pool_class_column(stored: list, regions: list, inventory: object) -> list[st
     return [value if isinstance(value, str) and value in POOL_CLASSES
             else pool_class_of(str(region), cpuless) for value, region in zip(stored, regions,
                                                                               strict=True)]
+
+
+def measures_column(stored: list, methods: list) -> list[str]:
+    """Rows' `measures` (Method.measures): the stored column, else what the method declares now
+    ("transfer" for a method no longer registered)."""
+    from nearlocal.harness.methods import METHODS, load_methods
+
+    load_methods()
+    return [value if value in ("transfer", "operation")
+            else getattr(METHODS.get(str(method)), "measures", "transfer")
+            for value, method in zip(stored, methods, strict=True)]
 
 
 # What made a run (run.json's `kind`): `latest` is the latest `run`; `latest:KIND` picks another.

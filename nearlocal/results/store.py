@@ -34,6 +34,7 @@ from nearlocal.results.schema import (
     SCHEMA_VERSION,
     effective_params_text,
     frame_problem,
+    measures_column,
     ops_per_sample,
     pool_class_column,
     run_kind,
@@ -446,6 +447,9 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
     cases["pool_class"] = pool_class_column(list(cases["pool_class"]), list(cases["region"]),
                                             meta.get("inventory"))  # schema 3 (schema.py)
+    cases["peer_pool_class"] = pool_class_column(list(cases["peer_pool_class"]),
+                                                 list(cases["peer"]), meta.get("inventory"))
+    cases["measures"] = measures_column(list(cases["measures"]), list(cases["method"]))
     cases["effective_params"] = [
         stored if isinstance(stored, str) and stored else effective_params_text(str(method), params)
         for stored, method, params in zip(cases["effective_params"], cases["method"],

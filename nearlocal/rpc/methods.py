@@ -199,7 +199,8 @@ _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
            "check_params": _check_params, "check_pattern": _check_pattern,
            "check_case": _check_case,
-           "sample_bytes": lambda pattern: _request_bytes(pattern)}
+           "sample_bytes": lambda pattern: _request_bytes(pattern),
+           "measures": "operation"}  # one RPC, not a transfer of the slot ring
 
 register_method(Method(
     name="rpc-roundtrip",

@@ -351,5 +351,3 @@ def _register_suites() -> None:
 
 
 _register_suites()
-
-from nearlocal.storage import gpu_methods  # noqa: E402, F401 - file-read-gpu, file-read-gds

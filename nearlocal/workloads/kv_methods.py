@@ -95,6 +95,7 @@ class MetadataSession:
 
 register_method(Method(
     name="kv-metadata", family="cpu", accesses=("read",), state="-", moves_bytes=False,
+    measures="operation",
     summary="decision -> fragment list: block table (and chosen tokens) to the merged fragment "
             "table of a kv: pattern, compiled, nothing moved",
     open_session=MetadataSession, cpu_flags=("rdtscp",), markers=("cpu",),

@@ -1,14 +1,14 @@
 """Report sections for the MLC-style figures: idle latency of local memory beside the pool's
 (`chase`), bandwidth with N threads beside one, and the loaded-latency curve per region
-(`loaded-chase`). Self-contained: built from
-the prepared frames of report.tables, wired into its build_report."""
+(`loaded-chase`), built from the prepared rows (report.rows). The method and region names in the
+constants below are the section specs."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from nearlocal.harness.threads import is_threaded
-from nearlocal.report.tables import (
+from nearlocal.report.model import (
     Cell,
     Column,
     NoValue,
@@ -17,9 +17,14 @@ from nearlocal.report.tables import (
     Section,
     Series,
     keyed_table,
-    region_class,
-    stat_of,
 )
+from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.rows import stat_of
+
+IDLE_METHOD = "chase"  # MLC's idle latency
+LOADED_METHOD = "loaded-chase"  # MLC's loaded latency
+LOCAL_REGION = "dram"  # the reference every region is set beside
+THREADS_EXCLUDE = (LOADED_METHOD,)  # its threads are the traffic's, not the timed ones
 
 
 def _info(row) -> dict:
@@ -37,10 +42,10 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                       "MLC's idle latency): ns per load by ring size, each region beside local "
                       "dram at the same size; the page size says whether TLB misses are in it.")
     per_run = []
-    others = any((_chase(df, "chase")["region"] != "dram").any() for df in frames)
+    others = any((_chase(df, IDLE_METHOD)["region"] != LOCAL_REGION).any() for df in frames)
     for df in frames:
-        rows = _chase(df, "chase")
-        local = rows[rows["ok"] & (rows["region"] == "dram")].drop_duplicates("size_bytes")
+        rows = _chase(df, IDLE_METHOD)
+        local = rows[rows["ok"] & (rows["region"] == LOCAL_REGION)].drop_duplicates("size_bytes")
         local = local.set_index("size_bytes")["median_ns"]
         cells: dict[tuple, list[Cell]] = {}
         for _, row in rows.iterrows():
@@ -50,7 +55,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
             median = float(row["median_ns"]) if ok else None
             key = (int(row["size_bytes"]), rank, row["region"], what,
                    str(_info(row).get("page_size", "-")))
-            if row["region"] == "dram":  # local dram is the reference, not compared with itself
+            if row["region"] == LOCAL_REGION:  # local dram is the reference, not compared with itself
                 cells[key] = [stat_of(row), None, None, None]
                 continue
             cells[key] = [stat_of(row),
@@ -58,7 +63,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
                           median / float(base) if ok and base else None,
                           median - float(base) if ok and base is not None else None]
         order = sorted(cells.items(),  # by ring size: local dram, then the pool first
-                       key=lambda kv: (kv[0][0], kv[0][2] != "dram", kv[0][1], kv[0][2]))
+                       key=lambda kv: (kv[0][0], kv[0][2] != LOCAL_REGION, kv[0][1], kv[0][2]))
         per_run.append({k[:1] + k[2:]: v for k, v in order})
     if not any(per_run):
         section.absent = ("The run has no chase rows (nearlocal run --method chase, or the "
@@ -79,7 +84,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
 def idle_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
-        rows = _chase(df, "chase")
+        rows = _chase(df, IDLE_METHOD)
         rows = rows[rows["ok"]]
         for region, group in rows.groupby("region", sort=False):
             group = group.sort_values("size_bytes").drop_duplicates("size_bytes")
@@ -97,13 +102,15 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
                       "latency): bandwidth the traffic reached while the chase was timing, and "
                       "the chase's ns per load. One curve per region.")
     per_run = []
+    ranks: dict[str, int] = {}  # region -> its class rank (the pool first)
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in _chase(df, "loaded-chase").iterrows():
+        for _, row in _chase(df, LOADED_METHOD).iterrows():
+            ranks.setdefault(row["region"], int(row["rank"]))
             info = _info(row)
-            delay = int(row["params_d"].get("delay", info.get("delay_ns", 0)))
-            key = (row["region"], str(info.get("traffic", row["params_d"].get("traffic", "load"))),
-                   delay)
+            params = row["effective"]  # the method's defaults with the case's params over them
+            delay = int(params.get("delay", info.get("delay_ns", 0)))
+            key = (row["region"], str(info.get("traffic", params.get("traffic", "-"))), delay)
             gbps = info.get("traffic_gbps")
             cells[key] = [info.get("traffic_threads"), float(gbps) if gbps is not None
                           and row["ok"] else None, stat_of(row)]
@@ -116,7 +123,7 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
         [Column("region"), Column("traffic"), Column("delay ns", "count")],
         [Column("traffic threads", "count"), Column("traffic GB/s", "gbps"),
          Column("ns per load (p10–p90)", "time")], runs, per_run,
-        sort_key=lambda k: (region_class(k[0])[0], k[0], k[1], k[2]))
+        sort_key=lambda k: (ranks.get(k[0], 0), k[0], k[1], k[2]))
     section.plots.append(loaded_plot(runs, frames))
     return section
 
@@ -124,14 +131,15 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
 def loaded_plot(runs: list[RunInfo], frames: list[pd.DataFrame]) -> PlotData:
     series = []
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
-        rows = _chase(df, "loaded-chase")
+        rows = _chase(df, LOADED_METHOD)
         rows = rows[rows["ok"]]
         points: dict[str, list[tuple[float, float]]] = {}
         for _, row in rows.iterrows():
             info = _info(row)
             if info.get("traffic_gbps") is None:
                 continue
-            label = f"{row['region']} ({info.get('traffic', 'load')} traffic)"
+            traffic = info.get("traffic", row["effective"].get("traffic", "-"))
+            label = f"{row['region']} ({traffic} traffic)"
             points.setdefault(label, []).append((float(info["traffic_gbps"]),
                                                  float(row["median_ns"])))
         for label, xy in points.items():
@@ -157,7 +165,7 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         single = single.drop_duplicates(["method", "region", "attr", "size_bytes"])
         single = single.set_index(["method", "region", "attr", "size_bytes"])["gbps"]
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in df[threaded & ~df["method"].isin(("loaded-chase",))].iterrows():
+        for _, row in df[threaded & ~df["method"].isin(THREADS_EXCLUDE)].iterrows():
             info = _info(row)
             one = single.get((row["method"], row["region"], row["attr"], int(row["size_bytes"])))
             own = [t.get("gbps") for t in info.get("per_thread", []) if t.get("gbps")]
@@ -176,3 +184,21 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         [Column("threads", "count"), Column("GB/s", "gbps"), Column("1 thread GB/s", "gbps"),
          Column("× 1 thread", "ratio"), Column("per thread GB/s")], runs, per_run)
     return section
+
+
+# ------------------------------------------------------------- registered, in the report's order
+
+
+@register_section('idle', 20)
+def _idle(i: Inputs) -> Section:
+    return section_idle_latency(i.runs, i.frames)
+
+
+@register_section('threads', 140)
+def _threads(i: Inputs) -> Section:
+    return section_threads(i.runs, i.frames)
+
+
+@register_section('loaded', 150)
+def _loaded(i: Inputs) -> Section:
+    return section_loaded_latency(i.runs, i.frames)

@@ -1,14 +1,13 @@
 """The report's "Rack" section: an MPI run's hosts side by side, cross-host RPC beside B15,
 aggregate bandwidth beside B12 (each host alone and while the others load the pool), the
 handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
-report.tables; the figures were computed when the rows were made (rack.methods)."""
+report.rows; the figures were computed when the rows were made (rack.methods)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from nearlocal.report.papers import figure
-from nearlocal.report.tables import (
+from nearlocal.report.model import (
     Cell,
     Column,
     NoValue,
@@ -16,10 +15,15 @@ from nearlocal.report.tables import (
     Section,
     Stat,
     keyed_table,
-    stat_of,
 )
+from nearlocal.report.papers import figure
+from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.rows import stat_of
 
 RACK_PREFIX = "rack-"
+RACK_RPC_ROUNDTRIP, RACK_RPC_THROUGHPUT = "rack-rpc-roundtrip", "rack-rpc-throughput"  # B15
+RACK_HANDOFF, RACK_AGGREGATE = "rack-handoff", "rack-aggregate"  # B12's aggregate
+RACK_HOST_LOSS = "rack-host-loss"
 
 
 def _info(row) -> dict:
@@ -33,12 +37,14 @@ def _mpi_rank(row) -> str:
 
 
 def _what(row, params: dict) -> str:
+    """The measurement's name; `params` are the row's effective ones (what the case ran with),
+    so a method's protocol and queue depth show whether or not the case set them."""
     method = row["method"].removeprefix(RACK_PREFIX)
     detail = [row["pattern"]]
-    if "protocol" in params or method.startswith(("rpc", "handoff", "host")):
-        detail.append(str(params.get("protocol", "flush")))
-    if "qd" in params or method == "rpc-throughput":
-        detail.append(f"qd {params.get('qd', '1')}")
+    if "protocol" in params:
+        detail.append(str(params["protocol"]))
+    if "qd" in params:
+        detail.append(f"qd {params['qd']}")
     if method == "aggregate":
         detail.append(row["access"])
     if params.get("recheck") == "off":
@@ -67,7 +73,7 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in df[df["method"].str.startswith(RACK_PREFIX)].iterrows():
             info = _info(row)
-            params = row["params_d"]
+            params = row["effective"]
             stat = stat_of(row)
             key = (_what(row, params), _mpi_rank(row), str(row.get("host") or "-"))
             cells[key] = _cells(row, info, stat, rtt, mops, aggregate)
@@ -95,25 +101,25 @@ def _cells(row, info: dict, stat, rtt, mops, aggregate) -> list[Cell]:
     median = stat.median_ns if isinstance(stat, Stat) else None
     usable = ops = gbps = alone = ratio = None
     note = str(info.get("host_note") or "")
-    if method == "rack-rpc-roundtrip":
+    if method == RACK_RPC_ROUNDTRIP:
         ratio = median / rtt.ns() if median and int(row["fragment_bytes"]) == 64 else None
         note = f"server on rank 0 ({info.get('server_host', '?')}); {note}"
-    elif method == "rack-rpc-throughput":
+    elif method == RACK_RPC_THROUGHPUT:
         ops = 1000 / median if median else None
-        qd = str(row["params_d"].get("qd", "1"))
+        qd = str(row["effective"].get("qd"))
         ratio = ops / mops.central if ops and qd == "128" else None
-    elif method == "rack-handoff":
+    elif method == RACK_HANDOFF:
         usable = info.get("usable_ns")
         note = f"{info.get('records', '?')} records of {info.get('record_bytes', '?')} B to " \
                f"ranks {info.get('readers', '?')}; {note}"
-    elif method == "rack-aggregate":
+    elif method == RACK_AGGREGATE:
         gbps, alone = info.get("together_gbps"), info.get("alone_gbps")
         total = info.get("total_gbps")
         share = info.get("share")
         ratio = total / aggregate.central if total else None
         note = (f"total {total:.2f} GB/s over {info.get('ranks')} ranks, this host's share "
                 f"{share:.0%}" if total and share is not None else note)
-    elif method == "rack-host-loss":
+    elif method == RACK_HOST_LOSS:
         detect = info.get("detect_ms") or {}
         stat = Stat(detect["median"] * 1e6, detect["min"] * 1e6, detect["p99"] * 1e6) \
             if detect else (stat if isinstance(stat, NoValue) else
@@ -144,3 +150,11 @@ def _hosts_line(df: pd.DataFrame) -> str:
     return f"Ranks: {hosts}." + (" Coherent host: every rank on one host, so the flush "
                                   "protocol runs but is not proven necessary here." if coherent
                                   else "")
+
+
+# ------------------------------------------------------------- registered, in the report's order
+
+
+@register_section('rack', 160)
+def _rack(i: Inputs) -> Section:
+    return section_rack(i.runs, i.frames)

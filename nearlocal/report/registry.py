@@ -1,0 +1,51 @@
+"""The registry of report sections, like suites': each section is declared once, with its key and
+its place in the report (`order`), by the module that builds it (report.sections.*)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from nearlocal.report.model import RunInfo, Section
+from nearlocal.results import RunData
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every section is built from: the runs' headers, their prepared rows (report.rows),
+    and the stored runs themselves (metadata, inventory)."""
+
+    runs: list[RunInfo]
+    frames: list[pd.DataFrame]
+    data: list[RunData]
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    key: str
+    order: int  # the report prints sections by ascending order
+    build: Callable[[Inputs], Section]
+    drop_when_absent: bool = False  # a section with nothing to show is left out, not printed
+
+
+SECTIONS: dict[str, SectionSpec] = {}
+
+
+def register_section(key: str, order: int, *, drop_when_absent: bool = False):
+    """Decorator: `build(inputs) -> Section` is the report's section `key`, printed at `order`."""
+
+    def register(build: Callable[[Inputs], Section]) -> Callable[[Inputs], Section]:
+        if key in SECTIONS:
+            raise ValueError(f"report section {key!r} declared twice")
+        if any(spec.order == order for spec in SECTIONS.values()):
+            raise ValueError(f"report section {key!r}: order {order} is taken")
+        SECTIONS[key] = SectionSpec(key, order, build, drop_when_absent)
+        return build
+
+    return register
+
+
+def ordered_sections() -> list[SectionSpec]:
+    return sorted(SECTIONS.values(), key=lambda spec: spec.order)
