@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import itertools
 import json
 import os
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from nearlocal.errors import UsageError, naming
+from nearlocal.errors import UsageError
+from nearlocal.selection import (
+    json_records,
+    region_list,
+    run_settings,
+    selected_cases,
+)
 
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
@@ -72,133 +76,6 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _items(option: str, texts: list[str] | None, unique: bool = True) -> list[str]:
-    """Values of a repeatable option, each of which may be a comma list: `--method a,b --method
-    c` = a, b, c (duplicates dropped, order kept). An empty item (`--size ,`) is an error."""
-    items: list[str] = []
-    for text in texts or []:
-        parts = [part.strip() for part in str(text).split(",")]
-        if not all(parts):
-            raise UsageError(f"{option} {text!r} has an empty item: give one or more values "
-                             "separated by commas")
-        items += parts
-    return list(dict.fromkeys(items)) if unique else items
-
-
-def _rejoin(parts: list[str], starts_new, glue) -> list[str]:
-    """Undo a comma split inside one value: a part that cannot start a value continues the
-    previous one (`devdax:/dev/dax0.0@1GiB,64MiB` stays one region)."""
-    joined: list[str] = []
-    for part in parts:
-        if joined and not starts_new(part):
-            joined[-1] = glue(joined[-1]) + part
-        else:
-            joined.append(part)
-    return list(dict.fromkeys(joined))
-
-
-def region_list(option: str, texts: list[str] | None) -> list[str]:
-    """Region specs from repeated options and comma lists. A region's own options use commas too
-    (`dram:2M,node=0`, `devdax:/dev/dax0.0@1GiB,64MiB`): a part that does not begin with a region
-    kind belongs to the region before it; `dram,node=0` is read as `dram:node=0`."""
-    from nearlocal.regions import REGION_KINDS, load_providers
-
-    load_providers()
-
-    def starts_new(part: str) -> bool:
-        return part.partition(":")[0] in REGION_KINDS
-
-    def glue(previous: str) -> str:
-        inner = previous  # registered:dram -> dram: the options belong to the innermost region
-        while True:
-            _, sep, arg = inner.partition(":")
-            if sep and arg.partition(":")[0] in REGION_KINDS:
-                inner = arg
-                continue
-            return previous + ("," if sep else ":")
-
-    return _rejoin(_items(option, texts, unique=False), starts_new, glue)
-
-
-def pattern_list(texts: list[str] | None) -> list[str]:
-    """Patterns from repeated options and comma lists; a part that does not begin a pattern (a
-    size, COUNTxSIZE or a `kind:` prefix) belongs to the pattern before it."""
-    import re
-
-    def starts_new(part: str) -> bool:
-        return bool(re.match(r"\d|[A-Za-z][\w.-]*:", part))
-
-    return _rejoin(_items("--pattern", texts, unique=False), starts_new, lambda previous: previous + ",")
-
-
-def _selected_cases(args: argparse.Namespace, inventory=None):
-    """The cases the command line selects: the suite's (built for `inventory`, the run's probed
-    box), narrowed or crossed by --method / --region / --attr / --size / --pattern / --peer."""
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.methods import get_method
-    from nearlocal.harness.suites import suite_cases
-    from nearlocal.units import format_size, parse_size
-
-    cases = suite_cases(args.suite, inventory)
-    params = _parse_params(args.param or [])
-    methods = _items("--method", args.method)
-    regions = region_list("--region", args.region)
-    attrs = _items("--attr", args.attr)
-    sizes = [format_size(parse_size(text)) for text in _items("--size", args.size)]
-    given = pattern_list(args.pattern)
-    from nearlocal.workloads.patterns import parse_pattern
-
-    for text in given:  # a kv: pattern's model or selection error says it came from --pattern
-        with naming(f"--pattern {text}"):
-            parse_pattern(text)
-    patterns = list(dict.fromkeys([*sizes, *given]))
-    peers = region_list("--peer", args.peer)
-    if not (methods or regions or attrs or patterns or peers):
-        return list(dict.fromkeys(  # --param overrides the suite's value; equal cases merge
-            replace(case, params=tuple({**case.param_dict, **params}.items()))
-            for case in cases)) if params else cases
-    for name in methods:
-        get_method(name)
-    methods = methods or list(dict.fromkeys(c.method for c in cases))
-    regions = regions or list(dict.fromkeys(c.region for c in cases))
-    patterns = patterns or list(dict.fromkeys(c.pattern for c in cases))
-    return list(dict.fromkeys(
-        Case(m, r, a, p, peer=peer, params=tuple(params.items()), suite=args.suite)
-        for m, r, a, p, peer in itertools.product(methods, regions, attrs or ["wb"], patterns,
-                                                  peers or ["dram"])))
-
-
-def _parse_params(texts: list[str]) -> dict[str, str]:
-    params = {}
-    for text in texts:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"malformed --param {text!r}: use KEY=VALUE, e.g. qd=16")
-        params[key.strip()] = value.strip()
-    return params
-
-
-def _json_records(cases, columns: list[str] | None = None) -> str:
-    """Case rows as a JSON array; `params` (stored as JSON text) becomes an object."""
-    frame = cases[columns] if columns else cases
-    from nearlocal.params import BadParams, decode_params
-
-    records = json.loads(frame.to_json(orient="records"))
-    for record in records:
-        if isinstance(record.get("params"), str):
-            with contextlib.suppress(BadParams):  # a damaged value is shown as it was stored
-                record["params"] = decode_params(record["params"])
-    return json.dumps(records, indent=1)
-
-
-def run_settings(args: argparse.Namespace):
-    """`run`'s --budget, --ci, --processes, --threads, --cpus, --allow-write, checked once."""
-    from nearlocal.harness.plan import RunSettings
-
-    return RunSettings.from_options(args.budget, args.ci, args.processes, args.threads,
-                                    args.cpus, args.allow_write)
-
-
 def _run(args: argparse.Namespace) -> int:
     from nearlocal import console
     from nearlocal.harness.plan import measure, plan_cases
@@ -216,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = run_settings(args)
     check_output("--json", args.json)  # before measuring, not after
     inventory = probe()
-    cases = _selected_cases(args, inventory)
+    cases = selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
     plan = plan_cases(cases, inventory, settings, check_selection=refuse_without_mpi)
@@ -236,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
 
     run = load(path)
     if args.json:  # an OSError names the stored run (note_kept in Store.finish)
-        write_output("--json", args.json, _json_records(
+        write_output("--json", args.json, json_records(
             run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
@@ -273,7 +150,7 @@ def _show(args: argparse.Namespace) -> int:
 
     run = load(args.run, Path(args.out))
     if args.json:
-        print(_json_records(run.cases))
+        print(json_records(run.cases))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
     if run.incomplete:  # on stderr: `show --json` stays valid JSON

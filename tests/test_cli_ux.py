@@ -12,15 +12,16 @@ import pytest
 from rich.console import Console
 
 from nearlocal import console as console_module
-from nearlocal.cli import _selected_cases, build_parser, main, pattern_list, region_list
+from nearlocal.cli import build_parser, main
 from nearlocal.console import case_table, print_table
+from nearlocal.selection import pattern_list, region_list, selected_cases
 from tests.report_fixtures import make_run, row
 
 TINY = ["--budget", "0.02", "--quiet"]
 
 
 def _cases(*argv: str):
-    return _selected_cases(build_parser().parse_args(["run", *argv]))
+    return selected_cases(build_parser().parse_args(["run", *argv]))
 
 
 def test_comma_lists_and_repeated_flags_select_the_same_cases():
@@ -139,9 +140,10 @@ def test_a_narrow_terminal_folds_identifiers_but_never_cuts_them(monkeypatch):
 
 
 def test_a_param_overrides_the_suites_value_and_equal_cases_merge():
-    from nearlocal.cli import _selected_cases, build_parser
+    from nearlocal.cli import build_parser
+    from nearlocal.selection import selected_cases
 
-    cases = _selected_cases(build_parser().parse_args(
+    cases = selected_cases(build_parser().parse_args(
         ["run", "--suite", "rpc", "--param", "protocol=coherent"]))
     assert {c.param_dict.get("protocol") for c in cases} == {"coherent"}
     assert len({c.id for c in cases}) == len(cases)

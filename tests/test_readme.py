@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.cli import _selected_cases, build_parser, main
+from nearlocal.cli import build_parser, main
 from nearlocal.errors import UsageError
 from nearlocal.harness import cases as case_rules
 from nearlocal.hwprobe import probe
 from nearlocal.hwprobe.numa import NumaNode
+from nearlocal.selection import selected_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -93,7 +94,7 @@ def test_every_readme_command_parses(command, tmp_path, inventory, capsys):
     assert callable(args.func)
     if args.command != "run":
         return
-    cases = _selected_cases(args)
+    cases = selected_cases(args)
     assert cases
     for case in cases:
         try:

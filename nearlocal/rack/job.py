@@ -108,14 +108,14 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
 
 
 def _plan(args: argparse.Namespace, inventory) -> Plan:
-    from nearlocal.cli import _selected_cases, run_settings
     from nearlocal.harness.plan import Refuse, plan_cases
     from nearlocal.rack.methods import is_rack
+    from nearlocal.selection import run_settings, selected_cases
 
     settings = run_settings(args)
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
-    planned = plan_cases(_selected_cases(args, inventory), inventory, settings)
+    planned = plan_cases(selected_cases(args, inventory), inventory, settings)
     for entry in planned.entries:
         if isinstance(entry.verdict, Refuse):
             raise UsageError(entry.verdict.error)
@@ -299,10 +299,10 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     path = store.finish(interrupted=bool(lost), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     run = load(path)
     if args.json:
-        from nearlocal.cli import _json_records
+        from nearlocal.selection import json_records
 
         try:
-            Path(args.json).write_text(_json_records(run.cases))
+            Path(args.json).write_text(json_records(run.cases))
         except OSError as exc:
             raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
                              f"stored in {path}") from None
