@@ -32,7 +32,14 @@ stage() {  # the time the stage just finished took, and the total so far
   printf 'vm_check: %-28s %4d s (total %4d s)\n' "$1" $((now - LAST)) $((now - START))
   LAST=$now
 }
-fail() { echo "vm_check: $*" >&2; exit 2; }
+fail() {
+  echo "vm_check: $*" >&2
+  local log
+  for log in "$WORK"/pair-?/*.log; do  # the two-guest stage's own logs, before they are removed
+    [ -n "$WORK" ] && [ -s "$log" ] && { echo "vm_check: ${log#"$WORK"/}:" >&2; tail -8 "$log" >&2; }
+  done
+  exit 2
+}
 
 QEMU=${NEARLOCAL_VM_QEMU:-qemu-system-x86_64}
 KERNEL=${NEARLOCAL_VM_KERNEL:-}
@@ -123,13 +130,29 @@ QEMU_OPTS=(
 stage "devices"
 
 # --- boot and run; the guest writes $WORK/out/booted first, then its results ----------------
-GUEST_LOG="$WORK/guest.log"
-(cd "$WORK" && exec timeout -k 10 "$GUEST_LIMIT" "$VNG" -r "$KERNEL" --qemu "$(command -v "$QEMU")" --force-9p --disable-kvm \
-  --disable-microvm --cpus 2 --memory 1536M --rwdir "$WORK/out" \
-  --append="iomem=relaxed" --qemu-opts="${QEMU_OPTS[*]}" \
-  --exec "bash $REPO/scripts/vm_guest.sh $WORK/out $WORK/out/mounts" 2>&1 | cat >"$GUEST_LOG") &
-RUNNER=$!
-QEMU_PIDS+=("$RUNNER")
+start_guest() {  # NAME CPUS MEMORY COMMAND; QEMU options from GUEST_OPTS; its rwdir is $WORK/NAME
+  local name=$1 cpus=$2 memory=$3 command=$4
+  mkdir -p "$WORK/$name"
+  (cd "$WORK" && exec timeout -k 10 "$GUEST_LIMIT" "$VNG" -r "$KERNEL" --qemu "$(command -v "$QEMU")" --force-9p --disable-kvm \
+    --disable-microvm --cpus "$cpus" --memory "$memory" --rwdir "$WORK/$name" \
+    --append="iomem=relaxed" --qemu-opts="${GUEST_OPTS[*]}" \
+    --exec "$command" 2>&1 | cat >"$WORK/$name.log") &
+  RUNNER=$!
+  QEMU_PIDS+=("$RUNNER")
+}
+await_file() {  # FILE LIMIT_S RUNNER WHAT: wait for FILE while that guest runs, else fail naming WHAT
+  local file=$1 limit=$2 runner=$3 what=$4 waited=0
+  while [ ! -e "$file" ]; do
+    kill -0 "$runner" 2>/dev/null || fail "$what: the guest exited first (its log: ${file%/*}.log)"
+    [ "$waited" -ge "$limit" ] && fail "$what: not within $limit s"
+    sleep 1; waited=$((waited + 1))
+  done
+}
+GUEST_OPTS=("${QEMU_OPTS[@]}")
+GUEST_LOG="$WORK/out.log"
+rc=0
+if [ "${NEARLOCAL_VM_MAIN:-1}" = 1 ]; then  # 0: only the two-guest stage (developing it)
+start_guest out 2 1536M "bash $REPO/scripts/vm_guest.sh $WORK/out $WORK/out/mounts"
 waited=0
 while [ ! -e "$WORK/out/booted" ]; do
   if ! kill -0 "$RUNNER" 2>/dev/null; then
@@ -160,4 +183,47 @@ fi
 rc=$?
 [ $rc = 0 ] || { echo "vm_check: guest log tail:" >&2; tail -20 "$GUEST_LOG" >&2; }
 stage "facts checked"
+fi
+[ "${NEARLOCAL_VM_PAIR:-1}" = 1 ] || { echo "vm_check: two guests: skipped (NEARLOCAL_VM_PAIR=0)"; exit $rc; }
+
+# --- two guests on one host file as device-dax (scripts/vm_pair.py): A writes records, B reads
+# them; A's QEMU is killed by its PID while it writes; B must judge the owner lost, tear nothing
+truncate -s 256M "$WORK/pool0"
+GUEST_OPTS=(
+  -machine nvdimm=on -m 1G,slots=2,maxmem=3G
+  -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/pool0,size=256M,align=2M"
+  -device nvdimm,id=nvdimm0,memdev=pool
+  -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+  -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+)
+PAIR_LIMIT=${NEARLOCAL_VM_PAIR_S:-420}
+mkdir -p "$WORK/pair-a" "$WORK/pair-b"
+for guest in pair-a pair-b; do  # the mount table, and the kernels the first guest compiled
+  cp "$WORK/out/mounts" "$WORK/$guest/mounts"
+  [ -e "$WORK/out/numba-cache.tar" ] && cp "$WORK/out/numba-cache.tar" "$WORK/$guest/"
+done
+start_guest pair-a 1 1G "bash $REPO/scripts/vm_pair_guest.sh writer $WORK/pair-a $WORK/pair-a/mounts"
+WRITER=$RUNNER
+await_file "$WORK/pair-a/namespace-ready" "$PAIR_LIMIT" "$WRITER" "guest A making its pool device-dax"
+stage "two guests: A's devdax"
+start_guest pair-b 1 1G "bash $REPO/scripts/vm_pair_guest.sh reader $WORK/pair-b $WORK/pair-b/mounts"
+READER=$RUNNER
+await_file "$WORK/pair-b/reads-ok" "$PAIR_LIMIT" "$READER" "guest B reading A's records"
+kill -0 "$WRITER" 2>/dev/null || fail "guest A stopped before it was killed (its log: $WORK/pair-a.log)"
+stage "two guests: B reads A's"
+sleep 3  # B reads while A writes
+qemu_a=$(pgrep -f -- "^$(command -v "$QEMU") .*$WORK/pair-a" | head -1)  # QEMU itself, not vng
+[ -n "$qemu_a" ] || fail "guest A's QEMU process is not found"
+reads_before=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["reads_ok"])' "$WORK/pair-b/reader.json")
+kill -KILL "$qemu_a"
+echo "{\"pid\": $qemu_a, \"reads_ok_before\": $reads_before}" >"$WORK/pair-a/killed.json"
+wait "$WRITER" 2>/dev/null
+await_file "$WORK/pair-b/done" "$PAIR_LIMIT" "$READER" "guest B after A's loss"
+wait "$READER" 2>/dev/null
+stage "two guests: A killed, B read on"
+"$PY" "$REPO/scripts/vm_pair.py" check "$WORK/pair-a" "$WORK/pair-b"
+pair_rc=$?
+[ $pair_rc = 0 ] || { echo "vm_check: guest B's log tail:" >&2; tail -20 "$WORK/pair-b.log" >&2; }
+stage "two guests: facts checked"
+[ $rc = 0 ] && rc=$pair_rc
 exit $rc

@@ -96,12 +96,34 @@ def check(out: Path) -> list[str]:
         fact(faults.get("missed_detections") == 0 and faults.get("writes_after_loss") == 0,
              f"faults: every owner loss detected, no write after loss ({faults.get('missed_detections')} "
              f"missed, {faults.get('writes_after_loss')} writes after loss)")
+    _accept_facts(out, fact)
     fact((out / "trees.tar").is_file(), "the guest's trees were recorded")
     for line in facts:
         print(f"vm_check: fact: {line}")
-    if (out / "accept.txt").exists():
-        print("vm_check: " + (out / "accept.txt").read_text().strip())
     return problems
+
+
+def _accept_facts(out: Path, fact) -> None:
+    """Beluga's spec aimed at the guest's devdax: a verdict per requirement, its CPU cases
+    measured on that pool, its GPU cases not measured (no GPU). Never whether it passed: TCG."""
+    rc = (out / "accept.rc").read_text().strip() if (out / "accept.rc").exists() else "missing"
+    err = (out / "accept.err").read_text()[-300:] if (out / "accept.err").exists() else ""
+    fact(rc in ("0", "1"), f"nearlocal accept gives verdicts (rc {rc}, 0 pass / 1 fail; {err})")
+    try:
+        verdicts = json.loads((out / "accept.json").read_text())["verdicts"]
+    except (OSError, ValueError, KeyError):
+        verdicts = []
+    pool = (out / "accept-pool.txt").read_text().strip() if (out / "accept-pool.txt").exists() else "?"
+    measured = [v for v in verdicts if v.get("measured") is not None]
+    fact(bool(verdicts) and all("requirement" in v and "passed" in v for v in verdicts),
+         f"accept: a verdict for each of the spec's {len(verdicts)} requirements")
+    on_pool = [v for v in measured if f"/{pool}/" in f"/{v['case']}/" or pool in v["case"]]
+    fact(bool(on_pool), f"accept: requirements measured on the guest's pool {pool} "
+         f"({len(on_pool)} of {len(measured)} measured)")
+    rows = _rows(out / "accept-results")
+    regions = {r["region"] for r in rows if r["status"] == "ok"}
+    fact(bool(rows) and regions <= {pool, "dram"},
+         f"accept: every measured row is on {pool} or local dram (saw {sorted(regions)})")
 
 
 def _rows(results: Path) -> list[dict]:

@@ -46,7 +46,8 @@ def test_an_unknown_option_is_one_line_and_exit_2():
         "vm_check: unknown option --fast (valid: --no-install, --keep-trees DIR)"
 
 
-def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining") -> Path:
+def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
+               accept_region: str = "devdax:/dev/dax0.0") -> Path:
     """What a guest writes, as vm_facts reads it (the run rows come from a real store)."""
     out = tmp_path / "out"
     out.mkdir()
@@ -79,7 +80,26 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining") -> Path:
                         "attr": attr, "status": status, "reason": "",
                         "info": {"memtype": memtype} if memtype else {}}, None, None, None)
     store.finish()
+    pool = "devdax:/dev/dax0.0"
+    (out / "accept.rc").write_text("1\n")  # the GPU requirements fail as not measured
+    (out / "accept-pool.txt").write_text(pool + "\n")
+    case = f"nt-store/{accept_region}/wb/16KiB"
+    (out / "accept.json").write_text(json.dumps({"verdicts": [
+        {"requirement": "B7a", "case": case, "measured": 2400.0, "passed": True},
+        {"requirement": "B11", "case": f"cuda-memcpy/registered:{pool}/wb/16KiB",
+         "measured": None, "passed": False, "reason": "not measured: no GPU"}]}))
+    accepted = Store.create(out / "accept-results", {"host_id": "guest"})
+    accepted.add_case({"case_id": case, "method": "nt-store", "region": accept_region,
+                       "attr": "wb", "status": "ok", "reason": ""}, None, None, None)
+    accepted.finish()
     return out
+
+
+def test_an_accept_measured_off_the_guests_pool_is_a_failed_fact(tmp_path):
+    from scripts.vm_facts import check
+
+    problems = check(_guest_out(tmp_path, accept_region="numa:1"))
+    assert len(problems) == 2 and all(p.startswith("accept:") for p in problems), problems
 
 
 def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path):
@@ -94,6 +114,45 @@ def test_a_bar_mapped_with_the_wrong_type_is_a_failed_fact(tmp_path):
     problems = check(_guest_out(tmp_path, memtype_wc="uncached-minus"))
     assert problems == ["run: pcibar:0000:00:0b.0/2 wc is ok with memtype write-combining "
                         "(saw ok: uncached-minus)"]
+
+
+def _pair(tmp_path: Path, **reader: object) -> tuple[Path, Path]:
+    """What the two guests of the pair stage write when all goes well (scripts/vm_pair.py)."""
+    a, b = tmp_path / "pair-a", tmp_path / "pair-b"
+    a.mkdir()
+    b.mkdir()
+    (a / "writer.json").write_text(json.dumps({"writing": True, "tsc_hz": 2e9}))
+    (a / "killed.json").write_text(json.dumps({"pid": 4242, "reads_ok_before": 310}))
+    report = {"final": True, "reads_ok": 512, "retries": 3, "stale_detections": 1,
+              "stale_marked": 1, "owner_lost_s": 41.2, "torn_reads": 0,
+              "torn_reads_returned": 0, "heartbeats": [7, 9, 9, 9], "elapsed_s": 63.0}
+    (b / "reader.json").write_text(json.dumps({**report, **reader}))
+    return a, b
+
+
+def _pair_check(a: Path, b: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["python3", str(REPO / "scripts" / "vm_pair.py"), "check", str(a),
+                           str(b)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_pair_facts_hold_on_what_two_good_guests_write(tmp_path):
+    done = _pair_check(*_pair(tmp_path))
+    assert done.returncode == 0, done.stdout
+    assert "FAIL" not in done.stdout and "judged the owner lost" in done.stdout
+
+
+@pytest.mark.parametrize(("reader", "fact"), [
+    ({"torn_reads": 1}, "no torn read"),
+    ({"torn_reads_returned": 1}, "no torn read"),
+    ({"stale_detections": 0}, "judged the owner lost"),
+    ({"heartbeats": [7, 8, 9, 10]}, "heartbeat frozen"),
+    ({"final": False}, "read to the end"),
+])
+def test_a_torn_read_or_a_missed_loss_is_a_failed_pair_fact(tmp_path, reader, fact):
+    done = _pair_check(*_pair(tmp_path, **reader))
+    assert done.returncode == 1
+    assert [line for line in done.stdout.splitlines() if line.startswith("vm_pair: FAIL")
+            and fact in line], done.stdout
 
 
 @pytest.mark.vm
