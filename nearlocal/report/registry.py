@@ -47,5 +47,15 @@ def register_section(key: str, order: int, *, drop_when_absent: bool = False):
     return register
 
 
+FramesBuild = Callable[[list[RunInfo], list[pd.DataFrame]], Section]
+
+
+def register_frames_section(key: str, order: int, build: FramesBuild, *,
+                            drop_when_absent: bool = False) -> None:
+    """A section built from the runs' headers and prepared rows alone (most paper tables)."""
+    register_section(key, order, drop_when_absent=drop_when_absent)(
+        lambda inputs: build(inputs.runs, inputs.frames))
+
+
 def ordered_sections() -> list[SectionSpec]:
     return sorted(SECTIONS.values(), key=lambda spec: spec.order)

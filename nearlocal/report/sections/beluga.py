@@ -21,7 +21,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import (
     GPU_CLASS,
     LOCAL_CLASS,
@@ -497,37 +497,10 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
 
 # ------------------------------------------------------------- registered, in the report's order
 
-
-@register_section('b7', 40)
-def _b7(i: Inputs) -> Section:
-    return section_b7(i.runs, i.frames)
-
-
-@register_section('b8', 50)
-def _b8(i: Inputs) -> Section:
-    return section_b8(i.runs, i.frames)
-
-
-@register_section('b9', 60)
-def _b9(i: Inputs) -> Section:
-    return section_b9(i.runs, i.frames)
-
-
-@register_section('b11', 70)
-def _b11(i: Inputs) -> Section:
-    return section_b11(i.runs, i.frames)
-
-
-@register_section('b12', 80)
-def _b12(i: Inputs) -> Section:
-    return section_b12(i.runs, i.frames)
-
-
-@register_section('b13', 90)
-def _b13(i: Inputs) -> Section:
-    return section_kv(i.runs, i.frames)
-
-
-@register_section('b15', 100)
-def _b15(i: Inputs) -> Section:
-    return section_b15(i.runs, i.frames)
+register_frames_section('b7', 40, section_b7)
+register_frames_section('b8', 50, section_b8)
+register_frames_section('b9', 60, section_b9)
+register_frames_section('b11', 70, section_b11)
+register_frames_section('b12', 80, section_b12)
+register_frames_section('b13', 90, section_kv)
+register_frames_section('b15', 100, section_b15)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from nearlocal.report.model import Cell, Column, RunInfo, Section, Table, keyed_table
 from nearlocal.report.papers import figures
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.results import RunData
 from nearlocal.units import format_size
 
@@ -174,11 +174,7 @@ def _inventory(i: Inputs) -> Section:
 @register_section('failures', 180)
 def _failures(i: Inputs) -> Section:
     return section_failures(i.runs, i.frames, i.data)
-
-
-@register_section('skipped', 190)
-def _skipped(i: Inputs) -> Section:
-    return section_skipped(i.runs, i.frames)
+register_frames_section('skipped', 190, section_skipped)
 
 
 @register_section('references', 200)

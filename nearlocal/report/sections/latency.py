@@ -18,7 +18,7 @@ from nearlocal.report.model import (
     Series,
     keyed_table,
 )
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import stat_of
 
 IDLE_METHOD = "chase"  # MLC's idle latency
@@ -188,17 +188,6 @@ def section_threads(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
 
 # ------------------------------------------------------------- registered, in the report's order
 
-
-@register_section('idle', 20)
-def _idle(i: Inputs) -> Section:
-    return section_idle_latency(i.runs, i.frames)
-
-
-@register_section('threads', 140)
-def _threads(i: Inputs) -> Section:
-    return section_threads(i.runs, i.frames)
-
-
-@register_section('loaded', 150)
-def _loaded(i: Inputs) -> Section:
-    return section_loaded_latency(i.runs, i.frames)
+register_frames_section('idle', 20, section_idle_latency)
+register_frames_section('threads', 140, section_threads)
+register_frames_section('loaded', 150, section_loaded_latency)

@@ -17,7 +17,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import stat_of
 
 RACK_PREFIX = "rack-"
@@ -154,7 +154,4 @@ def _hosts_line(df: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------- registered, in the report's order
 
-
-@register_section('rack', 160)
-def _rack(i: Inputs) -> Section:
-    return section_rack(i.runs, i.frames)
+register_frames_section('rack', 160, section_rack)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from nearlocal.report.model import Cell, Column, RunInfo, Section, keyed_table
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.report.rows import (
     LOCAL_CLASS,
     SHARED_CLASS,
@@ -297,6 +297,4 @@ def _near(i: Inputs) -> Section:
 
 
 # every case beside local dram: left out when nothing else was measured (the lead says so)
-@register_section('near-cases', 130, drop_when_absent=True)
-def _near_cases(i: Inputs) -> Section:
-    return section_near_local(i.runs, i.frames)
+register_frames_section('near-cases', 130, section_near_local, drop_when_absent=True)

@@ -17,7 +17,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import (
     GPU_CLASS,
     LOCAL_CLASS,
@@ -142,12 +142,5 @@ def section_s3(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
 
 # ------------------------------------------------------------- registered, in the report's order
 
-
-@register_section('s2', 110)
-def _s2(i: Inputs) -> Section:
-    return section_s2(i.runs, i.frames)
-
-
-@register_section('s3', 120)
-def _s3(i: Inputs) -> Section:
-    return section_s3(i.runs, i.frames)
+register_frames_section('s2', 110, section_s2)
+register_frames_section('s3', 120, section_s3)
