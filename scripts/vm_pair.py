@@ -26,9 +26,9 @@ AFTER_LOSS_S = 20.0  # B goes on reading this long after it judged A lost: nothi
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)  # the host never reads half a report
+    from nearlocal.safeio import atomic_write_bytes
+
+    atomic_write_bytes(path, json.dumps(data).encode())  # the host never reads half a report
 
 
 def _tsc_hz() -> float:

@@ -26,6 +26,7 @@ from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo
 from nearlocal.storage.gpu_methods import contiguous_runs
 from nearlocal.workloads.patterns import parse_pattern
 from tests.gpu_fakecupy import make_fake_cupy
+from tests.test_storage import _direct_works
 
 TSC_HZ = 2.0e9
 SETTINGS = WorkerSettings(StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), TSC_HZ, False)
@@ -54,18 +55,6 @@ def _user_file(path: Path) -> bytes:
     data = np.random.default_rng(23).integers(0, 256, FILE_BYTES, np.uint8).tobytes()
     path.write_bytes(data)
     return data
-
-
-def _direct_works(folder: Path) -> bool:
-    probe_file = folder / ".direct-probe"
-    probe_file.write_bytes(b"\0" * 4096)
-    try:
-        os.close(os.open(probe_file, os.O_RDONLY | os.O_DIRECT))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe_file.unlink()
 
 
 def _assert_gpu_holds_the_file(opened, data: bytes, pattern: str) -> None:

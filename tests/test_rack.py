@@ -54,22 +54,23 @@ def _errors(proc: subprocess.CompletedProcess) -> list[str]:
             if line.startswith("nearlocal: error:")]
 
 
-@pytest.fixture(scope="module")
-def three_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rack3")
-    proc = mpirun(["-n", "3", *NEARLOCAL, "run", "--suite", "rack-test", "--out", str(out),
+def _rack_run(tmp_path_factory, ranks: int, suite: str):
+    """One MPI run of a rack test suite, stored; the module's tests read it."""
+    out = tmp_path_factory.mktemp(f"rack{ranks}")
+    proc = mpirun(["-n", str(ranks), *NEARLOCAL, "run", "--suite", suite, "--out", str(out),
                    *TINY], cwd=out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return load(None, out)
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory):
+    return _rack_run(tmp_path_factory, 3, "rack-test")
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rack2")
-    proc = mpirun(["-n", "2", *NEARLOCAL, "run", "--suite", "rack-test-two", "--out", str(out),
-                   *TINY], cwd=out)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return load(None, out)
+    return _rack_run(tmp_path_factory, 2, "rack-test-two")
 
 
 def _rows(run, method):

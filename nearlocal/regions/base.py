@@ -113,7 +113,7 @@ def pool_class_of(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> s
     that no longer parses (an old store, a removed kind) is "other"."""
     try:
         spec = parse_region(region)
-    except Exception:
+    except (UsageError, ValueError):  # what parse_region says of text it cannot read
         return "other"
     declared = REGION_KINDS[spec.kind].pool_class
     return declared(spec, cpuless_nodes) if callable(declared) else declared
