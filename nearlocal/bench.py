@@ -164,7 +164,7 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
         raise UsageError(f"{case.id}: {entry.reason}")
     row = dict(entry.row)
     with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
-                   host.inventory) as opened:
+                   host.inventory, host.clock.quantum_ticks) as opened:
         if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
             benchmark.pedantic(opened.session.sample, args=(1,))
             return row

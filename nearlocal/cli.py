@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
     run.add_argument("--processes", type=int, default=None,
                      help="worker processes per case, in passes over all cases, sharing the "
-                          "budget (default: one per 0.1 s of --budget, at most 5)")
+                          "budget (default: one per 0.03 s of --budget, at most 16)")
     run.add_argument("--out", default="results", help="the store's root (default ./results)")
     run.add_argument("--json", help="also write the case rows as a JSON array to this path")
     run.add_argument("--allow-write", action="store_true",

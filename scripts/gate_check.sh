@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Does the CI regression gate (`nearlocal compare`) hold on this box? Measures, at default
 # settings, three runs of the quick suite on unchanged code and two with a REAL 1.3x slowdown of
-# the test-only plugin methods gate-load and gate-chase (tests/gate_plugin.py: a delay chain in
-# their compiled kernels), then compares every pair:
+# the test-only plugin methods gate-load and gate-chase (tests/gate_plugin.py: their compiled
+# kernels do 1.3x the passes or hops per sample, the figure per nominal one), then compares
+# every pair:
 #   unchanged pairs: exit 0, at least 70% of compared cases `same`, no case `slower`;
 #   unchanged -> slowed pairs: at least 90% of the gate-* cases `slower`, and
 #   gate-chase/dram/wb/1GiB `slower` in every pair.

@@ -1,18 +1,20 @@
 """A plugin (NEARLOCAL_PLUGINS=tests.gate_plugin) with a REAL, known slowdown for checking the
 regression gate (scripts/gate_check.sh). Test-only; never shipped.
 
-`gate-load` and `gate-chase` time what `load` and `chase` time, inside the same kind of compiled
-loop, plus a dependent multiply-add chain inside the timed interval whose length the session
-sets at opening: (NEARLOCAL_GATE_SLOWDOWN - 1) times the case's own median body, from a short
-calibration of both. The kernel really spends that factor of the time, with the machine's own
-noise (a scaled copy of stored samples would not); at 1.0 the chain is empty and the code is the
-same. The plugin adds `gate-load` at every quick size and `gate-chase` at the chase sizes to the quick suite.
+`gate-load` and `gate-chase` are `load` and `chase` whose timed interval does
+NEARLOCAL_GATE_SLOWDOWN times the work while the figure is divided by the work of one:
+`gate-load` runs 1.3 x its passes per sample (whole passes, then a pass over the leading share of
+the pattern's bytes, in whole cache lines), `gate-chase` walks 1.3 x its hops. The kernel really
+spends that factor of the time, on the same lines in the same cache state, with the machine's own
+noise acting on all of it (a scaled copy of stored samples would not, nor would a delay chain,
+whose cost moves differently from the loads' when the host's load changes); at 1.0 it is `load`
+and `chase` exactly. The plugin adds `gate-load` at every quick size and `gate-chase` at the
+chase sizes to the quick suite.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 from numba import njit
@@ -21,143 +23,99 @@ from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.harness.pool import CHASE_SIZES
 from nearlocal.harness.suites import QUICK_SIZES, extend_suite
+from nearlocal.kernels.chase import time_chase
 from nearlocal.kernels.chase_methods import ChaseSession
-from nearlocal.kernels.cpu import load_pass
-from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
+from nearlocal.kernels.cpu import _begin, _between, load_pass, time_drains
+from nearlocal.kernels.cpu_methods import CpuSession
+from nearlocal.kernels.intrinsics import tsc_end
 from nearlocal.units import format_size
 
 SLOWDOWN_ENV = "NEARLOCAL_GATE_SLOWDOWN"
+NO_FRAGMENTS = np.zeros((0, 3), np.int64)
 
 
 def slowdown() -> float:
     return float(os.environ.get(SLOWDOWN_ENV, "1.0"))
 
 
-LCG_MUL, LCG_ADD = np.uint64(6364136223846793005), np.uint64(1442695040888963407)
-
-
-@njit(cache=False, inline="always")
-def _delay(iterations, x):
-    """A dependent multiply-add chain: CPU time that scales with the core like the work does."""
-    for _ in range(iterations):
-        x = x * LCG_MUL + LCG_ADD
-    return x
-
-
 @njit(cache=False)
-def time_delay(iterations, samples, sink):
-    """Ticks of `iterations` steps of the delay chain per sample (its calibration)."""
-    x = sink[0]
+def time_load_more(src, dst, frags, share, samples, sink, drain, passes):
+    """kernels.cpu.time_load whose interval also reads `share`, a leading part of the pattern,
+    as one more pass (drained like the others)."""
+    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
-        t0 = tsc_begin()
-        x = _delay(iterations, x)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    sink[0] = x
-
-
-@njit(cache=False)
-def time_load_stretched(src, frags, samples, sink, iterations):
-    acc = load_pass(src, src, frags)  # the untimed warm-up pass
-    for r in range(samples.size):
-        t0 = tsc_begin()
-        acc ^= load_pass(src, src, frags)
-        acc = _delay(iterations, acc)
+        t0 = _begin(drain)
+        for k in range(passes):
+            _between(drain, k)
+            acc ^= load_pass(src, dst, frags)
+        if share.shape[0]:
+            _between(drain, passes)
+            acc ^= load_pass(src, dst, share)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
-@njit(cache=False)
-def time_chase_stretched(words, hops, samples, position, sink, iterations):
-    p = np.uint64(position[0])
-    x = np.uint64(0)
-    for r in range(samples.size):
-        t0 = tsc_begin()
-        for _ in range(hops):
-            p = words[p]
-        x = _delay(iterations, x ^ p)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    position[0] = p
-    sink[0] = x
+def leading_share(frags: np.ndarray, fraction: float) -> np.ndarray:
+    """The fragments covering the first `fraction` of the table's bytes, cut at a cache line."""
+    want = round(fraction * int(frags[:, 2].sum()) / 64) * 64
+    rows = []
+    for src_off, dst_off, length in frags.tolist():
+        if want <= 0:
+            break
+        take = min(length, want)
+        rows.append((src_off, dst_off, take))
+        want -= take
+    return np.array(rows, np.int64).reshape(-1, 3)
 
 
-def _median_ticks(take, overhead: float) -> float:
-    """Median ticks of a sample less the timer overhead, over ~20 ms (at least 8 samples)."""
-    n, start, got = 8, time.perf_counter(), []
-    while True:
-        ticks = np.empty(n, np.uint64)
-        take(ticks)
-        got.append(ticks.astype(np.float64) - overhead)
-        if time.perf_counter() - start > 0.02 or n >= 1024:
-            return float(np.median(np.concatenate(got)))
-        n *= 2
-
-
-def delay_iterations(body_ticks: float, extra: float, overhead: float) -> int:
-    """Steps of the delay chain that add `extra` x body_ticks to each sample."""
-    if extra <= 0:
-        return 0
-    sink = np.zeros(1, np.uint64)
-    steps = 1 << 14
-    per_step = _median_ticks(lambda t: time_delay(steps, t, sink), overhead) / steps
-    return max(1, round(extra * body_ticks / per_step))
-
-
-class GateLoadSession:
-    clock = "tsc"
+class GateLoadSession(CpuSession):
+    """`load`'s session (its passes per sample, its drain) doing slowdown x its passes' work in
+    each sample, its figure still per nominal pass."""
 
     def __init__(self, ctx: SessionContext):
-        self.ctx = ctx
-        self.sink = np.zeros(1, np.uint64)
-        overhead = float(ctx.timer_overhead_ticks)
-        self.iterations = 0
-        body = _median_ticks(self._take, overhead)
-        self.iterations = delay_iterations(body, slowdown() - 1.0, overhead)
-        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "slowdown": slowdown(),
-                     "delay_steps": self.iterations}
+        super().__init__("time_load", "64-byte vector loads, warm, x slowdown the work", ctx,
+                         batched=True)
+        extra = (slowdown() - 1.0) * self.passes
+        self.whole = self.passes + int(extra)
+        self.share = leading_share(ctx.pattern.frags, extra - int(extra))
+        if self.drain:  # the mfences before every pass of the interval, idle cost subtracted
+            ticks = np.empty(51, np.uint64)
+            time_drains(ticks, self.whole + (1 if self.share.shape[0] else 0))
+            self.drain_ticks = max(float(np.median(ticks)) - ctx.timer_overhead_ticks, 0.0)
+        work = (self.whole + self.share[:, 2].sum() / ctx.pattern.frags[:, 2].sum()) / self.passes
+        self.info.update(slowdown=slowdown(), work_per_pass=float(work),
+                         drain_overhead_ticks=self.drain_ticks)
 
-    def _take(self, ticks: np.ndarray) -> None:
-        time_load_stretched(self.ctx.src.array, self.ctx.pattern.frags, ticks, self.sink,
-                            self.iterations)
-
-    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        ticks = np.empty(n, np.uint64)
-        self._take(ticks)
-        ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
-        return ticks, ns * 1e9 / self.ctx.tsc_hz
-
-    def close(self) -> None:
-        pass
+    def _take(self, ticks: np.ndarray, passes: int) -> None:
+        whole, share = getattr(self, "whole", None), getattr(self, "share", NO_FRAGMENTS)
+        if whole is None:  # CpuSession finding its passes: plain passes, no extra work
+            whole = passes
+        time_load_more(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, share,
+                       ticks, self.sink, self.drain, whole)
 
 
 class GateChaseSession(ChaseSession):
+    """`chase` walking slowdown x its hops per sample, its figure still per nominal hop."""
+
     def __init__(self, ctx: SessionContext):
         super().__init__(ctx)
-        self.sink = np.zeros(1, np.uint64)
-        overhead = float(ctx.timer_overhead_ticks)
-        self.iterations = 0
-        body = _median_ticks(self._take, overhead)
-        self.iterations = delay_iterations(body, slowdown() - 1.0, overhead)
-        self.info.update(slowdown=slowdown(), delay_steps=self.iterations)
-
-    def _take(self, ticks: np.ndarray) -> None:
-        time_chase_stretched(self.ring.words, self.hops, ticks, self.ring.position, self.sink,
-                             self.iterations)
+        self.walked = max(self.hops, round(self.hops * slowdown()))
+        self.info.update(slowdown=slowdown(), hops_walked=self.walked)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = np.empty(n, np.uint64)
-        self._take(ticks)
+        time_chase(self.ring.words, self.walked, ticks, self.ring.position)
         ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
         return ticks, ns * 1e9 / self.ctx.tsc_hz / self.hops
 
 
 register_method(Method(
-    name="gate-load", family="cpu", summary="test only: load, then a spin of (slowdown-1) x",
-    accesses=("read",), state="warm", open_session=GateLoadSession, cpu_flags=("rdtscp",)))
+    name="gate-load", family="cpu", summary="test only: load doing slowdown x the work",
+    accesses=("read",), state="warm", open_session=GateLoadSession, cpu_flags=("rdtscp",),
+    params={"drain": "before"}))
 register_method(Method(
-    name="gate-chase", family="cpu", summary="test only: chase, then a spin of (slowdown-1) x",
+    name="gate-chase", family="cpu", summary="test only: chase walking slowdown x the hops",
     accesses=("read",), state="warm", open_session=GateChaseSession, cpu_flags=("rdtscp",),
     params={"hops": "4096", "seed": "1"}, stores_in_region=True))
 

@@ -154,7 +154,7 @@ def test_benjamini_hochberg_matches_the_step_up_rule():
 
 
 def test_default_processes_follow_the_budget():
-    assert [default_processes(b) for b in (0.02, 0.1, 0.3, 0.5, 2.0)] == [1, 1, 3, 5, 5]
+    assert [default_processes(b) for b in (0.02, 0.1, 0.3, 0.5, 2.0)] == [1, 3, 10, 16, 16]
 
 
 def test_run_with_processes_tags_every_sample(tmp_path):
@@ -297,3 +297,18 @@ def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky
     (row,) = run.cases.to_dict("records")
     assert row["status"] == "ok" and row["processes"] == 2
     assert sorted(run.samples["process"].unique()) == [0, 1]
+
+
+def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
+    from nearlocal.harness.runner import _pooled
+    from nearlocal.harness.stats import StoppingRule
+
+    rng = np.random.default_rng(3)
+    rule = StoppingRule(budget_s=0.5, target_rel_ci=0.01, min_samples=30)
+    # each process alone has too few samples for the rule; together they settle the median
+    results = [({"converged": False, "timer_overhead_ns": 20.0, "clock_resolution_ns": 1.0},
+                np.zeros(20), 100 + rng.normal(0, 1, 20)) for _ in range(16)]
+    row = _pooled(results, 64, rule)
+    assert row["converged"] is True and row["processes_converged"] == 0 and row["processes"] == 16
+    noisy = [({"converged": True}, np.zeros(40), 100 * rng.lognormal(0, 0.5, 40)) for _ in range(2)]
+    assert _pooled(noisy, 64, rule)["converged"] is False

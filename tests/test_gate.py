@@ -103,8 +103,11 @@ def test_sessions_state_their_operations_per_sample():
     inventory = probe(gpu=False)
     with open_case(Case("chase", "dram", "wb", "16KiB"), inventory.tsc_hz, 40.0, False) as chase:
         assert session_ops(chase.session) == 4096
-    with open_case(Case("load", "dram", "wb", "4KiB"), inventory.tsc_hz, 40.0, False) as plain:
-        assert session_ops(plain.session) == 1
+    with open_case(Case("load", "dram", "wb", "16MiB"), inventory.tsc_hz, 40.0, False) as plain:
+        assert session_ops(plain.session) == 1  # one pass spans the clock's steps
+    with open_case(Case("load", "dram", "wb", "64B"), inventory.tsc_hz, 40.0, False,
+                   quantum_ticks=1e4) as short:
+        assert session_ops(short.session) == short.session.passes > 1
 
 
 # ---------------------------------------------------------------- equivalence

@@ -320,3 +320,62 @@ def test_a_bad_drain_is_a_usage_error(tmp_path, capsys):
     assert code == 2
     assert "drain='sometimes'" in err and "before" in err and "none" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kernel", [cpu.time_load, cpu.time_clflush_load])
+def test_a_batched_read_sample_reads_every_fragment_once_per_pass(kernel):
+    src, dst = _buffers()
+    samples, sink = np.zeros(2, np.uint64), np.zeros(1, np.uint64)
+    per_pass = 0
+    for s, _, n in FRAGS:
+        per_pass ^= _xor_reference(src, int(s), int(n))
+    for passes in (2, 3):  # with the warm-up pass: 5 and 7 passes, an odd count: the xor itself
+        kernel(src, dst, FRAGS, samples, sink, True, passes)
+        assert int(sink[0]) == (per_pass if (1 + 2 * passes) % 2 else 0)
+    assert not dst.any()
+
+
+def test_a_batched_store_sample_writes_exactly_the_fragments():
+    src, dst = _buffers()
+    cpu.time_nt_store(src, dst, FRAGS, np.zeros(2, np.uint64), np.zeros(1, np.uint64), False, 4)
+    assert np.array_equal(dst, _expected_writes(FRAGS, 0x5A))
+
+
+def test_passes_for_spans_the_clock_steps_in_a_power_of_two():
+    from nearlocal.kernels.cpu_methods import MAX_PASSES, MIN_SAMPLE_STEPS, passes_for
+
+    def take_for(body_ticks: float, overhead: float = 70.0, quantum: float = 24.0):
+        def take(ticks, passes):  # a stepped clock: whole steps of `quantum`
+            ticks[:] = np.floor((overhead + passes * body_ticks) / quantum) * quantum
+        return take
+
+    for body in (3.0, 30.0, 300.0):
+        passes = passes_for(take_for(body), 70.0, 24.0)
+        assert passes & (passes - 1) == 0 and passes > 1
+        assert passes * body >= 0.9 * MIN_SAMPLE_STEPS * 24  # within a step of the target
+    assert passes_for(take_for(1e6), 70.0, 24.0) == 1  # long enough alone: one pass
+    assert passes_for(take_for(1e-6), 70.0, 24.0) == MAX_PASSES  # never more than the cap
+    assert passes_for(take_for(10.0, 40.0, 1.0), 40.0, 1.0) == 128  # 1-tick clock: 20 overheads
+
+
+def test_a_cpu_session_states_its_passes_and_divides_by_them():
+    from nearlocal.harness.cases import Case
+    from nearlocal.harness.methods import load_methods
+    from nearlocal.harness.methods import ops_per_sample as session_ops
+    from nearlocal.harness.worker import open_case
+
+    load_methods()
+    tsc_hz = 2e9
+    # a clock whose step is 1e5 ticks: any short pass is batched up to the cap
+    with open_case(Case("load", "dram", "wb", "64B"), tsc_hz, 0.0, False,
+                   quantum_ticks=1e5) as opened:
+        session = opened.session
+        raw, ns = session.sample(4)
+        assert session.passes > 1 and session_ops(session) == session.passes
+        assert opened.info["passes_per_sample"] == session.passes
+        assert f"{session.passes} passes per timed interval" in opened.info["timed"]
+        expected = (raw.astype(float) - session.drain_ticks).clip(0) * 1e9 / tsc_hz / session.passes
+        assert np.allclose(ns, expected)
+    with open_case(Case("nt-load", "dram", "wb", "64B"), tsc_hz, 0.0, False,
+                   quantum_ticks=1e5) as opened:  # its cold state is set per sample: one pass
+        assert session_ops(opened.session) == 1 and "passes per" not in opened.info["timed"]

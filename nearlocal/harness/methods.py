@@ -36,6 +36,7 @@ class SessionContext:
     timer_overhead_ticks: float
     params: dict = field(default_factory=dict)
     inventory: HostInventory | None = None  # the run's, probed once in the parent
+    clock_quantum_ticks: float = 1.0  # the step the TSC moves in (timer.ClockCalibration)
 
     @property
     def numa(self) -> list | None:

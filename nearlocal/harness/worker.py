@@ -52,7 +52,8 @@ class OpenCase:
 
 @contextmanager
 def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: bool,
-              inventory: HostInventory | None = None) -> Iterator[OpenCase]:
+              inventory: HostInventory | None = None,
+              quantum_ticks: float = 1.0) -> Iterator[OpenCase]:
     """Map the case's region and peer and open its method's session; all closed on exit.
     Shared by the worker process and the in-process pytest-benchmark front end. `inventory`:
     the run's (sessions that need the box's NUMA nodes or DSA queues read it)."""
@@ -71,7 +72,7 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
-                                 {**method.params, **case.param_dict}, inventory)
+                                 {**method.params, **case.param_dict}, inventory, quantum_ticks)
             session = method.open_session(ctx)
             try:
                 yield OpenCase(case, pattern, region, session)
@@ -83,10 +84,10 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         region.close()
 
 
-def measure(case: Case, settings: WorkerSettings,
-            overhead_ticks: float) -> tuple[dict, np.ndarray, np.ndarray]:
+def measure(case: Case, settings: WorkerSettings, overhead_ticks: float,
+            quantum_ticks: float = 1.0) -> tuple[dict, np.ndarray, np.ndarray]:
     with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
-                   settings.inventory) as opened:
+                   settings.inventory, quantum_ticks) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
         moved = get_method(case.method).bytes_moved(opened.pattern)
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
@@ -116,7 +117,8 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
     return np.concatenate(raws), ns_all, time.perf_counter() - start, rule.converged(ns_all)
 
 
-def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float) -> tuple[int, float]:
+def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float,
+                 quantum_ticks: float = 1.0) -> tuple[int, float]:
     """Open the case and take one sample: numba compiles (or loads from its cache) the kernels
     its measurement will use. Returns the kernels numba really compiled and the seconds taken."""
     from numba.core import event
@@ -134,7 +136,7 @@ def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float) ->
     counter, start = Counter(), time.perf_counter()
     with event.install_listener("numba:compile", counter), \
             open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
-                      settings.inventory) as opened:
+                      settings.inventory, quantum_ticks) as opened:
         opened.session.sample(1)
     return counter.count, time.perf_counter() - start
 
@@ -192,8 +194,9 @@ def _serve(conn, settings: WorkerSettings) -> None:
         compile_only = isinstance(message, tuple) and message[0] == "compile"
         case = Case.from_dict(message[1] if compile_only else message)
         try:
-            reply = (("compiled", *compile_case(case, settings, overhead)) if compile_only
-                     else ("ok", *measure(case, settings, overhead)))
+            reply = (("compiled", *compile_case(case, settings, overhead, clock.quantum_ticks))
+                     if compile_only else ("ok", *measure(case, settings, overhead,
+                                                          clock.quantum_ticks)))
         except UsageError as exc:
             reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run

@@ -1,14 +1,21 @@
 """Timed CPU kernels: each repetition is bracketed by fenced rdtscp inside the compiled loop.
 
 Every kernel has the same signature so the registry can treat them alike:
-`kernel(src, dst, frags, samples, sink, drain=True)` where `frags` is an int64 (n, 3) table of
-(src offset, dst offset, length), `samples` receives the TSC ticks of each repetition and
+`kernel(src, dst, frags, samples, sink, drain=True, passes=1)` where `frags` is an int64 (n, 3)
+table of (src offset, dst offset, length), `samples` receives the TSC ticks of each repetition and
 `sink[0]` keeps read results live. What is inside the timed interval is stated per kernel; the
 preparation that sets the cache state (warm pass, flush) is outside it.
 
+`passes`: how many passes over the fragment table one timed interval holds. A pass shorter than
+a couple of hundred clock steps (a 64-byte load on a VM whose TSC moves in 10 ns steps) is
+unresolvable alone: its sample would read 0 or 1 step. The session (kernels.cpu_methods) sets
+passes so a sample spans enough steps and divides the figure by it. nt-load has no `passes`:
+its cold state is set per sample, outside the interval, and a flush between passes would be timed.
+
 `drain` says where a repetition starts. True (`drain=before`, the default): an `mfence` before
 the first `rdtscp` waits until the previous repetition's stores have left the core, so each
-sample is one isolated transfer (what the papers' single-operation figures time). False
+sample is one isolated transfer (what the papers' single-operation figures time); within a
+sample of several passes an `mfence` inside the interval drains each pass before the next. False
 (`drain=none`): repetitions run back to back as a likwid / MLC / plain C loop runs them, so
 nontemporal stores still draining from the previous repetition slow this one: a streaming,
 bandwidth-bound figure. Either way the fences a method itself needs (the `sfence` after
@@ -51,6 +58,14 @@ def _begin(drain):
     if drain:
         return tsc_begin()
     return tsc_begin_nodrain()
+
+
+@njit(cache=True, inline="always")
+def _between(drain, k):
+    """Before pass k of one timed interval: with drain, pass k > 0 starts after an mfence (inside
+    the interval) as the first starts after _begin's, so each pass is an isolated transfer."""
+    if drain and k > 0:
+        mfence()
 
 
 @njit(cache=True)
@@ -173,12 +188,27 @@ def timer_overhead(src, dst, frags, samples, sink, drain=True):
 
 
 @njit(cache=True)
-def time_load(src, dst, frags, samples, sink, drain=True):
+def time_drains(samples, passes):
+    """An interval of `passes` passes that move nothing, drained as drain=before drains them: the
+    mfences between passes that a batched sample adds to its transfers (subtracted, as the timer
+    overhead is; a single pass's drain lies before the interval)."""
+    for r in range(samples.size):
+        t0 = _begin(True)
+        for k in range(passes):
+            _between(True, k)
+        t1 = tsc_end()
+        samples[r] = t1 - t0
+
+
+@njit(cache=True)
+def time_load(src, dst, frags, samples, sink, drain=True, passes=1):
     """Warm read: one untimed pass, then each repetition reads every fragment of src."""
     acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
-        acc ^= load_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            acc ^= load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
@@ -198,88 +228,104 @@ def time_nt_load(src, dst, frags, samples, sink, drain=True):
 
 
 @njit(cache=True)
-def time_clflush_load(src, dst, frags, samples, sink, drain=True):
+def time_clflush_load(src, dst, frags, samples, sink, drain=True, passes=1):
     """Beluga's coherent read of a non-coherent pool: clflush every line, mfence, load — all timed."""
     acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
-        acc ^= clflush_load_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            acc ^= clflush_load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_clflushopt_load(src, dst, frags, samples, sink, drain=True):
+def time_clflushopt_load(src, dst, frags, samples, sink, drain=True, passes=1):
     """As clflush-load with clflushopt, and an mfence (not sfence) between flushes and loads."""
     acc = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
-        acc ^= clflushopt_load_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            acc ^= clflushopt_load_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
 
 
 @njit(cache=True)
-def time_store(src, dst, frags, samples, sink, drain=True):
+def time_store(src, dst, frags, samples, sink, drain=True, passes=1):
     """Plain 64-byte stores into dst, mfence so they have left the store buffer."""
     for r in range(samples.size):
         t0 = _begin(drain)
-        store_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            store_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_nt_store(src, dst, frags, samples, sink, drain=True):
+def time_nt_store(src, dst, frags, samples, sink, drain=True, passes=1):
     """Nontemporal (vmovntdq / movnti) stores into dst, then sfence: Beluga's write path."""
     for r in range(samples.size):
         t0 = _begin(drain)
-        nt_store_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            nt_store_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_nt_copy(src, dst, frags, samples, sink, drain=True):
+def time_nt_copy(src, dst, frags, samples, sink, drain=True, passes=1):
     """Beluga's CPU write path as a copy: loads from src (warm: one untimed read pass),
     nontemporal stores into dst, sfence."""
     sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
-        nt_copy_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            nt_copy_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_store_clwb(src, dst, frags, samples, sink, drain=True):
+def time_store_clwb(src, dst, frags, samples, sink, drain=True, passes=1):
     """Stores followed by clwb of every written line, then sfence: data written back to memory."""
     for r in range(samples.size):
         t0 = _begin(drain)
-        store_clwb_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            store_clwb_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_movdir64b(src, dst, frags, samples, sink, drain=True):
+def time_movdir64b(src, dst, frags, samples, sink, drain=True, passes=1):
     """64-byte direct stores (movdir64b) from src to dst, then sfence."""
     for r in range(samples.size):
         t0 = _begin(drain)
-        movdir64b_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            movdir64b_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 
 
 @njit(cache=True)
-def time_memcpy(src, dst, frags, samples, sink, drain=True):
+def time_memcpy(src, dst, frags, samples, sink, drain=True, passes=1):
     """libc memcpy (LLVM's memcpy call) of every fragment, warm, mfence at the end."""
     sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
     for r in range(samples.size):
         t0 = _begin(drain)
-        memcpy_pass(src, dst, frags)
+        for k in range(passes):
+            _between(drain, k)
+            memcpy_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
 

@@ -4,15 +4,30 @@ Every CPU method takes `drain=before|none` (default `before`): whether each repe
 after an mfence has drained the previous one's stores (an isolated transfer) or right behind it
 (back to back, bandwidth-bound, as likwid / MLC loops time). The row's `info` says which, and
 what its timed interval contains.
+
+A sample spans at least MIN_SAMPLE_STEPS steps of the clock and MIN_SAMPLE_OVERHEADS timer
+overheads: a shorter pass (a 64-byte load, 1-10 ns, on a VM whose TSC moves in ~10 ns steps) is
+timed as several passes in one interval (`passes_for`), the figure divided by them. Alone its
+samples read 0 or 1 step, their median flips by a whole step between processes, and no gate can
+tell a change from a rerun. The row states the passes (`ops_per_sample`, info `passes_per_sample`).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.harness.threads import threaded
+
+MIN_SAMPLE_STEPS = 200  # clock steps one sample spans at least: its quantisation under 0.5%
+MIN_SAMPLE_OVERHEADS = 20  # timer overheads one sample spans at least (1-tick clocks)
+MAX_PASSES = 4096
+CALIBRATION_SAMPLES = 5
+DRAIN_SAMPLES = 51
 
 DRAINS = {
     "before": "mfence before each repetition: one isolated transfer per sample",
@@ -27,12 +42,36 @@ def check_params(params: dict) -> None:
         raise UsageError(f"drain={drain!r} is not valid: use drain={' or drain='.join(DRAINS)}")
 
 
+def passes_for(take: Callable[[np.ndarray, int], None], overhead_ticks: float,
+               quantum_ticks: float) -> int:
+    """Passes per timed interval (a power of two, so that processes rarely differ) for a sample
+    to span MIN_SAMPLE_STEPS clock steps and MIN_SAMPLE_OVERHEADS timer overheads. `take(ticks,
+    passes)` fills ticks with samples of that many passes. A pass well over the target costs one
+    sample to rule out; a short one is refined over a few rounds (its first reading is mostly
+    steps of the clock)."""
+    target = max(MIN_SAMPLE_STEPS * quantum_ticks, MIN_SAMPLE_OVERHEADS * overhead_ticks, 1.0)
+    one = np.empty(1, np.uint64)
+    take(one, 1)
+    if float(one[0]) - overhead_ticks >= 4 * target:
+        return 1
+    passes = 1
+    for _ in range(3):
+        ticks = np.empty(CALIBRATION_SAMPLES, np.uint64)
+        take(ticks, passes)
+        body = max(float(np.median(ticks)) - overhead_ticks, quantum_ticks, 1.0)
+        if body >= target or passes >= MAX_PASSES:
+            break
+        passes = min(MAX_PASSES, 1 << math.ceil(math.log2(passes * target / body)))
+    return passes
+
+
 class CpuSession:
-    """Runs one kernel over the case's fragment table; ticks -> ns by the TSC frequency."""
+    """Runs one kernel over the case's fragment table; ticks -> ns by the TSC frequency.
+    `batched`: the kernel takes `passes` (kernels.cpu); a plugin's own kernel need not."""
 
     clock = "tsc"
 
-    def __init__(self, kernel_name: str, timed: str, ctx: SessionContext):
+    def __init__(self, kernel_name: str, timed: str, ctx: SessionContext, batched: bool = False):
         from nearlocal.kernels import cpu
 
         check_params(ctx.params)
@@ -44,25 +83,56 @@ class CpuSession:
         self.drain = drain == "before"
         # The empty interval subtracted (timer_overhead_ticks) is the same for both drains: the
         # mfence of drain=before lies before the first rdtscp, outside the interval.
+        self.passes = self.ops_per_sample = 1
+        self.batched = batched
+        if batched:
+            self.passes = self.ops_per_sample = passes_for(
+                self._take, ctx.timer_overhead_ticks, ctx.clock_quantum_ticks)
+        # with drain=before the passes after the first start after an mfence inside the interval:
+        # its cost when nothing is pending is measured and subtracted with the timer overhead
+        self.drain_ticks = self._drain_ticks() if self.passes > 1 and self.drain else 0.0
+        timed = f"{timed}; {DRAINS[drain]}"
+        if self.passes > 1:
+            timed += (f"; {self.passes} passes per timed interval, ns per pass (one spans under "
+                      f"{MIN_SAMPLE_STEPS} clock steps)"
+                      + ("; an mfence before each pass, its idle cost subtracted" if self.drain
+                         else ""))
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": kernel_name,
-                     "drain": drain, "timed": f"{timed}; {DRAINS[drain]}"}
+                     "drain": drain, "passes_per_sample": self.passes,
+                     "drain_overhead_ticks": self.drain_ticks, "timed": timed}
+
+    def _drain_ticks(self) -> float:
+        from nearlocal.kernels import cpu
+
+        ticks = np.empty(DRAIN_SAMPLES, np.uint64)
+        cpu.time_drains(ticks, self.passes)
+        return max(float(np.median(ticks)) - self.ctx.timer_overhead_ticks, 0.0)
+
+    def _take(self, ticks: np.ndarray, passes: int) -> None:
+        self.kernel(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, ticks,
+                    self.sink, self.drain, passes)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = np.empty(n, np.uint64)
-        self.kernel(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, ticks,
-                    self.sink, self.drain)
-        ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
-        return ticks, ns * 1e9 / self.ctx.tsc_hz
+        if self.batched:
+            self._take(ticks, self.passes)
+        else:  # a plugin's kernel may take no `passes`
+            self.kernel(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, ticks,
+                        self.sink, self.drain)
+        ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks
+                        - self.drain_ticks, 0.0)
+        return ticks, ns * 1e9 / self.ctx.tsc_hz / self.passes
 
     def close(self) -> None:
         pass
 
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
-         flags: tuple[str, ...] = (), roles: tuple[str, ...] = ()) -> Method:
+         flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True) -> Method:
     return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
-        open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx),
+        open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx,
+                                                                          batched),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
     )))
@@ -78,7 +148,7 @@ _cpu("nt-copy", "time_nt_copy", ("write",), "warm",
      "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence")
 _cpu("nt-load", "time_nt_load", ("read",), "cold",
      "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"),
-     roles=("read",))
+     roles=("read",), batched=False)  # its flush, per sample, is outside the interval
 _cpu("clflush-load", "time_clflush_load", ("read",), "warm",
      "clflush every line, mfence, then load: all timed (Beluga's read of a non-coherent pool)",
      ("clflush",), roles=("read",))

@@ -586,7 +586,7 @@ def register(sub) -> None:
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
     parser.add_argument("--processes", type=int, default=None,
                         help="worker processes per case (default: the spec's [run] processes, "
-                             "else as `nearlocal run`: one per 0.1 s of budget, at most 5)")
+                             "else as `nearlocal run`: one per 0.03 s of budget, at most 16)")
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     parser.add_argument("--junit", help="also write a JUnit XML report here")
