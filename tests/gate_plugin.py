@@ -25,7 +25,7 @@ from nearlocal.harness.pool import CHASE_SIZES
 from nearlocal.harness.suites import QUICK_SIZES, extend_suite
 from nearlocal.kernels.chase import time_chase
 from nearlocal.kernels.chase_methods import ChaseSession
-from nearlocal.kernels.cpu import _begin, _between, load_pass, time_drains
+from nearlocal.kernels.cpu import _begin, _between, load_pass
 from nearlocal.kernels.cpu_methods import CpuSession
 from nearlocal.kernels.intrinsics import tsc_end
 from nearlocal.units import format_size
@@ -79,10 +79,8 @@ class GateLoadSession(CpuSession):
         extra = (slowdown() - 1.0) * self.passes
         self.whole = self.passes + int(extra)
         self.share = leading_share(ctx.pattern.frags, extra - int(extra))
-        if self.drain:  # the mfences before every pass of the interval, idle cost subtracted
-            ticks = np.empty(51, np.uint64)
-            time_drains(ticks, self.whole + (1 if self.share.shape[0] else 0))
-            self.drain_ticks = max(float(np.median(ticks)) - ctx.timer_overhead_ticks, 0.0)
+        # the mfences before every pass of the interval, their idle cost subtracted as load's
+        self.drain_ticks = self.drain_ticks_for(self.whole + (1 if self.share.shape[0] else 0))
         work = (self.whole + self.share[:, 2].sum() / ctx.pattern.frags[:, 2].sum()) / self.passes
         self.info.update(slowdown=slowdown(), work_per_pass=float(work),
                          drain_overhead_ticks=self.drain_ticks)

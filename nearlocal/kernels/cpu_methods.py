@@ -90,7 +90,7 @@ class CpuSession:
                 self._take, ctx.timer_overhead_ticks, ctx.clock_quantum_ticks)
         # with drain=before the passes after the first start after an mfence inside the interval:
         # its cost when nothing is pending is measured and subtracted with the timer overhead
-        self.drain_ticks = self._drain_ticks() if self.passes > 1 and self.drain else 0.0
+        self.drain_ticks = self.drain_ticks_for(self.passes)
         timed = f"{timed}; {DRAINS[drain]}"
         if self.passes > 1:
             timed += (f"; {self.passes} passes per timed interval, ns per pass (one spans under "
@@ -101,11 +101,14 @@ class CpuSession:
                      "drain": drain, "passes_per_sample": self.passes,
                      "drain_overhead_ticks": self.drain_ticks, "timed": timed}
 
-    def _drain_ticks(self) -> float:
+    def drain_ticks_for(self, passes: int) -> float:
+        """The idle cost of the mfences between `passes` passes of one interval (drain=before)."""
+        if passes < 2 or not self.drain:
+            return 0.0
         from nearlocal.kernels import cpu
 
         ticks = np.empty(DRAIN_SAMPLES, np.uint64)
-        cpu.time_drains(ticks, self.passes)
+        cpu.time_drains(ticks, passes)
         return max(float(np.median(ticks)) - self.ctx.timer_overhead_ticks, 0.0)
 
     def _take(self, ticks: np.ndarray, passes: int) -> None:
