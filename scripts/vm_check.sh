@@ -143,7 +143,7 @@ start_guest() {  # NAME CPUS MEMORY COMMAND; QEMU options from GUEST_OPTS; its r
 await_file() {  # FILE LIMIT_S RUNNER WHAT: wait for FILE while that guest runs, else fail naming WHAT
   local file=$1 limit=$2 runner=$3 what=$4 waited=0
   while [ ! -e "$file" ]; do
-    kill -0 "$runner" 2>/dev/null || fail "$what: the guest exited first (its log: ${file%/*}.log)"
+    kill -0 "$runner" 2>/dev/null || { tail -5 "${file%/*}.log" >&2; fail "$what: the guest exited first (its log: ${file%/*}.log, tail above)"; }
     [ "$waited" -ge "$limit" ] && fail "$what: not within $limit s"
     sleep 1; waited=$((waited + 1))
   done
@@ -153,17 +153,7 @@ GUEST_LOG="$WORK/out.log"
 rc=0
 if [ "${NEARLOCAL_VM_MAIN:-1}" = 1 ]; then  # 0: only the two-guest stage (developing it)
 start_guest out 2 1536M "bash $REPO/scripts/vm_guest.sh $WORK/out $WORK/out/mounts"
-waited=0
-while [ ! -e "$WORK/out/booted" ]; do
-  if ! kill -0 "$RUNNER" 2>/dev/null; then
-    tail -5 "$GUEST_LOG" >&2
-    fail "the guest exited before it booted (see the lines above)"
-  fi
-  if [ "$waited" -ge "$BOOT_LIMIT" ]; then
-    fail "the guest did not boot within $BOOT_LIMIT s (NEARLOCAL_VM_BOOT_S)"
-  fi
-  sleep 1; waited=$((waited + 1))
-done
+await_file "$WORK/out/booted" "$BOOT_LIMIT" "$RUNNER" "the guest's boot (NEARLOCAL_VM_BOOT_S)"
 stage "boot"
 while kill -0 "$RUNNER" 2>/dev/null; do
   sleep 1

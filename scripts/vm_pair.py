@@ -32,21 +32,10 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _tsc_hz() -> float:
-    """The guest's TSC rate, measured against the monotonic clock (a full probe takes minutes
-    under TCG)."""
-    from numba import njit
+    """The guest's TSC rate against the monotonic clock (a full probe takes minutes under TCG)."""
+    from nearlocal.kernels.timer import calibrate_tsc_hz
 
-    from nearlocal.kernels.intrinsics import tsc_end
-
-    @njit
-    def now():
-        return tsc_end()
-
-    now()
-    t0, c0 = time.monotonic(), now()
-    time.sleep(0.5)
-    t1, c1 = time.monotonic(), now()
-    return (c1 - c0) / (t1 - t0)
+    return calibrate_tsc_hz(0.5)
 
 
 def _open(dax: str, nbytes: int):
@@ -125,20 +114,19 @@ def reader(dax: str, out: Path) -> int:
         time.sleep(0.05)
 
 
+def _report(path: Path) -> dict:
+    """A guest's (or the host's) JSON report; empty when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def check(out_a: Path, out_b: Path) -> int:
     """The pair's facts from the two guests' reports; prints one line per fact."""
     facts: list[tuple[bool, str]] = []
-    try:
-        wrote = json.loads((out_a / "writer.json").read_text())
-    except (OSError, ValueError):
-        wrote = {}
-    try:
-        read = json.loads((out_b / "reader.json").read_text())
-    except (OSError, ValueError):
-        read = {}
-    kill = {}
-    if (out_a / "killed.json").exists():
-        kill = json.loads((out_a / "killed.json").read_text())
+    wrote, read = _report(out_a / "writer.json"), _report(out_b / "reader.json")
+    kill = _report(out_a / "killed.json")
     facts.append((bool(wrote.get("writing")), "guest A set up the store on its devdax and wrote"))
     facts.append((bool(kill.get("pid")), f"guest A's QEMU killed by its PID ({kill.get('pid')}) "
                                          f"after B read {kill.get('reads_ok_before', 0)} records"))

@@ -74,6 +74,9 @@ class GateLoadSession(CpuSession):
     each sample, its figure still per nominal pass."""
 
     def __init__(self, ctx: SessionContext):
+        # while CpuSession finds the passes (calling _take), the interval holds plain passes
+        self.whole: int | None = None
+        self.share = NO_FRAGMENTS
         super().__init__("time_load", "64-byte vector loads, warm, x slowdown the work", ctx,
                          batched=True)
         extra = (slowdown() - 1.0) * self.passes
@@ -86,11 +89,8 @@ class GateLoadSession(CpuSession):
                          drain_overhead_ticks=self.drain_ticks)
 
     def _take(self, ticks: np.ndarray, passes: int) -> None:
-        whole, share = getattr(self, "whole", None), getattr(self, "share", NO_FRAGMENTS)
-        if whole is None:  # CpuSession finding its passes: plain passes, no extra work
-            whole = passes
-        time_load_more(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, share,
-                       ticks, self.sink, self.drain, whole)
+        time_load_more(self.ctx.src.array, self.ctx.dst.array, self.ctx.pattern.frags, self.share,
+                       ticks, self.sink, self.drain, passes if self.whole is None else self.whole)
 
 
 class GateChaseSession(ChaseSession):

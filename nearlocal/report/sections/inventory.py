@@ -174,6 +174,8 @@ def _inventory(i: Inputs) -> Section:
 @register_section('failures', 180)
 def _failures(i: Inputs) -> Section:
     return section_failures(i.runs, i.frames, i.data)
+
+
 register_frames_section('skipped', 190, section_skipped)
 
 
