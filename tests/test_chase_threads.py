@@ -22,7 +22,7 @@ from nearlocal.harness.threads import (
 )
 from nearlocal.harness.worker import open_case
 from nearlocal.hwprobe import probe
-from nearlocal.kernels.chase import WORDS_PER_LINE, build_ring, sattolo_cycle, time_chase, walk
+from nearlocal.kernels.chase import WORDS_PER_LINE, build_ring, random_cycle, random_order, time_chase, walk
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box
 
@@ -33,8 +33,8 @@ two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 1000, 4097])
 @pytest.mark.parametrize("seed", [1, 7])
-def test_sattolo_is_one_cycle_over_every_line(n, seed):
-    succ = sattolo_cycle(n, seed)
+def test_random_cycle_is_one_cycle_over_every_line(n, seed):
+    succ = random_cycle(n, seed)
     assert sorted(succ) == list(range(n))  # a permutation
     seen, p = [], 0
     for _ in range(n):
@@ -43,6 +43,23 @@ def test_sattolo_is_one_cycle_over_every_line(n, seed):
     assert p == 0 and len(set(seen)) == n  # back at the start only after visiting every line
     if n > 1:
         assert all(succ[i] != i for i in range(n))
+
+
+def test_random_order_is_uniform():
+    # every one of the 3! orders of 3 lines, and each line's place in a bucketed order of
+    # 2 buckets' worth of lines, come up equally often (chi-square, fixed seeds)
+    from scipy.stats import chisquare
+
+    from nearlocal.kernels.chase import BUCKET_LINES
+
+    counts = {}
+    for seed in range(3000):
+        key = tuple(random_order(3, seed))
+        counts[key] = counts.get(key, 0) + 1
+    assert len(counts) == 6 and chisquare(list(counts.values())).pvalue > 1e-3
+    n = 2 * BUCKET_LINES
+    first_half = sum(int(np.sum(random_order(n, seed)[: n // 2] < 8)) for seed in range(400))
+    assert abs(first_half / (400 * 8) - 0.5) < 0.05  # line 0..7 land in either half alike
 
 
 def test_ring_in_memory_visits_every_line_once():

@@ -80,3 +80,37 @@ def test_no_fallocate_support_falls_back_to_a_sparse_file(tmp_path, monkeypatch)
     finally:
         region.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def _open_dram(size: int):
+    spec = parse_region("dram")
+    return region_kind(spec).open(spec, size, "wb", False)
+
+
+def test_a_closed_dram_mapping_serves_the_next_region_of_its_size_refilled():
+    first = _open_dram(1 << 20)
+    address = first.array.ctypes.data
+    first.array[:] = 0  # what the last case left
+    first.close()
+    again = _open_dram(1 << 20)
+    try:
+        assert again.array.ctypes.data == address  # the same pages, no new faults
+        assert again.array.min() > 0  # filled afresh: a region never reads the zero page
+    finally:
+        again.close()
+    other = _open_dram((1 << 20) + 4096)  # another length maps anew
+    try:
+        assert other.array.ctypes.data != address
+    finally:
+        other.close()
+
+
+def test_a_region_beyond_the_idle_limit_is_unmapped_on_close(monkeypatch):
+    monkeypatch.setattr(host._IdleMappings, "LIMIT", 1 << 20)
+    monkeypatch.setattr(host, "_IDLE", host._IdleMappings())
+    big = _open_dram(2 << 20)
+    big.close()
+    assert host._IDLE.held == 0 and not host._IDLE.free
+    small = _open_dram(1 << 20)
+    small.close()
+    assert host._IDLE.held == 1 << 20

@@ -145,6 +145,8 @@ def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
         free = SysRoot.default().read_int("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
         return (free * HUGE_2M, "the 2 MiB hugetlb pool") if free is not None else None
     available = _memory_available()
+    if available is not None:
+        available += _IDLE.held  # this process's idle mappings are its own to reuse
     where = "memory (MemAvailable less 10%)"
     node = options["node"]
     if node is not None:
@@ -156,6 +158,45 @@ def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
     return None if available is None else (int(available * MEMORY_HEADROOM), where)
 
 
+class _IdleMappings:
+    """Anonymous mappings a closed dram region left, kept for the next region of the same length
+    and flags in this process (a pass opens each size once per method): a page fault costs ~8 us
+    on a VM, and a quick-suite pass faulted in ~2.7 GiB. Each process draws its pages afresh;
+    the cases of one pass share them. At most LIMIT bytes are kept; a region too large for that
+    is unmapped on close, as before."""
+
+    LIMIT = 256 << 20
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[int, int], list[mmap.mmap]] = {}
+        self.held = 0
+
+    def take(self, length: int, flags: int) -> mmap.mmap | None:
+        found = self.free.get((length, flags))
+        if not found:
+            return None
+        self.held -= length
+        return found.pop()
+
+    def releaser(self, length: int, flags: int) -> Callable[[mmap.mmap], None] | None:
+        """What a region's close calls to hand its mapping back (None: unmap it)."""
+        if length > self.LIMIT:
+            return None
+
+        def give_back(buf: mmap.mmap) -> None:
+            if self.held + length > self.LIMIT:
+                with contextlib.suppress(BufferError):
+                    buf.close()
+                return
+            self.free.setdefault((length, flags), []).append(buf)
+            self.held += length
+
+        return give_back
+
+
+_IDLE = _IdleMappings()
+
+
 def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     options = _dram_options(spec)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -163,14 +204,20 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if options["pages"] == "2M":
         flags |= MAP_HUGETLB | (21 << MAP_HUGE_SHIFT)
         length = _round_up(length, HUGE_2M)
-    buf = mmap.mmap(-1, length, flags=flags)
+    reusable = options["pages"] != "thp" and options["node"] is None
+    buf = _IDLE.take(length, flags) if reusable else None
+    if buf is None:
+        # MAP_POPULATE: faulted in by the kernel in one call, half the time of a fault per page
+        # on a VM (a THP or node-bound region is faulted by the fill, after its madvise or mbind)
+        buf = mmap.mmap(-1, length, flags=flags | (mmap.MAP_POPULATE if reusable else 0))
     if options["pages"] == "thp":
         buf.madvise(mmap.MADV_HUGEPAGE)
     if options["node"] is not None:
         _mbind(buf, length, options["node"])
     region = _mapped(spec, attr, buf, size, True,
                      {"pages": options["pages"], "node": options["node"], "owned": True,
-                      "memtype": "write-back (anonymous RAM)"})
+                      "memtype": "write-back (anonymous RAM)"},
+                     release=_IDLE.releaser(length, flags) if reusable else None)
     _fill_owned(region.array)
     return region
 

@@ -14,7 +14,8 @@ from nearlocal.units import parse_size
 
 
 def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool, info: dict,
-            cleanup=None) -> MappedRegion:
+            cleanup=None, release=None) -> MappedRegion:
+    """release(buf), when given, takes the mapping back on close instead of unmapping it."""
     array = np.frombuffer(buf, dtype=np.uint8, count=size)
     if not writable:
         array = array.view()
@@ -23,8 +24,11 @@ def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bo
     def close() -> None:
         nonlocal array
         array = None
-        with contextlib.suppress(BufferError):  # a numpy view still alive: the GC unmaps it later
-            buf.close()
+        if release is not None:
+            release(buf)
+        else:
+            with contextlib.suppress(BufferError):  # a numpy view still alive: the GC unmaps it
+                buf.close()
         if cleanup is not None:
             cleanup()
 
