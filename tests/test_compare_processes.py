@@ -154,7 +154,7 @@ def test_benjamini_hochberg_matches_the_step_up_rule():
 
 
 def test_default_processes_follow_the_budget():
-    assert [default_processes(b) for b in (0.02, 0.1, 0.3, 0.5, 2.0)] == [1, 3, 10, 16, 16]
+    assert [default_processes(b) for b in (0.01, 0.02, 0.1, 0.3, 0.5, 2.0)] == [1, 1, 6, 20, 32, 32]
 
 
 def test_run_with_processes_tags_every_sample(tmp_path):

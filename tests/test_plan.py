@@ -83,7 +83,7 @@ def test_run_settings_are_checked_once(kwargs, message):
 
     with pytest.raises(UsageError, match=message):
         RunSettings(**kwargs)
-    assert RunSettings(0.5).processes == 16 and RunSettings(0.02).processes == 1
+    assert RunSettings(0.5).processes == 32 and RunSettings(0.02).processes == 1
 
 
 def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):

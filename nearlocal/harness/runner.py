@@ -30,8 +30,8 @@ from nearlocal.workloads.patterns import Pattern, parse_pattern
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
 WORKER_START_ENV = "NEARLOCAL_WORKER_START_S"  # seconds: a fixed deadline instead
-MAX_AUTO_PROCESSES = 16
-MIN_PROCESS_BUDGET_S = 0.03
+MAX_AUTO_PROCESSES = 32
+MIN_PROCESS_BUDGET_S = 0.015
 
 
 def own_startup_s() -> float | None:
@@ -75,11 +75,11 @@ def worker_start_deadline(startup_s: float | None, last_start_s: float | None = 
 
 
 def default_processes(budget_s: float) -> int:
-    """Worker processes per case when not given: one per 0.03 s of the case's budget, 1 to 16
-    (the default 0.5 s budget gets 16; a tiny budget, as in quick checks, stays in one process).
-    On a shared VM a case's median moves by ~7% (typical) from one process to the next, with the
-    host's load over seconds; the gate's standard error of a ratio is that over sqrt(K / 2): 16
-    processes bring it to ~2.5%, which a `same` within 10% and a 1.3x `slower` both need."""
+    """Worker processes per case when not given: one per 0.015 s of the case's budget, 1 to 32
+    (the default 0.5 s budget gets 32; a tiny budget, as in quick checks, stays in one process).
+    On a shared VM a case's median moves by 7-20% from one process to the next, with the host's
+    load over seconds; the gate's standard error of a ratio is that over sqrt(K / 2): 32
+    processes bring it to 2-5%, which a `same` within 10% and a 1.3x `slower` both need."""
     return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
 
 

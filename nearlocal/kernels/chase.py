@@ -49,15 +49,25 @@ def _below(state: np.ndarray, bound: int) -> int:
     return int(m >> np.uint64(32))
 
 
-@njit(cache=True)
 def random_order(n: int, seed: int) -> np.ndarray:
+    """A uniformly random permutation of 0..n-1 (see _shuffled_order), in the narrowest integer
+    type that holds n: the scratch of a 1 GiB ring is 96 MiB instead of 192 MiB, which in a fresh
+    process on a VM is ~0.7 s of page faults less."""
+    order = np.empty(n, np.uint32 if n < 1 << 32 else np.int64)
+    buckets = max(1, n // BUCKET_LINES)
+    bucket_of = np.empty(n, np.uint16 if buckets <= 1 << 16 else np.int32)
+    _shuffled_order(order, bucket_of, buckets, seed)
+    return order
+
+
+@njit(cache=True)
+def _shuffled_order(order: np.ndarray, bucket_of: np.ndarray, buckets: int, seed: int) -> None:
     """A uniformly random permutation of 0..n-1 by Rao-Sandelius bucket shuffling: each index
     goes to a uniformly drawn bucket (in order), then each bucket is Fisher-Yates shuffled in
     place. Uniform, as one Fisher-Yates over all n would be, but each swap stays in a bucket the
     cache holds: a 1 GiB ring's 16.7 million lines in ~0.3 s instead of ~2 s of cache misses."""
+    n = order.size
     state = np.full(1, np.uint64(seed) * np.uint64(0x2545F4914F6CDD1D) + np.uint64(1))
-    buckets = max(1, n // BUCKET_LINES)
-    bucket_of = np.empty(n, np.int32)
     starts = np.zeros(buckets + 1, np.int64)
     for i in range(n):
         b = _below(state, buckets)
@@ -66,7 +76,6 @@ def random_order(n: int, seed: int) -> np.ndarray:
     for b in range(buckets):
         starts[b + 1] += starts[b]
     fill = starts[:-1].copy()
-    order = np.empty(n, np.int64)
     for i in range(n):
         b = bucket_of[i]
         order[fill[b]] = i
@@ -76,7 +85,6 @@ def random_order(n: int, seed: int) -> np.ndarray:
         for i in range(starts[b + 1] - 1, low, -1):
             j = low + _below(state, i - low + 1)
             order[i], order[j] = order[j], order[i]
-    return order
 
 
 @njit(cache=True)

@@ -43,8 +43,9 @@ The clock terms (timer overhead, clock step) belong to one timed interval: a fig
 sample by its operations (a chase's hops, an RPC batch: the row's `ops_per_sample`) carries them
 divided by the same count.
 `same` is an equivalence verdict (judge_equivalence): two one-sided tests that the ratio lies
-within a margin derived from the runs' own noise (3 typical standard errors, at least the
-threshold, at most 10%), stated in the summary.
+within a margin derived from the runs' own noise (the change a lone `slower` needs in a case of
+typical noise: what the pair would have caught; at least the threshold, at most 10%), stated in
+the summary.
 Only `slower` cases make the exit status 1. Runs from different hardware are refused (exit 2)
 unless --cross-host.
 """
@@ -82,18 +83,17 @@ MAD_TO_SIGMA = 1.4826
 MIN_PROCESSES = 2  # worker processes each run needs for a case before the process model judges it
 MIN_CASES_FOR_PRIOR = 3  # cases with a nonzero process spread needed to fit the variance prior
 MAX_PRIOR_DF = 20.0  # the prior never outweighs a case's own spread by more than this
-PROCESS_TRIM = 0.2  # share of processes trimmed from each end of a run's (Yuen's 20%)
+PROCESS_TRIM = 0.1  # share of processes trimmed from each end of a run's (Yuen's estimator)
 EXCESS_DEPENDENCE = 1.25  # neighbouring differences share a case: their median varies more
 TINY_VARIANCE = 1e-10  # of log medians: rounding, not spread (equal medians after the rebase)
 # Degrees of freedom of the Student t that models the cross-case run noise. Fitted on 28 pairs of
 # back-to-back quick runs of the same code on a busy 2-core VM: |change| / noise had quantiles
 # 2.1 (90%), 4.3 (99%), 6.9 (99.9%) where a normal gives 1.6, 2.6, 3.3 and t(5) 1.9, 3.7, 6.4.
 RUN_NOISE_DOF = 5
-# `same` (judge_equivalence): two one-sided tests at EQUIV_ALPHA each against a margin of
-# EQUIV_NOISE_SIGMAS typical standard errors of a case's log ratio (a change the runs' own noise
-# makes in about 3 of 1,000 cases), at least the threshold, capped at EQUIV_MARGIN_CAP.
+# `same` (judge_equivalence): two one-sided tests at EQUIV_ALPHA each against a margin of the
+# change the pair resolves in a typical case (equivalence_margin), at least the threshold, capped
+# at EQUIV_MARGIN_CAP.
 EQUIV_ALPHA = 0.05
-EQUIV_NOISE_SIGMAS = 3.0
 EQUIV_MARGIN_CAP = 0.10
 VERDICT_ORDER = ("slower", "faster", "ambiguous", "missing", "new", "same")
 BASELINE_REF = "baseline"
@@ -171,8 +171,8 @@ class Comparison:
             noise = self.process_model.describe() + (
                 f"; {noise} for the other {others} cases" if others else "")
         same = (f"; same = within ±{self.margin:.1%} by two one-sided tests at "
-                f"{EQUIV_ALPHA:g} (margin {EQUIV_NOISE_SIGMAS:g} x the typical case's noise, at "
-                f"least the threshold, at most {EQUIV_MARGIN_CAP:.0%})"
+                f"{EQUIV_ALPHA:g} (margin: the change a lone `slower` needs in a case of typical "
+                f"noise, at least the threshold, at most {EQUIV_MARGIN_CAP:.0%})"
                 if math.isfinite(self.margin) else "")
         return (f"{text} (threshold {self.threshold:.1%}, alpha {self.alpha:g} over "
                 f"{self.n_compared} cases, {noise}{history}{same})")
@@ -189,7 +189,7 @@ class Comparison:
                 "alpha": self.alpha, "run_noise": self.run_noise, "confidence": self.confidence,
                 "host_note": self.host_note, "history_runs": self.history_runs,
                 "equivalence": {"margin": self.margin, "alpha": EQUIV_ALPHA,
-                                "noise_sigmas": EQUIV_NOISE_SIGMAS, "cap": EQUIV_MARGIN_CAP},
+                                "cap": EQUIV_MARGIN_CAP},
                 "summary": self.summary(),
                 "process_model": asdict(self.process_model) if self.process_model else None,
                 "counts": self.counts(),
@@ -614,22 +614,28 @@ def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS) -> tuple
             used)
 
 
-def equivalence_margin(cases: list[CaseComparison], threshold: float) -> float:
-    """The margin within which `same` is claimed: EQUIV_NOISE_SIGMAS times the typical (median)
-    standard error of a compared case's log ratio, so that what the runs' own noise cannot tell
-    apart is not asked of them, at least the threshold, and never more than EQUIV_MARGIN_CAP."""
+def equivalence_margin(cases: list[CaseComparison], threshold: float, alpha: float,
+                       family: int) -> float:
+    """The margin within which `same` is claimed: the change the gate resolves in a case of
+    typical noise, i.e. the ratio a lone `slower` needs: 1 + threshold times the half-width of
+    a case's interval at alpha over the family (the typical, median, standard error of a compared
+    case's log ratio); at least the threshold, never more than EQUIV_MARGIN_CAP. So `same` says
+    "smaller than what this pair of runs would have caught", `slower` "beyond the threshold", and
+    between the two the runs cannot tell (`ambiguous`)."""
     errors = [c._equiv_sd for c in cases if math.isfinite(c._equiv_sd)]
     typical = float(np.median(errors)) if errors else 0.0
-    return float(min(EQUIV_MARGIN_CAP, max(threshold, math.expm1(EQUIV_NOISE_SIGMAS * typical))))
+    reach = float(scipy_stats.norm.isf(alpha / max(family, 1) / 2)) * typical
+    return float(min(EQUIV_MARGIN_CAP, max(threshold, (1 + threshold) * math.exp(reach) - 1)))
 
 
-def judge_equivalence(cases: list[CaseComparison], threshold: float) -> float:
+def judge_equivalence(cases: list[CaseComparison], threshold: float, alpha: float,
+                      family: int) -> float:
     """Two one-sided tests (TOST, each at EQUIV_ALPHA) of "the ratio lies within 1 +- margin":
     an undecided case whose whole (1 - 2 EQUIV_ALPHA) interval, widened by half a clock step on
     each median (a median of readings on a stepped clock may sit anywhere within its step), lies
     inside the margin reads `same`. The timer overhead is not a term here: both runs are put on
     the same overhead correction, so it cannot make their figures differ. Returns the margin."""
-    margin = equivalence_margin(cases, threshold)
+    margin = equivalence_margin(cases, threshold, alpha, family)
     limit = math.log1p(margin)
     for c in cases:
         if c.verdict not in ("ambiguous", "same") or not math.isfinite(c._equiv_sd) \
@@ -730,7 +736,8 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
                 c.note = c.note or f"not significant (p >= {alpha:g})"
             else:
                 c.note = c.note or "the interval straddles the threshold"
-    margin = judge_equivalence(cases, threshold)
+    margin = judge_equivalence(cases, threshold, alpha,
+                               sum(math.isfinite(c._equiv_sd) for c in cases))
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
                       host_note, cases, history_runs if history else 0, model, margin)
 
