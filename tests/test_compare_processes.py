@@ -312,3 +312,18 @@ def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
     assert row["converged"] is True and row["processes_converged"] == 0 and row["processes"] == 16
     noisy = [({"converged": True}, np.zeros(40), 100 * rng.lognormal(0, 0.5, 40)) for _ in range(2)]
     assert _pooled(noisy, 64, rule)["converged"] is False
+
+
+def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
+    from nearlocal.report.compare import PROCESS_TRIM, trimmed_location
+
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(5.0, 0.05, 32), rng.normal(5.1, 0.08, 32)
+    (mean_a, var_a, h_a), (mean_b, var_b, h_b) = trimmed_location(a), trimmed_location(b)
+    assert h_a == h_b == 32 - 2 * int(PROCESS_TRIM * 32)
+    assert mean_a == pytest.approx(scipy_stats.trim_mean(a, PROCESS_TRIM))
+    yuen = scipy_stats.ttest_ind(b, a, trim=PROCESS_TRIM, equal_var=False)
+    assert (mean_b - mean_a) / np.sqrt(var_a / h_a + var_b / h_b) == pytest.approx(yuen.statistic)
+    busy = a.copy()
+    busy[0] = 5.0 + np.log(3.0)  # one process on a busy host, 3x slower
+    assert trimmed_location(busy)[0] == pytest.approx(mean_a, abs=0.01)

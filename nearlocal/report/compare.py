@@ -6,8 +6,9 @@ moves by 2% to 50% from one process to the next, so no statistic over one proces
 tell a 1.3x slowdown from a rerun. Two models, chosen per case:
 
 Runs measured in several worker processes (`nearlocal run --processes K`, the default): the
-process model (judge_by_processes, ProcessModel). The estimate is the ratio of the geometric means
-of the process medians; its error is their pooled, empirically-Bayes-moderated variance plus any
+process model (judge_by_processes, ProcessModel). The estimate is the ratio of the (10% trimmed,
+Yuen's) geometric means of the process medians; its error is their pooled, empirically-Bayes-
+moderated (Winsorized) variance plus any
 run noise that neighbouring cases show beyond it; Benjamini-Hochberg over all compared cases
 selects with the matching false coverage-rate adjusted intervals. On the busy VM (33, 55 and 88
 cases, 5 processes each, 24 comparisons of back-to-back runs) every rerun of the same code exited
@@ -460,15 +461,16 @@ def judge_by_processes(cases: list[CaseComparison], family: int, threshold: floa
                        history: dict[str, float]) -> ProcessModel:
     """Verdicts for cases whose runs both have >= 2 worker processes (see ProcessModel).
 
-    Per case the estimate is the ratio of the geometric means of the process medians; its
-    standard error comes from their moderated pooled variance, with the excess run noise added,
-    and is at least the spread of past baselines. A case's p-value tests "beyond the threshold" (the ratio
-    outside [1/(1+t), 1+t], each median allowed to be off by the clock's resolution); the
-    Benjamini-Hochberg procedure over the `family` compared cases selects, which keeps the chance
-    of any false `slower` at alpha when the code did not change (every case null) while a change
-    shared by many cases needs less evidence per case. Intervals are the matching false
-    coverage-rate adjusted ones (Benjamini-Yekutieli 2005): level 1 - R alpha / family for R
-    selected, so a case is `slower` exactly when selected with its whole interval above 1+t."""
+    Per case the estimate is the ratio of the trimmed geometric means of the process medians
+    (trimmed_location); its standard error comes from their moderated pooled variance, with the
+    excess run noise added, and is at least the spread of past baselines. A case's p-value tests
+    "beyond the threshold" (the ratio outside [1/(1+t), 1+t], each median allowed to be off by
+    the clock's resolution); the Benjamini-Hochberg procedure over the `family` compared cases
+    selects, which keeps the chance of any false `slower` at alpha when the code did not change
+    (every case null) while a change shared by many cases needs less evidence per case.
+    Intervals are the matching false coverage-rate adjusted ones (Benjamini-Yekutieli 2005):
+    level 1 - R alpha / family for R
+selected, so a case is `slower` exactly when selected with its whole interval above 1+t."""
     hi = math.log1p(threshold)
     base = [trimmed_location(c._proc_base) for c in cases]
     cand = [trimmed_location(c._proc_cand) for c in cases]

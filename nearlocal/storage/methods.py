@@ -170,7 +170,9 @@ class FileSession:
         self.engine = engine
         try:
             if engine == "io_uring":
-                self.ring = uring.setup(1 << max(p.qd - 1, 0).bit_length())
+                # the setup fio's io_uring engine asks for, where the kernel takes it
+                self.ring = uring.setup(1 << max(p.qd - 1, 0).bit_length(),
+                                        uring.SETUP_FLAG_CHOICES)
             self._run(0)  # compile here (no I/O: zero samples)
             if p.cache == "warm":
                 self._run(1)  # untimed: the page cache holds the pattern's pages
@@ -258,6 +260,10 @@ class FileSession:
                           f", {p.qd} in flight)"
                           + ("; before it, untimed: this file's pages dropped (fadvise)"
                              if self.mode else ""))}
+        if self.ring is not None:
+            from nearlocal.storage import uring
+
+            info["io_uring_setup"] = uring.flag_names(self.ring.flags)
         if self.engine == "threads" and getattr(self, "uring_reason", None):
             info["io_uring"] = self.uring_reason
         if p.block:

@@ -25,6 +25,18 @@ IORING_OFF_CQ_RING = 0x8000000
 IORING_OFF_SQES = 0x10000000
 IORING_FEAT_SINGLE_MMAP = 1
 IORING_ENTER_GETEVENTS = 1
+IORING_SETUP_COOP_TASKRUN = 1 << 8  # 5.19: no IPI to run completions' task work
+IORING_SETUP_SINGLE_ISSUER = 1 << 12  # 6.0
+IORING_SETUP_DEFER_TASKRUN = 1 << 13  # 6.1: task work runs only in io_uring_enter(GETEVENTS)
+# What fio's io_uring engine (3.33) asks for, first, then what older kernels take (EINVAL)
+SETUP_FLAG_CHOICES = (
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+    IORING_SETUP_COOP_TASKRUN,
+    0,
+)
+SETUP_FLAG_NAMES = {IORING_SETUP_COOP_TASKRUN: "coop-taskrun",
+                    IORING_SETUP_SINGLE_ISSUER: "single-issuer",
+                    IORING_SETUP_DEFER_TASKRUN: "defer-taskrun"}
 IORING_OP_READ = 22
 IORING_OP_WRITE = 23
 SQE_WORDS = 8  # 64 bytes as u64 words
@@ -45,6 +57,7 @@ class Ring:
 
     fd: int
     entries: int
+    flags: int  # the setup flags the kernel took
     sq: np.ndarray
     cq: np.ndarray
     sqes: np.ndarray
@@ -73,9 +86,19 @@ def unavailable() -> str | None:
     return None
 
 
-def setup(entries: int) -> Ring:
-    params = np.zeros(30, np.uint32)
-    fd = syscall(SYS_IO_URING_SETUP, entries, params.ctypes.data, 0, 0, 0, 0)
+def flag_names(flags: int) -> str:
+    return ", ".join(name for bit, name in SETUP_FLAG_NAMES.items() if flags & bit) or "none"
+
+
+def setup(entries: int, flag_choices: tuple[int, ...] = (0,)) -> Ring:
+    """A ring of `entries`, with the first of `flag_choices` the kernel takes (EINVAL: the next).
+    The ring may be used only by the thread that made it when single-issuer is among them."""
+    for flags in flag_choices:
+        params = np.zeros(30, np.uint32)
+        params[2] = flags
+        fd = syscall(SYS_IO_URING_SETUP, entries, params.ctypes.data, 0, 0, 0, 0)
+        if fd >= 0 or ctypes.get_errno() != 22:
+            break
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err) + (" (kernel.io_uring_disabled or a seccomp filter)"
@@ -105,4 +128,4 @@ def setup(entries: int) -> Ring:
                        cq_off[0] // 4, cq_off[1] // 4, cq[cq_off[2] // 4], cq_off[5] // 4],
                       np.int64)
     maps = (sq_map, sqe_map) if cq_map is sq_map else (sq_map, cq_map, sqe_map)
-    return Ring(fd, sq_entries, sq, cq, sqes, layout, features, maps)
+    return Ring(fd, sq_entries, flags, sq, cq, sqes, layout, features, maps)
