@@ -301,14 +301,14 @@ class RunProgress:
                  enabled: bool = True, target: Console | None = None, interval_s: float = 3.0,
                  processes: int = 1, clock=time.monotonic, heartbeat: bool = True,
                  patterns: list[str] | None = None):
-        from nearlocal.harness.eta import EtaModel
+        from nearlocal.harness.eta import OPEN_PRIOR_S, EtaModel
 
         kept = [i for i, run in enumerate(runnable) if run]
         self.ids = [case_ids[i] for i in kept]
         self.skipped = len(case_ids) - len(self.ids)
         self.total = len(self.ids)  # cases to measure
         self.processes = max(1, processes)
-        self.eta = EtaModel(self.ids, self.processes, budget_s / self.processes,
+        self.eta = EtaModel(self.ids, self.processes, budget_s / self.processes + OPEN_PRIOR_S,
                             [patterns[i] for i in kept] if patterns else None)
         self.budget_s = budget_s
         self.enabled, self.target, self.interval_s = enabled, target or err_console, interval_s

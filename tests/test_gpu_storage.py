@@ -29,7 +29,8 @@ from tests.gpu_fakecupy import make_fake_cupy
 from tests.test_storage import _direct_works
 
 TSC_HZ = 2.0e9
-SETTINGS = WorkerSettings(StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), TSC_HZ, False)
+# the sample cap ends a case (a budget could end it before 3 samples on a loaded box)
+SETTINGS = WorkerSettings(StoppingRule(budget_s=5.0, min_samples=3, max_samples=4), TSC_HZ, False)
 FILE_BYTES = 2 * 2**20 + 4093  # an unaligned tail
 
 

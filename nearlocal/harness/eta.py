@@ -1,19 +1,23 @@
 """How long a run has left, from what its measurements took so far (issue 19: the first run
 said "ETA 52 s" and took 2 min 16 s). Plain arithmetic on progress events; no clock here.
 
-With K processes per case the runner makes K passes over the same cases, so from the second pass
-on a case costs about what it cost in the last one (worker start-up included: it falls on the
-first case of each pass). A case not measured yet costs what cases of its group (its pattern:
-suites sweep each method over the same sizes) cost so far, else the mean of this pass (or of
-every pass), else, before anything was measured, the budget of one process. The first case of a
-pass, which also waited for its worker to start, counts for itself only. Once PACE_AFTER cases of
-a pass ran, the cases measured before are scaled by how much slower or faster it runs than the
-last (a shared box's load moves every case alike).
+With K processes per case the runner makes K passes over the same cases, so from the second pass on
+a case costs about what it cost in the last one (worker start-up included: it falls on the first
+case of each pass). A case not measured yet costs what cases of its group (its pattern: suites
+sweep each method over the same sizes) cost so far, else the mean of this pass (or of every pass),
+else, before anything was measured, the budget of one process plus OPEN_PRIOR_S. The first case of
+a pass, which also waited for its worker to start, counts for itself only. Once PACE_AFTER cases of
+a pass ran, the cases measured before are scaled by how much slower or faster it runs than the last
+(a shared box's load moves every case alike).
 """
 
 from __future__ import annotations
 
 PACE_AFTER = 10  # measurements of a pass before its pace against the last one counts
+# What a measurement costs beyond its budget before any was seen (opening the case, its warm-up,
+# a share of the worker's start): 0.07-0.09 s on the 2-vCPU development VM, where the quick
+# suite's first ETA at the budget alone read 52 s for a run of 4 min 55 s
+OPEN_PRIOR_S = 0.07
 
 
 def _mean(values: list[float]) -> float | None:
