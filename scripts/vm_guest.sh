@@ -64,7 +64,7 @@ for dax in $(cat "$OUT/dax-paths.txt" 2>/dev/null | awk '{print $1 "=" $2}'); do
 done
 echo "$cxldax" >"$OUT/cxl-dax.txt"
 nearlocal run --method load --region "$regions,pcibar:0000:00:0b.0/2" --attr wb,uc,wc --size 4KiB \
-  --budget 0.05 --out "$OUT/results" --quiet >"$OUT/run.out" 2>"$OUT/run.err"
+  --budget 0.05 --processes 1 --out "$OUT/results" --quiet >"$OUT/run.out" 2>"$OUT/run.err"
 echo $? >"$OUT/run.rc"
 mark "nearlocal run"
 nvdax=$(awk -v cxl="$cxldax" '$1 != cxl {print $1; exit}' "$OUT/dax-paths.txt")
