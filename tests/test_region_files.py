@@ -114,3 +114,16 @@ def test_a_region_beyond_the_idle_limit_is_unmapped_on_close(monkeypatch):
     small = _open_dram(1 << 20)
     small.close()
     assert host._IDLE.held == 1 << 20
+
+
+def test_idle_mappings_are_unmapped_when_a_new_region_would_not_fit_beside_them(monkeypatch):
+    monkeypatch.setattr(host, "_IDLE", host._IdleMappings())
+    _open_dram(1 << 20).close()
+    assert host._IDLE.held == 1 << 20
+    # the capacity check counted the idle mapping as free: opening another length gives it back
+    monkeypatch.setattr(host, "_memory_available", lambda: 2 << 20)
+    other = _open_dram(2 << 20)
+    try:
+        assert host._IDLE.held == 0 and not host._IDLE.free
+    finally:
+        other.close()

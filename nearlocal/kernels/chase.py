@@ -88,22 +88,6 @@ def _shuffled_order(order: np.ndarray, bucket_of: np.ndarray, buckets: int, seed
 
 
 @njit(cache=True)
-def cycle_successors(order: np.ndarray) -> np.ndarray:
-    """succ[i] = the line after line i on the cycle order[0] -> order[1] -> ... -> order[0]."""
-    n = order.size
-    succ = np.empty(n, np.int64)
-    for k in range(n):
-        succ[order[k]] = order[(k + 1) % n]
-    return succ
-
-
-def random_cycle(n: int, seed: int) -> np.ndarray:
-    """succ of a uniformly random cyclic permutation of n lines: one cycle through all of them
-    (each of the (n-1)! cycles comes from n equally likely orders), as Sattolo's algorithm draws."""
-    return cycle_successors(random_order(n, seed))
-
-
-@njit(cache=True)
 def write_ring(words: np.ndarray, order: np.ndarray) -> None:
     """The first word of line order[k] = word index of line order[k + 1] (the last: order[0])."""
     n = order.size

@@ -193,6 +193,17 @@ class _IdleMappings:
 
         return give_back
 
+    def make_room(self, length: int) -> None:
+        """Unmap every idle mapping when a new one of `length` would not fit beside them in the
+        memory available now (the capacity check counts them as this process's to give back)."""
+        available = _memory_available()
+        if self.held and (available is None or length > available * MEMORY_HEADROOM):
+            for bufs in self.free.values():
+                for buf in bufs:
+                    with contextlib.suppress(BufferError):
+                        buf.close()
+            self.free, self.held = {}, 0
+
 
 _IDLE = _IdleMappings()
 
@@ -207,6 +218,7 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     reusable = options["pages"] != "thp" and options["node"] is None
     buf = _IDLE.take(length, flags) if reusable else None
     if buf is None:
+        _IDLE.make_room(length)
         # MAP_POPULATE: faulted in by the kernel in one call, half the time of a fault per page
         # on a VM (a THP or node-bound region is faulted by the fill, after its madvise or mbind)
         buf = mmap.mmap(-1, length, flags=flags | (mmap.MAP_POPULATE if reusable else 0))
