@@ -99,7 +99,8 @@ def _run(args: argparse.Namespace) -> int:
     plan = plan_cases(cases, inventory, settings, check_selection=refuse_without_mpi)
     plan.refuse_bad_input()
     meta = run_metadata(inventory, settings.worker_settings(inventory), args.suite,
-                        processes=settings.processes, kind="run")
+                        processes=settings.processes, max_processes=settings.max_processes,
+                        kind="run")
     from nearlocal.harness.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
@@ -201,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
     run.add_argument("--processes", type=int, default=None,
                      help="worker processes per case, in passes over all cases, sharing the "
-                          "budget (default: one per 0.03 s of --budget, at most 16)")
+                          "budget (default: one per 0.015 s of --budget, at most 32; then up "
+                          "to 4x that for a case whose processes disagree by over 10%%)")
     run.add_argument("--out", default="results", help="the store's root (default ./results)")
     run.add_argument("--json", help="also write the case rows as a JSON array to this path")
     run.add_argument("--allow-write", action="store_true",

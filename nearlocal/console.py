@@ -307,7 +307,8 @@ class RunProgress:
         self.ids = [case_ids[i] for i in kept]
         self.skipped = len(case_ids) - len(self.ids)
         self.total = len(self.ids)  # cases to measure
-        self.processes = max(1, processes)
+        self.processes = self.passes = max(1, processes)  # passes: with the settling ones
+        self.settling: list[str] = []  # cases given processes beyond `processes`
         self.eta = EtaModel(self.ids, self.processes, budget_s / self.processes + OPEN_PRIOR_S,
                             [patterns[i] for i in kept] if patterns else None)
         self.budget_s = budget_s
@@ -435,12 +436,29 @@ class RunProgress:
             if self.processes <= 1 or not self.enabled:
                 return
             now = self.clock()
-            self.pass_label = f"process {index + 1} of {self.processes}: "
+            self.pass_label = f"process {index + 1} of {self.passes}: "
             if self._live is not None:
                 self._live.update(self._task, case=self.current())
-            else:
-                self._line(f"{_duration(now - self.started)}: pass {index + 1} of "
-                           f"{self.processes} over the cases, ETA {_duration(self.eta_s(now))}", now)
+                return
+            settling = index == self.processes and self.settling
+            if settling:
+                self._line(f"{_duration(now - self.started)}: "
+                           f"{plural(len(self.settling), 'case')} whose {self.processes} processes "
+                           f"disagree by over 10% {'gets' if len(self.settling) == 1 else 'get'} "
+                           f"up to {self.passes}: {', '.join(self.settling)}", now)
+            if index and not settling and now - self.last_line < self.interval_s:
+                return  # passes of a few cases take well under a second: a line per 3 s
+            over = "over the cases" if index < self.processes else \
+                f"over {plural(sum(self.eta.left[c] > 0 for c in self.settling), 'case')}"
+            self._line(f"{_duration(now - self.started)}: pass {index + 1} of {self.passes} "
+                       f"{over}, ETA {_duration(self.eta_s(now))}", now)
+
+    def settle(self, case_id: str, extra: int) -> None:
+        """The runner gives `case_id` `extra` processes more (runner.processes_to_settle)."""
+        with self._lock:
+            self.eta.more(case_id, extra)
+            self.settling.append(case_id)
+            self.passes = max(self.passes, self.processes + extra)
 
     def measured(self, case_id: str, failed: bool) -> None:
         """One measurement (one case in one pass) ended."""

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.harness.stats import StoppingRule, median_ci, relative_half_width, summarize
+from nearlocal.harness.stats import (
+    StoppingRule,
+    median_ci,
+    median_rank_bounds,
+    relative_half_width,
+    summarize,
+)
 from nearlocal.results import Store, list_runs, load
 from nearlocal.units import format_size, parse_duration, parse_size
 
@@ -34,6 +40,28 @@ def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
         low, high = median_ci(np.sort(rng.exponential(1.0, 101)))
         hits += low <= np.log(2) <= high
     assert 0.91 <= hits / 400 <= 0.99
+
+
+def test_median_ranks_are_scipys_binomial_quantiles():
+    from scipy import stats
+
+    for n in [*range(6, 400), 1001, 4096, 10_000, 65_537]:
+        for confidence in (0.9, 0.95, 0.99):
+            tail = (1 - confidence) / 2
+            assert median_rank_bounds(n, confidence) == (int(stats.binom.ppf(tail, n, 0.5)),
+                                                         int(stats.binom.isf(tail, n, 0.5)))
+
+
+def test_the_stopping_rule_imports_no_scipy():
+    """Every worker process asks the rule after each batch: an import there is timed budget."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from nearlocal.harness.stats import StoppingRule, summarize; "
+            "StoppingRule().done(np.arange(1.0, 200.0), 0.0); summarize(np.arange(1.0, 99.0), 64); "
+            "print('scipy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_stopping_rule():

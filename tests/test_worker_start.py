@@ -36,12 +36,12 @@ def test_own_start_up_is_read_from_proc():
     assert found is not None and 0 <= found < time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def never_ready(conn, settings) -> None:
+def never_ready(conn, settings, origin=None) -> None:
     conn.send(("stage", "loading the method modules"))
     time.sleep(60)
 
 
-def dies_at_once(conn, settings) -> None:
+def dies_at_once(conn, settings, origin=None) -> None:
     raise SystemExit(3)
 
 

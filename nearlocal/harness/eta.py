@@ -42,6 +42,11 @@ class EtaModel:
         """Measurements done and left (a failed case's later passes are not counted)."""
         return sum(self.left.values()) + self.done
 
+    def more(self, case_id: str, measurements: int) -> None:
+        """`case_id` is to be measured `measurements` more times (its processes disagreed)."""
+        if case_id in self.left:
+            self.left[case_id] += max(0, measurements)
+
     def new_pass(self) -> None:
         self.this_pass, self.started_pass = [], False
         self.pace_now = self.pace_before = 0.0

@@ -20,7 +20,7 @@ from nearlocal.harness import cases as case_rules
 from nearlocal.harness import runner
 from nearlocal.harness.cases import Case, SkipKind
 from nearlocal.harness.methods import get_method
-from nearlocal.harness.runner import default_processes, describe
+from nearlocal.harness.runner import SETTLING_FACTOR, default_processes, describe
 from nearlocal.harness.stats import StoppingRule
 from nearlocal.harness.worker import WorkerSettings
 from nearlocal.hwprobe import HostInventory
@@ -66,7 +66,8 @@ def check_processes(processes: object, option: str = "--processes") -> None:
 class RunSettings:
     """How a run measures, validated once here (UsageError naming the option): the per-case
     budget in seconds, the CI target in percent, worker processes per case (None: the default
-    for the budget), --threads / --cpus and --allow-write."""
+    for the budget, and then up to SETTLING_FACTOR times that for a case whose processes
+    disagree: `max_processes`), --threads / --cpus and --allow-write."""
 
     budget_s: float
     ci_percent: float = 1.0
@@ -74,6 +75,7 @@ class RunSettings:
     threads: str | None = None
     cpus: str | None = None
     allow_write: bool = False
+    max_processes: int = field(default=0, compare=False)  # set here: processes given = no more
 
     def __post_init__(self) -> None:
         if not (isinstance(self.budget_s, int | float) and math.isfinite(self.budget_s)
@@ -81,9 +83,12 @@ class RunSettings:
             raise UsageError(f"--budget must be a positive number of seconds, got {self.budget_s}")
         if not 0 < self.ci_percent < 100:
             raise UsageError(f"--ci must be a percentage between 0 and 100, got {self.ci_percent:g}")
-        if self.processes is None:
+        settle = self.processes is None
+        if settle:
             object.__setattr__(self, "processes", default_processes(self.budget_s))
         check_processes(self.processes)
+        object.__setattr__(self, "max_processes",
+                           self.processes * (SETTLING_FACTOR if settle else 1))
 
     @classmethod
     def from_options(cls, budget: str, ci: float = 1.0, processes: int | None = None,
@@ -208,7 +213,9 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
         measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
                                   case_timeout_s=case_timeout_s, processes=settings.processes,
                                   on_pass=progress.new_pass, on_measured=progress.measured,
-                                  on_compile=progress.compiling, compile_first=compile_first)
+                                  on_compile=progress.compiling, compile_first=compile_first,
+                                  max_processes=settings.max_processes,
+                                  on_settle=progress.settle)
         try:
             measuring.run(plan)
         except KeyboardInterrupt as exc:

@@ -19,7 +19,7 @@ from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import get_method
 from nearlocal.harness.stats import StoppingRule, summarize
-from nearlocal.harness.worker import WorkerSettings, worker_main
+from nearlocal.harness.worker import Origin, WorkerSettings, worker_main
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import files_to_create, parse_region, remove_leftovers
 from nearlocal.regions.base import pool_class_of
@@ -32,6 +32,11 @@ WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own s
 WORKER_START_ENV = "NEARLOCAL_WORKER_START_S"  # seconds: a fixed deadline instead
 MAX_AUTO_PROCESSES = 32
 MIN_PROCESS_BUDGET_S = 0.015
+# A case whose process medians spread (robust SD of their logs) by more than SETTLED_SPREAD gets
+# processes in proportion to its variance, up to SETTLING_FACTOR times the default (auto only)
+SETTLED_SPREAD = 0.10
+SETTLING_FACTOR = 4
+FORK_SERVER_PRELOAD = "nearlocal.harness.forkserver"
 
 
 def own_startup_s() -> float | None:
@@ -81,6 +86,28 @@ def default_processes(budget_s: float) -> int:
     load over seconds; the gate's standard error of a ratio is that over sqrt(K / 2): 32
     processes bring it to 2-5%, which a `same` within 10% and a 1.3x `slower` both need."""
     return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
+
+
+def process_spread(samples: list[np.ndarray]) -> float:
+    """Robust SD of the log process medians (IQR / 1.349): one process drawn on a busy host
+    does not move it. NaN with fewer than 4 processes or a median at or below 0."""
+    medians = np.array([np.median(ns) for ns in samples if len(ns)])
+    if medians.size < 4 or not np.all(medians > 0):
+        return math.nan
+    q25, q75 = np.percentile(np.log(medians), [25, 75])
+    return float((q75 - q25) / 1.349)
+
+
+def processes_to_settle(samples: list[np.ndarray], processes: int, max_processes: int) -> int:
+    """How many processes a case needs, from its first `processes` ones' samples: as many as
+    bring the standard error of its location to what a case spread by SETTLED_SPREAD gets from
+    `processes` (K (spread / SETTLED_SPREAD)^2), at most `max_processes`. On the 2-vCPU VM a
+    chase of 256 KiB or 4 MiB (the L2 and the L3 shared with co-tenants) and a 16 MiB load
+    spread by 20-70 % over processes; 32 processes left a 1.3x slowdown of them `ambiguous`."""
+    spread = process_spread(samples)
+    if max_processes <= processes or not spread > SETTLED_SPREAD:
+        return processes
+    return int(min(max_processes, math.ceil(processes * (spread / SETTLED_SPREAD) ** 2)))
 
 
 def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
@@ -167,7 +194,8 @@ class Runner:
                  processes: int = 1, on_pass: Callable[[int], None] | None = None,
                  on_measured: Callable[[str, bool], None] | None = None,
                  on_compile: Callable[[int, int, str, int], None] | None = None,
-                 compile_first: bool = False):
+                 compile_first: bool = False, max_processes: int | None = None,
+                 on_settle: Callable[[str, int], None] | None = None):
         self.inventory = inventory
         self.settings = settings
         self.store = store
@@ -182,7 +210,17 @@ class Runner:
         if type(processes) is not int or processes < 1:  # RunSettings checks what users give
             raise ValueError(f"processes must be a positive integer, got {processes!r}")
         self.processes = processes
-        self._context = multiprocessing.get_context("spawn")
+        # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
+        self.max_processes = max(processes, max_processes or processes)
+        # (case id, extra measurements) when a case is given processes beyond `processes`
+        self.on_settle = on_settle or (lambda case_id, extra: None)
+        # Workers are forked from a server that imported numpy, numba and the method modules
+        # once (harness/forkserver.py): a spawned worker paid ~2 s of imports and numba start-up
+        # per pass on the 2-vCPU VM, a forked one ~0.1 s. Each is still a new process: its
+        # regions are mapped (new pages) in it, and the passes are seconds apart; what all
+        # workers of a run share is the server's code layout, drawn once per run.
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload([FORK_SERVER_PRELOAD])
         self._worker: _Worker | None = None
         self._creating: list = []  # files the case in flight may create (removed if it dies)
         self._startup_s: float | None = None  # this process's start-up, read at the first worker
@@ -231,7 +269,8 @@ class Runner:
         if self.processes > 1:  # the K processes share the case's budget
             settings = replace(settings, rule=replace(
                 settings.rule, budget_s=settings.rule.budget_s / self.processes))
-        process = self._context.Process(target=worker_main, args=(child, settings), daemon=True)
+        process = self._context.Process(target=worker_main, args=(child, settings, Origin.here()),
+                                        daemon=True)
         # the child starts with SIGINT ignored (until worker_main says the same): a Ctrl-C while
         # it imports would print its KeyboardInterrupt traceback; the parent handles Ctrl-C
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
@@ -379,9 +418,10 @@ class Runner:
                 runnable = [entry for entry in entries if entry.runs]
                 self.compile_kernels([entry.case for entry in runnable],
                                      [entry.row["size_bytes"] for entry in runnable])
-            for process in range(self.processes):
+            needed = dict.fromkeys(range(len(cases)), self.processes)
+            process = 0
+            while process < max(needed.values(), default=0):
                 self.on_pass(process)
-                last = process == self.processes - 1
                 for index, case in enumerate(cases):
                     if process == 0:
                         row = dict(entries[index].row)
@@ -391,21 +431,31 @@ class Runner:
                             finish(index, row, [])
                             continue
                         pending[index] = (row, [])
-                    elif index not in pending:
-                        continue  # skipped, or failed in an earlier process
+                    elif index not in pending or needed[index] <= process:
+                        continue  # skipped, failed in an earlier process, or settled
                     row, results = pending[index]
                     result, raw, ns = self._measure(case)
-                    self.on_measured(case.id, result["status"] != "ok")
                     if result["status"] != "ok":
-                        if self.processes > 1:
-                            result["reason"] += f" (process {process + 1} of {self.processes})"
+                        self.on_measured(case.id, True)
+                        if needed[index] > 1:
+                            result["reason"] += f" (process {process + 1} of {needed[index]})"
                         row.update(result)
                         finish(index, row, [])
                         continue
                     results.append((result, raw, ns))
-                    if last:
+                    if process == self.processes - 1:
+                        needed[index] = processes_to_settle(
+                            [n for _, _, n in results], self.processes, self.max_processes)
+                        if needed[index] > self.processes:
+                            self.on_settle(case.id, needed[index] - self.processes)
+                    self.on_measured(case.id, False)  # after on_settle: progress counts those
+                    if process == needed[index] - 1:
                         finish(index, row, results)
-                if not last:
+                for index in range(len(cases)):
+                    if index not in pending:
+                        needed[index] = 0
+                process += 1
+                if process < max(needed.values(), default=0):
                     self._stop_worker()  # the next pass draws a fresh process
         except KeyboardInterrupt:  # Ctrl-C / SIGTERM: keep the processes measured so far
             self._stop_worker(now=True)

@@ -8,8 +8,18 @@ from dataclasses import dataclass
 from nearlocal.lazy import lazy_import
 
 np = lazy_import("numpy")
-scipy_stats = lazy_import("scipy.stats")
 
+
+def median_rank_bounds(n: int, confidence: float = 0.95) -> tuple[int, int]:
+    """(lo, hi) = scipy's binom.ppf(a, n, 1/2) and binom.isf(a, n, 1/2), a = (1 - confidence)/2:
+    the order statistics that bound the median. Computed here because the stopping rule asks for
+    them in every worker process, whose first case would otherwise pay scipy.stats' 0.9 s import
+    inside its timed budget. By symmetry isf = n - ppf (no dyadic cdf value equals a)."""
+    alpha = (1 - confidence) / 2
+    k = np.arange(1, n // 2 + 1, dtype=np.float64)
+    log_pmf = np.concatenate([[0.0], np.cumsum(np.log((n - k + 1) / k))]) - n * math.log(2)
+    lo = int(np.searchsorted(np.cumsum(np.exp(log_pmf)), alpha))
+    return lo, n - lo
 
 
 def median_ci(sorted_ns: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -17,8 +27,7 @@ def median_ci(sorted_ns: np.ndarray, confidence: float = 0.95) -> tuple[float, f
     n = sorted_ns.size
     if n < 6:
         return math.nan, math.nan
-    lo = int(scipy_stats.binom.ppf((1 - confidence) / 2, n, 0.5))
-    hi = int(scipy_stats.binom.isf((1 - confidence) / 2, n, 0.5))
+    lo, hi = median_rank_bounds(n, confidence)
     return float(sorted_ns[max(lo - 1, 0)]), float(sorted_ns[min(hi, n - 1)])
 
 

@@ -25,6 +25,29 @@ from nearlocal.workloads.patterns import Pattern, parse_pattern
 
 
 @dataclass(frozen=True)
+class Origin:
+    """The parent's environment, working directory and import path at the worker's start: a
+    worker forked from the run's fork server (started once, at the first worker) takes these
+    instead of the server's, so a variable set between runs (NEARLOCAL_PLUGINS, a test's
+    monkeypatch) reaches it as it reached a spawned one."""
+
+    environ: dict[str, str]
+    cwd: str
+    sys_path: list[str]
+
+    @classmethod
+    def here(cls) -> Origin:
+        return cls(dict(os.environ), os.getcwd(), list(sys.path))
+
+    def enter(self) -> None:
+        os.environ.clear()
+        os.environ.update(self.environ)
+        with contextlib.suppress(OSError):  # a directory gone since: the server's stays
+            os.chdir(self.cwd)
+        sys.path[:] = self.sys_path
+
+
+@dataclass(frozen=True)
 class WorkerSettings:
     rule: StoppingRule
     tsc_hz: float
@@ -150,11 +173,13 @@ def _stopped(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def worker_main(conn, settings: WorkerSettings) -> None:
+def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) -> None:
     """A stopped worker ends quietly: SIGTERM (SystemExit) or the parent gone (a broken pipe)
     anywhere, even before the first case, is no traceback on the user's terminal."""
     import signal
 
+    if origin is not None:
+        origin.enter()
     # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
     # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
     # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
