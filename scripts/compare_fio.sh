@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # nearlocal file-read vs fio (Debian's package) on the same file, block size, queue depth, engine
 # (io_uring) and O_DIRECT, in alternating rounds; prints each round's GB/s (1e9 B/s, both tools)
-# and the median of the per-round ratios nearlocal / fio.
+# and the median of the per-round ratios nearlocal / fio. fio's bandwidth is its bytes over its
+# whole time, so nearlocal's figure here is the same aggregate: bytes per sample over the MEAN
+# sample time (its rows' GB/s is per median sample, which on a medium that swings 2x between
+# samples reads higher than any bytes-over-time figure); nl-median prints that one beside it.
 # Pairs: 1 MiB reads at QD 32 (nearlocal 256x1MiB@1MiB = fio rw=read bs=1M over 256 MiB) and
 # 128x20KiB at QD 16 (20 KiB pieces every 40 KiB = fio rw=read:20k bs=20k over 5 MiB).
 # Two fio figures per round:
@@ -48,7 +51,7 @@ fio_gbps() {  # fio's read GB/s (1e9 B/s) for the job options given
 }
 
 : > "$OUT/pairs.txt"
-printf "%-16s %5s %10s %10s %10s %7s\n" pattern round nearlocal fio-pass fio-steady ratio
+printf "%-16s %5s %10s %10s %10s %10s %7s\n" pattern round nearlocal nl-median fio-pass fio-steady ratio
 for round in $(seq "$ROUNDS"); do
   for job in mib kv; do
     if [ "$job" = mib ]; then pattern=256x1MiB@1MiB qd=32 rw=read bs=1M size=$((256 << 20))
@@ -62,9 +65,9 @@ for round in $(seq "$ROUNDS"); do
     nearlocal run --method file-read --region "storage:$FILE" --pattern "$pattern" \
       --param qd="$qd" --param engine=io_uring --budget "$RUNTIME" --processes 1 --quiet \
       --out "$OUT/store" --json "$OUT/nl.json" >/dev/null
-    nl_gbps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['gbps'])" "$OUT/nl.json")
-    python3 -c "import sys; a, b, c = map(float, sys.argv[3:]); print(f'{sys.argv[1]:<16} {sys.argv[2]:>5} {a:>10.3f} {b:>10.3f} {c:>10.3f} {a / b:>7.3f}')" \
-      "$pattern" "$round" "$nl_gbps" "$pass" "$steady" | tee -a "$OUT/pairs.txt"
+    nl_gbps=$(python3 -c "import json,sys; r = json.load(open(sys.argv[1]))[0]; print(r['bytes_moved'] / r['mean_ns'], r['gbps'])" "$OUT/nl.json")
+    python3 -c "import sys; a, m, b, c = map(float, sys.argv[3:]); print(f'{sys.argv[1]:<16} {sys.argv[2]:>5} {a:>10.3f} {m:>10.3f} {b:>10.3f} {c:>10.3f} {a / b:>7.3f}')" \
+      "$pattern" "$round" $nl_gbps "$pass" "$steady" | tee -a "$OUT/pairs.txt"
   done
 done
 echo "box load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -72,12 +75,13 @@ python3 - "$OUT/pairs.txt" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    pattern, _, ours, per_pass, steady, ratio = line.split()
-    rows.setdefault(pattern, []).append((float(ours), float(per_pass), float(steady), float(ratio)))
-print(f"{'pattern':<16} {'nearlocal':>10} {'fio-pass':>10} {'fio-steady':>10} {'ratio':>7}"
-      "  (GB/s medians; ratio = median of per-round ratios nearlocal / fio-pass)")
+    pattern, _, *figures = line.split()
+    rows.setdefault(pattern, []).append([float(f) for f in figures])
+print(f"{'pattern':<16} {'nearlocal':>10} {'nl-median':>10} {'fio-pass':>10} {'fio-steady':>10}"
+      f" {'ratio':>7}  (GB/s, medians over rounds; ratio = median of the per-round ratios"
+      " nearlocal (bytes / mean sample time) / fio-pass)")
 for pattern, found in rows.items():
     print(f"{pattern:<16} " + " ".join(f"{statistics.median(r[i] for r in found):>10.3f}"
-                                      for i in range(3))
-          + f" {statistics.median(r[3] for r in found):>7.3f}")
+                                      for i in range(4))
+          + f" {statistics.median(r[4] for r in found):>7.3f}")
 PY

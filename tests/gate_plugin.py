@@ -111,11 +111,11 @@ class GateChaseSession(ChaseSession):
 register_method(Method(
     name="gate-load", family="cpu", summary="test only: load doing slowdown x the work",
     accesses=("read",), state="warm", open_session=GateLoadSession, cpu_flags=("rdtscp",),
-    params={"drain": "before"}))
+    params={"drain": "before"}, touches_peer=False))  # as load and chase map their peers
 register_method(Method(
     name="gate-chase", family="cpu", summary="test only: chase walking slowdown x the hops",
     accesses=("read",), state="warm", open_session=GateChaseSession, cpu_flags=("rdtscp",),
-    params={"hops": "4096", "seed": "1"}, stores_in_region=True))
+    params={"hops": "4096", "seed": "1"}, stores_in_region=True, touches_peer=False))
 
 
 def _gate_cases() -> list[Case]:

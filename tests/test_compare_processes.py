@@ -195,7 +195,8 @@ def test_runs_stored_before_process_tags_load_with_process_0(tmp_path):
 
 # A test double loaded by the test and, through NEARLOCAL_PLUGINS, by every worker process: its
 # session "measures" 1 us and, at the case's second opening (the second worker process), raises or
-# kills its process, as the case's `fail` parameter says.
+# kills its process, as the case's `fail` parameter says (or, with fail=spread, reads 1.5x in every
+# other process).
 FLAKY_METHOD = '''
 import os
 import signal
@@ -220,9 +221,11 @@ class FlakySession:
             raise RuntimeError("flaky method failed")
         if count == 1 and mode == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        # fail=spread: never fails, but every other process reads 1.5x (a busy host's draw)
+        self.level = 1500.0 if mode == "spread" and count % 2 else 1000.0
 
     def sample(self, n):
-        ns = np.full(n, 1000.0)
+        ns = np.full(n, self.level)
         return ns.copy(), ns
 
     def close(self):
@@ -327,3 +330,63 @@ def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
     busy = a.copy()
     busy[0] = 5.0 + np.log(3.0)  # one process on a busy host, 3x slower
     assert trimmed_location(busy)[0] == pytest.approx(mean_a, abs=0.01)
+
+
+def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_method):
+    from nearlocal.harness.cases import Case
+
+    spread, steady = (Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
+                      for mode in ("spread", "never"))
+    settled = []
+    runner, store = _runner(tmp_path, 4, max_processes=12,
+                            on_settle=lambda case_id, extra: settled.append((case_id, extra)))
+    rows = {row["case_id"]: row for row in runner.run([spread, steady])}
+    run = load(store.finish())
+    assert rows[spread.id]["processes"] == 12 and rows[steady.id]["processes"] == 4
+    assert settled == [(spread.id, 8)]
+    tags = run.samples.groupby("case_id")["process"].unique()
+    assert sorted(tags[spread.id]) == list(range(12)) and sorted(tags[steady.id]) == [0, 1, 2, 3]
+    # each process was a worker of its own: the double counted its openings
+    assert len(list((tmp_path / "opened" / "spread").iterdir())) == 12
+
+
+def test_how_many_processes_a_case_needs():
+    from nearlocal.harness.runner import SETTLED_SPREAD, process_spread, processes_to_settle
+
+    def processes(levels):
+        return [np.full(50, level) for level in levels]
+
+    calm = processes(1000 * np.exp(np.linspace(-0.05, 0.05, 8)))
+    assert process_spread(calm) < SETTLED_SPREAD and processes_to_settle(calm, 8, 32) == 8
+    one_busy = processes([1000.0] * 7 + [3000.0])  # one process on a busy host: not a spread
+    assert processes_to_settle(one_busy, 8, 32) == 8
+    wide = processes(1000 * np.exp(np.linspace(-0.3, 0.3, 8)))
+    spread = process_spread(wide)
+    assert spread == pytest.approx((np.percentile(np.linspace(-0.3, 0.3, 8), 75)
+                                    - np.percentile(np.linspace(-0.3, 0.3, 8), 25)) / 1.349)
+    assert processes_to_settle(wide, 8, 1000) == math.ceil(8 * (spread / SETTLED_SPREAD) ** 2)
+    assert processes_to_settle(wide, 8, 32) == 32  # at most the cap
+    assert processes_to_settle(wide, 8, 8) == 8  # processes given: never more
+    assert processes_to_settle(wide[:3], 3, 12) == 3  # too few to tell
+
+
+@pytest.fixture
+def fork_server_started(tmp_path):
+    """A run before the test's own: the runner's fork server is up with the environment of then."""
+    from nearlocal.harness.cases import Case
+
+    runner, store = _runner(tmp_path / "first", 1)
+    (row,) = runner.run([Case("load", "dram", "wb", "64B")])
+    store.finish()
+    assert row["status"] == "ok"
+
+
+def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
+        tmp_path, fork_server_started, flaky_method):
+    """The plugin is named (NEARLOCAL_PLUGINS, sys.path) after the server started."""
+    from nearlocal.harness.cases import Case
+
+    runner, store = _runner(tmp_path, 2)
+    (row,) = runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
+    store.finish()
+    assert row["status"] == "ok" and row["processes"] == 2

@@ -84,6 +84,8 @@ def test_run_settings_are_checked_once(kwargs, message):
     with pytest.raises(UsageError, match=message):
         RunSettings(**kwargs)
     assert RunSettings(0.5).processes == 32 and RunSettings(0.02).processes == 1
+    # processes left to the default may grow for a case whose processes disagree; given, never
+    assert RunSettings(0.5).max_processes == 128 and RunSettings(0.5, processes=8).max_processes == 8
 
 
 def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):
@@ -119,3 +121,17 @@ def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, m
     near = build_report([load(run)]).section("near-cases").table
     (found,) = [r for r in near.rows if r[0] == PLUGIN]
     assert found[4] == "numa:1" and found[8] == pytest.approx(2.5)
+
+
+def test_a_method_that_never_touches_its_peer_maps_one_line_of_it():
+    """A 1 GiB chase mapped, populated and filled a 1 GiB peer it never read (1-4 s a process)."""
+    from nearlocal.harness.cases import Case
+    from nearlocal.harness.methods import PEER_STUB_BYTES
+
+    gib = 1 << 30
+    assert Case("chase", "dram", "wb", "1GiB").spans() == (gib, PEER_STUB_BYTES)
+    assert Case("load", "dram", "wb", "64MiB").spans() == (64 << 20, PEER_STUB_BYTES)
+    assert Case("store", "dram", "wb", "4KiB").spans() == (4096, PEER_STUB_BYTES)
+    # copies move bytes between the two: the peer spans the pattern
+    assert Case("memcpy", "dram", "wb", "64MiB").spans() == (64 << 20, 64 << 20)
+    assert Case("nt-copy", "dram", "wb", "1024x160B").spans()[1] == 1024 * 160

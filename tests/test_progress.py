@@ -164,3 +164,35 @@ def test_eta_follows_a_box_that_grows_busier_pass_by_pass():
             assert abs(eta_s - left_s) <= 0.3 * left_s + 0.5, (done, eta_s, left_s)
 
     drive(progress, clock, ids, seconds, check=check)
+
+
+def test_settling_passes_are_announced_counted_and_a_line_per_3_s_at_most():
+    """Passes forked in ~0.1 s: a CI log gets a pass line per 3 s, not one per pass; the cases
+    given more processes are named once, and the count and ETA include their measurements."""
+    clock = FakeClock()
+    log = Log(clock)
+    ids = ["chase/dram/wb/16KiB", "chase/dram/wb/256KiB"]
+    progress = RunProgress(ids, [True, True], 0.5, target=log, processes=4, clock=clock,
+                           heartbeat=False)
+    with progress:
+        for index in range(12):
+            progress.new_pass(index)
+            for case_id in ids if index < 4 else ids[1:]:
+                clock.now += 0.1
+                if index == 3 and case_id == ids[1]:
+                    progress.settle(case_id, 8)
+                progress.measured(case_id, False)
+    texts = [text for _, text in log.lines]
+    assert sum(" pass " in text for text in texts) <= 3
+    assert any("1 case whose 4 processes disagree by over 10% gets up to 12: "
+               "chase/dram/wb/256KiB" in text for text in texts)
+    assert any("pass 5 of 12 over 1 case" in text for text in texts)
+    assert texts[-1].startswith("[16/16]")
+
+
+def test_eta_model_counts_measurements_added_for_a_settling_case():
+    model = EtaModel(["a"], passes=2, prior_s=0.1)
+    model.measured("a", 1.0)
+    model.more("a", 3)
+    model.more("unknown", 5)  # a case the run does not measure: ignored
+    assert model.total == 5 and model.remaining_s() == pytest.approx(4 * 1.0)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
-from nearlocal.harness.methods import get_method
+from nearlocal.harness.methods import PEER_STUB_BYTES, get_method
 from nearlocal.hwprobe import HostInventory
 from nearlocal.params import decode_params, encode_params
 from nearlocal.regions import attribute_unavailable, capacity_problem, parse_region, region_kind
@@ -104,9 +104,13 @@ class Case:
         pattern = pattern if pattern is not None else parse_pattern(self.pattern)
         if self.access == "write":  # as open_case swaps it: a read that stores (chase) does not
             pattern = pattern.swapped()
-        if self.access == "read":
-            return pattern.src_span, pattern.dst_span
-        return pattern.dst_span, pattern.src_span
+        region, peer = ((pattern.src_span, pattern.dst_span) if self.access == "read"
+                        else (pattern.dst_span, pattern.src_span))
+        try:
+            touches_peer = get_method(self.method).touches_peer
+        except UsageError:  # an unknown method: validate() says so
+            touches_peer = True
+        return region, (peer if touches_peer else min(peer, PEER_STUB_BYTES))
 
 
 def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None) -> None:

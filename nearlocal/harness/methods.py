@@ -85,6 +85,11 @@ class Method:
     sample_bytes: Callable[[Pattern], int] | None = None
     # writes into the region even when it reads it (chase lays its pointer ring there)
     stores_in_region: bool = False
+    # False: the kernel never reads or writes the peer (loads kept in registers, stores of a
+    # constant, a ring inside the region), so the peer is mapped at PEER_STUB_BYTES, not at the
+    # pattern's span: a 1 GiB chase mapped and filled a 1 GiB peer it never touched, 1-4 s of
+    # each worker process on the 2-vCPU VM
+    touches_peer: bool = True
     # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
     suites: tuple[str, ...] = ()
     # what it measures on the pool regions (harness/pool.py): "read" (quick's pool rows),
@@ -109,6 +114,7 @@ class Method:
 
 
 METHODS: dict[str, Method] = {}
+PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
 
 # Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
 # (comma-separated module names) adds third-party ones.

@@ -131,13 +131,17 @@ class CpuSession:
 
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
-         flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True) -> Method:
+         flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True,
+         peer: bool = False) -> Method:
+    """peer: the kernel moves bytes between the region and the peer (a copy); the others only
+    load the region or store a constant into it."""
     return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx,
                                                                           batched),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
+        touches_peer=peer,
     )))
 
 
@@ -148,7 +152,8 @@ _cpu("store", "time_store", ("write",), "warm",
 _cpu("nt-store", "time_nt_store", ("write",), "warm",
      "nontemporal stores (vmovntdq) of a constant, then sfence", roles=("bandwidth",))
 _cpu("nt-copy", "time_nt_copy", ("write",), "warm",
-     "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence")
+     "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence",
+     peer=True)
 _cpu("nt-load", "time_nt_load", ("read",), "cold",
      "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"),
      roles=("read",), batched=False)  # its flush, per sample, is outside the interval
@@ -160,6 +165,7 @@ _cpu("clflushopt-load", "time_clflushopt_load", ("read",), "warm",
 _cpu("store-clwb", "time_store_clwb", ("write",), "warm",
      "stores, clwb of every line, sfence: written back to memory", ("clwb",))
 _cpu("movdir64b", "time_movdir64b", ("write",), "warm",
-     "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",))
+     "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",),
+     peer=True)
 _cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
-     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",))
+     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",), peer=True)
