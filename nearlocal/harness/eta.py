@@ -15,9 +15,10 @@ from __future__ import annotations
 
 PACE_AFTER = 10  # measurements of a pass before its pace against the last one counts
 # What a measurement costs beyond its budget before any was seen (opening the case, its warm-up,
-# a share of the worker's start): 0.07-0.09 s on the 2-vCPU development VM, where the quick
-# suite's first ETA at the budget alone read 52 s for a run of 4 min 55 s
-OPEN_PRIOR_S = 0.07
+# a share of the worker's start): 0.07-0.09 s on the 2-vCPU development VM with spawned workers
+# (the quick suite's first ETA at the budget alone read 52 s for a run of 4 min 55 s), ~0.02 s
+# since workers are forked ready and peers a method never touches are one line (2 min 44 s)
+OPEN_PRIOR_S = 0.025
 
 
 def _mean(values: list[float]) -> float | None:
