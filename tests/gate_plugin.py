@@ -38,7 +38,7 @@ def slowdown() -> float:
     return float(os.environ.get(SLOWDOWN_ENV, "1.0"))
 
 
-@njit(cache=False)
+@njit(cache=True)  # compiled once, not in every worker process of a gate run
 def time_load_more(src, dst, frags, share, samples, sink, drain, passes):
     """kernels.cpu.time_load whose interval also reads `share`, a leading part of the pattern,
     as one more pass (drained like the others)."""
