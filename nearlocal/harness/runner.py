@@ -183,11 +183,13 @@ class Runner:
     """Measures cases interleaved in passes: with `processes` = K, pass k (k = 1..K) measures
     every runnable case once, each pass in a fresh worker process (one worker per pass serves
     every case of it, one after another; a new one only after a crash), so a case's K
-    measurements come from K processes, the other cases measured in between. Page placement,
-    code layout and co-tenants are drawn again in each process: their spread is sampled within
-    the run and `nearlocal compare` can model it. (pyperf, by contrast, runs all processes of
-    one benchmark before the next.) Each process gets budget / K; a row pools every process's
-    samples, tagged by process."""
+    measurements come from K processes, the other cases measured in between. Page placement
+    and co-tenants are drawn again in each process (code layout once per run: workers fork from
+    one preloaded server): their spread is sampled within the run and `nearlocal compare` can
+    model it. (pyperf, by contrast, runs all processes of one benchmark before the next.) Each
+    process gets budget / K; a row pools every process's samples, tagged by process. A case
+    whose K processes disagree gets further passes, up to `max_processes` (processes_to_settle),
+    after the K passes; its row is stored after its last."""
 
     def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
                  on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,

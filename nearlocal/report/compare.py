@@ -384,7 +384,7 @@ def run_noise(log_ratios: list[float]) -> float:
 @dataclass
 class ProcessModel:
     """The noise model fitted on the runs' own repeats: how much a case's median moves from one
-    worker process to the next (page placement, code layout, co-tenants are drawn again in each).
+    worker process to the next (page placement and co-tenants are drawn again in each).
 
     Each case's variance of log process medians is pooled over both runs and shrunk toward a prior
     fitted across cases (empirical Bayes, limma's fitFDist: prior variance `noise`**2 with
