@@ -442,9 +442,12 @@ class RunProgress:
                 return
             settling = index == self.processes and self.settling
             if settling:
+                from nearlocal.harness.runner import SETTLED_SPREAD
+
                 self._line(f"{_duration(now - self.started)}: "
                            f"{plural(len(self.settling), 'case')} whose {self.processes} processes "
-                           f"disagree by over 10% {'gets' if len(self.settling) == 1 else 'get'} "
+                           f"disagree by over {SETTLED_SPREAD:.0%} "
+                           f"{'gets' if len(self.settling) == 1 else 'get'} "
                            f"up to {self.passes}: {', '.join(self.settling)}", now)
             if index and not settling and now - self.last_line < self.interval_s:
                 return  # passes of a few cases take well under a second: a line per 3 s

@@ -379,6 +379,7 @@ def fork_server_started(tmp_path):
     (row,) = runner.run([Case("load", "dram", "wb", "64B")])
     store.finish()
     assert row["status"] == "ok"
+    assert row["info"]["peer_bytes"] == 64  # a load's peer, never touched, is one line
 
 
 def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(

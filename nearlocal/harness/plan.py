@@ -75,7 +75,7 @@ class RunSettings:
     threads: str | None = None
     cpus: str | None = None
     allow_write: bool = False
-    max_processes: int = field(default=0, compare=False)  # set here: processes given = no more
+    max_processes: int = field(default=0, init=False, compare=False)  # processes given: no more
 
     def __post_init__(self) -> None:
         if not (isinstance(self.budget_s, int | float) and math.isfinite(self.budget_s)

@@ -67,10 +67,11 @@ class OpenCase:
     pattern: Pattern
     region: MappedRegion
     session: Session
+    peer_bytes: int = 0  # what was mapped of the peer (one line for a method that never uses it)
 
     @property
     def info(self) -> dict:
-        return {**self.region.info, **self.session.info}
+        return {**self.region.info, "peer_bytes": self.peer_bytes, **self.session.info}
 
 
 @contextmanager
@@ -98,7 +99,7 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
                                  {**method.params, **case.param_dict}, inventory, quantum_ticks)
             session = method.open_session(ctx)
             try:
-                yield OpenCase(case, pattern, region, session)
+                yield OpenCase(case, pattern, region, session, peer_size)
             finally:
                 session.close()
         finally:
