@@ -132,6 +132,18 @@ def test_direct_reads_land_the_files_bytes_and_skip_the_page_cache(direct_folder
     assert info["page_cache_resident"] == 0.0  # mincore: O_DIRECT brought no page in
 
 
+def test_the_ring_records_the_setup_flags_the_kernel_took():
+    if uring.unavailable():
+        pytest.skip(uring.unavailable())
+    ring = uring.setup(4, uring.SETUP_FLAG_CHOICES)  # the mmap flags once overwrote these
+    try:
+        assert ring.flags in uring.SETUP_FLAG_CHOICES
+        names = uring.flag_names(ring.flags)
+        assert names == "none" if ring.flags == 0 else "coop-taskrun" in names
+    finally:
+        ring.close()
+
+
 def test_warm_reads_fill_the_page_cache_and_cold_ones_drop_it(direct_folder):
     path = direct_folder / "user.bin"
     _user_file(path)

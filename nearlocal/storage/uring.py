@@ -108,14 +108,14 @@ def setup(entries: int, flag_choices: tuple[int, ...] = (0,)) -> Ring:
         sq_off, cq_off = params[10:18].astype(np.int64), params[20:28].astype(np.int64)
         sq_size = int(sq_off[6]) + 4 * sq_entries
         cq_size = int(cq_off[5]) + CQE_BYTES * cq_entries
-        prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | mmap.MAP_POPULATE
+        prot, share = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | mmap.MAP_POPULATE
         if features & IORING_FEAT_SINGLE_MMAP:
-            sq_map = mmap.mmap(fd, max(sq_size, cq_size), flags, prot, offset=IORING_OFF_SQ_RING)
+            sq_map = mmap.mmap(fd, max(sq_size, cq_size), share, prot, offset=IORING_OFF_SQ_RING)
             cq_map = sq_map
         else:
-            sq_map = mmap.mmap(fd, sq_size, flags, prot, offset=IORING_OFF_SQ_RING)
-            cq_map = mmap.mmap(fd, cq_size, flags, prot, offset=IORING_OFF_CQ_RING)
-        sqe_map = mmap.mmap(fd, SQE_WORDS * 8 * sq_entries, flags, prot, offset=IORING_OFF_SQES)
+            sq_map = mmap.mmap(fd, sq_size, share, prot, offset=IORING_OFF_SQ_RING)
+            cq_map = mmap.mmap(fd, cq_size, share, prot, offset=IORING_OFF_CQ_RING)
+        sqe_map = mmap.mmap(fd, SQE_WORDS * 8 * sq_entries, share, prot, offset=IORING_OFF_SQES)
     except BaseException:
         os.close(fd)
         raise
