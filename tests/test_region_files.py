@@ -127,3 +127,29 @@ def test_idle_mappings_are_unmapped_when_a_new_region_would_not_fit_beside_them(
         assert host._IDLE.held == 0 and not host._IDLE.free
     finally:
         other.close()
+
+
+def test_idle_hugetlb_mappings_count_as_free_2m_pages_and_are_given_back_for_a_new_one(
+        monkeypatch):
+    """A process that closed a 256 MiB dram:2M region holds its pages idle: the next 2 MiB-page
+    region of the process must count them as free (once it read "the pool has 64MiB free")."""
+    from nearlocal.regions.base import RegionSpec
+
+    class Held:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    idle = host._IdleMappings()
+    huge, plain = Held(), Held()
+    idle.free = {(256 << 20, host.MAP_HUGETLB | 2): [huge], (1 << 20, 2): [plain]}
+    idle.held = (256 << 20) + (1 << 20)
+    monkeypatch.setattr(host, "_IDLE", idle)
+    monkeypatch.setattr(host, "_free_hugetlb_bytes", lambda: 64 << 20)
+    monkeypatch.setattr(host, "_memory_available", lambda: 8 << 30)
+    assert host._dram_capacity(RegionSpec("dram:2M", "dram", "2M"))[0] == 320 << 20
+    assert host._dram_capacity(RegionSpec("dram", "dram", ""))[0] == int(((8 << 30) + (1 << 20))
+                                                                    * host.MEMORY_HEADROOM)
+    idle.make_room(128 << 20, host.MAP_HUGETLB)  # 64 MiB free: the idle pages go back
+    assert huge.closed and plain.closed and idle.held == 0

@@ -137,16 +137,22 @@ def _dram_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
     return None
 
 
+def _free_hugetlb_bytes() -> int | None:
+    free = SysRoot.default().read_int("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+    return None if free is None else free * HUGE_2M
+
+
 def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
     """What a new anonymous region can take now: free 2 MiB pages, or the node's free memory,
     or MemAvailable (less headroom: nearlocal fills every page it maps)."""
     options = _dram_options(spec)
-    if options["pages"] == "2M":
-        free = SysRoot.default().read_int("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-        return (free * HUGE_2M, "the 2 MiB hugetlb pool") if free is not None else None
+    if options["pages"] == "2M":  # this process's idle mappings are its own to reuse
+        free = _free_hugetlb_bytes()
+        return (free + _IDLE.held_by(MAP_HUGETLB), "the 2 MiB hugetlb pool") \
+            if free is not None else None
     available = _memory_available()
     if available is not None:
-        available += _IDLE.held  # this process's idle mappings are its own to reuse
+        available += _IDLE.held_by(0)
     where = "memory (MemAvailable less 10%)"
     node = options["node"]
     if node is not None:
@@ -171,6 +177,12 @@ class _IdleMappings:
         self.free: dict[tuple[int, int], list[mmap.mmap]] = {}
         self.held = 0
 
+    def held_by(self, huge_flag: int) -> int:
+        """Bytes idle in mappings with `huge_flag` (MAP_HUGETLB: the hugetlb pool's) or, for 0,
+        in ordinary ones (MemAvailable's)."""
+        return sum(length * len(bufs) for (length, flags), bufs in self.free.items()
+                   if (flags & MAP_HUGETLB if huge_flag else not flags & MAP_HUGETLB))
+
     def take(self, length: int, flags: int) -> mmap.mmap | None:
         found = self.free.get((length, flags))
         if not found:
@@ -193,10 +205,15 @@ class _IdleMappings:
 
         return give_back
 
-    def make_room(self, length: int) -> None:
+    def make_room(self, length: int, flags: int) -> None:
         """Unmap every idle mapping when a new one of `length` would not fit beside them in the
-        memory available now (the capacity check counts them as this process's to give back)."""
-        available = _memory_available()
+        memory available now, or (hugetlb) in the free 2 MiB pages (the capacity check counts
+        them as this process's to give back)."""
+        if flags & MAP_HUGETLB:
+            free = _free_hugetlb_bytes()
+            available = None if free is None else free / MEMORY_HEADROOM
+        else:
+            available = _memory_available()
         if self.held and (available is None or length > available * MEMORY_HEADROOM):
             for bufs in self.free.values():
                 for buf in bufs:
@@ -218,7 +235,7 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     reusable = options["pages"] != "thp" and options["node"] is None
     buf = _IDLE.take(length, flags) if reusable else None
     if buf is None:
-        _IDLE.make_room(length)
+        _IDLE.make_room(length, flags)
         # MAP_POPULATE: faulted in by the kernel in one call, half the time of a fault per page
         # on a VM (a THP or node-bound region is faulted by the fill, after its madvise or mbind)
         buf = mmap.mmap(-1, length, flags=flags | (mmap.MAP_POPULATE if reusable else 0))
