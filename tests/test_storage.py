@@ -139,7 +139,7 @@ def test_the_ring_records_the_setup_flags_the_kernel_took():
     try:
         assert ring.flags in uring.SETUP_FLAG_CHOICES
         names = uring.flag_names(ring.flags)
-        assert names == "none" if ring.flags == 0 else "coop-taskrun" in names
+        assert (names == "none") if ring.flags == 0 else ("coop-taskrun" in names)
     finally:
         ring.close()
 
