@@ -332,7 +332,10 @@ class RunProgress:
 
     def current(self) -> str:
         case_id = self.current_id()
-        return self.pass_label + case_id if case_id else "done"
+        if case_id:
+            return self.pass_label + case_id
+        # a pass's last case ended and the next pass has not begun: "done" only at the end
+        return "done" if self.eta.done >= self.eta.total else "starting the next process"
 
     def eta_s(self, now: float) -> float:
         return self.eta.remaining_s(self.current_id(), now - self.last_event)

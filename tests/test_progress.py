@@ -196,3 +196,22 @@ def test_eta_model_counts_measurements_added_for_a_settling_case():
     model.more("a", 3)
     model.more("unknown", 5)  # a case the run does not measure: ignored
     assert model.total == 5 and model.remaining_s() == pytest.approx(4 * 1.0)
+
+
+def test_between_two_passes_the_status_does_not_say_done():
+    clock = FakeClock()
+    ids = ["load/dram/wb/64B", "load/dram/wb/16KiB"]
+    progress = RunProgress(ids, [True, True], 0.5, target=Log(clock), processes=2, clock=clock,
+                           heartbeat=False)
+    with progress:
+        progress.new_pass(0)
+        for case_id in ids:
+            clock.now += 0.1
+            progress.measured(case_id, False)
+        assert progress.status(clock.now).endswith(": starting the next process")
+        progress.new_pass(1)
+        assert "process 2 of 2: load/dram/wb/64B" in progress.status(clock.now)
+        for case_id in ids:
+            clock.now += 0.1
+            progress.measured(case_id, False)
+        assert progress.status(clock.now).endswith(": done")
