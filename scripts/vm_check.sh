@@ -63,7 +63,7 @@ if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   ls /boot/vmlinuz-* >/dev/null 2>&1 || need="$need linux-image-amd64"
   command -v ndctl >/dev/null && command -v cxl >/dev/null || need="$need ndctl"
   command -v mke2fs >/dev/null || need="$need e2fsprogs"
-  command -v busybox >/dev/null || need="$need busybox"  # virtme-ng's initramfs
+  dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"  # virtme-ng's initramfs
   if [ -n "$need" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       --no-install-recommends $need) >/dev/null 2>&1 || fail "could not install$need from Debian"
