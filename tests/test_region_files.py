@@ -144,12 +144,13 @@ def test_idle_hugetlb_mappings_count_as_free_2m_pages_and_are_given_back_for_a_n
     idle = host._IdleMappings()
     huge, plain = Held(), Held()
     idle.free = {(256 << 20, host.MAP_HUGETLB | 2): [huge], (1 << 20, 2): [plain]}
-    idle.held = (256 << 20) + (1 << 20)
     monkeypatch.setattr(host, "_IDLE", idle)
     monkeypatch.setattr(host, "_free_hugetlb_bytes", lambda: 64 << 20)
     monkeypatch.setattr(host, "_memory_available", lambda: 8 << 30)
     assert host._dram_capacity(RegionSpec("dram:2M", "dram", "2M"))[0] == 320 << 20
     assert host._dram_capacity(RegionSpec("dram", "dram", ""))[0] == int(((8 << 30) + (1 << 20))
                                                                     * host.MEMORY_HEADROOM)
-    idle.make_room(128 << 20, host.MAP_HUGETLB)  # 64 MiB free: the idle pages go back
-    assert huge.closed and plain.closed and idle.held == 0
+    idle.make_room(128 << 20, host.MAP_HUGETLB)  # 64 MiB free: the idle 2 MiB pages go back
+    assert huge.closed and not plain.closed and idle.held == 1 << 20  # no 2 MiB page in those
+    idle.make_room(64 << 20, host.MAP_HUGETLB)  # nothing of that kind left to give back
+    assert not plain.closed

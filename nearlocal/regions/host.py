@@ -148,11 +148,11 @@ def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
     options = _dram_options(spec)
     if options["pages"] == "2M":  # this process's idle mappings are its own to reuse
         free = _free_hugetlb_bytes()
-        return (free + _IDLE.held_by(MAP_HUGETLB), "the 2 MiB hugetlb pool") \
+        return (free + _IDLE.idle_bytes(hugetlb=True), "the 2 MiB hugetlb pool") \
             if free is not None else None
     available = _memory_available()
     if available is not None:
-        available += _IDLE.held_by(0)
+        available += _IDLE.idle_bytes(hugetlb=False)
     where = "memory (MemAvailable less 10%)"
     node = options["node"]
     if node is not None:
@@ -175,20 +175,19 @@ class _IdleMappings:
 
     def __init__(self) -> None:
         self.free: dict[tuple[int, int], list[mmap.mmap]] = {}
-        self.held = 0
 
-    def held_by(self, huge_flag: int) -> int:
-        """Bytes idle in mappings with `huge_flag` (MAP_HUGETLB: the hugetlb pool's) or, for 0,
-        in ordinary ones (MemAvailable's)."""
+    @property
+    def held(self) -> int:
+        return sum(length * len(bufs) for (length, _), bufs in self.free.items())
+
+    def idle_bytes(self, hugetlb: bool) -> int:
+        """Bytes idle in hugetlb mappings (the 2 MiB pool's) or in ordinary ones (MemAvailable's)."""
         return sum(length * len(bufs) for (length, flags), bufs in self.free.items()
-                   if (flags & MAP_HUGETLB if huge_flag else not flags & MAP_HUGETLB))
+                   if bool(flags & MAP_HUGETLB) == hugetlb)
 
     def take(self, length: int, flags: int) -> mmap.mmap | None:
         found = self.free.get((length, flags))
-        if not found:
-            return None
-        self.held -= length
-        return found.pop()
+        return found.pop() if found else None
 
     def releaser(self, length: int, flags: int) -> Callable[[mmap.mmap], None] | None:
         """What a region's close calls to hand its mapping back (None: unmap it)."""
@@ -201,25 +200,27 @@ class _IdleMappings:
                     buf.close()
                 return
             self.free.setdefault((length, flags), []).append(buf)
-            self.held += length
 
         return give_back
 
     def make_room(self, length: int, flags: int) -> None:
-        """Unmap every idle mapping when a new one of `length` would not fit beside them in the
-        memory available now, or (hugetlb) in the free 2 MiB pages (the capacity check counts
-        them as this process's to give back)."""
-        if flags & MAP_HUGETLB:
-            free = _free_hugetlb_bytes()
-            available = None if free is None else free / MEMORY_HEADROOM
+        """Unmap the idle mappings of the new one's kind (hugetlb or ordinary) when it would not
+        fit beside them in what that kind has free now: the free 2 MiB pages, or MemAvailable
+        less headroom (the capacity check counts them as this process's to give back)."""
+        hugetlb = bool(flags & MAP_HUGETLB)
+        if not self.idle_bytes(hugetlb):
+            return
+        if hugetlb:
+            room = _free_hugetlb_bytes()
         else:
             available = _memory_available()
-        if self.held and (available is None or length > available * MEMORY_HEADROOM):
-            for bufs in self.free.values():
-                for buf in bufs:
-                    with contextlib.suppress(BufferError):
-                        buf.close()
-            self.free, self.held = {}, 0
+            room = None if available is None else available * MEMORY_HEADROOM
+        if room is not None and length <= room:
+            return
+        for key in [key for key in self.free if bool(key[1] & MAP_HUGETLB) == hugetlb]:
+            for buf in self.free.pop(key):
+                with contextlib.suppress(BufferError):
+                    buf.close()
 
 
 _IDLE = _IdleMappings()
