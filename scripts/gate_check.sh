@@ -40,8 +40,11 @@ NEARLOCAL="$nearlocal" STORE="$store" "$python" - <<'EOF'
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
+
+import pandas
 
 store, nearlocal = os.environ["STORE"], os.environ["NEARLOCAL"]
 runs = [line.split() for line in open(os.path.join(store, "gate-runs.txt"))]
@@ -99,6 +102,21 @@ for base, cand in itertools.product(same, slow):
 share = caught / max(total, 1)
 ok &= share >= 0.90
 print(f"caught {caught}/{total} = {share:.0%} of the slowed cases over the pairs")
+
+# What the box did between the runs, told apart from what the code did: the unchanged 1 GiB
+# chase per run (host memory drift), and within each run the gate-* / unchanged-method ratio of
+# the same case (the slowdown itself, measured in one run's time).
+print("the host between runs (no part of the verdict):")
+for kind, run in runs:
+    cases = pandas.read_parquet(os.path.join(store, run, "cases.parquet"))
+    ok_rows = cases[cases["status"] == "ok"].set_index("case_id")["median_ns"]
+    within = [ok_rows[cid] / ok_rows[cid[len("gate-"):]] for cid in ok_rows.index
+              if cid.startswith("gate-") and cid[len("gate-"):] in ok_rows.index]
+    chase = ok_rows.get("chase/dram/wb/1GiB", float("nan"))
+    spread = f"{min(within):.2f}-{max(within):.2f}" if within else "none"
+    print(f"  {kind} {run}: chase 1GiB {chase:.0f} ns; gate-*/unchanged in the run: median "
+          f"{statistics.median(within) if within else float('nan'):.2f} ({spread}, "
+          f"{len(within)} cases)")
 print(f"load average at the end: {open('/proc/loadavg').read().split()[:3]}")
 print("gate check:", "PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)

@@ -131,11 +131,13 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
 
 
 def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
-             pattern: Pattern | None = None) -> dict:
+             pattern: Pattern | None = None, llc_bytes: int = 0) -> dict:
     """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
-    (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's)."""
+    (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's);
+    `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory)."""
     method = get_method(case.method)
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
+    reaches_memory = not method.cacheable or max(case.spans(pattern)) > llc_bytes
     return {
         **case.to_dict(),
         "pool_class": pool_class_of(case.region, cpuless_nodes),
@@ -150,6 +152,7 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
         **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
         "peer_pool_class": pool_class_of(case.peer, cpuless_nodes),
         "measures": method.measures,
+        "reaches_memory": bool(reaches_memory),
     }
 
 
@@ -212,6 +215,9 @@ class Runner:
         if type(processes) is not int or processes < 1:  # RunSettings checks what users give
             raise ValueError(f"processes must be a positive integer, got {processes!r}")
         self.processes = processes
+        if processes > 1:  # compare sets the runs' host probes side by side (hostprobe.py)
+            self.settings = replace(self.settings, probe_host=True)
+        self._pass = 0  # the pass whose worker starts next: its host probe readings say so
         # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
         self.max_processes = max(processes, max_processes or processes)
         # (case id, extra measurements) when a case is given processes beyond `processes`
@@ -283,7 +289,12 @@ class Runner:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         child.close()
-        _, overhead, quantum_ns = self._wait_ready(process, parent)
+        _, overhead, quantum_ns, host = self._wait_ready(process, parent)
+        if host:
+            from nearlocal.harness.hostprobe import probe_facts
+
+            self.store.add_host_reading(self._pass, host,
+                                        probe_facts(self.inventory.cpu.llc_bytes))
         if self.settings.overhead_ticks is None:  # the run's estimate, reused by later workers
             self.settings = replace(self.settings, overhead_ticks=overhead)
         return _Worker(process, parent, overhead, quantum_ns)
@@ -423,6 +434,7 @@ class Runner:
             needed = dict.fromkeys(range(len(cases)), self.processes)
             process = 0
             while process < max(needed.values(), default=0):
+                self._pass = process
                 self.on_pass(process)
                 for index, case in enumerate(cases):
                     if process == 0:
@@ -473,7 +485,8 @@ class Runner:
         return rows
 
     def _planned(self, case: Case) -> _Planned:
-        return _Planned(case, describe(case, self.inventory.cpuless_nodes),
+        return _Planned(case, describe(case, self.inventory.cpuless_nodes,
+                                       llc_bytes=self.inventory.cpu.llc_bytes),
                         case_rules.unavailable(case, self.inventory, self.settings.allow_write))
 
 

@@ -247,7 +247,7 @@ register_method(Method(
             "latency; the size picks L1 / L2 / LLC / memory)",
     open_session=ChaseSession, cpu_flags=("rdtscp",), markers=("cpu",), moves_bytes=False,
     params={"hops": "4096", "seed": "1"}, check_params=_check_chase, stores_in_region=True,
-    pool_roles=frozenset({"latency"}), measures="operation", touches_peer=False,
+    pool_roles=frozenset({"latency"}), measures="operation", touches_peer=False, cacheable=True,
 ))
 register_method(Method(
     name="loaded-chase", family="cpu", accesses=("read",), state="warm",

@@ -132,7 +132,7 @@ class CpuSession:
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True,
-         peer: bool = False) -> Method:
+         peer: bool = False, cacheable: bool = False) -> Method:
     """peer: the kernel moves bytes between the region and the peer (a copy); the others only
     load the region or store a constant into it."""
     return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
@@ -141,14 +141,15 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
                                                                           batched),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
-        touches_peer=peer,
+        touches_peer=peer, cacheable=cacheable,
     )))
 
 
 _cpu("load", "time_load", ("read",), "warm",
-     "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"))
+     "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"),
+     cacheable=True)
 _cpu("store", "time_store", ("write",), "warm",
-     "64-byte vector stores, then mfence", roles=("bandwidth",))
+     "64-byte vector stores, then mfence", roles=("bandwidth",), cacheable=True)
 _cpu("nt-store", "time_nt_store", ("write",), "warm",
      "nontemporal stores (vmovntdq) of a constant, then sfence", roles=("bandwidth",))
 _cpu("nt-copy", "time_nt_copy", ("write",), "warm",
@@ -168,4 +169,5 @@ _cpu("movdir64b", "time_movdir64b", ("write",), "warm",
      "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",),
      peer=True)
 _cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
-     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",), peer=True)
+     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",), peer=True,
+     cacheable=True)

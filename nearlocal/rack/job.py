@@ -247,6 +247,11 @@ class _RankStore:
         else:
             self.job.send(("row", row, raw, ns, process), 0, START_TIMEOUT_S, "sending a row")
 
+    def add_host_reading(self, pass_index: int, readings: dict, facts: dict) -> None:
+        """Rank 0's host probes only: the run's probes describe one host."""
+        if self.store is not None:
+            self.store.add_host_reading(pass_index, readings, facts)
+
 
 def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:

@@ -136,6 +136,25 @@ class CaseComparison:
 
 
 @dataclass
+class HostMove:
+    """One host probe (harness/hostprobe.py) in both runs: how far the box itself moved."""
+
+    probe: str
+    bounds: str  # the cases it is the yardstick of: "all", or "memory" (rows reaching memory)
+    base_ns: float
+    cand_ns: float
+    ratio: float
+    low: float  # the ratio's interval, at 1 - alpha
+    high: float
+    passes: str  # "base/candidate" worker processes it was walked in
+    moved: bool  # the whole interval beyond the threshold, either way
+
+    def text(self) -> str:
+        return (f"{self.probe} {format_ns(self.base_ns)} -> {format_ns(self.cand_ns)} "
+                f"({self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}])")
+
+
+@dataclass
 class Comparison:
     base: str
     candidate: str
@@ -148,6 +167,19 @@ class Comparison:
     history_runs: int = 0  # past baselines whose spread widened each case's interval
     process_model: ProcessModel | None = None  # fitted when cases ran in >= 2 processes each
     margin: float = math.nan  # the equivalence margin `same` was tested against
+    host_moves: list[HostMove] = field(default_factory=list)  # the runs' host probes
+
+    def host_line(self) -> str:
+        """The host probes side by side; what a move beyond the threshold did to the verdicts."""
+        if not self.host_moves:
+            return ""
+        moved = [m for m in self.host_moves if m.moved]
+        text = "host probes, per hop: " + "; ".join(m.text() for m in self.host_moves)
+        if not moved:
+            return text + f": the host held still within the threshold ({self.threshold:.1%})"
+        return (text + f". The host itself moved ({', '.join(m.probe for m in moved)}): a case "
+                "is slower or faster only beyond that move (the memory probe for the cases "
+                "that reach memory, the core probe for all)")
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -193,6 +225,7 @@ class Comparison:
                                 "cap": EQUIV_MARGIN_CAP},
                 "summary": self.summary(),
                 "process_model": asdict(self.process_model) if self.process_model else None,
+                "host_probes": [asdict(m) for m in self.host_moves],
                 "counts": self.counts(),
                 "regression": bool(self.regressions),
                 "cases": [c.to_dict() for c in self.sorted_cases()]}
@@ -740,8 +773,76 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
                 c.note = c.note or "the interval straddles the threshold"
     margin = judge_equivalence(cases, threshold, alpha,
                                sum(math.isfinite(c._equiv_sd) for c in cases))
+    moves = host_moves(base.meta, cand.meta, threshold, alpha)
+    judge_host_moves(cases, moves, threshold, base_ok, cand_ok)
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
-                      host_note, cases, history_runs if history else 0, model, margin)
+                      host_note, cases, history_runs if history else 0, model, margin, moves)
+
+
+def _probe_log_medians(meta: dict, probe: str) -> np.ndarray:
+    passes = (meta.get("host_probe") or {}).get("passes") or []
+    medians = [float(np.median(entry[probe])) for entry in passes
+               if isinstance(entry, dict) and entry.get(probe)]
+    return np.log([m for m in medians if m > 0])
+
+
+def host_moves(base_meta: dict, cand_meta: dict, threshold: float, alpha: float) -> list[HostMove]:
+    """Each host probe both runs walked in >= MIN_PROCESSES processes: the ratio of the trimmed
+    geometric means of its per-process medians (as a case's, trimmed_location) and its interval
+    at 1 - alpha (Yuen's t). Runs made before the probes, or in one process, have none."""
+    facts = (cand_meta.get("host_probe") or {}).get("probes") or {}
+    moves = []
+    for probe, fact in facts.items():
+        logs_b, logs_c = _probe_log_medians(base_meta, probe), _probe_log_medians(cand_meta, probe)
+        if min(logs_b.size, logs_c.size) < MIN_PROCESSES:
+            continue
+        (mean_b, var_b, h_b), (mean_c, var_c, h_c) = trimmed_location(logs_b), \
+            trimmed_location(logs_c)
+        se = math.sqrt(var_b / h_b + var_c / h_c)
+        reach = float(scipy_stats.t.isf(alpha / 2, max(h_b + h_c - 2, 1))) * se
+        log_ratio = mean_c - mean_b
+        low, high = math.exp(log_ratio - reach), math.exp(log_ratio + reach)
+        moves.append(HostMove(probe, str(fact.get("bounds", "all")), math.exp(mean_b),
+                              math.exp(mean_c), math.exp(log_ratio), low, high,
+                              f"{logs_b.size}/{logs_c.size}",
+                              low > 1 + threshold or high < 1 / (1 + threshold)))
+    return moves
+
+
+def _reaches_memory(row: dict | None) -> bool:
+    """A row's `reaches_memory`; a row stored before the column: taken as reaching memory."""
+    value = None if row is None else row.get("reaches_memory")
+    return True if value is None or value != value else bool(value)
+
+
+def judge_host_moves(cases: list[CaseComparison], moves: list[HostMove], threshold: float,
+                     base_rows: dict[str, dict], cand_rows: dict[str, dict]) -> None:
+    """A case the model called slower (faster) stays so only if its whole interval lies beyond
+    the threshold times the far end of the host's own upward (downward) move: the core probe's
+    for every case, the memory probe's too for a case that reaches memory in either run. Else
+    `ambiguous`, naming the move: on a shared host the box's memory latency moved 1.26x between
+    two runs of unchanged code (2026-12-02), and a 1 GiB chase with it."""
+    moved = [m for m in moves if m.moved]
+    if not moved:
+        return
+    for c in cases:
+        if c.verdict not in ("slower", "faster"):
+            continue
+        memory = _reaches_memory(base_rows.get(c.case_id)) or \
+            _reaches_memory(cand_rows.get(c.case_id))
+        yardsticks = [m for m in moved if m.bounds == "all" or (memory and m.bounds == "memory")]
+        if c.verdict == "slower":
+            against = [m for m in yardsticks if m.ratio > 1]
+            far = max((m.high for m in against), default=1.0)
+            inside = bool(against) and c.ci_low <= (1 + threshold) * far
+        else:
+            against = [m for m in yardsticks if m.ratio < 1]
+            far = min((m.low for m in against), default=1.0)
+            inside = bool(against) and c.ci_high >= far / (1 + threshold)
+        if inside:
+            c.verdict = "ambiguous"
+            c.note = (f"{c.ratio:.2f}x is within the host's own move between the runs: "
+                      + "; ".join(m.text() for m in against))
 
 
 # ---------------------------------------------------------------- output
@@ -807,7 +908,7 @@ def render_table(result: Comparison, file=None) -> None:
     if listed:
         print_table(table, target)
     rest = _rest_line(result, listed)
-    for line in (rest, result.host_note, result.summary()):
+    for line in (rest, result.host_note, result.host_line(), result.summary()):
         if line:
             target.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -818,8 +919,9 @@ def render_markdown(result: Comparison, verdicts: tuple[str, ...] | None = None)
     head = "**regression**" if result.regressions else "no regression"
     lines = [f"### nearlocal compare: `{result.base}` → `{result.candidate}`", "",
              f"{head}: " + result.summary(), ""]
-    if result.host_note:
-        lines += [f"> {result.host_note}", ""]
+    for line in (result.host_note, result.host_line()):
+        if line:
+            lines += [f"> {line}", ""]
     listed = _listed(result, verdicts)
     if listed:
         lines += ["| verdict | case | base | candidate | ratio | CI | p | note |",

@@ -6,7 +6,9 @@ Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its reg
 `effective_params` (JSON: the method's defaults with the case's params over them); older runs
 derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
 peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
-without them derive them at load (`pool_class_column`, `measures_column`)."""
+without them derive them at load (`pool_class_column`, `measures_column`). Then
+`reaches_memory` (the case's accesses reach memory: the method is not cacheable or its span
+exceeds the LLC); older rows have none, and compare takes them as reaching memory."""
 
 
 SCHEMA_VERSION = 3
@@ -19,6 +21,7 @@ CASE_COLUMNS = [
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
+    "reaches_memory",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 

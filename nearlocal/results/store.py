@@ -158,6 +158,12 @@ class Store:
                 samples.unlink(missing_ok=True)
             raise self._full(exc, f"storing case {row.get('case_id')}", self._added - 1) from None
 
+    def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
+                         facts: dict[str, dict]) -> None:
+        """One worker process's host probe samples (harness/hostprobe.py), kept in run.json."""
+        probes = self.meta.setdefault("host_probe", {"probes": facts, "passes": []})
+        probes["passes"].append({"pass": pass_index, **readings})
+
     def finish(self, interrupted: bool = False, **meta) -> Path:
         """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
         last, so a failure anywhere before leaves a run `load()` still reads."""
