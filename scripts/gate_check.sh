@@ -114,7 +114,13 @@ for kind, run in runs:
               if cid.startswith("gate-") and cid[len("gate-"):] in ok_rows.index]
     chase = ok_rows.get("chase/dram/wb/1GiB", float("nan"))
     spread = f"{min(within):.2f}-{max(within):.2f}" if within else "none"
-    print(f"  {kind} {run}: chase 1GiB {chase:.0f} ns; gate-*/unchanged in the run: median "
+    with open(os.path.join(store, run, "run.json")) as meta:
+        passes = (json.load(meta).get("host_probe") or {}).get("passes", [])
+    probes = "; ".join(
+        f"{name} probe {statistics.median(statistics.median(p[name]) for p in passes):.4g} ns"
+        for name in ("core", "memory") if passes and all(name in p for p in passes))
+    print(f"  {kind} {run}: chase 1GiB {chase:.0f} ns; {probes or 'no host probes'}; "
+          f"gate-*/unchanged in the run: median "
           f"{statistics.median(within) if within else float('nan'):.2f} ({spread}, "
           f"{len(within)} cases)")
 print(f"load average at the end: {open('/proc/loadavg').read().split()[:3]}")

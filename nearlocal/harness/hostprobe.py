@@ -79,6 +79,16 @@ def measure_host(llc_bytes: int, tsc_hz: float, overhead_ticks: float) -> dict[s
     return readings
 
 
+def load_kernels() -> None:
+    """Lay and walk a 4 KiB ring once: numba loads the probes' kernels from its cache (the
+    worker fork server does this, so each worker is not charged for it)."""
+    from nearlocal.kernels.chase import time_chase, walk
+
+    words = probe_ring(4096)
+    position = np.array([walk(words, 0, 1)], np.uint64)
+    time_chase(words, 1, np.empty(1, np.uint64), position)
+
+
 def probe_facts(llc_bytes: int) -> dict[str, dict]:
     """What run.json says of each probe beside its samples."""
     return {p.name: {"summary": p.summary, "ring_bytes": p.ring_bytes(llc_bytes), "hops": p.hops,

@@ -137,7 +137,8 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
     `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory)."""
     method = get_method(case.method)
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
-    reaches_memory = not method.cacheable or max(case.spans(pattern)) > llc_bytes
+    # a copy's footprint is its region and its peer (a method that never touches it maps a line)
+    reaches_memory = not method.cacheable or sum(case.spans(pattern)) > llc_bytes
     return {
         **case.to_dict(),
         "pool_class": pool_class_of(case.region, cpuless_nodes),

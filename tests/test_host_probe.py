@@ -1,0 +1,169 @@
+"""Host probes (harness/hostprobe.py): every worker process of a multi-process run walks them,
+the run keeps their samples, rows say whether a case reaches memory, and `compare` calls a case
+slower or faster only beyond the host's own move between the two runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nearlocal.cli import main
+from nearlocal.harness.cases import Case
+from nearlocal.harness.hostprobe import HOST_PROBES, measure_host, probe_ring
+from nearlocal.harness.runner import describe
+from nearlocal.kernels.chase import WORDS_PER_LINE, walk
+from nearlocal.report.compare import (
+    compare_runs,
+    host_moves,
+    judge_host_moves,
+    render_markdown,
+)
+from nearlocal.results import load
+from tests.test_compare_processes import CASES, synthetic_run
+
+MIB = 1 << 20
+
+
+def test_a_probe_ring_is_one_cycle_through_every_line():
+    words = probe_ring(64 << 10)
+    lines = words.size // WORDS_PER_LINE
+    assert walk(words, 0, lines) == 0
+    assert all(walk(words, 0, k) != 0 for k in (1, lines // 2, lines - 1))
+
+
+def test_measure_host_takes_every_probes_samples_per_hop():
+    readings = measure_host(8 * MIB, 1e9, 0.0)
+    assert set(readings) == set(HOST_PROBES)
+    for name, samples in readings.items():
+        assert len(samples) == HOST_PROBES[name].samples
+        assert all(s > 0 for s in samples)
+
+
+def test_the_memory_ring_outgrows_the_last_level_cache():
+    assert HOST_PROBES["memory"].ring_bytes(0) == 64 * MIB
+    assert HOST_PROBES["memory"].ring_bytes(96 * MIB) == 192 * MIB
+    assert HOST_PROBES["core"].ring_bytes(96 * MIB) == 16 << 10
+
+
+def test_a_run_in_processes_keeps_each_process_host_probe(tmp_path):
+    assert main(["run", "--method", "load", "--size", "4KiB", "--processes", "2",
+                 "--budget", "0.04", "--quiet", "--out", str(tmp_path)]) == 0
+    run = load("latest", tmp_path)
+    probes = run.meta["host_probe"]
+    assert set(probes["probes"]) == set(HOST_PROBES)
+    assert sorted(entry["pass"] for entry in probes["passes"]) == [0, 1]
+    for entry in probes["passes"]:
+        assert all(len(entry[name]) == HOST_PROBES[name].samples for name in HOST_PROBES)
+    json.dumps(run.meta)  # run.json stays plain JSON
+    assert bool(run.cases["reaches_memory"].iloc[0]) is False  # 4 KiB of plain loads
+
+
+def test_a_run_in_one_process_walks_no_probe(tmp_path):
+    assert main(["run", "--method", "load", "--size", "4KiB", "--processes", "1",
+                 "--budget", "0.02", "--quiet", "--out", str(tmp_path)]) == 0
+    assert "host_probe" not in load("latest", tmp_path).meta
+
+
+@pytest.mark.parametrize(("method", "size", "llc", "reaches"), [
+    ("load", "4MiB", 32 * MIB, False),  # cacheable, fits the LLC
+    ("load", "64MiB", 32 * MIB, True),  # cacheable, does not fit
+    ("chase", "16KiB", 32 * MIB, False),
+    ("nt-store", "4KiB", 32 * MIB, True),  # nontemporal: memory whatever the size
+    ("clflush-load", "64B", 32 * MIB, True),
+    ("memcpy", "16MiB", 24 * MIB, True),  # region and peer: 32 MiB together
+    ("memcpy", "4MiB", 24 * MIB, False),
+    ("load", "4KiB", 0, True),  # the LLC unknown: taken as reaching memory
+])
+def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
+    assert describe(Case(method, "dram", "wb", size), llc_bytes=llc)["reaches_memory"] is reaches
+
+
+def _probed(run, core: float, memory: float, seed: int, passes: int = 32):
+    """`run` with host probe samples: per process 15 samples around `core` and `memory` ns."""
+    rng = np.random.default_rng(seed)
+    run.meta["host_probe"] = {
+        "probes": {name: {"bounds": probe.bounds} for name, probe in HOST_PROBES.items()},
+        "passes": [{"pass": k,
+                    "core": list(core * rng.lognormal(0, 0.02, 15)),
+                    "memory": list(memory * rng.lognormal(0, 0.05, 15))} for k in range(passes)]}
+    return run
+
+
+def _reaching(run, memory_cases: set[str]):
+    run.cases["reaches_memory"] = [cid in memory_cases for cid in run.cases["case_id"]]
+    return run
+
+
+def test_host_moves_read_the_probes_ratio_and_whether_it_moved():
+    base = _probed(synthetic_run(1), 1.2, 200.0, seed=1)
+    cand = _probed(synthetic_run(2), 1.2, 260.0, seed=2)
+    moves = {m.probe: m for m in host_moves(base.meta, cand.meta, 0.05, 0.01)}
+    assert moves["core"].ratio == pytest.approx(1.0, abs=0.02) and not moves["core"].moved
+    assert moves["memory"].ratio == pytest.approx(1.3, rel=0.03) and moves["memory"].moved
+    assert moves["memory"].low < moves["memory"].ratio < moves["memory"].high
+    assert moves["memory"].passes == "32/32"
+
+
+def test_runs_without_probes_have_no_host_moves():
+    assert host_moves(synthetic_run(1).meta, synthetic_run(2).meta, 0.05, 0.01) == []
+    one = _probed(synthetic_run(1), 1.2, 200.0, seed=1, passes=1)
+    assert host_moves(one.meta, one.meta, 0.05, 0.01) == []
+
+
+def test_memory_cases_moving_with_the_hosts_memory_are_ambiguous_not_slower():
+    """Unchanged code, the host's memory 1.3x slower in the candidate: the cases that reach
+    memory moved with it (1.3x), the cache-resident ones did not. No case is slower; the
+    note names the move."""
+    memory_cases = {cid for cid in CASES if cid.endswith(("16MiB", "64MiB"))}
+    factor = dict.fromkeys(memory_cases, 1.3)
+    base = _reaching(_probed(synthetic_run(11, processes=32), 1.2, 200.0, seed=3), memory_cases)
+    cand = _reaching(_probed(synthetic_run(12, processes=32, factor=factor), 1.2, 260.0,
+                                seed=4), memory_cases)
+    result = compare_runs(base, cand)
+    assert result.exit_code == 0
+    moved = [c for c in result.cases if c.case_id in memory_cases]
+    assert all(c.verdict in ("ambiguous", "same") for c in moved)
+    assert any("within the host's own move" in c.note and "memory" in c.note for c in moved)
+    assert "The host itself moved (memory)" in result.host_line()
+    assert "host probes, per hop" in render_markdown(result)
+    assert result.to_dict()["host_probes"][1]["probe"] == "memory"
+
+
+def test_a_slowdown_beyond_the_hosts_move_is_still_slower():
+    """The host's memory 1.1x slower; a cache-resident method 1.3x slower (beyond the core
+    probe, which held still) and a memory case 1.6x slower (beyond the memory probe's 1.1x)."""
+    memory_cases = {cid for cid in CASES if cid.endswith("64MiB")}
+    slowed = {cid: 1.3 for cid in CASES if cid.startswith("load/") and cid not in memory_cases}
+    slowed["store/dram/wb/64MiB"] = 1.6
+    base = _reaching(_probed(synthetic_run(21, processes=32), 1.2, 200.0, seed=5), memory_cases)
+    cand = _reaching(_probed(synthetic_run(22, processes=32, factor=slowed), 1.2, 220.0,
+                                seed=6), memory_cases)
+    result = compare_runs(base, cand)
+    verdicts = {c.case_id: c.verdict for c in result.cases}
+    assert verdicts["store/dram/wb/64MiB"] == "slower"
+    assert verdicts["load/dram/wb/4KiB"] == "slower"
+
+
+def test_the_memory_probe_is_no_yardstick_for_cache_resident_cases():
+    """The memory probe moved 1.5x, the core probe not: a cache-resident case 1.3x slower is
+    slower; a case that reaches memory, 1.3x, is within the move. A row stored before the
+    column counts as reaching memory."""
+    from nearlocal.report.compare import CaseComparison, HostMove
+
+    moves = [HostMove("core", "all", 1.2, 1.2, 1.0, 0.98, 1.02, "32/32", False),
+             HostMove("memory", "memory", 200, 300, 1.5, 1.45, 1.55, "32/32", True)]
+
+    def slower(cid):
+        return CaseComparison(cid, "slower", ratio=1.3, ci_low=1.25, ci_high=1.35)
+
+    cases = [slower("cached"), slower("memory"), slower("old-row")]
+    rows = {"cached": {"reaches_memory": False}, "memory": {"reaches_memory": True},
+            "old-row": {}}
+    judge_host_moves(cases, moves, 0.05, rows, rows)
+    assert [c.verdict for c in cases] == ["slower", "ambiguous", "ambiguous"]
+    faster = [CaseComparison("memory", "faster", ratio=0.7, ci_low=0.65, ci_high=0.75)]
+    down = [HostMove("memory", "memory", 300, 200, 0.67, 0.64, 0.70, "32/32", True)]
+    judge_host_moves(faster, down, 0.05, rows, rows)
+    assert faster[0].verdict == "ambiguous"
