@@ -150,7 +150,7 @@ class HostMove:
     moved: bool  # the whole interval beyond the threshold, either way
 
     def text(self) -> str:
-        return (f"{self.probe} {format_ns(self.base_ns)} -> {format_ns(self.cand_ns)} "
+        return (f"{self.probe} {self.base_ns:.3g} ns -> {self.cand_ns:.3g} ns "
                 f"({self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}])")
 
 
