@@ -5,13 +5,22 @@ slower or faster only beyond the host's own move between the two runs."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 
 import numpy as np
 import pytest
 
 from nearlocal.cli import main
+from nearlocal.harness import hostprobe
 from nearlocal.harness.cases import Case
-from nearlocal.harness.hostprobe import HOST_PROBES, measure_host, probe_ring
+from nearlocal.harness.hostprobe import (
+    HOST_PROBES,
+    HostProber,
+    lay_rings,
+    measure_host,
+    probe_ring,
+    ring_sizes,
+)
 from nearlocal.harness.runner import describe
 from nearlocal.kernels.chase import WORDS_PER_LINE, walk
 from nearlocal.report.compare import (
@@ -27,24 +36,49 @@ MIB = 1 << 20
 
 
 def test_a_probe_ring_is_one_cycle_through_every_line():
-    words = probe_ring(64 << 10)
+    _, words = probe_ring(64 << 10)
     lines = words.size // WORDS_PER_LINE
     assert walk(words, 0, lines) == 0
     assert all(walk(words, 0, k) != 0 for k in (1, lines // 2, lines - 1))
 
 
-def test_measure_host_takes_every_probes_samples_per_hop():
-    readings = measure_host(8 * MIB, 1e9, 0.0)
-    assert set(readings) == set(HOST_PROBES)
-    for name, samples in readings.items():
+def test_a_reading_takes_every_probes_samples_per_hop_and_walks_on():
+    rings = lay_rings({"core": 16 << 10, "memory": 1 * MIB})
+    first = measure_host(rings, 1e9, 0.0)
+    assert set(first) == set(HOST_PROBES)
+    for name, samples in first.items():
         assert len(samples) == HOST_PROBES[name].samples
         assert all(s > 0 for s in samples)
+    memory = next(ring for ring in rings if ring.probe.name == "memory")
+    where = int(memory.position[0])
+    measure_host(rings, 1e9, 0.0)
+    probe = HOST_PROBES["memory"]
+    lines = memory.words.size // WORDS_PER_LINE
+    hops = (probe.warm_hops + probe.hops * probe.samples) % lines
+    assert int(memory.position[0]) == walk(memory.words, where, hops)  # it continued the walk
 
 
-def test_the_memory_ring_outgrows_the_last_level_cache():
-    assert HOST_PROBES["memory"].ring_bytes(0) == 64 * MIB
-    assert HOST_PROBES["memory"].ring_bytes(96 * MIB) == 192 * MIB
-    assert HOST_PROBES["core"].ring_bytes(96 * MIB) == 16 << 10
+@pytest.mark.parametrize(("llc", "span", "ring"), [
+    (0, 0, 64 * MIB),  # nothing known: 64 MiB
+    (96 * MIB, 0, 192 * MIB),  # twice the LLC
+    (32 * MIB, 256 * MIB, 256 * MIB),  # as wide as the largest memory-bound case
+    (32 * MIB, 1 << 30, 1 << 30),
+    (32 * MIB, 16 << 30, 1 << 30),  # at most 1 GiB...
+    (1 << 30, 0, 2 << 30),  # ...unless the LLC asks for more
+])
+def test_the_memory_ring_outgrows_the_cache_and_spans_the_largest_memory_case(llc, span, ring):
+    assert HOST_PROBES["memory"].ring_bytes(llc, span) == ring
+    assert HOST_PROBES["core"].ring_bytes(llc, span) == 16 << 10
+
+
+def test_the_rings_leave_the_cases_three_quarters_of_the_memory():
+    assert ring_sizes(32 * MIB, 1 << 30, 2 << 30)["memory"] == 512 * MIB
+    assert ring_sizes(32 * MIB, 1 << 30, 8 << 30)["memory"] == 1 << 30
+    assert ring_sizes(32 * MIB, 1 << 30, None)["memory"] == 1 << 30  # MemAvailable unreadable
+
+
+def _llc(run) -> int:
+    return max(c["size_bytes"] for c in run.meta["inventory"]["cpu"]["caches"])
 
 
 def test_a_run_in_processes_keeps_each_process_host_probe(tmp_path):
@@ -53,11 +87,44 @@ def test_a_run_in_processes_keeps_each_process_host_probe(tmp_path):
     run = load("latest", tmp_path)
     probes = run.meta["host_probe"]
     assert set(probes["probes"]) == set(HOST_PROBES)
+    assert "failure" not in probes
+    # 4 KiB of plain loads reach no memory: the memory ring is the floor, over the LLC twice
+    llc = _llc(run)
+    assert probes["probes"]["memory"]["ring_bytes"] == max(64 * MIB, 2 * llc)
     assert sorted(entry["pass"] for entry in probes["passes"]) == [0, 1]
     for entry in probes["passes"]:
         assert all(len(entry[name]) == HOST_PROBES[name].samples for name in HOST_PROBES)
     json.dumps(run.meta)  # run.json stays plain JSON
     assert bool(run.cases["reaches_memory"].iloc[0]) is False  # 4 KiB of plain loads
+
+
+def test_the_memory_ring_spans_the_runs_largest_memory_case(tmp_path):
+    assert main(["run", "--method", "nt-store", "--size", "96MiB", "--processes", "2",
+                 "--budget", "0.02", "--quiet", "--out", str(tmp_path)]) == 0
+    run = load("latest", tmp_path)
+    probes, llc = run.meta["host_probe"], _llc(run)
+    footprint = sum(Case("nt-store", "dram", "wb", "96MiB").spans())  # 96 MiB and a peer line
+    assert probes["probes"]["memory"]["ring_bytes"] == max(footprint, 2 * llc)
+
+
+def test_a_failed_prober_ends_the_probes_not_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostprobe, "ring_sizes", lambda llc, span, available: {"core": 0})
+    assert main(["run", "--method", "load", "--size", "4KiB", "--processes", "2",
+                 "--budget", "0.02", "--quiet", "--out", str(tmp_path)]) == 0
+    run = load("latest", tmp_path)
+    assert run.cases["status"].tolist() == ["ok"]
+    assert run.meta["host_probe"]["passes"] == []
+    assert run.meta["host_probe"]["failure"].startswith("the host prober failed laying its rings")
+
+
+def test_a_prober_that_died_gives_no_reading_and_says_so():
+    prober = HostProber(multiprocessing.get_context("forkserver"), {"core": 16 << 10}, 1e9)
+    assert len(prober.walk()["core"]) == HOST_PROBES["core"].samples
+    prober._process.kill()
+    prober._process.join()
+    assert prober.walk() is None
+    assert prober.failure.startswith("the host prober died")
+    prober.close()
 
 
 def test_a_run_in_one_process_walks_no_probe(tmp_path):
@@ -110,6 +177,14 @@ def test_runs_without_probes_have_no_host_moves():
     assert host_moves(synthetic_run(1).meta, synthetic_run(2).meta, 0.05, 0.01) == []
     one = _probed(synthetic_run(1), 1.2, 200.0, seed=1, passes=1)
     assert host_moves(one.meta, one.meta, 0.05, 0.01) == []
+
+
+def test_probes_of_another_ring_are_not_set_side_by_side():
+    base = _probed(synthetic_run(1), 1.2, 200.0, seed=1)
+    cand = _probed(synthetic_run(2), 1.2, 300.0, seed=2)
+    for run, ring in ((base, 64 * MIB), (cand, 1 << 30)):  # two plans: another memory span
+        run.meta["host_probe"]["probes"]["memory"]["ring_bytes"] = ring
+    assert [m.probe for m in host_moves(base.meta, cand.meta, 0.05, 0.01)] == ["core"]
 
 
 def test_memory_cases_moving_with_the_hosts_memory_are_ambiguous_not_slower():

@@ -121,7 +121,7 @@ def test_idle_mappings_are_unmapped_when_a_new_region_would_not_fit_beside_them(
     _open_dram(1 << 20).close()
     assert host._IDLE.held == 1 << 20
     # the capacity check counted the idle mapping as free: opening another length gives it back
-    monkeypatch.setattr(host, "_memory_available", lambda: 2 << 20)
+    monkeypatch.setattr(host, "memory_available", lambda: 2 << 20)
     other = _open_dram(2 << 20)
     try:
         assert host._IDLE.held == 0 and not host._IDLE.free
@@ -146,7 +146,7 @@ def test_idle_hugetlb_mappings_count_as_free_2m_pages_and_are_given_back_for_a_n
     idle.free = {(256 << 20, host.MAP_HUGETLB | 2): [huge], (1 << 20, 2): [plain]}
     monkeypatch.setattr(host, "_IDLE", idle)
     monkeypatch.setattr(host, "_free_hugetlb_bytes", lambda: 64 << 20)
-    monkeypatch.setattr(host, "_memory_available", lambda: 8 << 30)
+    monkeypatch.setattr(host, "memory_available", lambda: 8 << 30)
     assert host._dram_capacity(RegionSpec("dram:2M", "dram", "2M"))[0] == 320 << 20
     assert host._dram_capacity(RegionSpec("dram", "dram", ""))[0] == int(((8 << 30) + (1 << 20))
                                                                     * host.MEMORY_HEADROOM)

@@ -1,10 +1,10 @@
 """Preloaded by the runner's worker fork server, once per run: what each worker process would
 otherwise import and initialize again (numpy, numba's CPU target, the built-in method modules,
 the timer kernel and the host probes' chase kernels, ~1.5 s on the 2-vCPU VM), so a pass's fresh
-worker is forked ready in ~0.1 s. Nothing here maps memory (a 4 KiB ring on the heap aside),
-starts a thread, or touches CUDA or MPI: a forked child must be able to do all of those itself.
-Plugins (NEARLOCAL_PLUGINS) load in the child, from the environment the runner hands it
-(worker.Origin)."""
+worker (and the run's host prober) is forked ready in ~0.1 s. Nothing here keeps memory mapped
+(the 4 KiB ring that loads the chase kernels is unmapped), starts a thread, or touches CUDA or
+MPI: a forked child must be able to do all of those itself. Plugins (NEARLOCAL_PLUGINS) load in
+the child, from the environment the runner hands it (worker.Origin)."""
 
 from __future__ import annotations
 

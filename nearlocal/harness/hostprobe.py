@@ -2,34 +2,48 @@
 
 On a shared host the box itself moves between two runs: on the 2-vCPU development VM
 (2026-12-02) the unchanged 16 KiB chase, one L1 hit per hop, read 1.17 ns in one run and 1.30 ns
-twenty minutes later (the core clock), and the 1 GiB chase 186 ns and 349 ns (co-tenants'
-memory traffic). No spread between processes of one run shows such a move. So every worker
-process, at its start, walks two fixed chase rings, one per probe below, and the run keeps
-every sample (run.json `host_probe`). `nearlocal compare` sets the two runs' probes side by side:
-a case cannot be told slower when the host's own probe moved as much (report/compare.py).
+twenty minutes later (the core clock), and the 1 GiB chase 186 ns and 349 ns while a 64 MiB
+chase moved only 1.04x (the 1 GiB walk's page-table misses moved with it). No spread between
+processes of one run shows such a move. So one process of the run, the prober, holds a fixed
+chase ring per probe below and walks them as each worker process starts; the run keeps every
+sample (run.json `host_probe`). `nearlocal compare` sets the two runs' probes side by side: a
+case cannot be told slower when the host's own probe moved as much (report/compare.py).
 
-The probes are a yardstick of the host, not cases of the run: their rings are private
-anonymous memory of the worker, the same size and walk in every process and every run."""
+The probes are a yardstick of the host, not cases of the run: their rings are laid once per run
+(the memory ring spans what the run's largest memory-bound case spans, ~2 s at 1 GiB), in the
+pages a default dram region gets, and walked the same way in every run."""
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from nearlocal.kernels.chase import LINE, WORDS_PER_LINE
-
 MIB = 1 << 20
+GIB = 1 << 30
+MIN_MEMORY_RING = 64 * MIB
+MAX_MEMORY_RING = GIB  # the quick suite's largest chase; more costs each run ~2 s per GiB
+MEMORY_SHARE = 0.25  # the memory ring takes at most this share of MemAvailable
+PROBER_START_S = 120.0  # laying a 1 GiB ring takes ~2.5 s on the 2-vCPU VM; TCG guests far more
+PROBER_WALK_S = 30.0
 
 
 @dataclass(frozen=True)
 class HostProbe:
     name: str
     summary: str
-    ring_bytes: Callable[[int], int]  # from the last-level cache's bytes (0: unknown)
+    # its ring's bytes from the last-level cache's bytes (0: unknown) and the footprint of the
+    # run's largest case that reaches memory (0: none)
+    ring_bytes: Callable[[int, int], int]
     hops: int  # dependent loads per sample
     samples: int
+    # untimed hops before each reading: the other cases ran since the last one, and a ring
+    # walked cold reads its page-table misses too (1 GiB: ~320 ns a hop cold, ~215 ns walked)
+    warm_hops: int
     # which cases it is the yardstick of: "all", or "memory" (those whose row says
     # reaches_memory: the host's memory latency moves them, and not only its core clock)
     bounds: str
@@ -43,53 +57,191 @@ def register_probe(probe: HostProbe) -> HostProbe:
     return probe
 
 
+def memory_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
+    """Over the LLC twice, and as wide as the largest memory-bound case (its page walks are
+    part of what moves), within [64 MiB, 1 GiB] unless the LLC alone asks for more."""
+    floor = max(MIN_MEMORY_RING, 2 * llc_bytes)
+    return max(floor, min(span_bytes, MAX_MEMORY_RING))
+
+
 register_probe(HostProbe(
-    "core", "chase over 16 KiB (an L1 hit per hop): the core's clock", lambda llc: 16 << 10,
-    hops=4096, samples=15, bounds="all"))
+    "core", "chase over 16 KiB (an L1 hit per hop): the core's clock", lambda llc, span: 16 << 10,
+    hops=4096, samples=15, warm_hops=4096, bounds="all"))
 register_probe(HostProbe(
-    "memory", "chase over max(64 MiB, 2 x LLC), 4 KiB pages: the host's memory latency",
-    lambda llc: max(64 * MIB, 2 * llc), hops=512, samples=15, bounds="memory"))
+    "memory", "chase over the run's largest memory-bound span (64 MiB - 1 GiB, at least 2 x "
+    "LLC), in a default dram region's pages: the host's memory latency", memory_ring_bytes,
+    hops=512, samples=15, warm_hops=1 << 16, bounds="memory"))
 
 
-def probe_ring(nbytes: int, seed: int = 7) -> np.ndarray:
-    """A one-cycle random ring over nbytes of fresh anonymous memory (a uint64 view)."""
-    from nearlocal.kernels.chase import build_ring
+def fitting_bytes(wanted: int, available: int | None) -> int:
+    """`wanted`, halved while it would take more than MEMORY_SHARE of the memory available (not
+    below 64 KiB): the prober must not starve the cases of memory."""
+    if available is None:
+        return wanted
+    while wanted > MEMORY_SHARE * available and wanted > 64 << 10:
+        wanted //= 2
+    return wanted
 
-    words = np.zeros(nbytes // 8, np.uint64)
+
+def ring_sizes(llc_bytes: int, span_bytes: int, available: int | None) -> dict[str, int]:
+    return {p.name: fitting_bytes(p.ring_bytes(llc_bytes, span_bytes), available)
+            for p in HOST_PROBES.values()}
+
+
+def probe_ring(nbytes: int, seed: int = 7) -> tuple[mmap.mmap, np.ndarray]:
+    """A one-cycle random ring over nbytes of fresh private anonymous memory, mapped as a
+    default dram region is (MAP_POPULATE, no madvise: 4 KiB pages unless THP is `always`).
+    numpy's own allocations would be THP-backed here: numpy advises huge pages for them."""
+    from nearlocal.kernels.chase import LINE, build_ring
+
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    words = np.frombuffer(buf, np.uint64)
     build_ring(words, nbytes // LINE, seed)
-    return words
+    return buf, words
 
 
-def measure_host(llc_bytes: int, tsc_hz: float, overhead_ticks: float) -> dict[str, list[float]]:
-    """Per probe, its samples in ns per hop (timer overhead subtracted, as a chase case's are).
-    The ring is laid and walked once untimed first, so a sample's loads hit where the probe
-    says (L1 for core; memory, through 4 KiB pages' TLB misses, for memory)."""
-    from nearlocal.kernels.chase import time_chase, walk
+@dataclass
+class ProbeRing:
+    """A probe's laid ring and where its walk stands: each reading continues from there."""
 
-    readings: dict[str, list[float]] = {}
-    for probe in HOST_PROBES.values():
-        words = probe_ring(probe.ring_bytes(llc_bytes))
-        lines = words.size // WORDS_PER_LINE
-        position = np.array([walk(words, 0, min(lines, 1 << 16))], np.uint64)
-        ticks = np.empty(probe.samples, np.uint64)
-        time_chase(words, probe.hops, ticks, position)
-        ns = np.maximum(ticks.astype(np.float64) - overhead_ticks, 0.0) * 1e9 / tsc_hz / probe.hops
-        readings[probe.name] = [round(float(x), 4) for x in ns]
-        del words
-    return readings
+    probe: HostProbe
+    buf: mmap.mmap
+    words: np.ndarray
+    position: np.ndarray
+
+    @classmethod
+    def lay(cls, probe: HostProbe, nbytes: int) -> ProbeRing:
+        buf, words = probe_ring(nbytes)
+        return cls(probe, buf, words, np.zeros(1, np.uint64))
+
+    def reading(self, tsc_hz: float, overhead_ticks: float) -> list[float]:
+        """`samples` walks of `hops` after `warm_hops` untimed, in ns per hop (timer overhead
+        subtracted, as a chase case's are), so its loads hit where the probe says (L1 for core;
+        memory, through the TLB and the cached page tables, as a chase case's, for memory)."""
+        from nearlocal.kernels.chase import time_chase, walk
+
+        self.position[0] = walk(self.words, self.position[0], self.probe.warm_hops)
+        ticks = np.empty(self.probe.samples, np.uint64)
+        time_chase(self.words, self.probe.hops, ticks, self.position)
+        ns = (np.maximum(ticks.astype(np.float64) - overhead_ticks, 0.0) * 1e9 / tsc_hz
+              / self.probe.hops)
+        return [round(float(x), 4) for x in ns]
+
+
+def lay_rings(sizes: dict[str, int]) -> list[ProbeRing]:
+    return [ProbeRing.lay(HOST_PROBES[name], nbytes) for name, nbytes in sizes.items()]
+
+
+def measure_host(rings: list[ProbeRing], tsc_hz: float,
+                 overhead_ticks: float) -> dict[str, list[float]]:
+    """Per probe, one reading of its laid ring."""
+    return {ring.probe.name: ring.reading(tsc_hz, overhead_ticks) for ring in rings}
+
+
+def probe_facts(sizes: dict[str, int]) -> dict[str, dict]:
+    """What run.json says of each probe beside its samples (compare sets side by side only
+    probes whose facts agree: another ring is another yardstick)."""
+    return {name: {"summary": HOST_PROBES[name].summary, "ring_bytes": nbytes,
+                   "hops": HOST_PROBES[name].hops, "bounds": HOST_PROBES[name].bounds}
+            for name, nbytes in sizes.items()}
 
 
 def load_kernels() -> None:
     """Lay and walk a 4 KiB ring once: numba loads the probes' kernels from its cache (the
-    worker fork server does this, so each worker is not charged for it)."""
+    worker fork server does this, so the prober is not charged for it)."""
     from nearlocal.kernels.chase import time_chase, walk
 
-    words = probe_ring(4096)
+    buf, words = probe_ring(4096)
     position = np.array([walk(words, 0, 1)], np.uint64)
     time_chase(words, 1, np.empty(1, np.uint64), position)
+    del words
+    buf.close()
 
 
-def probe_facts(llc_bytes: int) -> dict[str, dict]:
-    """What run.json says of each probe beside its samples."""
-    return {p.name: {"summary": p.summary, "ring_bytes": p.ring_bytes(llc_bytes), "hops": p.hops,
-                     "bounds": p.bounds} for p in HOST_PROBES.values()}
+def _prober_main(conn, sizes: dict[str, int], tsc_hz: float) -> None:
+    """The prober: lay the rings, say ready, then one reading per "walk" until None. Its own
+    error is sent as ("failed", why); a closed pipe (the runner gone) just ends it."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops it
+    with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):
+        try:
+            from nearlocal.kernels.timer import measure_clock
+
+            overhead = measure_clock().overhead_ticks
+            rings = lay_rings(sizes)
+        except Exception as exc:  # the yardstick's failure must not fail the run: say it, end
+            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        else:
+            conn.send(("ready",))
+            while conn.recv() is not None:
+                try:
+                    reading = measure_host(rings, tsc_hz, overhead)
+                except Exception as exc:
+                    conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+                    break
+                conn.send(("reading", reading))
+    os._exit(0)
+
+
+class HostProber:
+    """The process that holds the probes' rings for a whole run and walks them when asked: one
+    fixed set of pages per run, so a move of its readings is the host's, not a new placement.
+    Anything that goes wrong ends the probes (`failure` says why), never the run."""
+
+    def __init__(self, context, sizes: dict[str, int], tsc_hz: float):
+        self.sizes = sizes
+        self.facts = probe_facts(sizes)
+        self.failure: str | None = None
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_prober_main, args=(child, sizes, tsc_hz),
+                                        daemon=True)
+        self._process.start()
+        child.close()
+        self._reply(PROBER_START_S, "laying its rings")
+
+    def _reply(self, timeout_s: float, doing: str):
+        deadline = time.monotonic() + timeout_s
+        while self.failure is None:
+            try:
+                if self._conn.poll(0.1):
+                    message = self._conn.recv()
+                    if message[0] == "failed":
+                        self._end(f"the host prober failed {doing}: {message[1]}")
+                        return None
+                    return message
+            except (EOFError, OSError):
+                self._end(f"the host prober died {doing}")
+                return None
+            if not self._process.is_alive() and not self._conn.poll(0):
+                self._end(f"the host prober died {doing}")
+            elif time.monotonic() > deadline:
+                self._end(f"the host prober took over {timeout_s:.0f} s {doing}")
+        return None
+
+    def walk(self) -> dict[str, list[float]] | None:
+        """One reading of every probe; None once the prober has failed."""
+        if self.failure is not None:
+            return None
+        try:
+            self._conn.send("walk")
+        except (BrokenPipeError, OSError):
+            self._end("the host prober died")
+            return None
+        message = self._reply(PROBER_WALK_S, "walking its rings")
+        return None if message is None else message[1]
+
+    def _end(self, failure: str | None) -> None:
+        if self.failure is None:
+            self.failure = failure
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self._conn.send(None)
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+    def close(self) -> None:
+        if self.failure is None:
+            self._end("closed")

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from nearlocal.regions.base import pool_class_of
 from nearlocal.results.schema import effective_params_text
 from nearlocal.results.store import Store
 from nearlocal.workloads.patterns import Pattern, parse_pattern
+
+if TYPE_CHECKING:
+    from nearlocal.harness.hostprobe import HostProber
 
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
@@ -216,8 +220,10 @@ class Runner:
         if type(processes) is not int or processes < 1:  # RunSettings checks what users give
             raise ValueError(f"processes must be a positive integer, got {processes!r}")
         self.processes = processes
-        if processes > 1:  # compare sets the runs' host probes side by side (hostprobe.py)
-            self.settings = replace(self.settings, probe_host=True)
+        # compare sets the runs' host probes side by side (hostprobe.py): walked as each worker
+        # starts, by a prober process laid once per run
+        self.probe_host = processes > 1
+        self._prober: HostProber | None = None
         self._pass = 0  # the pass whose worker starts next: its host probe readings say so
         # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
         self.max_processes = max(processes, max_processes or processes)
@@ -290,12 +296,11 @@ class Runner:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         child.close()
-        _, overhead, quantum_ns, host = self._wait_ready(process, parent)
-        if host:
-            from nearlocal.harness.hostprobe import probe_facts
-
-            self.store.add_host_reading(self._pass, host,
-                                        probe_facts(self.inventory.cpu.llc_bytes))
+        _, overhead, quantum_ns = self._wait_ready(process, parent)
+        if self._prober is not None:
+            reading = self._prober.walk()
+            if reading is not None:
+                self.store.add_host_reading(self._pass, reading, self._prober.facts)
         if self.settings.overhead_ticks is None:  # the run's estimate, reused by later workers
             self.settings = replace(self.settings, overhead_ticks=overhead)
         return _Worker(process, parent, overhead, quantum_ns)
@@ -428,6 +433,8 @@ class Runner:
             self.on_case(row)
 
         try:
+            if self.probe_host:
+                self._start_prober(entries)
             if self.compile_first:
                 runnable = [entry for entry in entries if entry.runs]
                 self.compile_kernels([entry.case for entry in runnable],
@@ -483,7 +490,27 @@ class Runner:
             raise
         finally:
             self._stop_worker()
+            self._stop_prober()
         return rows
+
+    def _start_prober(self, entries: list) -> None:
+        """The host prober, its memory ring as wide as the run's largest case reaching memory
+        (what the plan's rows say) within the bounds hostprobe.memory_ring_bytes sets."""
+        from nearlocal.harness.hostprobe import HostProber, ring_sizes
+        from nearlocal.regions.host import memory_available
+
+        span = max((sum(entry.case.spans()) for entry in entries
+                    if entry.runs and entry.row.get("reaches_memory")), default=0)
+        sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
+        self._prober = HostProber(self._context, sizes, self.settings.tsc_hz)
+
+    def _stop_prober(self) -> None:
+        prober, self._prober = self._prober, None
+        if prober is None:
+            return
+        prober.close()
+        if prober.failure != "closed":
+            self.store.add_host_failure(prober.failure)
 
     def _planned(self, case: Case) -> _Planned:
         return _Planned(case, describe(case, self.inventory.cpuless_nodes,

@@ -57,8 +57,6 @@ class WorkerSettings:
     overhead_ticks: float | None = None
     # the box as the parent probed it, once per run: sessions read it instead of probing again
     inventory: HostInventory | None = None
-    # walk the host probes (harness/hostprobe.py) at the start of each process
-    probe_host: bool = False
 
 
 @dataclass
@@ -203,10 +201,6 @@ def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) ->
     os._exit(code)  # skip multiprocessing's own exit path: nothing of it is left to run
 
 
-def _llc_bytes(inventory: HostInventory | None) -> int:
-    return inventory.cpu.llc_bytes if inventory is not None else 0
-
-
 def _serve(conn, settings: WorkerSettings) -> None:
     from nearlocal.kernels.timer import measure_clock
 
@@ -215,13 +209,7 @@ def _serve(conn, settings: WorkerSettings) -> None:
     conn.send(("stage", "measuring the timer overhead (compiling the timer kernel)"))
     clock = measure_clock()
     overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks
-    host: dict[str, list[float]] = {}
-    if settings.probe_host:
-        from nearlocal.harness.hostprobe import measure_host
-
-        conn.send(("stage", "walking the host probes (core clock, memory latency)"))
-        host = measure_host(_llc_bytes(settings.inventory), settings.tsc_hz, overhead)
-    conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz, host))
+    conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
     while True:
         try:
             message = conn.recv()

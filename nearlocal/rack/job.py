@@ -252,6 +252,10 @@ class _RankStore:
         if self.store is not None:
             self.store.add_host_reading(pass_index, readings, facts)
 
+    def add_host_failure(self, reason: str) -> None:
+        if self.store is not None:
+            self.store.add_host_failure(reason)
+
 
 def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:

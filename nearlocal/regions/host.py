@@ -57,7 +57,7 @@ def _meminfo(absolute: str) -> dict[str, int]:
     return fields
 
 
-def _memory_available() -> int | None:
+def memory_available() -> int | None:
     return _meminfo("/proc/meminfo").get("MemAvailable")
 
 
@@ -150,7 +150,7 @@ def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
         free = _free_hugetlb_bytes()
         return (free + _IDLE.idle_bytes(hugetlb=True), "the 2 MiB hugetlb pool") \
             if free is not None else None
-    available = _memory_available()
+    available = memory_available()
     if available is not None:
         available += _IDLE.idle_bytes(hugetlb=False)
     where = "memory (MemAvailable less 10%)"
@@ -213,7 +213,7 @@ class _IdleMappings:
         if hugetlb:
             room = _free_hugetlb_bytes()
         else:
-            available = _memory_available()
+            available = memory_available()
             room = None if available is None else available * MEMORY_HEADROOM
         if room is not None and length <= room:
             return
@@ -427,7 +427,7 @@ def _file_capacity(spec: RegionSpec) -> tuple[int, str] | None:
         return None
     free, where = fs.f_bavail * fs.f_frsize, f"the file system of {path.parent}"
     if spec.kind == "shm":
-        available = _memory_available()
+        available = memory_available()
         if available is not None and available * MEMORY_HEADROOM < free:
             free, where = int(available * MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
     return free, where

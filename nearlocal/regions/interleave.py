@@ -118,7 +118,7 @@ def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
     capacity = chunks * CHUNK * len(values)
     where = (f"NUMA nodes {','.join(map(str, values))} (each holds 1/{len(values)} of the "
              f"chunks; node {least} has the least free and page-cache memory, less 10%)")
-    available = host._memory_available()
+    available = host.memory_available()
     if available is not None and available * host.MEMORY_HEADROOM < capacity:
         capacity, where = int(available * host.MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
     return capacity, where

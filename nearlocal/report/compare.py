@@ -789,10 +789,15 @@ def _probe_log_medians(meta: dict, probe: str) -> np.ndarray:
 def host_moves(base_meta: dict, cand_meta: dict, threshold: float, alpha: float) -> list[HostMove]:
     """Each host probe both runs walked in >= MIN_PROCESSES processes: the ratio of the trimmed
     geometric means of its per-process medians (as a case's, trimmed_location) and its interval
-    at 1 - alpha (Yuen's t). Runs made before the probes, or in one process, have none."""
+    at 1 - alpha (Yuen's t). Runs made before the probes, or in one process, have none; a probe
+    whose ring or walk differs between the runs (another plan's memory span) is another
+    yardstick, not set side by side."""
     facts = (cand_meta.get("host_probe") or {}).get("probes") or {}
+    base_facts = (base_meta.get("host_probe") or {}).get("probes") or {}
     moves = []
     for probe, fact in facts.items():
+        if any(fact.get(key) != base_facts.get(probe, {}).get(key) for key in ("ring_bytes", "hops")):
+            continue
         logs_b, logs_c = _probe_log_medians(base_meta, probe), _probe_log_medians(cand_meta, probe)
         if min(logs_b.size, logs_c.size) < MIN_PROCESSES:
             continue

@@ -164,6 +164,10 @@ class Store:
         probes = self.meta.setdefault("host_probe", {"probes": facts, "passes": []})
         probes["passes"].append({"pass": pass_index, **readings})
 
+    def add_host_failure(self, reason: str) -> None:
+        """Why the host probes ended before the run did (their readings so far are kept)."""
+        self.meta.setdefault("host_probe", {"probes": {}, "passes": []})["failure"] = reason
+
     def finish(self, interrupted: bool = False, **meta) -> Path:
         """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
         last, so a failure anywhere before leaves a run `load()` still reads."""
