@@ -166,7 +166,7 @@ def _reaching(run, memory_cases: set[str]):
 def test_host_moves_read_the_probes_ratio_and_whether_it_moved():
     base = _probed(synthetic_run(1), 1.2, 200.0, seed=1)
     cand = _probed(synthetic_run(2), 1.2, 260.0, seed=2)
-    moves = {m.probe: m for m in host_moves(base.meta, cand.meta, 0.05, 0.01)}
+    moves = {m.probe: m for m in host_moves(base.meta, cand.meta, 0.01)}
     assert moves["core"].ratio == pytest.approx(1.0, abs=0.02) and not moves["core"].moved
     assert moves["memory"].ratio == pytest.approx(1.3, rel=0.03) and moves["memory"].moved
     assert moves["memory"].low < moves["memory"].ratio < moves["memory"].high
@@ -174,9 +174,9 @@ def test_host_moves_read_the_probes_ratio_and_whether_it_moved():
 
 
 def test_runs_without_probes_have_no_host_moves():
-    assert host_moves(synthetic_run(1).meta, synthetic_run(2).meta, 0.05, 0.01) == []
+    assert host_moves(synthetic_run(1).meta, synthetic_run(2).meta, 0.01) == []
     one = _probed(synthetic_run(1), 1.2, 200.0, seed=1, passes=1)
-    assert host_moves(one.meta, one.meta, 0.05, 0.01) == []
+    assert host_moves(one.meta, one.meta, 0.01) == []
 
 
 def test_probes_of_another_ring_are_not_set_side_by_side():
@@ -184,7 +184,7 @@ def test_probes_of_another_ring_are_not_set_side_by_side():
     cand = _probed(synthetic_run(2), 1.2, 300.0, seed=2)
     for run, ring in ((base, 64 * MIB), (cand, 1 << 30)):  # two plans: another memory span
         run.meta["host_probe"]["probes"]["memory"]["ring_bytes"] = ring
-    assert [m.probe for m in host_moves(base.meta, cand.meta, 0.05, 0.01)] == ["core"]
+    assert [m.probe for m in host_moves(base.meta, cand.meta, 0.01)] == ["core"]
 
 
 def test_memory_cases_moving_with_the_hosts_memory_are_ambiguous_not_slower():

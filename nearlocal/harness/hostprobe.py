@@ -194,39 +194,43 @@ class HostProber:
         self.sizes = sizes
         self.facts = probe_facts(sizes)
         self.failure: str | None = None
+        self._open = True
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_prober_main, args=(child, sizes, tsc_hz),
                                         daemon=True)
         self._process.start()
         child.close()
-        self._reply(PROBER_START_S, "laying its rings")
+        try:
+            self._reply(PROBER_START_S, "laying its rings")
+        except BaseException:  # Ctrl-C while it lays them: no prober is left behind
+            self.close()
+            raise
 
-    def _reply(self, timeout_s: float, doing: str):
+    def _reply(self, timeout_s: float, doing: str) -> tuple | None:
         deadline = time.monotonic() + timeout_s
-        while self.failure is None:
+        while self._open:
             try:
                 if self._conn.poll(0.1):
                     message = self._conn.recv()
-                    if message[0] == "failed":
-                        self._end(f"the host prober failed {doing}: {message[1]}")
-                        return None
-                    return message
+                    if message[0] != "failed":
+                        return message
+                    self._end(f"the host prober failed {doing}: {message[1]}")
             except (EOFError, OSError):
                 self._end(f"the host prober died {doing}")
-                return None
-            if not self._process.is_alive() and not self._conn.poll(0):
-                self._end(f"the host prober died {doing}")
-            elif time.monotonic() > deadline:
-                self._end(f"the host prober took over {timeout_s:.0f} s {doing}")
+            else:
+                if not self._process.is_alive() and not self._conn.poll(0):
+                    self._end(f"the host prober died {doing}")
+                elif time.monotonic() > deadline:
+                    self._end(f"the host prober took over {timeout_s:.0f} s {doing}")
         return None
 
     def walk(self) -> dict[str, list[float]] | None:
-        """One reading of every probe; None once the prober has failed."""
-        if self.failure is not None:
+        """One reading of every probe; None once the prober has ended."""
+        if not self._open:
             return None
         try:
             self._conn.send("walk")
-        except (BrokenPipeError, OSError):
+        except OSError:  # BrokenPipeError among them
             self._end("the host prober died")
             return None
         message = self._reply(PROBER_WALK_S, "walking its rings")
@@ -235,7 +239,8 @@ class HostProber:
     def _end(self, failure: str | None) -> None:
         if self.failure is None:
             self.failure = failure
-        with contextlib.suppress(BrokenPipeError, OSError):
+        self._open = False
+        with contextlib.suppress(OSError):
             self._conn.send(None)
         self._process.join(5)
         if self._process.is_alive():
@@ -243,5 +248,5 @@ class HostProber:
             self._process.join()
 
     def close(self) -> None:
-        if self.failure is None:
-            self._end("closed")
+        if self._open:
+            self._end(None)

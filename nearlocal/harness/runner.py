@@ -502,14 +502,17 @@ class Runner:
         span = max((sum(entry.case.spans()) for entry in entries
                     if entry.runs and entry.row.get("reaches_memory")), default=0)
         sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
-        self._prober = HostProber(self._context, sizes, self.settings.tsc_hz)
+        try:
+            self._prober = HostProber(self._context, sizes, self.settings.tsc_hz)
+        except OSError as exc:  # no process to be had: the run goes on without probes
+            self.store.add_host_failure(f"the host prober did not start: {exc}")
 
     def _stop_prober(self) -> None:
         prober, self._prober = self._prober, None
         if prober is None:
             return
         prober.close()
-        if prober.failure != "closed":
+        if prober.failure is not None:
             self.store.add_host_failure(prober.failure)
 
     def _planned(self, case: Case) -> _Planned:
