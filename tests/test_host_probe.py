@@ -227,8 +227,8 @@ def test_the_memory_probe_is_no_yardstick_for_cache_resident_cases():
     column counts as reaching memory."""
     from nearlocal.report.compare import CaseComparison, HostMove
 
-    moves = [HostMove("core", "all", 1.2, 1.2, 1.0, 0.98, 1.02, "32/32", False),
-             HostMove("memory", "memory", 200, 300, 1.5, 1.45, 1.55, "32/32", True)]
+    moves = [HostMove("core", "all", 1.2, 1.2, 1.0, 0.98, 1.02, "32/32", 0.008, False),
+             HostMove("memory", "memory", 200, 300, 1.5, 1.45, 1.55, "32/32", 0.013, True)]
 
     def slower(cid):
         return CaseComparison(cid, "slower", ratio=1.3, ci_low=1.25, ci_high=1.35)
@@ -236,9 +236,38 @@ def test_the_memory_probe_is_no_yardstick_for_cache_resident_cases():
     cases = [slower("cached"), slower("memory"), slower("old-row")]
     rows = {"cached": {"reaches_memory": False}, "memory": {"reaches_memory": True},
             "old-row": {}}
-    judge_host_moves(cases, moves, 0.05, rows, rows)
+    judge_host_moves(cases, moves, 0.05, 1e-4, rows, rows)
     assert [c.verdict for c in cases] == ["slower", "ambiguous", "ambiguous"]
     faster = [CaseComparison("memory", "faster", ratio=0.7, ci_low=0.65, ci_high=0.75)]
-    down = [HostMove("memory", "memory", 300, 200, 0.67, 0.64, 0.70, "32/32", True)]
-    judge_host_moves(faster, down, 0.05, rows, rows)
+    down = [HostMove("memory", "memory", 300, 200, 0.67, 0.64, 0.70, "32/32", 0.017, True)]
+    judge_host_moves(faster, down, 0.05, 1e-4, rows, rows)
     assert faster[0].verdict == "ambiguous"
+
+
+@pytest.mark.parametrize(("ratio", "low", "verdict"), [
+    (1.5, 1.45, "slower"),  # 1.25x beyond a 1.2x move, by far more than both intervals
+    (1.3, 1.25, "ambiguous"),  # 1.08x beyond it: within the intervals' reach of 1.05x
+    (1.6, 1.10, "ambiguous"),  # far beyond it, but its own interval reaches back to the move
+])
+def test_a_case_is_judged_against_the_hosts_move_with_both_uncertainties(ratio, low, verdict):
+    """The memory probe moved 1.2x (standard error 2 % of the log): a case stays slower only if
+    its ratio over the probe's is beyond the threshold once the case's own half-interval and
+    z probe standard errors are added in quadrature."""
+    from nearlocal.report.compare import CaseComparison, HostMove
+
+    move = [HostMove("memory", "memory", 200, 240, 1.2, 1.12, 1.29, "32/32", 0.02, True)]
+    case = [CaseComparison("memory", "slower", ratio=ratio, ci_low=low, ci_high=2 * ratio - low)]
+    rows = {"memory": {"reaches_memory": True}}
+    judge_host_moves(case, move, 0.05, 0.01 / 120, rows, rows)
+    assert case[0].verdict == verdict
+
+
+def test_a_host_move_never_makes_a_case_slower():
+    """An unchanged case while the host got faster (0.8x) stays `same`: the move only ever
+    takes certainty away."""
+    from nearlocal.report.compare import CaseComparison, HostMove
+
+    move = [HostMove("core", "all", 1.5, 1.2, 0.8, 0.78, 0.82, "32/32", 0.01, True)]
+    case = [CaseComparison("c", "same", ratio=1.0, ci_low=0.98, ci_high=1.02)]
+    judge_host_moves(case, move, 0.05, 1e-4, {}, {})
+    assert case[0].verdict == "same"

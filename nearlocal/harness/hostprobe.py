@@ -10,7 +10,7 @@ sample (run.json `host_probe`). `nearlocal compare` sets the two runs' probes si
 case cannot be told slower when the host's own probe moved as much (report/compare.py).
 
 The probes are a yardstick of the host, not cases of the run: their rings are laid once per run
-(the memory ring spans what the run's largest memory-bound case spans, ~2 s at 1 GiB), in the
+(the memory ring spans what the run's largest memory-bound case spans, ~2.5 s at 1 GiB), in the
 pages a default dram region gets, and walked the same way in every run."""
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ class ProbeRing:
     """A probe's laid ring and where its walk stands: each reading continues from there."""
 
     probe: HostProbe
-    buf: mmap.mmap
+    buf: mmap.mmap  # the mapping `words` views: kept open as long as the ring is walked
     words: np.ndarray
-    position: np.ndarray
+    position: np.ndarray  # the word index the next reading starts from
 
     @classmethod
     def lay(cls, probe: HostProbe, nbytes: int) -> ProbeRing:
@@ -191,7 +191,6 @@ class HostProber:
     Anything that goes wrong ends the probes (`failure` says why), never the run."""
 
     def __init__(self, context, sizes: dict[str, int], tsc_hz: float):
-        self.sizes = sizes
         self.facts = probe_facts(sizes)
         self.failure: str | None = None
         self._open = True
@@ -215,6 +214,7 @@ class HostProber:
                     if message[0] != "failed":
                         return message
                     self._end(f"the host prober failed {doing}: {message[1]}")
+                    return None
             except (EOFError, OSError):
                 self._end(f"the host prober died {doing}")
             else:

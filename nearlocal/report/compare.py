@@ -147,6 +147,7 @@ class HostMove:
     low: float  # the ratio's interval, at 1 - alpha
     high: float
     passes: str  # "base/candidate" worker processes it was walked in
+    log_se: float  # the standard error of log(ratio)
     # its interval excludes 1: the host moved, by however little (a case must then move beyond
     # the threshold times the move, judge_host_moves; a cliff at the threshold let a 1.06x
     # core-clock move make a 1.11x L1-resident chase `slower`, 2026-12-02)
@@ -777,7 +778,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     margin = judge_equivalence(cases, threshold, alpha,
                                sum(math.isfinite(c._equiv_sd) for c in cases))
     moves = host_moves(base.meta, cand.meta, alpha)
-    judge_host_moves(cases, moves, threshold, base_ok, cand_ok)
+    judge_host_moves(cases, moves, threshold, per_case_alpha, base_ok, cand_ok)
     return Comparison(base.run_id, cand.run_id, threshold, alpha, tau, 1 - per_case_alpha,
                       host_note, cases, history_runs if history else 0, model, margin, moves)
 
@@ -812,8 +813,7 @@ def host_moves(base_meta: dict, cand_meta: dict, alpha: float) -> list[HostMove]
         low, high = math.exp(log_ratio - reach), math.exp(log_ratio + reach)
         moves.append(HostMove(probe, str(fact.get("bounds", "all")), math.exp(mean_b),
                               math.exp(mean_c), math.exp(log_ratio), low, high,
-                              f"{logs_b.size}/{logs_c.size}",
-                              low > 1 or high < 1))
+                              f"{logs_b.size}/{logs_c.size}", se, low > 1 or high < 1))
     return moves
 
 
@@ -823,31 +823,40 @@ def _reaches_memory(row: dict | None) -> bool:
     return True if value is None or value != value else bool(value)
 
 
+def _beyond_move(c: CaseComparison, move: HostMove, threshold: float, z: float) -> bool:
+    """Whether the case moved beyond the threshold relative to the host's move, at the case's
+    own confidence: log(case ratio / probe ratio), less the case's half-interval on that side
+    and z probe standard errors in quadrature, beyond log(1 + threshold)."""
+    if c.verdict == "slower":
+        shift, half = math.log(c.ratio / move.ratio), math.log(c.ratio / c.ci_low)
+    else:
+        shift, half = math.log(move.ratio / c.ratio), math.log(c.ci_high / c.ratio)
+    if not math.isfinite(half):
+        return False
+    return shift - math.hypot(half, z * move.log_se) > math.log1p(threshold)
+
+
 def judge_host_moves(cases: list[CaseComparison], moves: list[HostMove], threshold: float,
-                     base_rows: dict[str, dict], cand_rows: dict[str, dict]) -> None:
-    """A case the model called slower (faster) stays so only if its whole interval lies beyond
-    the threshold times the far end of the host's own upward (downward) move: the core probe's
-    for every case, the memory probe's too for a case that reaches memory in either run. Else
-    `ambiguous`, naming the move: on a shared host the box's memory latency moved 1.26x between
-    two runs of unchanged code (2026-12-02), and a 1 GiB chase with it."""
+                     case_alpha: float, base_rows: dict[str, dict],
+                     cand_rows: dict[str, dict]) -> None:
+    """A case the model called slower (faster) stays so only if it moved beyond the threshold
+    relative to the host's own upward (downward) move (_beyond_move; `case_alpha`: the level
+    of each case's interval): the core probe's for every case, the memory probe's too for a
+    case that reaches memory in either run. Else `ambiguous`, naming the move: on a shared host
+    the box's memory latency moved 1.26x between two runs of unchanged code (2026-12-02), and a
+    1 GiB chase with it. A move never makes a case slower or faster, only less certain."""
     moved = [m for m in moves if m.moved]
     if not moved:
         return
+    z = float(scipy_stats.norm.isf(case_alpha / 2))
     for c in cases:
         if c.verdict not in ("slower", "faster"):
             continue
         memory = _reaches_memory(base_rows.get(c.case_id)) or \
             _reaches_memory(cand_rows.get(c.case_id))
         yardsticks = [m for m in moved if m.bounds == "all" or (memory and m.bounds == "memory")]
-        if c.verdict == "slower":
-            against = [m for m in yardsticks if m.ratio > 1]
-            far = max((m.high for m in against), default=1.0)
-            inside = bool(against) and c.ci_low <= (1 + threshold) * far
-        else:
-            against = [m for m in yardsticks if m.ratio < 1]
-            far = min((m.low for m in against), default=1.0)
-            inside = bool(against) and c.ci_high >= far / (1 + threshold)
-        if inside:
+        against = [m for m in yardsticks if (m.ratio > 1) == (c.verdict == "slower")]
+        if any(not _beyond_move(c, m, threshold, z) for m in against):
             c.verdict = "ambiguous"
             c.note = (f"{c.ratio:.2f}x is within the host's own move between the runs: "
                       + "; ".join(m.text() for m in against))
