@@ -46,6 +46,8 @@ import sys
 
 import pandas
 
+from nearlocal.harness.hostprobe import per_hop_ns
+
 store, nearlocal = os.environ["STORE"], os.environ["NEARLOCAL"]
 runs = [line.split() for line in open(os.path.join(store, "gate-runs.txt"))]
 same = [run for kind, run in runs if kind == "same"]
@@ -115,9 +117,11 @@ for kind, run in runs:
     chase = ok_rows.get("chase/dram/wb/1GiB", float("nan"))
     spread = f"{min(within):.2f}-{max(within):.2f}" if within else "none"
     with open(os.path.join(store, run, "run.json")) as meta:
-        passes = (json.load(meta).get("host_probe") or {}).get("passes", [])
+        host = json.load(meta).get("host_probe") or {}
+    passes, facts = host.get("passes", []), host.get("probes", {})
     probes = "; ".join(
-        f"{name} probe {statistics.median(statistics.median(p[name]) for p in passes):.4g} ns"
+        f"{name} probe "
+        f"{statistics.median(statistics.median(per_hop_ns(facts[name], p[name])) for p in passes):.4g} ns"
         for name in ("core", "memory") if passes and all(name in p for p in passes))
     print(f"  {kind} {run}: chase 1GiB {chase:.0f} ns; {probes or 'no host probes'}; "
           f"gate-*/unchanged in the run: median "

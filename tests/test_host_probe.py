@@ -18,6 +18,7 @@ from nearlocal.harness.hostprobe import (
     HostProber,
     lay_rings,
     measure_host,
+    per_hop_ns,
     probe_ring,
     ring_sizes,
 )
@@ -44,14 +45,14 @@ def test_a_probe_ring_is_one_cycle_through_every_line():
 
 def test_a_reading_takes_every_probes_samples_per_hop_and_walks_on():
     rings = lay_rings({"core": 16 << 10, "memory": 1 * MIB})
-    first = measure_host(rings, 1e9, 0.0)
+    first = measure_host(rings)
     assert set(first) == set(HOST_PROBES)
     for name, samples in first.items():
         assert len(samples) == HOST_PROBES[name].samples
-        assert all(s > 0 for s in samples)
+        assert all(isinstance(s, int) and s > 0 for s in samples)  # raw ticks
     memory = next(ring for ring in rings if ring.probe.name == "memory")
     where = int(memory.position[0])
-    measure_host(rings, 1e9, 0.0)
+    measure_host(rings)
     probe = HOST_PROBES["memory"]
     lines = memory.words.size // WORDS_PER_LINE
     hops = (probe.warm_hops + probe.hops * probe.samples) % lines
@@ -94,6 +95,15 @@ def test_a_run_in_processes_keeps_each_process_host_probe(tmp_path):
     assert sorted(entry["pass"] for entry in probes["passes"]) == [0, 1]
     for entry in probes["passes"]:
         assert all(len(entry[name]) == HOST_PROBES[name].samples for name in HOST_PROBES)
+    # raw ticks kept, with what turns them into ns per hop: the run's TSC rate, the prober's
+    # own timer overhead, the hops per sample
+    for name, fact in probes["probes"].items():
+        assert fact["tsc_hz"] == run.meta["inventory"]["tsc_hz"] and fact["overhead_ticks"] > 0
+        ticks = probes["passes"][0][name]
+        assert all(isinstance(t, int) for t in ticks)
+        ns = per_hop_ns(fact, ticks)
+        assert ns[0] == pytest.approx(max(ticks[0] - fact["overhead_ticks"], 0) * 1e9
+                                      / fact["tsc_hz"] / fact["hops"])
     json.dumps(run.meta)  # run.json stays plain JSON
     assert bool(run.cases["reaches_memory"].iloc[0]) is False  # 4 KiB of plain loads
 
@@ -271,3 +281,9 @@ def test_a_host_move_never_makes_a_case_slower():
     case = [CaseComparison("c", "same", ratio=1.0, ci_low=0.98, ci_high=1.02)]
     judge_host_moves(case, move, 0.05, 1e-4, {}, {})
     assert case[0].verdict == "same"
+
+
+def test_probe_samples_stored_before_raw_ticks_read_as_ns_per_hop():
+    assert per_hop_ns({"hops": 512, "bounds": "memory"}, [210.5, 220.0]) == [210.5, 220.0]
+    fact = {"hops": 4, "tsc_hz": 2e9, "overhead_ticks": 20.0}
+    assert per_hop_ns(fact, [100, 10]) == [10.0, 0.0]  # (100 - 20) / 2 GHz / 4 hops; never < 0

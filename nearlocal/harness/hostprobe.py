@@ -114,35 +114,46 @@ class ProbeRing:
         buf, words = probe_ring(nbytes)
         return cls(probe, buf, words, np.zeros(1, np.uint64))
 
-    def reading(self, tsc_hz: float, overhead_ticks: float) -> list[float]:
-        """`samples` walks of `hops` after `warm_hops` untimed, in ns per hop (timer overhead
-        subtracted, as a chase case's are), so its loads hit where the probe says (L1 for core;
-        memory, through the TLB and the cached page tables, as a chase case's, for memory)."""
+    def reading(self) -> list[int]:
+        """`samples` walks of `hops` after `warm_hops` untimed, each in raw TSC ticks (per_hop_ns
+        turns them into ns per hop as a chase case's are), so its loads hit where the probe says
+        (L1 for core; memory, through the TLB and the cached page tables, as a chase case's,
+        for memory)."""
         from nearlocal.kernels.chase import time_chase, walk
 
         self.position[0] = walk(self.words, self.position[0], self.probe.warm_hops)
         ticks = np.empty(self.probe.samples, np.uint64)
         time_chase(self.words, self.probe.hops, ticks, self.position)
-        ns = (np.maximum(ticks.astype(np.float64) - overhead_ticks, 0.0) * 1e9 / tsc_hz
-              / self.probe.hops)
-        return [round(float(x), 4) for x in ns]
+        return [int(t) for t in ticks]
 
 
 def lay_rings(sizes: dict[str, int]) -> list[ProbeRing]:
     return [ProbeRing.lay(HOST_PROBES[name], nbytes) for name, nbytes in sizes.items()]
 
 
-def measure_host(rings: list[ProbeRing], tsc_hz: float,
-                 overhead_ticks: float) -> dict[str, list[float]]:
-    """Per probe, one reading of its laid ring."""
-    return {ring.probe.name: ring.reading(tsc_hz, overhead_ticks) for ring in rings}
+def measure_host(rings: list[ProbeRing]) -> dict[str, list[int]]:
+    """Per probe, one reading of its laid ring (raw ticks)."""
+    return {ring.probe.name: ring.reading() for ring in rings}
 
 
-def probe_facts(sizes: dict[str, int]) -> dict[str, dict]:
-    """What run.json says of each probe beside its samples (compare sets side by side only
-    probes whose facts agree: another ring is another yardstick)."""
+def per_hop_ns(fact: dict, samples: list[float]) -> list[float]:
+    """A reading's samples in ns per hop: raw ticks less the prober's timer overhead, over the
+    TSC's rate and the hops (run.json's facts of the probe say all three); runs stored before
+    raw ticks were kept hold ns per hop already."""
+    if "tsc_hz" not in fact:
+        return [float(x) for x in samples]
+    scale = 1e9 / float(fact["tsc_hz"]) / int(fact["hops"])
+    overhead = float(fact.get("overhead_ticks", 0.0))
+    return [max(float(t) - overhead, 0.0) * scale for t in samples]
+
+
+def probe_facts(sizes: dict[str, int], tsc_hz: float) -> dict[str, dict]:
+    """What run.json says of each probe beside its raw samples (compare sets side by side only
+    probes whose ring and hops agree: another ring is another yardstick); the prober adds the
+    timer overhead it measured (`overhead_ticks`) once it is ready."""
     return {name: {"summary": HOST_PROBES[name].summary, "ring_bytes": nbytes,
-                   "hops": HOST_PROBES[name].hops, "bounds": HOST_PROBES[name].bounds}
+                   "hops": HOST_PROBES[name].hops, "bounds": HOST_PROBES[name].bounds,
+                   "samples": "TSC ticks per sample of `hops` hops", "tsc_hz": tsc_hz}
             for name, nbytes in sizes.items()}
 
 
@@ -158,9 +169,10 @@ def load_kernels() -> None:
     buf.close()
 
 
-def _prober_main(conn, sizes: dict[str, int], tsc_hz: float) -> None:
-    """The prober: lay the rings, say ready, then one reading per "walk" until None. Its own
-    error is sent as ("failed", why); a closed pipe (the runner gone) just ends it."""
+def _prober_main(conn, sizes: dict[str, int]) -> None:
+    """The prober: lay the rings, say ready with its timer overhead in ticks, then one reading
+    per "walk" until None. Its own error is sent as ("failed", why); a closed pipe (the runner
+    gone) just ends it."""
     import os
     import signal
 
@@ -174,10 +186,10 @@ def _prober_main(conn, sizes: dict[str, int], tsc_hz: float) -> None:
         except Exception as exc:  # the yardstick's failure must not fail the run: say it, end
             conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         else:
-            conn.send(("ready",))
+            conn.send(("ready", float(overhead)))
             while conn.recv() is not None:
                 try:
-                    reading = measure_host(rings, tsc_hz, overhead)
+                    reading = measure_host(rings)
                 except Exception as exc:
                     conn.send(("failed", f"{type(exc).__name__}: {exc}"))
                     break
@@ -191,19 +203,21 @@ class HostProber:
     Anything that goes wrong ends the probes (`failure` says why), never the run."""
 
     def __init__(self, context, sizes: dict[str, int], tsc_hz: float):
-        self.facts = probe_facts(sizes)
+        self.facts = probe_facts(sizes, tsc_hz)
         self.failure: str | None = None
         self._open = True
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_prober_main, args=(child, sizes, tsc_hz),
-                                        daemon=True)
+        self._process = context.Process(target=_prober_main, args=(child, sizes), daemon=True)
         self._process.start()
         child.close()
         try:
-            self._reply(PROBER_START_S, "laying its rings")
+            ready = self._reply(PROBER_START_S, "laying its rings")
         except BaseException:  # Ctrl-C while it lays them: no prober is left behind
             self.close()
             raise
+        if ready is not None:
+            for fact in self.facts.values():
+                fact["overhead_ticks"] = ready[1]
 
     def _reply(self, timeout_s: float, doing: str) -> tuple | None:
         deadline = time.monotonic() + timeout_s
@@ -224,8 +238,8 @@ class HostProber:
                     self._end(f"the host prober took over {timeout_s:.0f} s {doing}")
         return None
 
-    def walk(self) -> dict[str, list[float]] | None:
-        """One reading of every probe; None once the prober has ended."""
+    def walk(self) -> dict[str, list[int]] | None:
+        """One reading of every probe (raw ticks); None once the prober has ended."""
         if not self._open:
             return None
         try:

@@ -784,8 +784,14 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
 
 
 def _probe_log_medians(meta: dict, probe: str) -> np.ndarray:
-    passes = (meta.get("host_probe") or {}).get("passes") or []
-    medians = [float(np.median(entry[probe])) for entry in passes
+    """The log median of each reading of `probe` in ns per hop (its facts turn raw ticks into
+    that; runs stored before raw ticks were kept hold ns per hop)."""
+    from nearlocal.harness.hostprobe import per_hop_ns
+
+    probes = meta.get("host_probe") or {}
+    fact = (probes.get("probes") or {}).get(probe) or {}
+    medians = [float(np.median(per_hop_ns(fact, entry[probe])))
+               for entry in probes.get("passes") or []
                if isinstance(entry, dict) and entry.get(probe)]
     return np.log([m for m in medians if m > 0])
 
