@@ -122,7 +122,7 @@ for kind, run in runs:
     probes = "; ".join(
         f"{name} probe "
         f"{statistics.median(statistics.median(per_hop_ns(facts[name], p[name])) for p in passes):.4g} ns"
-        for name in ("core", "memory") if passes and all(name in p for p in passes))
+        for name in ("core", "llc", "memory") if passes and all(name in p for p in passes))
     print(f"  {kind} {run}: chase 1GiB {chase:.0f} ns; {probes or 'no host probes'}; "
           f"gate-*/unchanged in the run: median "
           f"{statistics.median(within) if within else float('nan'):.2f} ({spread}, "

@@ -44,7 +44,7 @@ def test_a_probe_ring_is_one_cycle_through_every_line():
 
 
 def test_a_reading_takes_every_probes_samples_per_hop_and_walks_on():
-    rings = lay_rings({"core": 16 << 10, "memory": 1 * MIB})
+    rings = lay_rings({"core": 16 << 10, "llc": 256 << 10, "memory": 1 * MIB})
     first = measure_host(rings)
     assert set(first) == set(HOST_PROBES)
     for name, samples in first.items():
@@ -155,6 +155,46 @@ def test_a_run_in_one_process_walks_no_probe(tmp_path):
 ])
 def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
     assert describe(Case(method, "dram", "wb", size), llc_bytes=llc)["reaches_memory"] is reaches
+
+
+@pytest.mark.parametrize(("method", "size", "l2", "resident"), [
+    ("chase", "4MiB", 512 << 10, True),  # over the 512 KiB L2, within the 32 MiB L3
+    ("load", "16MiB", 512 << 10, True),
+    ("chase", "256KiB", 512 << 10, False),  # fits the L2
+    ("chase", "64MiB", 512 << 10, False),  # reaches memory instead
+    ("nt-store", "4MiB", 512 << 10, False),  # not cacheable: memory
+    ("chase", "4MiB", 0, False),  # the L2 unknown: not said
+])
+def test_a_row_says_whether_its_case_lives_in_the_llc(method, size, l2, resident):
+    row = describe(Case(method, "dram", "wb", size), llc_bytes=32 * MIB, l2_bytes=l2)
+    assert row["llc_resident"] is resident
+
+
+def test_the_llc_probe_walks_an_eighth_of_the_llc():
+    assert HOST_PROBES["llc"].ring_bytes(32 * MIB, 1 << 30) == 4 * MIB
+    assert HOST_PROBES["llc"].ring_bytes(0, 0) == MIB  # the LLC unknown
+    # its warm-up walks the ring through at least once (lines of 64 bytes) for a 32 MiB LLC
+    assert HOST_PROBES["llc"].warm_hops >= 4 * MIB // 64
+
+
+def test_the_llc_probe_is_the_yardstick_of_the_cases_living_in_the_llc_only():
+    """The LLC probe moved 1.6x (another tenant took the shared L3), core and memory not: an
+    LLC-resident case 1.3x slower is within that move; an L1-resident one and a memory one, 1.3x,
+    stay slower. A row stored before the column is not LLC-resident."""
+    from nearlocal.report.compare import CaseComparison, HostMove
+
+    moves = [HostMove("core", "all", 1.6, 1.6, 1.0, 0.98, 1.02, "32/32", 0.008, False),
+             HostMove("llc", "llc", 30, 48, 1.6, 1.4, 1.8, "32/32", 0.05, True),
+             HostMove("memory", "memory", 300, 300, 1.0, 0.97, 1.03, "32/32", 0.01, False)]
+    cases = [CaseComparison(cid, "slower", ratio=1.3, ci_low=1.25, ci_high=1.35)
+             for cid in ("in-llc", "in-l1", "memory", "old-row")]
+    rows = {"in-llc": {"reaches_memory": False, "llc_resident": True},
+            "in-l1": {"reaches_memory": False, "llc_resident": False},
+            "memory": {"reaches_memory": True, "llc_resident": False},
+            "old-row": {"reaches_memory": False}}
+    judge_host_moves(cases, moves, 0.05, 1e-4, rows, rows)
+    assert [c.verdict for c in cases] == ["ambiguous", "slower", "slower", "slower"]
+    assert "llc 30 ns -> 48 ns" in cases[0].note
 
 
 def _probed(run, core: float, memory: float, seed: int, passes: int = 32):

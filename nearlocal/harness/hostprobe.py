@@ -3,11 +3,14 @@
 On a shared host the box itself moves between two runs: on the 2-vCPU development VM
 (2026-12-02) the unchanged 16 KiB chase, one L1 hit per hop, read 1.17 ns in one run and 1.30 ns
 twenty minutes later (the core clock), and the 1 GiB chase 186 ns and 349 ns while a 64 MiB
-chase moved only 1.04x (the 1 GiB walk's page-table misses moved with it). No spread between
-processes of one run shows such a move. So one process of the run, the prober, holds a fixed
-chase ring per probe below and walks them as each worker process starts; the run keeps every
-sample (run.json `host_probe`). `nearlocal compare` sets the two runs' probes side by side: a
-case cannot be told slower when the host's own probe moved as much (report/compare.py).
+chase moved only 1.04x (the 1 GiB walk's page-table misses moved with it); on 2026-12-03 the
+cases living in the 32 MiB L3 (chase 4 MiB, loads and stores of 16 MiB) read 1.3-2.5x slower in
+one run than in the one before while the core and memory held still (the L3 is shared with other
+tenants). No spread between processes of one run shows such a move. So one process of the
+run, the prober, holds a fixed chase ring per probe below and walks them as each worker process
+starts; the run keeps every sample (run.json `host_probe`). `nearlocal compare` sets the two
+runs' probes side by side: a case cannot be told slower when the host's own probe moved as much
+(report/compare.py).
 
 The probes are a yardstick of the host, not cases of the run: their rings are laid once per run
 (the memory ring spans what the run's largest memory-bound case spans, ~2.5 s at 1 GiB), in the
@@ -44,7 +47,8 @@ class HostProbe:
     # untimed hops before each reading: the other cases ran since the last one, and a ring
     # walked cold reads its page-table misses too (1 GiB: ~320 ns a hop cold, ~215 ns walked)
     warm_hops: int
-    # which cases it is the yardstick of: "all", or "memory" (those whose row says
+    # which cases it is the yardstick of: "all", "llc" (rows saying llc_resident: the host's
+    # last-level cache, shared with other tenants, moves them) or "memory" (rows saying
     # reaches_memory: the host's memory latency moves them, and not only its core clock)
     bounds: str
 
@@ -57,6 +61,12 @@ def register_probe(probe: HostProbe) -> HostProbe:
     return probe
 
 
+def llc_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
+    """An eighth of the LLC (4 MiB of a 32 MiB L3: far beyond L2, as the cases living in the LLC
+    are); 1 MiB when the LLC is unknown."""
+    return max(llc_bytes // 8, MIB)
+
+
 def memory_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
     """Over the LLC twice, and as wide as the largest memory-bound case (its page walks are
     part of what moves), within [64 MiB, 1 GiB] unless the LLC alone asks for more."""
@@ -67,6 +77,10 @@ def memory_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
 register_probe(HostProbe(
     "core", "chase over 16 KiB (an L1 hit per hop): the core's clock", lambda llc, span: 16 << 10,
     hops=4096, samples=15, warm_hops=4096, bounds="all"))
+register_probe(HostProbe(
+    "llc", "chase over an eighth of the LLC (its hops hit the LLC when the host leaves it to "
+    "this VM): the LLC's state", llc_ring_bytes, hops=4096, samples=15, warm_hops=1 << 17,
+    bounds="llc"))
 register_probe(HostProbe(
     "memory", "chase over the run's largest memory-bound span (64 MiB - 1 GiB, at least 2 x "
     "LLC), in a default dram region's pages: the host's memory latency", memory_ring_bytes,

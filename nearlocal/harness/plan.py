@@ -173,7 +173,8 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
         case_rules.validate(case, inventory, pattern)
     except UsageError as exc:
         try:  # the columns a skipped row of it would have (accept stores one), where they exist
-            row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes)
+            row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
+                           inventory.cpu.l2_bytes)
         except (UsageError, ValueError, KeyError):
             row = {}
         return PlanEntry(case, Refuse(str(exc)), pattern, row=row)
@@ -182,7 +183,8 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
     verdict = Skip(*found) if found else Run()
     return PlanEntry(case, verdict, pattern, {str(k): str(v) for k, v in params.items()},
                      case.spans(pattern),
-                     describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes))
+                     describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
+                              inventory.cpu.l2_bytes))
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

@@ -135,14 +135,17 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
 
 
 def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
-             pattern: Pattern | None = None, llc_bytes: int = 0) -> dict:
+             pattern: Pattern | None = None, llc_bytes: int = 0, l2_bytes: int = 0) -> dict:
     """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
     (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's);
-    `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory)."""
+    `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory); `l2_bytes`:
+    the core's L2 (0, unknown: no case is said to live in the LLC)."""
     method = get_method(case.method)
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     # a copy's footprint is its region and its peer (a method that never touches it maps a line)
-    reaches_memory = not method.cacheable or sum(case.spans(pattern)) > llc_bytes
+    footprint = sum(case.spans(pattern))
+    reaches_memory = not method.cacheable or footprint > llc_bytes
+    llc_resident = not reaches_memory and 0 < l2_bytes < footprint
     return {
         **case.to_dict(),
         "pool_class": pool_class_of(case.region, cpuless_nodes),
@@ -158,6 +161,7 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
         "peer_pool_class": pool_class_of(case.peer, cpuless_nodes),
         "measures": method.measures,
         "reaches_memory": bool(reaches_memory),
+        "llc_resident": bool(llc_resident),
     }
 
 
@@ -517,7 +521,8 @@ class Runner:
 
     def _planned(self, case: Case) -> _Planned:
         return _Planned(case, describe(case, self.inventory.cpuless_nodes,
-                                       llc_bytes=self.inventory.cpu.llc_bytes),
+                                       llc_bytes=self.inventory.cpu.llc_bytes,
+                                       l2_bytes=self.inventory.cpu.l2_bytes),
                         case_rules.unavailable(case, self.inventory, self.settings.allow_write))
 
 

@@ -40,6 +40,12 @@ class CpuInfo:
         unified = [c.size_bytes for c in self.caches if c.kind in ("Unified", "Data")]
         return max(unified, default=0)
 
+    @property
+    def l2_bytes(self) -> int:
+        """The core's level-2 cache (0: unknown): what a case must outgrow to live in the LLC."""
+        return max((c.size_bytes for c in self.caches
+                    if c.level == 2 and c.kind in ("Unified", "Data")), default=0)
+
 
 def _parse_cpuinfo(text: str) -> tuple[str, str, set[str], int]:
     model, vendor, flags, count = "unknown", "unknown", set(), 0

@@ -140,7 +140,7 @@ class HostMove:
     """One host probe (harness/hostprobe.py) in both runs: how far the box itself moved."""
 
     probe: str
-    bounds: str  # the cases it is the yardstick of: "all", or "memory" (rows reaching memory)
+    bounds: str  # the cases it is the yardstick of: "all", "llc" or "memory" (_yardsticks)
     base_ns: float
     cand_ns: float
     ratio: float
@@ -183,7 +183,8 @@ class Comparison:
             return text + ": the host held still (no probe's interval excludes 1)"
         return (text + f". The host itself moved ({', '.join(m.probe for m in moved)}): a case "
                 "is slower or faster only beyond that move (the memory probe for the cases "
-                "that reach memory, the core probe for all)")
+                "that reach memory, the llc probe for those living in the LLC, the core probe "
+                "for all)")
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -829,6 +830,23 @@ def _reaches_memory(row: dict | None) -> bool:
     return True if value is None or value != value else bool(value)
 
 
+def _llc_resident(row: dict | None) -> bool:
+    """A row's `llc_resident`; a row stored before the column: taken as not."""
+    value = None if row is None else row.get("llc_resident")
+    return False if value is None or value != value else bool(value)
+
+
+def _yardsticks(moves: list[HostMove], base_row: dict | None,
+                cand_row: dict | None) -> list[HostMove]:
+    """The probes a case is judged against: the core probe's for every case, the memory probe's
+    too for one that reaches memory in either run, the LLC probe's for one that lives in the
+    LLC in either run (and reaches memory in neither)."""
+    memory = _reaches_memory(base_row) or _reaches_memory(cand_row)
+    llc = not memory and (_llc_resident(base_row) or _llc_resident(cand_row))
+    return [m for m in moves
+            if m.bounds == "all" or (memory and m.bounds == "memory") or (llc and m.bounds == "llc")]
+
+
 def _beyond_move(c: CaseComparison, move: HostMove, threshold: float, z: float) -> bool:
     """Whether the case moved beyond the threshold relative to the host's move, at the case's
     own confidence: log(case ratio / probe ratio), less the case's half-interval on that side
@@ -847,10 +865,10 @@ def judge_host_moves(cases: list[CaseComparison], moves: list[HostMove], thresho
                      cand_rows: dict[str, dict]) -> None:
     """A case the model called slower (faster) stays so only if it moved beyond the threshold
     relative to the host's own upward (downward) move (_beyond_move; `case_alpha`: the level
-    of each case's interval): the core probe's for every case, the memory probe's too for a
-    case that reaches memory in either run. Else `ambiguous`, naming the move: on a shared host
-    the box's memory latency moved 1.26x between two runs of unchanged code (2026-12-02), and a
-    1 GiB chase with it. A move never makes a case slower or faster, only less certain."""
+    of each case's interval), each probe that is its yardstick (_yardsticks). Else `ambiguous`,
+    naming the move: on a shared host the box's memory latency moved 1.26x between two runs of
+    unchanged code (2026-12-02), and a 1 GiB chase with it. A move never makes a case slower or
+    faster, only less certain."""
     moved = [m for m in moves if m.moved]
     if not moved:
         return
@@ -858,10 +876,8 @@ def judge_host_moves(cases: list[CaseComparison], moves: list[HostMove], thresho
     for c in cases:
         if c.verdict not in ("slower", "faster"):
             continue
-        memory = _reaches_memory(base_rows.get(c.case_id)) or \
-            _reaches_memory(cand_rows.get(c.case_id))
-        yardsticks = [m for m in moved if m.bounds == "all" or (memory and m.bounds == "memory")]
-        against = [m for m in yardsticks if (m.ratio > 1) == (c.verdict == "slower")]
+        against = [m for m in _yardsticks(moved, base_rows.get(c.case_id), cand_rows.get(c.case_id))
+                   if (m.ratio > 1) == (c.verdict == "slower")]
         if any(not _beyond_move(c, m, threshold, z) for m in against):
             c.verdict = "ambiguous"
             c.note = (f"{c.ratio:.2f}x is within the host's own move between the runs: "

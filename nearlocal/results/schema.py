@@ -8,7 +8,9 @@ derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_p
 peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
 without them derive them at load (`pool_class_column`, `measures_column`). Then
 `reaches_memory` (the case's accesses reach memory: the method is not cacheable or its span
-exceeds the LLC); older rows have none, and compare takes them as reaching memory."""
+exceeds the LLC); older rows have none, and compare takes them as reaching memory. Then
+`llc_resident` (cacheable, its span over the core's L2 and within the LLC: the host's LLC
+state moves it); older rows have none, and compare takes them as not."""
 
 
 SCHEMA_VERSION = 3
@@ -21,7 +23,7 @@ CASE_COLUMNS = [
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
-    "reaches_memory",
+    "reaches_memory", "llc_resident",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 
