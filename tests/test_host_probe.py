@@ -19,6 +19,7 @@ from nearlocal.harness.hostprobe import (
     lay_rings,
     measure_host,
     per_hop_ns,
+    probe_facts,
     probe_ring,
     ring_sizes,
 )
@@ -55,7 +56,7 @@ def test_a_reading_takes_every_probes_samples_per_hop_and_walks_on():
     measure_host(rings)
     probe = HOST_PROBES["memory"]
     lines = memory.words.size // WORDS_PER_LINE
-    hops = (probe.warm_hops + probe.hops * probe.samples) % lines
+    hops = (probe.warm_hops(memory.words.nbytes) + probe.hops * probe.samples) % lines
     assert int(memory.position[0]) == walk(memory.words, where, hops)  # it continued the walk
 
 
@@ -99,6 +100,7 @@ def test_a_run_in_processes_keeps_each_process_host_probe(tmp_path):
     # own timer overhead, the hops per sample
     for name, fact in probes["probes"].items():
         assert fact["tsc_hz"] == run.meta["inventory"]["tsc_hz"] and fact["overhead_ticks"] > 0
+        assert fact["sample_unit"] == "TSC ticks per sample of `hops` hops"
         ticks = probes["passes"][0][name]
         assert all(isinstance(t, int) for t in ticks)
         ns = per_hop_ns(fact, ticks)
@@ -151,6 +153,8 @@ def test_a_run_in_one_process_walks_no_probe(tmp_path):
     ("clflush-load", "64B", 32 * MIB, True),
     ("memcpy", "16MiB", 24 * MIB, True),  # region and peer: 32 MiB together
     ("memcpy", "4MiB", 24 * MIB, False),
+    ("memcpy", "16MiB", 32 * MIB, True),  # 32 MiB together: the whole LLC, none left over
+    ("memcpy", "16MiB", 32 * MIB + 64, False),  # a line left over
     ("load", "4KiB", 0, True),  # the LLC unknown: taken as reaching memory
 ])
 def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
@@ -162,6 +166,8 @@ def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
     ("load", "16MiB", 512 << 10, True),
     ("chase", "256KiB", 512 << 10, False),  # fits the L2
     ("chase", "64MiB", 512 << 10, False),  # reaches memory instead
+    ("memcpy", "16MiB", 512 << 10, False),  # region and peer fill the whole 32 MiB L3: memory
+    ("memcpy", "8MiB", 512 << 10, True),  # 16 MiB together: below the L3
     ("nt-store", "4MiB", 512 << 10, False),  # not cacheable: memory
     ("chase", "4MiB", 0, False),  # the L2 unknown: not said
 ])
@@ -173,27 +179,65 @@ def test_a_row_says_whether_its_case_lives_in_the_llc(method, size, l2, resident
 def test_the_llc_probe_walks_an_eighth_of_the_llc():
     assert HOST_PROBES["llc"].ring_bytes(32 * MIB, 1 << 30) == 4 * MIB
     assert HOST_PROBES["llc"].ring_bytes(0, 0) == MIB  # the LLC unknown
-    # its warm-up walks the ring through at least once (lines of 64 bytes) for a 32 MiB LLC
-    assert HOST_PROBES["llc"].warm_hops >= 4 * MIB // 64
+
+
+@pytest.mark.parametrize("llc", [0, 32 * MIB, 64 * MIB, 256 * MIB, 1 << 30])
+def test_the_llc_probes_warm_up_walks_its_whole_ring(llc):
+    """At least one pass through every line (64 bytes) of the ring, whatever the LLC; 128 Ki
+    hops as before while that is one pass or more (rings up to 8 MiB: an LLC up to 64 MiB)."""
+    probe = HOST_PROBES["llc"]
+    ring = probe.ring_bytes(llc, 1 << 30)
+    warm = probe.warm_hops(ring)
+    assert warm >= ring // 64
+    assert warm == (1 << 17 if llc <= 64 * MIB else ring // 64)  # 256 MiB: 32 MiB, 512 Ki hops
+
+
+def test_the_core_and_memory_probes_warm_up_as_many_hops_whatever_the_ring():
+    for ring in (16 << 10, 64 * MIB, 1 << 30):
+        assert HOST_PROBES["core"].warm_hops(ring) == 4096
+        assert HOST_PROBES["memory"].warm_hops(ring) == 1 << 16
+
+
+def test_a_reading_warms_the_llc_ring_through_once_when_it_is_over_8_mib():
+    """The walk goes on by the derived warm-up: a 16 MiB ring (a 128 MiB LLC), 256 Ki lines,
+    is walked through once untimed and then its samples' hops."""
+    rings = lay_rings({"llc": 16 * MIB})
+    llc, probe = rings[0], HOST_PROBES["llc"]
+    lines = llc.words.size // WORDS_PER_LINE
+    assert probe.warm_hops(llc.words.nbytes) == lines == 256 << 10
+    measure_host(rings)
+    assert int(llc.position[0]) == walk(llc.words, 0, probe.hops * probe.samples % lines)
+
+
+def test_the_facts_of_a_probe_name_the_unit_of_its_samples():
+    """`samples` of a HostProbe is a count; what a stored sample is goes by `sample_unit`."""
+    fact = probe_facts({"core": 16 << 10}, 2e9)["core"]
+    assert fact["sample_unit"] == "TSC ticks per sample of `hops` hops"
+    assert "samples" not in fact
+    assert fact["hops"] == HOST_PROBES["core"].hops and fact["tsc_hz"] == 2e9
 
 
 def test_the_llc_probe_is_the_yardstick_of_the_cases_living_in_the_llc_only():
     """The LLC probe moved 1.6x (another tenant took the shared L3), core and memory not: an
     LLC-resident case 1.3x slower is within that move; an L1-resident one and a memory one, 1.3x,
-    stay slower. A row stored before the column is not LLC-resident."""
+    stay slower. A row stored before the column is not LLC-resident. A case living in the LLC in
+    one run and reaching memory in the other (its span the LLC's whole size: rows stored before
+    that counted as reaching memory, and after) is judged against memory, not the LLC."""
     from nearlocal.report.compare import CaseComparison, HostMove
 
     moves = [HostMove("core", "all", 1.6, 1.6, 1.0, 0.98, 1.02, "32/32", 0.008, False),
              HostMove("llc", "llc", 30, 48, 1.6, 1.4, 1.8, "32/32", 0.05, True),
              HostMove("memory", "memory", 300, 300, 1.0, 0.97, 1.03, "32/32", 0.01, False)]
     cases = [CaseComparison(cid, "slower", ratio=1.3, ci_low=1.25, ci_high=1.35)
-             for cid in ("in-llc", "in-l1", "memory", "old-row")]
+             for cid in ("in-llc", "in-l1", "memory", "old-row", "filled-llc")]
     rows = {"in-llc": {"reaches_memory": False, "llc_resident": True},
             "in-l1": {"reaches_memory": False, "llc_resident": False},
             "memory": {"reaches_memory": True, "llc_resident": False},
             "old-row": {"reaches_memory": False}}
-    judge_host_moves(cases, moves, 0.05, 1e-4, rows, rows)
-    assert [c.verdict for c in cases] == ["ambiguous", "slower", "slower", "slower"]
+    base_rows = {**rows, "filled-llc": {"reaches_memory": False, "llc_resident": True}}
+    cand_rows = {**rows, "filled-llc": {"reaches_memory": True, "llc_resident": False}}
+    judge_host_moves(cases, moves, 0.05, 1e-4, base_rows, cand_rows)
+    assert [c.verdict for c in cases] == ["ambiguous", "slower", "slower", "slower", "slower"]
     assert "llc 30 ns -> 48 ns" in cases[0].note
 
 

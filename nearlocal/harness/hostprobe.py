@@ -44,9 +44,10 @@ class HostProbe:
     ring_bytes: Callable[[int, int], int]
     hops: int  # dependent loads per sample
     samples: int
-    # untimed hops before each reading: the other cases ran since the last one, and a ring
-    # walked cold reads its page-table misses too (1 GiB: ~320 ns a hop cold, ~215 ns walked)
-    warm_hops: int
+    # untimed hops before each reading, from its ring's bytes (as laid): the other cases ran
+    # since the last one, and a ring walked cold reads its page-table misses too (1 GiB: ~320 ns
+    # a hop cold, ~215 ns walked)
+    warm_hops: Callable[[int], int]
     # which cases it is the yardstick of: "all", "llc" (rows saying llc_resident: the host's
     # last-level cache, shared with other tenants, moves them) or "memory" (rows saying
     # reaches_memory: the host's memory latency moves them, and not only its core clock)
@@ -67,6 +68,15 @@ def llc_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
     return max(llc_bytes // 8, MIB)
 
 
+def llc_warm_hops(ring_bytes: int) -> int:
+    """128 Ki hops, or one pass through every line of the ring when that is more (a ring over
+    8 MiB: an LLC over 64 MiB): each reading starts from the ring back in the LLC, not from
+    the part of it the last warm-up reached."""
+    from nearlocal.kernels.chase import LINE
+
+    return max(1 << 17, ring_bytes // LINE)
+
+
 def memory_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
     """Over the LLC twice, and as wide as the largest memory-bound case (its page walks are
     part of what moves), within [64 MiB, 1 GiB] unless the LLC alone asks for more."""
@@ -76,15 +86,15 @@ def memory_ring_bytes(llc_bytes: int, span_bytes: int) -> int:
 
 register_probe(HostProbe(
     "core", "chase over 16 KiB (an L1 hit per hop): the core's clock", lambda llc, span: 16 << 10,
-    hops=4096, samples=15, warm_hops=4096, bounds="all"))
+    hops=4096, samples=15, warm_hops=lambda ring: 4096, bounds="all"))
 register_probe(HostProbe(
     "llc", "chase over an eighth of the LLC (its hops hit the LLC when the host leaves it to "
-    "this VM): the LLC's state", llc_ring_bytes, hops=4096, samples=15, warm_hops=1 << 17,
+    "this VM): the LLC's state", llc_ring_bytes, hops=4096, samples=15, warm_hops=llc_warm_hops,
     bounds="llc"))
 register_probe(HostProbe(
     "memory", "chase over the run's largest memory-bound span (64 MiB - 1 GiB, at least 2 x "
     "LLC), in a default dram region's pages: the host's memory latency", memory_ring_bytes,
-    hops=512, samples=15, warm_hops=1 << 16, bounds="memory"))
+    hops=512, samples=15, warm_hops=lambda ring: 1 << 16, bounds="memory"))
 
 
 def fitting_bytes(wanted: int, available: int | None) -> int:
@@ -135,7 +145,8 @@ class ProbeRing:
         for memory)."""
         from nearlocal.kernels.chase import time_chase, walk
 
-        self.position[0] = walk(self.words, self.position[0], self.probe.warm_hops)
+        warm = self.probe.warm_hops(self.words.nbytes)
+        self.position[0] = walk(self.words, self.position[0], warm)
         ticks = np.empty(self.probe.samples, np.uint64)
         time_chase(self.words, self.probe.hops, ticks, self.position)
         return [int(t) for t in ticks]
@@ -167,7 +178,7 @@ def probe_facts(sizes: dict[str, int], tsc_hz: float) -> dict[str, dict]:
     timer overhead it measured (`overhead_ticks`) once it is ready."""
     return {name: {"summary": HOST_PROBES[name].summary, "ring_bytes": nbytes,
                    "hops": HOST_PROBES[name].hops, "bounds": HOST_PROBES[name].bounds,
-                   "samples": "TSC ticks per sample of `hops` hops", "tsc_hz": tsc_hz}
+                   "sample_unit": "TSC ticks per sample of `hops` hops", "tsc_hz": tsc_hz}
             for name, nbytes in sizes.items()}
 
 

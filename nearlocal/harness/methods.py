@@ -90,10 +90,11 @@ class Method:
     # pattern's span: a 1 GiB chase mapped and filled a 1 GiB peer it never touched, 1-4 s of
     # each worker process on the 2-vCPU VM
     touches_peer: bool = True
-    # True: its accesses may be served by the CPU caches when the case's span fits the last-level
-    # cache (plain loads, stores, copies, chases). False (the default): every timed access
-    # reaches memory or a device whatever the size (nontemporal stores, flushes, DMA, GPU). A row
-    # says which (`reaches_memory`): compare judges such cases against the host's memory probe.
+    # True: its accesses may be served by the CPU caches when the case's span is below the
+    # last-level cache's size (plain loads, stores, copies, chases). False (the default): every
+    # timed access reaches memory or a device whatever the size (nontemporal stores, flushes,
+    # DMA, GPU). A row says which (`reaches_memory`): compare judges such cases against the
+    # host's memory probe.
     cacheable: bool = False
     # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
     suites: tuple[str, ...] = ()

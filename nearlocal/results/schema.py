@@ -8,9 +8,9 @@ derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_p
 peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
 without them derive them at load (`pool_class_column`, `measures_column`). Then
 `reaches_memory` (the case's accesses reach memory: the method is not cacheable or its span
-exceeds the LLC); older rows have none, and compare takes them as reaching memory. Then
-`llc_resident` (cacheable, its span over the core's L2 and within the LLC: the host's LLC
-state moves it); older rows have none, and compare takes them as not."""
+fills the LLC or exceeds it); older rows have none, and compare takes them as reaching memory.
+Then `llc_resident` (cacheable, its span over the core's L2 and below the LLC's size: the
+host's LLC state moves it); older rows have none, and compare takes them as not."""
 
 
 SCHEMA_VERSION = 3
