@@ -391,3 +391,18 @@ def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
     (row,) = runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
     store.finish()
     assert row["status"] == "ok" and row["processes"] == 2
+
+
+@pytest.mark.parametrize("processes, advice", [(8, "more --processes narrow it"),
+                                               (128, "more than --processes gives")])
+def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(processes, advice):
+    """A case spread 80 % over processes straddles the threshold; settling gives such a case up to
+    128 processes, more than --processes takes (100), and its note then says so instead of asking
+    for more."""
+    levels = {**{cid: (1e3, 0.02) for cid in CASES}, CASES[0]: (1e3, 0.8)}
+    base = synthetic_run(11, processes=processes, levels=levels, n=20)
+    cand = synthetic_run(12, processes=processes, levels=levels, n=20)
+    case = next(c for c in compare_runs(base, cand).cases if c.case_id == CASES[0])
+    assert case.verdict == "ambiguous"
+    assert advice in case.note
+    assert case.processes == f"{processes}/{processes}"
