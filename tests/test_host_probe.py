@@ -161,6 +161,16 @@ def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
     assert describe(Case(method, "dram", "wb", size), llc_bytes=llc)["reaches_memory"] is reaches
 
 
+@pytest.mark.parametrize("attr", ["uc", "wc"])
+def test_a_case_in_a_mapping_that_bypasses_the_caches_reaches_memory(attr):
+    """A plain load of 4 MiB lives in a 32 MiB L3 when write-back; uncacheable or
+    write-combining, every access goes to memory (seen: a default run's uc and wc rows said
+    llc_resident)."""
+    row = describe(Case("load", "dram", attr, "4MiB"), llc_bytes=32 * MIB, l2_bytes=512 << 10)
+    assert row["reaches_memory"] is True
+    assert row["llc_resident"] is False
+
+
 @pytest.mark.parametrize(("method", "size", "l2", "resident"), [
     ("chase", "4MiB", 512 << 10, True),  # over the 512 KiB L2, within the 32 MiB L3
     ("load", "16MiB", 512 << 10, True),

@@ -7,10 +7,11 @@ Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its reg
 derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
 peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
 without them derive them at load (`pool_class_column`, `measures_column`). Then
-`reaches_memory` (the case's accesses reach memory: the method is not cacheable or its span
-fills the LLC or exceeds it); older rows have none, and compare takes them as reaching memory.
-Then `llc_resident` (cacheable, its span over the core's L2 and below the LLC's size: the
-host's LLC state moves it); older rows have none, and compare takes them as not."""
+`reaches_memory` (the case's accesses reach memory: the method is not cacheable, the region is
+not write-back, or its span fills the LLC or exceeds it); older rows have none, and compare
+takes them as reaching memory. Then `llc_resident` (cacheable and write-back, its span over the
+core's L2 and below the LLC's size: the host's LLC state moves it); older rows have none, and
+compare takes them as not."""
 
 
 SCHEMA_VERSION = 3
