@@ -394,7 +394,7 @@ def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
 
 
 @pytest.mark.parametrize("processes, advice", [(8, "more --processes narrow it"),
-                                               (128, "more than --processes gives")])
+                                               (128, "at least the most --processes gives")])
 def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(processes, advice):
     """A case spread 80 % over processes straddles the threshold; settling gives such a case up to
     128 processes, more than --processes takes (100), and its note then says so instead of asking

@@ -232,7 +232,8 @@ def test_the_llc_probe_is_the_yardstick_of_the_cases_living_in_the_llc_only():
     LLC-resident case 1.3x slower is within that move; an L1-resident one and a memory one, 1.3x,
     stay slower. A row stored before the column is not LLC-resident. A case living in the LLC in
     one run and reaching memory in the other (its span the LLC's whole size: rows stored before
-    that counted as reaching memory, and after) is judged against memory, not the LLC."""
+    8f9facd said it lived in the LLC, rows after say it reaches memory) is judged against
+    memory, not the LLC."""
     from nearlocal.report.compare import CaseComparison, HostMove
 
     moves = [HostMove("core", "all", 1.6, 1.6, 1.0, 0.98, 1.02, "32/32", 0.008, False),

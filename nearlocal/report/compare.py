@@ -564,9 +564,9 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
                 c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
             elif _past_process_option(c):
                 c.note = c.note or (f"the interval straddles the threshold (process medians "
-                                    f"spread {spread:.1%} over {c.processes} processes, more "
-                                    "than --processes gives: between runs this box cannot "
-                                    "judge it at the threshold)")
+                                    f"spread {spread:.1%} over {c.processes} processes, at "
+                                    "least the most --processes gives: between runs this box "
+                                    "cannot judge it at the threshold)")
             else:
                 c.note = c.note or (f"the interval straddles the threshold (process medians "
                                     f"spread {spread:.1%}: more --processes narrow it)")
@@ -575,10 +575,11 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
 
 
 def _past_process_option(c: CaseComparison) -> bool:
-    """Both runs gave the case more processes than --processes can ask for (settling did, for a
-    case whose processes disagree): more are not to be had. The 4 MiB chase on the 2-vCPU VM
-    gets there: its processes split between its ring held in the shared L3 (16-30 ns a hop) and
-    not (80-150 ns), in a share that moved from ~30 % to ~65 % between two unchanged runs."""
+    """Both runs gave the case at least the most processes --processes can ask for (settling
+    gives up to 128 to a case whose processes disagree): more are not to be had. The 4 MiB
+    chase on the 2-vCPU VM gets there: its processes split between its ring held in the shared
+    L3 (16-30 ns a hop) and not (80-150 ns), in a share that moved from ~30 % to ~65 % between
+    two unchanged runs."""
     from nearlocal.harness.plan import MAX_PROCESSES
 
     return c._proc_base is not None and c._proc_cand is not None \
