@@ -142,9 +142,9 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
     the core's L2 (0, unknown: no case is said to live in the LLC). A case reaches memory
     (`reaches_memory`) when its method is not cacheable, its region is not write-back (an
     uncacheable or write-combining mapping bypasses the caches), or its footprint fills the LLC
-    or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else, and the LLC is
-    shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
-    (`llc_resident`) when it is cacheable and its footprint is over the L2 and below the LLC."""
+    or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
+    and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
+    (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
     method = get_method(case.method)
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     # a copy's footprint is its region and its peer (a method that never touches it maps a line)
