@@ -86,7 +86,11 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.results.store import Store
     from nearlocal.safeio import check_output, write_output
 
+    if (args.take_turns is None) != (args.turn is None):
+        raise UsageError("--take-turns DIR and --turn ARM/ARMS go together")
     if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
+        if args.take_turns is not None:
+            raise UsageError("--take-turns is for runs on one host, not an MPI job's ranks")
         from nearlocal.rack.job import run_job
 
         return run_job(args)
@@ -101,13 +105,24 @@ def _run(args: argparse.Namespace) -> int:
     meta = run_metadata(inventory, settings.worker_settings(inventory), args.suite,
                         processes=settings.processes, max_processes=settings.max_processes,
                         kind="run")
+    turns = None
+    if args.take_turns is not None:
+        from nearlocal.harness.turns import Turns
+
+        turns = Turns.open(args.take_turns, args.turn)
+        meta["turns"] = turns.facts()
     from nearlocal.harness.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
-    store = Store.create(Path(args.out), meta)
-    interrupted = measure(plan, store, quiet=args.quiet)
+    try:
+        store = Store.create(Path(args.out), meta)
+    except BaseException:
+        if turns is not None:  # the other arms go on without this one
+            turns.finish()
+        raise
+    interrupted = measure(plan, store, quiet=args.quiet, turns=turns)
     path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         interrupted=bool(interrupted))
     from nearlocal.results import load
@@ -208,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", help="also write the case rows as a JSON array to this path")
     run.add_argument("--allow-write", action="store_true",
                      help="allow writing to devdax: regions and existing files named here")
+    run.add_argument("--take-turns", metavar="DIR",
+                     help="measure pass by pass in turns with the other arms of a group meeting "
+                     "in DIR (each its own `nearlocal run`, e.g. the baseline's checkout and the "
+                     "candidate's), so both see the same host; with --turn")
+    run.add_argument("--turn", metavar="ARM/ARMS", help="this run's arm of the group, e.g. 0/2")
     run.add_argument("--quiet", action="store_true")
     run.set_defaults(func=_run)
 

@@ -9,8 +9,12 @@
 #   gate-chase/dram/wb/1GiB `slower` in every pair.
 # Every run carries the plugin's cases (the unchanged runs at slowdown 1.0), so each pair
 # compares the same case list. Prints the load average with the figures: the box is shared.
+# The five runs take turns, pass by pass (`nearlocal run --take-turns`), as a CI job measures
+# its baseline and candidate; GATE_TURNS=0 runs them one after another instead (a candidate
+# against a baseline stored earlier: the host may move between them).
 #
 #   bash scripts/gate_check.sh [STORE]        (default: a new temporary directory)
+#   GATE_TURNS=0 bash scripts/gate_check.sh [STORE]   the runs one after another
 #   GATE_REUSE=1 bash scripts/gate_check.sh STORE   compares the runs already in STORE
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +28,35 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" NEARLOCAL_PLUGINS=tests.gat
 mkdir -p "$store"
 echo "store: $store; load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 
-if [ "${GATE_REUSE:-0}" != 1 ]; then
-    for kind in same same same slow slow; do
-        factor=1.0; [ "$kind" = slow ] && factor=1.3
+kinds=(same same same slow slow)
+factor() { if [ "$1" = slow ]; then echo 1.3; else echo 1.0; fi; }
+if [ "${GATE_REUSE:-0}" = 1 ]; then
+    :
+elif [ "${GATE_TURNS:-1}" = 1 ]; then
+    # the five runs take turns pass by pass (nearlocal run --take-turns): one host for all
+    start=$(date +%s)
+    pids=()
+    for i in "${!kinds[@]}"; do
+        NEARLOCAL_GATE_SLOWDOWN=$(factor "${kinds[$i]}") "$nearlocal" run --out "$store" --quiet \
+            --take-turns "$store/turns" --turn "$i/${#kinds[@]}" > "$store/.run-$i" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!kinds[@]}"; do
+        wait "${pids[$i]}" || { cat "$store/.run-$i" >&2; exit 1; }
+        id=$(sed -n 's#^stored .*/##p' "$store/.run-$i" | tail -1)
+        echo "${kinds[$i]} $id" >> "$store/gate-runs.txt"
+        echo "run $id (slowdown $(factor "${kinds[$i]}"), arm $i of ${#kinds[@]} taking turns)"
+    done
+    echo "the five runs, taking turns: $(( $(date +%s) - start )) s," \
+         "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+else
+    for kind in "${kinds[@]}"; do
         start=$(date +%s)
-        NEARLOCAL_GATE_SLOWDOWN=$factor "$nearlocal" run --out "$store" --quiet > "$store/.last-run"
+        NEARLOCAL_GATE_SLOWDOWN=$(factor "$kind") "$nearlocal" run --out "$store" --quiet \
+            > "$store/.last-run"
         id=$(sed -n 's#^stored .*/##p' "$store/.last-run" | tail -1)
         echo "$kind $id" >> "$store/gate-runs.txt"
-        echo "run $id (slowdown $factor): $(( $(date +%s) - start )) s," \
+        echo "run $id (slowdown $(factor "$kind")): $(( $(date +%s) - start )) s," \
              "load average $(cut -d' ' -f1-3 /proc/loadavg)"
     done
 fi

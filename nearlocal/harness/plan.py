@@ -202,9 +202,11 @@ def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSet
 
 
 def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = True,
-            case_timeout_s: float | None = None) -> KeyboardInterrupt | None:
+            case_timeout_s: float | None = None, turns=None) -> KeyboardInterrupt | None:
     """Run the plan into `store` with run's progress display; the store is left open. Returns
-    the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored."""
+    the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored.
+    `turns` (harness.turns.Turns): each pass waits for this arm's slot of a turn-taking group,
+    and the arm is done when this returns or raises."""
     from nearlocal import console  # rich: loaded only by the commands that print
 
     settings = plan.settings
@@ -215,7 +217,8 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
         # runner.Runner is looked up here, at the call: tests stand a double in for it
         measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
                                   case_timeout_s=case_timeout_s, processes=settings.processes,
-                                  on_pass=progress.new_pass, on_measured=progress.measured,
+                                  on_pass=_taking_turns(turns, progress.new_pass),
+                                  on_measured=progress.measured,
                                   on_compile=progress.compiling, compile_first=compile_first,
                                   max_processes=settings.max_processes,
                                   on_settle=progress.settle)
@@ -223,4 +226,18 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
             measuring.run(plan)
         except KeyboardInterrupt as exc:
             return exc
+        finally:
+            if turns is not None:
+                turns.finish()
     return None
+
+
+def _taking_turns(turns, new_pass: Callable[[int], None]) -> Callable[[int], None]:
+    """on_pass: wait for the arm's slot (outside every pass), then report the pass."""
+    if turns is None:
+        return new_pass
+
+    def on_pass(index: int) -> None:
+        turns.take(index)
+        new_pass(index)
+    return on_pass

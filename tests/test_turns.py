@@ -1,0 +1,106 @@
+"""Runs that take turns (harness/turns.py): the arms' passes alternate, round by round with every
+other round reversed; an arm that is done or dead loses its slots; bad --turn input is one line."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from nearlocal.errors import UsageError
+from nearlocal.harness import turns as turns_module
+from nearlocal.harness.turns import Turns, parse_turn, slot_arm
+
+
+def test_slots_go_round_by_round_every_other_round_reversed():
+    assert [slot_arm(s, 3) for s in range(9)] == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    assert [slot_arm(s, 2) for s in range(6)] == [0, 1, 1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("text", ["1", "a/2", "2/2", "0/1", "-1/3", ""])
+def test_a_bad_turn_is_one_line(text):
+    with pytest.raises(UsageError, match="--turn"):
+        parse_turn(text)
+
+
+def _arm(directory: str, arm: int, arms: int, passes: int, log: str) -> None:
+    turns = Turns.open(directory, f"{arm}/{arms}")
+    for index in range(passes):
+        turns.take(index)
+        with open(log, "a") as out:  # one short write per pass: O_APPEND keeps lines whole
+            out.write(f"{arm} {index} start\n")
+        time.sleep(0.01)  # a pass: another arm's write here would break the alternation
+        with open(log, "a") as out:
+            out.write(f"{arm} {index} end\n")
+    turns.finish()
+
+
+def _run_group(tmp_path, passes: list[int]) -> list[tuple[int, int]]:
+    log = str(tmp_path / "log")
+    context = multiprocessing.get_context("fork")
+    arms = [context.Process(target=_arm, args=(str(tmp_path / "meet"), arm, len(passes), n, log))
+            for arm, n in enumerate(passes)]
+    for process in arms:
+        process.start()
+    for process in arms:
+        process.join(60)
+        assert process.exitcode == 0
+    lines = [line.split() for line in Path(log).read_text().splitlines()]
+    starts = [(int(a), int(p)) for a, p, what in lines if what == "start"]
+    # no pass overlaps another: every start is followed by its own end
+    assert [(int(a), int(p)) for a, p, what in lines if what == "end"] == starts
+    assert all(lines[2 * i][:2] == lines[2 * i + 1][:2] for i in range(len(starts)))
+    return starts
+
+
+def test_two_arms_alternate_pass_by_pass(tmp_path):
+    starts = _run_group(tmp_path, [4, 4])
+    assert starts == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2), (1, 3), (0, 3)]
+
+
+def test_an_arm_that_is_done_loses_its_slots(tmp_path):
+    starts = _run_group(tmp_path, [3, 1, 4])
+    assert starts == [(0, 0), (1, 0), (2, 0), (2, 1), (0, 1), (0, 2), (2, 2), (2, 3)]
+
+
+def test_a_dead_arm_loses_its_slots(tmp_path):
+    """An arm whose process died (killed mid-run) holds nobody up."""
+    directory = tmp_path / "meet"
+    dead = 2**22 + 12345
+    first = Turns.open(str(directory), "0/2")
+    first.alive = lambda pid: pid != dead
+    with first._state() as state:  # arm 1 checked in from a process that is gone now
+        state["pids"]["1"] = dead
+    first.take(0)  # checks in, holds slot 0
+    first.take(1)  # hands slot 0 on; slots 1 and 2 were arm 1's: it is dead, so 3 is arm 0's
+    assert first.holding
+    with first._state() as state:
+        assert state["done"] == [1] and state["slot"] == 3
+
+
+def test_nobody_measures_before_every_arm_checked_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(turns_module, "CHECK_IN_S", 0.0)
+    turns = Turns.open(str(tmp_path / "meet"), "0/3")
+    with pytest.raises(UsageError, match="arms 1, 2 of 3 did not check in"):
+        turns.take(0)
+
+
+def test_a_group_of_another_size_or_a_taken_arm_is_refused(tmp_path):
+    directory = str(tmp_path / "meet")
+    Turns.open(directory, "0/2")
+    with Turns.open(directory, "1/2")._state() as state:
+        state["pids"]["0"] = os.getppid()  # arm 0 is a live process (this one's parent)
+    with pytest.raises(UsageError, match="a group of 2 arms meets there, not 3"):
+        Turns.open(directory, "1/3")
+    with pytest.raises(UsageError, match="arm 0 is already taken by process"):
+        Turns.open(directory, "0/2")
+
+
+def test_a_finished_group_leaves_the_directory_to_the_next(tmp_path):
+    _run_group(tmp_path, [1, 1])
+    turns = Turns.open(str(tmp_path / "meet"), "0/3")  # a new group of another size
+    with turns._state() as state:
+        assert state == {"arms": 3, "slot": 0, "pids": {}, "done": []}
