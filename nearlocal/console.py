@@ -300,7 +300,9 @@ class RunProgress:
     def __init__(self, case_ids: list[str], runnable: list[bool], budget_s: float,
                  enabled: bool = True, target: Console | None = None, interval_s: float = 3.0,
                  processes: int = 1, clock=time.monotonic, heartbeat: bool = True,
-                 patterns: list[str] | None = None):
+                 patterns: list[str] | None = None, arms: int = 1):
+        """arms: the runs of a turn-taking group (run --take-turns) this one's passes alternate
+        with: the ETA counts their passes too, as long as this run's own."""
         from nearlocal.harness.eta import OPEN_PRIOR_S, EtaModel
 
         kept = [i for i, run in enumerate(runnable) if run]
@@ -316,6 +318,7 @@ class RunProgress:
         self.clock, self.heartbeat = clock, heartbeat
         self.pass_index, self.pass_label, self.position = 0, "", 0
         self.compiling_text = ""  # while kernels compile: "compiling kernels ...: k of n"
+        self.arms, self.waiting_text = max(1, arms), ""  # "waiting for its turn ..." meanwhile
         self.started = self.last_event = self.last_line = 0.0
         self._live = self._task = self._beat = None
         self._stop = threading.Event()
@@ -331,6 +334,8 @@ class RunProgress:
                      if self.eta.left.get(case_id, 0) > 0), "")
 
     def current(self) -> str:
+        if self.waiting_text:
+            return self.waiting_text
         case_id = self.current_id()
         if case_id:
             return self.pass_label + case_id
@@ -338,7 +343,12 @@ class RunProgress:
         return "done" if self.eta.done >= self.eta.total else "starting the next process"
 
     def eta_s(self, now: float) -> float:
-        return self.eta.remaining_s(self.current_id(), now - self.last_event)
+        return self.arms * self.eta.remaining_s(self.current_id(), now - self.last_event)
+
+    def waiting(self, text: str) -> None:
+        """While a turn-taking run waits for its next pass: what the log says it is doing."""
+        with self._lock:
+            self.waiting_text = text
 
     def status(self, now: float) -> str:
         """The line a CI log gets: counts, elapsed, ETA, what is happening now."""

@@ -113,6 +113,12 @@ def test_runs_lists_the_others_and_marks_the_damaged_ones(store, capsys):
     (["accept", str(EXAMPLES / "local-dram.toml"), "--processes", "0"], "--processes"),
     (["compare", GOOD, GOOD, "--seed", "-1"], "--seed"),
     (["compare", GOOD, GOOD, "--history", "-1"], "--history"),
+    (["run", "--method", "load", "--size", "64", "--take-turns", "/tmp"], "go together"),
+    (["run", "--method", "load", "--size", "64", "--turn", "0/2"], "go together"),
+    (["run", "--method", "load", "--size", "64", "--take-turns", "/proc/nearlocal-turns",
+      "--turn", "0/2"], "--take-turns /proc/nearlocal-turns"),
+    (["run", "--method", "load", "--size", "64", "--take-turns", "/tmp/nearlocal-t",
+      "--turn", "2/2"], "--turn 2/2"),
     (["runs", "--out", "/nonexistent/nearlocal"], "does not exist"),
     (["baseline", "show", "--out", "/nonexistent/nearlocal"], "does not exist"),
 ])

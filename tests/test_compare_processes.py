@@ -406,3 +406,63 @@ def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(
     assert case.verdict == "ambiguous"
     assert advice in case.note
     assert case.processes == f"{processes}/{processes}"
+
+
+def turn_taking_runs(seed: int, factor: float, group: str | None = "g1", processes: int = 32,
+                     n: int = 50) -> tuple[RunData, RunData]:
+    """Two runs that took turns (run --take-turns): in round k both drew the host's state then,
+    a two-state shared L3 (the ring held or not: 1x or 3x, in spells) times a drift, while each
+    process adds only 3 % of its own. The candidate is `factor` slower."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    levels = _levels()
+    host = {cid: np.exp(np.cumsum(rng.normal(0, 0.05, processes)))
+            * np.where(np.repeat(rng.random(processes // 8) < 0.4, 8), 3.0, 1.0)
+            for cid in levels}
+    for arm, scale in enumerate((1.0, factor)):
+        rows, frames = [], []
+        for cid, (median, _) in levels.items():
+            medians = median * scale * host[cid] * rng.lognormal(0, 0.03, processes)
+            ns = np.concatenate([m * rng.lognormal(0, 0.02, n) for m in medians])
+            frames.append(pd.DataFrame({"case_id": cid, "rep": np.arange(ns.size), "raw": ns,
+                                        "ns": ns, "process": np.repeat(np.arange(processes), n)}))
+            rows.append({"case_id": cid, "method": cid.split("/")[0], "status": "ok",
+                         "median_ns": float(np.median(ns)), "converged": True,
+                         "timer_overhead_ns": 20.0, "clock_resolution_ns": 10.0,
+                         "processes": processes})
+        meta = {"run_id": f"turns-{seed}-{arm}", "host_id": "h"}
+        if group is not None:
+            meta["turns"] = {"group": group, "arm": arm, "arms": 2}
+        runs.append(RunData(Path(f"/nonexistent/turns-{seed}-{arm}"), meta, pd.DataFrame(rows),
+                            pd.concat(frames, ignore_index=True)))
+    return runs[0], runs[1]
+
+
+def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
+    """Under a host whose shared state moves each case 1x-3x in spells, two runs that took turns
+    catch a 1.3x slowdown in every case and call unchanged code the same; the same samples
+    judged unpaired (no common group) cannot tell."""
+    base, cand = turn_taking_runs(7, 1.3)
+    paired = compare_runs(base, cand)
+    assert paired.process_model.paired
+    assert "paired process model (the runs took turns)" in paired.process_model.describe()
+    assert paired.counts()["slower"] == len(CASES)
+    assert all(c.processes == "32/32 (32 paired)" for c in paired.cases)
+    assert all(c.cand_median_ns == pytest.approx(c.base_median_ns * c.ratio) for c in paired.cases)
+    unpaired = compare_runs(*turn_taking_runs(7, 1.3, group=None))
+    assert not unpaired.process_model.paired
+    assert unpaired.counts()["slower"] < len(CASES) / 2
+    for seed in range(5):
+        same = compare_runs(*turn_taking_runs(20 + seed, 1.0))
+        assert same.exit_code == 0 and same.counts()["same"] >= 0.9 * len(CASES)
+
+
+def test_only_runs_of_one_group_as_different_arms_are_paired():
+    from nearlocal.harness.turns import same_group
+
+    arm = {"group": "g1", "arm": 0, "arms": 2}
+    assert same_group({"turns": arm}, {"turns": {**arm, "arm": 1}})
+    assert not same_group({"turns": arm}, {"turns": arm})  # a run with itself
+    assert not same_group({"turns": arm}, {"turns": {**arm, "arm": 1, "group": "g2"}})
+    assert not same_group({}, {"turns": arm})
+    assert not same_group({"turns": "damaged"}, {"turns": arm})

@@ -215,3 +215,28 @@ def test_between_two_passes_the_status_does_not_say_done():
             clock.now += 0.1
             progress.measured(case_id, False)
         assert progress.status(clock.now).endswith(": done")
+
+
+def test_a_run_taking_turns_says_it_waits_and_counts_the_other_arms_in_its_eta():
+    """run --take-turns: while the other arms measure, the log says this run waits for its turn
+    (never silent), and the ETA counts their passes too (as long as this run's own)."""
+    ids = ["load/dram/wb/64B", "load/dram/wb/16KiB"]
+    etas = []
+    for arms in (1, 3):
+        clock = FakeClock()
+        log = Log(clock)
+        with RunProgress(ids, [True, True], 0.5, target=log, processes=2, clock=clock,
+                         heartbeat=False, arms=arms) as progress:
+            progress.new_pass(0)
+            for case_id in ids:
+                clock.now += 0.2
+                progress.measured(case_id, False)
+            etas.append(progress.eta_s(clock.now))
+            progress.waiting("waiting for its turn (arm 1 of 3, taking turns in /tmp/t)")
+            clock.now += 3.0
+            progress.beat()
+            assert log.lines[-1][1].endswith(": waiting for its turn (arm 1 of 3, taking "
+                                             "turns in /tmp/t)")
+            progress.waiting("")
+            assert "waiting" not in progress.status(clock.now)
+    assert etas[0] == pytest.approx(0.4) and etas[1] == pytest.approx(3 * 0.4)

@@ -3,8 +3,11 @@ other round reversed; an arm that is done or dead loses its slots; bad --turn in
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -68,17 +71,26 @@ def test_an_arm_that_is_done_loses_its_slots(tmp_path):
 
 def test_a_dead_arm_loses_its_slots(tmp_path):
     """An arm whose process died (killed mid-run) holds nobody up."""
-    directory = tmp_path / "meet"
     dead = 2**22 + 12345
-    first = Turns.open(str(directory), "0/2")
-    first.alive = lambda pid: pid != dead
+    first = Turns.open(str(tmp_path / "meet"), "0/2", alive=lambda pid: pid != dead)
     with first._state() as state:  # arm 1 checked in from a process that is gone now
         state["pids"]["1"] = dead
-    first.take(0)  # checks in, holds slot 0
-    first.take(1)  # hands slot 0 on; slots 1 and 2 were arm 1's: it is dead, so 3 is arm 0's
+        state["ready"].append(1)
+    first.take(0)  # checks in; arm 1 is found dead: done
+    assert first.holding
+    first.take(1)  # hands slot 0 on; slots 1 and 2 were arm 1's, so 3 is arm 0's
     assert first.holding
     with first._state() as state:
         assert state["done"] == [1] and state["slot"] == 3
+
+
+def test_an_arm_that_died_before_checking_in_holds_nobody_up(tmp_path):
+    dead = 2**22 + 12345
+    first = Turns.open(str(tmp_path / "meet"), "0/2", alive=lambda pid: pid != dead)
+    with first._state() as state:  # arm 1 opened, then failed before its first pass
+        state["pids"]["1"] = dead
+    first.take(0)
+    assert first.holding
 
 
 def test_nobody_measures_before_every_arm_checked_in(tmp_path, monkeypatch):
@@ -93,6 +105,7 @@ def test_a_group_of_another_size_or_a_taken_arm_is_refused(tmp_path):
     Turns.open(directory, "0/2")
     with Turns.open(directory, "1/2")._state() as state:
         state["pids"]["0"] = os.getppid()  # arm 0 is a live process (this one's parent)
+        state["pids"]["1"] = os.getppid()
     with pytest.raises(UsageError, match="a group of 2 arms meets there, not 3"):
         Turns.open(directory, "1/3")
     with pytest.raises(UsageError, match="arm 0 is already taken by process"):
@@ -103,4 +116,31 @@ def test_a_finished_group_leaves_the_directory_to_the_next(tmp_path):
     _run_group(tmp_path, [1, 1])
     turns = Turns.open(str(tmp_path / "meet"), "0/3")  # a new group of another size
     with turns._state() as state:
-        assert state == {"arms": 3, "slot": 0, "pids": {}, "done": []}
+        assert state["arms"] == 3 and state["slot"] == 0 and state["done"] == []
+        assert state["pids"] == {"0": os.getpid()}
+
+
+def test_take_turns_script_runs_both_checkouts_in_turns_and_compares(tmp_path):
+    """scripts/take_turns.sh BASE: two real runs (this checkout as both baseline and candidate)
+    taking turns, stored with the group's facts, then compare's Markdown naming the case."""
+    root = Path(__file__).resolve().parent.parent
+    store = tmp_path / "store"
+    env = {**os.environ, "NEARLOCAL_STORE": str(store), "PYTHON": sys.executable,
+           "TMPDIR": str(tmp_path)}
+    done = subprocess.run(["bash", str(root / "scripts" / "take_turns.sh"), str(root),
+                           "--method", "load", "--size", "4KiB", "--processes", "2",
+                           "--budget", "0.1"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode in (0, 1), done.stderr  # 1 would be a verdict, not a failure
+    assert "load/dram/wb/4KiB" in done.stdout
+    metas = [json.loads((run / "run.json").read_text()) for run in store.iterdir()]
+    assert sorted(meta["turns"]["arm"] for meta in metas) == [0, 1]
+    assert all(meta["turns"]["arms"] == 2 for meta in metas)
+
+
+def test_take_turns_script_refuses_a_base_that_is_no_checkout(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["bash", str(root / "scripts" / "take_turns.sh"), str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "BASE is a checkout of nearlocal" in done.stderr

@@ -213,11 +213,12 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
     worker = settings.worker_settings(plan.inventory)
     with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
                              settings.budget_s, enabled=not quiet, processes=settings.processes,
-                             patterns=[e.case.pattern for e in plan.entries]) as progress:
+                             patterns=[e.case.pattern for e in plan.entries],
+                             arms=turns.arms if turns is not None else 1) as progress:
         # runner.Runner is looked up here, at the call: tests stand a double in for it
         measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
                                   case_timeout_s=case_timeout_s, processes=settings.processes,
-                                  on_pass=_taking_turns(turns, progress.new_pass),
+                                  on_pass=_taking_turns(turns, progress),
                                   on_measured=progress.measured,
                                   on_compile=progress.compiling, compile_first=compile_first,
                                   max_processes=settings.max_processes,
@@ -232,12 +233,17 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
     return None
 
 
-def _taking_turns(turns, new_pass: Callable[[int], None]) -> Callable[[int], None]:
+def _taking_turns(turns, progress) -> Callable[[int], None]:
     """on_pass: wait for the arm's slot (outside every pass), then report the pass."""
     if turns is None:
-        return new_pass
+        return progress.new_pass
 
     def on_pass(index: int) -> None:
-        turns.take(index)
-        new_pass(index)
+        progress.waiting(f"waiting for its turn (arm {turns.arm} of {turns.arms}, taking turns "
+                         f"in {turns.directory})")
+        try:
+            turns.take(index)
+        finally:
+            progress.waiting("")
+        progress.new_pass(index)
     return on_pass

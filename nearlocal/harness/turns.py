@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,11 @@ def _alive(pid: int) -> bool:
 @dataclass
 class Turns:
     """One arm of a turn-taking group. `take` before each pass (it hands on the slot the arm
-    held for its last pass, then waits for its next), `finish` when the arm's run is over."""
+    held for its last pass, then waits for its next), `finish` when the arm's run is over.
+
+    The state: `group` (an id drawn by the group's first arm: runs of one group are paired pass
+    by pass in compare), `arms`, `slot`, `pids` (the arms present: opened, alive), `ready` (checked
+    in at their first pass) and `done`."""
 
     directory: Path
     arm: int
@@ -71,19 +76,20 @@ class Turns:
     alive: Callable[[int], bool] = _alive
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    group: str = ""
     holding: bool = False
     checked_in: bool = False
-    waited_s: float = 0.0
 
     @classmethod
-    def open(cls, directory: str, turn: str) -> Turns:
+    def open(cls, directory: str, turn: str, alive: Callable[[int], bool] = _alive) -> Turns:
+        """Join (or start) the group meeting in `directory` as arm I of N ('I/N')."""
         arm, arms = parse_turn(turn)
         path = Path(directory)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--take-turns {directory}: {exc.strerror}") from None
-        turns = cls(path, arm, arms)
+        turns = cls(path, arm, arms, alive=alive)
         with turns._state() as state:
             live = {int(a): pid for a, pid in state["pids"].items()
                     if int(a) not in state["done"] and turns.alive(pid)}
@@ -96,10 +102,13 @@ class Turns:
             elif arm in live and live[arm] != os.getpid():
                 raise UsageError(f"--take-turns {directory}: arm {arm} is already taken by "
                                  f"process {live[arm]}")
+            state["pids"][str(arm)] = os.getpid()
+            turns.group = state["group"]
         return turns
 
     def _fresh(self) -> dict:
-        return {"arms": self.arms, "slot": 0, "pids": {}, "done": []}
+        return {"group": uuid.uuid4().hex[:12], "arms": self.arms, "slot": 0, "pids": {},
+                "ready": [], "done": []}
 
     @contextlib.contextmanager
     def _state(self) -> Iterator[dict]:
@@ -111,7 +120,7 @@ class Turns:
                 state = json.loads(path.read_text()) if path.exists() else {}
             except (OSError, ValueError):
                 state = {}
-            if not all(key in state for key in self._fresh()):
+            if not isinstance(state, dict) or not all(key in state for key in self._fresh()):
                 state = self._fresh()
             before = json.dumps(state)
             yield state
@@ -121,7 +130,7 @@ class Turns:
                 tmp.replace(path)
 
     def _advance(self, state: dict) -> None:
-        """The slot moves on to the next arm not done (or past the end when all are)."""
+        """The slot moves on to the next arm not done (or stays when all are)."""
         if len(state["done"]) >= self.arms:
             return
         state["slot"] += 1
@@ -134,24 +143,31 @@ class Turns:
         if slot_arm(state["slot"], self.arms) == arm:
             self._advance(state)
 
+    def _retire_the_dead(self, state: dict) -> None:
+        """Arms whose process is gone (killed mid-run, or failed before checking in) are done."""
+        for arm, pid in list(state["pids"].items()):
+            if int(arm) != self.arm and int(arm) not in state["done"] and not self.alive(pid):
+                self._retire(state, int(arm))
+
     def take(self, pass_index: int = 0) -> None:
         """Hand on the slot held for the last pass, then wait for this arm's next slot."""
         started = self.clock()
         with self._state() as state:
             if not self.checked_in:
-                state["pids"][str(self.arm)] = os.getpid()
+                if self.arm not in state["ready"]:
+                    state["ready"].append(self.arm)
                 self.checked_in = True
             if self.holding:
                 self._advance(state)
                 self.holding = False
         while True:
             with self._state() as state:
-                if self._mine(state):
-                    self.holding = True
-                    self.waited_s += self.clock() - started
-                    return
+                self._retire_the_dead(state)
                 missing = [a for a in range(self.arms)
-                           if str(a) not in state["pids"] and a not in state["done"]]
+                           if a not in state["ready"] and a not in state["done"]]
+                if not missing and slot_arm(state["slot"], self.arms) == self.arm:
+                    self.holding = True
+                    return
                 if missing and self.clock() - started > CHECK_IN_S:
                     raise UsageError(
                         f"--take-turns {self.directory}: arm{'s' if len(missing) > 1 else ''} "
@@ -159,31 +175,21 @@ class Turns:
                         f"{CHECK_IN_S:.0f} s")
             self.sleep(POLL_S)
 
-    def _mine(self, state: dict) -> bool:
-        """Whether the slot is this arm's; retires a holder whose process died on the way."""
-        if any(str(a) not in state["pids"] and a not in state["done"] for a in range(self.arms)):
-            return False  # not all checked in: nobody measures yet
-        for _ in range(self.arms):
-            holder = slot_arm(state["slot"], self.arms)
-            if holder == self.arm:
-                return True
-            pid = state["pids"].get(str(holder))
-            if holder in state["done"] or (pid and not self.alive(pid)):
-                self._retire(state, holder)
-                if len(state["done"]) >= self.arms:
-                    return False
-                continue
-            return False
-        return False
-
     def finish(self) -> None:
         """This arm is done (measured, interrupted or failed): its slots go to the others."""
         with self._state() as state:
-            state["pids"].setdefault(str(self.arm), os.getpid())
             self._retire(state, self.arm)
         self.holding = False
 
     def facts(self) -> dict:
-        """What the run's metadata says of the group."""
-        return {"arm": self.arm, "arms": self.arms, "directory": str(self.directory),
+        """What the run's metadata says of the group (compare pairs runs of one group)."""
+        return {"group": self.group, "arm": self.arm, "arms": self.arms,
+                "directory": str(self.directory),
                 "order": "round by round, every other round reversed"}
+
+
+def same_group(base_meta: dict, cand_meta: dict) -> bool:
+    """Two runs that took turns in one group, as different arms: their passes alternated."""
+    base, cand = base_meta.get("turns"), cand_meta.get("turns")
+    return isinstance(base, dict) and isinstance(cand, dict) and bool(base.get("group")) \
+        and base.get("group") == cand.get("group") and base.get("arm") != cand.get("arm")

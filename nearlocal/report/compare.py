@@ -439,10 +439,13 @@ class ProcessModel:
     excess: float  # sigma of a log ratio's run-to-run noise beyond the processes' spread
     selected: int  # cases beyond the threshold at the Benjamini-Hochberg level
     confidence: float  # of each judged case's interval (false coverage-rate adjusted)
+    paired: bool = False  # the runs took turns: process k of each paired with process k
 
     def describe(self) -> str:
         prior = "inf" if math.isinf(self.prior_df) else f"{self.prior_df:.1f}"
-        return (f"process model on {self.cases} cases: between-process noise {self.noise:.1%} "
+        what = "paired process model (the runs took turns)" if self.paired else "process model"
+        noise = "pair" if self.paired else "between-process"
+        return (f"{what} on {self.cases} cases: {noise} noise {self.noise:.1%} "
                 f"(prior df {prior}), excess run noise {self.excess:.1%}, "
                 f"intervals at {self.confidence:.2%}")
 
@@ -496,11 +499,13 @@ def benjamini_hochberg(p: np.ndarray, family: int) -> np.ndarray:
 
 
 def judge_by_processes(cases: list[CaseComparison], family: int, threshold: float, alpha: float,
-                       history: dict[str, float]) -> ProcessModel:
+                       history: dict[str, float], paired: bool = False) -> ProcessModel:
     """Verdicts for cases whose runs both have >= 2 worker processes (see ProcessModel).
 
     Per case the estimate is the ratio of the trimmed geometric means of the process medians
-    (trimmed_location); its standard error comes from their moderated pooled variance, with the
+    (trimmed_location), or with `paired` (the runs took turns) the trimmed mean of the pairs'
+    log ratios (_paired_terms); its standard error comes from their moderated pooled variance
+    (the pairs' variance), with the
     excess run noise added, and is at least the spread of past baselines. A case's p-value tests
     "beyond the threshold" (the ratio outside [1/(1+t), 1+t], each median allowed to be off by
     the clock's resolution); the Benjamini-Hochberg procedure over the `family` compared cases
@@ -516,14 +521,19 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
         c.base_median_ns, c.cand_median_ns = float(math.exp(mean_b)), float(math.exp(mean_c))
         c.ratio = c.cand_median_ns / c.base_median_ns
         c.processes = f"{c._proc_base.size}/{c._proc_cand.size}"
-    logs = np.array([math.log(c.ratio) for c in cases])
-    # Yuen's trimmed two-sample model: each run counts h processes (those left after trimming),
-    # its per-process variance the Winsorized one scaled so that s2 / h is its trimmed mean's
-    kb = np.array([h for _, _, h in base], dtype=float)
-    kc = np.array([h for _, _, h in cand], dtype=float)
-    df = kb + kc - 2
-    s2 = np.array([((hb - 1) * vb + (hc - 1) * vc)
-                   for (_, vb, hb), (_, vc, hc) in zip(base, cand, strict=True)]) / df
+    if paired:
+        logs, s2, df, scale = _paired_terms(cases)
+    else:
+        logs = np.array([math.log(c.ratio) for c in cases])
+        # Yuen's trimmed two-sample model: each run counts h processes (those left after
+        # trimming), its per-process variance the Winsorized one scaled so that s2 / h is its
+        # trimmed mean's
+        kb = np.array([h for _, _, h in base], dtype=float)
+        kc = np.array([h for _, _, h in cand], dtype=float)
+        df = kb + kc - 2
+        s2 = np.array([((hb - 1) * vb + (hc - 1) * vc)
+                       for (_, vb, hb), (_, vc, hc) in zip(base, cand, strict=True)]) / df
+        scale = 1 / kb + 1 / kc
     coarse = np.array([_coarse_clock(c) for c in cases])
     # the fit learns from cases the clock resolves: a coarse clock's steps are no placement noise
     prior_s2, prior_df = fit_variance_prior(np.where(coarse, 0.0, s2), df)
@@ -531,7 +541,7 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
         post_s2, post_df = np.full_like(s2, prior_s2), np.full_like(s2, 1e6)
     else:
         post_s2, post_df = (prior_df * prior_s2 + df * s2) / (prior_df + df), prior_df + df
-    se = np.sqrt(post_s2 * (1 / kb + 1 / kc))
+    se = np.sqrt(post_s2 * scale)
     excess = _excess_noise(logs, se, coarse, float(np.median(post_df)))
     sd = np.maximum(np.hypot(se, excess),
                     [math.sqrt(2) * history.get(c.case_id, 0.0) for c in cases])
@@ -560,18 +570,43 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
         else:
             c.verdict = "ambiguous"
             spread = math.sqrt(post_s2[i])
+            what = "the pairs' ratios" if paired else "process medians"
             if coarse[i]:
                 c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
             elif _past_process_option(c):
-                c.note = c.note or (f"the interval straddles the threshold (process medians "
-                                    f"spread {spread:.1%} over {c.processes} processes, at "
-                                    "least the most --processes gives: between runs this box "
-                                    "cannot judge it at the threshold)")
+                c.note = c.note or (f"the interval straddles the threshold ({what} spread "
+                                    f"{spread:.1%} over {c.processes} processes, at least the "
+                                    "most --processes gives: between runs this box cannot "
+                                    "judge it at the threshold)")
             else:
-                c.note = c.note or (f"the interval straddles the threshold (process medians "
-                                    f"spread {spread:.1%}: more --processes narrow it)")
+                c.note = c.note or (f"the interval straddles the threshold ({what} spread "
+                                    f"{spread:.1%}: more --processes narrow it)")
     return ProcessModel(len(cases), math.sqrt(prior_s2), prior_df, excess, selected,
-                        1 - level)
+                        1 - level, paired)
+
+
+def _paired_terms(cases: list[CaseComparison]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                         np.ndarray]:
+    """Runs that took turns (run --take-turns): process k of a case in one run and process k in
+    the other were measured in the same round, seconds apart, so each pair shares the host's
+    state then (its L3 and memory, co-tenants), which moved by 1.1-1.5x between runs on the
+    shared VM. Per case the log ratio is the trimmed mean of the pairs' differences of log
+    medians (Yuen's one-sample trimmed mean, over the processes both runs have); its variance
+    the differences' Winsorized one. The candidate's figure is the base's times that ratio (the
+    clock-resolution bounds and the equivalence test read the two figures). Returns (log
+    ratios, per-pair variances, degrees of freedom, 1 / h) as the two-sample model's terms."""
+    logs, s2, df, scale = [], [], [], []
+    for c in cases:
+        n = min(c._proc_base.size, c._proc_cand.size)
+        mean, variance, h = trimmed_location(c._proc_cand[:n] - c._proc_base[:n])
+        c.ratio = math.exp(mean)
+        c.cand_median_ns = c.base_median_ns * c.ratio
+        c.processes = f"{c._proc_base.size}/{c._proc_cand.size} ({n} paired)"
+        logs.append(mean)
+        s2.append(variance)
+        df.append(h - 1)
+        scale.append(1 / h)
+    return np.array(logs), np.array(s2), np.array(df, dtype=float), np.array(scale)
 
 
 def _past_process_option(c: CaseComparison) -> bool:
@@ -747,8 +782,10 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     tested = [c for c in cases if math.isfinite(c._log_se) or c._proc_base is not None]
     per_case_alpha = alpha / max(len(tested), 1)
     history = history or {}
-    model = judge_by_processes(by_processes, len(tested), threshold, alpha, history) \
-        if by_processes else None
+    from nearlocal.harness.turns import same_group
+
+    model = judge_by_processes(by_processes, len(tested), threshold, alpha, history,
+                               paired=same_group(base.meta, cand.meta)) if by_processes else None
     # cases from single-process runs: the whole-run noise model below, Bonferroni over the family
     tested = [c for c in tested if c._proc_base is None]
     tau = run_noise([c._log_ratio for c in tested])

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A CI job's regression gate that holds on a shared box: the baseline's code (a checkout at BASE)
+# and this checkout's measure the same cases in turns, pass by pass (`nearlocal run --take-turns`),
+# so both see one host; then `nearlocal compare` judges this checkout's run against the
+# baseline's. Both trees run on the Python environment nearlocal is installed in (`scripts/main.sh`
+# installs it), each tree's own code first on the path.
+#
+#   bash scripts/take_turns.sh BASE [nearlocal run options]     e.g. ../base --suite quick
+#
+# The runs are stored under $NEARLOCAL_STORE (default results); compare's Markdown goes to
+# stdout. Exit status: compare's (0: no case slower, 1: a regression, 2: bad input).
+set -euo pipefail
+if [ $# -lt 1 ] || [ ! -d "$1/nearlocal" ]; then
+    echo "usage: bash scripts/take_turns.sh BASE [nearlocal run options]: BASE is a checkout of" \
+         "nearlocal (a directory holding nearlocal/)" >&2
+    exit 2
+fi
+base=$(cd "$1" && pwd)
+shift
+cd "$(dirname "$0")/.."
+cand=$PWD
+store=${NEARLOCAL_STORE:-results}
+python=${PYTHON:-python3}
+meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
+nearlocal() {  # nearlocal from the checkout $1
+    PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
+        'import sys; from nearlocal.cli import main; sys.exit(main())' "${@:2}"
+}
+stored() { sed -n 's#^stored .*/##p' "$1" | tail -1; }
+
+echo "baseline $base and candidate $cand take turns (meeting in $meet), store $store" >&2
+nearlocal "$base" run --out "$store" --quiet --take-turns "$meet" --turn 0/2 "$@" \
+    > "$meet/base.log" 2>&1 &
+base_pid=$!
+status=0
+nearlocal "$cand" run --out "$store" --quiet --take-turns "$meet" --turn 1/2 "$@" \
+    > "$meet/cand.log" 2>&1 || status=$?
+if [ "$status" != 0 ]; then  # the baseline would wait for a candidate that is gone
+    kill "$base_pid" 2> /dev/null || true
+    wait "$base_pid" 2> /dev/null || true
+    cat "$meet/cand.log" >&2
+    exit 2
+fi
+wait "$base_pid" || { cat "$meet/base.log" >&2; exit 2; }
+echo "baseline run $(stored "$meet/base.log"), candidate run $(stored "$meet/cand.log")" >&2
+nearlocal "$cand" compare "$(stored "$meet/base.log")" "$(stored "$meet/cand.log")" --out "$store"
