@@ -39,20 +39,26 @@ def synthetic_run(seed: int, processes: int = 5, factor: float | dict[str, float
     drawn around the case's median with the case's process sigma (and, with run_sigma, one more
     draw per case and run that no process shows)."""
     rng = np.random.default_rng(seed)
-    rows, frames = [], []
+    samples = {}
     for cid, (median, sigma) in (levels or _levels()).items():
         scale = factor if isinstance(factor, float) else factor.get(cid, 1.0)
         run_level = median * scale * rng.lognormal(0, run_sigma) if run_sigma else median * scale
-        ns = np.concatenate([run_level * rng.lognormal(0, sigma) * rng.lognormal(0, 0.02, n)
-                             for _ in range(processes)])
+        samples[cid] = np.concatenate([run_level * rng.lognormal(0, sigma)
+                                       * rng.lognormal(0, 0.02, n) for _ in range(processes)])
+    return _run_data({"run_id": f"run-{seed}", "host_id": "h"}, samples, processes, n)
+
+
+def _run_data(meta: dict, samples: dict[str, np.ndarray], processes: int, n: int) -> RunData:
+    """The run as the store loads it, from each case's samples (`processes` groups of n)."""
+    rows, frames = [], []
+    for cid, ns in samples.items():
         frames.append(pd.DataFrame({"case_id": cid, "rep": np.arange(ns.size), "raw": ns,
                                     "ns": ns, "process": np.repeat(np.arange(processes), n)}))
         rows.append({"case_id": cid, "method": cid.split("/")[0], "status": "ok",
                      "median_ns": float(np.median(ns)), "converged": True,
                      "timer_overhead_ns": 20.0, "clock_resolution_ns": 10.0,
                      "processes": processes})
-    meta = {"run_id": f"run-{seed}", "host_id": "h"}
-    return RunData(Path(f"/nonexistent/run-{seed}"), meta, pd.DataFrame(rows),
+    return RunData(Path(f"/nonexistent/{meta['run_id']}"), meta, pd.DataFrame(rows),
                    pd.concat(frames, ignore_index=True))
 
 
@@ -420,21 +426,14 @@ def turn_taking_runs(seed: int, factor: float, group: str | None = "g1", process
             * np.where(np.repeat(rng.random(processes // 8) < 0.4, 8), 3.0, 1.0)
             for cid in levels}
     for arm, scale in enumerate((1.0, factor)):
-        rows, frames = [], []
+        samples = {}
         for cid, (median, _) in levels.items():
             medians = median * scale * host[cid] * rng.lognormal(0, 0.03, processes)
-            ns = np.concatenate([m * rng.lognormal(0, 0.02, n) for m in medians])
-            frames.append(pd.DataFrame({"case_id": cid, "rep": np.arange(ns.size), "raw": ns,
-                                        "ns": ns, "process": np.repeat(np.arange(processes), n)}))
-            rows.append({"case_id": cid, "method": cid.split("/")[0], "status": "ok",
-                         "median_ns": float(np.median(ns)), "converged": True,
-                         "timer_overhead_ns": 20.0, "clock_resolution_ns": 10.0,
-                         "processes": processes})
+            samples[cid] = np.concatenate([m * rng.lognormal(0, 0.02, n) for m in medians])
         meta = {"run_id": f"turns-{seed}-{arm}", "host_id": "h"}
         if group is not None:
             meta["turns"] = {"group": group, "arm": arm, "arms": 2}
-        runs.append(RunData(Path(f"/nonexistent/turns-{seed}-{arm}"), meta, pd.DataFrame(rows),
-                            pd.concat(frames, ignore_index=True)))
+        runs.append(_run_data(meta, samples, processes, n))
     return runs[0], runs[1]
 
 
