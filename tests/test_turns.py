@@ -23,7 +23,7 @@ def test_slots_go_round_by_round_every_other_round_reversed():
     assert [slot_arm(s, 2) for s in range(6)] == [0, 1, 1, 0, 0, 1]
 
 
-@pytest.mark.parametrize("text", ["1", "a/2", "2/2", "0/1", "-1/3", ""])
+@pytest.mark.parametrize("text", ["1", "a/2", "2/2", "0/1", "-1/3", "", "0/100000000"])
 def test_a_bad_turn_is_one_line(text):
     with pytest.raises(UsageError, match="--turn"):
         parse_turn(text)

@@ -31,6 +31,7 @@ STATE = "turns.json"
 LOCK = "turns.lock"
 POLL_S = 0.05
 CHECK_IN_S = 600.0  # how long the arms that came wait for the rest to check in
+MAX_ARMS = 64  # a group of N takes N times one run: more is a typo, not a plan
 
 
 def parse_turn(text: str) -> tuple[int, int]:
@@ -40,8 +41,9 @@ def parse_turn(text: str) -> tuple[int, int]:
         arm, arms = int(head), int(tail)
     except ValueError:
         raise UsageError(f"--turn takes ARM/ARMS, e.g. 0/2 (arm 0 of 2), got {text!r}") from None
-    if arms < 2 or not 0 <= arm < arms:
-        raise UsageError(f"--turn {text}: ARMS must be at least 2 and ARM one of 0..ARMS-1")
+    if not 2 <= arms <= MAX_ARMS or not 0 <= arm < arms:
+        raise UsageError(f"--turn {text}: ARMS must be 2 to {MAX_ARMS} and ARM one of "
+                         "0..ARMS-1")
     return arm, arms
 
 
