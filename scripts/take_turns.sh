@@ -22,6 +22,7 @@ cand=$PWD
 store=${NEARLOCAL_STORE:-results}
 python=${PYTHON:-python3}
 meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
+trap 'rm -rf "$meet"' EXIT  # the meeting place and the runs' logs (shown when a run fails)
 nearlocal() {  # nearlocal from the checkout $1
     PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
         'import sys; from nearlocal.cli import main; sys.exit(main())' "${@:2}"
@@ -32,15 +33,20 @@ echo "baseline $base and candidate $cand take turns (meeting in $meet), store $s
 nearlocal "$base" run --out "$store" --quiet --take-turns "$meet" --turn 0/2 "$@" \
     > "$meet/base.log" 2>&1 &
 base_pid=$!
-status=0
 nearlocal "$cand" run --out "$store" --quiet --take-turns "$meet" --turn 1/2 "$@" \
-    > "$meet/cand.log" 2>&1 || status=$?
-if [ "$status" != 0 ]; then  # the baseline would wait for a candidate that is gone
-    kill "$base_pid" 2> /dev/null || true
-    wait "$base_pid" 2> /dev/null || true
-    cat "$meet/cand.log" >&2
-    exit 2
-fi
-wait "$base_pid" || { cat "$meet/base.log" >&2; exit 2; }
+    > "$meet/cand.log" 2>&1 &
+cand_pid=$!
+# whichever ends first: if it failed (bad input, a tree without an option), the other would
+# wait for it to check in: stop it
+for _ in 1 2; do
+    status=0
+    wait -n || status=$?  # the two runs are this shell's only jobs
+    if [ "$status" != 0 ]; then
+        kill "$base_pid" "$cand_pid" 2> /dev/null || true
+        wait 2> /dev/null || true
+        cat "$meet/base.log" "$meet/cand.log" | awk '!seen[$0]++' >&2  # one line, not two
+        exit 2
+    fi
+done
 echo "baseline run $(stored "$meet/base.log"), candidate run $(stored "$meet/cand.log")" >&2
 nearlocal "$cand" compare "$(stored "$meet/base.log")" "$(stored "$meet/cand.log")" --out "$store"

@@ -32,7 +32,7 @@ def test_a_bad_turn_is_one_line(text):
 def _arm(directory: str, arm: int, arms: int, passes: int, log: str) -> None:
     turns = Turns.open(directory, f"{arm}/{arms}")
     for index in range(passes):
-        turns.take(index)
+        turns.take()
         with open(log, "a") as out:  # one short write per pass: O_APPEND keeps lines whole
             out.write(f"{arm} {index} start\n")
         time.sleep(0.01)  # a pass: another arm's write here would break the alternation
@@ -76,9 +76,9 @@ def test_a_dead_arm_loses_its_slots(tmp_path):
     with first._state() as state:  # arm 1 checked in from a process that is gone now
         state["pids"]["1"] = dead
         state["ready"].append(1)
-    first.take(0)  # checks in; arm 1 is found dead: done
+    first.take()  # checks in; arm 1 is found dead: done
     assert first.holding
-    first.take(1)  # hands slot 0 on; slots 1 and 2 were arm 1's, so 3 is arm 0's
+    first.take()  # hands slot 0 on; slots 1 and 2 were arm 1's, so 3 is arm 0's
     assert first.holding
     with first._state() as state:
         assert state["done"] == [1] and state["slot"] == 3
@@ -89,7 +89,7 @@ def test_an_arm_that_died_before_checking_in_holds_nobody_up(tmp_path):
     first = Turns.open(str(tmp_path / "meet"), "0/2", alive=lambda pid: pid != dead)
     with first._state() as state:  # arm 1 opened, then failed before its first pass
         state["pids"]["1"] = dead
-    first.take(0)
+    first.take()
     assert first.holding
 
 
@@ -97,7 +97,7 @@ def test_nobody_measures_before_every_arm_checked_in(tmp_path, monkeypatch):
     monkeypatch.setattr(turns_module, "CHECK_IN_S", 0.0)
     turns = Turns.open(str(tmp_path / "meet"), "0/3")
     with pytest.raises(UsageError, match="arms 1, 2 of 3 did not check in"):
-        turns.take(0)
+        turns.take()
 
 
 def test_a_group_of_another_size_or_a_taken_arm_is_refused(tmp_path):

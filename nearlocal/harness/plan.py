@@ -242,7 +242,7 @@ def _taking_turns(turns, progress) -> Callable[[int], None]:
         progress.waiting(f"waiting for its turn (arm {turns.arm} of {turns.arms}, taking turns "
                          f"in {turns.directory})")
         try:
-            turns.take(index)
+            turns.take()
         finally:
             progress.waiting("")
         progress.new_pass(index)

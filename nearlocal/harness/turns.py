@@ -151,7 +151,7 @@ class Turns:
             if int(arm) != self.arm and int(arm) not in state["done"] and not self.alive(pid):
                 self._retire(state, int(arm))
 
-    def take(self, pass_index: int = 0) -> None:
+    def take(self) -> None:
         """Hand on the slot held for the last pass, then wait for this arm's next slot."""
         started = self.clock()
         with self._state() as state:
