@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
 
     plan = plan_cases(cases, inventory, settings, check_selection=refuse_without_mpi)
     plan.refuse_bad_input()
-    meta = run_metadata(inventory, settings.worker_settings(inventory), args.suite,
+    meta = run_metadata(inventory, plan.worker_settings(), args.suite,
                         processes=settings.processes, max_processes=settings.max_processes,
                         kind="run")
     turns = None

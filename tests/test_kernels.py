@@ -278,12 +278,9 @@ def test_movdir64b_kernel_contains_movdir64b_where_supported():
     assert "movdir64b" in _mnemonics(cpu.time_movdir64b)
 
 
-def test_tick_quantum_sees_a_coarse_virtual_tsc_and_a_fine_one():
-    from nearlocal.kernels.timer import measure_clock, tick_quantum
+def test_the_clock_measured_here_has_a_step_and_an_overhead():
+    from nearlocal.kernels.timer import measure_clock  # recorded boxes: tests/test_clock.py
 
-    assert tick_quantum(np.array([73, 74, 98, 98, 122, 123, 171, 196])) == 24
-    assert tick_quantum(np.arange(30, 41)) == 1
-    assert tick_quantum(np.array([50, 50, 50])) == 1
     clock = measure_clock(2000)
     assert clock.overhead_ticks > 0 and clock.quantum_ticks >= 1
 

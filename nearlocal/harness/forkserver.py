@@ -1,6 +1,7 @@
 """Preloaded by the runner's worker fork server, once per run: what each worker process would
 otherwise import and initialize again (numpy, numba's CPU target, the built-in method modules,
-the timer kernel and the host probes' chase kernels, ~1.5 s on the 2-vCPU VM), so a pass's fresh
+the timer kernel (loaded, not calibrated: the run's clock is calibrated once, in the
+parent) and the host probes' chase kernels, ~1.5 s on the 2-vCPU VM), so a pass's fresh
 worker (and the run's host prober) is forked ready in ~0.1 s. Nothing here keeps memory mapped
 (the 4 KiB ring that loads the chase kernels is unmapped), starts a thread, or touches CUDA or
 MPI: a forked child must be able to do all of those itself. Plugins (NEARLOCAL_PLUGINS) load in
@@ -18,9 +19,9 @@ for _module in METHOD_MODULES:
         importlib.import_module(_module)
 
 with contextlib.suppress(Exception):
-    from nearlocal.kernels.timer import measure_clock
+    from nearlocal.kernels.timer import empty_intervals
 
-    measure_clock()  # numba's CPU target and the timer kernel, loaded from numba's cache
+    empty_intervals(16)  # numba's CPU target and the timer kernel, loaded from numba's cache
 
 with contextlib.suppress(Exception):
     from nearlocal.harness.hostprobe import load_kernels

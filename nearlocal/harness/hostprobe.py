@@ -195,8 +195,8 @@ def load_kernels() -> None:
 
 
 def _prober_main(conn, sizes: dict[str, int]) -> None:
-    """The prober: lay the rings, say ready with its timer overhead in ticks, then one reading
-    per "walk" until None. Its own error is sent as ("failed", why); a closed pipe (the runner
+    """The prober: lay the rings, say ready, then one reading per "walk" until None. Its own
+    error is sent as ("failed", why); a closed pipe (the runner
     gone) just ends it."""
     import os
     import signal
@@ -204,14 +204,11 @@ def _prober_main(conn, sizes: dict[str, int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops it
     with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):
         try:
-            from nearlocal.kernels.timer import measure_clock
-
-            overhead = measure_clock().overhead_ticks
             rings = lay_rings(sizes)
         except Exception as exc:  # the yardstick's failure must not fail the run: say it, end
             conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         else:
-            conn.send(("ready", float(overhead)))
+            conn.send(("ready",))
             while conn.recv() is not None:
                 try:
                     reading = measure_host(rings)
@@ -227,7 +224,9 @@ class HostProber:
     fixed set of pages per run, so a move of its readings is the host's, not a new placement.
     Anything that goes wrong ends the probes (`failure` says why), never the run."""
 
-    def __init__(self, context, sizes: dict[str, int], tsc_hz: float):
+    def __init__(self, context, sizes: dict[str, int], tsc_hz: float, overhead_ticks: float = 0.0):
+        """`overhead_ticks`: the run's timer overhead (its one clock), what each walk's ticks
+        carry besides the hops."""
         self.facts = probe_facts(sizes, tsc_hz)
         self.failure: str | None = None
         self._open = True
@@ -242,7 +241,7 @@ class HostProber:
             raise
         if ready is not None:
             for fact in self.facts.values():
-                fact["overhead_ticks"] = ready[1]
+                fact["overhead_ticks"] = float(overhead_ticks)
 
     def _reply(self, timeout_s: float, doing: str) -> tuple | None:
         deadline = time.monotonic() + timeout_s

@@ -37,6 +37,10 @@ class SessionContext:
     params: dict = field(default_factory=dict)
     inventory: HostInventory | None = None  # the run's, probed once in the parent
     clock_quantum_ticks: float = 1.0  # the step the TSC moves in (timer.ClockCalibration)
+    # what the case's first process chose from its timing (a session's `chosen`: passes per
+    # sample, the drain cost it subtracts); later processes take it as it is, so every process
+    # of a case measures the same thing. None: this process is the first.
+    chosen: dict | None = None
 
     @property
     def numa(self) -> list | None:
@@ -51,6 +55,12 @@ class Session(Protocol):
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]: ...
 
     def close(self) -> None: ...
+
+
+def chosen(session: Session) -> dict:
+    """What a session chose from timing that every later process of its case must take
+    (SessionContext.chosen): plain data; {} for a session that chooses nothing."""
+    return dict(getattr(session, "chosen", None) or {})
 
 
 def ops_per_sample(session: Session) -> int:

@@ -96,11 +96,12 @@ class RunSettings:
                      allow_write: bool = False, budget_option: str = "--budget") -> RunSettings:
         return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write)
 
-    def worker_settings(self, inventory: HostInventory) -> WorkerSettings:
-        """What each worker gets: the stopping rule, the clock and the run's inventory."""
+    def worker_settings(self, inventory: HostInventory, clock=None) -> WorkerSettings:
+        """What each worker gets: the stopping rule, the run's clock (None: the runner
+        calibrates it) and the run's inventory."""
         rule = StoppingRule(budget_s=self.budget_s, target_rel_ci=self.ci_percent / 100)
         return WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=self.allow_write,
-                              inventory=inventory)
+                              clock=clock, inventory=inventory)
 
 
 @dataclass
@@ -131,6 +132,16 @@ class Plan:
     entries: list[PlanEntry]
     inventory: HostInventory
     settings: RunSettings
+    _worker: WorkerSettings | None = field(default=None, repr=False, compare=False)
+
+    def worker_settings(self) -> WorkerSettings:
+        """What every worker of this plan's run gets, with the run's one clock: calibrated here
+        once (the run.json that records it and the runner that hands it out share it)."""
+        if self._worker is None:
+            from nearlocal.kernels.timer import measure_clock
+
+            self._worker = self.settings.worker_settings(self.inventory, measure_clock())
+        return self._worker
 
     @property
     def cases(self) -> list[Case]:
@@ -210,7 +221,7 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
     from nearlocal import console  # rich: loaded only by the commands that print
 
     settings = plan.settings
-    worker = settings.worker_settings(plan.inventory)
+    worker = plan.worker_settings()
     with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
                              settings.budget_s, enabled=not quiet, processes=settings.processes,
                              patterns=[e.case.pattern for e in plan.entries],

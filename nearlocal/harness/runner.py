@@ -130,7 +130,9 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
         "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
                      "min_samples": rule.min_samples, "max_samples": rule.max_samples,
                      "allow_write": settings.allow_write},
-        "host_id": inventory.host_id, "inventory": inventory.to_dict(), **extra,
+        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
+        **({"clock": settings.clock.to_dict(settings.tsc_hz)} if settings.clock is not None else {}),
+        **extra,
     }
 
 
@@ -178,8 +180,6 @@ class WorkerStartError(RuntimeError):
 class _Worker:
     process: multiprocessing.Process
     conn: object
-    overhead_ticks: float
-    tsc_quantum_ns: float
 
 
 @dataclass
@@ -216,6 +216,10 @@ class Runner:
                  compile_first: bool = False, max_processes: int | None = None,
                  on_settle: Callable[[str, int], None] | None = None):
         self.inventory = inventory
+        if settings.clock is None:  # one clock per run, calibrated here, before any worker
+            from nearlocal.kernels.timer import measure_clock
+
+            settings = replace(settings, clock=measure_clock())
         self.settings = settings
         self.store = store
         self.on_case = on_case or (lambda row: None)
@@ -305,14 +309,12 @@ class Runner:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         child.close()
-        _, overhead, quantum_ns = self._wait_ready(process, parent)
+        self._wait_ready(process, parent)
         if self._prober is not None:
             reading = self._prober.walk()
             if reading is not None:
                 self.store.add_host_reading(self._pass, reading, self._prober.facts)
-        if self.settings.overhead_ticks is None:  # the run's estimate, reused by later workers
-            self.settings = replace(self.settings, overhead_ticks=overhead)
-        return _Worker(process, parent, overhead, quantum_ns)
+        return _Worker(process, parent)
 
     def _stop_worker(self, now: bool = False) -> None:
         """now (Ctrl-C, SIGTERM, an error): SIGTERM, which unwinds the case in flight and
@@ -400,17 +402,21 @@ class Runner:
                 compiled += int(reply[1])
         self.on_compile(len(chosen), len(chosen), "", compiled)
 
-    def _measure(self, case: Case) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
-        message = self._ask(case, case.to_dict())
+    def _measure(self, case: Case,
+                 chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+        """One process's measurement; `chosen`: what the case's first process chose from its
+        timing (passes per sample, ...), which every later one takes (None: this is the first)."""
+        message = self._ask(case, ("measure", case.to_dict(), chosen))
         if isinstance(message, dict):  # crashed or timed out
             return message, None, None
-        worker = self._worker
-        overhead_ns = worker.overhead_ticks * 1e9 / self.settings.tsc_hz
+        clock = self.settings.clock
+        overhead_ns = clock.overhead_ticks * 1e9 / self.settings.tsc_hz
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
         if row.get("clock") == "tsc":
-            resolution = worker.tsc_quantum_ns
+            resolution = clock.step_ns(self.settings.tsc_hz)
+            row["sample_steps"] = sample_steps(raw, clock)
         else:  # a session on another clock (CUDA events) states its own overhead and resolution
             info = row.get("info", {})
             overhead_ns, resolution = info.get("timer_overhead_ns"), info.get("clock_resolution_ns")
@@ -427,6 +433,7 @@ class Runner:
         cases = [entry.case for entry in entries]
         rows: list[dict] = []
         pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
+        chosen: dict[int, dict] = {}  # case index -> what its first process chose (passes, ...)
 
         def finish(index: int, row: dict, results: list) -> None:
             raw = ns = tags = None
@@ -465,7 +472,7 @@ class Runner:
                     elif index not in pending or needed[index] <= process:
                         continue  # skipped, failed in an earlier process, or settled
                     row, results = pending[index]
-                    result, raw, ns = self._measure(case)
+                    result, raw, ns = self._measure(case, chosen.get(index))
                     if result["status"] != "ok":
                         self.on_measured(case.id, True)
                         if needed[index] > 1:
@@ -473,6 +480,9 @@ class Runner:
                         row.update(result)
                         finish(index, row, [])
                         continue
+                    # what the first process chose from its timing, every later one takes
+                    chosen.setdefault(index, dict(result.pop("chosen", None) or {}))
+                    result.pop("chosen", None)
                     results.append((result, raw, ns))
                     if process == self.processes - 1:
                         needed[index] = processes_to_settle(
@@ -512,7 +522,8 @@ class Runner:
                     if entry.runs and entry.row.get("reaches_memory")), default=0)
         sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
         try:
-            self._prober = HostProber(self._context, sizes, self.settings.tsc_hz)
+            self._prober = HostProber(self._context, sizes, self.settings.tsc_hz,
+                                      self.settings.clock.overhead_ticks)
         except OSError as exc:  # no process to be had: the run goes on without probes
             self.store.add_host_failure(f"the host prober did not start: {exc}")
 
@@ -529,6 +540,13 @@ class Runner:
                                        llc_bytes=self.inventory.cpu.llc_bytes,
                                        l2_bytes=self.inventory.cpu.l2_bytes),
                         case_rules.unavailable(case, self.inventory, self.settings.allow_write))
+
+
+def sample_steps(raw: np.ndarray, clock) -> float:
+    """How many steps of the run's clock one sample spans (its median, the timer overhead
+    taken off): a figure of a few steps is the clock's as much as the case's."""
+    body = float(np.median(np.asarray(raw, np.float64))) - clock.overhead_ticks
+    return max(body, 0.0) / clock.quantum_ticks
 
 
 def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,
@@ -548,4 +566,6 @@ def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int
             "processes_converged": sum(bool(r.get("converged")) for r in rows),
             "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
             "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
-            "clock_resolution_ns": max(resolutions) if resolutions else None}
+            "clock_resolution_ns": max(resolutions) if resolutions else None,
+            **({"sample_steps": float(np.median([r["sample_steps"] for r in rows]))}
+               if all("sample_steps" in r for r in rows) else {})}

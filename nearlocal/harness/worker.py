@@ -12,16 +12,27 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Session, SessionContext, get_method, load_methods, ops_per_sample
+from nearlocal.harness.methods import (
+    Session,
+    SessionContext,
+    get_method,
+    load_methods,
+    ops_per_sample,
+)
+from nearlocal.harness.methods import chosen as chosen_by
 from nearlocal.harness.stats import StoppingRule, summarize
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
 from nearlocal.workloads.patterns import Pattern, parse_pattern
+
+if TYPE_CHECKING:
+    from nearlocal.kernels.timer import ClockCalibration
 
 
 @dataclass(frozen=True)
@@ -52,11 +63,20 @@ class WorkerSettings:
     rule: StoppingRule
     tsc_hz: float
     allow_write: bool
-    # The run's timer overhead when an earlier worker measured it: every worker process of a run
-    # subtracts the same estimate, so processes differ only in what they measure.
-    overhead_ticks: float | None = None
+    # The run's clock (timer overhead, step), calibrated once in the parent: every worker
+    # process of a run subtracts the same overhead and states the same step, so processes
+    # differ only in what they measure. None: the runner calibrates it before its first worker.
+    clock: ClockCalibration | None = None
     # the box as the parent probed it, once per run: sessions read it instead of probing again
     inventory: HostInventory | None = None
+
+    @property
+    def overhead_ticks(self) -> float:
+        return self.clock.overhead_ticks if self.clock is not None else 0.0
+
+    @property
+    def quantum_ticks(self) -> float:
+        return self.clock.quantum_ticks if self.clock is not None else 1.0
 
 
 @dataclass
@@ -77,10 +97,11 @@ class OpenCase:
 @contextmanager
 def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: bool,
               inventory: HostInventory | None = None,
-              quantum_ticks: float = 1.0) -> Iterator[OpenCase]:
+              quantum_ticks: float = 1.0, chosen: dict | None = None) -> Iterator[OpenCase]:
     """Map the case's region and peer and open its method's session; all closed on exit.
     Shared by the worker process and the in-process pytest-benchmark front end. `inventory`:
-    the run's (sessions that need the box's NUMA nodes or DSA queues read it)."""
+    the run's (sessions that need the box's NUMA nodes or DSA queues read it); `chosen`: what
+    the case's first process chose (SessionContext.chosen)."""
     method = get_method(case.method)
     parsed = parse_pattern(case.pattern)  # once in this process
     # a write: scattered pieces land in the region, packed in the peer
@@ -96,7 +117,8 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
-                                 {**method.params, **case.param_dict}, inventory, quantum_ticks)
+                                 {**method.params, **case.param_dict}, inventory, quantum_ticks,
+                                 chosen)
             session = method.open_session(ctx)
             try:
                 yield OpenCase(case, pattern, region, session, peer_size)
@@ -108,14 +130,17 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         region.close()
 
 
-def measure(case: Case, settings: WorkerSettings, overhead_ticks: float,
-            quantum_ticks: float = 1.0) -> tuple[dict, np.ndarray, np.ndarray]:
-    with open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
-                   settings.inventory, quantum_ticks) as opened:
+def measure(case: Case, settings: WorkerSettings,
+            chosen: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+    """One process's measurement of `case` on the run's clock; `chosen`: what its first process
+    chose (None: this is the first). The row's `chosen` is what this process measured with."""
+    with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
+                   settings.inventory, settings.quantum_ticks, chosen) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
         moved = get_method(case.method).bytes_moved(opened.pattern)
         return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
                 "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
+                "chosen": chosen_by(opened.session),
                 **summarize(ns, moved)}, raw, ns
 
 
@@ -141,8 +166,7 @@ def run_trials(session: Session, rule: StoppingRule) -> tuple[np.ndarray, np.nda
     return np.concatenate(raws), ns_all, time.perf_counter() - start, rule.converged(ns_all)
 
 
-def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float,
-                 quantum_ticks: float = 1.0) -> tuple[int, float]:
+def compile_case(case: Case, settings: WorkerSettings) -> tuple[int, float]:
     """Open the case and take one sample: numba compiles (or loads from its cache) the kernels
     its measurement will use. Returns the kernels numba really compiled and the seconds taken."""
     from numba.core import event
@@ -159,8 +183,8 @@ def compile_case(case: Case, settings: WorkerSettings, overhead_ticks: float,
 
     counter, start = Counter(), time.perf_counter()
     with event.install_listener("numba:compile", counter), \
-            open_case(case, settings.tsc_hz, overhead_ticks, settings.allow_write,
-                      settings.inventory, quantum_ticks) as opened:
+            open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
+                      settings.inventory, settings.quantum_ticks) as opened:
         opened.session.sample(1)
     return counter.count, time.perf_counter() - start
 
@@ -202,14 +226,12 @@ def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) ->
 
 
 def _serve(conn, settings: WorkerSettings) -> None:
-    from nearlocal.kernels.timer import measure_clock
-
+    """Measure what the parent asks: ("measure", case, ops) or ("compile", case); None ends."""
     conn.send(("stage", "loading the method modules"))
     load_methods()
-    conn.send(("stage", "measuring the timer overhead (compiling the timer kernel)"))
-    clock = measure_clock()
-    overhead = clock.overhead_ticks if settings.overhead_ticks is None else settings.overhead_ticks
-    conn.send(("ready", overhead, clock.quantum_ticks * 1e9 / settings.tsc_hz))
+    if settings.clock is None:  # the runner calibrates the run's clock before any worker
+        raise ValueError("a worker needs the run's clock (WorkerSettings.clock)")
+    conn.send(("ready",))
     while True:
         try:
             message = conn.recv()
@@ -217,12 +239,10 @@ def _serve(conn, settings: WorkerSettings) -> None:
             return
         if message is None:
             return
-        compile_only = isinstance(message, tuple) and message[0] == "compile"
-        case = Case.from_dict(message[1] if compile_only else message)
+        kind, case = message[0], Case.from_dict(message[1])
         try:
-            reply = (("compiled", *compile_case(case, settings, overhead, clock.quantum_ticks))
-                     if compile_only else ("ok", *measure(case, settings, overhead,
-                                                          clock.quantum_ticks)))
+            reply = (("compiled", *compile_case(case, settings)) if kind == "compile"
+                     else ("ok", *measure(case, settings, message[2])))
         except UsageError as exc:
             reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run

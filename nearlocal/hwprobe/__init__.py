@@ -101,6 +101,11 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         tsc_hz, source = calibrate_tsc_hz(), "calibrated"
     else:
         tsc_hz, source = 0.0, "unknown"
+    if calibrate and tsc_hz and root.is_real() and cpu.has("hypervisor"):
+        from nearlocal.hwprobe.cache import available_bytes, measured_llc
+
+        cpu.measured_llc_bytes, cpu.llc_source = measured_llc(
+            cpu.l2_bytes, cpu.cpuid_llc_bytes, tsc_hz, available_bytes(root))
     return HostInventory(
         hostname=platform.node() if root.is_real() else "fake-host",
         kernel=os.uname().release if root.is_real() else "fake",

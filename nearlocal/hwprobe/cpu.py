@@ -11,6 +11,7 @@ from nearlocal.units import parse_size
 INTERESTING_FLAGS = (
     "clflush", "clflushopt", "clwb", "movdiri", "movdir64b", "enqcmd", "waitpkg",
     "avx2", "avx512f", "sse4_1", "rdtscp", "constant_tsc", "nonstop_tsc", "tsc_known_freq",
+    "hypervisor",  # a VM: cpuid's cache sizes are the host's (hwprobe/cache.py)
 )
 
 
@@ -31,14 +32,25 @@ class CpuInfo:
     caches: list[CacheLevel]
     tsc_hz_kernel: float | None
     online_cpus: list[int] = field(default_factory=list)
+    # the LLC a process can really use when measured (a VM: hwprobe/cache.py), and how the
+    # LLC size in use was found
+    measured_llc_bytes: int | None = None
+    llc_source: str = "cpuid"
 
     def has(self, flag: str) -> bool:
         return self.flags.get(flag, False)
 
     @property
-    def llc_bytes(self) -> int:
+    def cpuid_llc_bytes(self) -> int:
+        """The largest cache cpuid / sysfs reports (in a VM: the host socket's)."""
         unified = [c.size_bytes for c in self.caches if c.kind in ("Unified", "Data")]
         return max(unified, default=0)
+
+    @property
+    def llc_bytes(self) -> int:
+        """The last-level cache cases are judged by (`reaches_memory`, `llc_resident`): the
+        measured one where cpuid cannot be trusted, else cpuid's."""
+        return self.measured_llc_bytes or self.cpuid_llc_bytes
 
     @property
     def l2_bytes(self) -> int:

@@ -5,11 +5,19 @@ after an mfence has drained the previous one's stores (an isolated transfer) or 
 (back to back, bandwidth-bound, as likwid / MLC loops time). The row's `info` says which, and
 what its timed interval contains.
 
-A sample spans at least MIN_SAMPLE_STEPS steps of the clock and MIN_SAMPLE_OVERHEADS timer
-overheads: a shorter pass (a 64-byte load, 1-10 ns, on a VM whose TSC moves in ~10 ns steps) is
-timed as several passes in one interval (`passes_for`), the figure divided by them. Alone its
-samples read 0 or 1 step, their median flips by a whole step between processes, and no gate can
-tell a change from a rerun. The row states the passes (`ops_per_sample`, info `passes_per_sample`).
+A pass shorter than MIN_SAMPLE_STEPS steps of the clock and MIN_SAMPLE_OVERHEADS timer
+overheads (a 64-byte load, 1-10 ns, on a VM whose TSC moves in ~10 ns steps) reads 0 or 1 step
+alone. Where several passes in one interval measure the same thing as one pass, the sample holds
+several (`passes_for`) and the figure is divided by them: back-to-back passes (drain=none, a
+stream either way) and a method declared `batch_with_drain` (warm loads: an mfence between
+passes that drains no stores changes nothing). Elsewhere an isolated transfer is measured
+isolated, one pass per sample, however short: on a 2-vCPU Intel guest an nt-store of 16 KiB read
+535 ns alone and 808 ns per pass in samples of 8 passes (the mfence between passes waits for the
+previous pass's nontemporal stores to reach memory, which a lone sample's sfence does not), so a
+batch there is a different measurement, not a finer one. Its row then says how many clock steps
+a sample spans (`sample_steps`). The passes are chosen once per case, by its first process, and
+every later process takes them (SessionContext.ops_per_sample): every sample of a case measures
+the same thing. The row states them (`ops_per_sample`, info `passes_per_sample`).
 """
 
 from __future__ import annotations
@@ -71,7 +79,8 @@ class CpuSession:
 
     clock = "tsc"
 
-    def __init__(self, kernel_name: str, timed: str, ctx: SessionContext, batched: bool = False):
+    def __init__(self, kernel_name: str, timed: str, ctx: SessionContext, batched: bool = False,
+                 batch_with_drain: bool = False):
         from nearlocal.kernels import cpu
 
         check_params(ctx.params)
@@ -85,12 +94,16 @@ class CpuSession:
         # mfence of drain=before lies before the first rdtscp, outside the interval.
         self.passes = self.ops_per_sample = 1
         self.batched = batched
-        if batched:
-            self.passes = self.ops_per_sample = passes_for(
-                self._take, ctx.timer_overhead_ticks, ctx.clock_quantum_ticks)
+        # several passes per interval only where they measure what one pass does (module doc)
+        given = ctx.chosen or {}  # what the case's first process chose: taken as it is
+        if batched and (batch_with_drain or not self.drain):
+            self.passes = self.ops_per_sample = int(given.get("passes") or passes_for(
+                self._take, ctx.timer_overhead_ticks, ctx.clock_quantum_ticks))
         # with drain=before the passes after the first start after an mfence inside the interval:
-        # its cost when nothing is pending is measured and subtracted with the timer overhead
-        self.drain_ticks = self.drain_ticks_for(self.passes)
+        # its cost when nothing is pending is measured (by the case's first process) and
+        # subtracted with the timer overhead
+        self.drain_ticks = float(given.get("drain_ticks", self.drain_ticks_for(self.passes)))
+        self.chosen = {"passes": self.passes, "drain_ticks": self.drain_ticks}
         timed = f"{timed}; {DRAINS[drain]}"
         if self.passes > 1:
             timed += (f"; {self.passes} passes per timed interval, ns per pass (one spans under "
@@ -132,13 +145,15 @@ class CpuSession:
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True,
-         peer: bool = False, cacheable: bool = False) -> Method:
+         peer: bool = False, cacheable: bool = False, batch_with_drain: bool = False) -> Method:
     """peer: the kernel moves bytes between the region and the peer (a copy); the others only
-    load the region or store a constant into it."""
+    load the region or store a constant into it. batched: the kernel takes `passes`;
+    batch_with_drain: passes drained by an mfence between them give the figure one isolated pass
+    gives (docs/timing.md has the check), so a short isolated pass may be batched."""
     return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
-        open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(kernel, timed, ctx,
-                                                                          batched),
+        open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(
+            kernel, timed, ctx, batched, batch_with_drain),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
         touches_peer=peer, cacheable=cacheable,
@@ -147,7 +162,7 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
 
 _cpu("load", "time_load", ("read",), "warm",
      "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"),
-     cacheable=True)
+     cacheable=True, batch_with_drain=True)
 _cpu("store", "time_store", ("write",), "warm",
      "64-byte vector stores, then mfence", roles=("bandwidth",), cacheable=True)
 _cpu("nt-store", "time_nt_store", ("write",), "warm",

@@ -121,7 +121,7 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
             raise UsageError(entry.verdict.error)
         if is_rack(entry.case) and entry.reason:  # a pool named by the user: every host has it
             raise UsageError(f"pool {entry.case.region}: {entry.reason}")
-    return Plan(planned.cases, inventory, settings.worker_settings(inventory),
+    return Plan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
                 settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 

@@ -475,7 +475,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
     # a spec whose every case writes to memory not allowed: its requirements fail, not measured
     plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
-    meta = run_metadata(inventory, settings.worker_settings(inventory),
+    meta = run_metadata(inventory, plan.worker_settings(),
                         f"accept:{spec.path.name}", kind="accept",
                         spec=str(spec.path.resolve()), processes=settings.processes,
                         pool=spec.pool or None)

@@ -11,7 +11,8 @@ without them derive them at load (`pool_class_column`, `measures_column`). Then
 not write-back, or its span fills the LLC or exceeds it); older rows have none, and compare
 takes them as reaching memory. Then `llc_resident` (cacheable and write-back, its span over the
 core's L2 and below the LLC's size: the host's LLC state moves it); older rows have none, and
-compare takes them as not."""
+compare takes them as not. Then `sample_steps` (how many steps of the run's clock one sample
+spans: its median less the timer overhead, over the step; NaN for other clocks and older rows)."""
 
 
 SCHEMA_VERSION = 3
@@ -24,7 +25,7 @@ CASE_COLUMNS = [
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
-    "reaches_memory", "llc_resident",
+    "reaches_memory", "llc_resident", "sample_steps",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 
