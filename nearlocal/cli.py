@@ -80,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal import console
     from nearlocal.harness.plan import measure, plan_cases
     from nearlocal.harness.runner import run_metadata
+    from nearlocal.harness.selfcheck import checked, summary_line
     from nearlocal.hwprobe import probe
     from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.results.schema import JSON_COLUMNS
@@ -124,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         raise
     interrupted = measure(plan, store, quiet=args.quiet, turns=turns)
     path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        interrupted=bool(interrupted))
+                        interrupted=bool(interrupted), derive=checked)
     from nearlocal.results import load
 
     run = load(path)
@@ -133,6 +134,9 @@ def _run(args: argparse.Namespace) -> int:
             run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
     if not args.quiet:
         console.print_run(run.meta, run.cases)
+    check = run.meta.get("self_check") or {}
+    if check and (check.get("suspect") or not args.quiet):  # a suspect run says so, always
+        console.console.print(summary_line(check), markup=False, highlight=False)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 

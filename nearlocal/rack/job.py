@@ -362,21 +362,14 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
 
 def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
     from nearlocal.harness.methods import get_method
-    from nearlocal.kernels.timer import measure_clock
     from nearlocal.rack.methods import RackContext
     from nearlocal.workloads.patterns import parse_pattern
 
-    global _overhead
-    if _overhead is None:
-        _overhead = float(measure_clock().overhead_ticks)
     params = {**get_method(case.method).params, **case.param_dict}
     return RackContext(job, case, parse_pattern(case.pattern), pools[case.region],
                        [h["host_id"] for h in hosts], [h["hostname"] for h in hosts],
-                       plan.settings.tsc_hz, _overhead, plan.settings.rule, params,
+                       plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule, params,
                        plan.case_timeout_s)
-
-
-_overhead: float | None = None
 
 
 def _run_part(ctx) -> tuple[str, object]:

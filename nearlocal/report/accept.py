@@ -464,6 +464,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     measured as run's are)."""
     from nearlocal.harness.plan import RunSettings, measure, plan_cases
     from nearlocal.harness.runner import run_metadata
+    from nearlocal.harness.selfcheck import checked
     from nearlocal.hwprobe import probe
     from nearlocal.results.store import Store
 
@@ -481,7 +482,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                         pool=spec.pool or None)
     store = Store.create(out, meta)
     interrupted = measure(plan, store)
-    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=bool(interrupted))
+    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=bool(interrupted),
+                        derive=checked)
     if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
         raise interrupted
     return path

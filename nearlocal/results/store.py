@@ -168,17 +168,22 @@ class Store:
         """Why the host probes ended before the run did (their readings so far are kept)."""
         self.meta.setdefault("host_probe", {"probes": {}, "passes": []})["failure"] = reason
 
-    def finish(self, interrupted: bool = False, **meta) -> Path:
+    def finish(self, interrupted: bool = False, derive=None, **meta) -> Path:
         """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
-        last, so a failure anywhere before leaves a run `load()` still reads."""
+        last, so a failure anywhere before leaves a run `load()` still reads. `derive(meta,
+        cases, samples) -> dict`: facts computed from the finished run (the self-check), kept
+        in run.json."""
         rows, samples = _read_partial(self.partial)
+        frame = cases_frame(rows)
         try:
             _atomic_write_table(self.path / "cases.parquet",
-                                pa.Table.from_pandas(cases_frame(rows), preserve_index=False))
+                                pa.Table.from_pandas(frame, preserve_index=False))
             _atomic_write_table(self.path / "samples.parquet",
                                 pa.Table.from_pandas(samples, preserve_index=False))
             self.meta.update(meta, interrupted=interrupted, complete=not interrupted,
                              n_cases=len(rows))
+            if derive is not None:
+                self.meta.update(derive(self.meta, frame, samples))
             self._write_meta()
         except OSError as exc:
             with contextlib.suppress(OSError):  # partial/ is the run now

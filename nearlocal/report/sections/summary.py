@@ -200,7 +200,10 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
     """The report's first lines: one per non-local region with its headline ratios to local
     DRAM (or one saying only local DRAM was measured), PASS / FAIL where acceptance verdicts
     exist, the GPU path, and what the run could not measure."""
-    lines = [headline_text(h) for h in headlines(df)] or [only_local_text(data.meta)]
+    suspect = (data.meta.get("self_check") or {}).get("suspect") or []
+    lines = [f"These figures are suspect: {'; '.join(suspect)} (the run's self-check)."] \
+        if suspect else []
+    lines += [headline_text(h) for h in headlines(df)] or [only_local_text(data.meta)]
     lines += [acceptance_text(a) for a in acceptance_of(data)]
     gpu = _pool_and_local_to_gpu(df)
     pairs = [(m, pool, local) for m, (pool, local) in gpu.items() if pool is not None
