@@ -398,6 +398,12 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict,
     return result
 
 
+def _clock_note(c: CaseComparison) -> str:
+    """Why a case within a few clock resolutions is not judged: how many it spans."""
+    spans = min(c.base_median_ns, c.cand_median_ns) / c._resolution_ns
+    return f"the figure spans {spans:.0f} clock resolutions of {c._resolution_ns:.3g} ns"
+
+
 def _resolution_bounds(c: CaseComparison) -> tuple[float, float]:
     """Log ratio bounds when each median may be off by the clock's resolution (see the module's
     docstring): a change of a few resolutions is not told from noise."""
@@ -572,7 +578,7 @@ selected, so a case is `slower` exactly when selected with its whole interval ab
             spread = math.sqrt(post_s2[i])
             what = "the pairs' ratios" if paired else "process medians"
             if coarse[i]:
-                c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+                c.note = c.note or _clock_note(c)
             elif _past_process_option(c):
                 c.note = c.note or (f"the interval straddles the threshold ({what} spread "
                                     f"{spread:.1%} over {c.processes} processes, at least the "
@@ -823,7 +829,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             c.verdict = "ambiguous"
             if math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
                     c.base_median_ns, c.cand_median_ns):
-                c.note = c.note or f"within a few clock resolutions ({c._resolution_ns:.0f} ns)"
+                c.note = c.note or _clock_note(c)
             elif c._unsettled:
                 c.note = c.note or f"not converged in the {c._unsettled}"
             elif not significant:
