@@ -260,8 +260,9 @@ def params_text(params) -> str:
 
 
 # Key columns of the run table: what tells two rows of one run apart. peer and params are shown
-# only when some row has a non-default value (most CPU runs have neither).
-KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params")
+# only when some row has a non-default value (most CPU runs have neither); host and rank only in
+# a run of an MPI job (docs/rack.md), whose rows are one per rank.
+KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params", "host", "rank")
 
 
 def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False,
