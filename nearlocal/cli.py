@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str], stdout_closed: bool) -> int:
+    from nearlocal.console import quiet_library_colours
+
+    quiet_library_colours()
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone

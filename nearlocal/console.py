@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
+from typing import IO
 
 from rich import box
 from rich.console import Console
@@ -17,10 +20,53 @@ from nearlocal.units import format_ns, format_size
 pd = lazy_import("pandas")
 
 
+def owns_terminal(stream: IO[str]) -> bool:
+    """Whether `stream` is a terminal someone reads: a tty that is this process's controlling
+    terminal. An MPI launcher hands each rank a pseudo-terminal for stdout (Open MPI does) and
+    copies it to wherever its own output goes, a file or a CI log: the rank's isatty() is true,
+    but that pty is no terminal of the rank's session (tcgetpgrp fails on it). Rich would call it
+    a terminal, as it would any stream under FORCE_COLOR or TTY_COMPATIBLE; colour codes and
+    boxes would then land in the log. A stream with no descriptor is taken at its word."""
+    try:
+        if not stream.isatty():
+            return False
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # a test double: what its isatty() says
+        return True
+    try:
+        os.tcgetpgrp(fd)
+    except OSError:  # a tty, but not this session's terminal: a launcher's pty
+        return False
+    return True
+
+
+def quiet_library_colours() -> None:
+    """numba colours its error messages through colorama, whose exit handler writes a reset code
+    to stdout whenever stdout is a tty, a launcher's pty included: under mpiexec every rank left
+    one in the log. Off (before numba loads; workers inherit it) unless stdout is our terminal."""
+    if not owns_terminal(sys.stdout):
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+
+
 class _Console(Console):
     """A rich console that does not wrap long lines when its output is not a terminal: a CI log
     or a file keeps each line whole (grep finds a reason on one line), and a table printed on
-    it becomes a full-width Markdown table (print_table), whichever command prints it."""
+    it becomes a full-width Markdown table (print_table), whichever command prints it. Whether
+    it is a terminal is owns_terminal's answer, asked at each use (pytest swaps sys.stdout), or
+    the `force_terminal` given."""
+
+    def __init__(self, *args, force_terminal: bool | None = None, **kwargs) -> None:
+        self._terminal_given = force_terminal
+        super().__init__(*args, force_terminal=force_terminal, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        if self._terminal_given is not None:
+            return self._terminal_given
+        return owns_terminal(self.file)
 
     def print(self, *objects, soft_wrap: bool | None = None, **kwargs) -> None:
         if not self.is_terminal:
@@ -214,8 +260,9 @@ def params_text(params) -> str:
 
 
 # Key columns of the run table: what tells two rows of one run apart. peer and params are shown
-# only when some row has a non-default value (most CPU runs have neither).
-KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params")
+# only when some row has a non-default value (most CPU runs have neither); host and rank only in
+# a run of an MPI job (docs/rack.md), whose rows are one per rank.
+KEY_COLUMNS = ("method", "access", "region", "attr", "pattern", "peer", "params", "host", "rank")
 
 
 def case_table(cases: pd.DataFrame, title: str, include_skipped: bool = False,

@@ -74,7 +74,15 @@ def pattern_list(texts: list[str] | None) -> list[str]:
 
 def selected_cases(args: argparse.Namespace, inventory=None):
     """The cases the command line selects: the suite's (built for `inventory`, the run's probed
-    box), narrowed or crossed by --method / --region / --attr / --size / --pattern / --peer."""
+    box), narrowed or crossed by --method / --region / --attr / --size / --pattern / --peer.
+
+    The selectors given replace those axes of each suite case; every axis not given keeps that
+    case's own value (pattern, peer, access, parameters). A suite declares which patterns and
+    parameters each method runs with (rpc-* methods an rpc: ring, rack-aggregate its slice), so
+    `--suite rack --region shm:NAME` is the rack suite aimed at that pool, not every method
+    crossed with every pattern of the suite. Without --attr a selection is wb (the uc / wc grid
+    is quick's, on dram). A method named by --method that the suite lacks is crossed with the
+    suite's regions and patterns."""
     from nearlocal.harness.cases import Case
     from nearlocal.harness.methods import get_method
     from nearlocal.harness.suites import suite_cases
@@ -100,13 +108,17 @@ def selected_cases(args: argparse.Namespace, inventory=None):
             for case in cases)) if params else cases
     for name in methods:
         get_method(name)
-    methods = methods or list(dict.fromkeys(c.method for c in cases))
-    regions = regions or list(dict.fromkeys(c.region for c in cases))
-    patterns = patterns or list(dict.fromkeys(c.pattern for c in cases))
+    templates = [case for case in cases if not methods or case.method in methods]
+    in_suite = {case.method for case in cases}
+    templates += [Case(m, r, "wb", p) for m in methods if m not in in_suite
+                  for r in dict.fromkeys(c.region for c in cases)
+                  for p in dict.fromkeys(c.pattern for c in cases)]
     return list(dict.fromkeys(
-        Case(m, r, a, p, peer=peer, params=tuple(params.items()), suite=args.suite)
-        for m, r, a, p, peer in itertools.product(methods, regions, attrs or ["wb"], patterns,
-                                                  peers or ["dram"])))
+        Case(t.method, r, a, p, peer=peer, access=t.access,
+             params=tuple({**t.param_dict, **params}.items()), suite=args.suite)
+        for t in templates
+        for r, a, p, peer in itertools.product(regions or [t.region], attrs or ["wb"],
+                                               patterns or [t.pattern], peers or [t.peer])))
 
 
 def parse_params(texts: list[str]) -> dict[str, str]:

@@ -139,6 +139,23 @@ def test_a_narrow_terminal_folds_identifiers_but_never_cuts_them(monkeypatch):
         assert case_id in first_column  # folded onto several lines, every character kept
 
 
+@pytest.mark.parametrize("suite", ["rack", "rpc", "mlc"])
+def test_a_suite_aimed_at_a_region_keeps_each_cases_pattern_and_params(suite):
+    """--region replaces the region of every suite case; pattern, parameters, access and peer
+    stay each case's own (an rpc-* method keeps its rpc: ring, not another method's size)."""
+    from dataclasses import replace
+
+    from nearlocal.harness.suites import suite_cases
+
+    aimed = _cases("--suite", suite, "--region", "shm:pool-here")
+    assert aimed == list(dict.fromkeys(replace(c, region="shm:pool-here", attr="wb")
+                                       for c in suite_cases(suite)))
+    assert all(c.pattern.startswith("rpc:") for c in aimed if "rpc" in c.method)
+    both = _cases("--suite", suite, "--region", "shm:a,shm:b", "--param", "qd=4")
+    assert set(both) == {replace(c, region=region, params=tuple({**c.param_dict, "qd": "4"}.items()))
+                         for c in aimed for region in ("shm:a", "shm:b")}
+
+
 def test_a_param_overrides_the_suites_value_and_equal_cases_merge():
     from nearlocal.cli import build_parser
     from nearlocal.selection import selected_cases

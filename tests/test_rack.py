@@ -6,6 +6,8 @@ refused for all (exit 2, one line), a dead rank leaving the run stored and incom
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -243,3 +245,122 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     (_, row), = run.cases[run.cases["method"] == "rack-aggregate"].iterrows()
     assert row["status"] == "failed" and "rank 1" in row["reason"]
     assert not Path(f"/dev/shm/nearlocal-test-rack-dies-{os.getpid()}").exists()
+
+
+# --- docs/rack.md's commands, and what a log piped to a file holds --------------------------
+
+DOCS = ROOT / "docs" / "rack.md"
+ANSI_OR_BOX = re.compile("\x1b\\[|[\u2500-\u257f]")  # escape codes, rich's box-drawing lines
+
+
+def rack_doc_commands() -> list[str]:
+    """The job lines of docs/rack.md's code blocks, comments dropped. `pip install` is the
+    installation, which the test extra did; every other line is run (rack_doc_command)."""
+    lines = [line.split(" #")[0].strip() for line in DOCS.read_text().splitlines()
+             if line.startswith("    ")]
+    return [line for line in lines if line.split(" ")[0] in ("mpiexec", "srun", "nearlocal")]
+
+
+def rack_doc_command(command: str, tmp: Path, pool: str) -> tuple[list[str], int]:
+    """`command` as it runs on this one machine, and its rank count. Changed only where this
+    machine differs from the rack the page describes, nothing else: srun -> mpiexec (no Slurm
+    here); mpiexec gets --allow-run-as-root --oversubscribe (a root CI container, more ranks
+    than CPUs); --host a,b,c,d is dropped (one host); a devdax: pool (no device here) is the
+    shm: pool `pool`, a file: pool is a file of that name under `tmp`; `nearlocal` is this
+    checkout's; --out and tiny budgets are added, as every test run here has them."""
+    words = shlex.split(command)
+    launcher, at = words[0], words.index("nearlocal")
+    mpi = [word for index, word in enumerate(words[1:at], 1)
+           if word != "--host" and words[index - 1] != "--host"]
+    ranks = int(mpi[mpi.index("-n") + 1])
+    assert launcher in ("mpiexec", "srun"), command
+    mpi = [MPIEXEC, *[flag for flag in ("--allow-run-as-root", "--oversubscribe")
+                      if flag not in mpi], *mpi]
+    args = words[at + 1:]
+    if "--region" in args:
+        index = args.index("--region") + 1
+        kind, _, where = args[index].partition(":")
+        args[index] = {"devdax": f"shm:{pool}", "file": f"file:{tmp / Path(where).name}"}.get(
+            kind, args[index])
+    return [*mpi, *NEARLOCAL, *args, "--out", str(tmp / "out"), *TINY], ranks
+
+
+# which ranks give a rack method's rows (docs/rack.md's table): (ranks) -> rank numbers
+RANKS_WITH_ROWS = {"rack-rpc-roundtrip": lambda n: set(range(1, n)),
+                   "rack-rpc-throughput": lambda n: set(range(1, n)),
+                   "rack-handoff": lambda n: {0},
+                   "rack-aggregate": lambda n: set(range(n)),
+                   "rack-host-loss": lambda n: {n - 1}}
+
+
+def test_docs_rack_md_names_the_three_jobs_run_below():
+    commands = rack_doc_commands()
+    assert len(commands) == 3 and all("--suite rack" in c for c in commands), commands
+
+
+@needs_mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(3))
+def test_every_command_of_docs_rack_md_runs_here(index, tmp_path):
+    """Each job line of docs/rack.md, as written (rack_doc_command says what is adapted to one
+    machine): exit 0, one stored run with every rack method's rows from the ranks its table
+    names, on the pool named; stdout and stderr written to files, as a CI log is, hold no
+    escape code and no box-drawing line (under mpiexec a rank's stdout is a pty)."""
+    from nearlocal.harness.suites import suite_cases
+
+    command = rack_doc_commands()[index]
+    pool = f"nearlocal-test-rack-docs-{os.getpid()}"
+    argv, ranks = rack_doc_command(command, tmp_path, pool)
+    default_pool = Path("/dev/shm/nearlocal-rack")
+    existed = default_pool.exists()
+    with open(tmp_path / "stdout.log", "w") as out, open(tmp_path / "stderr.log", "w") as err:
+        proc = subprocess.run(argv, cwd=tmp_path, env=_env(), stdout=out, stderr=err,
+                              timeout=600)
+    logs = (tmp_path / "stdout.log").read_text() + (tmp_path / "stderr.log").read_text()
+    assert proc.returncode == 0, f"{shlex.join(argv)}\n{logs[-4000:]}"
+    assert not ANSI_OR_BOX.search(logs), logs[-4000:]
+    run = load(None, tmp_path / "out")
+    assert run.complete and run.meta["mpi"]["ranks"] == ranks
+    suite = suite_cases("rack")
+    stored = {re.sub(r"/rank=\d+$", "", case_id) for case_id in run.cases["case_id"]}
+    assert len(stored) == len(suite)  # every case of the suite, on the pool given
+    region = argv[argv.index("--region") + 1] if "--region" in argv else suite[0].region
+    assert set(run.cases["region"]) == {region}
+    assert set(run.cases["method"]) == set(RANKS_WITH_ROWS) == {c.method for c in suite}
+    for method, wanted in RANKS_WITH_ROWS.items():
+        rows = _rows(run, method)
+        assert set(rows["rank"]) == wanted(ranks), (method, sorted(rows["rank"]))
+        assert (rows["status"] == "ok").all(), rows[["case_id", "reason"]].to_string()
+    assert not Path(f"/dev/shm/{pool}").exists() and default_pool.exists() == existed
+
+
+@needs_mpi
+def test_a_log_piped_to_a_file_under_mpiexec_is_plain_text(tmp_path):
+    """mpiexec gives each rank's stdout a pty and copies it to its own stdout, here a file:
+    the rank's isatty() is true, but the file must get plain text (Markdown tables, no colour),
+    FORCE_COLOR and TTY_COMPATIBLE notwithstanding."""
+    log = tmp_path / "probe.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([MPIEXEC, "--allow-run-as-root", "-n", "1", *NEARLOCAL, "probe"],
+                              cwd=tmp_path, env={**_env(), "FORCE_COLOR": "1",
+                                                 "TTY_COMPATIBLE": "1"},
+                              stdout=out, stderr=subprocess.PIPE, text=True, timeout=120)
+    text = log.read_text()
+    assert proc.returncode == 0, proc.stderr
+    assert "| node" in text and not ANSI_OR_BOX.search(text + proc.stderr), text
+
+
+def test_a_pty_that_is_not_our_terminal_is_no_terminal():
+    import io
+
+    from nearlocal.console import _Console, owns_terminal
+
+    leader, follower = os.openpty()  # a tty, but not this process's controlling terminal
+    try:
+        with os.fdopen(os.dup(follower), "w") as stream:
+            assert stream.isatty() and not owns_terminal(stream)
+            assert not _Console(file=stream).is_terminal
+            assert _Console(file=stream, force_terminal=True).is_terminal  # asked for: obeyed
+    finally:
+        os.close(leader), os.close(follower)
+    assert not owns_terminal(io.StringIO())
