@@ -132,7 +132,7 @@ def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[flo
     import cupy as cp
 
     from nearlocal.gpu import timing
-    from nearlocal.gpu.methods import MEMCPY_HOST_TO_DEVICE
+    from nearlocal.gpu.kernels import MEMCPY_HOST_TO_DEVICE
 
     src = cp.cuda.alloc_pinned_memory(nbytes)
     dst = cp.empty(nbytes, dtype=cp.uint8)
