@@ -299,7 +299,10 @@ def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
     from nearlocal.gpu import kernels, timing
 
     k = kernels.compiled(cp)
-    src, dst = cp.empty(nbytes, dtype=cp.uint8), cp.empty(nbytes, dtype=cp.uint8)
+    src, dst = cp.empty(nbytes, dtype=cp.uint8), cp.zeros(nbytes, dtype=cp.uint8)
+    block = np.arange(251 * 4096) % 251 + 1  # host-made (no elementwise kernel), period 251
+    kernels.fill_device(cp, int(src.data.ptr), nbytes, block)
+    cp.cuda.runtime.deviceSynchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     spin_out = cp.zeros(1, dtype=cp.uint64)
     timer = timing.EventTimer(cp, stream, k, int(spin_out.data.ptr))
@@ -318,11 +321,18 @@ def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
             k.fn["nl_plain_copy12"]((4 * sms,), (PLAIN_THREADS,), args)
 
     out: dict = {"bytes": nbytes}
+    edge = min(nbytes, 1 << 20)
     for name, launch in (("cudaMemcpyAsync", memcpy), ("nl_plain_copy12", kernel)):
+        dst.fill(0)  # a memset
+        cp.cuda.runtime.deviceSynchronize()
         ns, raw = _queued_median_ns(timer, launch, reps)
+        stream.synchronize()
+        for start in (0, nbytes - edge):  # the first and last MiB landed
+            want = np.resize(np.roll(block, -(start % block.size)), edge).astype(np.uint8)
+            if not np.array_equal(cp.asnumpy(dst[start:start + edge]), want):
+                raise RuntimeError(f"the HBM copy ({name}) moved wrong bytes near byte {start}")
         out[name] = {"median_ns": ns, "gbps": 2 * nbytes / ns if ns else float("nan"),
                      "raw_ns": raw}
-    stream.synchronize()
     out["peak_gbps"], out["peak_source"] = hbm_peak_gbps(cp)
     return out
 

@@ -67,6 +67,15 @@ def test_bare_launch_and_lone_copy_run_against_the_double(gpu_check):
     assert raw >= 0 and empty >= 0 and len(lone_times) == 10
 
 
+@needs_gxx
+def test_hbm_copy_runs_against_the_double_and_says_when_the_peak_is_unknown(gpu_check):
+    hbm = gpu_check.hbm_copy(nbytes=3 * 4096 + 5, reps=2)
+    for name in ("cudaMemcpyAsync", "nl_plain_copy12"):  # bytes checked inside
+        assert hbm[name]["median_ns"] >= 0 and len(hbm[name]["raw_ns"]) == 2
+    assert hbm["peak_gbps"] is None and "peak unknown" in hbm["peak_source"]  # attributes: 0
+    assert "peak unknown" in gpu_check.hbm_note(hbm)
+
+
 def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
              memcpy_few_ns: float, e2e_ns: float, bare_ns: float,
              link: tuple[str, str] = ("32.0 GT/s PCIe", "16"), big_ns: float = 1.3e6):

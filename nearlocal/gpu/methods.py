@@ -1,5 +1,5 @@
 """GPU methods: the CUDA runtime's copy APIs (one call per fragment, batched, 2-D), one CUDA C
-kernel (NVRTC via cupy.RawModule) for the whole fragment table (Beluga B9, B13-B14), zero-copy
+kernel (NVRTC called directly, no headers) for the whole fragment table (Beluga B9, B13-B14), zero-copy
 access to mapped host memory, NVLink peer copies and SwiftCache's layer stream (S2-S3).
 
 Every method takes `timing=device|e2e` (see nearlocal.gpu.timing): `device` = CUDA events around
