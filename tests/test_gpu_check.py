@@ -422,3 +422,21 @@ def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
                                                      "steps.txt"]
     assert list(tmp.iterdir()) == []  # the scratch folder (caches, TMPDIR) is gone
+
+
+def test_suites_verdict_reads_what_nearlocal_run_writes(tmp_path, monkeypatch):
+    """The verdict over a real `nearlocal run --suite gpu --json` on this box (every case skipped
+    with its reason where there is no GPU): every case present, so PASS; one row dropped, FAIL."""
+    from nearlocal.cli import main
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # the same on a box that has cupy
+    path = tmp_path / "gpu.json"
+    assert main(["run", "--suite", "gpu", "--budget", "0.01", "--out", str(tmp_path / "r"),
+                 "--quiet", "--json", str(path)]) == 0
+    gpu_check = _script("gpu_check")
+    ok, lines = gpu_check.suite_verdicts([("gpu", str(path))])
+    rows = json.loads(path.read_text())
+    assert ok and f"{len(rows)} rows of {len(rows)} cases" in lines[0]
+    path.write_text(json.dumps(rows[1:]))
+    ok, lines = gpu_check.suite_verdicts([("gpu", str(path))])
+    assert not ok and rows[0]["case_id"] in "\n".join(lines)
