@@ -87,3 +87,24 @@ def test_a_gpu_without_cupy_is_told_which_extra_to_install(monkeypatch, tmp_path
         assert reason.endswith(f"pip install 'nearlocal[{extra}]'")
     version.unlink()
     assert probe_gpu(SysRoot(tmp_path)).reason.endswith(")")  # no driver: no advice
+
+
+def test_a_cupy_the_driver_cannot_run_is_told_the_extra_for_the_driver(monkeypatch, tmp_path):
+    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.sysroot import SysRoot
+    from tests.gpu_fakecupy import CUDARuntimeError, make_fake_cupy
+
+    cp = make_fake_cupy()
+
+    def insufficient():
+        raise CUDARuntimeError(35)  # cudaErrorInsufficientDriver
+
+    cp.cuda.runtime.getDeviceCount = insufficient
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    version = tmp_path / "proc" / "driver" / "nvidia" / "version"
+    version.parent.mkdir(parents=True)
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue\n")
+    reason = probe_gpu(SysRoot(tmp_path)).reason
+    assert reason.startswith("no GPU: CUDA runtime unusable (CUDARuntimeError: status 35)")
+    assert "cupy is built for CUDA 13 and the NVIDIA driver is 550.127.05" in reason
+    assert reason.endswith("pip install 'nearlocal[cuda12]'")

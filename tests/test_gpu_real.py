@@ -114,6 +114,7 @@ def test_the_probe_compiles_the_module():
 
     info = probe_gpu()
     assert info.devices and info.nvrtc is None, info.nvrtc
+    assert info.kernel_image.startswith(("cubin", "ptx")), info.kernel_image
 
 
 # --- every session --------------------------------------------------------------------------------

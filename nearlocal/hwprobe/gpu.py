@@ -154,7 +154,13 @@ def probe_gpu(root: SysRoot | None = None) -> GpuInfo:
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({_one_line(exc)})")
+        reason = f"no GPU: CUDA runtime unusable ({_one_line(exc)})"
+        driver = nvidia_driver(root)
+        if driver is not None:  # cupy built for a CUDA this driver does not run, say
+            reason += (f"; cupy is built for CUDA {cupy_cuda_major(cupy)} and the NVIDIA driver "
+                       f"is {driver}: the CUDA stack for this driver: "
+                       f"{cuda_extra_for_driver(driver)}")
+        return GpuInfo(reason=reason)
     info.nvml = _probe_nvml(info)
     _probe_nvrtc(cupy, info)
     if info.nvrtc is None and info.devices:
