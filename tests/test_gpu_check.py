@@ -288,6 +288,19 @@ def test_step_caps_leave_room_in_the_total():
     assert "set -uo pipefail" in text and "bash -o pipefail -c" in text
 
 
+def test_gpu_check_sh_wiring_of_issue_40():
+    """What the GPU branch of the script does (it cannot run here): the suites in one worker
+    process each, their storage file made once in the scratch folder, a check step that ended
+    without its report gets one from its rows, the verdict names each suite's cases."""
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    assert text.count("--processes 1") == 2
+    assert 'NEARLOCAL_STORAGE="$SCRATCH/' in text and '> "$NEARLOCAL_STORAGE"' in text
+    assert "scripts/gpu_check.py --out \"$OUT\" --partial" in text
+    assert '--suite "gpu=$WORK/suite-gpu.json"' in text
+    assert '--suite "swiftcache=$WORK/suite-swiftcache.json"' in text
+    assert '"$OUT/rows.jsonl"' in text  # removed at the start with the other outputs
+
+
 def test_gpu_check_sh_refuses_caps_beyond_the_total(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin", "TOTAL_S": "100",
