@@ -1,6 +1,7 @@
 """GPU methods: the CUDA runtime's copy APIs (one call per fragment, batched, 2-D), one CUDA C
-kernel (NVRTC called directly, no headers) for the whole fragment table (Beluga B9, B13-B14), zero-copy
-access to mapped host memory, NVLink peer copies and SwiftCache's layer stream (S2-S3).
+kernel (NVRTC called directly, no headers) for the whole fragment table (Beluga B9, B13-B14),
+zero-copy access to mapped host memory, NVLink peer copies and SwiftCache's layer stream
+(S2-S3).
 
 Every method takes `timing=device|e2e` (see nearlocal.gpu.timing): `device` = CUDA events around
 the work queued behind a blocking kernel (in chunks when it is many calls), after a warm-up;
