@@ -114,3 +114,35 @@ def test_a_compile_that_fails_is_every_gpu_case_skip_reason(monkeypatch, tmp_pat
 
 def test_headers_missing_message_is_cupys():
     assert HEADERS_MISSING.startswith("Failed to find CUDA headers.")
+
+
+@needs_gxx
+def test_the_gpu_suite_runs_through_the_cli_without_headers(tmp_path):
+    """`nearlocal run --suite gpu` in its own processes (the CLI, the forkserver, the worker),
+    with the headerless double installed as the `cupy` package: every case is a row, ok, or
+    skipped with a reason that is not about compiling (here: cuda-bindings absent)."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    package = tmp_path / "fake" / "cupy"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import sys\n"
+        "from tests.gpu_fakecupy import make_fake_cupy\n"
+        "sys.modules['cupy'] = make_fake_cupy(headers=False, nvrtc='auto')\n")
+    out = tmp_path / "gpu.json"
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{tmp_path / 'fake'}"}
+    result = subprocess.run([sys.executable, "-m", "nearlocal.cli", "run", "--suite", "gpu",
+                             "--processes", "1", "--budget", "0.01", "--out",
+                             str(tmp_path / "r"), "--json", str(out), "--quiet"],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) > 50 and {r["status"] for r in rows} <= {"ok", "skipped"}
+    ok = {r["method"] for r in rows if r["status"] == "ok"}
+    assert {"gather-kernel", "scatter-kernel", "zero-copy-kernel", "cuda-memcpy-async"} <= ok
+    for row in rows:
+        assert row["status"] == "ok" or "compile" not in (row.get("reason") or ""), row
