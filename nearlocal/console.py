@@ -215,6 +215,10 @@ def _print_gpus(inventory: HostInventory) -> None:
                   (f"; NVML: {gpu.nvml}" if gpu.nvml else ""))
     if gpu.nvrtc:
         console.print(f"  [yellow]{gpu.nvrtc}[/]")
+    elif gpu.kernel_image:
+        console.print(f"  kernels: {gpu.kernel_image}")
+    for line in gpu.missing:
+        console.print(f"  [yellow]missing[/] {line}")
     for g in gpu.devices:
         pcie = (f"PCIe gen {g.pcie_gen} x{g.pcie_width} (max gen {g.pcie_gen_max} "
                 f"x{g.pcie_width_max})" if g.pcie_gen else "PCIe link unknown")

@@ -7,29 +7,37 @@
    engine on H100-class GPUs, about 35 against 53 GB/s in NVIDIA/nvbandwidth issue 24, so the
    gather kernel is held to the best plain SM copy, not to cudaMemcpyAsync):
    - 64 MiB pinned H2D cuda-memcpy-async within 5 % of torch's pinned copy_ (torch.cuda events);
+   - the same figure above an absolute floor: FLOOR_SHARE of the raw bandwidth of the PCIe link
+     both ends support (generation and width from sysfs: the GPU's and its upstream port's
+     maximum), the link as trained stated beside it, so a link trained at x8 fails (issue 40);
    - gather-kernel >= 20x faster than one cudaMemcpyAsync per fragment at 1024 x 160 B;
    - gather-kernel >= 0.9x the bandwidth of the best plain SM copy kernel of the same bytes on
      the same buffers at 128 x 20 KiB and 64 MiB (nl_plain_copy4 / nl_plain_copy12: 4 or, as
      nvbandwidth's copy kernel, 12 loads of 16 B in flight per thread; several geometries);
-   - gather-kernel e2e at 1024 x 160 B <= 1.5x a bare launch + sync of the same RawKernel
-     (pieces already in device memory, arguments packed: the least a Python caller can pay);
-   - every case of the suite JSON files is ok or skipped (`--suites-only --suite-json F...`,
-     appended to the report by scripts/gpu_check.sh once the suites have run).
+   - gather-kernel e2e at 1024 x 160 B <= 1.5x a bare launch + sync of the same kernel doing
+     the same work: the host writing the piece table into mapped pinned memory, one launch that
+     reads it there, the stream's synchronisation (like with like, issue 40);
+   - every case of each suite is present and ok or skipped with a reason (`--suites-only
+     --suite NAME=JSON ...`, appended to the report by scripts/gpu_check.sh after the suites).
    For information (no verdict): the copy-engine ratio (gather-kernel and best SM copy against
-   cuda-memcpy-async at 64 MiB), and gather-kernel against a primed copy-engine copy at 64 KiB
-   (the 1.5x bound there is borderline by design: the figure is stated whatever it is).
+   cuda-memcpy-async at 64 MiB), gather-kernel against a primed copy-engine copy at 64 KiB (the
+   1.5x bound there is borderline by design), and an HBM copy figure (device -> device, 1 GiB,
+   bytes read + written) against the device's peak (memory clock x bus width x 2).
 3. The 64 KiB device figure explained (issue 24 item 6): cuda-memcpy-async 64 KiB with and
    without the 1-byte prime copy before the start event, beside a lone cudaMemcpyAsync between
    two events (raw, and minus an unqueued empty interval).
 
-Writes gpu_check.json and report.md under --out, prints the report; exit 1 if a check fails.
-On a box without a usable GPU it says so in one line and exits 1.
+Every row, figure and verdict is appended to rows.jsonl under --out the moment it is measured
+(flushed and synced), so a run killed at its cap keeps what it measured; `--partial` renders
+report.md and gpu_check.json from that file alone. At the end: gpu_check.json and report.md,
+the report printed; exit 1 if a check fails. Without a usable GPU it says so in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +47,7 @@ from nearlocal.harness.cases import Case
 from nearlocal.harness.stats import StoppingRule
 from nearlocal.harness.worker import WorkerSettings, measure
 from nearlocal.hwprobe.gpu import _one_line
+from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_ns
 
 SETTINGS = WorkerSettings(StoppingRule(budget_s=0.25, target_rel_ci=0.01), 1e9, False)
@@ -53,15 +62,56 @@ METHODS = (("cuda-memcpy", "read", "device"), ("cuda-memcpy-async", "read", "dev
 CONTAINS = ("device_contains", "e2e_contains")
 
 
+ROWS_FILE = "rows.jsonl"
+
+
+class RowLog:
+    """rows.jsonl: one JSON object per line, appended, flushed and synced as each is measured,
+    so a step killed at its cap leaves every row it finished (issue 40)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def write(self, kind: str, **data) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as out:
+            out.write(json.dumps({"kind": kind, **data}, default=str) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+LOG = RowLog(None)  # main() points it at --out
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The records of rows.jsonl; a line cut off by a kill is skipped."""
+    records = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
 def _row(method: str, pattern: str, access: str = "read", **params: str) -> dict:
     case = Case(method, "pinned", "wb", pattern, peer="gpu:0", access=access,
                 params=tuple(params.items()))
     try:
         row, _, _ = measure(case, SETTINGS, 0.0)
     except Exception as exc:  # a failed cell is shown as failed, the table goes on
-        return {"case": case.id, "error": _one_line(exc, 300)}
-    return {"case": case.id, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
-            "n": row["n_samples"], "gbps": row["gbps"], "info": row["info"]}
+        out = {"case": case.id, "error": _one_line(exc, 300)}
+    else:
+        out = {"case": case.id, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
+               "n": row["n_samples"], "gbps": row["gbps"], "info": row["info"]}
+    LOG.write("row", **out)
+    print(f"row {out['case']}: {_cell(out)}", flush=True)
+    return out
 
 
 def _cell(row: dict) -> str:
@@ -95,13 +145,15 @@ def torch_pinned_copy_ns(nbytes: int, reps: int = 30) -> float | None:
 
 
 def bare_launch_ns(pattern: str, reps: int = 300) -> tuple[float, list[float]]:
-    """Host ns of one launch + stream sync of nl_copy for `pattern`, pinned -> device, with the
-    pieces already in device memory and the arguments packed once, on the e2e rows' clock
-    (timing.end_to_end, host_clock_overhead_ns() removed as from their samples): (median after
-    a 10 % warm-up, every raw time)."""
+    """Host ns of the least a Python caller can pay for what a gather-kernel e2e sample does:
+    the host writes the piece table into mapped pinned memory, one launch of nl_copy (arguments
+    packed once) reads it there and moves `pattern` pinned -> device, then the stream's
+    synchronisation; on the e2e rows' clock (timing.end_to_end, host_clock_overhead_ns()
+    removed as from their samples): (median after a 10 % warm-up, every raw time)."""
     import cupy as cp
 
     from nearlocal.gpu import kernels, timing
+    from nearlocal.gpu.regions import alloc_mapped
     from nearlocal.workloads.patterns import parse_pattern
 
     table = kernels.validate_fragments(parse_pattern(pattern).frags)
@@ -111,18 +163,178 @@ def bare_launch_ns(pattern: str, reps: int = 300) -> tuple[float, list[float]]:
     src[:] = np.arange(span) % 251
     dst = cp.zeros(span, dtype=cp.uint8)
     plan, pieces = kernels.plan_launch(table)
-    pieces_dev = cp.asarray(pieces)
-    k = kernels.compiled(cp)
-    args = k.copy_args(int(dst.data.ptr), int(src.ctypes.data), int(pieces_dev.data.ptr), plan)
-    fn, stream = k.fn["nl_copy"], cp.cuda.Stream(non_blocking=True)
-    grid, block = (plan.blocks,), (plan.threads,)
-    with stream:
-        times = [timing.end_to_end(lambda: fn(grid, block, args), stream) for _ in range(reps)]
-    bad = kernels.fragments_match(cp.asnumpy(dst), src, table)
+    runtime = cp.cuda.runtime
+    staging, staging_dev, staging_bytes = alloc_mapped(runtime, pieces.nbytes)
+    try:
+        staged = staging_bytes.view(np.int64).reshape(pieces.shape)
+        k = kernels.compiled(cp)
+        args = k.copy_args(int(dst.data.ptr), int(src.ctypes.data), staging_dev, plan)
+        fn, stream = k.fn["nl_copy"], cp.cuda.Stream(non_blocking=True)
+        grid, block = (plan.blocks,), (plan.threads,)
+
+        def run() -> None:
+            np.copyto(staged, pieces)
+            fn(grid, block, args)
+
+        with stream:
+            times = [timing.end_to_end(run, stream) for _ in range(reps)]
+        bad = kernels.fragments_match(cp.asnumpy(dst), src, table)
+    finally:
+        runtime.freeHost(staging)
     if bad is not None:
         raise RuntimeError(f"the bare launch moved wrong bytes (fragment {bad})")
     overhead = timing.host_clock_overhead_ns()
     return max(float(np.median(times[reps // 10:])) - overhead, 0.0), times
+
+
+# --- the PCIe link and the H2D floor (sysfs) ----------------------------------------------------
+
+# GT/s per lane -> (generation, encoding efficiency): 8b/10b to gen 2, 128b/130b gens 3-5,
+# gen 6's FLIT mode (242 of every 256 bytes carry data)
+PCIE_RATES = {2.5: (1, 0.8), 5.0: (2, 0.8), 8.0: (3, 128 / 130), 16.0: (4, 128 / 130),
+              32.0: (5, 128 / 130), 64.0: (6, 242 / 256)}
+FLOOR_SHARE = 0.75  # of the link's raw bandwidth: a healthy x16 link's H2D copies reach ~0.85
+
+
+def _gts(text: str | None) -> float | None:
+    """'32.0 GT/s PCIe' -> 32.0; None when absent or unknown."""
+    try:
+        return float((text or "").split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _width(text: str | None) -> int | None:
+    try:
+        return int((text or "").strip())
+    except ValueError:
+        return None
+
+
+def pcie_link(bus_id: str, root: SysRoot | None = None) -> dict:
+    """The GPU's PCIe link from sysfs: as trained (current_link_*), the GPU's maximum and its
+    upstream port's maximum (the directory above the device's in /sys/devices)."""
+    root = root or SysRoot.default()
+    device = f"/sys/bus/pci/devices/{bus_id.lower()}"
+    out: dict = {"bus_id": bus_id}
+    for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
+        out[key] = root.read(f"{device}/{key}")
+    real = os.path.realpath(root.path(device))
+    parent = os.path.dirname(real)
+    for key in ("max_link_speed", "max_link_width"):
+        try:
+            out[f"port_{key}"] = Path(parent, key).read_text().strip()
+        except OSError:
+            out[f"port_{key}"] = None
+    return out
+
+
+def link_raw_gbps(gts: float, width: int) -> float:
+    """Raw data bandwidth of a link, GB/s one way (line rate x encoding x lanes / 8)."""
+    _, efficiency = PCIE_RATES[gts]
+    return gts * efficiency * width / 8
+
+
+def h2d_floor(link: dict) -> tuple[float | None, str]:
+    """(floor GB/s, the link stated) for the 64 MiB H2D copy: FLOOR_SHARE of the raw bandwidth
+    of the link both ends support (the narrower of the GPU's and its port's maximum speed and
+    width), so a link that trained below that is caught. None when sysfs does not say."""
+    now_gts, now_width = _gts(link.get("current_link_speed")), _width(
+        link.get("current_link_width"))
+    caps = [(_gts(link.get(f"{side}max_link_speed")), _width(link.get(f"{side}max_link_width")))
+            for side in ("", "port_")]
+    speeds = [g for g, _ in caps if g in PCIE_RATES]
+    widths = [w for _, w in caps if w]
+    if not speeds or not widths or now_gts not in PCIE_RATES or not now_width:
+        return None, (f"PCIe link of {link.get('bus_id')} not readable from sysfs "
+                      f"({ {k: v for k, v in link.items() if k != 'bus_id'} })")
+    gts, width = min(speeds), min(widths)
+    raw = link_raw_gbps(gts, width)
+    floor = FLOOR_SHARE * raw
+    trained = (f"trained gen {PCIE_RATES[now_gts][0]} x{now_width} ({now_gts:g} GT/s), both ends "
+               f"support gen {PCIE_RATES[gts][0]} x{width}: {raw:.1f} GB/s raw, floor "
+               f"{FLOOR_SHARE:.2f}x = {floor:.1f} GB/s")
+    if (now_gts, now_width) != (gts, width):
+        trained += " (the link trained below what both ends support)"
+    return floor, f"PCIe {link.get('bus_id')}: {trained}"
+
+
+# --- HBM: a device -> device copy against the device's peak -------------------------------------
+
+MEMORY_CLOCK_RATE = 36  # cudaDevAttrMemoryClockRate, kHz
+GLOBAL_MEMORY_BUS_WIDTH = 37  # cudaDevAttrGlobalMemoryBusWidth, bits
+
+
+def hbm_peak_gbps(cp, device: int = 0) -> tuple[float | None, str]:
+    """The device's peak memory bandwidth, GB/s: memory clock x bus width x 2 (double data
+    rate), from the CUDA runtime's attributes, else NVML; (None, why) when neither says."""
+    runtime = cp.cuda.runtime
+    try:
+        khz = int(runtime.deviceGetAttribute(MEMORY_CLOCK_RATE, device))
+        bits = int(runtime.deviceGetAttribute(GLOBAL_MEMORY_BUS_WIDTH, device))
+        source = "cudaDevAttrMemoryClockRate x cudaDevAttrGlobalMemoryBusWidth"
+    except Exception:
+        khz = bits = 0
+    if not khz or not bits:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+            khz = 1000 * int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
+            bits = int(pynvml.nvmlDeviceGetMemoryBusWidth(handle))
+            source = "NVML max memory clock x memory bus width"
+        except Exception as exc:
+            return None, f"peak unknown: neither the CUDA runtime nor NVML says ({_one_line(exc)})"
+    peak = khz * 1e3 * 2 * bits / 8 / 1e9
+    return peak, f"{khz / 1000:.0f} MHz x {bits} bit x 2 ({source})"
+
+
+def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
+    """Device -> device copies of `nbytes` on GPU 0 queued behind the blocking kernel, timed by
+    CUDA events (minus the queued empty interval): cudaMemcpyAsync, and nl_plain_copy12 with 4
+    blocks of 512 per SM. GB/s count the bytes read plus the bytes written."""
+    import cupy as cp
+
+    from nearlocal.gpu import kernels, timing
+
+    k = kernels.compiled(cp)
+    src, dst = cp.empty(nbytes, dtype=cp.uint8), cp.zeros(nbytes, dtype=cp.uint8)
+    block = np.arange(251 * 4096) % 251 + 1  # host-made (no elementwise kernel), period 251
+    kernels.fill_device(cp, int(src.data.ptr), nbytes, block)
+    cp.cuda.runtime.deviceSynchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    spin_out = cp.zeros(1, dtype=cp.uint64)
+    timer = timing.EventTimer(cp, stream, k, int(spin_out.data.ptr))
+    timer.calibrate()
+    src_ptr, dst_ptr = int(src.data.ptr), int(dst.data.ptr)
+    device_to_device = 3  # cudaMemcpyDeviceToDevice
+
+    def memcpy() -> None:
+        cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, device_to_device, stream.ptr)
+
+    sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+    args = k.plain_copy_args(dst_ptr, src_ptr, nbytes)
+
+    def kernel() -> None:
+        with stream:
+            k.fn["nl_plain_copy12"]((4 * sms,), (PLAIN_THREADS,), args)
+
+    out: dict = {"bytes": nbytes}
+    edge = min(nbytes, 1 << 20)
+    for name, launch in (("cudaMemcpyAsync", memcpy), ("nl_plain_copy12", kernel)):
+        dst.fill(0)  # a memset
+        cp.cuda.runtime.deviceSynchronize()
+        ns, raw = _queued_median_ns(timer, launch, reps)
+        stream.synchronize()
+        for start in (0, nbytes - edge):  # the first and last MiB landed
+            want = np.resize(np.roll(block, -(start % block.size)), edge).astype(np.uint8)
+            if not np.array_equal(cp.asnumpy(dst[start:start + edge]), want):
+                raise RuntimeError(f"the HBM copy ({name}) moved wrong bytes near byte {start}")
+        out[name] = {"median_ns": ns, "gbps": 2 * nbytes / ns if ns else float("nan"),
+                     "raw_ns": raw}
+    out["peak_gbps"], out["peak_source"] = hbm_peak_gbps(cp)
+    return out
 
 
 def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[float]]:
@@ -132,7 +344,7 @@ def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[flo
     import cupy as cp
 
     from nearlocal.gpu import timing
-    from nearlocal.gpu.methods import MEMCPY_HOST_TO_DEVICE
+    from nearlocal.gpu.kernels import MEMCPY_HOST_TO_DEVICE
 
     src = cp.cuda.alloc_pinned_memory(nbytes)
     dst = cp.empty(nbytes, dtype=cp.uint8)
@@ -247,52 +459,147 @@ def gpu_unusable() -> str | None:
     return None
 
 
-def suite_verdicts(paths: list[str]) -> tuple[bool, list[str]]:
+def expected_case_ids(suite: str) -> list[str]:
+    """Every case id of `suite` on this box, as `nearlocal run --suite` builds them (storage
+    cases name the file NEARLOCAL_STORAGE points at, as the run saw it)."""
+    from nearlocal.harness.suites import suite_cases
+
+    return [case.id for case in suite_cases(suite)]
+
+
+def suite_verdicts(suites: list[tuple[str, str]],
+                   expected=expected_case_ids) -> tuple[bool, list[str]]:
+    """(ok, report lines) for (suite, JSON rows path) pairs: ok when every case of each suite is
+    in its JSON, and each is ok or skipped with a reason. A run cut short (no JSON, or rows
+    missing) is a FAIL: a short run must never read PASS."""
     lines, ok = [], True
-    for path in paths:
+    for suite, path in suites:
+        want = expected(suite)
         try:
             rows = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
-            lines.append(f"- {path}: unreadable ({exc})")
+            lines.append(f"- {suite}: FAIL, no rows ({Path(path).name} unreadable: "
+                         f"{_one_line(exc, 160)}): the run was cut short or failed before "
+                         f"writing them; all {len(want)} cases missing")
             ok = False
             continue
-        bad = [r for r in rows if r["status"] not in ("ok", "skipped")]
-        unexplained = [r for r in rows if r["status"] == "skipped" and not r.get("reason")]
-        counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
-        lines.append(f"- {Path(path).name}: {counts}" + "".join(
-            f"\n  - {r['case_id']}: {r['status']}: {r.get('reason')}" for r in bad + unexplained))
-        ok = ok and not bad and not unexplained
+        seen = {r.get("case_id") for r in rows}
+        missing = [case for case in want if case not in seen]
+        bad = [r for r in rows if r.get("status") not in ("ok", "skipped")]
+        unexplained = [r for r in rows if r.get("status") == "skipped" and not r.get("reason")]
+        counts = {st: sum(r.get("status") == st for r in rows)
+                  for st in sorted({str(r.get("status")) for r in rows})}
+        lines.append(f"- {suite}: {len(rows)} rows of {len(want)} cases {counts}" + "".join(
+            f"\n  - {r.get('case_id')}: {r.get('status')}: {r.get('reason')}"
+            for r in bad + unexplained))
+        if missing:
+            lines.append(f"  - {len(missing)} cases missing (the run was cut short?): "
+                         + ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
+        ok = ok and not bad and not unexplained and not missing
     return ok, lines
 
 
-def suites_only(out: Path, paths: list[str]) -> int:
-    ok, suite_lines = suite_verdicts(paths)
-    text = "\n".join(["", "## Suites: every case ok or skipped with a reason", "", *suite_lines,
-                      "", f"- {'PASS' if ok else 'FAIL'} suites_ok_or_skipped"]) + "\n"
+def suites_only(out: Path, suites: list[tuple[str, str]]) -> int:
+    ok, suite_lines = suite_verdicts(suites)
+    text = "\n".join(["", "## Suites: every case present, ok or skipped with a reason", "",
+                      *suite_lines, "", f"- {'PASS' if ok else 'FAIL'} suites_ok_or_skipped"]) + "\n"
     with (out / "report.md").open("a") as report:
         report.write(text)
     path = out / "gpu_check.json"
     data = json.loads(path.read_text()) if path.exists() else {"checks": {}}
     data.setdefault("checks", {})["suites_ok_or_skipped"] = {"ok": ok, "text": suite_lines}
     path.write_text(json.dumps(data, indent=1, default=str))
+    LOG.write("check", name="suites_ok_or_skipped", ok=ok, text=suite_lines)
     print(text)
     return 0 if ok else 1
+
+
+def partial_report(out: Path) -> int:
+    """report.md and gpu_check.json from rows.jsonl alone: the check step ended (killed at its
+    cap) before writing them. Exit 1: a cut-short check never passes."""
+    records = read_rows(out / ROWS_FILE)
+    rows = [r for r in records if r["kind"] == "row"]
+    checks = [r for r in records if r["kind"] == "check"]
+    figures = [r for r in records if r["kind"] == "figure"]
+    lines = ["# nearlocal GPU check", "",
+             f"CUT SHORT: the check step ended before its report; {len(rows)} rows, "
+             f"{len(checks)} verdicts and {len(figures)} figures were kept (rows.jsonl).", "",
+             "## Rows kept", ""]
+    lines += [f"- {r['case']}: {_cell(r)}" for r in rows]
+    lines += ["", "## Verdicts kept (the check is FAIL as a whole: it did not finish)", ""]
+    lines += [f"- {'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['text']}" for c in checks]
+    lines += ["", "## Figures kept", ""]
+    lines += [f"- {f['name']}: {json.dumps(f.get('value'), default=str)[:400]}" for f in figures]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    (out / "gpu_check.json").write_text(json.dumps(
+        {"partial": True, "table": {r["case"]: r for r in rows},
+         "checks": {c["name"]: {"ok": c["ok"], "text": c["text"]} for c in checks},
+         "figures": {f["name"]: f.get("value") for f in figures}}, indent=1, default=str))
+    print(text)
+    return 1
+
+
+class Verdicts(dict):
+    """The "what must hold" verdicts; each is appended to rows.jsonl when it is decided."""
+
+    def __setitem__(self, name: str, verdict: tuple[bool, str]) -> None:
+        super().__setitem__(name, verdict)
+        LOG.write("check", name=name, ok=verdict[0], text=verdict[1])
+        print(f"{'PASS' if verdict[0] else 'FAIL'} {name}: {verdict[1]}", flush=True)
+
+
+def gpu_bus_id(device: int = 0) -> str:
+    """GPU `device`'s PCI address as sysfs spells it (0000:1b:00.0)."""
+    import cupy as cp
+
+    from nearlocal.hwprobe.gpu import _norm_bus_id, _text
+
+    return _norm_bus_id(_text(cp.cuda.runtime.deviceGetPCIBusId(device)))
+
+
+def hbm_note(hbm: dict) -> str:
+    """The HBM figure in one line, against the peak when known (information, no verdict)."""
+    if "error" in hbm:
+        return f"HBM copy (device -> device, 1 GiB): failed: {hbm['error']}"
+    peak = hbm.get("peak_gbps")
+    parts = []
+    for name in ("cudaMemcpyAsync", "nl_plain_copy12"):
+        gbps = hbm[name]["gbps"]
+        share = f" = {gbps / peak:.0%} of peak" if peak else ""
+        parts.append(f"{name} {gbps:.0f} GB/s{share}")
+    where = f"peak {peak:.0f} GB/s ({hbm['peak_source']})" if peak else hbm["peak_source"]
+    return (f"HBM copy (device -> device, {hbm['bytes'] >> 20} MiB, bytes read + written): "
+            + "; ".join(parts) + f"; {where}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/out")
-    parser.add_argument("--suite-json", action="append", default=[],
-                        help="a suite's JSON results (with --suites-only)")
+    parser.add_argument("--suite", action="append", default=[], metavar="NAME=JSON",
+                        help="a suite and its `nearlocal run --json` rows (with --suites-only)")
     parser.add_argument("--suites-only", action="store_true",
                         help="only the suite verdict, appended to report.md and gpu_check.json")
+    parser.add_argument("--partial", action="store_true",
+                        help="only render report.md and gpu_check.json from rows.jsonl (the "
+                             "check step was killed before writing them)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    global LOG
+    LOG = RowLog(out / ROWS_FILE)
+    if args.partial:
+        return partial_report(out)
+    suites = []
+    for item in args.suite:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            parser.error(f"--suite takes NAME=JSON, got {item!r}")
+        suites.append((name, path))
     if args.suites_only:
-        return suites_only(out, args.suite_json)
-    if args.suite_json:
-        parser.error("--suite-json goes with --suites-only (the suites run after this check)")
+        return suites_only(out, suites)
+    if suites:
+        parser.error("--suite goes with --suites-only (the suites run after this check)")
     why = gpu_unusable()
     if why is not None:
         print(f"gpu_check.py: nothing measured: {why}")
@@ -321,11 +628,12 @@ def main(argv: list[str] | None = None) -> int:
     failures = [r["case"] + ": " + r["error"] for r in rows.values() if "error" in r]
     lines += [f"- FAILED {f}" for f in failures]
 
-    checks: dict[str, tuple[bool, str]] = {}
+    checks: dict[str, tuple[bool, str]] = Verdicts()
     notes: list[str] = []  # for information: no verdict
     memcpy = {p: rows[("cuda-memcpy-async", "read", "device", p)] for p in PATTERNS}
     gather = {p: rows[("gather-kernel", "read", "device", p)] for p in PATTERNS}
     torch_ns = torch_pinned_copy_ns(BIG)
+    LOG.write("figure", name="torch_pinned_copy_64MiB_ns", value=torch_ns)
     if torch_ns is None or "error" in memcpy["64MiB"]:
         checks["h2d_64MiB_vs_torch"] = (False, "torch unusable or the row failed")
     else:
@@ -333,6 +641,18 @@ def main(argv: list[str] | None = None) -> int:
         checks["h2d_64MiB_vs_torch"] = (abs(ratio - 1) <= 0.05, (
             f"cuda-memcpy-async {format_ns(memcpy['64MiB']['median_ns'])} vs torch copy_ "
             f"{format_ns(torch_ns)}: ratio {ratio:.3f} (must be within 5 %)"))
+    link = pcie_link(gpu_bus_id())
+    floor, link_text = h2d_floor(link)
+    report["pcie_link"] = {**link, "floor_gbps": floor, "text": link_text}
+    LOG.write("figure", name="pcie_link", value=report["pcie_link"])
+    if floor is None or "error" in memcpy["64MiB"]:
+        checks["h2d_64MiB_above_link_floor"] = (False, link_text if floor is None else
+                                                "the 64 MiB row failed; " + link_text)
+    else:
+        gbps = memcpy["64MiB"]["gbps"]
+        checks["h2d_64MiB_above_link_floor"] = (gbps >= floor, (
+            f"cuda-memcpy-async 64 MiB {gbps:.1f} GB/s (must be >= {floor:.1f} GB/s); "
+            + link_text))
     few = "1024x160B"
     if "error" in gather[few] or "error" in memcpy[few]:
         checks["gather_vs_per_fragment_memcpy_1024x160B"] = (False, "a row failed")
@@ -351,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
             checks[name] = (False, f"the same-buffer comparison failed: {_one_line(exc, 300)}")
             continue
         report["gather_vs_plain_copy"][pattern] = ref
+        LOG.write("figure", name=f"gather_vs_plain_copy_{pattern}",
+                  value={k: v for k, v in ref.items() if k != "plain"})
         best, mine = ref["best_plain"], ref["gather"]
         share = mine["gbps"] / best["gbps"]
         checks[name] = (share >= 0.9, (
@@ -377,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     e2e = rows[("gather-kernel", "read", "e2e", "1024x160B")]
     try:
         bare, bare_times = bare_launch_ns("1024x160B")
+        LOG.write("figure", name="bare_launch_sync_1024x160B_ns", value=bare)
         report["bare_launch_sync_1024x160B_ns"] = bare
         report["bare_launch_sync_1024x160B_raw_ns"] = bare_times
         if "error" in e2e:
@@ -384,10 +707,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             factor = e2e["median_ns"] / bare
             checks["gather_e2e_vs_bare_launch"] = (factor <= 1.5, (
-                f"gather-kernel e2e {format_ns(e2e['median_ns'])} vs bare RawKernel launch + "
-                f"sync {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
+                f"gather-kernel e2e {format_ns(e2e['median_ns'])} vs a bare launch + sync doing "
+                f"the same work (piece table written into mapped pinned memory, read there by "
+                f"the kernel) {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
     except Exception as exc:
         checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {_one_line(exc, 300)}")
+    try:
+        hbm = hbm_copy()
+    except Exception as exc:
+        hbm = {"error": _one_line(exc, 300)}
+    report["hbm_copy"] = hbm
+    LOG.write("figure", name="hbm_copy_1GiB", value={k: v for k, v in hbm.items()
+                                                      if not isinstance(v, dict)} |
+              {k: {"median_ns": v["median_ns"], "gbps": v["gbps"]} for k, v in hbm.items()
+               if isinstance(v, dict)})
+    notes.append(hbm_note(hbm))
     lines += ["", "## What must hold", ""]
     for name, (ok, text) in checks.items():
         lines.append(f"- {'PASS' if ok else 'FAIL'} {name}: {text}")
@@ -398,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     unprimed = _row("cuda-memcpy-async", "64KiB", prime="0")
     try:
         lone, lone_empty, lone_times = lone_memcpy_ns(64 * 1024)
+        LOG.write("figure", name="lone_memcpy_64KiB_ns", value={"raw": lone, "empty": lone_empty})
     except Exception as exc:  # shown in the report, not hidden
         lone, lone_empty, lone_times = float("nan"), float("nan"), []
         lines.append(f"(lone cudaMemcpyAsync failed: {_one_line(exc, 300)})")

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # The GPU check, for a box with a CUDA GPU and no network (its image has python 3.12, numpy,
-# cupy with NVRTC, numba, cuda-bindings, pytest, pytest-benchmark, pandas, pyarrow, rich; torch
-# for one comparison). Runs from this checkout with PYTHONPATH; what nearlocal needs beyond the
-# image (scipy) comes as wheels in wheels/ (scripts/gpu_wheels.sh, run where there is network;
-# the device run tool's `carry` must name that folder: carry=["wheels"]) and is installed
-# offline into a scratch folder, never into the image.
+# cupy with NVRTC, numba, pytest, pytest-benchmark, pandas, pyarrow, rich; torch for one
+# comparison). Runs from this checkout with PYTHONPATH. The preflight requires only what the GPU
+# path imports; wheels/ (scripts/gpu_wheels.sh, carried with carry=["wheels"]) is optional and,
+# when present, installed offline into a scratch folder, never into the image.
 #
-# Steps: preflight (the wheels, then every import the later steps make, with versions); probe
-# (which also compiles the CUDA module once); then, only when the probe found a GPU and the
-# module compiled (else every later step is skipped with that one line and the check exits 1):
-# the GPU tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (the side-by-side table,
-# the thresholds, prime=1 / prime=0 / lone copy at 64 KiB); the `gpu` and `swiftcache` suites
-# and their verdict "every case ok or skipped with a reason"; the `gpu` suite under
-# pytest-benchmark. Each step has its own cap and the caps add up to less than TOTAL_S, so the
-# last step always gets its time; a step's cap is also cut to what is left. Exit 1 if any failed.
+# Steps: preflight (the optional wheels, then every import the later steps make, with
+# versions; torch and matplotlib are located, not imported); probe (which also compiles the CUDA
+# module once, with NVRTC directly); then, only when the probe found a GPU and the module
+# compiled (else every later step is skipped with that one line and the check exits 1): the GPU
+# tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (the side-by-side table, the
+# thresholds, the PCIe floor, the HBM figure, prime=1 / prime=0 / lone copy at 64 KiB); the
+# `gpu` and `swiftcache` suites (one worker process, so one CUDA start per suite; storage cases
+# read a file made once in the scratch folder) and their verdict "every case of the suite
+# present, ok or skipped with a reason"; the `gpu` suite under pytest-benchmark. Each step has
+# its own cap and the caps add up to less than TOTAL_S, so the last step always gets its time;
+# a step's cap is also cut to what is left. Exit 1 if any failed.
+#
+# Every step keeps what it measured when killed at its cap: gpu_check.py appends each row,
+# figure and verdict to $OUT/rows.jsonl as it is measured (and a killed check step's report is
+# rendered from it), the suites' results store takes every case as it finishes, and log.txt
+# holds every line printed.
 #
 # Writes nothing outside $OUT (default /tmp/out) but a scratch folder under $TMPDIR that it
 # removes on exit: cupy's kernel cache, numba's cache, the CUDA JIT cache, TMPDIR of every step
-# (pytest's tmp_path, the CPU shim), the installed wheels; no __pycache__ (PYTHONDONTWRITEBYTECODE).
-# $OUT receives at most 5 files: steps.txt, log.txt, report.md, gpu_check.json, gpu-check.tgz
-# (everything else: preflight, probe, results store, suite JSON, JUnit XML, benchmark JSON).
+# (pytest's tmp_path, the CPU shim), the storage file, the installed wheels; no __pycache__
+# (PYTHONDONTWRITEBYTECODE). $OUT receives at most 6 files: steps.txt, log.txt, report.md,
+# gpu_check.json, rows.jsonl, gpu-check.tgz (everything else: preflight, probe, results store,
+# suite JSON, JUnit XML, benchmark JSON).
 #   bash scripts/gpu_check.sh            (PYTHON=... to choose the interpreter; TOTAL_S=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +37,10 @@ PY="${PYTHON:-python3}"
 WHEELS="${NEARLOCAL_WHEELS:-$PWD/wheels}"
 TOTAL_S="${TOTAL_S:-300}"
 # name:cap in seconds, in order; the caps must leave TAIL_S of TOTAL_S for packing up
-STEPS=(preflight:20 probe:20 tests:70 check:70 suite-gpu:45 suite-swiftcache:20
-       suites-verdict:10 bench-gpu:35)
+STEPS=(preflight:15 probe:20 tests:60 check:80 suite-gpu:50 suite-swiftcache:25
+       suites-verdict:10 bench-gpu:25)
+BUDGET=0.05  # per case; one worker process per suite (a check, not a comparison of runs)
+STORAGE_BYTES=$((64 << 20))  # the storage cases' file (64x1MiB@1MiB): made once, never rewritten
 TAIL_S=5
 
 caps_total=0
@@ -48,12 +58,13 @@ mkdir -p "$SCRATCH/tmp"
 export TMPDIR="$SCRATCH/tmp" CUPY_CACHE_DIR="$SCRATCH/cupy-cache" \
   NUMBA_CACHE_DIR="$SCRATCH/numba-cache" CUDA_CACHE_PATH="$SCRATCH/cuda-cache" \
   XDG_CACHE_HOME="$SCRATCH/cache" MPLCONFIGDIR="$SCRATCH/matplotlib" PYTHONDONTWRITEBYTECODE=1 \
-  PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 NEARLOCAL_REAL_GPU=1
+  PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 NEARLOCAL_REAL_GPU=1 \
+  NEARLOCAL_STORAGE="$SCRATCH/storage.bin"
 export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 deadline=$((SECONDS + TOTAL_S))
 status=0
 skip_reason=""
-rm -f "$OUT/steps.txt" "$OUT/report.md" "$OUT/gpu_check.json"
+rm -f "$OUT/steps.txt" "$OUT/report.md" "$OUT/gpu_check.json" "$OUT/rows.jsonl"
 
 cap_of() {
   local entry
@@ -107,15 +118,21 @@ main() {
     echo "$gate" | tee -a "$OUT/steps.txt"
     [ -n "$skip_reason" ] && status=1
   fi
-  step tests "$PY" -m pytest -q -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
+  if [ -z "$skip_reason" ]; then  # the storage cases' file, in the scratch folder, made once
+    head -c "$STORAGE_BYTES" /dev/urandom > "$NEARLOCAL_STORAGE" || true
+  fi
+  step tests "$PY" -m pytest -q -rs -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" \
     tests/test_gpu_kernels.py tests/test_gpu_real.py
   step check "$PY" scripts/gpu_check.py --out "$OUT"
-  step suite-gpu "${NL[@]}" run --suite gpu --budget 0.05 --out "$WORK/results" \
-    --json "$WORK/suite-gpu.json"
-  step suite-swiftcache "${NL[@]}" run --suite swiftcache --budget 0.05 --out "$WORK/results" \
-    --json "$WORK/suite-swiftcache.json"
+  if [ -z "$skip_reason" ] && [ ! -e "$OUT/report.md" ]; then  # killed at its cap, or crashed:
+    "$PY" scripts/gpu_check.py --out "$OUT" --partial > /dev/null || true  # report its rows
+  fi
+  step suite-gpu "${NL[@]}" run --suite gpu --processes 1 --budget "$BUDGET" \
+    --out "$WORK/results" --json "$WORK/suite-gpu.json"
+  step suite-swiftcache "${NL[@]}" run --suite swiftcache --processes 1 --budget "$BUDGET" \
+    --out "$WORK/results" --json "$WORK/suite-swiftcache.json"
   step suites-verdict "$PY" scripts/gpu_check.py --out "$OUT" --suites-only \
-    --suite-json "$WORK/suite-gpu.json" --suite-json "$WORK/suite-swiftcache.json"
+    --suite "gpu=$WORK/suite-gpu.json" --suite "swiftcache=$WORK/suite-swiftcache.json"
   step bench-gpu "$PY" -m pytest -q -p no:cacheprovider bench/test_gpu.py \
     --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json" \
     --benchmark-storage "file://$SCRATCH/benchmarks"

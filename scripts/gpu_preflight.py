@@ -1,14 +1,19 @@
-"""The GPU check's first step: install the wheels nearlocal needs beyond the device image (offline,
-from the folder scripts/gpu_wheels.sh filled) and import everything the later steps import,
-printing each version, so that a missing or broken package is one line here instead of a
-traceback in every later step.
+"""The GPU check's first step: install the wheels the device image lacks, when a folder of them
+was carried (offline, from what scripts/gpu_wheels.sh filled; optional: nothing the GPU path
+imports needs them), and import everything the later steps import, printing each version, so
+that a missing or broken package is one line here instead of a traceback in every later step.
 
-Imports nothing of nearlocal (its CLI imports numba and scipy at once). Only wheels of
-distributions the image does not already have are installed, into --target (which
-scripts/gpu_check.sh puts on PYTHONPATH): nothing of the image is shadowed or changed.
-Exit 0 when every required module imports; 3 when only the CUDA stack (cupy, cuda.bindings) is
-missing (the probe then says "no GPU" and why); else 1. `--gate PROBE_JSON` answers instead
-whether the GPU steps can run at all (a GPU, and the CUDA module compiled), in one line.
+Required is only what the GPU path imports (REQUIRED: `nearlocal run`, probe, the GPU sessions,
+the tests and the bench step); scipy is not (numba imports it only when present, and only
+`nearlocal compare` uses it). The optional ones (OPTIONAL: torch for one comparison, and the
+rest) are located and their versions read from their metadata, never imported: importing torch
+alone can take most of this step's cap.
+
+Imports nothing of nearlocal. Only wheels of distributions the image does not already have are
+installed, into --target (which scripts/gpu_check.sh puts on PYTHONPATH): nothing of the image
+is shadowed or changed. Exit 0 when every required module imports; 3 when only the CUDA stack
+(cupy) is missing (the probe then says "no GPU" and why); else 1. `--gate PROBE_JSON` answers
+instead whether the GPU steps can run at all (a GPU, and the CUDA module compiled), in one line.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import re
 import subprocess
@@ -23,14 +29,17 @@ import sys
 import zipfile
 from pathlib import Path
 
-# (module, why); the versions of all are printed
+# (module, why): what the GPU path imports, each imported here; the versions of all are printed
 REQUIRED = (("numpy", "everything"), ("numba", "CPU kernels, imported by every CLI path"),
-            ("scipy", "statistics, imported by every CLI path"), ("pandas", "results store"),
-            ("pyarrow", "results store"), ("rich", "console"), ("cupy", "the GPU methods"),
-            ("cuda.bindings", "cuda-memcpy-batch api=bindings"),
-            ("pytest", "the tests"), ("pytest_benchmark", "the bench step"))
-OPTIONAL = (("torch", "the 64 MiB copy_ comparison"), ("matplotlib", "nearlocal report plots"),
-            ("pynvml", "PCIe / NVLink fields of the probe"))
+            ("pandas", "results store"), ("pyarrow", "results store"), ("rich", "console"),
+            ("cupy", "the GPU methods"), ("pytest", "the tests step"),
+            ("pytest_benchmark", "the bench step"))
+# (module, distribution, why): located, never imported
+OPTIONAL = (("torch", "torch", "the 64 MiB copy_ comparison"),
+            ("cuda.bindings", "cuda-bindings", "cuda-memcpy-batch api=bindings"),
+            ("pynvml", "nvidia-ml-py", "PCIe / NVLink fields of the probe, the HBM peak fallback"),
+            ("scipy", "scipy", "nearlocal compare only"),
+            ("matplotlib", "matplotlib", "nearlocal report plots"))
 
 
 def _one_line(exc: BaseException, limit: int = 240) -> str:
@@ -91,24 +100,41 @@ def _version(module) -> str:
     return str(version)
 
 
+def locate(module: str, distribution: str) -> str | None:
+    """'<version> (<folder>)' of an installed module without importing it, or None."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None
+    version = importlib.metadata.version(distribution) if _installed(distribution) else "?"
+    where = Path(spec.origin).parent if spec.origin else (
+        next(iter(spec.submodule_search_locations or ["?"])))
+    return f"{version} ({where})"
+
+
 def check_imports() -> tuple[bool, list[str]]:
     ok, lines = True, [f"python {sys.version.split()[0]} ({sys.executable})"]
-    for modules, required in ((REQUIRED, True), (OPTIONAL, False)):
-        for name, why in modules:
-            try:
-                module = importlib.import_module(name)
-            except Exception as exc:  # ImportError, or a broken native library
-                lines.append(f"{'MISSING' if required else 'absent (optional)'} {name} ({why}): "
-                             f"{_one_line(exc)}")
-                ok = ok and not required
-                continue
-            where = Path(getattr(module, "__file__", "") or "?").parent
-            lines.append(f"{name} {_version(module)} ({where})")
+    for name, why in REQUIRED:
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # ImportError, or a broken native library
+            lines.append(f"MISSING {name} ({why}): {_one_line(exc)}")
+            ok = False
+            continue
+        where = Path(getattr(module, "__file__", "") or "?").parent
+        lines.append(f"{name} {_version(module)} ({where})")
+    for name, distribution, why in OPTIONAL:
+        found = locate(name, distribution)
+        lines.append(f"{name} {found}, located, not imported ({why})" if found else
+                     f"absent (optional) {name} ({why})")
     return ok, lines
 
 
 def cuda_headers_line() -> str:
-    """Where cupy will look for the CUDA runtime headers NVRTC needs (information only)."""
+    """Where cupy would find the CUDA runtime headers (information only: nearlocal's kernels
+    compile without them; cupy's own elementwise kernels need them)."""
     try:
         from cuda import pathfinder
 
@@ -118,7 +144,7 @@ def cuda_headers_line() -> str:
         return f"cudart headers: cuda.pathfinder cannot say ({_one_line(exc, 120)})"
 
 
-GPU_MODULES = ("cupy", "cuda.bindings")  # missing only these: the probe says "no GPU" itself
+GPU_MODULES = ("cupy",)  # missing only this: the probe says "no GPU" itself
 
 
 def gpu_gate(probe_json: Path) -> tuple[bool, str]:
@@ -154,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.target is None:
             parser.error("--wheels needs --target")
         if not args.wheels.is_dir():
-            lines.append(f"no wheel folder {args.wheels} (run scripts/gpu_wheels.sh where there "
-                         "is network, and carry the folder)")
+            lines.append(f"no wheel folder {args.wheels}: none needed (the GPU path needs "
+                         "nothing beyond the image; scripts/gpu_wheels.sh adds optional ones)")
         else:
             todo = missing_wheels(args.wheels)
             lines += install(todo, args.target) or [f"{args.wheels}: nothing to install"]

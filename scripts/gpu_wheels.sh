@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Download, where there is network, the cp312 manylinux x86_64 wheels nearlocal needs on the GPU
-# box beyond its image (scripts/gpu_wheels.txt: scipy, ~35 MB; --plots adds matplotlib and its
-# dependencies from scripts/gpu_wheels_plots.txt, ~23 MB more) into wheels/ (git-ignored; never
-# committed). The GPU box has no network: scripts/gpu_check.sh installs them offline from there
+# Download, where there is network, the optional cp312 manylinux x86_64 wheels for the GPU box
+# (the check needs none: scripts/gpu_wheels.txt: scipy for `nearlocal compare`, ~35 MB; --plots
+# adds matplotlib and its dependencies from scripts/gpu_wheels_plots.txt, ~23 MB more) into
+# wheels/ (git-ignored; never committed). The GPU box has no network: scripts/gpu_check.sh installs them offline from there
 # (scripts/gpu_preflight.py: pip install --no-index --no-deps --target, only what the image lacks),
 # so the device run tool's `carry` must name the folder: carry=["wheels"].
 #   bash scripts/gpu_wheels.sh [--plots] [DIR]      (DIR defaults to wheels/)

@@ -2,6 +2,12 @@
 checks, both clocks, the layer-stream pass) runs on a CPU box: "device memory" is host memory,
 copies are memmove, events read the host clock, the CUDA C kernels run on the CPU through the g++
 shim of tests/gpu_cpushim.py (each thread of a launch in turn).
+Kernels compile the way nearlocal compiles them on a GPU box: `cupy.cuda.nvrtc` (cupy's binding
+of NVRTC) is a stand-in that records the options, or (nvrtc="real") the real NVRTC library
+through ctypes (`CtypesNvrtc`: the nvidia-cuda-nvrtc wheel or a toolkit); `cupy.cuda.function.Module` loads
+the image and runs each named kernel through the shim. `make_fake_cupy(headers=False)` is a box
+without the CUDA runtime headers: cupy's own compile paths (RawModule, elementwise kernels such
+as arange or full) raise what cupy 14's `assemble_cupy_compiler_options` raises.
 It only ever lives in tests; nothing it produces is a measurement."""
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import time
 import types
+from typing import ClassVar
 
 import numpy as np
 
@@ -33,11 +40,9 @@ class FakeDeviceArray(np.ndarray):
         self[...] = host
 
 
-def _device(array) -> FakeDeviceArray:
-    return np.ascontiguousarray(array).view(FakeDeviceArray)
-
-
 class _Device:
+    compute_capability = "90"  # cupy: major and minor as one string
+
     def __init__(self, index: int = 0):
         self.index = self.id = index
 
@@ -179,10 +184,17 @@ class _Runtime:
         return types.SimpleNamespace(type=1 if known else 0, devicePointer=pointer if known else 0)
 
 
+# what cupy 14 raises from assemble_cupy_compiler_options when cuda.pathfinder finds no cudart
+# headers (cupy/_core/core.pyx), before NVRTC is even called
+HEADERS_MISSING = ("Failed to find CUDA headers. Please install CUDA toolkit headers (e.g., pip "
+                   "install cupy-cuda12x[ctk]) or specify CUDA_PATH environment variable.")
+
+
 class _RawModule:
     """cupy.RawModule over the CPU shim: get_function(name)(grid, block, args) runs the kernel.
     `compile_error` (class attribute): the exception the first get_function raises, as cupy's
-    compile does when NVRTC fails or finds no CUDA headers."""
+    compile does when NVRTC fails or finds no CUDA headers. nearlocal itself no longer compiles
+    through it; it is here so tests can show cupy's own path failing."""
 
     compile_error: Exception | None = None
 
@@ -190,18 +202,188 @@ class _RawModule:
         self.code = code
 
     def get_function(self, name: str):
-        from tests import gpu_cpushim
+        if self.compile_error is not None:
+            raise self.compile_error
+        return _shim_kernel(name)
 
+
+def _shim_kernel(name: str):
+    from tests import gpu_cpushim
+
+    def launch(grid, block, args, shared_mem=0, stream=None):
+        if name == "nl_spin":  # the blocking kernel: "waited" what it was asked to
+            ctypes.c_uint64.from_address(int(args[1])).value = int(args[0])
+            return
+        gpu_cpushim.launch(name, int(grid[0]), int(block[0]), args)
+
+    return launch
+
+
+class _Module:
+    """cupy.cuda.function.Module: load(image) is cuModuleLoadData, get_function(name) finds the
+    kernel by name in the image (a cubin's symbol table, PTX's .entry lines, the stand-in's list)
+    and runs it through the shim."""
+
+    loaded: ClassVar[list[bytes]] = []  # every image loaded by this fake (per fake, see make_fake_cupy)
+
+    def __init__(self):
+        self.image: bytes | None = None
+
+    def load(self, image: bytes) -> None:
+        if not isinstance(image, bytes) or not image:
+            raise TypeError("Module.load takes the compiled image as bytes")
+        self.image = image
+        self.loaded.append(image)
+
+    def get_function(self, name: str):
+        if self.image is None or name.encode() not in self.image:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: no kernel {name} in the loaded image")
+        return _shim_kernel(name)
+
+
+class NvrtcError(RuntimeError):
+    def __init__(self, status: int):
+        super().__init__(f"NVRTC_ERROR ({status})")
+        self.status = status
+
+
+class CtypesNvrtc:
+    """The real NVRTC library behind the interface of cupy's binding (cupy_backends.cuda.libs.
+    nvrtc: createProgram / compileProgram / getPTX / getCUBIN / getProgramLog / destroyProgram /
+    getVersion / getSupportedArchs). `options` keeps every compile's options."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        self.options: list[tuple[str, ...]] = []
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise NvrtcError(status)
+
+    def getVersion(self) -> tuple[int, int]:
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)))
+        return major.value, minor.value
+
+    def getSupportedArchs(self) -> tuple[int, ...]:
+        count = ctypes.c_int()
+        self._check(self.lib.nvrtcGetNumSupportedArchs(ctypes.byref(count)))
+        archs = (ctypes.c_int * count.value)()
+        self._check(self.lib.nvrtcGetSupportedArchs(archs))
+        return tuple(archs)
+
+    def createProgram(self, src: str, name: str, headers, include_names) -> int:
+        assert not headers and not include_names
+        prog = ctypes.c_void_p()
+        self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(),
+                                                0, None, None))
+        return int(prog.value)
+
+    def compileProgram(self, prog: int, options) -> None:
+        self.options.append(tuple(options))
+        encoded = [o.encode() for o in options]
+        self._check(self.lib.nvrtcCompileProgram(ctypes.c_void_p(prog), len(encoded),
+                                                 (ctypes.c_char_p * len(encoded))(*encoded)))
+
+    def _get(self, prog: int, what: str) -> bytes:
+        size = ctypes.c_size_t()
+        self._check(getattr(self.lib, f"nvrtcGet{what}Size")(ctypes.c_void_p(prog),
+                                                             ctypes.byref(size)))
+        out = ctypes.create_string_buffer(size.value)
+        self._check(getattr(self.lib, f"nvrtcGet{what}")(ctypes.c_void_p(prog), out))
+        return out.raw[:max(size.value - 1, 0)] if what != "CUBIN" else out.raw[:size.value]
+
+    def getPTX(self, prog: int) -> bytes:
+        return self._get(prog, "PTX")
+
+    def getCUBIN(self, prog: int) -> bytes:
+        return self._get(prog, "CUBIN")
+
+    def getProgramLog(self, prog: int) -> str:
+        return self._get(prog, "ProgramLog").decode(errors="replace")
+
+    def destroyProgram(self, prog: int) -> None:
+        self._check(self.lib.nvrtcDestroyProgram(ctypes.byref(ctypes.c_void_p(prog))))
+
+
+class _StandInNvrtc:
+    """Where no NVRTC library is installed: the same interface, an "image" naming the kernels of
+    the source. `compile_error`: what compileProgram raises (an NVRTC that cannot compile)."""
+
+    def __init__(self):
+        self.options: list[tuple[str, ...]] = []
+        self.compile_error: Exception | None = None
+        self._programs: dict[int, str] = {}
+
+    def getVersion(self) -> tuple[int, int]:
+        return 13, 0
+
+    def getSupportedArchs(self) -> tuple[int, ...]:
+        return 75, 80, 86, 89, 90, 100, 120
+
+    def createProgram(self, src: str, name: str, headers, include_names) -> int:
+        handle = len(self._programs) + 1
+        self._programs[handle] = src
+        return handle
+
+    def compileProgram(self, prog: int, options) -> None:
+        self.options.append(tuple(options))
         if self.compile_error is not None:
             raise self.compile_error
 
-        def launch(grid, block, args, shared_mem=0):
-            if name == "nl_spin":  # the blocking kernel: "waited" what it was asked to
-                ctypes.c_uint64.from_address(int(args[1])).value = int(args[0])
-                return
-            gpu_cpushim.launch(name, int(grid[0]), int(block[0]), args)
+    def getCUBIN(self, prog: int) -> bytes:
+        import re
 
-        return launch
+        names = re.findall(r"NL_GLOBAL void (\w+)\(", self._programs[prog])
+        return ("stand-in cubin: " + " ".join(names)).encode()
+
+    getPTX = getCUBIN
+
+    def getProgramLog(self, prog: int) -> str:
+        return "stand-in NVRTC: no log"
+
+    def destroyProgram(self, prog: int) -> None:
+        del self._programs[prog]
+
+
+def libnvrtc() -> ctypes.CDLL | None:
+    """NVRTC from the system or the nvidia-cuda-nvrtc wheel (its builtins library loaded first),
+    or None."""
+    import importlib.util
+    from pathlib import Path
+
+    names = ["libnvrtc.so.13", "libnvrtc.so.12"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        names += sorted(str(p) for p in Path(root).glob("*/lib/libnvrtc.so.*"))
+    for name in names:
+        try:
+            for builtins in sorted(Path(name).parent.glob("libnvrtc-builtins.so.*")):
+                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)  # found by soname later
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def _headers_missing(*args, **kwargs):
+    raise RuntimeError(HEADERS_MISSING)
+
+
+class HeaderlessDeviceArray(FakeDeviceArray):
+    """A device array on a box without CUDA headers: what cupy runs as an elementwise kernel
+    (arithmetic, astype, fill with a non-zero value) raises as cupy 14 does."""
+
+    __add__ = __radd__ = __sub__ = __mul__ = __rmul__ = __mod__ = __rshift__ = __lshift__ = \
+        __or__ = __and__ = __xor__ = __floordiv__ = __truediv__ = _headers_missing
+
+    def astype(self, *args, **kwargs):
+        raise RuntimeError(HEADERS_MISSING)
+
+    def fill(self, value) -> None:
+        if value != 0:  # cupy memsets a zero fill; anything else is an elementwise kernel
+            raise RuntimeError(HEADERS_MISSING)
+        super().fill(value)
 
 
 class _PinnedMemory(bytearray):
@@ -212,20 +394,37 @@ class _PinnedMemory(bytearray):
         return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
 
 
-def make_fake_cupy() -> types.ModuleType:
+def make_fake_cupy(headers: bool = True, nvrtc: str = "stand-in") -> types.ModuleType:
+    """A fresh double. `headers=False`: no CUDA runtime headers (cupy's compile paths raise).
+    `nvrtc`: "stand-in" (default: a compile costs nothing), "real" (the NVRTC library, or an
+    error when absent), or "auto" (the real one where installed)."""
     cp = types.ModuleType("cupy")
     cp.__version__ = "fake"
+    kind = FakeDeviceArray if headers else HeaderlessDeviceArray
+
+    def device(array) -> FakeDeviceArray:
+        return np.ascontiguousarray(array).view(kind)
+
     cp.uint8, cp.uint32, cp.uint64, cp.int64 = np.uint8, np.uint32, np.uint64, np.int64
-    cp.empty = lambda n, dtype=np.uint8: _device(np.empty(n, dtype))
-    cp.zeros = lambda n, dtype=np.uint8: _device(np.zeros(n, dtype))
-    cp.arange = np.arange
-    cp.asarray = lambda a: _device(np.array(a))
+    cp.empty = lambda n, dtype=np.uint8: device(np.empty(n, dtype))
+    cp.zeros = lambda n, dtype=np.uint8: device(np.zeros(n, dtype))  # cupy: a memset
+    cp.arange = np.arange if headers else _headers_missing
+    cp.full = (lambda n, v, dtype=np.uint8: device(np.full(n, v, dtype))) if headers else \
+        _headers_missing
+    cp.asarray = lambda a: device(np.array(a))
     cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
     runtime = _Runtime()
     cp.RawModule = type("RawModule", (_RawModule,), {})  # compile_error per fake module
+    if not headers:
+        cp.RawModule.compile_error = RuntimeError(HEADERS_MISSING)
+    lib = libnvrtc() if nvrtc in ("auto", "real") else None
+    if nvrtc == "real" and lib is None:
+        raise RuntimeError("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    module = type("Module", (_Module,), {"loaded": []})
     cp.cuda = types.SimpleNamespace(
         Device=_Device, Stream=_Stream, Event=_Event, runtime=runtime,
-        nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)),
+        nvrtc=CtypesNvrtc(lib) if lib is not None else _StandInNvrtc(),
+        function=types.SimpleNamespace(Module=module),
         get_elapsed_time=lambda a, b: (b.t - a.t) / 1e6,
         alloc_pinned_memory=_PinnedMemory,
     )

@@ -1,9 +1,13 @@
 """scripts/gpu_check.py, gpu_check.sh and gpu_preflight.py on a CPU box: the same-buffer
 references run against the cupy test double (bytes checked, nothing measured), the thresholds
-of issue 24 are applied to given figures, the shell script's step caps fit its total, and the
-preflight installs wheels offline and names what is missing in one line."""
+of issues 24 and 40 are applied to given figures (the PCIe floor from a fake sysfs tree), a check
+killed mid-way keeps its rows, the suites' verdict refuses a short run, the shell script's step
+caps fit its total, and the preflight requires only what the GPU path imports, installs optional
+wheels offline and names what is missing in one line."""
 
 import importlib.util
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -63,12 +67,22 @@ def test_bare_launch_and_lone_copy_run_against_the_double(gpu_check):
     assert raw >= 0 and empty >= 0 and len(lone_times) == 10
 
 
+@needs_gxx
+def test_hbm_copy_runs_against_the_double_and_says_when_the_peak_is_unknown(gpu_check):
+    hbm = gpu_check.hbm_copy(nbytes=3 * 4096 + 5, reps=2)
+    for name in ("cudaMemcpyAsync", "nl_plain_copy12"):  # bytes checked inside
+        assert hbm[name]["median_ns"] >= 0 and len(hbm[name]["raw_ns"]) == 2
+    assert hbm["peak_gbps"] is None and "peak unknown" in hbm["peak_source"]  # attributes: 0
+    assert "peak unknown" in gpu_check.hbm_note(hbm)
+
+
 def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
-             memcpy_few_ns: float, e2e_ns: float, bare_ns: float):
+             memcpy_few_ns: float, e2e_ns: float, bare_ns: float,
+             link: tuple[str, str] = ("32.0 GT/s PCIe", "16"), big_ns: float = 1.3e6):
     """main() over given figures: every measurement replaced by a stand-in."""
 
     def row(method, pattern, access="read", **params):
-        ns = {"64KiB": 6e3, "64MiB": 1.3e6, "1024x160B": 5e4, "128x20KiB": 8e4}[pattern]
+        ns = {"64KiB": 6e3, "64MiB": big_ns, "1024x160B": 5e4, "128x20KiB": 8e4}[pattern]
         if method == "cuda-memcpy-async" and pattern == "1024x160B":
             ns = memcpy_few_ns
         if params.get("timing") == "e2e" and method == "gather-kernel":
@@ -87,10 +101,19 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
 
     monkeypatch.setattr(gpu_check, "_row", row)
     monkeypatch.setattr(gpu_check, "gather_vs_plain_copy", reference)
-    monkeypatch.setattr(gpu_check, "torch_pinned_copy_ns", lambda nbytes, reps=30: 1.3e6)
+    monkeypatch.setattr(gpu_check, "torch_pinned_copy_ns", lambda nbytes, reps=30: big_ns)
     monkeypatch.setattr(gpu_check, "bare_launch_ns", lambda pattern, reps=300: (bare_ns, []))
     monkeypatch.setattr(gpu_check, "lone_memcpy_ns", lambda nbytes, reps=100: (5.7e3, 1e3, []))
     monkeypatch.setattr(gpu_check, "gpu_unusable", lambda: None)
+    monkeypatch.setattr(gpu_check, "gpu_bus_id", lambda device=0: "0000:1b:00.0")
+    monkeypatch.setattr(gpu_check, "pcie_link", lambda bus, root=None: {
+        "bus_id": bus, "current_link_speed": link[0], "current_link_width": link[1],
+        "max_link_speed": "32.0 GT/s PCIe", "max_link_width": "16",
+        "port_max_link_speed": "32.0 GT/s PCIe", "port_max_link_width": "16"})
+    monkeypatch.setattr(gpu_check, "hbm_copy", lambda: {
+        "bytes": 1 << 30, "cudaMemcpyAsync": {"median_ns": 1.0, "gbps": 3900.0},
+        "nl_plain_copy12": {"median_ns": 1.0, "gbps": 4100.0}, "peak_gbps": 4800.0,
+        "peak_source": "test figures"})
 
 
 def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
@@ -106,6 +129,12 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     assert "at 64 KiB" in report and "borderline by design: no verdict" in report
     assert "prime=0" in report and "lone cudaMemcpyAsync between two events: 5.70 us raw" in report
     assert "gather_64KiB_time" not in report and "0.85" not in report
+    assert "PASS h2d_64MiB_above_link_floor" in report and "trained gen 5 x16" in report
+    assert "HBM copy" in report and "of peak" in report  # information, no verdict
+    records = gpu_check.read_rows(tmp_path / "rows.jsonl")  # verdicts and figures, as decided
+    checks = {r["name"]: r["ok"] for r in records if r["kind"] == "check"}
+    assert checks["h2d_64MiB_above_link_floor"] and checks["gather_e2e_vs_bare_launch"]
+    assert any(r["kind"] == "figure" and r["name"] == "pcie_link" for r in records)
 
     _figures(gpu_check, monkeypatch, gather_gbps=30.0, plain_gbps=35.0, memcpy_few_ns=5e5,
              e2e_ns=40e3, bare_ns=25e3)
@@ -114,6 +143,124 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     assert "FAIL gather_vs_per_fragment_memcpy_1024x160B" in report  # 10x < 20x
     assert "FAIL gather_vs_best_sm_copy_64MiB" in report  # 0.86x < 0.9x
     assert "FAIL gather_e2e_vs_bare_launch" in report  # 1.6x > 1.5x
+
+    _figures(gpu_check, monkeypatch, gather_gbps=33.0, plain_gbps=35.0, memcpy_few_ns=2e6,
+             e2e_ns=30e3, bare_ns=25e3, link=("32.0 GT/s PCIe", "8"), big_ns=2.6e6)
+    assert gpu_check.main(["--out", str(tmp_path)]) == 1  # 25.8 GB/s: what x8 gives
+    report = (tmp_path / "report.md").read_text()
+    assert "PASS h2d_64MiB_vs_torch" in report  # torch rides the same x8 link: no help there
+    assert "FAIL h2d_64MiB_above_link_floor" in report and "trained gen 5 x8" in report
+    assert "trained below what both ends support" in report
+
+
+def _sysfs(tmp_path, gpu: tuple[str, str, str, str], port: tuple[str, str]) -> Path:
+    """/sys with one GPU behind one port: the device directory under the port's, linked from
+    /sys/bus/pci/devices as the kernel lays it out."""
+    port_dir = tmp_path / "sys/devices/pci0000:16/0000:16:01.0"
+    gpu_dir = port_dir / "0000:1b:00.0"
+    gpu_dir.mkdir(parents=True)
+    for name, value in zip(("current_link_speed", "current_link_width", "max_link_speed",
+                            "max_link_width"), gpu, strict=True):
+        (gpu_dir / name).write_text(value + "\n")
+    (port_dir / "max_link_speed").write_text(port[0] + "\n")
+    (port_dir / "max_link_width").write_text(port[1] + "\n")
+    devices = tmp_path / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    (devices / "0000:1b:00.0").symlink_to(os.path.relpath(gpu_dir, devices))
+    return tmp_path
+
+
+def test_h2d_floor_from_the_links_width_and_generation(tmp_path):
+    from nearlocal.sysroot import SysRoot
+
+    gpu_check = _script("gpu_check")
+    gen5 = "32.0 GT/s PCIe"
+    root = SysRoot(_sysfs(tmp_path, (gen5, "8", gen5, "16"), (gen5, "16")))
+    link = gpu_check.pcie_link("0000:1b:00.0", root)
+    assert link["port_max_link_width"] == "16" and link["current_link_width"] == "8"
+    floor, text = gpu_check.h2d_floor(link)
+    raw = 32 * 128 / 130 * 16 / 8  # gen 5 x16: 63.0 GB/s
+    assert floor == pytest.approx(gpu_check.FLOOR_SHARE * raw)  # from x16, not the trained x8
+    assert "trained gen 5 x8" in text and "trained below what both ends support" in text
+    # a gen 4 port: the link cannot be faster, so the floor follows the port
+    floor4, text4 = gpu_check.h2d_floor({**link, "current_link_speed": "16.0 GT/s PCIe",
+                                         "current_link_width": "16",
+                                         "port_max_link_speed": "16.0 GT/s PCIe"})
+    assert floor4 == pytest.approx(floor / 2) and "trained below" not in text4
+    unknown, why = gpu_check.h2d_floor({"bus_id": "0000:1b:00.0"})
+    assert unknown is None and "not readable from sysfs" in why
+
+
+def test_a_check_killed_mid_way_keeps_its_rows(tmp_path):
+    """The check step is SIGKILLed after its fifth row: rows.jsonl holds the four before, and
+    --partial renders a report from them that says it was cut short (and fails)."""
+    out = tmp_path / "out"
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"""
+import os, signal, sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu_fakecupy import make_fake_cupy
+sys.modules["cupy"] = make_fake_cupy()
+import importlib.util
+spec = importlib.util.spec_from_file_location("gpu_check", {str(ROOT / "scripts/gpu_check.py")!r})
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+calls = []
+
+def measure(case, settings, overhead):
+    calls.append(case)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # the cap's kill, mid-step
+    return ({{"median_ns": 1e4, "p99_ns": 2e4, "n_samples": 9, "gbps": 6.5, "info": {{}}}},
+            None, None)
+
+gpu_check.measure = measure
+gpu_check.main(["--out", {str(out)!r}])
+""")
+    result = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == -9, result.stderr
+    gpu_check = _script("gpu_check")
+    rows = gpu_check.read_rows(out / "rows.jsonl")
+    assert [r["kind"] for r in rows] == ["row"] * 4
+    assert rows[0]["case"].startswith("cuda-memcpy/pinned") and rows[0]["median_ns"] == 1e4
+    assert not (out / "report.md").exists()
+    assert gpu_check.main(["--out", str(out), "--partial"]) == 1
+    report = (out / "report.md").read_text()
+    assert "CUT SHORT" in report and "4 rows" in report
+    assert json.loads((out / "gpu_check.json").read_text())["partial"] is True
+
+
+def test_suites_verdict_refuses_a_short_run(tmp_path):
+    gpu_check = _script("gpu_check")
+    cases = ["a", "b", "c"]
+
+    def verdict(rows):
+        path = tmp_path / "suite.json"
+        if rows is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(json.dumps(rows))
+        return gpu_check.suite_verdicts([("gpu", str(path))], expected=lambda suite: cases)
+
+    ok = {"status": "ok"}
+    skipped = {"status": "skipped", "reason": "fewer than 2 GPUs (this box has 1)"}
+    assert verdict([{"case_id": "a", **ok}, {"case_id": "b", **skipped},
+                    {"case_id": "c", **ok}])[0]
+    short, lines = verdict([{"case_id": "a", **ok}, {"case_id": "b", **ok}])
+    assert not short and "1 cases missing" in "\n".join(lines) and "c" in lines[-1]
+    absent, lines = verdict(None)  # killed before writing its JSON
+    assert not absent and "all 3 cases missing" in lines[0]
+    failed, _ = verdict([{"case_id": c, "status": "failed"} for c in cases])
+    assert not failed
+    unexplained, _ = verdict([{"case_id": c, "status": "skipped"} for c in cases])
+    assert not unexplained
+
+
+def test_suite_cases_are_what_the_verdict_expects():
+    gpu_check = _script("gpu_check")
+    ids = gpu_check.expected_case_ids("gpu")
+    assert len(ids) == len(set(ids)) > 50 and any(i.startswith("gather-kernel") for i in ids)
 
 
 def test_gpu_check_without_a_gpu_is_one_line(tmp_path):
@@ -139,6 +286,19 @@ def test_step_caps_leave_room_in_the_total():
     for variable in ("CUPY_CACHE_DIR", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR"):
         assert f"{variable}=" in text
     assert "set -uo pipefail" in text and "bash -o pipefail -c" in text
+
+
+def test_gpu_check_sh_wiring_of_issue_40():
+    """What the GPU branch of the script does (it cannot run here): the suites in one worker
+    process each, their storage file made once in the scratch folder, a check step that ended
+    without its report gets one from its rows, the verdict names each suite's cases."""
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    assert text.count("--processes 1") == 2
+    assert 'NEARLOCAL_STORAGE="$SCRATCH/' in text and '> "$NEARLOCAL_STORAGE"' in text
+    assert "scripts/gpu_check.py --out \"$OUT\" --partial" in text
+    assert '--suite "gpu=$WORK/suite-gpu.json"' in text
+    assert '--suite "swiftcache=$WORK/suite-swiftcache.json"' in text
+    assert '"$OUT/rows.jsonl"' in text  # removed at the start with the other outputs
 
 
 def test_gpu_check_sh_refuses_caps_beyond_the_total(tmp_path):
@@ -180,12 +340,56 @@ def test_preflight_installs_only_missing_wheels_offline(tmp_path):
     out = result.stdout
     assert "Traceback" not in out + result.stderr
     assert f"installed {tiny.name}" in out and (tmp_path / "site" / "nl_tiny_pkg").is_dir()
-    for name in ("numba", "scipy", "pandas", "pyarrow", "pytest_benchmark"):
+    for name in ("numba", "pandas", "pyarrow", "pytest_benchmark"):
         assert re.search(rf"^{name} \S+ \(", out, re.M), name  # imported, with a version
+    assert not re.search(r"^(MISSING|FAILED) (scipy|torch)", out, re.M)
     if "MISSING cupy" in out:  # a CPU box: only the CUDA stack is missing
         assert result.returncode == 3 and "preflight: no CUDA stack" in out
     else:
         assert result.returncode == 0 and re.search(r"^cupy \S+ \(", out, re.M)
+
+
+def test_preflight_requires_only_what_the_gpu_path_imports(tmp_path):
+    """`nearlocal run --suite gpu` runs with scipy, torch and matplotlib unimportable (numba
+    imports scipy only when present): none is required; every required runtime module is one
+    that run imports; torch is never imported by the preflight (it is only located)."""
+    preflight = _script("gpu_preflight")
+    required = {name for name, _ in preflight.REQUIRED}
+    assert not required & {"scipy", "torch", "matplotlib", "pynvml", "cuda.bindings"}
+    code = f"""
+import sys
+for name in ("scipy", "torch", "matplotlib"):
+    sys.modules[name] = None  # import raises ImportError
+from nearlocal.cli import main
+rc = main(["run", "--suite", "gpu", "--budget", "0.01", "--out", {str(tmp_path / "r")!r},
+           "--quiet"])
+print("RC", rc)
+print("MODULES", " ".join(sorted({{m.split(".")[0] for m in sys.modules if sys.modules[m]}})))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "RC 0" in result.stdout, result.stderr[-2000:]
+    imported = set(result.stdout.split("MODULES", 1)[1].split())
+    runtime = required - {"cupy", "pytest", "pytest_benchmark"}  # cupy: not on a CPU box
+    assert runtime <= imported, runtime - imported
+    lines = preflight.check_imports()[1]
+    assert any(re.match(r"(absent \(optional\) torch|torch .*located, not imported)", line)
+               for line in lines)
+    assert not any(line.startswith("MISSING torch") for line in lines)
+
+
+def test_cuda_extras_install_what_cupy_needs_to_compile():
+    """Each CUDA extra pairs cupy with NVRTC and the runtime (headers) of the same CUDA major,
+    from the cuda-toolkit meta-package cupy's own [ctk] extra uses."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for major in (12, 13):
+        deps = extras[f"cuda{major}"]
+        assert any(d.startswith(f"cupy-cuda{major}x>=14") for d in deps)
+        assert f"cuda-toolkit[cudart,nvrtc]=={major}.*" in deps
+        assert any(d.startswith("cuda-bindings") for d in deps)
 
 
 def test_preflight_gate_reads_the_probe(tmp_path):
@@ -231,3 +435,21 @@ def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
                                                      "steps.txt"]
     assert list(tmp.iterdir()) == []  # the scratch folder (caches, TMPDIR) is gone
+
+
+def test_suites_verdict_reads_what_nearlocal_run_writes(tmp_path, monkeypatch):
+    """The verdict over a real `nearlocal run --suite gpu --json` on this box (every case skipped
+    with its reason where there is no GPU): every case present, so PASS; one row dropped, FAIL."""
+    from nearlocal.cli import main
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # the same on a box that has cupy
+    path = tmp_path / "gpu.json"
+    assert main(["run", "--suite", "gpu", "--budget", "0.01", "--out", str(tmp_path / "r"),
+                 "--quiet", "--json", str(path)]) == 0
+    gpu_check = _script("gpu_check")
+    ok, lines = gpu_check.suite_verdicts([("gpu", str(path))])
+    rows = json.loads(path.read_text())
+    assert ok and f"{len(rows)} rows of {len(rows)} cases" in lines[0]
+    path.write_text(json.dumps(rows[1:]))
+    ok, lines = gpu_check.suite_verdicts([("gpu", str(path))])
+    assert not ok and rows[0]["case_id"] in "\n".join(lines)

@@ -3,6 +3,7 @@ accesses and the clock read), and the same source compiled by g++ (tests/gpu_cpu
 thread of a launch run in turn) moves bytes exactly as numpy says for odd, unaligned tables and
 misaligned base pointers. The work split by bytes is checked on its own against numpy."""
 
+import re
 import shutil
 import subprocess
 
@@ -165,51 +166,39 @@ def test_kernel_source_compiles_with_nvcc(tmp_path):
     assert "%globaltimer" in text
 
 
-def _libnvrtc():
-    """NVRTC, the compiler cupy.RawModule uses: from the system, or the nvidia-cuda-nvrtc wheel."""
-    import ctypes
-    import importlib.util
-    from pathlib import Path
-
-    names = ["libnvrtc.so.13", "libnvrtc.so.12"]
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        names += sorted(str(p) for p in Path(root).glob("*/lib/libnvrtc.so.*"))
-    for name in names:
-        try:
-            for builtins in sorted(Path(name).parent.glob("libnvrtc-builtins.so.*")):
-                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)  # found by soname later
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
-
-
 def test_kernel_source_compiles_with_nvrtc():
-    """The exact path cupy.RawModule takes on a GPU box (no implicit CUDA headers), minus the GPU."""
-    import ctypes
+    """The path nearlocal takes on a GPU box, minus the GPU: compile_image calls NVRTC directly
+    (here the real library through ctypes, with the interface of cupy's binding), no header
+    search path, a cubin for sm_90 (what the driver loads as it is) and PTX for a newer GPU
+    NVRTC does not know."""
+    from tests.gpu_fakecupy import CtypesNvrtc, libnvrtc
 
-    lib = _libnvrtc()
+    lib = libnvrtc()
     if lib is None:
         pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.KERNEL_SOURCE.encode(), b"nl.cu",
-                                  0, None, None) == 0
-    options = [o.encode() for o in kernels.NVRTC_OPTIONS] + [b"--gpu-architecture=compute_90"]
-    rc = lib.nvrtcCompileProgram(prog, len(options), (ctypes.c_char_p * len(options))(*options))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    assert rc == 0, log.value.decode()
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-    ptx = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, ptx)
-    text = ptx.value.decode()
+    nvrtc = CtypesNvrtc(lib)
+    image, kind, options = kernels.compile_image(nvrtc, 90)
+    assert kind == "cubin" and image.startswith(b"\x7fELF")
+    assert options == (*kernels.NVRTC_OPTIONS, "--gpu-architecture=sm_90")
+    assert not any(o.startswith(("-I", "--include-path")) for o in options)
+    for name in kernels.KERNEL_NAMES:
+        assert name.encode() in image
+    newest = max(nvrtc.getSupportedArchs())
+    ptx, kind, options = kernels.compile_image(nvrtc, newest + 1)  # unknown to this NVRTC
+    assert kind == "ptx" and options[-1] == f"--gpu-architecture=compute_{newest}"
+    text = ptx.rstrip(b"\0").decode()
+    assert ptx.endswith(b"\0")  # cuModuleLoadData reads PTX as a C string
     for name in kernels.KERNEL_NAMES:
         assert f".entry {name}(" in text
-    assert "ld.global.v4.u32" in text
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert re.search(r"ld\.global\.v4\.[ub]32", text) and "%globaltimer" in text  # 16-byte words
+
+
+def test_nvrtc_arch_choice():
+    assert kernels.nvrtc_arch_option(90, (80, 90, 100)) == ("--gpu-architecture=sm_90", "cubin")
+    assert kernels.nvrtc_arch_option(95, (80, 90, 100)) == ("--gpu-architecture=compute_90",
+                                                            "ptx")
+    with pytest.raises(RuntimeError, match="no architecture at or below sm_70"):
+        kernels.nvrtc_arch_option(70, (80, 90))
 
 
 def test_zero_length_fragment_is_rejected():

@@ -62,36 +62,49 @@ def test_a_broken_nvrtc_is_named_in_one_line():
     info = GpuInfo()
     _probe_nvrtc(cupy, info)
     assert info.nvrtc.startswith("NVRTC is not usable through cupy (OSError: libnvrtc.so.13")
-    assert "\n" not in info.nvrtc and "nvidia-cuda-nvrtc" in info.nvrtc
+    assert "\n" not in info.nvrtc and "pip install 'cuda-toolkit[nvrtc]==" in info.nvrtc
     working = GpuInfo()
     cupy.cuda.nvrtc.getVersion = lambda: (13, 0)
     _probe_nvrtc(cupy, working)
     assert working.nvrtc is None and working.nvrtc_version == "13.0"
 
 
-def test_a_module_that_does_not_compile_is_every_gpu_case_skip_reason(monkeypatch, tmp_path):
-    """cupy 14 raises "Failed to find CUDA headers" at the first compile when NVRTC itself loads:
-    the probe compiles once, and every GPU case is skipped with that one line (issue 24)."""
-    from nearlocal.cli import main
+def test_a_gpu_without_cupy_is_told_which_extra_to_install(monkeypatch, tmp_path):
+    """An NVIDIA driver is loaded but cupy is missing: the reason names the extra for the
+    driver's CUDA (13 from driver 580 on, else 12)."""
     from nearlocal.hwprobe.gpu import probe_gpu
-    from nearlocal.results import load
-    from tests.gpu_fakecupy import make_fake_cupy
+    from nearlocal.sysroot import SysRoot
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    version = tmp_path / "proc" / "driver" / "nvidia" / "version"
+    version.parent.mkdir(parents=True)
+    for driver, extra in (("580.65.06", "cuda13"), ("550.127.05", "cuda12")):
+        version.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Sun Jul 27 "
+                           "06:54:38 UTC 2025\nGCC version:  gcc version 12.2.0\n")
+        reason = probe_gpu(SysRoot(tmp_path)).reason
+        assert reason.startswith("no GPU: cupy is not importable (")
+        assert f"NVIDIA driver ({driver}) is loaded" in reason
+        assert reason.endswith(f"pip install 'nearlocal[{extra}]'")
+    version.unlink()
+    assert probe_gpu(SysRoot(tmp_path)).reason.endswith(")")  # no driver: no advice
+
+
+def test_a_cupy_the_driver_cannot_run_is_told_the_extra_for_the_driver(monkeypatch, tmp_path):
+    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.sysroot import SysRoot
+    from tests.gpu_fakecupy import CUDARuntimeError, make_fake_cupy
 
     cp = make_fake_cupy()
+
+    def insufficient():
+        raise CUDARuntimeError(35)  # cudaErrorInsufficientDriver
+
+    cp.cuda.runtime.getDeviceCount = insufficient
     monkeypatch.setitem(sys.modules, "cupy", cp)
-    working = probe_gpu()
-    assert working.devices and working.nvrtc is None and working.nvrtc_version == "13.0"
-    cp = make_fake_cupy()
-    cp.RawModule.compile_error = RuntimeError(
-        "Failed to find CUDA headers.\nInstall the CUDA runtime headers or set CUDA_PATH")
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    info = probe_gpu()
-    assert info.devices and "\n" not in info.nvrtc
-    assert info.nvrtc.startswith("the GPU kernels do not compile through cupy / NVRTC "
-                                 "(RuntimeError: Failed to find CUDA headers.")
-    assert "cuda_runtime.h" in info.nvrtc
-    assert main(["run", "--suite", "gpu", "--budget", "0.01", "--out", str(tmp_path),
-                 "--quiet"]) == 0
-    cases = load(None, tmp_path).cases
-    assert len(cases) > 10 and (cases["status"] == "skipped").all()
-    assert (cases["reason"] == info.nvrtc).all()
+    version = tmp_path / "proc" / "driver" / "nvidia" / "version"
+    version.parent.mkdir(parents=True)
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue\n")
+    reason = probe_gpu(SysRoot(tmp_path)).reason
+    assert reason.startswith("no GPU: CUDA runtime unusable (CUDARuntimeError: status 35)")
+    assert "cupy is built for CUDA 13 and the NVIDIA driver is 550.127.05" in reason
+    assert reason.endswith("pip install 'nearlocal[cuda12]'")

@@ -364,3 +364,30 @@ def test_e2e_events_figure_loses_the_unqueued_empty_interval(fake_cupy, known_ov
     info = row["info"]
     assert info["events_overhead_ns"] == 3.0 and "unqueued empty interval" in info["events_contains"]
     assert info["timer_overhead_kind"] == "two back-to-back host clock reads"
+
+
+def test_layer_stream_times_its_compute_pass_after_the_timer_is_calibrated(fake_cupy,
+                                                                          monkeypatch):
+    """The compute-only pass is a queued interval: it needs the blocking kernel's calibration
+    (its wait and the empty interval removed), so it is measured after it, not in setup."""
+    from nearlocal.gpu.methods import LayerStreamSession
+    from nearlocal.gpu.timing import EventTimer
+
+    order = []
+    calibrate, compute_pass = EventTimer.calibrate, LayerStreamSession._pass
+
+    def calibrated(self, *args, **kwargs):
+        order.append("calibrate")
+        return calibrate(self, *args, **kwargs)
+
+    def passed(self, compute_only=False):
+        if compute_only:
+            order.append("compute pass")
+        return compute_pass(self, compute_only)
+
+    monkeypatch.setattr(EventTimer, "calibrate", calibrated)
+    monkeypatch.setattr(LayerStreamSession, "_pass", passed)
+    _run(Case("layer-stream", "gpu:1", "wb", "2x24B", peer="gpu:0",
+              params=(("layers", "2"), ("compute_us", "5"), ("copy", "kernel"), *SMALL)))
+    assert "compute pass" in order
+    assert order.index("calibrate") < order.index("compute pass")

@@ -1,5 +1,8 @@
-"""Fragment kernels as CUDA C, compiled by NVRTC through cupy.RawModule and launched by cupy
-(Beluga B9, B13-B14). No numba-cuda: its typing does not import under numpy >= 2.5, and cupy
+"""Fragment kernels as CUDA C, compiled by NVRTC (called directly, through cupy's binding of it),
+loaded from the compiled image and launched by cupy (Beluga B9, B13-B14). Not cupy.RawModule:
+cupy 14 compiles a RawModule (and every elementwise kernel) only where it finds the CUDA runtime
+headers, although this source includes none; a pip-only box may have none. No numba-cuda: its
+typing does not import under numpy >= 2.5, and cupy
 launches a raw kernel far more cheaply than numba's dispatcher.
 
 Work is split by BYTES, not by fragment: the host cuts every fragment into pieces of at most
@@ -17,7 +20,8 @@ writes a byte over them in place. `nl_spin` is the short blocking kernel that wo
 behind so the host's enqueue cost stays out of CUDA-event timings (the nvbench method); it also
 stands in for compute in the layer stream.
 
-The source compiles three ways: NVRTC (cupy) on a GPU box; nvcc -ptx (a test on any box with
+The source compiles three ways: NVRTC on a GPU box (`compile_image`, the module loaded from its
+cubin or PTX); nvcc -ptx (a test on any box with
 the CUDA toolkit, so syntax errors show without a GPU); g++ with a shim that runs every thread of
 a launch one after another (tests/gpu_cpushim.py), so the tests check bytes land where they
 should for odd, unaligned tables on a CPU. Everything above the `--- host side` line is plain
@@ -248,7 +252,9 @@ NL_GLOBAL void nl_spin(nl_u64 duration_ns, nl_u64 out) {
 """
 KERNEL_NAMES = ("nl_copy", "nl_sum", "nl_fill", "nl_plain_copy4", "nl_plain_copy12", "nl_spin")
 PLAIN_COPY_UNROLLS = (4, 12)  # nl_plain_copy<U> instances
-NVRTC_OPTIONS: tuple[str, ...] = ()  # NVRTC and nvcc default to C++17; cupy adds -arch
+# NVRTC and nvcc default to C++17 (stated anyway); compile_image adds the architecture. No -I:
+# the source includes nothing, so no CUDA header has to be found.
+NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
 
 
 # --- host side: tables, work split, launch geometry, numpy references (no GPU needed) ----------
@@ -386,15 +392,69 @@ def fragments_match(dst: np.ndarray, src: np.ndarray, table: np.ndarray) -> int 
 
 # --- device side: compile once per process and device, launch on a stream ---------------------
 
+def nvrtc_arch_option(capability: int, supported: tuple[int, ...]) -> tuple[str, str]:
+    """The NVRTC architecture option and what it yields for a GPU of compute capability
+    `capability` (90 for 9.0): a cubin for the GPU itself when this NVRTC knows it (no JIT by the
+    driver, whose PTX compiler may be older than NVRTC), else PTX for the newest architecture
+    NVRTC knows at or below it (the driver compiles that PTX when loading)."""
+    if capability in supported:
+        return f"--gpu-architecture=sm_{capability}", "cubin"
+    older = [a for a in supported if a <= capability]
+    if not older:
+        raise RuntimeError(f"this NVRTC supports no architecture at or below sm_{capability} "
+                           f"(it knows {', '.join(map(str, supported)) or 'none'})")
+    return f"--gpu-architecture=compute_{max(older)}", "ptx"
+
+
+def compile_image(nvrtc, capability: int) -> tuple[bytes, str, tuple[str, ...]]:
+    """KERNEL_SOURCE compiled by NVRTC directly (cupy's binding of it, `cupy.cuda.nvrtc`): the
+    source includes no header, so nothing looks for the CUDA headers (cupy's RawModule and
+    elementwise kernels refuse to compile without them, even for a header-free source).
+    Returns (image, "cubin" or "ptx", the options used); a failed compile raises with NVRTC's
+    log."""
+    try:
+        supported = tuple(int(a) for a in nvrtc.getSupportedArchs())
+    except Exception:  # an NVRTC too old to say: ask for the GPU's own architecture
+        supported = (capability,)
+    arch, kind = nvrtc_arch_option(capability, supported)
+    options = (*NVRTC_OPTIONS, arch)
+    program = nvrtc.createProgram(KERNEL_SOURCE, "nearlocal_kernels.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except Exception as exc:
+            try:
+                log = nvrtc.getProgramLog(program)
+            except Exception:
+                log = ""
+            raise RuntimeError(f"NVRTC could not compile nearlocal's kernels with "
+                               f"{' '.join(options)}: {exc}; log: {log.strip()[:2000]}") from exc
+        image = nvrtc.getCUBIN(program) if kind == "cubin" else nvrtc.getPTX(program) + b"\0"
+    finally:
+        nvrtc.destroyProgram(program)
+    return image, kind, options
+
+
 class Kernels:
-    """The compiled module on the current device (cupy.RawModule, NVRTC) and cheap launchers:
-    arguments are packed as numpy scalars once per session (`args_*`), a launch is one cupy call
-    on `stream`."""
+    """The compiled module on the current device and cheap launchers: NVRTC compiles the source
+    (compile_image), the driver loads the image (cupy.cuda.function.Module.load, i.e.
+    cuModuleLoadData), so neither cupy's compile cache nor the CUDA headers are involved.
+    Arguments are packed as numpy scalars once per session (`args_*`), a launch is one cupy
+    call on `stream`."""
 
     def __init__(self, cp):
         self.cp = cp
-        self.module = cp.RawModule(code=KERNEL_SOURCE, options=NVRTC_OPTIONS)
+        device = cp.cuda.Device()
+        capability = int(device.compute_capability)
+        self.image, self.image_kind, self.options = compile_image(cp.cuda.nvrtc, capability)
+        self.module = cp.cuda.function.Module()
+        self.module.load(self.image)
         self.fn = {name: self.module.get_function(name) for name in KERNEL_NAMES}
+
+    def info(self) -> dict:
+        """How the module was built (the probe and gpu_check state it)."""
+        return {"image": self.image_kind, "image_bytes": len(self.image),
+                "nvrtc_options": " ".join(self.options)}
 
     @staticmethod
     def copy_args(dst: int, src: int, pieces: int, plan: LaunchPlan) -> tuple:
@@ -422,6 +482,20 @@ class Kernels:
         """One thread busy-waits `duration_ns` on %globaltimer (the blocking kernel)."""
         with stream:
             self.fn["nl_spin"]((1,), (1,), (np.uint64(duration_ns), np.uint64(out_pointer)))
+
+
+MEMCPY_HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
+
+
+def fill_device(cp, pointer: int, nbytes: int, block: np.ndarray) -> None:
+    """Write `nbytes` of device memory at `pointer` with `block` (uint8) repeated, made on the
+    host and copied in (cudaMemcpy, block by block): no cupy elementwise kernel, which cupy
+    compiles with the CUDA headers and refuses to compile where they are missing."""
+    block = np.ascontiguousarray(block, dtype=np.uint8)
+    runtime = cp.cuda.runtime
+    for start in range(0, nbytes, block.size):
+        n = min(block.size, nbytes - start)
+        runtime.memcpy(pointer + start, int(block.ctypes.data), n, MEMCPY_HOST_TO_DEVICE)
 
 
 _COMPILED: dict[tuple[int, int], Kernels] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nearlocal.errors import UsageError
+from nearlocal.gpu.kernels import fill_device
 from nearlocal.hwprobe import HostInventory
 from nearlocal.regions.base import (
     MappedRegion,
@@ -27,7 +28,7 @@ from nearlocal.regions.base import (
     region_kind,
     register_region_kind,
 )
-from nearlocal.regions.host import _fill_owned
+from nearlocal.regions.host import _FILL_BLOCK, _fill_owned
 
 HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
 HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
@@ -115,8 +116,9 @@ def _open_gpu(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Mapp
     nbytes = _round_up(size, PAD)
     with cp.cuda.Device(index):
         array = cp.empty(nbytes, dtype=cp.uint8)
-        # the same non-zero pattern host regions get, so copies move real data
-        array[:] = ((cp.arange(nbytes, dtype=cp.uint64) * 0x9E3779B1) >> 13).astype(cp.uint8) | 1
+        # the same non-zero pattern host regions get, so copies move real data; made on the host
+        # and copied in (a cupy elementwise kernel would need the CUDA headers to compile)
+        fill_device(cp, int(array.data.ptr), nbytes, _FILL_BLOCK)
         cp.cuda.Device(index).synchronize()
     access = GpuAccess("device", None, int(array.data.ptr), nbytes, index)
 

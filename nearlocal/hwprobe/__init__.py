@@ -117,7 +117,7 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         dax=probe_dax(root),
         dsa=probe_dsa(root),
         hugepages=probe_hugepages(root),
-        gpu=probe_gpu() if gpu else GpuInfo(reason="no GPU: not probed"),
+        gpu=probe_gpu(root) if gpu else GpuInfo(reason="no GPU: not probed"),
         block=probe_block(root),
         pci_memory=probe_pci_memory(root),
     )

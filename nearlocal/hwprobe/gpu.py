@@ -3,12 +3,24 @@
 Per GPU: name, memory, compute capability, copy engines, PCIe generation and width (current and
 maximum, from NVML); per pair: peer access (CUDA) and NVLink links (NVML). NVML
 (nvidia-ml-py) is optional: without it the PCIe / NVLink fields stay empty and `nvml` says why.
+
+A box with a GPU whose toolchain is incomplete is told exactly what is missing and the pip
+command that adds it: cupy (the `nearlocal[cuda12]` / `[cuda13]` extra, chosen by the driver),
+NVRTC (which compiles the kernels), and, not gating, cuda-bindings, nvidia-ml-py and the CUDA
+runtime headers (`missing`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import re
 from dataclasses import dataclass, field
+
+from nearlocal.sysroot import SysRoot
+
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+CUDA13_MIN_DRIVER = 580  # the first driver branch that runs CUDA 13
 
 
 @dataclass
@@ -40,6 +52,8 @@ class GpuInfo:
     nvml: str | None = None  # None when NVML answered, else why not
     nvrtc_version: str | None = None  # the run-time compiler the kernels are built with
     nvrtc: str | None = None  # None when NVRTC loads and the kernels compile, else why not
+    kernel_image: str | None = None  # how the kernels were built: cubin or PTX, NVRTC options
+    missing: list[str] = field(default_factory=list)  # not gating: what / why: pip command
     peer_access: list[list[bool]] = field(default_factory=list)  # [i][j]: i can access j
     nvlink_links: list[list[int]] = field(default_factory=list)  # direct GPU-GPU links per pair
 
@@ -65,11 +79,49 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]
 
 
-def probe_gpu() -> GpuInfo:
+def nvidia_driver(root: SysRoot) -> str | None:
+    """The loaded NVIDIA kernel driver's version ("580.65.06"), or None without one."""
+    text = root.read(DRIVER_VERSION_FILE)
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", text or "")
+    if match:
+        return match.group(1)
+    return "unknown version" if text is not None or root.exists("/dev/nvidiactl") else None
+
+
+def cuda_extra_for_driver(driver: str) -> str:
+    """The pip command installing nearlocal's CUDA stack a driver of this version runs."""
+    major = re.match(r"(\d+)", driver)
+    cuda = 13 if major is None or int(major.group(1)) >= CUDA13_MIN_DRIVER else 12
+    return f"pip install 'nearlocal[cuda{cuda}]'"
+
+
+def cupy_cuda_major(cupy) -> int:
+    """The CUDA major version cupy was built for (its wheel: cupy-cuda12x / cupy-cuda13x)."""
+    with contextlib.suppress(Exception):
+        return int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    for major in (13, 12):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            importlib.metadata.version(f"cupy-cuda{major}x")
+            return major
+    return 13
+
+
+def nvrtc_pip(major: int) -> str:
+    """The pip command adding NVRTC of CUDA `major` (cupy's own [ctk] extra holds it too)."""
+    return f"pip install 'cuda-toolkit[nvrtc]=={major}.*'"
+
+
+def probe_gpu(root: SysRoot | None = None) -> GpuInfo:
+    root = root or SysRoot.default()
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
-        return GpuInfo(reason=f"no GPU: cupy is not importable ({_one_line(exc)})")
+        reason = f"no GPU: cupy is not importable ({_one_line(exc)})"
+        driver = nvidia_driver(root)
+        if driver is not None:
+            reason += (f"; an NVIDIA driver ({driver}) is loaded, so this box has a GPU: "
+                       f"install the CUDA stack: {cuda_extra_for_driver(driver)}")
+        return GpuInfo(reason=reason)
     try:
         runtime = cupy.cuda.runtime
         count = runtime.getDeviceCount()
@@ -102,17 +154,48 @@ def probe_gpu() -> GpuInfo:
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        return GpuInfo(reason=f"no GPU: CUDA runtime unusable ({_one_line(exc)})")
+        reason = f"no GPU: CUDA runtime unusable ({_one_line(exc)})"
+        driver = nvidia_driver(root)
+        if driver is not None:  # cupy built for a CUDA this driver does not run, say
+            reason += (f"; cupy is built for CUDA {cupy_cuda_major(cupy)} and the NVIDIA driver "
+                       f"is {driver}: the CUDA stack for this driver: "
+                       f"{cuda_extra_for_driver(driver)}")
+        return GpuInfo(reason=reason)
     info.nvml = _probe_nvml(info)
     _probe_nvrtc(cupy, info)
     if info.nvrtc is None and info.devices:
         _probe_compile(cupy, info)
+    if info.devices:
+        info.missing = _missing_parts(cupy_cuda_major(cupy), info)
     return info
+
+
+def _missing_parts(major: int, info: GpuInfo) -> list[str]:
+    """What the GPU paths can do without, each with its pip command (the `cuda12` / `cuda13`
+    extras install them all)."""
+    missing = []
+    try:
+        import cuda.bindings  # noqa: F401
+    except Exception:
+        missing.append(f"cuda-bindings (cuda-memcpy-batch api=bindings): pip install "
+                       f"'cuda-bindings=={major}.*'")
+    if info.nvml and "not importable" in info.nvml:
+        missing.append("nvidia-ml-py (PCIe link and NVLink fields): pip install nvidia-ml-py")
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        headers = find_nvidia_header_directory("cudart")
+    except Exception:
+        headers = None
+    if headers is None:
+        missing.append(f"CUDA runtime headers (nearlocal's kernels compile without them; cupy's "
+                       f"own kernels need them): pip install 'cuda-toolkit[cudart]=={major}.*'")
+    return missing
 
 
 def _probe_nvrtc(cupy, info: GpuInfo) -> None:
     """NVRTC compiles the fragment kernels and the blocking kernel every device clock uses: say
-    in one line when cupy cannot load it."""
+    in one line when cupy cannot load it, and the pip command that adds it."""
     nvrtc = getattr(cupy.cuda, "nvrtc", None)
     if nvrtc is None:  # this cupy does not expose its binding: a compile error names the cause
         return
@@ -120,25 +203,27 @@ def _probe_nvrtc(cupy, info: GpuInfo) -> None:
         major, minor = nvrtc.getVersion()
         info.nvrtc_version = f"{major}.{minor}"
     except Exception as exc:
+        cuda = cupy_cuda_major(cupy)
         info.nvrtc = (f"NVRTC is not usable through cupy ({_one_line(exc)}): GPU kernels cannot be "
-                      "compiled; install the NVRTC library of cupy's CUDA (nvidia-cuda-nvrtc)")
+                      f"compiled; missing: NVRTC {cuda} (libnvrtc.so.{cuda}): {nvrtc_pip(cuda)}")
 
 
 def _probe_compile(cupy, info: GpuInfo) -> None:
-    """Compile nearlocal's CUDA module once (NVRTC through cupy.RawModule, on GPU 0): a library
-    that loads may still not compile (cupy finding no CUDA headers, say), and then every GPU case
-    is skipped with this one line instead of failing row by row. The module stays compiled for
-    this process (kernels.compiled)."""
+    """Compile nearlocal's CUDA module once (NVRTC called directly, the image loaded on GPU 0):
+    a library that loads may still not compile, and then every GPU case is skipped with this one
+    line instead of failing row by row. The module stays compiled for this process
+    (kernels.compiled)."""
     try:
         from nearlocal.gpu import kernels
 
-        kernels.compiled(cupy)
+        compiled = kernels.compiled(cupy)
+        built = compiled.info()
+        info.kernel_image = (f"{built['image']} ({built['image_bytes']} B), NVRTC "
+                             f"{built['nvrtc_options']}")
     except Exception as exc:
         text = _one_line(exc, 300)
-        hint = ("; cupy needs the CUDA runtime headers of its CUDA (cuda_runtime.h: the CUDA "
-                "toolkit, or the nvidia-cuda-runtime wheel, or CUDA_PATH)"
-                if "header" in text.lower() else "")
-        info.nvrtc = f"the GPU kernels do not compile through cupy / NVRTC ({text}){hint}"
+        info.nvrtc = (f"the GPU kernels do not compile with NVRTC {info.nvrtc_version} ({text}); "
+                      f"a newer NVRTC of cupy's CUDA: {nvrtc_pip(cupy_cuda_major(cupy))}")
 
 
 def _probe_nvml(info: GpuInfo) -> str | None:

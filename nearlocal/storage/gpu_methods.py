@@ -25,6 +25,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.gpu import methods as gpu_methods
+from nearlocal.gpu.kernels import MEMCPY_HOST_TO_DEVICE
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.storage.methods import PARAM_DEFAULTS, FileParams
 
@@ -59,6 +60,9 @@ class _FileToGpuBase(gpu_methods.GpuSession):
     """Shared by both methods: the file region, the byte check against the file, the row."""
 
     synchronous = True  # the host does the reads: events around them, never queued behind a spin
+    # every sample reads the whole pattern from the file: the other clock's figure from one
+    # reload, not ten (the opening already reads it twice: the check, and its plain preads)
+    other_timing_samples = 1
 
     def _file_region(self, ctx: SessionContext):
         from nearlocal.storage.regions import FileRegion
@@ -145,7 +149,7 @@ class FileToGpuSession(_FileToGpuBase):
         self.read_ns.append(float(self.file.sample(1)[1][0]))  # the file part's own TSC figure
         runtime, stream = self.cp.cuda.runtime, self.stream.ptr
         for dst, src, n in self.calls:
-            runtime.memcpyAsync(dst, src, n, gpu_methods.MEMCPY_HOST_TO_DEVICE, stream)
+            runtime.memcpyAsync(dst, src, n, MEMCPY_HOST_TO_DEVICE, stream)
 
     def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         self.enqueue()
