@@ -73,8 +73,8 @@ def _values(ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _comb_step(values: np.ndarray, counts: np.ndarray) -> float | None:
-    """The spacing of the teeth when the bulk's values form a comb (teeth narrower than half
-    the gaps between them, as a scaled TSC that jitters by a tick gives); None otherwise."""
+    """The step of the teeth when the bulk's values form a comb (teeth narrower than half the
+    gaps between them, as a scaled TSC that jitters by a tick gives); None otherwise."""
     gaps = np.diff(values)
     kinds = np.unique(gaps)
     if kinds.size < 2:
@@ -90,7 +90,17 @@ def _comb_step(values: np.ndarray, counts: np.ndarray) -> float | None:
     if spacing.min() <= 2 * max(widths):  # no clear comb: a dense bulk with a hole in it
         return None
     multiples = np.maximum(np.rint(spacing / spacing.min()), 1.0)
-    return float(spacing.sum() / multiples.sum())
+    rough = float(spacing.sum() / multiples.sum())
+    # A difference of two readings of a stepped counter is a whole number of steps: the teeth
+    # sit at k x step, from 0, give or take the jitter. Fit the step through the origin, each
+    # tooth by its mass (a TCG guest's bottom tooth reads 1 tick for 0 steps: its spacing to
+    # the next, 25 of 26, would bias the step).
+    mass = np.array([counts[t].sum() for t in teeth], np.float64)
+    k = np.rint(centres / rough)
+    used = k >= 1
+    if not used.any():
+        return rough
+    return float((mass[used] * k[used] * centres[used]).sum() / (mass[used] * k[used] ** 2).sum())
 
 
 def clock_step(ticks: np.ndarray) -> tuple[float, str]:
