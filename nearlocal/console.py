@@ -75,6 +75,10 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
     console.print(f"[bold]CPU[/] {cpu.model} ({cpu.vendor}), {cpu.logical_cpus} logical CPUs, {tsc}")
     console.print("  flags: " + "  ".join(
         f"[green]{name}[/]" if present else f"[red]-{name}[/]" for name, present in cpu.flags.items()))
+    if cpu.target_features is not None:  # NUMBA_CPU_NAME / NUMBA_CPU_FEATURES: not the CPU's own
+        console.print(f"  numba compiles for {cpu.target}: "
+                      + (" ".join(f"+{f}" for f in cpu.target_features) or "no features beyond "
+                         "x86-64's"), markup=False)
     console.print("  caches: " + ", ".join(
         f"L{c.level} {c.kind} {format_size(c.size_bytes)}" for c in cpu.caches))
 

@@ -20,8 +20,10 @@ from nearlocal.sysroot import SysRoot
 from tests.fakesys import WESTMERE_CPUINFO, cxl_box
 
 REPO = Path(__file__).resolve().parent.parent
-# what LLVM targets for that CPU: its name and no feature beyond the model's own
-WESTMERE_TARGET = {"NUMBA_CPU_NAME": "westmere", "NUMBA_CPU_FEATURES": ""}
+# what numba compiled for in that guest: LLVM's name and features for the CPU (recorded there)
+WESTMERE_TARGET = {"NUMBA_CPU_NAME": "westmere", "NUMBA_CPU_FEATURES": (
+    "+64bit,+aes,+cmov,+crc32,+cx16,+cx8,+fxsr,+mmx,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,"
+    "+sse4.1,+sse4.2,+ssse3")}
 LACKING = ("avx2", "avx512f", "clflushopt", "clwb", "movdir64b")
 # the kernels.cpu methods whose instructions a Westmere has (SSE2 vectors, movntdq, movntdqa)
 RUNS_ON_WESTMERE = ("load", "store", "nt-store", "nt-copy", "nt-load", "clflush-load", "memcpy")
@@ -156,3 +158,51 @@ def test_an_abort_or_a_method_run_without_its_flag_is_a_failed_cpu_fact(tmp_path
     problems = check(_cpu_out(tmp_path, **{"rows": GOOD, **change}))
     assert len(problems) == len(failed), problems
     assert all(any(text in problem for problem in problems) for text in failed), problems
+
+
+@pytest.mark.parametrize(("env", "target"), [
+    ({}, ("host", None)),
+    ({"NUMBA_CPU_NAME": "skylake"}, ("host", None)),  # numba gives it the host's features
+    ({"NUMBA_CPU_NAME": "generic"}, ("generic (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)", [])),
+    ({"NUMBA_CPU_NAME": "skylake-avx512", "NUMBA_CPU_FEATURES": "+clwb,-avx2, +sse4.1"},
+     ("skylake-avx512 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)", ["clwb", "sse4.1"])),
+])
+def test_the_compile_target_is_read_as_numba_reads_it(env, target):
+    from nearlocal.hwprobe.cpu import compile_target
+
+    assert compile_target(env) == target
+
+
+def test_a_flag_the_cpu_has_but_numba_does_not_compile_for_is_a_skip_reason(tmp_path, monkeypatch):
+    """NUMBA_CPU_NAME=generic (portable caches) on a CPU with clwb: LLVM cannot select clwb for
+    that target and aborts the process, and a nontemporal load without +sse4.1 silently
+    becomes a plain one. Both are skipped naming what numba compiles for."""
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
+    methods = load_methods()
+    assert inventory.cpu.has("clwb") and not inventory.cpu.usable("clwb")
+    clwb = methods["store-clwb"].unavailable(inventory)
+    assert clwb.startswith("numba compiles for generic") and "+clwb" in clwb
+    assert "+sse4.1" in methods["nt-load"].unavailable(inventory)
+    assert methods["load"].unavailable(inventory) is None
+    assert methods["clflush-load"].unavailable(inventory) is None  # clflush is SSE2: baseline
+
+
+def test_a_run_under_a_generic_numba_target_skips_what_llvm_cannot_select(tmp_path):
+    """It aborted with "LLVM ERROR: Cannot select: intrinsic %llvm.x86.clwb" on a box with clwb."""
+    from nearlocal.results import load
+
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_CPU_FEATURES", None)
+    done = subprocess.run([sys.executable, "-m", "nearlocal.cli", "run", "--method",
+                           "store-clwb,nt-load,load", "--size", "4KiB", "--budget", "0.01",
+                           "--processes", "1", "--out", str(tmp_path / "out"), "--quiet"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "LLVM ERROR" not in done.stderr, done.stderr[-2000:]
+    rows = load(None, tmp_path / "out").cases.set_index("method")
+    assert rows.loc["load", "status"] == "ok"
+    for method in ("store-clwb", "nt-load"):
+        assert rows.loc[method, "status"] == "skipped"
+        assert rows.loc[method, "reason"].startswith("numba compiles for generic")
