@@ -68,11 +68,14 @@ def _probe(args: argparse.Namespace) -> int:
 
         inventory.extra["regions"] = describe_regions(regions, inventory)
     rows = availability.matrix(inventory, allow_write=args.allow_write, regions=tuple(regions))
+    verdicts = availability.region_verdicts(inventory)
     if args.json:
-        print(json.dumps({"inventory": inventory.to_dict(), "availability": rows}, indent=2,
-                         default=str))
+        listed = [{"region": text, "mappable": reason is None, "reason": reason or ""}
+                  for text, reason in verdicts.items()]
+        print(json.dumps({"inventory": inventory.to_dict(), "regions": listed,
+                          "availability": rows}, indent=2, default=str))
     else:
-        console.print_inventory(inventory, rows)
+        console.print_inventory(inventory, rows, verdicts)
     return 0
 
 

@@ -112,13 +112,19 @@ def identifier_column(table: Table, name: str, values: list[str]) -> None:
     table.add_column(name, overflow="fold", min_width=min(longest, 16))
 
 
-def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
+def print_inventory(inventory: HostInventory, availability: list[dict],
+                    regions: dict[str, str | None] | None = None) -> None:
+    """`regions`: each region spec the kinds list -> None (mappable here) or why not."""
     cpu = inventory.cpu
     tsc = (f"TSC {inventory.tsc_hz / 1e9:.3f} GHz ({inventory.tsc_source})" if inventory.tsc_hz
            else "TSC frequency not given by the kernel (`nearlocal run` calibrates it)")
     console.print(f"[bold]CPU[/] {cpu.model} ({cpu.vendor}), {cpu.logical_cpus} logical CPUs, {tsc}")
     console.print("  flags: " + "  ".join(
         f"[green]{name}[/]" if present else f"[red]-{name}[/]" for name, present in cpu.flags.items()))
+    if cpu.target_features is not None:  # NUMBA_CPU_NAME / NUMBA_CPU_FEATURES: not the CPU's own
+        console.print(f"  numba compiles for {cpu.target}: "
+                      + (" ".join(f"+{f}" for f in cpu.target_features) or "no features beyond "
+                         "x86-64's"), markup=False)
     console.print("  caches: " + ", ".join(
         f"L{c.level} {c.kind} {format_size(c.size_bytes)}" for c in cpu.caches))
 
@@ -170,8 +176,23 @@ def print_inventory(inventory: HostInventory, availability: list[dict]) -> None:
                                                or "none in /sys/block"), markup=True)
     for place in inventory.extra.get("regions", []):
         console.print(f"  {place['region']}: {place['text']}", markup=False)
+    if regions is not None:
+        print_regions(regions)
 
     print_availability(availability)
+
+
+def print_regions(regions: dict[str, str | None]) -> None:
+    """The regions a spec or --region can be aimed at here; the others the kinds list, grouped
+    by their reason (gpu:0, pinned, registered:dram: no GPU)."""
+    mappable = [text for text, reason in regions.items() if reason is None]
+    console.print("[bold]regions[/] " + (", ".join(mappable) or "none"), markup=True)
+    by_reason: dict[str, list[str]] = {}
+    for text, reason in regions.items():
+        if reason:
+            by_reason.setdefault(reason, []).append(text)
+    for reason, texts in by_reason.items():
+        console.print(f"  not here: {', '.join(texts)}: {reason}", markup=False)
 
 
 def print_availability(availability: list[dict]) -> None:

@@ -24,10 +24,21 @@ def link(root: Path, path: str, target: str) -> None:
     os.symlink(target, where)
 
 
-def cxl_box(root: Path, dsa_enabled: bool = True) -> Path:
+# The flags and model of the VM rig's cpu guest (QEMU -cpu Westmere,+rdtscp under TCG, recorded
+# there): SSE4.2 and rdtscp, no AVX at all, no clflushopt, clwb or movdir64b.
+WESTMERE_FLAGS = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
+                  "fxsr sse sse2 ht syscall nx rdtscp lm constant_tsc rep_good nopl xtopology cpuid "
+                  "pni pclmulqdq ssse3 cx16 sse4_1 sse4_2 popcnt aes hypervisor lahf_lm pti arat")
+WESTMERE_CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Westmere E56xx/L56xx/X56xx "
+    f"(Nehalem-C)\nflags\t\t: {WESTMERE_FLAGS}\n\n" for cpu in range(2))
+
+
+def cxl_box(root: Path, dsa_enabled: bool = True, cpuinfo: str = CPUINFO) -> Path:
     """Two CPUs on node 0, a CPU-less 64 GiB node 1 (CXL in system-ram mode), one CXL memdev,
-    decoder and region, a 16 GiB device-dax instance, one DSA device with a dedicated WQ."""
-    write(root, "/proc/cpuinfo", CPUINFO)
+    decoder and region, a 16 GiB device-dax instance, one DSA device with a dedicated WQ.
+    `cpuinfo`: its /proc/cpuinfo (WESTMERE_CPUINFO: a CPU lacking what kernels may use)."""
+    write(root, "/proc/cpuinfo", cpuinfo)
     write(root, "/sys/devices/system/cpu/online", "0-1")
     write(root, "/sys/devices/system/cpu/cpu0/tsc_freq_khz", "2000000")
     for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (2, "Unified", "2048K"),

@@ -85,3 +85,57 @@ def test_dax_resource_is_read(tmp_path):
     write(root, "/sys/bus/dax/devices/dax0.0/resource", "0x1080000000")
     (dax,) = probe(SysRoot(root), calibrate=False, gpu=False).dax
     assert dax.resource == 0x1080000000
+
+
+GPU_REGIONS = ("gpu:0", "pinned", "registered:dram")
+
+
+def _probe_cli(capsys, *argv: str) -> str:
+    from nearlocal.cli import main
+
+    assert main(["probe", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_probe_lists_only_regions_a_box_without_a_gpu_can_map(tmp_path, monkeypatch, capsys):
+    """Issue 36: the regions a spec can be aimed at are the kinds' instances this box can map;
+    the others (the GPU kinds' on a box without one) are named once with the kind's reason."""
+    import json
+    import sys
+
+    from nearlocal.availability import region_instances, unmappable_regions
+
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(cxl_box(tmp_path)))
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy fails: no GPU on this box
+    data = json.loads(_probe_cli(capsys, "--json"))
+    listed = {r["region"]: r for r in data["regions"]}
+    for region in GPU_REGIONS:
+        assert not listed[region]["mappable"] and listed[region]["reason"].startswith("no GPU")
+    assert listed["dram"]["mappable"] and listed["numa:1"]["mappable"]
+    assert listed["devdax:/dev/dax0.0"]["mappable"]
+    columns = {r["region"] for r in data["availability"]}
+    assert "dram" in columns and not columns & set(GPU_REGIONS)
+    inventory = probe(calibrate=False, gpu=True)
+    assert not set(region_instances(inventory)) & set(GPU_REGIONS)
+    assert set(GPU_REGIONS) <= set(unmappable_regions(inventory))
+    text = _probe_cli(capsys)
+    regions_line = next(line for line in text.splitlines() if line.startswith("regions "))
+    assert "dram" in regions_line and "gpu:0" not in regions_line
+    assert any(line.strip().startswith("not here: gpu:0, pinned, registered:dram: no GPU")
+               for line in text.splitlines())
+
+
+def test_probe_lists_the_gpu_regions_of_a_box_with_a_gpu(tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    from tests.gpu_fakecupy import make_fake_cupy
+
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(cxl_box(tmp_path)))
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy())
+    data = json.loads(_probe_cli(capsys, "--json"))
+    assert data["inventory"]["gpu"]["devices"]
+    listed = {r["region"]: r for r in data["regions"]}
+    assert all(listed[region]["mappable"] and not listed[region]["reason"]
+               for region in GPU_REGIONS)
+    assert set(GPU_REGIONS) <= {r["region"] for r in data["availability"]}

@@ -62,7 +62,7 @@ def open_backend(wq_param: str, inventory=None) -> Backend:
     reason = info.reason()
     if reason:
         raise RuntimeError(reason)
-    candidates = [wq for wq in info.usable_wqs if cpu.has(wq.submit_instruction)]
+    candidates = [wq for wq in info.usable_wqs if cpu.usable(wq.submit_instruction)]
     if wq_param != "auto":
         named = [wq for wq in info.work_queues if wq.name == wq_param]
         if not named:
@@ -76,10 +76,10 @@ def open_backend(wq_param: str, inventory=None) -> Backend:
         wq = info.usable_wqs[0]
         raise RuntimeError(f"DSA {wq.name} is {wq.mode} but the CPU lacks {wq.submit_instruction}")
     wq = candidates[0]
-    push = push_for(wq.mode or "", cpu.has)
+    push = push_for(wq.mode or "", cpu.usable)
     device = next(d for d in info.devices if d.name == wq.device)
     portal = Portal.open(wq.dev_path)
-    return Backend(portal.address, push, cpu.has, wq.name, wq.mode or "", wq.size or 1,
+    return Backend(portal.address, push, cpu.usable, wq.name, wq.mode or "", wq.size or 1,
                    wq.max_batch_size or device.max_batch_size or 32,
                    wq.max_transfer_size or device.max_transfer_size or 1 << 21,
                    wq.submit_instruction, portal.close, wq.block_on_fault)
@@ -245,10 +245,10 @@ def _needs(inventory) -> str | None:
     if reason:
         return reason
     usable = inventory.dsa.usable_wqs
-    if not any(inventory.cpu.has(wq.submit_instruction) for wq in usable):
+    if not any(inventory.cpu.usable(wq.submit_instruction) for wq in usable):
         wq = usable[0]
-        return (f"DSA {wq.name} is a {wq.mode} WQ but the CPU lacks {wq.submit_instruction} "
-                f"({inventory.cpu.model})")
+        return (f"DSA {wq.name} is a {wq.mode} WQ but "
+                + inventory.cpu.lacks((wq.submit_instruction,)).replace("CPU lacks", "the CPU lacks"))
     return None
 
 

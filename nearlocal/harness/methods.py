@@ -123,9 +123,9 @@ class Method:
         return self.sample_bytes(pattern) if self.sample_bytes else pattern.total_bytes
 
     def unavailable(self, inventory: HostInventory) -> str | None:
-        missing = [flag for flag in self.cpu_flags if not inventory.cpu.has(flag)]
-        if missing:
-            return f"CPU lacks {', '.join(missing)} ({inventory.cpu.model})"
+        lacks = inventory.cpu.lacks(self.cpu_flags)  # the CPU's flags and numba's target
+        if lacks:
+            return lacks
         return self.needs(inventory) if self.needs else None
 
 

@@ -18,6 +18,7 @@ from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import METHODS, Method, SessionContext, register_method
 from nearlocal.harness.suites import Suite, register_suite
 from nearlocal.workloads import kv
+from nearlocal.workloads.patterns import Pattern
 
 POOL_REGIONS = ("dram", "shm:nearlocal-kv")
 GATHER_METHODS = ("load", "clflushopt-load", "memcpy")  # pool -> local (access read)
@@ -44,6 +45,14 @@ SUITE_PATTERNS = (
 )
 
 
+def _check_pattern(pattern: Pattern) -> None:
+    """Only a kv: pattern has a block table to turn into fragments: anything else is bad input,
+    refused before the run (exit 2), not a failed row from the worker."""
+    if not str(pattern.text).startswith("kv:") or kv.is_explicit(pattern.text):
+        raise UsageError(f"kv-metadata needs a kv:MODEL... pattern with a block table, "
+                         f"not {pattern.text!r}")
+
+
 class MetadataSession:
     """Times the metadata phase of the case's kv: pattern. The block table and token choices are
     the decision's inputs (made before timing); the descriptors are per-model constants."""
@@ -51,10 +60,8 @@ class MetadataSession:
     clock = "tsc"
 
     def __init__(self, ctx: SessionContext):
+        _check_pattern(ctx.pattern)
         text = ctx.case.pattern
-        if not str(text).startswith("kv:") or kv.is_explicit(text):
-            raise UsageError(f"kv-metadata needs a kv:MODEL... pattern with a block table, "
-                             f"not {text!r}")
         from nearlocal.workloads import kv_kernels  # numba: compiled here, not at registration
 
         self.ctx = ctx
@@ -99,6 +106,7 @@ register_method(Method(
     summary="decision -> fragment list: block table (and chosen tokens) to the merged fragment "
             "table of a kv: pattern, compiled, nothing moved",
     open_session=MetadataSession, cpu_flags=("rdtscp",), markers=("cpu",),
+    check_pattern=_check_pattern,
 ))
 
 

@@ -1,0 +1,169 @@
+"""Instruction selection on a CPU the development box is not (the VM rig's cpu stage,
+docs/vm-rig.md): a guest booted with a CPU model that lacks AVX2, AVX-512, clflushopt, clwb and
+movdir64b runs one small case of every CPU method. numba compiles for the CPU it runs on and LLVM
+aborts the whole process when it cannot select an instruction, so every row must be measured
+(status ok) or skipped with a reason naming the flag the CPU lacks; none may fail or crash.
+TCG has no timing: the figures mean nothing and are never checked.
+
+    vm_cpu.py run OUT      in the guest: probe, one case per CPU method, measure; OUT/cpu.json
+    vm_cpu.py check OUT    on the host: the facts, one line each; exit 1 if one fails
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# what the guest's CPU must lack for the stage to prove anything (the development box has them)
+LACKING = ("avx2", "avx512f", "clflushopt", "clwb", "movdir64b")
+SIZE = "64KiB"  # small, and room for loaded-chase's ring and a 4 KiB burst per traffic CPU
+BUDGET_S = 0.05
+
+
+def cpu_methods() -> list[str]:
+    """Every registered method of the cpu family, in the order they were declared."""
+    from nearlocal.harness.methods import load_methods
+
+    return [m.name for m in load_methods().values() if m.family == "cpu"]
+
+
+def smallest_case(method: str, inventory):
+    """The case of `method` moving the fewest bytes among the `all` suite's (a method whose input
+    is not a plain size on dram: rpc's rings, a storage file); None when no suite has one."""
+    from nearlocal.harness.suites import suite_cases
+    from nearlocal.workloads.patterns import parse_pattern
+
+    cases = [c for c in suite_cases("all", inventory) if c.method == method]
+    return min(cases, key=lambda c: parse_pattern(c.pattern).total_bytes, default=None)
+
+
+def cases_for(inventory, settings) -> list:
+    """One case per CPU method: SIZE on local DRAM, or its smallest suite case where it runs on
+    other regions (a storage file) or SIZE on DRAM is not valid input for it (rpc's rings: a
+    refused case would stop the whole run)."""
+    from nearlocal.harness.cases import Case
+    from nearlocal.harness.methods import get_method
+    from nearlocal.harness.plan import Refuse, plan_cases
+
+    cases = []
+    for method in cpu_methods():
+        case = Case(method, "dram", pattern=SIZE)
+        if "host" not in get_method(method).region_families or isinstance(
+                plan_cases([case], inventory, settings).entries[0].verdict, Refuse):
+            case = smallest_case(method, inventory) or case
+        cases.append(case)
+    return cases
+
+
+def run(out: Path) -> int:
+    from numba.core.registry import cpu_target
+
+    from nearlocal.harness.methods import get_method
+    from nearlocal.harness.plan import RunSettings, measure, plan_cases
+    from nearlocal.harness.runner import run_metadata
+    from nearlocal.hwprobe import probe
+    from nearlocal.results.store import Store
+
+    inventory = probe(gpu=False)
+    codegen = cpu_target.target_context.codegen()
+    settings = RunSettings(BUDGET_S, processes=1, allow_write=True)
+    cases = cases_for(inventory, settings)
+    plan = plan_cases(cases, inventory, settings)
+    facts = {
+        "model": inventory.cpu.model,
+        "flags": {flag: inventory.cpu.has(flag) for flag in inventory.cpu.flags},
+        # what numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host's CPU)
+        "llvm_cpu": codegen._get_host_cpu_name(),
+        "llvm_features": sorted(f[1:] for f in codegen._tm_features.split(",") if f[:1] == "+"),
+        "methods": {case.method: {"case": case.id, "flags": list(get_method(case.method).cpu_flags),
+                                  "unavailable": get_method(case.method).unavailable(inventory)}
+                    for case in cases},
+    }
+    (out / "cpu.json").write_text(json.dumps(facts, indent=1))
+    meta = run_metadata(inventory, settings.worker_settings(inventory), "vm-cpu", processes=1,
+                        max_processes=settings.max_processes, kind="run")
+    store = Store.create(out / "results", meta)
+    interrupted = measure(plan, store, quiet=True)
+    store.finish(interrupted=bool(interrupted))
+    return 130 if interrupted else 0
+
+
+def check(out: Path) -> list[str]:
+    """The stage's facts; returns the ones that do not hold."""
+    problems: list[str] = []
+    facts: list[str] = []
+
+    def fact(ok: bool, text: str) -> None:
+        (facts if ok else problems).append(text)
+
+    rc = (out / "cpu.rc").read_text().strip() if (out / "cpu.rc").exists() else "missing"
+    err = (out / "cpu.err").read_text() if (out / "cpu.err").exists() else ""
+    fact(rc == "0", f"cpu: the run exits 0 (rc {rc}: {err[-300:]})")
+    fact("LLVM ERROR" not in err and "Cannot select" not in err,
+         "cpu: no LLVM error in the run's output" + ("" if "LLVM" not in err else f" ({err[-300:]})"))
+    try:
+        seen = json.loads((out / "cpu.json").read_text())
+    except (OSError, ValueError):
+        fact(False, "cpu: the guest wrote cpu.json")
+        return _report(facts, problems)
+    flags = seen["flags"]
+    present = [flag for flag in LACKING if flags.get(flag)]
+    fact(not present and flags.get("rdtscp", False),
+         f"cpu: the guest's CPU ({seen['model']}) has rdtscp and "
+         f"lacks {', '.join(LACKING)}" + (f" (has {', '.join(present)})" if present else ""))
+    targeted = [flag for flag in LACKING if flag in seen["llvm_features"]]
+    fact(not targeted, f"cpu: numba compiles for {seen['llvm_cpu']} without "
+         f"{', '.join(LACKING)}" + (f" (targets {', '.join(targeted)})" if targeted else ""))
+    missing = {flag for flag, on in flags.items() if not on}
+    rows = _rows(out / "results")
+    by_method: dict[str, list[dict]] = {}
+    for row in rows:
+        by_method.setdefault(row["method"], []).append(row)
+    for method, want in seen["methods"].items():
+        found = by_method.get(method, [])
+        if not found:
+            fact(False, f"cpu: {method} has a row")
+            continue
+        row = found[0]
+        reason = str(row.get("reason") or "")
+        lacks = sorted(missing & set(want["flags"]))
+        if lacks:
+            ok = row["status"] == "skipped" and all(flag in reason for flag in lacks)
+            fact(ok, f"cpu: {method} skipped naming {', '.join(lacks)}"
+                 + ("" if ok else f" (saw {row['status']}: {reason[:160]})"))
+        elif want["unavailable"]:
+            ok = row["status"] == "skipped" and bool(reason)
+            fact(ok, f"cpu: {method} skipped with its reason ({row['status']}: {reason[:100]})")
+        else:
+            fact(row["status"] == "ok", f"cpu: {method} measured ({row['status']}"
+                 + (f": {reason[:160]}" if reason else "") + ")")
+    return _report(facts, problems)
+
+
+def _report(facts: list[str], problems: list[str]) -> list[str]:
+    for line in facts:
+        print(f"vm_check: fact: {line}")
+    return problems
+
+
+def _rows(results: Path) -> list[dict]:
+    try:
+        from nearlocal.results import load
+
+        run_dir = next(p for p in sorted(results.iterdir()) if p.is_dir())
+        return load(run_dir).cases.to_dict("records")
+    except (OSError, StopIteration, ValueError):
+        return []
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("run", "check"):
+        sys.exit(__doc__)
+    where = Path(sys.argv[2])
+    if sys.argv[1] == "run":
+        sys.exit(run(where))
+    found = check(where)
+    for problem in found:
+        print(f"vm_check: FAILED: {problem}", file=sys.stderr)
+    sys.exit(1 if found else 0)
