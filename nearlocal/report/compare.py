@@ -25,9 +25,10 @@ p-value:
   every size of one method, does not inflate), with the heavy tails such changes have (Student t,
   RUN_NOISE_DOF): on a busy shared box single cases move by 30% between runs of the same code.
 - alpha is the family-wise error rate over all compared cases (Bonferroni).
-- Each median may be off by the clock's resolution: the timer overhead that was subtracted (the
-  cost of an empty interval is not exactly its cost around a body), or the step the clock moves in
-  (`clock_resolution_ns`) when that is coarser. On a VM whose TSC moves in ~10 ns steps, a 40 ns
+- Each median may be off by the clock's resolution: the step the clock moves in
+  (`clock_resolution_ns`, the run's one clock), or for older rows that state no step the timer
+  overhead. The overhead itself is no term: both runs are put on one overhead correction. A
+  median within COARSE_STEPS steps is not judged for the clock's sake. On a VM whose TSC moves in ~10 ns steps, a 40 ns
   case reads 40 or 60 ns from one run to the next, and one small store-clwb case was seen at 40 ns
   in one process and 90 ns in the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
@@ -75,6 +76,7 @@ scipy_stats = lazy_import("scipy.stats")
 scipy_optimize = lazy_import("scipy.optimize")
 
 DEFAULT_THRESHOLD = 0.05
+COARSE_STEPS = 10  # a median within this many clock steps is too short for the clock to judge
 DEFAULT_ALPHA = 0.01
 N_BOOTSTRAP = 4000
 MIN_CASES_FOR_RUN_NOISE = 8  # below this the run-to-run noise is not estimated (taken as 0)
@@ -363,13 +365,13 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict,
     if math.isfinite(overhead_b) and math.isfinite(overhead_c):
         common = min(overhead_b, overhead_c)
         base_ns, cand_ns = base_ns + (overhead_b - common), cand_ns + (overhead_c - common)
-        result._resolution_ns = common
+        result._resolution_ns = common  # no clock step stated (older rows): the overhead
     steps = [_number(row, "clock_resolution_ns") / ops
              for row, ops in ((base_row, ops_b), (cand_row, ops_c))]
-    if all(math.isfinite(step) for step in steps):  # a clock coarser than its own overhead
-        result._step_ns = max(steps)
-        result._resolution_ns = max(result._resolution_ns, *steps) \
-            if math.isfinite(result._resolution_ns) else max(steps)
+    if all(math.isfinite(step) for step in steps):
+        # the runs share one overhead correction, so it moves neither figure against the
+        # other: what a median cannot resolve is the clock's step
+        result._step_ns = result._resolution_ns = max(steps)
     result.n_base, result.n_cand = int(base_ns.size), int(cand_ns.size)
     result._unsettled = " and ".join(
         name for name, row in (("base", base_row), ("candidate", cand_row))
@@ -399,9 +401,9 @@ def _measure_case(case_id: str, base_row: dict, cand_row: dict,
 
 
 def _clock_note(c: CaseComparison) -> str:
-    """Why a case within a few clock resolutions is not judged: how many it spans."""
+    """Why a case within a few clock steps is not judged: how many it spans."""
     spans = min(c.base_median_ns, c.cand_median_ns) / c._resolution_ns
-    return f"the figure spans {spans:.0f} clock resolutions of {c._resolution_ns:.3g} ns"
+    return f"the figure spans {spans:.1f} clock steps of {c._resolution_ns:.3g} ns"
 
 
 def _resolution_bounds(c: CaseComparison) -> tuple[float, float]:
@@ -677,8 +679,9 @@ def _excess_noise(logs: np.ndarray, se: np.ndarray, coarse: np.ndarray, df: floa
 
 
 def _coarse_clock(c: CaseComparison) -> bool:
-    """The clock's resolution is over 5% of a median: a change of a step or two is not told."""
-    return math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
+    """A median within COARSE_STEPS of the clock's resolution: a change of a step or two is
+    not told."""
+    return math.isfinite(c._resolution_ns) and c._resolution_ns * COARSE_STEPS > min(
         c.base_median_ns, c.cand_median_ns)
 
 
@@ -827,8 +830,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
             c.verdict = "same"
         else:
             c.verdict = "ambiguous"
-            if math.isfinite(c._resolution_ns) and c._resolution_ns > 0.05 * min(
-                    c.base_median_ns, c.cand_median_ns):
+            if _coarse_clock(c):
                 c.note = c.note or _clock_note(c)
             elif c._unsettled:
                 c.note = c.note or f"not converged in the {c._unsettled}"
