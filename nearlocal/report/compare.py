@@ -28,9 +28,8 @@ p-value:
 - Each median may be off by the clock's resolution: the step the clock moves in
   (`clock_resolution_ns`, the run's one clock), or for older rows that state no step the timer
   overhead. The overhead itself is no term: both runs are put on one overhead correction. A
-  median within COARSE_STEPS steps is not judged for the clock's sake. On a VM whose TSC moves in ~10 ns steps, a 40 ns
-  case reads 40 or 60 ns from one run to the next, and one small store-clwb case was seen at 40 ns
-  in one process and 90 ns in the next.
+  median within COARSE_STEPS steps is not judged for the clock's sake. On a VM whose TSC moves
+  in ~10 ns steps, a 40 ns case reads 40 or 60 ns from one run to the next.
 - `slower` needs the whole interval above 1 + threshold AND p < alpha; `faster` the whole interval
   below 1 / (1 + threshold); `same` the whole interval inside; anything else is `ambiguous`.
 - Each case's interval is also at least as wide as that case's own spread over the runs that have
