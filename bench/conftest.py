@@ -42,6 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--nearlocal-ci", type=float, default=1.0,
                     help="stop a case when its median's 95%% CI half-width is within this %% "
                          "(default 1); --benchmark-max-time is the per-case budget")
+    group.addoption("--nearlocal-processes", type=int, default=bench.DEFAULT_PROCESSES,
+                    help="worker processes each case is measured in, sharing its budget "
+                         f"(default {bench.DEFAULT_PROCESSES}; 1: in this process): a process "
+                         "draws page placement once, so one process is one draw of it")
     group.addoption("--nearlocal-allow-write", action="store_true",
                     help="allow writing to devdax: regions and existing files")
     group.addoption("--nearlocal-out", default="results",
@@ -87,7 +91,8 @@ def _host(config: pytest.Config) -> bench.BenchHost:
 
         config.stash[_HOST] = bench.BenchHost(
             probe(), allow_write=config.getoption("nearlocal_allow_write"),
-            target_rel_ci=config.getoption("nearlocal_ci") / 100)
+            target_rel_ci=config.getoption("nearlocal_ci") / 100,
+            processes=config.getoption("nearlocal_processes"))
     return config.stash[_HOST]
 
 

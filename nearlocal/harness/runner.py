@@ -214,7 +214,8 @@ class Runner:
                  on_measured: Callable[[str, bool], None] | None = None,
                  on_compile: Callable[[int, int, str, int], None] | None = None,
                  compile_first: bool = False, max_processes: int | None = None,
-                 on_settle: Callable[[str, int], None] | None = None):
+                 on_settle: Callable[[str, int], None] | None = None,
+                 probe_host: bool | None = None):
         self.inventory = inventory
         if settings.clock is None:  # one clock per run, calibrated here, before any worker
             from nearlocal.kernels.timer import measure_clock
@@ -234,8 +235,8 @@ class Runner:
             raise ValueError(f"processes must be a positive integer, got {processes!r}")
         self.processes = processes
         # compare sets the runs' host probes side by side (hostprobe.py): walked as each worker
-        # starts, by a prober process laid once per run
-        self.probe_host = processes > 1
+        # starts, by a prober process laid once per run (None: with 2 or more processes)
+        self.probe_host = processes > 1 if probe_host is None else probe_host
         self._prober: HostProber | None = None
         self._pass = 0  # the pass whose worker starts next: its host probe readings say so
         # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
