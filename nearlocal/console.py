@@ -127,6 +127,9 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
                          "x86-64's"), markup=False)
     console.print("  caches: " + ", ".join(
         f"L{c.level} {c.kind} {format_size(c.size_bytes)}" for c in cpu.caches))
+    if cpu.measured_llc_bytes:  # a VM: cpuid's LLC is the host's (hwprobe/cache.py)
+        console.print(f"  LLC used to judge cases: {format_size(cpu.llc_bytes)}, {cpu.llc_source}",
+                      markup=False, highlight=False)
 
     table = Table(title="NUMA nodes", title_justify="left")
     for column in ("node", "cpus", "memory", "note"):
