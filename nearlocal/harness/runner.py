@@ -483,7 +483,6 @@ class Runner:
                         continue
                     # what the first process chose from its timing, every later one takes
                     chosen.setdefault(index, dict(result.pop("chosen", None) or {}))
-                    result.pop("chosen", None)
                     results.append((result, raw, ns))
                     if process == self.processes - 1:
                         needed[index] = processes_to_settle(

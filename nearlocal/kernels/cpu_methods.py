@@ -5,19 +5,20 @@ after an mfence has drained the previous one's stores (an isolated transfer) or 
 (back to back, bandwidth-bound, as likwid / MLC loops time). The row's `info` says which, and
 what its timed interval contains.
 
-A pass shorter than MIN_SAMPLE_STEPS steps of the clock and MIN_SAMPLE_OVERHEADS timer
-overheads (a 64-byte load, 1-10 ns, on a VM whose TSC moves in ~10 ns steps) reads 0 or 1 step
-alone. Where several passes in one interval measure the same thing as one pass, the sample holds
+A pass shorter than MIN_SAMPLE_STEPS steps of the clock and MIN_SAMPLE_OVERHEADS timer overheads
+(a 64-byte load, 1-10 ns, on a VM whose TSC moves in ~10 ns steps) reads 0 or 1 step alone.
+Where several passes in one interval measure the same thing as one pass, the sample holds
 several (`passes_for`) and the figure is divided by them: back-to-back passes (drain=none, a
 stream either way) and a method declared `batch_with_drain` (warm loads, and stores that end in
-their own mfence: scripts/batch_check.py reads them alike batched and alone, 1.00-1.02x). Elsewhere an isolated transfer is measured
-isolated, one pass per sample, however short: on a 2-vCPU Intel guest an nt-store of 16 KiB read
-535 ns alone and 808 ns per pass in samples of 8 passes (the mfence between passes waits for the
-previous pass's nontemporal stores to reach memory, which a lone sample's sfence does not), so a
-batch there is a different measurement, not a finer one. Its row then says how many clock steps
-a sample spans (`sample_steps`). The passes are chosen once per case, by its first process, and
-every later process takes them (SessionContext.ops_per_sample): every sample of a case measures
-the same thing. The row states them (`ops_per_sample`, info `passes_per_sample`).
+their own mfence: scripts/batch_check.py reads them alike batched and alone, 1.00-1.02x).
+Elsewhere an isolated transfer is measured isolated, one pass per sample, however short: on a
+2-vCPU Intel guest an nt-store of 16 KiB read 535 ns alone and 808 ns per pass in samples of 8
+passes (the mfence between passes waits for the previous pass's nontemporal stores to reach
+memory, which a lone sample's sfence does not), so a batch there is a different measurement, not
+a finer one. Its row then says how many clock steps a sample spans (`sample_steps`). The passes
+are chosen once per case, by its first process, and every later process takes them
+(SessionContext.chosen): every sample of a case measures the same thing. The row states them
+(`ops_per_sample`, info `passes_per_sample`).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class CpuSession:
         # with drain=before the passes after the first start after an mfence inside the interval:
         # its cost when nothing is pending is measured (by the case's first process) and
         # subtracted with the timer overhead
-        self.drain_ticks = float(given.get("drain_ticks", self.drain_ticks_for(self.passes)))
+        self.drain_ticks = float(given["drain_ticks"] if "drain_ticks" in given
+                                 else self.drain_ticks_for(self.passes))
         self.chosen = {"passes": self.passes, "drain_ticks": self.drain_ticks}
         timed = f"{timed}; {DRAINS[drain]}"
         if self.passes > 1:
