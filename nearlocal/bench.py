@@ -1,7 +1,7 @@
 """pytest-benchmark glue for `pytest bench/`: the same cases as `nearlocal run`, measured
-through the same phases (warm-up, trials until the stopping rule), in this process or, with
-`--nearlocal-processes K`, in K worker processes by the run's own runner, and handed to
-pytest-benchmark as one round per kernel repetition. One process is one draw of page placement:
+through the same phases (warm-up, trials until the stopping rule), in DEFAULT_PROCESSES worker
+processes by the run's own runner (`--nearlocal-processes K`; 1: in this process), and handed
+to pytest-benchmark as one round per kernel repetition. One process is one draw of page placement:
 on the 2-vCPU AMD VM a 16 KiB nt-store read 180 ns in some processes and 260-280 ns in others,
 so two one-process sessions of unchanged code read 1.44x apart with 10 ns IQRs; with K = 8 four
 sessions read 180-270 ns, each pair within the wider session's IQR.
@@ -48,7 +48,7 @@ MARKERS = {
     "nvlink": "needs two GPUs with peer access",
     "storage": "reads or writes a file on a disk (file-read, file-write)",
 }
-DEFAULT_PROCESSES = 1  # --nearlocal-processes K: the runner, K worker processes
+DEFAULT_PROCESSES = 8  # --nearlocal-processes 1: in this process
 # Region kinds through which CXL memory appears (a CPU-less NUMA node, device-dax): `-m cxl`.
 CXL_REGION_KINDS = frozenset({"numa", "devdax"})
 

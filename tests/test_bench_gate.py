@@ -11,12 +11,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy.fft  # noqa: F401
 import pandas.core.arrays.arrow.extension_types  # noqa: F401
 import pytest
+import scipy.stats  # noqa: F401
 
+from nearlocal.harness.methods import load_methods
 from nearlocal.results import load
 
 pytest_plugins = ["pytester"]
+# The method registry is loaded here, before pytester snapshots sys.modules (what a test imports
+# is dropped after it: numpy's extensions, scipy.stats' through compare, cannot load twice, and
+# the registry would keep methods of modules gone), and before a test names a plugin that only its
+# pytester subprocess can import (NEARLOCAL_PLUGINS): load() in this process must not import it.
+load_methods()
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"

@@ -7,14 +7,22 @@ import json
 from pathlib import Path
 
 import numpy as np
+import numpy.fft
 import pandas.core.arrays.arrow.extension_types  # noqa: F401
 import pytest
+import scipy.stats  # noqa: F401
 
 from nearlocal.cli import main
+from nearlocal.harness.methods import load_methods
 from nearlocal.importer import import_benchmarks
 from nearlocal.results import load
 
 pytest_plugins = ["pytester"]
+# The method registry is loaded here, before pytester snapshots sys.modules (what a test imports
+# is dropped after it: numpy's extensions, scipy.stats' through compare, cannot load twice, and
+# the registry would keep methods of modules gone), and before a test names a plugin that only its
+# pytester subprocess can import (NEARLOCAL_PLUGINS): load() in this process must not import it.
+load_methods()
 # pandas' pyarrow extension types are imported above, before pytester snapshots sys.modules: a
 # re-import after the snapshot is restored would register them twice and fail.
 
