@@ -109,7 +109,11 @@ def clock_step(ticks: np.ndarray) -> tuple[float, str]:
     (1 or 2 ticks on a fine clock); with one value only in the bulk, the greatest common divisor
     of every distinct reading's distance from it (a coarse clock that never jittered); 1 tick
     when nothing tells."""
-    ticks, values, counts = _values(ticks)
+    return _step_of(*_values(ticks))
+
+
+def _step_of(ticks: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tuple[float, str]:
+    """clock_step on readings already split into the bulk's values and counts."""
     if values.size >= 2:
         comb = _comb_step(values, counts)
         if comb is not None:
@@ -123,15 +127,10 @@ def clock_step(ticks: np.ndarray) -> tuple[float, str]:
     return 1.0, "unresolved: the bulk holds one value and nothing else tells the step"
 
 
-def tick_quantum(ticks: np.ndarray) -> float:
-    """The TSC's step from repeated readings of one short interval (clock_step's figure)."""
-    return clock_step(ticks)[0]
-
-
 def calibrate(ticks: np.ndarray) -> ClockCalibration:
     """The clock read from readings of an empty interval, with the evidence run.json keeps."""
-    step, how = clock_step(ticks)
     all_ticks, values, counts = _values(ticks)
+    step, how = _step_of(all_ticks, values, counts)
     top = np.argsort(counts)[::-1][:EVIDENCE_VALUES]
     evidence = {
         "readings": int(all_ticks.size), "how": how,
@@ -156,8 +155,3 @@ def empty_intervals(reps: int = CALIBRATION_REPS) -> np.ndarray:
 
 def measure_clock(reps: int = CALIBRATION_REPS) -> ClockCalibration:
     return calibrate(empty_intervals(reps))
-
-
-def measure_overhead_ticks(reps: int = CALIBRATION_REPS) -> float:
-    """Median ticks of an empty fenced interval; subtracted from every sample."""
-    return measure_clock(reps).overhead_ticks
