@@ -120,13 +120,16 @@ def _run(args: argparse.Namespace) -> int:
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
+    store = None
     try:
         store = Store.create(Path(args.out), meta)
-    except BaseException:
+        interrupted = measure(plan, store, quiet=args.quiet, turns=turns)
+    except BaseException as exc:
         if turns is not None:  # the other arms go on without this one
             turns.finish()
-        raise
-    interrupted = measure(plan, store, quiet=args.quiet, turns=turns)
+        if store is None or not isinstance(exc, KeyboardInterrupt):
+            raise
+        interrupted = exc  # before measure's own handler: still an interrupted run, stored
     path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         interrupted=bool(interrupted), derive=checked)
     from nearlocal.results import load

@@ -77,6 +77,12 @@ class _Console(Console):
                 soft_wrap = True
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`nearlocal probe | head -1`): rich would exit 1, as if we had
+        failed; the command line turns this into its quiet exit 141 instead."""
+        self.quiet = True
+        raise BrokenPipeError(32, "the reader of stdout went away")
+
 
 console = _Console()
 err_console = _Console(stderr=True)

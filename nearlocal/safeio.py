@@ -191,6 +191,23 @@ def write_output(option: str, path: str | os.PathLike, data: str | bytes) -> Pat
     return path
 
 
+def write_outputs(option: str, files: dict[Path, bytes]) -> list[Path]:
+    """Several files that belong together (a report and its plots), each written atomically, in
+    order; when one fails, those this call already wrote are removed: a full disk leaves no
+    half-written file and no plots without their report."""
+    written: list[Path] = []
+    try:
+        for path, data in files.items():
+            written.append(write_output(option, path, data))
+    except BaseException:
+        for path in written:
+            if os.path.realpath(path) != os.devnull:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        raise
+    return written
+
+
 # ---------------------------------------------------------------- input files
 
 

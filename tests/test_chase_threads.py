@@ -242,6 +242,9 @@ def test_loaded_chase_bad_params():
     for bad in ({"traffic": "memcpyy"}, {"delay": "-1"}, {"burst": "100"}, {"threads": "x"}):
         with pytest.raises(UsageError):
             method.check_params({**method.params, **bad})
+    for burst in ("0", "1x", "-1"):  # issue 37: the error names the parameter, not just a size
+        with pytest.raises(UsageError, match=f"--param burst='{burst}'"):
+            method.check_params({**method.params, "burst": burst})
 
 
 def test_too_many_threads_is_bad_input(capsys):

@@ -112,3 +112,33 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path):
         f"{sys.executable} -m nearlocal.cli show big --json --out {tmp_path} | head -c 10",
         shell=True, env=env, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def test_ctrl_c_before_the_first_case_is_an_interrupted_run(tmp_path):
+    """Issue 37: a Ctrl-C while the fork server starts and loads its modules (the run's store is
+    open, no case measured yet) once ended with exit 0 and the run listed as complete, or with
+    the fork server's KeyboardInterrupt traceback."""
+    out = tmp_path / "r"
+    process = _start_run(out)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*/partial")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    _reap_group(process)
+    assert process.returncode == 130, (process.returncode, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    for path in out.glob("*/run.json"):
+        assert load(path.parent.name, out).meta["interrupted"]
+
+
+def test_a_reader_gone_from_a_rich_table_is_exit_141(tmp_path):
+    """Issue 37: rich ends a broken pipe with exit 1, as if nearlocal had failed."""
+    make_run(tmp_path, [row("load", size=64 + k) for k in range(40)], run_id="big")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(  # the reader is gone before the first line is written
+        f"{sys.executable} -m nearlocal show big --out {tmp_path} | true; "
+        "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", env=env,
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""

@@ -11,7 +11,7 @@ from nearlocal.cli import main
 from nearlocal.regions.base import pool_class_of
 from nearlocal.report.fmt import cell_text
 from nearlocal.report.papers import figure, figures
-from nearlocal.report.render_html import report_html, table_html
+from nearlocal.report.render_html import report_html, table_html, write_html
 from nearlocal.report.render_markdown import table_markdown, write_markdown
 from nearlocal.report.rows import class_rank
 from nearlocal.report.tables import (
@@ -181,6 +181,33 @@ def test_s2_s3_kv_near_local_failures(full):
 
 
 # --- the files -----------------------------------------------------------------------------------
+
+def test_a_full_disk_leaves_no_partial_report_or_plots(full, tmp_path, monkeypatch):
+    """Issue 37: ENOSPC part way through a report leaves no half-written file and no plots
+    without their report; the error is one line naming the option."""
+    import errno
+    import os
+
+    from nearlocal import safeio
+    from nearlocal.errors import UsageError
+
+    real_fsync, calls = os.fsync, []
+
+    def fsync_until_full(fd):
+        calls.append(fd)
+        if len(calls) > 1:  # the first plot fits, the disk is full after it
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(safeio.os, "fsync", fsync_until_full)
+    with pytest.raises(UsageError, match=r"--markdown.*ENOSPC"):
+        write_markdown(full, tmp_path / "report.md")
+    calls.clear()
+    calls.append("full")
+    with pytest.raises(UsageError, match=r"--html.*ENOSPC"):
+        write_html(full, tmp_path / "report.html")
+    assert list(tmp_path.iterdir()) == []
+
 
 def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
     files = write_markdown(full, tmp_path / "report.md")

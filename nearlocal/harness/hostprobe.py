@@ -199,9 +199,10 @@ def _prober_main(conn, sizes: dict[str, int]) -> None:
     error is sent as ("failed", why); a closed pipe (the runner
     gone) just ends it."""
     import os
-    import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops it
+    from nearlocal.harness.children import ignore_interrupts
+
+    ignore_interrupts()  # the runner handles Ctrl-C and stops it
     with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):
         try:
             rings = lay_rings(sizes)
@@ -232,7 +233,9 @@ class HostProber:
         self._open = True
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_prober_main, args=(child, sizes), daemon=True)
-        self._process.start()
+        from nearlocal.harness.children import start_child
+
+        start_child(self._process)
         child.close()
         try:
             ready = self._reply(PROBER_START_S, "laying its rings")

@@ -222,25 +222,27 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
 
     settings = plan.settings
     worker = plan.worker_settings()
-    with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
-                             settings.budget_s, enabled=not quiet, processes=settings.processes,
-                             patterns=[e.case.pattern for e in plan.entries],
-                             arms=turns.arms if turns is not None else 1) as progress:
-        # runner.Runner is looked up here, at the call: tests stand a double in for it
-        measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
-                                  case_timeout_s=case_timeout_s, processes=settings.processes,
-                                  on_pass=_taking_turns(turns, progress),
-                                  on_measured=progress.measured,
-                                  on_compile=progress.compiling, compile_first=compile_first,
-                                  max_processes=settings.max_processes,
-                                  on_settle=progress.settle)
-        try:
+    try:  # a Ctrl-C anywhere in here, even before the first case, is an interrupted run
+        with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
+                                 settings.budget_s, enabled=not quiet,
+                                 processes=settings.processes,
+                                 patterns=[e.case.pattern for e in plan.entries],
+                                 arms=turns.arms if turns is not None else 1) as progress:
+            # runner.Runner is looked up here, at the call: tests stand a double in for it
+            measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
+                                      case_timeout_s=case_timeout_s,
+                                      processes=settings.processes,
+                                      on_pass=_taking_turns(turns, progress),
+                                      on_measured=progress.measured,
+                                      on_compile=progress.compiling, compile_first=compile_first,
+                                      max_processes=settings.max_processes,
+                                      on_settle=progress.settle)
             measuring.run(plan)
-        except KeyboardInterrupt as exc:
-            return exc
-        finally:
-            if turns is not None:
-                turns.finish()
+    except KeyboardInterrupt as exc:
+        return exc
+    finally:
+        if turns is not None:
+            turns.finish()
     return None
 
 

@@ -7,7 +7,6 @@ import contextlib
 import math
 import multiprocessing
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,6 +17,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.harness import cases as case_rules
 from nearlocal.harness.cases import Case
+from nearlocal.harness.children import start_child, start_fork_server
 from nearlocal.harness.methods import get_method
 from nearlocal.harness.stats import StoppingRule, summarize
 from nearlocal.harness.worker import Origin, WorkerSettings, worker_main
@@ -300,15 +300,7 @@ class Runner:
                 settings.rule, budget_s=settings.rule.budget_s / self.processes))
         process = self._context.Process(target=worker_main, args=(child, settings, Origin.here()),
                                         daemon=True)
-        # the child starts with SIGINT ignored (until worker_main says the same): a Ctrl-C while
-        # it imports would print its KeyboardInterrupt traceback; the parent handles Ctrl-C
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
-            if threading.current_thread() is threading.main_thread() else None
-        try:
-            process.start()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+        start_child(process)  # a Ctrl-C during the start is the parent's, raised after it
         child.close()
         self._wait_ready(process, parent)
         if self._prober is not None:
@@ -450,6 +442,8 @@ class Runner:
             self.on_case(row)
 
         try:
+            if any(entry.runs for entry in entries):
+                start_fork_server()  # SIGINT ignored in it and its workers (children.py)
             if self.probe_host:
                 self._start_prober(entries)
             if self.compile_first:

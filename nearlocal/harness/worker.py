@@ -18,6 +18,7 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.harness.cases import Case
+from nearlocal.harness.children import ignore_interrupts
 from nearlocal.harness.methods import (
     Session,
     SessionContext,
@@ -208,7 +209,7 @@ def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) ->
     # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
     # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
     # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()
     signal.signal(signal.SIGTERM, _stopped)
     code = 0
     try:

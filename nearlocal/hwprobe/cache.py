@@ -41,8 +41,8 @@ def _ns_per_hop(span: int, tsc_hz: float) -> float:
     from nearlocal.kernels.chase import LINE, build_ring, time_chase, walk
 
     buf = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    words = np.frombuffer(buf, np.uint64)
     try:
-        words = np.frombuffer(buf, np.uint64)
         lines = span // LINE
         build_ring(words, lines, 11)
         position = np.array([walk(words, 0, min(lines, 1 << 21))], np.uint64)
@@ -51,9 +51,9 @@ def _ns_per_hop(span: int, tsc_hz: float) -> float:
         for _ in range(READINGS):  # the quieter reading: a co-tenant's burst is not the cache
             time_chase(words, HOPS, ticks, position)
             best = min(best, float(np.median(ticks)))
-        del words
         return best * 1e9 / tsc_hz / HOPS
     finally:
+        del words  # the mapping cannot close while a view of it lives (a Ctrl-C mid-walk)
         buf.close()
 
 

@@ -40,6 +40,16 @@ def _int_param(params: dict, key: str, low: int = 0) -> int:
     return int(text)
 
 
+def _size_param(params: dict, key: str, default: str) -> int:
+    """A size parameter, its error naming the parameter (`--param burst=0`)."""
+    text = str(params.get(key, default)).strip()
+    try:
+        return parse_size(text)
+    except UsageError as exc:
+        why = str(exc).removeprefix(f"malformed size {text!r}: ")
+        raise UsageError(f"malformed --param {key}={text[:30]!r}: {why}") from None
+
+
 def _thp_share(array: np.ndarray) -> str:
     """How much of a THP mapping the kernel really backs with 2 MiB pages (/proc/self/smaps)."""
     address = array.ctypes.data
@@ -146,7 +156,7 @@ class LoadedChaseSession(ChaseSession):
                                 params.get("cpus", ""), numa=ctx.numa)
         if len(self.cpus) < 2:
             raise UsageError("loaded-chase needs at least 2 CPUs (one chases, the others load)")
-        burst = parse_size(params.get("burst", "4KiB"))
+        burst = _size_param(params, "burst", "4KiB")
         share = nbytes // len(self.cpus) // burst * burst
         if share < burst:
             raise UsageError(f"{nbytes} bytes cannot hold a ring and {len(self.cpus) - 1} traffic "
@@ -236,9 +246,10 @@ def _check_loaded(params: dict) -> None:
     if params.get("traffic", "load") not in TRAFFIC_METHODS:
         raise UsageError(f"unknown traffic={params.get('traffic')!r}: valid are "
                          f"{', '.join(TRAFFIC_METHODS)}")
-    burst = parse_size(params.get("burst", "4KiB"))
+    burst = _size_param(params, "burst", "4KiB")
     if burst < LINE or burst % LINE:
-        raise UsageError(f"burst={params.get('burst')!r} must be a multiple of {LINE} bytes")
+        raise UsageError(f"--param burst={params.get('burst')!r} must be a multiple of {LINE} "
+                         "bytes")
 
 
 register_method(Method(

@@ -34,12 +34,10 @@ def _report(args: argparse.Namespace) -> int:
     report = build_report(data)
     if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
         print_report(report, console)
-    if html:
-        with safeio.writing("--html", html):  # an OSError: one line with the errno
-            console.print(f"wrote {write_html(report, html)}")
+    if html:  # written whole or not at all; an OSError: one line with the errno
+        console.print(f"wrote {write_html(report, html)}")
     if markdown:
-        with safeio.writing("--markdown", markdown):
-            files = write_markdown(report, markdown)
+        files = write_markdown(report, markdown)
         console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
                                              if len(files) > 1 else ""))
     return 0

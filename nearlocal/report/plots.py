@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import math
 import re
-from pathlib import Path
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -154,7 +153,9 @@ def svg_text(plot: PlotData, prefix: str) -> str:
     return text
 
 
-def write_png(plot: PlotData, path: Path) -> Path:
-    draw(plot).savefig(path, format="png", dpi=110, metadata={"Software": None},
-                      bbox_inches="tight")
-    return path
+def png_bytes(plot: PlotData) -> bytes:
+    """The plot as PNG, in memory: the caller writes it with the report (safeio.write_outputs)."""
+    buffer = io.BytesIO()
+    draw(plot).savefig(buffer, format="png", dpi=110, metadata={"Software": None},
+                       bbox_inches="tight")
+    return buffer.getvalue()

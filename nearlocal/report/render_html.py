@@ -6,6 +6,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
 from nearlocal.report.model import Report, Section, Stat, Table
 from nearlocal.report.plots import caption, svg_text
@@ -148,6 +149,4 @@ measured here) beside this box's medians. Latency cells: median (10th–90th per
 
 
 def write_html(report: Report, path: Path) -> Path:
-    path = Path(path)
-    path.write_text(report_html(report), encoding="utf-8")
-    return path
+    return safeio.write_output("--html", path, report_html(report))  # whole or not at all

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, numeric
 from nearlocal.report.model import Report, Section, Table, header
-from nearlocal.report.plots import caption, write_png
+from nearlocal.report.plots import caption, png_bytes
 
 
 def _escape(text: str) -> str:
@@ -23,7 +24,7 @@ def table_markdown(table: Table) -> str:
     return "\n".join(lines)
 
 
-def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> str:
+def _section(section: Section, stem: str, folder: Path, plots: dict[Path, bytes]) -> str:
     parts = [f"## {section.title}", ""]
     parts += [f"**{lead}**\n" for lead in section.lead]
     parts += [section.intro, ""] if section.intro else []
@@ -45,20 +46,21 @@ def _section(section: Section, stem: str, folder: Path, written: list[Path]) -> 
         parts.append("")
     for plot in section.plots:
         path = folder / f"{stem}-{plot.name}.png"
-        written.append(write_png(plot, path))
+        plots[path] = png_bytes(plot)
         parts += [f"![{plot.title}]({path.name})", "", f"*{plot.title}: {caption(plot)}*", ""]
     return "\n".join(parts)
 
 
 def write_markdown(report: Report, path: Path) -> list[Path]:
-    """Writes PATH and its PNG plots (PATH's stem + plot name); returns every file written."""
+    """Writes PATH and its PNG plots (PATH's stem + plot name), all or none (a full disk);
+    returns every file written, PATH first."""
     path = Path(path)
-    written: list[Path] = []
+    plots: dict[Path, bytes] = {}
     runs = ", ".join(f"{r.run_id} ({r.host})" for r in report.runs)
     body = [f"# nearlocal report: {runs}", "",
             "The papers' figures (as reported by the papers, never measured here) beside what "
             f"this box measured. Latency cells: median (10th–90th percentile); {NOT_CONVERGED} = "
             "the median's confidence interval did not reach its target within the budget.", ""]
-    body += [_section(s, path.stem, path.parent, written) for s in report.sections]
-    path.write_text("\n".join(body), encoding="utf-8")
-    return [path, *written]
+    body += [_section(s, path.stem, path.parent, plots) for s in report.sections]
+    written = safeio.write_outputs("--markdown", {**plots, path: "\n".join(body).encode()})
+    return [written[-1], *written[:-1]]

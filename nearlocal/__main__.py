@@ -1,0 +1,7 @@
+"""`python -m nearlocal`: the same command line as `nearlocal`."""
+
+import sys
+
+from nearlocal.entry import main
+
+sys.exit(main())
