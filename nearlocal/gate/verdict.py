@@ -203,6 +203,8 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     steps = min(est.base_ns, est.cand_ns) / case.resolution_ns \
         if math.isfinite(case.resolution_ns) and case.resolution_ns > 0 else math.inf
     up, down = 1 + fam.threshold, 1 / (1 + fam.threshold)
+    mine = yardsticks(fam.moves, case)
+    result.detail["yardsticks"] = [m.probe for m in mine]
     if steps < COARSE_STEPS:
         result.note = f"spans {steps:.1f} clock steps of {case.resolution_ns:.3g} ns"
     elif est.noise_unknown:
@@ -210,7 +212,6 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     elif result.ci_low > up or result.ci_high < down:
         slower = result.ci_low > up
         half = math.log(result.ratio / result.ci_low if slower else result.ci_high / result.ratio)
-        mine = yardsticks(fam.moves, case)
         excused = excusing(mine, slower, result.ratio, half, fam.threshold, fam.z_case)
         if case.unsettled:
             result.note = f"not converged in the {case.unsettled}"
