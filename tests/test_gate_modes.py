@@ -144,3 +144,11 @@ def test_a_verdict_is_assigned_in_one_function_and_no_gate_module_is_long():
                     if any(isinstance(t, ast.Attribute) and t.attr == "verdict" for t in targets):
                         writers.add(f"{path.stem}.{node.name}")
     assert writers == {"verdict.judge"}
+
+
+def test_json_is_strict_json_for_one_process_runs():
+    import json
+
+    result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=1))
+    text = json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN / inf
+    assert json.loads(text)["cases"][0]["detail"]["unit_spread"] is None

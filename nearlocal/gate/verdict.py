@@ -59,8 +59,7 @@ class CaseComparison:
     detail: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in asdict(self).items()}
+        return _finite(asdict(self))
 
 
 @dataclass
@@ -125,7 +124,7 @@ class Comparison:
         return sorted(self.cases, key=lambda c: VERDICT_ORDER.index(c.verdict))
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "head": self.head_line(), "paired": self.paired,
+        return _finite({"mode": self.mode, "head": self.head_line(), "paired": self.paired,
                 "base": self.base, "candidate": self.candidate, "threshold": self.threshold,
                 "alpha": self.alpha, "confidence": self.confidence,
                 "run_noise": self.run_noise, "host_note": self.host_note,
@@ -138,7 +137,16 @@ class Comparison:
                                 for m in self.host_moves],
                 "moved_layers": [layer(m) for m in self.moved_layers()],
                 "counts": self.counts(), "regression": bool(self.regressions),
-                "cases": [c.to_dict() for c in self.sorted_cases()]}
+                "cases": [c.to_dict() for c in self.sorted_cases()]})
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: None instead, in nested dicts and lists too."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _log_bounds(est: Estimate, slack_ns: float) -> tuple[float, float]:
