@@ -1,6 +1,7 @@
 """The gate's two modes, named by the user (`compare --mode`, `run --for-gate`,
-`pytest --nearlocal-mode`): which question a comparison answers, how the host's own moves count,
-and how many worker processes a run made for it needs. Light: the CLI's help reads it."""
+`pytest --nearlocal-mode`): which question a comparison answers and how the host's own moves
+count. Both need the same worker processes of a run made for them (`run --for-gate`:
+harness.plan.RunSettings). Light: the CLI's help reads it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ class Mode:
     question: str
     host_moves: str  # "noise" (a case that moved with its layer is ambiguous) or "findings"
     recipe: str  # how its runs are made, for --help
-    processes: int = 32  # worker processes per case of a run made for it (--for-gate)
-    settling: int = 4  # ... and up to this many times that for a case whose processes disagree
 
 
 MODES = {
@@ -28,7 +27,6 @@ MODES = {
                 "slower, and the host probes name the layer that moved"),
 }
 DEFAULT_MODE = "code"
-FIRST_LOOK_PROCESSES = 8  # a run made for no gate: enough to see what a box does, no settling
 
 
 def get_mode(name: str) -> Mode:
