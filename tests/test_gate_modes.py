@@ -118,6 +118,8 @@ def test_compare_box_on_stored_runs_says_its_mode_first(tmp_path, capsys, monkey
     assert main(["compare", base, cand, "--out", str(tmp_path), "--mode", "code"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == \
         "code CI, unpaired: the runs did not take turns, the host's moves are noise"
+    assert main(["compare", base, cand, "--out", str(tmp_path), "--box", "--mode", "code"]) == 2
+    assert "--box and --mode code ask two questions" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["compare", "--help"])
     text = " ".join(capsys.readouterr().out.split())

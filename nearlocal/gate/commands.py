@@ -37,7 +37,9 @@ def _compare(args) -> int:
 
     root = Path(args.out)
     safeio.check_output("--output", args.output)  # before anything is read
-    mode = "box" if args.box else args.mode
+    if args.box and args.mode not in (None, "box"):
+        raise UsageError(f"--box and --mode {args.mode} ask two questions: give one")
+    mode = "box" if args.box else args.mode or DEFAULT_MODE
     cand = load(args.candidate, root)
     base_ref = baseline_for(cand.meta, root) if args.base == BASELINE_REF else args.base
     base = load(base_ref, root)
@@ -92,7 +94,7 @@ def register(sub) -> None:
     parser.add_argument("base", help="run id, directory, `latest`, or `baseline` (this host's)")
     parser.add_argument("candidate", nargs="?", default="latest",
                         help="run id or directory (default: latest)")
-    parser.add_argument("--mode", choices=tuple(MODES), default=DEFAULT_MODE,
+    parser.add_argument("--mode", choices=tuple(MODES), default=None,
                         help="the question the gate answers: " + modes_help().replace("%", "%%"))
     parser.add_argument("--box", action="store_true", help="the same as --mode box")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
