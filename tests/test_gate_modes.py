@@ -154,3 +154,24 @@ def test_json_is_strict_json_for_one_process_runs():
     result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=1))
     text = json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN / inf
     assert json.loads(text)["cases"][0]["detail"]["unit_spread"] is None
+
+
+def test_gate_check_counts_a_slower_case_only_when_its_layer_moved_and_is_named():
+    """scripts/gate_check.py's box rule: a slower case is explained by a yardstick whose layer
+    moved beyond the threshold, and the report's first line must name that layer."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gate_check.py"
+    spec = importlib.util.spec_from_file_location("gate_check", path)
+    gate_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate_check)
+    memory = {"probe": "memory", "layer": "memory", "beyond_threshold": True}
+    slower = {"verdict": "slower", "detail": {"yardsticks": ["core", "memory"]}}
+    cached = {"verdict": "slower", "detail": {"yardsticks": ["core"]}}
+    report = {"head": "box CI: memory moved 1.18x [1.09, 1.27]", "host_probes": [memory],
+              "cases": [slower]}
+    assert gate_check.explained(report)
+    assert not gate_check.explained({**report, "cases": [slower, cached]})
+    assert not gate_check.explained({**report, "head": "box CI: no layer moved beyond 5%"})
+    assert gate_check.explained({"head": "", "host_probes": [], "cases": []})
