@@ -238,12 +238,18 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
         result.note = f"not converged in the {case.unsettled}"
     elif est.unit == "samples":
         result.note = "straddles the threshold"
-    elif est.most_processes:
-        result.note = f"spread {est.spread:.0%} at the most processes: take turns"
     else:
-        result.note = f"spread {est.spread:.0%}: " + (
-            "more --processes" if est.unit == "pairs" else "take turns or more --processes")
+        result.note = f"spread {est.spread:.0%}" + _next_step(est, fam.mode)
     return result
+
+
+def _next_step(est: Estimate, mode: Mode) -> str:
+    """What narrows an undecided case: taking turns (code CI, runs that did not), more
+    processes (unless both runs had the most a run gives)."""
+    turns = est.unit == "processes" and mode.host_moves == "noise"
+    if est.most_processes:
+        return " at the most processes" + (": take turns" if turns else "")
+    return ": take turns or more --processes" if turns else ": more --processes"
 
 
 def _within_margin(case: CaseInput, est: Estimate, margin: float) -> bool:
