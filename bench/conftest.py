@@ -57,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--nearlocal-baseline", metavar="RUN",
                     help="judge the session against this stored run (e.g. latest:bench, a run id) "
                          "with nearlocal compare's model; a slower case fails the session")
+    from nearlocal.gate.modes import DEFAULT_MODE, MODES, modes_help
+
+    group.addoption("--nearlocal-mode", choices=tuple(MODES), default=DEFAULT_MODE,
+                    help="with --nearlocal-baseline: the gate's question: "
+                         + modes_help().replace("%", "%%"))
     group.addoption("--nearlocal-threshold", default="5%",
                     help="with --nearlocal-baseline: smallest change that counts (default 5%%)")
 
@@ -72,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not 0 < ci < 100:
         raise pytest.UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
     if config.getoption("nearlocal_baseline"):  # before anything is measured
-        from nearlocal.report.compare import parse_percent
+        from nearlocal.gate.commands import parse_percent
         from nearlocal.results.store import load
 
         try:
@@ -120,7 +125,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     host = config.stash.get(_HOST, None)
     if host is None or not host.measured or not (save or base is not None):
         return
-    from nearlocal.report.compare import parse_percent
+    from nearlocal.gate.commands import parse_percent
 
     root, suite = Path(config.getoption("nearlocal_out")), config.getoption("nearlocal_suite")
     try:
@@ -129,7 +134,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             return
         config.stash[_VERDICT] = bench.judge_session(
             host, base, root, suite, save, parse_percent(config.getoption("nearlocal_threshold")),
-            0.01)
+            0.01, config.getoption("nearlocal_mode"))
     except UsageError as exc:
         config.stash[_VERDICT] = (str(exc), None)
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -152,6 +157,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         slower = comparison.regressions
         terminalreporter.section(f"nearlocal gate: {comparison.candidate} against "
                                  f"{comparison.base}", sep="=", red=bool(slower), green=not slower)
+        write(comparison.head_line())
         for case in slower:
             write(f"SLOWER {case.case_id}: {case.ratio:.3f}x [{case.ci_low:.3f}, "
                   f"{case.ci_high:.3f}] ({case.base_median_ns:.1f} -> {case.cand_median_ns:.1f} ns)")

@@ -35,8 +35,8 @@ from nearlocal.regions import parse_region
 if TYPE_CHECKING:
     import pytest
 
+    from nearlocal.gate.verdict import Comparison
     from nearlocal.hwprobe import HostInventory
-    from nearlocal.report.compare import Comparison
     from nearlocal.results.store import RunData
 
 # Markers every generated test may carry (pyproject declares them too; pytester runs lack it).
@@ -265,14 +265,16 @@ def store_session(host: BenchHost, root: Path, suite: str) -> Path:
 
 
 def judge_session(host: BenchHost, base: RunData, root: Path, suite: str, save: bool,
-                  threshold: float, alpha: float) -> tuple[Comparison, Path | None]:
+                  threshold: float, alpha: float,
+                  mode: str = "code") -> tuple[Comparison, Path | None]:
     """Compare the session with a stored run by nearlocal's own model (`nearlocal compare`): the
     cases the session ran, against the same cases of the base (the rest of the base is not
     "missing": a -k or -m selection chose them out). Returns the comparison and the stored run
     (None unless save)."""
     import tempfile
 
-    from nearlocal.report.compare import compare_runs, host_differences
+    from nearlocal.gate.identity import host_differences
+    from nearlocal.gate.verdict import compare_runs
     from nearlocal.results.store import RunData, load
 
     with tempfile.TemporaryDirectory(prefix="nearlocal-bench-") as scratch:
@@ -286,4 +288,4 @@ def judge_session(host: BenchHost, base: RunData, root: Path, suite: str, save: 
     if differences:
         raise UsageError(f"--nearlocal-baseline {base.run_id} comes from other hardware ("
                          + "; ".join(differences) + ")")
-    return compare_runs(base, cand, threshold, alpha), (path if save else None)
+    return compare_runs(base, cand, threshold, alpha, mode=mode), (path if save else None)

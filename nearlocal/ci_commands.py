@@ -6,8 +6,9 @@ from __future__ import annotations
 
 def register(sub) -> None:
     from nearlocal import importer
-    from nearlocal.report import accept, compare
+    from nearlocal.gate import commands as gate
+    from nearlocal.report import accept
 
     importer.register(sub)
-    compare.register(sub)
+    gate.register(sub)
     accept.register(sub)

@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     plan.refuse_bad_input()
     meta = run_metadata(inventory, plan.worker_settings(), args.suite,
                         processes=settings.processes, max_processes=settings.max_processes,
-                        kind="run")
+                        kind="run", for_gate=args.for_gate)
     turns = None
     if args.take_turns is not None:
         from nearlocal.harness.turns import Turns
@@ -227,8 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
     run.add_argument("--processes", type=int, default=None,
                      help="worker processes per case, in passes over all cases, sharing the "
-                          "budget (default: one per 0.015 s of --budget, at most 32; then up "
-                          "to 4x that for a case whose processes disagree by over 10%%)")
+                          "budget (default: a first look gets one per 0.015 s of --budget, at "
+                          "most 8; with --for-gate at most 32, then up to 4x that for a case "
+                          "whose processes disagree by over 10%%)")
+    from nearlocal.gate.modes import MODES, modes_help
+
+    run.add_argument("--for-gate", choices=tuple(MODES), metavar="MODE",
+                     help="a run a CI gate will compare (`compare --mode MODE`): the processes "
+                          "its verdicts need. " + modes_help(default=None).replace("%", "%%"))
     run.add_argument("--out", default="results", help="the store's root (default ./results)")
     run.add_argument("--json", help="also write the case rows as a JSON array to this path")
     run.add_argument("--allow-write", action="store_true",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A CI job's regression gate that holds on a shared box: the baseline's code (a checkout at BASE)
+# Code CI (docs/ci.md), a regression gate that holds on a shared box: the baseline's code (a checkout at BASE)
 # and this checkout's measure the same cases in turns, pass by pass (`nearlocal run --take-turns`),
 # so both see one host; then `nearlocal compare` judges this checkout's run against the
 # baseline's. Both trees run on the Python environment nearlocal is installed in (`scripts/main.sh`
@@ -29,12 +29,19 @@ nearlocal() {  # nearlocal from the checkout $1
 }
 stored() { sed -n 's#^stored .*/##p' "$1" | tail -1; }
 
+gate() {  # the processes code CI needs (`run --for-gate code`); a tree from before the option
+    # gave them by default
+    if grep -q -- '"--for-gate"' "$1/nearlocal/cli.py" 2> /dev/null; then echo --for-gate code; fi
+}
+
 echo "baseline $base and candidate $cand take turns (meeting in $meet), store $store" >&2
-nearlocal "$base" run --out "$store" --quiet --take-turns "$meet" --turn 0/2 "$@" \
-    > "$meet/base.log" 2>&1 &
+# shellcheck disable=SC2046  # gate's words are options
+nearlocal "$base" run --out "$store" --quiet --take-turns "$meet" --turn 0/2 $(gate "$base") \
+    "$@" > "$meet/base.log" 2>&1 &
 base_pid=$!
-nearlocal "$cand" run --out "$store" --quiet --take-turns "$meet" --turn 1/2 "$@" \
-    > "$meet/cand.log" 2>&1 &
+# shellcheck disable=SC2046
+nearlocal "$cand" run --out "$store" --quiet --take-turns "$meet" --turn 1/2 $(gate "$cand") \
+    "$@" > "$meet/cand.log" 2>&1 &
 cand_pid=$!
 # whichever ends first: if it failed (bad input, a tree without an option), the other would
 # wait for it to check in: stop it
@@ -49,4 +56,5 @@ for _ in 1 2; do
     fi
 done
 echo "baseline run $(stored "$meet/base.log"), candidate run $(stored "$meet/cand.log")" >&2
-nearlocal "$cand" compare "$(stored "$meet/base.log")" "$(stored "$meet/cand.log")" --out "$store"
+nearlocal "$cand" compare "$(stored "$meet/base.log")" "$(stored "$meet/cand.log")" --out "$store" \
+    --mode code

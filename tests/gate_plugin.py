@@ -9,7 +9,8 @@ spends that factor of the time, on the same lines in the same cache state, with 
 noise acting on all of it (a scaled copy of stored samples would not, nor would a delay chain,
 whose cost moves differently from the loads' when the host's load changes); at 1.0 it is `load`
 and `chase` exactly. The plugin adds `gate-load` at every quick size and `gate-chase` at the
-chase sizes to the quick suite.
+chase sizes to the quick suite, and declares the `gate` suite: those cases, their unchanged
+twins and a few others (what scripts/gate_check.sh runs).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from numba import njit
 from nearlocal.harness.cases import Case
 from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.harness.pool import CHASE_SIZES
-from nearlocal.harness.suites import QUICK_SIZES, extend_suite
+from nearlocal.harness.suites import QUICK_SIZES, Suite, extend_suite, register_suite
 from nearlocal.kernels.chase import time_chase
 from nearlocal.kernels.chase_methods import ChaseSession
 from nearlocal.kernels.cpu import _begin, _between, load_pass
@@ -124,4 +125,17 @@ def _gate_cases() -> list[Case]:
             + [Case("gate-chase", "dram", "wb", size) for size in CHASE_SIZES])
 
 
+def _twins() -> list[Case]:
+    """The unchanged methods at the gate cases' sizes, and a few cases of other kinds
+    (non-temporal stores, a copy, a store that reaches memory): what the gate must call the
+    same when only the gate cases slowed, and what a slower box path moves."""
+    return ([Case("load", "dram", "wb", format_size(size)) for size in QUICK_SIZES]
+            + [Case("chase", "dram", "wb", size) for size in CHASE_SIZES]
+            + [Case("nt-store", "dram", "wb", size) for size in ("1KiB", "16MiB")]
+            + [Case("memcpy", "dram", "wb", "16MiB"), Case("store", "dram", "wb", "64MiB")])
+
+
 extend_suite("quick", _gate_cases)
+# scripts/gate_check.sh's suite: the gate cases and their twins, about a third of quick
+register_suite(Suite("gate", "test only: gate-load / gate-chase, their unchanged twins and a "
+                     "few others", [_gate_cases, _twins]))

@@ -220,7 +220,7 @@ class _NoRunner:
 
 
 @pytest.mark.parametrize("run_table, extra, processes", [
-    ('budget = "0.5"', [], 32),  # what `nearlocal run --budget 0.5` uses
+    ('budget = "0.5"', [], 32),  # what `nearlocal run --budget 0.5 --for-gate` uses
     ('budget = "0.02"', [], 1),
     ('budget = "0.5"\nprocesses = 2', [], 2),
     ('budget = "0.5"\nprocesses = 2', ["--processes", "3"], 3),

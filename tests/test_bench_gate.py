@@ -91,10 +91,11 @@ def test_a_slower_session_fails_with_the_summary_line_and_the_slower_cases(bench
 
     same = _session(bench_dir, "--nearlocal-baseline", "latest:bench")
     assert same.ret == 0
-    same.stdout.fnmatch_lines(["*nearlocal gate*", "0 slower*"])
+    same.stdout.fnmatch_lines(["*nearlocal gate*", "code CI, unpaired*", "0 slower*"])
 
     monkeypatch.setenv("FAKE_SCALE", "1.5")
-    slow = _session(bench_dir, "--nearlocal-baseline", "latest:bench")
+    slow = _session(bench_dir, "--nearlocal-baseline", "latest:bench", "--nearlocal-mode", "box")
+    slow.stdout.fnmatch_lines(["*nearlocal gate*", "box CI: *"])
     assert slow.ret == 1
     out = slow.stdout.str()
     assert "Traceback" not in out and "PerformanceRegression" not in out

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from nearlocal.cli import main
+from nearlocal.gate.identity import host_differences
+from nearlocal.gate.model import bootstrap_medians
+from nearlocal.gate.verdict import compare_runs
 from nearlocal.harness.cases import Case
 from nearlocal.harness.runner import describe
 from nearlocal.harness.stats import summarize
-from nearlocal.report.compare import bootstrap_medians, compare_runs, host_differences
 from nearlocal.results import Store, load
 
 SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB", "256MiB", "1GiB")

@@ -14,8 +14,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from nearlocal.cli import main
+from nearlocal.gate.verdict import benjamini_hochberg, compare_runs
 from nearlocal.harness.runner import default_processes
-from nearlocal.report.compare import benjamini_hochberg, compare_runs, fit_variance_prior
 from nearlocal.results import load
 from nearlocal.results.store import RunData
 
@@ -68,7 +68,7 @@ def test_same_code_reruns_stay_quiet():
     alarms = []
     for pair in range(40):
         result = compare_runs(synthetic_run(2 * pair), synthetic_run(2 * pair + 1))
-        assert result.process_model is not None and result.process_model.cases == len(CASES)
+        assert all(c.processes == "5/5" for c in result.cases)
         alarms.append(result.exit_code)
     assert sum(alarms) == 0
 
@@ -100,24 +100,9 @@ def test_one_method_slower_is_flagged_and_nothing_else():
     assert caught >= 9
 
 
-def test_run_noise_the_processes_do_not_show_widens_intervals_instead_of_crying_wolf():
-    """Each case also moves 10% per run where no process can see it: the excess run noise
-    fitted on neighbouring cases adds it to every case's
-    standard error, and reruns stay quiet."""
-    alarms, excess = 0, []
-    for pair in range(20):
-        result = compare_runs(synthetic_run(300 + 2 * pair, run_sigma=0.1),
-                              synthetic_run(301 + 2 * pair, run_sigma=0.1))
-        alarms += result.exit_code
-        excess.append(result.process_model.excess)
-    assert alarms == 0
-    assert np.median(excess) == pytest.approx(0.1 * math.sqrt(2), rel=0.35)
-
-
 def test_fewer_than_two_processes_fall_back_to_the_whole_run_model():
     result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=5))
-    assert result.process_model is None
-    assert all(c.processes == "" for c in result.cases)
+    assert all(c.processes == "" and c.detail["unit"] == "samples" for c in result.cases)
 
 
 def test_ratio_and_interval_are_of_the_process_medians():
@@ -130,20 +115,6 @@ def test_ratio_and_interval_are_of_the_process_medians():
     assert case.ratio == pytest.approx(math.exp(logs["c"] - logs["b"]))
     assert case.ci_low < case.ratio < case.ci_high
     assert case.processes == "5/5"
-
-
-def test_variance_prior_recovers_a_scaled_chi_square():
-    """Variances s2 ~ sigma^2 chi2(8)/8 from one common sigma: the fitted prior variance is
-    sigma^2 and its df large; a lognormal scatter of sigmas gives a small prior df."""
-    rng = np.random.default_rng(0)
-    df = np.full(4000, 8.0)
-    s2 = 0.01 * rng.chisquare(8, df.size) / 8
-    prior, prior_df = fit_variance_prior(s2, df)
-    assert prior == pytest.approx(0.01, rel=0.05) and prior_df >= 15
-    # sigma^2 itself inverse-chi-square with 6 df around 0.01: the prior has about 6 df
-    s2 = 0.01 * 6 / rng.chisquare(6, df.size) * rng.chisquare(8, df.size) / 8
-    prior, prior_df = fit_variance_prior(s2, df)
-    assert prior == pytest.approx(0.01, rel=0.1) and prior_df == pytest.approx(6, rel=0.25)
 
 
 def test_benjamini_hochberg_matches_the_step_up_rule():
@@ -175,7 +146,7 @@ def test_run_with_processes_tags_every_sample(tmp_path):
         assert row["processes"] == 2 and row["n_samples"] == len(samples)
         assert row["median_ns"] == pytest.approx(float(np.median(samples["ns"])))
     result = compare_runs(run, run)
-    assert result.process_model is not None and result.exit_code == 0
+    assert all(c.processes == "2/2" for c in result.cases) and result.exit_code == 0
 
 
 def test_bad_process_count_is_a_usage_error(tmp_path, capsys):
@@ -196,7 +167,7 @@ def test_runs_stored_before_process_tags_load_with_process_0(tmp_path):
     old.to_parquet(path / "samples.parquet")  # as schema version 1 wrote it
     loaded = load(path)
     assert (loaded.samples["process"] == 0).all()
-    assert compare_runs(loaded, loaded).process_model is None
+    assert all(c.detail["unit"] == "samples" for c in compare_runs(loaded, loaded).cases)
 
 
 # A test double loaded by the test and, through NEARLOCAL_PLUGINS, by every worker process: its
@@ -324,7 +295,7 @@ def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
 
 
 def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
-    from nearlocal.report.compare import PROCESS_TRIM, trimmed_location
+    from nearlocal.gate.model import PROCESS_TRIM, trimmed_location
 
     rng = np.random.default_rng(5)
     a, b = rng.normal(5.0, 0.05, 32), rng.normal(5.1, 0.08, 32)
@@ -399,8 +370,8 @@ def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
     assert row["status"] == "ok" and row["processes"] == 2
 
 
-@pytest.mark.parametrize("processes, advice", [(8, "more --processes narrow it"),
-                                               (128, "at least the most --processes gives")])
+@pytest.mark.parametrize("processes, advice", [(8, "take turns or more --processes"),
+                                               (128, "at the most processes: take turns")])
 def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(processes, advice):
     """A case spread 80 % over processes straddles the threshold; settling gives such a case up to
     128 processes, more than --processes takes (100), and its note then says so instead of asking
@@ -443,13 +414,13 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
     judged unpaired (no common group) cannot tell."""
     base, cand = turn_taking_runs(7, 1.3)
     paired = compare_runs(base, cand)
-    assert paired.process_model.paired
-    assert "paired process model (the runs took turns)" in paired.process_model.describe()
+    assert paired.paired and paired.head_line() == "code CI, paired: the runs took turns"
+    assert all(c.detail["unit"] == "pairs" for c in paired.cases)
     assert paired.counts()["slower"] == len(CASES)
     assert all(c.processes == "32/32 (32 paired)" for c in paired.cases)
     assert all(c.cand_median_ns == pytest.approx(c.base_median_ns * c.ratio) for c in paired.cases)
     unpaired = compare_runs(*turn_taking_runs(7, 1.3, group=None))
-    assert not unpaired.process_model.paired
+    assert not unpaired.paired and "unpaired" in unpaired.head_line()
     assert unpaired.counts()["slower"] < len(CASES) / 2
     for seed in range(5):
         same = compare_runs(*turn_taking_runs(20 + seed, 1.0))

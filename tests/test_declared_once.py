@@ -14,7 +14,7 @@ from tests.fakesys import cxl_box
 
 
 def test_host_id_is_unchanged_and_compare_reads_the_same_identity(tmp_path):
-    from nearlocal.report.compare import _identity, host_differences
+    from nearlocal.gate.identity import _identity, host_differences
 
     inventory = probe(SysRoot(cxl_box(tmp_path)), calibrate=False, gpu=False)
     assert inventory.host_id == "f456fc347570a4fe"  # as before: baselines are filed under it

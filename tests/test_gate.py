@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from nearlocal.cli import main
+from nearlocal.gate.verdict import compare_runs
 from nearlocal.harness.cases import Case
 from nearlocal.harness.runner import describe
 from nearlocal.harness.stats import summarize
-from nearlocal.report.compare import compare_runs
 from nearlocal.results import Store, load
 from nearlocal.results.schema import ops_per_sample, run_kind
 
@@ -133,7 +133,8 @@ def test_unchanged_code_reads_same_within_a_stated_margin(tmp_path, capsys):
     assert report["counts"]["same"] == len(LEVELS)
     margin = report["equivalence"]["margin"]
     assert 0.05 <= margin <= 0.10
-    assert f"same = within ±{margin:.1%} by two one-sided tests" in report["summary"]
+    assert f"same = within ±{margin:.1%}" in report["summary"]
+    assert report["mode"] == "code" and report["head"].startswith("code CI, unpaired")
 
 
 def test_noisy_runs_cap_the_margin_and_do_not_claim_same(tmp_path):

@@ -83,9 +83,13 @@ def test_run_settings_are_checked_once(kwargs, message):
 
     with pytest.raises(UsageError, match=message):
         RunSettings(**kwargs)
-    assert RunSettings(0.5).processes == 32 and RunSettings(0.02).processes == 1
-    # processes left to the default may grow for a case whose processes disagree; given, never
-    assert RunSettings(0.5).max_processes == 128 and RunSettings(0.5, processes=8).max_processes == 8
+    # a first look: at most 8 processes, never more; a run made for a gate: 32, growing for a
+    # case whose processes disagree; processes given: never more
+    assert RunSettings(0.5).processes == 8 and RunSettings(0.5).max_processes == 8
+    gate = RunSettings(0.5, for_gate=True)
+    assert gate.processes == 32 and gate.max_processes == 128
+    assert RunSettings(0.02).processes == 1 and RunSettings(0.02, for_gate=True).processes == 1
+    assert RunSettings(0.5, processes=8, for_gate=True).max_processes == 8
 
 
 def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):

@@ -136,6 +136,8 @@ def test_take_turns_script_runs_both_checkouts_in_turns_and_compares(tmp_path):
     metas = [json.loads((run / "run.json").read_text()) for run in store.iterdir()]
     assert sorted(meta["turns"]["arm"] for meta in metas) == [0, 1]
     assert all(meta["turns"]["arms"] == 2 for meta in metas)
+    assert all(meta["for_gate"] == "code" for meta in metas)  # runs made for code CI
+    assert "code CI, paired: the runs took turns" in done.stdout
 
 
 def test_take_turns_script_refuses_a_base_that_is_no_checkout(tmp_path):

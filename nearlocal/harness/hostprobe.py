@@ -9,8 +9,8 @@ one run than in the one before while the core and memory held still (the L3 is s
 tenants). No spread between processes of one run shows such a move. So one process of the
 run, the prober, holds a fixed chase ring per probe below and walks them as each worker process
 starts; the run keeps every sample (run.json `host_probe`). `nearlocal compare` sets the two
-runs' probes side by side: a case cannot be told slower when the host's own probe moved as much
-(report/compare.py).
+runs' probes side by side (gate/hostmoves.py): code CI reads a probe's move as noise, box CI
+names the layer that moved.
 
 The probes are a yardstick of the host, not cases of the run: their rings are laid once per run
 (the memory ring spans what the run's largest memory-bound case spans, ~2.5 s at 1 GiB), in the

@@ -20,7 +20,12 @@ from nearlocal.harness import cases as case_rules
 from nearlocal.harness import runner
 from nearlocal.harness.cases import Case, SkipKind
 from nearlocal.harness.methods import get_method
-from nearlocal.harness.runner import SETTLING_FACTOR, default_processes, describe
+from nearlocal.harness.runner import (
+    FIRST_LOOK_PROCESSES,
+    SETTLING_FACTOR,
+    default_processes,
+    describe,
+)
 from nearlocal.harness.stats import StoppingRule
 from nearlocal.harness.worker import WorkerSettings
 from nearlocal.hwprobe import HostInventory
@@ -65,9 +70,11 @@ def check_processes(processes: object, option: str = "--processes") -> None:
 @dataclass(frozen=True)
 class RunSettings:
     """How a run measures, validated once here (UsageError naming the option): the per-case
-    budget in seconds, the CI target in percent, worker processes per case (None: the default
-    for the budget, and then up to SETTLING_FACTOR times that for a case whose processes
-    disagree: `max_processes`), --threads / --cpus and --allow-write."""
+    budget in seconds, the CI target in percent, worker processes per case, --threads / --cpus
+    and --allow-write. Processes not given follow the job: a run made for a gate (`for_gate`:
+    `run --for-gate`, `accept`) gets the default for the budget and up to SETTLING_FACTOR times
+    that for a case whose processes disagree (`max_processes`), which the gate's verdicts need
+    on a shared box; a first look gets at most FIRST_LOOK_PROCESSES and no settling."""
 
     budget_s: float
     ci_percent: float = 1.0
@@ -75,6 +82,7 @@ class RunSettings:
     threads: str | None = None
     cpus: str | None = None
     allow_write: bool = False
+    for_gate: bool = False
     max_processes: int = field(default=0, init=False, compare=False)  # processes given: no more
 
     def __post_init__(self) -> None:
@@ -83,9 +91,11 @@ class RunSettings:
             raise UsageError(f"--budget must be a positive number of seconds, got {self.budget_s}")
         if not 0 < self.ci_percent < 100:
             raise UsageError(f"--ci must be a percentage between 0 and 100, got {self.ci_percent:g}")
-        settle = self.processes is None
-        if settle:
-            object.__setattr__(self, "processes", default_processes(self.budget_s))
+        settle = self.processes is None and self.for_gate
+        if self.processes is None:
+            auto = default_processes(self.budget_s)
+            object.__setattr__(self, "processes",
+                               auto if self.for_gate else min(auto, FIRST_LOOK_PROCESSES))
         check_processes(self.processes)
         object.__setattr__(self, "max_processes",
                            self.processes * (SETTLING_FACTOR if settle else 1))
@@ -93,8 +103,10 @@ class RunSettings:
     @classmethod
     def from_options(cls, budget: str, ci: float = 1.0, processes: int | None = None,
                      threads: str | None = None, cpus: str | None = None,
-                     allow_write: bool = False, budget_option: str = "--budget") -> RunSettings:
-        return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write)
+                     allow_write: bool = False, budget_option: str = "--budget",
+                     for_gate: bool = False) -> RunSettings:
+        return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write,
+                   for_gate)
 
     def worker_settings(self, inventory: HostInventory, clock=None) -> WorkerSettings:
         """What each worker gets: the stopping rule, the run's clock (None: the runner

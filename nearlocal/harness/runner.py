@@ -40,6 +40,9 @@ MIN_PROCESS_BUDGET_S = 0.015
 # processes in proportion to its variance, up to SETTLING_FACTOR times the default (auto only)
 SETTLED_SPREAD = 0.10
 SETTLING_FACTOR = 4
+# Worker processes per case of a run made for no gate (a first look at a box): enough to see
+# one process's draw of page placement against others', without the gate's 32 and settling.
+FIRST_LOOK_PROCESSES = 8
 FORK_SERVER_PRELOAD = "nearlocal.harness.forkserver"
 
 

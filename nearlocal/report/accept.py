@@ -4,7 +4,7 @@
     peer = "dram"              # optional: the other side of its transfers ({peer} below)
     [run]                      # optional: how the cases are measured when no RUN is given
     budget = "0.5"             # per-case time budget; ci = 1.0 (percent) as in `nearlocal run`
-    processes = 5              # worker processes per case (default as in `nearlocal run`)
+    processes = 5              # worker processes per case (default as in `nearlocal run --for-gate`)
     [defaults]                 # optional: case fields every requirement starts from
     region = "{pool}"
     [[requirement]]
@@ -472,7 +472,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     check_pool(spec, inventory)
     settings = RunSettings.from_options(budget or spec.budget, spec.ci,
                                         processes or spec.processes, allow_write=allow_write,
-                                        budget_option="--budget" if budget else "budget")
+                                        budget_option="--budget" if budget else "budget",
+                                        for_gate=True)  # a verdict, as a gate's
     # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
     # a spec whose every case writes to memory not allowed: its requirements fail, not measured
     plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()

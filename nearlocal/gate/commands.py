@@ -1,0 +1,129 @@
+"""`nearlocal compare` and `nearlocal baseline`: options to a comparison and back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nearlocal import safeio
+from nearlocal.errors import UsageError
+from nearlocal.gate.baselines import (
+    BASELINE_REF,
+    HISTORY_RUNS,
+    baseline_dir,
+    baseline_for,
+    baseline_records,
+    history_noise,
+    set_baseline,
+)
+from nearlocal.gate.modes import DEFAULT_MODE, MODES, modes_help
+from nearlocal.units import non_negative_int
+
+
+def parse_percent(text: str) -> float:
+    """`5%` or `5` -> 0.05."""
+    raw = str(text).strip().removesuffix("%")
+    try:
+        return float(raw) / 100
+    except ValueError:
+        raise UsageError(f"malformed threshold {text!r}: give a percentage such as 5%") from None
+
+
+def _compare(args) -> int:
+    from nearlocal.gate.identity import host_note
+    from nearlocal.gate.render import append_job_summary, write_output
+    from nearlocal.gate.verdict import compare_runs
+    from nearlocal.results.store import load
+
+    root = Path(args.out)
+    safeio.check_output("--output", args.output)  # before anything is read
+    if args.box and args.mode not in (None, "box"):
+        raise UsageError(f"--box and --mode {args.mode} ask two questions: give one")
+    mode = "box" if args.box else args.mode or DEFAULT_MODE
+    cand = load(args.candidate, root)
+    base_ref = baseline_for(cand.meta, root) if args.base == BASELINE_REF else args.base
+    base = load(base_ref, root)
+    base.require_complete("the base of a comparison", args.allow_incomplete)
+    cand.require_complete("the candidate of a comparison", args.allow_incomplete)
+    note = host_note(base.meta, cand.meta, args.cross_host, (base.run_id, cand.run_id))
+    incomplete = [f"run {r.run_id} is INCOMPLETE ({r.incomplete})" for r in (base, cand)
+                  if r.incomplete]  # only with --allow-incomplete: said in every format
+    note = "; ".join(filter(None, [note, *incomplete]))
+    history, used = history_noise(root, cand, args.history) if args.history else ({}, 0)
+    result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
+                          history, used, mode)
+    write_output(result, args.format, args.output)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        append_job_summary(result, os.environ["GITHUB_STEP_SUMMARY"])
+    if args.output and args.format != "table":
+        from nearlocal.console import err_console
+
+        err_console.print(f"{result.head_line()}; "
+                          f"{'regression' if result.regressions else 'no regression'}: "
+                          f"{result.summary()}; wrote {args.output}", markup=False)
+    return result.exit_code
+
+
+def _baseline(args) -> int:
+    from nearlocal.console import console
+    from nearlocal.results.store import read_baseline, require_store
+
+    root = Path(args.out)
+    if args.action == "set":
+        path = set_baseline(args.run, root, args.allow_incomplete)
+        record = read_baseline(path)
+        console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
+        return 0
+    damaged: list[str] = []
+    records = [record for _, record in baseline_records(require_store(root), damaged)]
+    for problem in damaged:
+        console.print(problem, markup=False)
+    if not records:
+        console.print(f"no baselines in {baseline_dir(root)}")
+    for record in records:
+        console.print(f"{record['host_id']}  {record.get('hostname') or ''}  run {record['run']}  "
+                      f"(set {record.get('set')})")
+    return 0
+
+
+def register(sub) -> None:
+    from nearlocal.gate.render import FORMATS
+    from nearlocal.gate.verdict import DEFAULT_ALPHA
+
+    parser = sub.add_parser("compare", help="compare two runs case by case; exit 1 on a regression")
+    parser.add_argument("base", help="run id, directory, `latest`, or `baseline` (this host's)")
+    parser.add_argument("candidate", nargs="?", default="latest",
+                        help="run id or directory (default: latest)")
+    parser.add_argument("--mode", choices=tuple(MODES), default=None,
+                        help="the question the gate answers: " + modes_help().replace("%", "%%"))
+    parser.add_argument("--box", action="store_true", help="the same as --mode box")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--threshold", default="5%",
+                        help="smallest change that counts (default 5%%)")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help="chance that unchanged code reads any case slower (default 0.01)")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (default): a table on a terminal, full-width Markdown in a "
+                             "pipe or CI log; markdown, json or junit for files")
+    parser.add_argument("--output", help="write the report to this file instead of stdout")
+    parser.add_argument("--cross-host", action="store_true",
+                        help="compare runs from different hardware anyway")
+    parser.add_argument("--history", type=non_negative_int, default=HISTORY_RUNS,
+                        help="past baselines of this hardware whose spread floors each case's "
+                             f"error (default {HISTORY_RUNS}; 0: none)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="bootstrap seed for one-process runs (default 0)")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="compare an incomplete (interrupted or killed) run anyway")
+    parser.set_defaults(func=_compare)
+
+    baseline = sub.add_parser("baseline", help="a named baseline run per host, kept in the store")
+    actions = baseline.add_subparsers(dest="action", required=True)
+    set_parser = actions.add_parser("set", help="make RUN this host's baseline")
+    set_parser.add_argument("run", help="run id, directory or `latest`")
+    set_parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    set_parser.add_argument("--allow-incomplete", action="store_true",
+                            help="make an incomplete (interrupted or killed) run the baseline")
+    show = actions.add_parser("show", help="list the baselines")
+    show.add_argument("--out", default="results", help="the store's root (default ./results)")
+    baseline.set_defaults(func=_baseline)

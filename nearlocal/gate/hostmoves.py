@@ -1,0 +1,112 @@
+"""How far the box itself moved between two runs, by its host probes (harness/hostprobe.py: a
+chase for the core clock, one over an eighth of the LLC, one as wide as the run's largest
+memory-bound case), and which probes are a case's yardsticks.
+
+Code CI reads a move as noise: a case that moved no further than its yardstick did is
+`ambiguous`. Box CI reads it as a finding: it names the layer that moved."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nearlocal.gate.model import trimmed_location
+from nearlocal.gate.samples import MIN_PROCESSES, CaseInput
+from nearlocal.lazy import lazy_import
+
+np = lazy_import("numpy")
+scipy_stats = lazy_import("scipy.stats")
+
+LAYERS = {"all": "core clock", "llc": "LLC", "memory": "memory"}  # a probe's `bounds`
+
+
+@dataclass
+class HostMove:
+    """One host probe in both runs."""
+
+    probe: str
+    bounds: str  # the cases it is the yardstick of: "all", "llc" or "memory"
+    base_ns: float
+    cand_ns: float
+    ratio: float
+    low: float  # the ratio's interval, at 1 - alpha
+    high: float
+    passes: str  # "base/candidate" worker processes it was walked in
+    log_se: float  # the standard error of log(ratio)
+    moved: bool  # its interval excludes 1
+
+    def beyond(self, threshold: float) -> bool:
+        """Its whole interval beyond the threshold: the layer moved by more than a case may."""
+        return self.low > 1 + threshold or self.high < 1 / (1 + threshold)
+
+    def text(self) -> str:
+        return (f"{self.probe} {self.base_ns:.3g} -> {self.cand_ns:.3g} ns "
+                f"({self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}])")
+
+
+def probe_log_medians(meta: dict, probe: str) -> np.ndarray:
+    """The log median of each reading of `probe`, ns per hop (runs stored before raw ticks
+    were kept hold ns per hop)."""
+    from nearlocal.harness.hostprobe import per_hop_ns
+
+    probes = meta.get("host_probe") or {}
+    fact = (probes.get("probes") or {}).get(probe) or {}
+    medians = [float(np.median(per_hop_ns(fact, entry[probe])))
+               for entry in probes.get("passes") or []
+               if isinstance(entry, dict) and entry.get(probe)]
+    return np.log([m for m in medians if m > 0])
+
+
+def host_moves(base_meta: dict, cand_meta: dict, alpha: float) -> list[HostMove]:
+    """Each probe both runs walked in >= 2 processes: the ratio of the trimmed means of its
+    per-process log medians (as a case's) and its Yuen interval at 1 - alpha. A probe whose
+    ring or walk differs between the runs (another plan's memory span) is left out."""
+    facts = (cand_meta.get("host_probe") or {}).get("probes") or {}
+    base_facts = (base_meta.get("host_probe") or {}).get("probes") or {}
+    moves = []
+    for probe, fact in facts.items():
+        if any(fact.get(key) != base_facts.get(probe, {}).get(key)
+               for key in ("ring_bytes", "hops")):
+            continue
+        logs_b, logs_c = probe_log_medians(base_meta, probe), probe_log_medians(cand_meta, probe)
+        if min(logs_b.size, logs_c.size) < MIN_PROCESSES:
+            continue
+        (mean_b, var_b, h_b), (mean_c, var_c, h_c) = (trimmed_location(logs_b),
+                                                      trimmed_location(logs_c))
+        se = math.sqrt(var_b / h_b + var_c / h_c)
+        reach = float(scipy_stats.t.isf(alpha / 2, max(h_b + h_c - 2, 1))) * se
+        log_ratio = mean_c - mean_b
+        low, high = math.exp(log_ratio - reach), math.exp(log_ratio + reach)
+        moves.append(HostMove(probe, str(fact.get("bounds", "all")), math.exp(mean_b),
+                              math.exp(mean_c), math.exp(log_ratio), low, high,
+                              f"{logs_b.size}/{logs_c.size}", se, low > 1 or high < 1))
+    return moves
+
+
+def yardsticks(moves: list[HostMove], case: CaseInput) -> list[HostMove]:
+    """The probes a case is judged against: the core probe for every case, the memory probe
+    too for one that reaches memory in either run, the LLC probe for one living in the LLC
+    (and reaching memory in neither)."""
+    llc = not case.reaches_memory and case.llc_resident
+    return [m for m in moves if m.bounds == "all" or (case.reaches_memory and m.bounds == "memory")
+            or (llc and m.bounds == "llc")]
+
+
+def excusing(moves: list[HostMove], slower: bool, ratio: float, half: float, threshold: float,
+             z: float) -> list[HostMove]:
+    """The yardsticks that moved the case's way and that it did not move beyond: its log
+    ratio over the probe's, less its own half-interval (`half`, in log) and z probe standard
+    errors in quadrature, within log(1 + threshold)."""
+    found = []
+    for move in moves:
+        if not move.moved or (move.ratio > 1) != slower:
+            continue
+        shift = math.log(ratio / move.ratio) if slower else math.log(move.ratio / ratio)
+        if not math.isfinite(half) or \
+                shift - math.hypot(half, z * move.log_se) <= math.log1p(threshold):
+            found.append(move)
+    return found
+
+
+def layer(move: HostMove) -> str:
+    return LAYERS.get(move.bounds, move.probe)
