@@ -735,11 +735,15 @@ def full_store(tmp_path, mounts) -> Path:
     ["report", GOOD, "--markdown", "{root}/r.md"],
 ])
 def test_a_full_file_system_is_one_line_with_the_errno(full_store, capsys, argv):
+    outputs = [Path(part.format(root=full_store)) for part in argv if "{root}" in part]
     argv = [part.format(root=full_store) for part in argv] + ["--out", str(full_store)]
     err = _one_line_exit_2(argv, capsys, "ENOSPC")
     assert "No space left" in err or "no space left" in err, err
     assert load(GOOD, full_store).complete  # nothing measured is lost
     assert not [p for p in full_store.rglob("*nearlocal-tmp*")]  # no half-written file left
+    # issue 37: no partial output, no plots without their report, no temporary file
+    assert not [p for p in outputs if p.exists()]
+    assert not list(full_store.glob("*.png")) and not list(full_store.glob(".*"))
 
 
 def test_a_run_into_a_full_store_or_json_says_what_was_kept(full_store, tmp_path, capsys):

@@ -3,12 +3,12 @@ only lay out what gate/verdict.py decided; the mode's line comes first in every 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from nearlocal import safeio
 from nearlocal.gate.verdict import VERDICT_ORDER, CaseComparison, Comparison
@@ -147,25 +147,19 @@ def render_junit(result: Comparison) -> str:
 
 
 def write_output(result: Comparison, fmt: str, output: str | None) -> None:
-    if not output:
-        _write_output(result, fmt, None)
+    """To stdout, or to `output` whole or not at all (a full disk leaves no partial file)."""
+    if fmt == "table" and not output:
+        render_table(result)
         return
-    with safeio.writing("--output", output):  # any OSError: one line with the errno
-        _write_output(result, fmt, output)
-
-
-def _write_output(result: Comparison, fmt: str, output: str | None) -> None:
     if fmt == "table":
-        if output:
-            with open(output, "w") as handle:
-                render_table(result, handle)
-        else:
-            render_table(result)
-        return
-    text = {"markdown": render_markdown,
-            "json": lambda r: json.dumps(r.to_dict(), indent=1) + "\n",
-            "junit": render_junit}[fmt](result)
+        buffer = io.StringIO()
+        render_table(result, buffer)
+        text = buffer.getvalue()
+    else:
+        text = {"markdown": render_markdown,
+                "json": lambda r: json.dumps(r.to_dict(), indent=1) + "\n",
+                "junit": render_junit}[fmt](result)
     if output:
-        Path(output).write_text(text)
+        safeio.write_output("--output", output, text)
     else:
         sys.stdout.write(text)
