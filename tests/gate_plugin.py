@@ -117,7 +117,7 @@ register_method(Method(
     name="gate-chase", family="cpu", summary="test only: chase walking slowdown x the hops",
     accesses=("read",), state="warm", open_session=GateChaseSession, cpu_flags=("rdtscp",),
     params={"hops": "4096", "seed": "1"}, stores_in_region=True, touches_peer=False,
-    cacheable=True))
+    cacheable=True, moves_bytes=False, measures="operation"))  # as chase: ns a hop, no bytes
 
 
 def _gate_cases() -> list[Case]:
