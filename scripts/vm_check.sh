@@ -258,7 +258,7 @@ else
   [ -e "$WORK/rdma/done" ] || { tail -20 "$WORK/rdma.log" >&2; fail "the RDMA guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
   "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
   rdma_rc=$?
-  [ $rdma_rc = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
+  [ $rdma_rc = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
   stage "rdma guest: facts checked"
   [ $rc = 0 ] && rc=$rdma_rc
 fi

@@ -129,15 +129,15 @@ class _Link:
         ctx.world.send(me, peer_rank, ctx.timeout_s, "sending its RDMA endpoint")
         self.peer = ctx.world.recv(peer_rank, ctx.timeout_s, "receiving the RDMA endpoint")
         self.qp.connect(me, self.peer)
-        self.wc = np.zeros(verbs.WC_BYTES // 4, np.uint32)
+        self.wc = np.zeros(verbs.WC_BYTES, np.uint8)
         self.bad = np.zeros(1, np.uint64)
 
     def args(self, wrs: np.ndarray) -> tuple:
-        """The leading arguments of every kernel: post_send, poll_cq, qp, cq, WR chain, bad WR,
-        work completion (address and words)."""
+        """The leading arguments of every kernel (addresses): post_send, poll_cq, qp, cq, WR
+        chain, bad WR, work completion."""
         return (np.uint64(self.qp.post_send), np.uint64(self.qp.poll_cq), np.uint64(self.qp.qp),
                 np.uint64(self.qp.cq), np.uint64(wrs.ctypes.data),
-                np.uint64(self.bad.ctypes.data), np.uint64(self.wc.ctypes.data), self.wc)
+                np.uint64(self.bad.ctypes.data), np.uint64(self.wc.ctypes.data))
 
     def facts(self) -> dict:
         limits = {k: v for k, v in self.device.limits.items() if k != "error"}
@@ -288,7 +288,7 @@ def _rpc_run(ctx: RackContext) -> dict:
         ctx.barrier("while ranks 0 and 1 connect")
         timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
         if ctx.rank == 1:
-            return _rpc_serve(ctx, link, wrs, slot, reply, seq_index, timeout)
+            return _rpc_serve(ctx, link, wrs, slot, reply, words, timeout)
         client = _RpcClient(ctx, link, wrs, slot, reply, seq_index, timeout)
         try:
             ticks, ns, elapsed, converged = run_trials(client, ctx.rule)
@@ -310,8 +310,9 @@ class _RpcClient:
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = np.zeros(n, np.uint64)
-        why = kernels.rpc_client(*self.link.args(self.wrs), self.request, self.reply,
-                                 self.seq_index, np.uint64(self.next_seq), ticks, self.timeout)
+        why = kernels.rpc_client(*self.link.args(self.wrs), _address(self.request, self.seq_index),
+                                 _address(self.reply, self.seq_index), np.uint64(self.next_seq),
+                                 ticks, self.timeout)
         self.next_seq += n
         if why != kernels.OK:
             raise _failed(why, "RPC round trip")
@@ -326,12 +327,17 @@ class _RpcClient:
             raise _failed(why, "sending the RPC server its stop")
 
 
-def _rpc_serve(ctx, link, wrs, slot, reply, seq_index, timeout) -> dict:
+def _address(words: np.ndarray, index: int) -> np.uint64:
+    return np.uint64(words.ctypes.data + 8 * index)
+
+
+def _rpc_serve(ctx, link, wrs, slot, reply, words, timeout) -> dict:
     state = np.zeros(2, np.int64)
     idle = np.uint64(0.05 * ctx.tsc_hz)
     deadline = time.monotonic() + ctx.timeout_s + 20 * ctx.rule.budget_s
     while True:
-        why = kernels.rpc_server(*link.args(wrs), slot, reply, seq_index, state, timeout, idle)
+        why = kernels.rpc_server(*link.args(wrs), _address(slot, 0), _address(reply, 0), words,
+                                 state, timeout, idle)
         if why == kernels.STOPPED:
             return {"served": int(state[1])}
         if why != kernels.IDLE:
