@@ -49,18 +49,20 @@ def check(out: Path) -> tuple[list[str], list[str]]:
     from nearlocal.results import load
 
     cases = load(runs[-1].parent).cases
+    cases["info_d"] = [i if isinstance(i, dict) else json.loads(i or "{}") for i in cases["info"]]
+    variants = cases["info_d"].map(lambda i: i.get("sge", ""))  # info says it, param or default
     limits = device["limits"] if device else {}
     for method in ("rdma-write", "rdma-read"):
         limit = limits.get("max_sge_rd" if method == "rdma-read" else "max_sge", 0)
         for pattern, pieces in PATTERNS.items():
             for variant in ("one", "batched"):
                 rows = cases[(cases["method"] == method) & (cases["pattern"] == pattern)
-                             & cases["case_id"].str.contains(f"sge={variant}")]
+                             & (variants == variant)]
                 if len(rows) != 1:
                     problems.append(f"{method} {pattern} sge={variant}: {len(rows)} rows")
                     continue
                 row = rows.iloc[0]
-                info = row["info"] if isinstance(row["info"], dict) else json.loads(row["info"])
+                info = row["info_d"]
                 want = pieces if variant == "one" else math.ceil(pieces / max(limit, 1))
                 fact(row["status"] == "ok" and info.get("work_requests_per_sample") == want
                      and str(info.get("data_check", "")).startswith("ok"),
@@ -71,8 +73,7 @@ def check(out: Path) -> tuple[list[str], list[str]]:
                      f"{info.get('data_check')}")
     rpc = cases[cases["method"] == "rdma-rpc"]
     ok = len(rpc) == 1 and rpc.iloc[0]["status"] == "ok"
-    info = (rpc.iloc[0]["info"] if len(rpc) else {}) or {}
-    info = info if isinstance(info, dict) else json.loads(info)
+    info = rpc.iloc[0]["info_d"] if len(rpc) else {}
     fact(ok and str(info.get("data_check", "")).startswith("ok"),
          f"rdma-rpc 64B: {'ok' if ok else 'missing or failed'}, median "
          f"{rpc.iloc[0]['median_ns'] if len(rpc) else float('nan'):.0f} ns, served "
