@@ -21,6 +21,17 @@ DENSE_KV = ":dense"
 RPC_BYTES = 64  # B15's message
 
 
+RDMA_WRITE, RDMA_READ, RDMA_RPC = "rdma-write", "rdma-read", "rdma-rpc"
+# (figure, transfer, access, pattern, RDMA method): the section spec, one line of the table each
+COMPARISONS = (
+    ("B1", "16 KiB write", "write", "16KiB", RDMA_WRITE),
+    ("B13", "dense KV block write", "write", DENSE_KV, RDMA_WRITE),
+    ("B13", "dense KV block read", "read", DENSE_KV, RDMA_READ),
+    ("B14", "sparse read, 1,024 x 160 B", "read", "1024x160B", RDMA_READ),
+    ("B15", "64 B metadata RPC round trip", "", "64B", RDMA_RPC),
+)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One line of the table: which rows stand on each side, and the paper's ratio."""
@@ -34,27 +45,25 @@ class Comparison:
     paper_text: str
 
 
+def _paper_ratio(figure_id: str, access: str) -> tuple[float, str]:
+    """The paper's pool / RDMA ratio for a line, and how it is read off the paper's figures."""
+    if figure_id == "B1":  # B1 has the RDMA side only: B7a's 16 KB pool write is the other
+        b1, b7a = figure("B1").value("total"), figure("B7a").value()
+        return b7a.ns() / b1.ns(), f"B7a {b7a.text()} / B1 {b1.text()}"
+    if figure_id == "B13":
+        change = figure("B13").value(f"{access} latency change").central
+        return 1 + change / 100, f"{change:g} %"
+    if figure_id == "B14":
+        cxl, rdma = figure("B14").value("CXL"), figure("B14").value("RDMA")
+        return cxl.ns() / rdma.ns(), f"{cxl.text()} / {rdma.text()}"
+    rtt, rdma_rtt = (figure("B15").value("64 B round trip"),
+                     figure("B15").value("RDMA RC RPC round trip"))
+    return rtt.ns() / rdma_rtt.ns(), f"{rtt.text()} / {rdma_rtt.text()}"
+
+
 def _comparisons() -> list[Comparison]:
-    b1, b7a = figure("B1").value("total"), figure("B7a").value()
-    b13 = figure("B13")
-    b14 = figure("B14")
-    b15 = figure("B15")
-    read_change = b13.value("read latency change").central
-    write_change = b13.value("write latency change").central
-    rtt, rdma_rtt = b15.value("64 B round trip"), b15.value("RDMA RC RPC round trip")
-    return [
-        Comparison("B1", "16 KiB write", "write", "16KiB", "rdma-write", b7a.ns() / b1.ns(),
-                   f"B7a {b7a.text()} / B1 {b1.text()}"),
-        Comparison("B13", "dense KV block write", "write", DENSE_KV, "rdma-write",
-                   1 + write_change / 100, f"{write_change:g} %"),
-        Comparison("B13", "dense KV block read", "read", DENSE_KV, "rdma-read",
-                   1 + read_change / 100, f"{read_change:g} %"),
-        Comparison("B14", "sparse read, 1,024 x 160 B", "read", "1024x160B", "rdma-read",
-                   b14.value("CXL").ns() / b14.value("RDMA").ns(),
-                   f"{b14.value('CXL').text()} / {b14.value('RDMA').text()}"),
-        Comparison("B15", "64 B metadata RPC round trip", "", "64B", "rdma-rpc",
-                   rtt.ns() / rdma_rtt.ns(), f"{rtt.text()} / {rdma_rtt.text()}"),
-    ]
+    return [Comparison(fig, what, access, pattern, method, *_paper_ratio(fig, access))
+            for fig, what, access, pattern, method in COMPARISONS]
 
 
 def _matches(df: pd.DataFrame, pattern: str) -> pd.Series:
@@ -71,7 +80,7 @@ def _fastest(rows: pd.DataFrame) -> pd.Series | None:
 def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
     """The pool's side: the fastest completed row of the transfer on the most pool-like region
     of the run (the RPC: a shared-memory RPC round trip)."""
-    if comparison.rdma_method == "rdma-rpc":
+    if comparison.rdma_method == RDMA_RPC:
         return _fastest(df[df["method"].isin(POOL_RPC) & (df["fragment_bytes"] == RPC_BYTES)])
     rows = df[~df["method"].str.startswith(RDMA_PREFIX) & df["transfer"] & df["ok"]
               & (df["access"] == comparison.access) & _matches(df, comparison.pattern)]
