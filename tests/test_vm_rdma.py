@@ -13,7 +13,7 @@ import pytest
 from tests.report_fixtures import make_run, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import vm_rdma  # noqa: E402
+import vm_rdma
 
 PIECES = {"16KiB": (1, 16384), "128x20KiB": (128, 20480), "1024x160B": (1024, 160)}
 LIMITS = {"max_sge": 32, "max_sge_rd": 32, "max_qp_wr": 1048576, "max_mr_size": 2**64 - 1}
