@@ -233,14 +233,43 @@ def test_a_pattern_beyond_the_device_limits():
         requests_for("rdma-read", parse_pattern("16KiB"), "batched", {"max_mr_size": 4096})
 
 
-def test_an_rdma_method_without_mpi_is_one_line_exit_2(capsys, monkeypatch):
+def _no_mpi(monkeypatch) -> None:
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                 "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_an_rdma_method_without_mpi_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    from nearlocal.rack.methods import refuse_without_mpi
+
+    _no_mpi(monkeypatch)
+    _device(tmp_path)  # a host with an active device: only MPI is missing
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
     from nearlocal.cli import main
 
-    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"):
-        monkeypatch.delenv(name, raising=False)
     assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--budget", "0.01"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "MPI job" in err
+    assert len(err.splitlines()) == 1 and "two ranks of an MPI job" in err
+    from nearlocal.harness.cases import Case
+    from nearlocal.hwprobe import probe
+
+    inventory = probe(SysRoot(tmp_path / "none"), calibrate=False, gpu=False)
+    refuse_without_mpi([Case("rdma-read", "dram", "wb", "16KiB")], inventory)  # skipped, not refused
+
+
+def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path, capsys,
+                                                                       monkeypatch):
+    from nearlocal.cli import main
+    from nearlocal.results import load
+
+    _no_mpi(monkeypatch)
+    monkeypatch.setattr("nearlocal.hwprobe.probe_rdma", lambda root: probe_rdma(
+        SysRoot(tmp_path / "none")))
+    assert main(["run", "--method", "rdma-write,rdma-read,rdma-rpc", "--size", "64B",
+                 "--budget", "0.01", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    (run,) = [load(p) for p in (tmp_path / "out").iterdir()]
+    assert set(run.cases["status"]) == {"skipped"} and len(run.cases) == 3
+    assert run.cases["reason"].str.contains("/sys/class/infiniband does not exist").all()
 
 
 def test_rpc_takes_one_message_size():

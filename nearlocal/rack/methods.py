@@ -111,6 +111,9 @@ class RackMethod:
     # False: each rank maps its own region by the case's name (RDMA registers it), no token
     # proves it is one memory
     shared_pool: bool = True
+    # what the host itself lacks for the method (no RDMA device), MPI aside: a method alone
+    # outside MPI on such a host is skipped with this reason, not refused
+    host_needs: Callable[[object], str | None] | None = None
 
 
 RACK_METHODS: dict[str, RackMethod] = {}
@@ -134,10 +137,20 @@ def _needs_mpi(inventory) -> str | None:
     return None if in_mpi_job() else WITHOUT_MPI
 
 
-def refuse_without_mpi(cases: list[Case]) -> None:
-    """Only rack cases asked for, outside an MPI job: bad input, one line saying how to launch."""
-    if cases and not in_mpi_job() and all(is_rack(case) for case in cases):
-        raise UsageError(WITHOUT_MPI)
+def refuse_without_mpi(cases: list[Case], inventory=None) -> None:
+    """Only rack cases asked for, outside an MPI job: bad input, one line saying how to launch
+    (the first case's method's line). Where the host lacks what every one of them needs besides
+    MPI (no RDMA device), they are skipped rows with that reason instead."""
+    if not cases or in_mpi_job() or not all(is_rack(case) for case in cases):
+        return
+    if inventory is not None and all(
+            RACK_METHODS[c.method].host_needs and RACK_METHODS[c.method].host_needs(inventory)
+            for c in cases):
+        return
+    from nearlocal.harness.methods import get_method
+
+    needs = get_method(cases[0].method).needs
+    raise UsageError((needs(None) if needs else None) or WITHOUT_MPI)
 
 
 def register_rack(rack: RackMethod, summary: str, params: dict, check_params=None,

@@ -100,11 +100,14 @@ def _check_rpc_pattern(pattern: Pattern) -> None:
                          f"{RPC_MESSAGE}), not {pattern.text!r}")
 
 
-def _needs(inventory) -> str | None:
+def host_needs(inventory) -> str | None:
+    """Why this host cannot run an rdma-* method, MPI aside (probe's reason: no device, ...)."""
     rdma = getattr(inventory, "rdma", None)
-    if rdma is not None and rdma.reason:
-        return rdma.reason
-    return None if in_mpi_job() else WITHOUT_MPI
+    return rdma.reason if rdma is not None and rdma.reason else None
+
+
+def _needs(inventory) -> str | None:
+    return host_needs(inventory) or (None if in_mpi_job() else WITHOUT_MPI)
 
 
 # --- the connection: each rank's QP on its own region, endpoints over MPI ---------------------
@@ -373,17 +376,17 @@ def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 # --- registration ----------------------------------------------------------------------------
 
 register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False),
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False, host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-write"))
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False),
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False, host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",))
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
-                         lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False),
+                         lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
               "RDMA-written back, both sides polling memory", {"device": ""}, needs=_needs,
               check_pattern=_check_rpc_pattern, check_case=_check_case("rdma-rpc"),
