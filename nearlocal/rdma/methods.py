@@ -376,12 +376,14 @@ def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 # --- registration ----------------------------------------------------------------------------
 
 register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False, host_needs=host_needs),
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-write"))
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False, host_needs=host_needs),
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",))
