@@ -300,3 +300,48 @@ def test_one_sided_rows_state_max_sge_requests_and_the_sync_share():
     assert row.info["data_check"].startswith("ok")
     (bad,) = _one_sided_rows(ctx, [{**got, "bytes_differing": 3}, {}])
     assert bad.failed.startswith("data check: FAILED: 3 of")
+
+
+def _copying(destination: np.ndarray, source: np.ndarray) -> FakeProvider:
+    """A provider whose post_send does what the NIC's RDMA write does: copy the 64 B message
+    into the peer's slot (then one completion)."""
+    provider = FakeProvider(delay=1)
+
+    def post(qp, wr, bad):
+        ctypes.memmove(destination.ctypes.data, source.ctypes.data, 64)
+        provider.pending += 1
+        return 0
+
+    provider.post = POST(post)
+    return provider
+
+
+def _at(words: np.ndarray, index: int = 0) -> np.uint64:
+    return np.uint64(words.ctypes.data + 8 * index)
+
+
+def test_rpc_client_and_server_loops_with_a_provider_that_delivers_by_copy():
+    from nearlocal.rdma import kernels
+
+    request, slot, reply, client_slot = (np.zeros(8, np.uint64) for _ in range(4))
+    request[:7] = np.arange(7, dtype=np.uint64) + 7
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    forever, idle = np.uint64(1 << 40), np.uint64(1 << 20)
+    # the client: each sample's reply arrives (an echo by copy) and is seen by its sequence
+    echo = _copying(client_slot, request)
+    ticks = np.zeros(3, np.uint64)
+    assert kernels.rpc_client(*echo.args(wc, bad), _at(request, 7), _at(client_slot, 7),
+                              np.uint64(100), ticks, forever) == kernels.OK
+    assert (ticks > 0).all() and client_slot[7] == 102 and echo.pending == 0
+    # the server: nothing in its slot (IDLE), a request (answered: echoed into the client's
+    # slot), then STOP
+    answer = _copying(client_slot, reply)
+    state = np.zeros(2, np.int64)
+    serve = (*answer.args(wc, bad), _at(slot), _at(reply), 8, state, forever, idle)
+    assert kernels.rpc_server(*serve) == kernels.IDLE
+    slot[:] = request
+    slot[7] = 5
+    assert kernels.rpc_server(*serve) == kernels.IDLE
+    assert state.tolist() == [5, 1] and (client_slot == slot).all()
+    slot[7] = kernels.STOP
+    assert kernels.rpc_server(*serve) == kernels.STOPPED and state[1] == 1
