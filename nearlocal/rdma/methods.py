@@ -31,6 +31,7 @@ verbs = lazy_import("nearlocal.rdma.verbs")
 SUITE_REGION = "dram"
 PATTERNS = ("16KiB", "128x20KiB", "1024x160B", "kv:qwen2.5-32b:flash-attn:dense")
 RPC_MESSAGE = "64B"
+CPU_FLAGS = ("rdtscp",)  # the timer; the NIC moves the bytes (no flush instruction is used)
 MAX_WINDOW = 8  # transfers in flight in the pipelined (data movement) run
 PIPELINE_SAMPLES = 16
 REPLY_OFFSET = 4096  # the RPC's reply slot / reply buffer, after the request's
@@ -380,19 +381,20 @@ register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
                          host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
-              needs=_needs, check_case=_check_case("rdma-write"))
+              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS)
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
                          lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
                          host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
-              needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",))
+              needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",),
+              cpu_flags=CPU_FLAGS)
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
                          lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
               "RDMA-written back, both sides polling memory", {"device": ""}, needs=_needs,
               check_pattern=_check_rpc_pattern, check_case=_check_case("rdma-rpc"),
-              sample_bytes=lambda pattern: 2 * pattern.total_bytes)
+              sample_bytes=lambda pattern: 2 * pattern.total_bytes, cpu_flags=CPU_FLAGS)
 
 
 def _parse(case: Case) -> Pattern:
