@@ -289,7 +289,7 @@ def _rpc_run(ctx: RackContext) -> dict:
         # rank 0 writes its request buffer (offset 0) into rank 1's slot (offset 0); rank 1
         # writes its reply buffer (REPLY_OFFSET) into rank 0's reply slot (REPLY_OFFSET)
         source = 0 if ctx.rank == 0 else REPLY_OFFSET
-        frags = np.array([[source, REPLY_OFFSET - source, words * 8]], np.int64)
+        frags = np.array([[source, source, words * 8]], np.int64)
         plan = plan_requests(frags, 1)
         wrs, sge_buffer = build_chain(frags, plan, int(region.ctypes.data), link.qp.lkey,
                                       link.peer.addr, link.peer.rkey, verbs.WR_RDMA_WRITE)
