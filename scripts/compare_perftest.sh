@@ -22,6 +22,10 @@ PY=${PY:-python3}
 for tool in ib_write_lat ib_read_lat ib_write_bw; do
   command -v $tool >/dev/null || { echo "compare_perftest: $tool is missing (apt-get install perftest)" >&2; exit 2; }
 done
+if [ ! -e "$RESULTS/run.json" ]; then  # a store folder: its newest run
+  RESULTS=$(ls -d "$RESULTS"/*/ 2>/dev/null | while read -r d; do [ -e "$d/run.json" ] && echo "$d"; done | sort | tail -1)
+  [ -n "$RESULTS" ] || { echo "compare_perftest: no stored run in ${RESULTS:-the folder given}" >&2; exit 2; }
+fi
 [ -n "$DEVICE" ] || DEVICE=$(ls /sys/class/infiniband 2>/dev/null | head -1)
 [ -n "$DEVICE" ] || { echo "compare_perftest: no RDMA device in /sys/class/infiniband" >&2; exit 2; }
 GID=""  # a RoCE device needs a GID index: the first RoCE v2 one (what nearlocal's QPs use)
@@ -47,8 +51,10 @@ field() {  # OUTPUT COLUMN: the column of the line starting with the size
 for size in $SIZES; do
   wlat=$(run_tool ib_write_lat "$size"); rlat=$(run_tool ib_read_lat "$size")
   wbw=$(run_tool ib_write_bw "$size")
-  echo "$wlat" >"${TMPDIR:-/tmp}/perftest-write-lat.$size.txt"
   w_typ=$(field "$wlat" "$size" 5); r_typ=$(field "$rlat" "$size" 5); bw=$(field "$wbw" "$size" 4)
+  echo "perftest on $DEVICE (gid index ${GID:-default}), $size B, $ITERS iterations:"
+  echo "  ib_write_lat t_typical ${w_typ:-none} us; ib_read_lat t_typical ${r_typ:-none} us; ib_write_bw average ${bw:-none} MB/s"
+  [ -n "$w_typ" ] && [ -n "$r_typ" ] && [ -n "$bw" ] || { echo "$wlat" "$rlat" "$wbw" | tail -n 30 >&2; }
   "$PY" - "$RESULTS" "$size" "$DEVICE" "${w_typ:-nan}" "${r_typ:-nan}" "${bw:-nan}" <<'PYEOF'
 import math, sys
 from nearlocal.results import load

@@ -74,8 +74,9 @@ def check(out: Path) -> tuple[list[str], list[str]]:
     rpc = cases[cases["method"] == "rdma-rpc"]
     ok = len(rpc) == 1 and rpc.iloc[0]["status"] == "ok"
     info = rpc.iloc[0]["info_d"] if len(rpc) else {}
+    outcome = f"{rpc.iloc[0]['status']} {rpc.iloc[0]['reason'] or ''}" if len(rpc) else "missing"
     fact(ok and str(info.get("data_check", "")).startswith("ok"),
-         f"rdma-rpc 64B: {'ok' if ok else 'missing or failed'}, median "
+         f"rdma-rpc 64B: {outcome}, median "
          f"{rpc.iloc[0]['median_ns'] if len(rpc) else float('nan'):.0f} ns, served "
          f"{info.get('requests_served')}, check: {info.get('data_check')}")
     perftest = _text(out / "perftest.txt")
