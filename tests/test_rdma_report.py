@@ -64,7 +64,7 @@ def test_both_columns_measured_beside_the_papers_ratio(report):
     assert b1[3].median_ns == 2000.0 and b1[4].median_ns == 10_000.0  # pool row, batched RDMA
     assert b1[5] == pytest.approx(0.2)
     assert b1[6] == pytest.approx(figure("B7a").value().ns() / figure("B1").value("total").ns())
-    assert "synchronisation 75%" in b1[7] and "1 WRs, max_sge 32" in b1[7]
+    assert "synchronisation 75%" in b1[7] and "1 WRs per transfer, max_sge 32," in b1[7]
     assert _line(table, "B13", "dense KV block read")[5] == pytest.approx(50_000 / 80_000)
     assert _line(table, "B13", "dense KV block read")[6] == pytest.approx(1 - 0.387)
     b14 = _line(table, "B14", "sparse read, 1,024 x 160 B")

@@ -109,8 +109,9 @@ def _note(pool, rdma) -> str:
         parts.append(f"pool: {pool['method']} {pool['path']}")
     info = _info(rdma)
     if info.get("work_requests_per_sample") is not None:
-        parts.append(f"RDMA: {info['work_requests_per_sample']} WRs, max_sge "
-                     f"{rdma.get('max_sge')}, {info.get('device', '?')}")
+        limit = pd.to_numeric(rdma.get("max_sge"), errors="coerce")
+        parts.append(f"RDMA: {info['work_requests_per_sample']} WRs per transfer, max_sge "
+                     f"{int(limit) if limit == limit else '?'}, {info.get('device', '?')}")
     if info.get("sync_share") is not None:
         parts.append(f"data movement {info['data_movement_ns'] / 1e3:.2f} us, synchronisation "
                      f"{info['sync_share']:.0%} (B1: {figure('B1').value('synchronisation share').text()})")
