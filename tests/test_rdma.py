@@ -345,3 +345,12 @@ def test_rpc_client_and_server_loops_with_a_provider_that_delivers_by_copy():
     assert state.tolist() == [5, 1] and (client_slot == slot).all()
     slot[7] = kernels.STOP
     assert kernels.rpc_server(*serve) == kernels.STOPPED and state[1] == 1
+
+
+def test_every_rdma_method_writes_its_region_so_a_devdax_needs_allow_write():
+    """rdma-read writes what it reads into rank 0's region, and rank 1's is filled for the check:
+    a region the user did not allow writing is never written."""
+    from nearlocal.harness.cases import Case
+
+    for method, access in (("rdma-write", "write"), ("rdma-read", "read"), ("rdma-rpc", "write")):
+        assert Case(method, "devdax:/dev/dax0.0", "wb", "16KiB", access=access).writes_region

@@ -156,7 +156,8 @@ def refuse_without_mpi(cases: list[Case], inventory=None) -> None:
 def register_rack(rack: RackMethod, summary: str, params: dict, check_params=None,
                   check_pattern=None, accesses: tuple[str, ...] = ("write",), sample_bytes=None,
                   needs=_needs_mpi, check_case=None,
-                  cpu_flags: tuple[str, ...] = ("rdtscp", "clflushopt")) -> None:
+                  cpu_flags: tuple[str, ...] = ("rdtscp", "clflushopt"),
+                  stores_in_region: bool = False) -> None:
     """A rack method: a `Method` (--method, probe, case ids) and what its ranks do."""
     def check(values: dict) -> None:
         if "protocol" in params:
@@ -168,7 +169,7 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
         needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
-        check_case=check_case, sample_bytes=sample_bytes))
+        check_case=check_case, sample_bytes=sample_bytes, stores_in_region=stores_in_region))
     RACK_METHODS[rack.name] = rack
 
 

@@ -22,11 +22,11 @@ from nearlocal.harness.worker import run_trials
 from nearlocal.lazy import lazy_import
 from nearlocal.rack.methods import RackContext, RackMethod, RackRow, register_rack
 from nearlocal.rack.mpi import in_mpi_job
+from nearlocal.rdma import verbs  # ctypes only: libibverbs is loaded when a case runs
 from nearlocal.rdma.requests import SGE_VARIANTS, build_chain, plan_requests, sge_limit
 from nearlocal.workloads.patterns import Pattern
 
 kernels = lazy_import("nearlocal.rdma.kernels")
-verbs = lazy_import("nearlocal.rdma.verbs")
 
 SUITE_REGION = "dram"
 PATTERNS = ("16KiB", "128x20KiB", "1024x160B", "kv:qwen2.5-32b:flash-attn:dense")
@@ -36,7 +36,7 @@ MAX_WINDOW = 8  # transfers in flight in the pipelined (data movement) run
 PIPELINE_SAMPLES = 16
 REPLY_OFFSET = 4096  # the RPC's reply slot / reply buffer, after the request's
 RDMA_PARAMS = {"sge": "batched", "device": ""}
-OPCODES = {"rdma-write": 0, "rdma-read": 4}  # verbs.WR_RDMA_WRITE / WR_RDMA_READ
+OPCODES = {"rdma-write": verbs.WR_RDMA_WRITE, "rdma-read": verbs.WR_RDMA_READ}
 WITHOUT_MPI = ("the rdma-* methods run between two ranks of an MPI job: launch `mpiexec -n 2 "
                "nearlocal run --suite rdma` (pip install 'nearlocal[mpi]')")
 
@@ -381,20 +381,21 @@ register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
                          host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
-              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS)
+              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS, stores_in_region=True)
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
                          lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
                          host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",),
-              cpu_flags=CPU_FLAGS)
+              cpu_flags=CPU_FLAGS, stores_in_region=True)
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
                          lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
               "RDMA-written back, both sides polling memory", {"device": ""}, needs=_needs,
               check_pattern=_check_rpc_pattern, check_case=_check_case("rdma-rpc"),
-              sample_bytes=lambda pattern: 2 * pattern.total_bytes, cpu_flags=CPU_FLAGS)
+              sample_bytes=lambda pattern: 2 * pattern.total_bytes, cpu_flags=CPU_FLAGS,
+              stores_in_region=True)
 
 
 def _parse(case: Case) -> Pattern:
