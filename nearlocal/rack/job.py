@@ -164,16 +164,18 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
 
     sizes = _pool_sizes(plan, job.size)
     pools: dict = {}
-    for text, size in _pool_sizes(plan, job.size, shared=False).items():  # each rank's own
+    local_problem = ""  # a region each rank maps for itself (rdma-*): told like a pool's
+    for text, size in _pool_sizes(plan, job.size, shared=False).items():
         spec = parse_region(text)
         try:
             pools[text] = region_kind(spec).open(spec, size, "wb", allow_write)
         except (UsageError, OSError) as exc:
-            raise UsageError(f"on host {hosts[job.rank]['hostname']} (rank {job.rank}): cannot "
-                             f"map {text}: {exc}") from None
+            local_problem = (f"on host {hosts[job.rank]['hostname']} (rank {job.rank}): cannot "
+                             f"map {text}: {exc}")
+            break
     tokens = {}
-    problem = ""
-    if job.rank == 0:
+    problem = local_problem if job.rank == 0 else ""
+    if job.rank == 0 and not problem:
         try:
             for text, size in sizes.items():
                 spec = parse_region(text)
@@ -188,7 +190,7 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
     tokens = job.bcast((tokens, problem), START_TIMEOUT_S, "hearing the pool's token")
     tokens, problem = tokens
     if job.rank and not problem:
-        problem = _attach(pools, sizes, tokens, hosts[job.rank])
+        problem = local_problem or _attach(pools, sizes, tokens, hosts[job.rank])
     problems = job.gather(problem, START_TIMEOUT_S, "checking the pool on every host")
     first = next((p for p in problems if p), "") if job.rank == 0 else ""
     first = job.bcast(first, START_TIMEOUT_S, "hearing whether the pool is one memory")
