@@ -354,3 +354,13 @@ def test_every_rdma_method_writes_its_region_so_a_devdax_needs_allow_write():
 
     for method, access in (("rdma-write", "write"), ("rdma-read", "read"), ("rdma-rpc", "write")):
         assert Case(method, "devdax:/dev/dax0.0", "wb", "16KiB", access=access).writes_region
+
+
+def test_a_device_that_does_not_exist_is_one_line_exit_2(capsys, monkeypatch):
+    from nearlocal.cli import main
+
+    _no_mpi(monkeypatch)
+    assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--param", "device=mlx5_9",
+                 "--budget", "0.01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "RDMA device 'mlx5_9' does not exist" in err
