@@ -20,6 +20,11 @@ def _text(path: Path) -> str:
     return path.read_text().strip() if path.exists() else "missing"
 
 
+def _integer(value) -> int | None:
+    """A stored count (a float column in the frame) as the integer it is; None when missing."""
+    return int(value) if value == value and value is not None else None
+
+
 def check(out: Path) -> tuple[list[str], list[str]]:
     facts: list[str] = []
     problems: list[str] = []
@@ -67,7 +72,7 @@ def check(out: Path) -> tuple[list[str], list[str]]:
                 fact(row["status"] == "ok" and info.get("work_requests_per_sample") == want
                      and str(info.get("data_check", "")).startswith("ok"),
                      f"{method} {pattern} sge={variant}: {row['status']} {row['reason'] or ''}, "
-                     f"max_sge {row.get('max_sge')}, {info.get('work_requests_per_sample')} WRs "
+                     f"max_sge {_integer(row.get('max_sge'))}, {info.get('work_requests_per_sample')} WRs "
                      f"per sample (want {want}), median {row['median_ns']:.0f} ns, data "
                      f"movement {info.get('data_movement_ns', float('nan')):.0f} ns, check: "
                      f"{info.get('data_check')}")
