@@ -104,7 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     cases = selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
-    plan = plan_cases(cases, inventory, settings, check_selection=refuse_without_mpi)
+    plan = plan_cases(cases, inventory, settings,
+                      check_selection=lambda chosen: refuse_without_mpi(chosen, inventory))
     plan.refuse_bad_input()
     meta = run_metadata(inventory, plan.worker_settings(), args.suite,
                         processes=settings.processes, max_processes=settings.max_processes,

@@ -161,6 +161,15 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
         f"{' prefetchable' if b.prefetchable else ''} ({'uc, wc' if b.wc_file else 'uc'}): "
         f"pcibar:{d.address}/{b.index}" for d in inventory.pci_memory for b in d.bars)
         or "none (memory-controller class devices)") + " [dim](measured only when named)[/]")
+    rdma = inventory.rdma
+    console.print("[bold]RDMA[/] " + ("; ".join(
+        f"{d.name}: " + ", ".join(
+            f"port {p.port} {p.state} {p.link_layer} ({len(p.gids)} GIDs"
+            f"{', ' + p.netdev if p.netdev else ''})" for p in d.ports)
+        + (f", max_sge {d.limits['max_sge']}, max_qp_wr {d.limits['max_qp_wr']}, max_mr_size "
+           f"{format_size(d.limits['max_mr_size'])}" if "max_sge" in d.limits else "")
+        for d in rdma.devices) or "none") + (f" [dim](rdma-*: {rdma.reason})[/]"
+                                              if rdma.reason else ""), markup=True)
     dsa = inventory.dsa
     console.print("[bold]DSA[/] " + ("; ".join(
         f"{dev.name} v{dev.version} {dev.state}, {len(dev.engines) or dev.max_engines} engines, "

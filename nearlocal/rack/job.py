@@ -109,7 +109,7 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
 
 def _plan(args: argparse.Namespace, inventory) -> Plan:
     from nearlocal.harness.plan import Refuse, plan_cases
-    from nearlocal.rack.methods import is_rack
+    from nearlocal.rack.methods import is_rack, shares_pool
     from nearlocal.selection import run_settings, selected_cases
 
     settings = run_settings(args)
@@ -119,8 +119,8 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
     for entry in planned.entries:
         if isinstance(entry.verdict, Refuse):
             raise UsageError(entry.verdict.error)
-        if is_rack(entry.case) and entry.reason:  # a pool named by the user: every host has it
-            raise UsageError(f"pool {entry.case.region}: {entry.reason}")
+        if is_rack(entry.case) and entry.reason and shares_pool(entry.case):
+            raise UsageError(f"pool {entry.case.region}: {entry.reason}")  # every host has it
     return Plan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
                 settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
@@ -143,12 +143,15 @@ def _first_problem(answers: list[dict]) -> str | None:
     return None
 
 
-def _pool_sizes(plan: Plan, size: int) -> dict[str, int]:
+def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
+    """Bytes to map of each region the rack cases use: the shared pools, or (shared=False) the
+    regions each rank maps for itself (RDMA registers them)."""
     from nearlocal.rack.methods import RACK_METHODS
 
     sizes: dict[str, int] = {}
     for case in plan.cases:
-        if case.method in RACK_METHODS:
+        if case.method in RACK_METHODS and RACK_METHODS[case.method].shared_pool == shared \
+                and not _skipped(plan, case):
             need = RACK_METHODS[case.method].pool_bytes(case, size)
             sizes[case.region] = max(sizes.get(case.region, 4096), -(-need // 4096) * 4096)
     return sizes
@@ -161,9 +164,18 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
 
     sizes = _pool_sizes(plan, job.size)
     pools: dict = {}
+    local_problem = ""  # a region each rank maps for itself (rdma-*): told like a pool's
+    for text, size in _pool_sizes(plan, job.size, shared=False).items():
+        spec = parse_region(text)
+        try:
+            pools[text] = region_kind(spec).open(spec, size, "wb", allow_write)
+        except (UsageError, OSError) as exc:
+            local_problem = (f"on host {hosts[job.rank]['hostname']} (rank {job.rank}): cannot "
+                             f"map {text}: {exc}")
+            break
     tokens = {}
-    problem = ""
-    if job.rank == 0:
+    problem = local_problem if job.rank == 0 else ""
+    if job.rank == 0 and not problem:
         try:
             for text, size in sizes.items():
                 spec = parse_region(text)
@@ -178,7 +190,7 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
     tokens = job.bcast((tokens, problem), START_TIMEOUT_S, "hearing the pool's token")
     tokens, problem = tokens
     if job.rank and not problem:
-        problem = _attach(pools, sizes, tokens, hosts[job.rank])
+        problem = local_problem or _attach(pools, sizes, tokens, hosts[job.rank])
     problems = job.gather(problem, START_TIMEOUT_S, "checking the pool on every host")
     first = next((p for p in problems if p), "") if job.rank == 0 else ""
     first = job.bcast(first, START_TIMEOUT_S, "hearing whether the pool is one memory")
@@ -372,6 +384,13 @@ def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
                        plan.case_timeout_s)
 
 
+def _skipped(plan: Plan, case) -> str:
+    """Why rank 0's plan skips this rack case on this box ("" when it runs): an rdma-* case on
+    a host without an RDMA device is a skipped row with probe's reason."""
+    entries = plan.planned.entries if plan.planned is not None else []
+    return next((e.reason or "" for e in entries if e.case == case), "")
+
+
 def _run_part(ctx) -> tuple[str, object]:
     """This rank's part of a rack case: ("ok", result) or ("failed", one line)."""
     import traceback
@@ -392,9 +411,10 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
 
     method = RACK_METHODS[case.method]
     base = describe(case, plan.inventory.cpuless_nodes)
-    if lost or job.size < method.min_ranks:
-        why = f"needs every rank, and {'; '.join(lost.values())}" if lost else \
-            f"needs at least {method.min_ranks} ranks, the job has {job.size}"
+    skipped = _skipped(plan, case)
+    if lost or job.size < method.min_ranks or skipped:
+        why = skipped or (f"needs every rank, and {'; '.join(lost.values())}" if lost else
+                          f"needs at least {method.min_ranks} ranks, the job has {job.size}")
         store.add_case({**_tagged(base, hosts, 0), "status": "skipped", "reason": why})
         return
     for rank in range(1, job.size):

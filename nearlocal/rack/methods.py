@@ -108,6 +108,12 @@ class RackMethod:
     rows: Callable[[RackContext, list[dict]], list[RackRow]]  # rank 0, from every rank's result
     pool_bytes: Callable[[Case, int], int]  # bytes of the pool the case uses, for N ranks
     min_ranks: int = 2
+    # False: each rank maps its own region by the case's name (RDMA registers it), no token
+    # proves it is one memory
+    shared_pool: bool = True
+    # what the host itself lacks for the method (no RDMA device), MPI aside: a method alone
+    # outside MPI on such a host is skipped with this reason, not refused
+    host_needs: Callable[[object], str | None] | None = None
 
 
 RACK_METHODS: dict[str, RackMethod] = {}
@@ -115,6 +121,11 @@ RACK_METHODS: dict[str, RackMethod] = {}
 
 def is_rack(case: Case) -> bool:
     return case.method in RACK_METHODS
+
+
+def shares_pool(case: Case) -> bool:
+    """A rack case whose ranks meet in one pool (every host maps the same memory)."""
+    return RACK_METHODS[case.method].shared_pool
 
 
 WITHOUT_MPI = ("the rack methods run across the hosts of an MPI job: launch `mpiexec -n N "
@@ -126,25 +137,39 @@ def _needs_mpi(inventory) -> str | None:
     return None if in_mpi_job() else WITHOUT_MPI
 
 
-def refuse_without_mpi(cases: list[Case]) -> None:
-    """Only rack cases asked for, outside an MPI job: bad input, one line saying how to launch."""
-    if cases and not in_mpi_job() and all(is_rack(case) for case in cases):
-        raise UsageError(WITHOUT_MPI)
+def refuse_without_mpi(cases: list[Case], inventory=None) -> None:
+    """Only rack cases asked for, outside an MPI job: bad input, one line saying how to launch
+    (the first case's method's line). Where the host lacks what every one of them needs besides
+    MPI (no RDMA device), they are skipped rows with that reason instead."""
+    if not cases or in_mpi_job() or not all(is_rack(case) for case in cases):
+        return
+    if inventory is not None and all(
+            RACK_METHODS[c.method].host_needs and RACK_METHODS[c.method].host_needs(inventory)
+            for c in cases):
+        return
+    from nearlocal.harness.methods import get_method
+
+    needs = get_method(cases[0].method).needs
+    raise UsageError((needs(None) if needs else None) or WITHOUT_MPI)
 
 
-def _register(rack: RackMethod, summary: str, params: dict, check_params=None, check_pattern=None,
-              accesses: tuple[str, ...] = ("write",), sample_bytes=None) -> None:
+def register_rack(rack: RackMethod, summary: str, params: dict, check_params=None,
+                  check_pattern=None, accesses: tuple[str, ...] = ("write",), sample_bytes=None,
+                  needs=_needs_mpi, check_case=None,
+                  cpu_flags: tuple[str, ...] = ("rdtscp", "clflushopt"),
+                  stores_in_region: bool = False) -> None:
+    """A rack method: a `Method` (--method, probe, case ids) and what its ranks do."""
     def check(values: dict) -> None:
-        protocol_code(str(values.get("protocol", "flush")))
+        if "protocol" in params:
+            protocol_code(str(values.get("protocol", "flush")))
         if check_params:
             check_params(values)
 
     register_method(Method(
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
-        open_session=_not_in_a_worker, cpu_flags=("rdtscp", "clflushopt"), params=params,
-        needs=_needs_mpi,
-        markers=("cpu",), check_params=check, check_pattern=check_pattern,
-        sample_bytes=sample_bytes))
+        open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
+        needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
+        check_case=check_case, sample_bytes=sample_bytes, stores_in_region=stores_in_region))
     RACK_METHODS[rack.name] = rack
 
 
@@ -556,24 +581,24 @@ HOSTLOSS_PARAMS = {"protocol": "flush", "kills": "20", "lease": "20ms", "grace":
                    "duration": "20s", "records": str(HOSTLOSS_RECORDS), "recheck": "on"}
 
 
-_register(RackMethod("rack-rpc-roundtrip", lambda ctx: _rpc_run(ctx, False), _rpc_rows, _ring_bytes),
+register_rack(RackMethod("rack-rpc-roundtrip", lambda ctx: _rpc_run(ctx, False), _rpc_rows, _ring_bytes),
           "rpc-roundtrip across hosts: the client on each rank k >= 1 in turn, the server on "
           "rank 0, the ring in the pool", {"protocol": "flush"}, check_pattern=_check_pattern,
           sample_bytes=_message_pair)
-_register(RackMethod("rack-rpc-throughput", lambda ctx: _rpc_run(ctx, True), _rpc_rows,
+register_rack(RackMethod("rack-rpc-throughput", lambda ctx: _rpc_run(ctx, True), _rpc_rows,
                      _ring_bytes),
           "rpc-throughput across hosts: qd requests in flight from rank k to one server "
           "thread on rank 0 (Mops = 1000 / median_ns)", {"protocol": "flush", "qd": "1"},
           check_params=_check_qd, check_pattern=_check_pattern, sample_bytes=_message_pair)
-_register(RackMethod("rack-handoff", _handoff_run, _handoff_rows, _handoff_bytes),
+register_rack(RackMethod("rack-handoff", _handoff_run, _handoff_rows, _handoff_bytes),
           "rank 0 publishes records (single writer, records.py), every other rank looks them "
           "up, copies and checks them: announce -> usable", {"protocol": "flush"})
-_register(RackMethod("rack-aggregate", _aggregate_run, _aggregate_rows,
+register_rack(RackMethod("rack-aggregate", _aggregate_run, _aggregate_rows,
                      lambda case, ranks: ranks * _slice_bytes(case), min_ranks=1),
           "every rank reads (or writes) its own slice of the pool, alone in turn, then all at "
           "once from one barrier: total GB/s and each host's share", {},
           check_pattern=_check_contiguous, accesses=("read", "write"))
-_register(RackMethod("rack-host-loss", _hostloss_run, _hostloss_rows, _hostloss_bytes),
+register_rack(RackMethod("rack-host-loss", _hostloss_run, _hostloss_rows, _hostloss_bytes),
           "the record store's writer on the last rank is SIGKILLed mid-write; readers on the "
           "other ranks must detect it within the lease, never return a torn record, recompute",
           HOSTLOSS_PARAMS, check_params=_check_hostloss, sample_bytes=lambda pattern: 0)

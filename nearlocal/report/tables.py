@@ -14,6 +14,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     inventory,
     latency,
     rack,
+    rdma,
     summary,
     swiftcache,
 )

@@ -24,6 +24,7 @@ RACK_PREFIX = "rack-"
 RACK_RPC_ROUNDTRIP, RACK_RPC_THROUGHPUT = "rack-rpc-roundtrip", "rack-rpc-throughput"  # B15
 RACK_HANDOFF, RACK_AGGREGATE = "rack-handoff", "rack-aggregate"  # B12's aggregate
 RACK_HOST_LOSS = "rack-host-loss"
+RDMA_RPC = "rdma-rpc"  # the RDMA RC RPC between ranks 0 and 1, beside the pool's (B15)
 
 
 def _info(row) -> dict:
@@ -55,12 +56,14 @@ def _what(row, params: dict) -> str:
 def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     b15, b12 = figure("B15"), figure("B12")
     rtt, mops = b15.value("64 B round trip"), b15.value("throughput at qd 128")
+    rdma_rtt = b15.value("RDMA RC RPC round trip")
     aggregate = b12.value("aggregate, 16 servers")
     section = Section(
         "rack", "Rack — hosts sharing one pool (an MPI job)",
         "One run across the ranks of an MPI job (docs/rack.md): cross-host RPC (client on rank "
         f"k, server on rank 0) beside B15's {rtt.text()} round trip and {mops.text()} at qd "
-        "128; handoff from the writer's announce to every reader's acknowledgement (usable: "
+        f"128, and the RDMA RC RPC (rdma-rpc, server on rank 1) beside B15's {rdma_rtt.text()}; "
+        "handoff from the writer's announce to every reader's acknowledgement (usable: "
         "less half the flag round trip); aggregate bandwidth of every rank at once beside "
         f"each alone and B12's {aggregate.text()}; host loss: the writer killed mid-write.",
         [b15, b12])
@@ -71,12 +74,13 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     per_run = []
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
-        for _, row in df[df["method"].str.startswith(RACK_PREFIX)].iterrows():
+        rows = df[df["method"].str.startswith(RACK_PREFIX) | (df["method"] == RDMA_RPC)]
+        for _, row in rows.iterrows():
             info = _info(row)
             params = row["effective"]
             stat = stat_of(row)
             key = (_what(row, params), _mpi_rank(row), str(row.get("host") or "-"))
-            cells[key] = _cells(row, info, stat, rtt, mops, aggregate)
+            cells[key] = _cells(row, info, stat, rtt, mops, aggregate, rdma_rtt)
         per_run.append(cells)
     section.table = keyed_table(
         [Column("measurement"), Column("rank"), Column("host")],
@@ -96,7 +100,7 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
-def _cells(row, info: dict, stat, rtt, mops, aggregate) -> list[Cell]:
+def _cells(row, info: dict, stat, rtt, mops, aggregate, rdma_rtt) -> list[Cell]:
     method = row["method"]
     median = stat.median_ns if isinstance(stat, Stat) else None
     usable = ops = gbps = alone = ratio = None
@@ -104,6 +108,10 @@ def _cells(row, info: dict, stat, rtt, mops, aggregate) -> list[Cell]:
     if method == RACK_RPC_ROUNDTRIP:
         ratio = median / rtt.ns() if median and int(row["fragment_bytes"]) == 64 else None
         note = f"server on rank 0 ({info.get('server_host', '?')}); {note}"
+    elif method == RDMA_RPC:
+        ratio = median / rdma_rtt.ns() if median and int(row["fragment_bytes"]) == 64 else None
+        note = (f"RDMA RC, server on rank 1, × paper against B15's RDMA figure; "
+                f"{info.get('data_check', '')}; {note}")
     elif method == RACK_RPC_THROUGHPUT:
         ops = 1000 / median if median else None
         qd = str(row["effective"].get("qd"))

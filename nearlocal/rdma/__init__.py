@@ -1,0 +1,1 @@
+"""RDMA over verbs: Beluga's other column (docs/rdma.md)."""

@@ -1,0 +1,226 @@
+"""The timed loops of the rdma-* methods: compiled code that calls the provider's post_send and
+poll_cq through the function pointers in the device context (verbs.py reads them), with the
+work requests prebuilt in a numpy buffer (chained `next` pointers). Only posting and polling sit
+inside a timed interval, between the same rdtscp-fenced TSC reads as every CPU method.
+
+Addresses (QP, CQ, WR chain, work completion, the RPC's slots) are plain uint64 arguments;
+`post_send` and `poll_cq` are called by an intrinsic that casts the address to the C function's
+type. Memory the provider or the NIC writes (the work completion, a slot) is read by address
+with atomic loads, never through a numpy array: numba marks array arguments `noalias`, so LLVM
+may assume an opaque call does not change them and keep a value read before it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
+
+OK, POST_FAILED, POLL_FAILED, BAD_COMPLETION, TIMEOUT, STOPPED, IDLE = 0, 1, 2, 3, 4, 5, 6
+SPINS_PER_CHECK = 256
+WC_STATUS = 8  # ibv_wc.status (verbs.WC_STATUS)
+STOP = np.uint64(0xFFFFFFFFFFFFFFFF)  # the RPC's last sequence: the server returns
+
+
+@intrinsic
+def _post_send(typingctx, fn, qp, wr, bad):
+    """int post_send(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **)"""
+    if not all(isinstance(t, types.Integer) for t in (fn, qp, wr, bad)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [i8p, i8p, i8p])
+        target = builder.inttoptr(args[0], fnty.as_pointer())
+        return builder.call(target, [builder.inttoptr(a, i8p) for a in args[1:]])
+
+    return types.int32(fn, qp, wr, bad), codegen
+
+
+@intrinsic
+def _poll_cq(typingctx, fn, cq, entries, wc):
+    """int poll_cq(struct ibv_cq *, int num_entries, struct ibv_wc *)"""
+    if not all(isinstance(t, types.Integer) for t in (fn, cq, entries, wc)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(i32, [i8p, i32, i8p])
+        target = builder.inttoptr(args[0], fnty.as_pointer())
+        count = builder.trunc(args[2], i32) if args[2].type.width > 32 else args[2]
+        return builder.call(target, [builder.inttoptr(args[1], i8p), count,
+                                     builder.inttoptr(args[3], i8p)])
+
+    return types.int32(fn, cq, entries, wc), codegen
+
+
+def _address_load(bits: int):
+    @intrinsic
+    def load(typingctx, address):
+        """`load atomic acquire` of a uint at an address (memory another agent writes)."""
+        if not isinstance(address, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            ptr = builder.inttoptr(args[0], ir.IntType(bits).as_pointer())
+            value = builder.load_atomic(ptr, "acquire", bits // 8)
+            return builder.zext(value, ir.IntType(64)) if bits < 64 else value
+
+        return types.uint64(address), codegen
+
+    return load
+
+
+_load_u32 = _address_load(32)
+_load_u64 = _address_load(64)
+
+
+@intrinsic
+def _store_u64(typingctx, address, value):
+    """`store atomic release` of a uint64 at an address (memory the provider or NIC reads)."""
+    if not (isinstance(address, types.Integer) and isinstance(value, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        value = context.cast(builder, args[1], signature.args[1], types.uint64)
+        builder.store_atomic(value, ptr, "release", 8)
+        return context.get_dummy_value()
+
+    return types.void(address, value), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _complete(poll_cq, cq, wc_addr, want, timeout_ticks):
+    """Poll until `want` completions arrived; OK, or why not (status[0] gets the error)."""
+    got = 0
+    spins = 0
+    start = np.uint64(0)
+    while got < want:
+        n = _poll_cq(poll_cq, cq, 1, wc_addr)
+        if n < 0:
+            return POLL_FAILED
+        if n == 1:
+            if _load_u32(wc_addr + WC_STATUS) != 0:
+                return BAD_COMPLETION
+            got += 1
+            continue
+        spins += 1
+        if spins % SPINS_PER_CHECK == 0:
+            start, passed = deadline_passed(start, timeout_ticks)
+            if passed:
+                return TIMEOUT
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def post_to_completion(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, samples,
+                       timeout_ticks):
+    """Each sample: the pattern's whole WR chain posted (one call), its last (signalled) WR's
+    completion polled. RC completes in order, so that completion is the whole transfer's."""
+    for s in range(samples.size):
+        t0 = tsc_begin()
+        if _post_send(post_send, qp, wr_head, bad_addr) != 0:
+            return POST_FAILED
+        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        t1 = tsc_end()
+        if why != OK:
+            return why
+        samples[s] = t1 - t0
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def pipelined(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, window, transfers,
+              samples, timeout_ticks):
+    """Each sample: `transfers` transfers with up to `window` in flight (a new one posted as each
+    completes): ticks for all of them. Divided by `transfers`, a transfer's time once the
+    pipeline is full: the bytes' time on the path, without the per-transfer synchronisation."""
+    for s in range(samples.size):
+        t0 = tsc_begin()
+        posted = 0
+        while posted < window and posted < transfers:
+            if _post_send(post_send, qp, wr_head, bad_addr) != 0:
+                return POST_FAILED
+            posted += 1
+        for _ in range(transfers):
+            why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+            if why != OK:
+                return why
+            if posted < transfers:
+                if _post_send(post_send, qp, wr_head, bad_addr) != 0:
+                    return POST_FAILED
+                posted += 1
+        t1 = tsc_end()
+        samples[s] = t1 - t0
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def rpc_client(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, request_seq, reply_seq,
+               first_seq, samples, timeout_ticks):
+    """Each sample: the request's sequence word set (untimed), then RDMA write of the request
+    into the server's slot -> the reply's sequence word seen in this rank's reply slot (written
+    there by the server's RDMA write). The send completion is reaped after the clock stops.
+    request_seq / reply_seq: the addresses of the two sequence words."""
+    for s in range(samples.size):
+        seq = np.uint64(first_seq + s)
+        _store_u64(request_seq, seq)
+        t0 = tsc_begin()
+        if _post_send(post_send, qp, wr_head, bad_addr) != 0:
+            return POST_FAILED
+        spins = 0
+        start = np.uint64(0)
+        while _load_u64(reply_seq) != seq:
+            pause()
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                start, passed = deadline_passed(start, timeout_ticks)
+                if passed:
+                    return TIMEOUT
+        t1 = tsc_end()
+        samples[s] = t1 - t0
+        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        if why != OK:
+            return why
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def rpc_server(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, slot, reply, words,
+               state, timeout_ticks, idle_ticks):
+    """Serve requests: a new sequence (the slot's last word) -> the request copied into the
+    reply buffer (the handler: an echo), its sequence word last -> RDMA write of the reply into
+    the client's slot. Returns STOPPED (sequence STOP), IDLE (no request for idle_ticks: the
+    caller checks its deadline and calls again), or an error. slot / reply: addresses of
+    `words` uint64 words. state[0]: the last sequence served; state[1]: requests served."""
+    last = 8 * (words - 1)
+    while True:
+        spins = 0
+        start = np.uint64(0)
+        while True:
+            seq = _load_u64(slot + last)
+            if seq != np.uint64(state[0]):
+                break
+            pause()
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                start, passed = deadline_passed(start, idle_ticks)
+                if passed:
+                    return IDLE
+        if seq == STOP:
+            return STOPPED
+        for w in range(words - 1):
+            _store_u64(reply + 8 * w, _load_u64(slot + 8 * w))
+        _store_u64(reply + last, seq)
+        if _post_send(post_send, qp, wr_head, bad_addr) != 0:
+            return POST_FAILED
+        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        if why != OK:
+            return why
+        state[0] = np.int64(seq)
+        state[1] += 1

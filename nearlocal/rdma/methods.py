@@ -1,0 +1,420 @@
+"""The rdma-* methods: one-sided RDMA write / read and an RPC over an RC queue pair between rank 0
+and rank 1 of an MPI job (the rack machinery: endpoints exchanged over MPI, one run). Each rank
+registers its own region (dram, a NUMA node, device-dax): no shared pool.
+
+Rank 0 posts; rank 1 is the target (one-sided) or the RPC server. The timed loops are compiled
+(rdma/kernels.py); MPI only exchanges endpoints, starts phases and carries the check's bytes.
+After timing, rank 1's memory is sent to rank 0 and compared to what rank 0 wrote (or read):
+a check, not a timing, stated in the row (`data_check`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.cases import Case
+from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.harness.worker import run_trials
+from nearlocal.lazy import lazy_import
+from nearlocal.rack.methods import RackContext, RackMethod, RackRow, register_rack
+from nearlocal.rack.mpi import in_mpi_job
+from nearlocal.rdma import verbs  # ctypes only: libibverbs is loaded when a case runs
+from nearlocal.rdma.requests import SGE_VARIANTS, build_chain, plan_requests, sge_limit
+from nearlocal.workloads.patterns import Pattern
+
+kernels = lazy_import("nearlocal.rdma.kernels")
+
+SUITE_REGION = "dram"
+PATTERNS = ("16KiB", "128x20KiB", "1024x160B", "kv:qwen2.5-32b:flash-attn:dense")
+RPC_MESSAGE = "64B"
+CPU_FLAGS = ("rdtscp",)  # the timer; the NIC moves the bytes (no flush instruction is used)
+MAX_WINDOW = 8  # transfers in flight in the pipelined (data movement) run
+PIPELINE_SAMPLES = 16
+REPLY_OFFSET = 4096  # the RPC's reply slot / reply buffer, after the request's
+RDMA_PARAMS = {"sge": "batched", "device": ""}
+OPCODES = {"rdma-write": verbs.WR_RDMA_WRITE, "rdma-read": verbs.WR_RDMA_READ}
+WITHOUT_MPI = ("the rdma-* methods run between two ranks of an MPI job: launch `mpiexec -n 2 "
+               "nearlocal run --suite rdma` (pip install 'nearlocal[mpi]')")
+
+
+# --- which device, what it allows ------------------------------------------------------------
+
+def _devices():
+    from nearlocal.hwprobe.rdma import probe_rdma
+    from nearlocal.sysroot import SysRoot
+
+    return probe_rdma(SysRoot.default())
+
+
+def pick_device(info, name: str):
+    """The device named (UsageError when it does not exist), else the first with an active port."""
+    if name:
+        device = info.device(name)
+        if device is None:
+            known = ", ".join(d.name for d in info.devices) or "none"
+            raise UsageError(f"RDMA device {name!r} does not exist (this host has: {known})")
+        if device.active_port() is None:
+            raise UsageError(f"RDMA device {name!r} has no ACTIVE port")
+        return device
+    return next((d for d in info.devices if d.active_port()), None)
+
+
+def requests_for(method: str, pattern: Pattern, variant: str, limits: dict) -> np.ndarray:
+    """The work requests of one sample, or UsageError when the device cannot take them."""
+    limit = sge_limit(variant, limits, OPCODES.get(method, 0))
+    plan = plan_requests(pattern.frags, limit)
+    max_wr = int(limits.get("max_qp_wr") or 0)
+    if max_wr and len(plan) > max_wr:
+        raise UsageError(f"{method}: pattern {pattern.text} needs {len(plan)} work requests per "
+                         f"transfer (sge={variant}, {limit} SGEs each) but the device's queue "
+                         f"pair holds {max_wr} (max_qp_wr): use sge=batched or fewer pieces")
+    max_mr = int(limits.get("max_mr_size") or 0)
+    if max_mr and _region_bytes(pattern) > max_mr:
+        raise UsageError(f"{method}: pattern {pattern.text} spans {_region_bytes(pattern)} bytes, "
+                         f"beyond the device's max_mr_size {max_mr}")
+    return plan
+
+
+def _region_bytes(pattern: Pattern) -> int:
+    return -(-max(pattern.src_span, pattern.dst_span, 2 * REPLY_OFFSET) // 4096) * 4096
+
+
+def _check_case(method: str):
+    def check(params: dict, pattern: Pattern) -> None:
+        variant = str(params.get("sge", "batched"))
+        if variant not in SGE_VARIANTS:
+            raise UsageError(f"{method}: sge={variant} must be one of {', '.join(SGE_VARIANTS)}")
+        info = _devices()
+        device = pick_device(info, str(params.get("device", "")))
+        if device is not None and "error" not in device.limits and method in OPCODES:
+            requests_for(method, pattern, variant, device.limits)
+    return check
+
+
+def _check_rpc_pattern(pattern: Pattern) -> None:
+    if pattern.count != 1 or not 16 <= pattern.total_bytes <= REPLY_OFFSET:
+        raise UsageError(f"rdma-rpc takes one message size of 16 B to {REPLY_OFFSET} B (e.g. "
+                         f"{RPC_MESSAGE}), not {pattern.text!r}")
+
+
+def host_needs(inventory) -> str | None:
+    """Why this host cannot run an rdma-* method, MPI aside (probe's reason: no device, ...)."""
+    rdma = getattr(inventory, "rdma", None)
+    return rdma.reason if rdma is not None and rdma.reason else None
+
+
+def _needs(inventory) -> str | None:
+    return host_needs(inventory) or (None if in_mpi_job() else WITHOUT_MPI)
+
+
+# --- the connection: each rank's QP on its own region, endpoints over MPI ---------------------
+
+class _Link:
+    """This rank's QP connected to the other rank's (0 <-> 1), its region registered."""
+
+    def __init__(self, ctx: RackContext, max_send_wr: int, max_sge: int):
+        from nearlocal.hwprobe.rdma import gid_index
+
+        device = pick_device(_devices(), str(ctx.params.get("device", "")))
+        if device is None:
+            raise RuntimeError("no RDMA device with an active port on this host")
+        port = device.active_port()
+        self.device, self.port = device, port
+        self.lib = verbs.load_library()
+        self.region = ctx.pool.array
+        self.qp = verbs.QueuePair(self.lib, device.name, port.port, gid_index(port), port.lid,
+                                  self.region, max_send_wr, max_sge)
+        peer_rank = 1 - ctx.rank
+        me = self.qp.endpoint(int.from_bytes(os.urandom(3), "little"))
+        ctx.world.send(me, peer_rank, ctx.timeout_s, "sending its RDMA endpoint")
+        self.peer = ctx.world.recv(peer_rank, ctx.timeout_s, "receiving the RDMA endpoint")
+        self.qp.connect(me, self.peer)
+        self.wc = np.zeros(verbs.WC_BYTES, np.uint8)
+        self.bad = np.zeros(1, np.uint64)
+
+    def args(self, wrs: np.ndarray) -> tuple:
+        """The leading arguments of every kernel (addresses): post_send, poll_cq, qp, cq, WR
+        chain, bad WR, work completion."""
+        return (np.uint64(self.qp.post_send), np.uint64(self.qp.poll_cq), np.uint64(self.qp.qp),
+                np.uint64(self.qp.cq), np.uint64(wrs.ctypes.data),
+                np.uint64(self.bad.ctypes.data), np.uint64(self.wc.ctypes.data))
+
+    def facts(self) -> dict:
+        limits = {k: v for k, v in self.device.limits.items() if k != "error"}
+        return {"device": self.device.name, "port": self.port.port,
+                "link_layer": self.port.link_layer, **limits}
+
+    def close(self) -> None:
+        self.qp.close()
+
+
+def _failed(why: int, what: str) -> RuntimeError:
+    names = {1: "ibv_post_send failed", 2: "ibv_poll_cq failed",
+             3: "a work completion came back with an error status", 4: "no completion in time"}
+    return RuntimeError(f"{what}: {names.get(why, f'kernel status {why}')}")
+
+
+class _Transfers:
+    """run_trials' session: each sample one transfer of the pattern, post -> completion."""
+
+    def __init__(self, ctx: RackContext, link: _Link, wrs: np.ndarray):
+        self.ctx, self.link, self.wrs = ctx, link, wrs
+        self.timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ticks = np.zeros(n, np.uint64)
+        why = kernels.post_to_completion(*self.link.args(self.wrs), ticks, self.timeout)
+        if why != kernels.OK:
+            raise _failed(why, "post -> completion")
+        return ticks.astype(np.float64), self.ctx.ns(ticks)
+
+
+def _pipelined_ns(ctx: RackContext, link: _Link, wrs: np.ndarray, window: int) -> np.ndarray:
+    """A transfer's time with `window` in flight: what the bytes take once the pipeline is full.
+    Samples of 2 x window transfers each, up to PIPELINE_SAMPLES or a quarter of the budget."""
+    transfers = 2 * window
+    samples = []
+    start = time.perf_counter()
+    timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
+    while len(samples) < PIPELINE_SAMPLES and (
+            not samples or time.perf_counter() - start < ctx.rule.budget_s / 4):
+        ticks = np.zeros(1, np.uint64)
+        why = kernels.pipelined(*link.args(wrs), window, transfers, ticks, timeout)
+        if why != kernels.OK:
+            raise _failed(why, "pipelined transfers")
+        samples.append(ticks[0])
+    return ctx.ns(np.array(samples, np.uint64), per=transfers)
+
+
+# --- rdma-write / rdma-read ------------------------------------------------------------------
+
+def _fill(array: np.ndarray, seed: int) -> None:
+    array[:] = np.random.default_rng(seed).integers(0, 256, array.size, dtype=np.uint8)
+
+
+def _packed(region: np.ndarray, frags: np.ndarray) -> np.ndarray:
+    """The pattern's local pieces, packed in order (what the remote side must hold)."""
+    return np.concatenate([region[o:o + n] for o, _, n in frags]) if len(frags) else region[:0]
+
+
+def _one_sided_run(ctx: RackContext) -> dict:
+    method = ctx.case.method
+    opcode = OPCODES[method]
+    frags = ctx.pattern.frags
+    variant = str(ctx.params.get("sge", "batched"))
+    if ctx.rank > 1:
+        ctx.barrier("while ranks 0 and 1 connect")
+        ctx.barrier("after the transfers")
+        return {}
+    device = pick_device(_devices(), str(ctx.params.get("device", "")))
+    limits = device.limits if device else {}
+    plan = requests_for(method, ctx.pattern, variant, limits)
+    window = max(1, min(MAX_WINDOW, int(limits.get("max_qp_wr") or len(plan)) // len(plan)))
+    sges = int(plan[:, 1].max())
+    link = _Link(ctx, len(plan) * window, sges)
+    region = ctx.pool.array
+    try:
+        if ctx.rank == 1:  # the target: what a read fetches, or zeros a write must overwrite
+            span = region[:ctx.pattern.dst_span]
+            _fill(span, 1) if opcode == verbs.WR_RDMA_READ else span.fill(0)
+            ctx.barrier("while ranks 0 and 1 connect")
+            ctx.barrier("after the transfers")
+            ctx.world.send(np.array(span), 0, ctx.timeout_s, "sending its memory for the check")
+            return {}
+        if opcode == verbs.WR_RDMA_WRITE:
+            _fill(region[:ctx.pattern.src_span], 2)
+        else:
+            region[:ctx.pattern.src_span] = 0
+        wrs, sge_buffer = build_chain(frags, plan, int(region.ctypes.data), link.qp.lkey,
+                                      link.peer.addr, link.peer.rkey, opcode)
+        ctx.barrier("while ranks 0 and 1 connect")
+        ticks, ns, elapsed, converged = run_trials(_Transfers(ctx, link, wrs), ctx.rule)
+        wire_ns = _pipelined_ns(ctx, link, wrs, window)
+        del sge_buffer  # posted for the last time
+        ctx.barrier("after the transfers")
+        remote = ctx.world.recv(1, ctx.timeout_s, "receiving rank 1's memory for the check")
+        local = _packed(region, frags)
+        bad = int(np.count_nonzero(local != remote[:local.size]))
+        return {"raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,
+                "wire_ns": wire_ns, "window": window, "requests": len(plan),
+                "sges_per_request": sges, "sge_limit": sge_limit(variant, limits, opcode),
+                "bytes_checked": int(local.size), "bytes_differing": bad, **link.facts()}
+    finally:
+        link.close()
+
+
+def _one_sided_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
+    got = results[0]
+    median = float(np.median(got["ns"]))
+    data_ns = float(np.median(got["wire_ns"]))
+    check = (f"ok: {got['bytes_checked']} bytes on rank 1 equal rank 0's" if not
+             got["bytes_differing"] else
+             f"FAILED: {got['bytes_differing']} of {got['bytes_checked']} bytes differ")
+    info = {k: got[k] for k in ("device", "port", "link_layer", "max_sge", "max_sge_rd",
+                                "max_qp_wr", "max_mr_size", "sges_per_request", "sge_limit",
+                                "window", "converged", "elapsed_s") if k in got}
+    info.update({
+        "sge": str(ctx.params.get("sge", "batched")), "work_requests_per_sample": got["requests"],
+        "data_movement_ns": data_ns,
+        "sync_share": max(0.0, 1.0 - data_ns / median) if median > 0 else None,
+        "data_check": check, "timer_overhead_ticks": ctx.overhead_ticks,
+        "timed": "first ibv_post_send of the sample's work-request chain -> the last request's "
+                 "completion polled (rank 0's clock); data_movement_ns: the same transfer's "
+                 f"time with up to {got['window']} in flight (pipelined run, total / transfers)"})
+    extra = {"max_sge": got.get("max_sge_rd" if ctx.case.method == "rdma-read" else "max_sge"),
+             "work_requests_per_sample": got["requests"], "data_movement_ns": data_ns}
+    failed = "" if not got["bytes_differing"] else f"data check: {check}"
+    return [RackRow(0, np.asarray(got["raw"]), np.asarray(got["ns"]), info, failed, extra)]
+
+
+# --- rdma-rpc: request written into the server's slot, reply written back, both polled ------
+
+def _rpc_run(ctx: RackContext) -> dict:
+    if ctx.rank > 1:
+        ctx.barrier("while ranks 0 and 1 connect")
+        return {}
+    size = ctx.pattern.total_bytes
+    words = -(-size // 8)
+    seq_index = words - 1  # the last word: written last by the NIC, the one both sides poll
+    region = ctx.pool.array
+    region[:2 * REPLY_OFFSET] = 0
+    link = _Link(ctx, 1, 1)
+    try:
+        slot = region[:words * 8].view(np.uint64)
+        reply = region[REPLY_OFFSET:REPLY_OFFSET + words * 8].view(np.uint64)
+        # rank 0 writes its request buffer (offset 0) into rank 1's slot (offset 0); rank 1
+        # writes its reply buffer (REPLY_OFFSET) into rank 0's reply slot (REPLY_OFFSET)
+        source = 0 if ctx.rank == 0 else REPLY_OFFSET
+        frags = np.array([[source, source, words * 8]], np.int64)
+        plan = plan_requests(frags, 1)
+        wrs, sge_buffer = build_chain(frags, plan, int(region.ctypes.data), link.qp.lkey,
+                                      link.peer.addr, link.peer.rkey, verbs.WR_RDMA_WRITE)
+        if ctx.rank == 0:
+            slot[:seq_index] = np.arange(seq_index, dtype=np.uint64) + 7
+        ctx.barrier("while ranks 0 and 1 connect")
+        timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
+        if ctx.rank == 1:
+            return _rpc_serve(ctx, link, wrs, slot, reply, words, timeout)
+        client = _RpcClient(ctx, link, wrs, slot, reply, seq_index, timeout)
+        try:
+            ticks, ns, elapsed, converged = run_trials(client, ctx.rule)
+        finally:
+            client.stop()
+        echoed = bool(np.array_equal(reply[:seq_index], slot[:seq_index]))
+        del sge_buffer
+        return {"raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,
+                "echoed": echoed, "message_bytes": words * 8, **link.facts()}
+    finally:
+        link.close()
+
+
+class _RpcClient:
+    def __init__(self, ctx, link, wrs, request, reply, seq_index, timeout):
+        self.ctx, self.link, self.wrs = ctx, link, wrs
+        self.request, self.reply, self.seq_index, self.timeout = request, reply, seq_index, timeout
+        self.next_seq = 1
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ticks = np.zeros(n, np.uint64)
+        why = kernels.rpc_client(*self.link.args(self.wrs), _address(self.request, self.seq_index),
+                                 _address(self.reply, self.seq_index), np.uint64(self.next_seq),
+                                 ticks, self.timeout)
+        self.next_seq += n
+        if why != kernels.OK:
+            raise _failed(why, "RPC round trip")
+        return ticks.astype(np.float64), self.ctx.ns(ticks)
+
+    def stop(self) -> None:
+        """The STOP sequence, written into the server's slot (not timed, not answered)."""
+        self.request[self.seq_index] = kernels.STOP
+        why = kernels.post_to_completion(*self.link.args(self.wrs), np.zeros(1, np.uint64),
+                                         self.timeout)
+        if why != kernels.OK:
+            raise _failed(why, "sending the RPC server its stop")
+
+
+def _address(words: np.ndarray, index: int) -> np.uint64:
+    return np.uint64(words.ctypes.data + 8 * index)
+
+
+def _rpc_serve(ctx, link, wrs, slot, reply, words, timeout) -> dict:
+    state = np.zeros(2, np.int64)
+    idle = np.uint64(0.05 * ctx.tsc_hz)
+    deadline = time.monotonic() + ctx.timeout_s + 20 * ctx.rule.budget_s
+    while True:
+        why = kernels.rpc_server(*link.args(wrs), _address(slot, 0), _address(reply, 0), words,
+                                 state, timeout, idle)
+        if why == kernels.STOPPED:
+            return {"served": int(state[1])}
+        if why != kernels.IDLE:
+            raise _failed(why, "RPC server")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the RPC client on rank 0 neither sent requests nor stopped")
+
+
+def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
+    got = results[0]
+    served = results[1].get("served", 0)
+    check = ("ok: the last reply equals its request" if got["echoed"]
+             else "FAILED: the last reply differs from its request")
+    info = {k: got[k] for k in ("device", "port", "link_layer", "max_sge", "max_qp_wr",
+                                "converged", "elapsed_s", "message_bytes") if k in got}
+    info.update({"server_rank": 1, "requests_served": served, "data_check": check,
+                 "transport": "RC, RDMA write of the request into the server's slot, RDMA "
+                              "write of the reply into the client's slot, both polled",
+                 "timer_overhead_ticks": ctx.overhead_ticks,
+                 "timed": "ibv_post_send of the request -> the reply's sequence word seen in "
+                          "rank 0's reply slot (rank 0's clock)"})
+    failed = "" if got["echoed"] else check
+    return [RackRow(0, np.asarray(got["raw"]), np.asarray(got["ns"]), info, failed,
+                    {"work_requests_per_sample": 1})]
+
+
+# --- registration ----------------------------------------------------------------------------
+
+register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         host_needs=host_needs),
+              "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
+              "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
+              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS, stores_in_region=True)
+register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
+                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         host_needs=host_needs),
+              "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
+              "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
+              needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",),
+              cpu_flags=CPU_FLAGS, stores_in_region=True)
+register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
+                         lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
+              "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
+              "RDMA-written back, both sides polling memory", {"device": ""}, needs=_needs,
+              check_pattern=_check_rpc_pattern, check_case=_check_case("rdma-rpc"),
+              sample_bytes=lambda pattern: 2 * pattern.total_bytes, cpu_flags=CPU_FLAGS,
+              stores_in_region=True)
+
+
+def _parse(case: Case) -> Pattern:
+    from nearlocal.workloads.patterns import parse_pattern
+
+    return parse_pattern(case.pattern)
+
+
+def _rdma_cases() -> list[Case]:
+    cases = []
+    for method, access in (("rdma-write", "write"), ("rdma-read", "read")):
+        for pattern in PATTERNS:
+            for variant in SGE_VARIANTS:
+                cases.append(Case(method, SUITE_REGION, "wb", pattern, access=access,
+                                  params=(("sge", variant),)))
+    cases.append(Case("rdma-rpc", SUITE_REGION, "wb", RPC_MESSAGE))
+    return cases
+
+
+register_suite(Suite("rdma", "RDMA over verbs between two ranks of an MPI job: write / read of "
+                     "each fragment pattern (one request per piece, and SGE-batched), an RPC "
+                     "(B1, B2, B13-B15's RDMA side)", [_rdma_cases]))

@@ -1,0 +1,106 @@
+"""The facts the VM rig's RDMA guest must show (scripts/vm_rdma_guest.sh): soft-RoCE's device in
+probe with its limits, rdma-write / rdma-read rows for 16KiB, 128x20KiB and 1024x160B in both SGE
+variants with the device's max_sge and the work requests per sample that max_sge gives, the data
+read back on rank 1 equal to rank 0's, the RPC's rows, perftest beside them. Never speeds (TCG).
+
+    python scripts/vm_rdma.py OUT   (exit 1 naming every fact that does not hold)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+PATTERNS = {"16KiB": 1, "128x20KiB": 128, "1024x160B": 1024}
+
+
+def _text(path: Path) -> str:
+    return path.read_text().strip() if path.exists() else "missing"
+
+
+def _integer(value) -> int | None:
+    """A stored count (a float column in the frame) as the integer it is; None when missing."""
+    return int(value) if value == value and value is not None else None
+
+
+def check(out: Path) -> tuple[list[str], list[str]]:
+    facts: list[str] = []
+    problems: list[str] = []
+
+    def fact(ok: bool, text: str) -> None:
+        (facts if ok else problems).append(text)
+
+    try:
+        rdma = json.loads((out / "probe.json").read_text())["inventory"]["rdma"]
+        device = next(d for d in rdma["devices"] if d["name"] == "rxe0")
+    except (OSError, ValueError, KeyError, StopIteration):
+        rdma, device = {}, None
+    fact(device is not None and device["limits"].get("max_sge", 0) > 0,
+         f"probe: rxe0 listed with its limits ({device and device['limits']})")
+    if device is not None:
+        port = device["ports"][0]
+        fact(port["state"] == "ACTIVE" and port["link_layer"] == "Ethernet" and port["gids"],
+             f"probe: rxe0 port 1 ACTIVE, Ethernet (RoCE), GIDs {port['gids'][:2]}")
+    rc = _text(out / "run.rc")
+    fact(rc == "0", f"mpiexec -n 2 nearlocal run --suite rdma exits 0 (rc {rc}: "
+         f"{_text(out / 'run.err')[-400:]})")
+    runs = sorted((out / "results").glob("*/run.json"))
+    if not runs:
+        problems.append("no stored run in results/")
+        return facts, problems
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from nearlocal.results import load
+
+    cases = load(runs[-1].parent).cases
+    cases["info_d"] = [i if isinstance(i, dict) else json.loads(i or "{}") for i in cases["info"]]
+    variants = cases["info_d"].map(lambda i: i.get("sge", ""))  # info says it, param or default
+    limits = device["limits"] if device else {}
+    for method in ("rdma-write", "rdma-read"):
+        limit = limits.get("max_sge_rd" if method == "rdma-read" else "max_sge", 0)
+        for pattern, pieces in PATTERNS.items():
+            for variant in ("one", "batched"):
+                rows = cases[(cases["method"] == method) & (cases["pattern"] == pattern)
+                             & (variants == variant)]
+                if len(rows) != 1:
+                    problems.append(f"{method} {pattern} sge={variant}: {len(rows)} rows")
+                    continue
+                row = rows.iloc[0]
+                info = row["info_d"]
+                want = pieces if variant == "one" else math.ceil(pieces / max(limit, 1))
+                fact(row["status"] == "ok" and info.get("work_requests_per_sample") == want
+                     and str(info.get("data_check", "")).startswith("ok"),
+                     f"{method} {pattern} sge={variant}: {row['status']} {row['reason'] or ''}, "
+                     f"max_sge {_integer(row.get('max_sge'))}, {info.get('work_requests_per_sample')} WRs "
+                     f"per sample (want {want}), median {row['median_ns']:.0f} ns, data "
+                     f"movement {info.get('data_movement_ns', float('nan')):.0f} ns, check: "
+                     f"{info.get('data_check')}")
+    rpc = cases[cases["method"] == "rdma-rpc"]
+    ok = len(rpc) == 1 and rpc.iloc[0]["status"] == "ok"
+    info = rpc.iloc[0]["info_d"] if len(rpc) else {}
+    outcome = f"{rpc.iloc[0]['status']} {rpc.iloc[0]['reason'] or ''}" if len(rpc) else "missing"
+    fact(ok and str(info.get("data_check", "")).startswith("ok"),
+         f"rdma-rpc 64B: {outcome}, median "
+         f"{rpc.iloc[0]['median_ns'] if len(rpc) else float('nan'):.0f} ns, served "
+         f"{info.get('requests_served')}, check: {info.get('data_check')}")
+    perftest = _text(out / "perftest.txt")
+    fact(_text(out / "perftest.rc") == "0" and "ib_write_lat" in perftest
+         and "ib_read_lat" in perftest and " nan " not in perftest,
+         f"compare_perftest.sh ran ib_write_lat, ib_read_lat, ib_write_bw:\n{perftest}\n"
+         f"{_text(out / 'perftest.err')[-300:]}")
+    return facts, problems
+
+
+def main(out: Path) -> int:
+    facts, problems = check(out)
+    for text in facts:
+        print(f"vm_rdma: ok: {text}")
+    for text in problems:
+        print(f"vm_rdma: FAILED: {text}")
+    print("vm_rdma: interfaces, work-request splitting and the protocol under TCG; never speed")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs inside the VM rig's RDMA guest (scripts/vm_check.sh): soft-RoCE (rdma_rxe) on a dummy
+# netdev with an address, then `nearlocal run --suite rdma` as an MPI job of 2 ranks in this one
+# guest (rank 0 posts, rank 1 is the target / RPC server: loopback RDMA through rxe0), then
+# scripts/compare_perftest.sh (ib_write_lat, ib_read_lat, ib_write_bw) beside its rows. Under TCG
+# this proves the interfaces, the work-request splitting and the protocol, never speed. Writes its
+# results to OUT; the host checks them (scripts/vm_rdma.py).
+set -u
+OUT=$1
+MOUNTS=$2
+n=0
+mark() { n=$((n + 1)); printf '%s\n' "$1" >"$OUT/stage-$(printf %02d $n)"; }
+echo booted >"$OUT/booted"
+source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
+mount_image "$MOUNTS" || exit 1
+[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"
+modprobe rdma_rxe 2>"$OUT/modprobe.err"
+ip link add nlrdma0 type dummy && ip addr add 10.77.0.1/24 dev nlrdma0 && ip link set nlrdma0 up
+rdma link add rxe0 type rxe netdev nlrdma0 2>"$OUT/rdma-link.err"
+wait_for 30 "/sys/class/infiniband/rxe0/ports/1/gids/1"
+rdma link show >"$OUT/rdma-link.txt" 2>&1
+ibv_devinfo -v -d rxe0 >"$OUT/ibv_devinfo.txt" 2>&1
+mark "soft-RoCE rxe0"
+nearlocal probe --json >"$OUT/probe.json" 2>"$OUT/probe.err"
+mark "nearlocal probe --json"
+timeout -k 5 "${NEARLOCAL_VM_RDMA_RUN_S:-600}" mpiexec --allow-run-as-root --oversubscribe -n 2 \
+  nearlocal run --suite rdma --budget 0.02 --processes 1 --out "$OUT/results" --quiet \
+  >"$OUT/run.out" 2>"$OUT/run.err"
+echo $? >"$OUT/run.rc"
+mark "mpiexec -n 2 nearlocal run --suite rdma"
+RESULTS=$OUT/results DEVICE=rxe0 SIZES="16384" ITERS=200 timeout -k 5 300 \
+  bash "$REPO/scripts/compare_perftest.sh" >"$OUT/perftest.txt" 2>"$OUT/perftest.err"
+echo $? >"$OUT/perftest.rc"
+mark "compare_perftest.sh"
+umount -R /tmp/nearlocal-image 2>/dev/null
+echo done >"$OUT/done"

@@ -1,0 +1,366 @@
+"""Issue 39 without a device: the work-request split by max_sge for each pattern, the chain the
+timed loop posts, the compiled loop's calls through function pointers (ctypes callbacks stand in
+for the provider), the struct layouts against verbs.h, probe's reasons on fake sysfs trees, the
+rows' facts and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nearlocal.errors import UsageError
+from nearlocal.harness.methods import load_methods
+from nearlocal.hwprobe.rdma import gid_index, probe_rdma
+from nearlocal.rdma import verbs
+from nearlocal.rdma.requests import build_chain, plan_requests, sge_limit
+from nearlocal.sysroot import SysRoot
+from nearlocal.workloads.patterns import parse_pattern
+
+load_methods()  # the pattern kinds (kv:) register with their methods
+CX7 = {"max_sge": 30, "max_sge_rd": 30, "max_qp_wr": 32768, "max_mr_size": 1 << 40}
+
+
+@pytest.mark.parametrize(("pattern", "variant", "limits", "want"), [
+    ("16KiB", "one", CX7, 1), ("16KiB", "batched", CX7, 1),
+    ("128x20KiB", "one", CX7, 128), ("128x20KiB", "batched", CX7, 5),  # B2: 128 pieces, 30 SGEs
+    ("1024x160B", "one", CX7, 1024), ("1024x160B", "batched", CX7, 35),
+    ("1024x160B", "batched", {"max_sge": 32}, 32),  # soft-RoCE's limit
+    ("kv:qwen2.5-32b:flash-attn:dense", "one", CX7, None),
+])
+def test_requests_split_by_max_sge(pattern, variant, limits, want):
+    parsed = parse_pattern(pattern)
+    plan = plan_requests(parsed.frags, sge_limit(variant, limits, verbs.WR_RDMA_WRITE))
+    assert len(plan) == (want if want is not None else parsed.count)
+    assert plan[:, 1].sum() == parsed.count and plan[:, 3].sum() == parsed.total_bytes
+    assert plan[:, 1].max() <= sge_limit(variant, limits, verbs.WR_RDMA_WRITE)
+    # each request's remote range is contiguous: its pieces land packed
+    for first, count, remote, _ in plan:
+        frags = parsed.frags[first:first + count]
+        assert frags[0, 1] == remote and (frags[:, 1] - remote == np.cumsum(frags[:, 2]) - frags[:, 2]).all()
+
+
+def test_reads_use_max_sge_rd():
+    limits = {"max_sge": 30, "max_sge_rd": 16}
+    assert sge_limit("batched", limits, verbs.WR_RDMA_READ) == 16
+    assert sge_limit("batched", limits, verbs.WR_RDMA_WRITE) == 30
+    assert sge_limit("one", limits, verbs.WR_RDMA_READ) == 1
+
+
+def test_a_request_ends_where_remote_offsets_stop_being_contiguous():
+    frags = np.array([[0, 0, 64], [128, 64, 64], [256, 4096, 64]], np.int64)
+    assert plan_requests(frags, 30)[:, 1].tolist() == [2, 1]
+
+
+def test_chain_links_requests_and_signals_only_the_last():
+    parsed = parse_pattern("128x20KiB")
+    plan = plan_requests(parsed.frags, 30)
+    wrs, sges = build_chain(parsed.frags, plan, 0x10000, 7, 0x90000, 9, verbs.WR_RDMA_WRITE)
+    for index, (first, count, remote, _) in enumerate(plan):
+        at = index * verbs.WR_BYTES
+        wr_id, nxt, sg_list, num_sge, opcode, flags = struct.unpack_from("QQQiiI", wrs, at)
+        last = index == len(plan) - 1
+        assert wr_id == index and num_sge == count and opcode == verbs.WR_RDMA_WRITE
+        assert nxt == (0 if last else wrs.ctypes.data + at + verbs.WR_BYTES)
+        assert flags == (verbs.SEND_SIGNALED if last else 0)
+        assert sg_list == sges.ctypes.data + first * verbs.SGE_BYTES
+        assert struct.unpack_from("QI", wrs, at + verbs.WR_REMOTE_ADDR) == (0x90000 + remote, 9)
+    addr, length, lkey = struct.unpack_from("QII", sges, 3 * verbs.SGE_BYTES)
+    assert (addr, length, lkey) == (0x10000 + int(parsed.frags[3, 0]), 20 * 1024, 7)
+
+
+HEADER_CHECK = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <infiniband/verbs.h>
+#define O(n, t, f) printf("%s %zu\n", n, offsetof(struct t, f))
+#define S(n, t) printf("%s %zu\n", n, sizeof(struct t))
+int main(void) {
+"""
+
+
+def test_struct_layouts_match_verbs_h(tmp_path):
+    """Every offset verbs.py hard-codes, computed from the installed header (compiles a tiny
+    program: skipped without gcc or libibverbs-dev)."""
+    gcc = shutil.which("gcc")
+    if not gcc or not Path("/usr/include/infiniband/verbs.h").exists():
+        pytest.skip("needs gcc and libibverbs-dev's verbs.h")
+    lines = []
+    for name in verbs.LAYOUT:
+        struct_name, _, member = name.partition(".")
+        if struct_name == "ops":
+            lines.append(f'O("{name}", ibv_context_ops, {member});')
+        elif member:
+            lines.append(f'O("{name}", {struct_name}, {member});')
+        else:
+            lines.append(f'S("{name}", {struct_name});')
+    source = tmp_path / "layout.c"
+    source.write_text(HEADER_CHECK + "\n".join(lines) + "\nreturn 0; }\n")
+    subprocess.run([gcc, str(source), "-o", str(tmp_path / "layout")], check=True)
+    got = dict(line.split() for line in subprocess.run(
+        [str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout.splitlines())
+    assert {k: int(v) for k, v in got.items()} == verbs.LAYOUT
+
+
+# --- the compiled loops, with ctypes callbacks as the provider -------------------------------
+
+POST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+POLL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+
+
+class FakeProvider:
+    """post_send / poll_cq as C function pointers: counts calls, completes after `delay` polls,
+    writes `status` into the work completion."""
+
+    def __init__(self, status: int = 0, delay: int = 2):
+        self.posted, self.polls, self.status, self.delay, self.pending = 0, 0, status, delay, 0
+        self.post = POST(self._post)
+        self.poll = POLL(self._poll)
+
+    def _post(self, qp, wr, bad):
+        self.posted += 1
+        self.pending += 1
+        return 0
+
+    def _poll(self, cq, entries, wc):
+        self.polls += 1
+        if self.pending and self.polls % self.delay == 0:
+            self.pending -= 1
+            ctypes.c_uint32.from_address(wc + verbs.WC_STATUS).value = self.status
+            return 1
+        return 0
+
+    def args(self, wc: np.ndarray, bad: np.ndarray) -> tuple:
+        address = lambda f: np.uint64(ctypes.cast(f, ctypes.c_void_p).value)  # noqa: E731
+        return (address(self.post), address(self.poll), np.uint64(1), np.uint64(2),
+                np.uint64(3), np.uint64(bad.ctypes.data), np.uint64(wc.ctypes.data))
+
+
+def test_timed_loop_posts_and_polls_through_function_pointers():
+    from nearlocal.rdma import kernels
+
+    provider = FakeProvider()
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    ticks = np.zeros(4, np.uint64)
+    assert kernels.post_to_completion(*provider.args(wc, bad), ticks, np.uint64(1 << 40)) == kernels.OK
+    assert provider.posted == 4 and (ticks > 0).all()
+    ticks = np.zeros(3, np.uint64)
+    assert kernels.pipelined(*provider.args(wc, bad), 4, 16, ticks, np.uint64(1 << 40)) == kernels.OK
+    assert provider.posted == 4 + 3 * 16 and provider.pending == 0
+
+
+def test_an_error_completion_stops_the_loop():
+    from nearlocal.rdma import kernels
+
+    provider = FakeProvider(status=12)  # IBV_WC_RETRY_EXC_ERR
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    got = kernels.post_to_completion(*provider.args(wc, bad), np.zeros(2, np.uint64),
+                                     np.uint64(1 << 40))
+    assert got == kernels.BAD_COMPLETION
+
+
+# --- probe on fake sysfs trees ---------------------------------------------------------------
+
+def _device(root: Path, name: str = "rxe0", state: str = "4: ACTIVE") -> None:
+    port = root / "sys/class/infiniband" / name / "ports/1"
+    (port / "gids").mkdir(parents=True)
+    (port / "gid_attrs/types").mkdir(parents=True)
+    (port / "state").write_text(state + "\n")
+    (port / "link_layer").write_text("Ethernet\n")
+    (port / "lid").write_text("0x0\n")
+    for index, gid, kind in ((0, "fe80:0000:0000:0000:0000:00ff:fe00:0001", "IB/RoCE v1"),
+                             (1, "fe80:0000:0000:0000:0000:00ff:fe00:0001", "RoCE v2"),
+                             (2, "0000:0000:0000:0000:0000:0000:0000:0000", "")):
+        (port / "gids" / str(index)).write_text(gid + "\n")
+        (port / "gid_attrs/types" / str(index)).write_text(kind + "\n")
+
+
+def test_probe_says_why_without_a_device(tmp_path):
+    info = probe_rdma(SysRoot(tmp_path))
+    assert not info.devices and "/sys/class/infiniband does not exist" in info.reason
+    (tmp_path / "sys/class/infiniband").mkdir(parents=True)
+    assert "is empty" in probe_rdma(SysRoot(tmp_path)).reason
+
+
+def test_probe_lists_ports_gids_and_a_down_port(tmp_path):
+    _device(tmp_path, state="1: DOWN")
+    info = probe_rdma(SysRoot(tmp_path))
+    assert info.reason == "no RDMA port is ACTIVE (rxe0 port 1 DOWN)"
+    port = info.devices[0].ports[0]
+    assert port.link_layer == "Ethernet" and len(port.gids) == 2 and gid_index(port) == 1
+
+
+def test_probe_finds_an_active_device(tmp_path):
+    _device(tmp_path)
+    info = probe_rdma(SysRoot(tmp_path))
+    assert info.reason == "" and info.devices[0].active_port().port == 1
+
+
+def test_each_rdma_method_is_skipped_with_probe_reason(tmp_path, monkeypatch):
+    from nearlocal.harness.methods import get_method
+    from nearlocal.hwprobe import probe
+
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
+    inventory = probe(SysRoot(tmp_path), calibrate=False, gpu=False)
+    for name in ("rdma-write", "rdma-read", "rdma-rpc"):
+        assert "/sys/class/infiniband does not exist" in get_method(name).needs(inventory)
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def test_a_device_that_does_not_exist(tmp_path, monkeypatch):
+    from nearlocal.rdma.methods import _check_case
+
+    _device(tmp_path)
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
+    with pytest.raises(UsageError, match=r"RDMA device .mlx5_9. does not exist .*rxe0"):
+        _check_case("rdma-write")({"sge": "one", "device": "mlx5_9"}, parse_pattern("16KiB"))
+    with pytest.raises(UsageError, match="sge=two must be one of one, batched"):
+        _check_case("rdma-write")({"sge": "two", "device": ""}, parse_pattern("16KiB"))
+
+
+def test_a_pattern_beyond_the_device_limits():
+    from nearlocal.rdma.methods import requests_for
+
+    with pytest.raises(UsageError, match=r"1024 work requests .* holds 512 \(max_qp_wr\)"):
+        requests_for("rdma-write", parse_pattern("1024x160B"), "one", {"max_qp_wr": 512})
+    with pytest.raises(UsageError, match="beyond the device's max_mr_size 4096"):
+        requests_for("rdma-read", parse_pattern("16KiB"), "batched", {"max_mr_size": 4096})
+
+
+def _no_mpi(monkeypatch) -> None:
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                 "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_an_rdma_method_without_mpi_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    from nearlocal.rack.methods import refuse_without_mpi
+
+    _no_mpi(monkeypatch)
+    _device(tmp_path)  # a host with an active device: only MPI is missing
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
+    from nearlocal.cli import main
+
+    assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--budget", "0.01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "two ranks of an MPI job" in err
+    from nearlocal.harness.cases import Case
+    from nearlocal.hwprobe import probe
+
+    inventory = probe(SysRoot(tmp_path / "none"), calibrate=False, gpu=False)
+    refuse_without_mpi([Case("rdma-read", "dram", "wb", "16KiB")], inventory)  # skipped, not refused
+
+
+def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path, capsys,
+                                                                       monkeypatch):
+    from nearlocal.cli import main
+    from nearlocal.results import load
+
+    _no_mpi(monkeypatch)
+    monkeypatch.setattr("nearlocal.hwprobe.probe_rdma", lambda root: probe_rdma(
+        SysRoot(tmp_path / "none")))
+    assert main(["run", "--method", "rdma-write,rdma-read,rdma-rpc", "--size", "64B",
+                 "--budget", "0.01", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    (run,) = [load(p) for p in (tmp_path / "out").iterdir()]
+    assert set(run.cases["status"]) == {"skipped"} and len(run.cases) == 3
+    assert run.cases["reason"].str.contains("/sys/class/infiniband does not exist").all()
+
+
+def test_rpc_takes_one_message_size():
+    from nearlocal.rdma.methods import _check_rpc_pattern
+
+    with pytest.raises(UsageError, match="rdma-rpc takes one message size"):
+        _check_rpc_pattern(parse_pattern("1024x160B"))
+    _check_rpc_pattern(parse_pattern("64B"))
+
+
+# --- the rows' facts ---------------------------------------------------------------------------
+
+def test_one_sided_rows_state_max_sge_requests_and_the_sync_share():
+    from types import SimpleNamespace
+
+    from nearlocal.rdma.methods import _one_sided_rows
+
+    ctx = SimpleNamespace(case=SimpleNamespace(method="rdma-write"), params={"sge": "batched"},
+                          overhead_ticks=10.0)
+    got = {"raw": np.ones(5), "ns": np.full(5, 10_000.0), "wire_ns": np.full(4, 2_500.0),
+           "window": 8, "requests": 5, "sges_per_request": 30, "sge_limit": 30,
+           "bytes_checked": 2_621_440, "bytes_differing": 0, "device": "mlx5_0", "port": 1,
+           "link_layer": "InfiniBand", "max_sge": 30, "max_sge_rd": 30, "max_qp_wr": 32768,
+           "converged": True, "elapsed_s": 1.0}
+    (row,) = _one_sided_rows(ctx, [got, {}])
+    assert row.extra == {"max_sge": 30, "work_requests_per_sample": 5, "data_movement_ns": 2500.0}
+    assert row.info["sync_share"] == pytest.approx(0.75) and row.failed == ""
+    assert row.info["data_check"].startswith("ok")
+    (bad,) = _one_sided_rows(ctx, [{**got, "bytes_differing": 3}, {}])
+    assert bad.failed.startswith("data check: FAILED: 3 of")
+
+
+def _copying(destination: np.ndarray, source: np.ndarray) -> FakeProvider:
+    """A provider whose post_send does what the NIC's RDMA write does: copy the 64 B message
+    into the peer's slot (then one completion)."""
+    provider = FakeProvider(delay=1)
+
+    def post(qp, wr, bad):
+        ctypes.memmove(destination.ctypes.data, source.ctypes.data, 64)
+        provider.pending += 1
+        return 0
+
+    provider.post = POST(post)
+    return provider
+
+
+def _at(words: np.ndarray, index: int = 0) -> np.uint64:
+    return np.uint64(words.ctypes.data + 8 * index)
+
+
+def test_rpc_client_and_server_loops_with_a_provider_that_delivers_by_copy():
+    from nearlocal.rdma import kernels
+
+    request, slot, reply, client_slot = (np.zeros(8, np.uint64) for _ in range(4))
+    request[:7] = np.arange(7, dtype=np.uint64) + 7
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    forever, idle = np.uint64(1 << 40), np.uint64(1 << 20)
+    # the client: each sample's reply arrives (an echo by copy) and is seen by its sequence
+    echo = _copying(client_slot, request)
+    ticks = np.zeros(3, np.uint64)
+    assert kernels.rpc_client(*echo.args(wc, bad), _at(request, 7), _at(client_slot, 7),
+                              np.uint64(100), ticks, forever) == kernels.OK
+    assert (ticks > 0).all() and client_slot[7] == 102 and echo.pending == 0
+    # the server: nothing in its slot (IDLE), a request (answered: echoed into the client's
+    # slot), then STOP
+    answer = _copying(client_slot, reply)
+    state = np.zeros(2, np.int64)
+    serve = (*answer.args(wc, bad), _at(slot), _at(reply), 8, state, forever, idle)
+    assert kernels.rpc_server(*serve) == kernels.IDLE
+    slot[:] = request
+    slot[7] = 5
+    assert kernels.rpc_server(*serve) == kernels.IDLE
+    assert state.tolist() == [5, 1] and (client_slot == slot).all()
+    slot[7] = kernels.STOP
+    assert kernels.rpc_server(*serve) == kernels.STOPPED and state[1] == 1
+
+
+def test_every_rdma_method_writes_its_region_so_a_devdax_needs_allow_write():
+    """rdma-read writes what it reads into rank 0's region, and rank 1's is filled for the check:
+    a region the user did not allow writing is never written."""
+    from nearlocal.harness.cases import Case
+
+    for method, access in (("rdma-write", "write"), ("rdma-read", "read"), ("rdma-rpc", "write")):
+        assert Case(method, "devdax:/dev/dax0.0", "wb", "16KiB", access=access).writes_region
+
+
+def test_a_device_that_does_not_exist_is_one_line_exit_2(capsys, monkeypatch):
+    from nearlocal.cli import main
+
+    _no_mpi(monkeypatch)
+    assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--param", "device=mlx5_9",
+                 "--budget", "0.01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "RDMA device 'mlx5_9' does not exist" in err
