@@ -79,7 +79,7 @@ class GateLoadSession(CpuSession):
         self.whole: int | None = None
         self.share = NO_FRAGMENTS
         super().__init__("time_load", "64-byte vector loads, warm, x slowdown the work", ctx,
-                         batched=True)
+                         batched=True, batch_with_drain=True)  # as load: passes batched
         extra = (slowdown() - 1.0) * self.passes
         self.whole = self.passes + int(extra)
         self.share = leading_share(ctx.pattern.frags, extra - int(extra))
