@@ -132,7 +132,8 @@ def test_take_turns_script_runs_both_checkouts_in_turns_and_compares(tmp_path):
                            "--budget", "0.1"], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode in (0, 1), done.stderr  # 1 would be a verdict, not a failure
-    assert "load/dram/wb/4KiB" in done.stdout
+    # the case is listed when it changed or is ambiguous, else counted among the `same`
+    assert "load/dram/wb/4KiB" in done.stdout or "1 same" in done.stdout, done.stdout
     metas = [json.loads((run / "run.json").read_text()) for run in store.iterdir()]
     assert sorted(meta["turns"]["arm"] for meta in metas) == [0, 1]
     assert all(meta["turns"]["arms"] == 2 for meta in metas)

@@ -1,12 +1,14 @@
 """Child processes that never turn a Ctrl-C into a traceback, and a parent that never loses one.
 
 Ctrl-C reaches the whole process group; the runner is the one that handles it: it stops its
-children and stores what was measured. So the fork server is launched with SIGINT ignored (an
-ignored signal stays ignored across exec, so neither it, while it imports its preload, nor any
-worker it forks, can be interrupted), and a child is started with SIGINT held (blocked): a
-Ctrl-C that lands meanwhile stays pending and is raised in the parent right after. Swapping in
-SIG_IGN around each start, as before, could drop it or make Python raise `OSError: Signal 2
-ignored due to race condition`."""
+children and stores what was measured. The parent never ignores SIGINT, not even for a moment:
+it only holds it (blocks it in its main thread) while a child starts, so a Ctrl-C meanwhile stays
+pending and is raised right after. The fork server is launched inside that hold and inherits
+SIGINT blocked across exec; its preload (harness/forkserver.py) ignores SIGINT before anything
+else, so neither it nor a worker it forks can be interrupted. Ignoring SIGINT in the parent
+around a start, as before, lost a Ctrl-C (a run then ended with exit 0): Python raises `OSError:
+Signal 2 ignored due to race condition` for a signal caught just before, which multiprocessing's
+own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613)."""
 
 from __future__ import annotations
 
@@ -30,23 +32,13 @@ def _interrupts_held() -> Iterator[bool]:
 
 
 def start_fork_server() -> None:
-    """Launch multiprocessing's fork server (its preload set beforehand) with SIGINT ignored."""
+    """Launch multiprocessing's fork server (its preload set beforehand) with SIGINT blocked."""
     from multiprocessing import forkserver, resource_tracker
 
-    # first, on its own: starting it unblocks SIGINT (bpo-33613), which would end the hold below
-    # while SIGINT is ignored, and a Ctrl-C would be lost (the run then ended with exit 0)
-    resource_tracker.ensure_running()
+    resource_tracker.ensure_running()  # first: its start unblocks SIGINT, which ends a hold
     with _interrupts_held() as waiting:
-        if waiting:  # raised as the hold ends: nothing is started
-            return
-        if threading.current_thread() is not threading.main_thread():
+        if not waiting:  # a waiting Ctrl-C is raised as the hold ends: nothing is started
             forkserver.ensure_running()
-            return
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # held: none can arrive now
-        try:
-            forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGINT, handler)
 
 
 def start_child(process) -> None:
@@ -56,5 +48,6 @@ def start_child(process) -> None:
 
 
 def ignore_interrupts() -> None:
-    """In a child: Ctrl-C is the parent's to handle."""
+    """In a child: Ctrl-C is the parent's to handle (then SIGINT, inherited held, is let go)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

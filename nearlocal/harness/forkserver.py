@@ -12,7 +12,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 
-from nearlocal.harness.methods import METHOD_MODULES
+from nearlocal.harness.children import ignore_interrupts
+
+ignore_interrupts()  # launched with SIGINT held (children.py): Ctrl-C is the runner's
+
+from nearlocal.harness.methods import METHOD_MODULES  # noqa: E402
 
 for _module in METHOD_MODULES:
     with contextlib.suppress(Exception):  # the worker imports it again and reports the error
