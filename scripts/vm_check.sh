@@ -81,7 +81,8 @@ WORK=$(mktemp -d /var/tmp/nearlocal-vm.XXXXXX)
 # made for this check in the work folder (removed with it)
 PY=${NEARLOCAL_VM_PYTHON:-$REPO/.venv/bin/python}
 if [ ! -x "$PY" ]; then
-  python3 -m venv "$WORK/venv" && "$WORK/venv/bin/pip" install -q -e "$REPO" >/dev/null 2>&1 \
+  # [mpi]: mpiexec beside the interpreter, for the RDMA stage's two ranks
+  python3 -m venv "$WORK/venv" && "$WORK/venv/bin/pip" install -q -e "$REPO[mpi]" >/dev/null 2>&1 \
     || fail "could not make a venv with nearlocal for the guest"
   PY=$WORK/venv/bin/python
 fi
@@ -230,7 +231,8 @@ rdma_missing() {
     command -v $tool >/dev/null || { echo "$tool is missing (apt-get install rdma-core ibverbs-utils perftest iproute2)"; return; }
   done
   ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || { echo "the rxe provider is missing (apt-get install ibverbs-providers)"; return; }
-  [ -x "$(dirname "$PY")/mpiexec" ] || command -v mpiexec >/dev/null || { echo "mpiexec is missing (pip install 'nearlocal[mpi]')"; return; }
+  # the guest's PATH has the interpreter's folder, not the host's shims: mpiexec must be there
+  [ -x "$(dirname "$PY")/mpiexec" ] || { echo "mpiexec is missing beside $PY (pip install 'nearlocal[mpi]' into it)"; return; }
 }
 if [ "${NEARLOCAL_VM_RDMA:-1}" != 1 ]; then
   echo "vm_check: RDMA: skipped (NEARLOCAL_VM_RDMA=0)"
