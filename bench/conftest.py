@@ -3,7 +3,7 @@
 Tests are generated from the same registry and suites as `nearlocal run` (ids such as
 `test_cpu[nt-store-dram-wb-16KiB]`), marked cpu / gpu / dsa / cxl / nvlink, and skipped with the
 probe's reason when they cannot run here. Times are measured inside the compiled kernels
-(see nearlocal/bench.py).
+(see nearlocal/frontends/bench.py).
 
 A session measures every case in this one process, so `--benchmark-compare-fail` sees one draw
 of page placement and co-tenants per session: on a busy 2-vCPU VM medians of unchanged code moved
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nearlocal import bench
 from nearlocal.errors import UsageError
+from nearlocal.frontends import bench
 
 if TYPE_CHECKING:
     pass
@@ -78,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
     if config.getoption("nearlocal_baseline"):  # before anything is measured
         from nearlocal.gate.commands import parse_percent
-        from nearlocal.results.store import load
+        from nearlocal.store.runs import load
 
         try:
             config.stash[_BASE] = load(config.getoption("nearlocal_baseline"),
@@ -92,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _host(config: pytest.Config) -> bench.BenchHost:
     if _HOST not in config.stash:
-        from nearlocal.hwprobe import probe
+        from nearlocal.probe import probe
 
         config.stash[_HOST] = bench.BenchHost(
             probe(), allow_write=config.getoption("nearlocal_allow_write"),

@@ -1,6 +1,6 @@
 """The chosen suite's CPU access methods (load, store, nt-store, clflush-load, ...) under pytest-benchmark."""
 
-from nearlocal.bench import run_benchmark
+from nearlocal.frontends.bench import run_benchmark
 
 
 def test_cpu(benchmark, nearlocal_case, nearlocal_host):

@@ -1,6 +1,6 @@
 """The chosen suite's Intel DSA methods (dsa-memmove, dsa-batch) under pytest-benchmark."""
 
-from nearlocal.bench import run_benchmark
+from nearlocal.frontends.bench import run_benchmark
 
 
 def test_dsa(benchmark, nearlocal_case, nearlocal_host):

@@ -1,6 +1,6 @@
 """The chosen suite's GPU methods (cudaMemcpy variants, copy kernels, NVLink peers) under pytest-benchmark."""
 
-from nearlocal.bench import run_benchmark
+from nearlocal.frontends.bench import run_benchmark
 
 
 def test_gpu(benchmark, nearlocal_case, nearlocal_host):

@@ -2,6 +2,6 @@
 
 import sys
 
-from nearlocal.entry import main
+from nearlocal.frontends.entry import main
 
 sys.exit(main())

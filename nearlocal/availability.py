@@ -3,9 +3,9 @@ for `probe` (computed once, printed by the console)."""
 
 from __future__ import annotations
 
-from nearlocal.harness.cases import Case, unavailable
-from nearlocal.harness.methods import load_methods
-from nearlocal.hwprobe import HostInventory
+from nearlocal.core.cases import Case, unavailable
+from nearlocal.core.methods import load_methods
+from nearlocal.probe import HostInventory
 from nearlocal.regions import ATTRIBUTES, REGION_KINDS, load_providers, parse_region, region_kind
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Does a batched sample (N passes drained by an mfence between them) give the figure of one
-isolated pass? The check behind `batch_with_drain` (kernels/cpu_methods.py, docs/timing.md).
+isolated pass? The check behind `batch_with_drain` (cpu/methods.py, docs/timing.md).
 
     python3 scripts/batch_check.py [--sizes 16KiB,64KiB] [--passes 8] [--samples 4001]
 
@@ -26,13 +26,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--samples", type=int, default=4001)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.methods import load_methods
-    from nearlocal.harness.worker import open_case
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import load_methods
+    from nearlocal.cpu.methods import DRAINS  # noqa: F401  (the methods registered)
+    from nearlocal.engine.worker import open_case
     from nearlocal.kernels import cpu
-    from nearlocal.kernels.cpu_methods import DRAINS  # noqa: F401  (the methods registered)
     from nearlocal.kernels.timer import measure_clock
+    from nearlocal.probe import probe
 
     load_methods()
     inventory = probe(gpu=False)

@@ -116,7 +116,7 @@ for round in $(seq "$ROUNDS"); do
       nearlocal run --method file-read --region "storage:$FILE" --peer "$peer" --pattern "$pattern" \
         --param qd="$qd" --param engine=io_uring --budget "$RUNTIME" --processes 1 --quiet \
         --out "$OUT/store" >/dev/null
-      nl_gbps=$(python3 -c "import sys; from nearlocal.results import load; r = load('latest', sys.argv[1]).cases.iloc[0]; print(r.bytes_moved / r.mean_ns, r.gbps)" "$OUT/store")
+      nl_gbps=$(python3 -c "import sys; from nearlocal.store import load; r = load('latest', sys.argv[1]).cases.iloc[0]; print(r.bytes_moved / r.mean_ns, r.gbps)" "$OUT/store")
       python3 -c "import sys; a, m, b, c, d = map(float, sys.argv[4:]); print(f'{sys.argv[1]:<16} {sys.argv[2]:>5} {sys.argv[3]:>5} {a:>10.3f} {m:>10.3f} {b:>10.3f} {c:>10.3f} {d:>10.3f} {a / b:>7.3f}')" \
         "$pattern" "$kind" "$round" $nl_gbps "$pass" "$steady" "$dflt" | tee -a "$OUT/pairs.txt"
     done

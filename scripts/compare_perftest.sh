@@ -57,7 +57,7 @@ for size in $SIZES; do
   [ -n "$w_typ" ] && [ -n "$r_typ" ] && [ -n "$bw" ] || { echo "$wlat" "$rlat" "$wbw" | tail -n 30 >&2; }
   "$PY" - "$RESULTS" "$size" "$DEVICE" "${w_typ:-nan}" "${r_typ:-nan}" "${bw:-nan}" <<'PYEOF'
 import math, sys
-from nearlocal.results import load
+from nearlocal.store import load
 
 path, size, device, w_typ, r_typ, bw = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(float, sys.argv[4:])
 run = load(path)

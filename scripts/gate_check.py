@@ -83,7 +83,7 @@ def hog_command(store: Path, cpu: int) -> list[str]:
 def nearlocal() -> list[str]:
     if os.environ.get("NEARLOCAL"):
         return shlex.split(os.environ["NEARLOCAL"])
-    return [sys.executable, "-c", "import sys; from nearlocal.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from nearlocal.frontends.cli import main; sys.exit(main())"]
 
 
 def environment(slowdown: float) -> dict:

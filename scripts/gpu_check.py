@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.stats import StoppingRule
-from nearlocal.harness.worker import WorkerSettings, measure
-from nearlocal.hwprobe.gpu import _one_line
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.engine.worker import WorkerSettings, measure
+from nearlocal.probe.gpu import _one_line
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_ns
 
@@ -152,9 +152,10 @@ def bare_launch_ns(pattern: str, reps: int = 300) -> tuple[float, list[float]]:
     removed as from their samples): (median after a 10 % warm-up, every raw time)."""
     import cupy as cp
 
-    from nearlocal.gpu import kernels, timing
+    from nearlocal.core.patterns import parse_pattern
+    from nearlocal.gpu import timing
     from nearlocal.gpu.regions import alloc_mapped
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.kernels import cuda as kernels
 
     table = kernels.validate_fragments(parse_pattern(pattern).frags)
     span = int((table[:, :2] + table[:, 2:3]).max()) + 64
@@ -296,7 +297,8 @@ def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
     blocks of 512 per SM. GB/s count the bytes read plus the bytes written."""
     import cupy as cp
 
-    from nearlocal.gpu import kernels, timing
+    from nearlocal.gpu import timing
+    from nearlocal.kernels import cuda as kernels
 
     k = kernels.compiled(cp)
     src, dst = cp.empty(nbytes, dtype=cp.uint8), cp.zeros(nbytes, dtype=cp.uint8)
@@ -344,7 +346,7 @@ def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[flo
     import cupy as cp
 
     from nearlocal.gpu import timing
-    from nearlocal.gpu.kernels import MEMCPY_HOST_TO_DEVICE
+    from nearlocal.kernels.cuda import MEMCPY_HOST_TO_DEVICE
 
     src = cp.cuda.alloc_pinned_memory(nbytes)
     dst = cp.empty(nbytes, dtype=cp.uint8)
@@ -397,8 +399,9 @@ def gather_vs_plain_copy(pattern: str, reps: int = 30) -> dict:
     checked after each."""
     import cupy as cp
 
-    from nearlocal.gpu import kernels, timing
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
+    from nearlocal.gpu import timing
+    from nearlocal.kernels import cuda as kernels
 
     table = kernels.validate_fragments(parse_pattern(pattern).frags)
     nbytes = int(table[:, 2].sum())
@@ -462,7 +465,7 @@ def gpu_unusable() -> str | None:
 def expected_case_ids(suite: str) -> list[str]:
     """Every case id of `suite` on this box, as `nearlocal run --suite` builds them (storage
     cases name the file NEARLOCAL_STORAGE points at, as the run saw it)."""
-    from nearlocal.harness.suites import suite_cases
+    from nearlocal.core.suites import suite_cases
 
     return [case.id for case in suite_cases(suite)]
 
@@ -553,7 +556,7 @@ def gpu_bus_id(device: int = 0) -> str:
     """GPU `device`'s PCI address as sysfs spells it (0000:1b:00.0)."""
     import cupy as cp
 
-    from nearlocal.hwprobe.gpu import _norm_bus_id, _text
+    from nearlocal.probe.gpu import _norm_bus_id, _text
 
     return _norm_bus_id(_text(cp.cuda.runtime.deviceGetPCIBusId(device)))
 

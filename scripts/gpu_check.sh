@@ -102,7 +102,7 @@ step() {  # [OK_CODES="0 3"] step NAME COMMAND...: run it under its cap, record 
   return $rc
 }
 
-NL=("$PY" -m nearlocal.cli)
+NL=("$PY" -m nearlocal)
 main() {
   local rc=0
   # exit 3: only the CUDA stack is missing, which the probe names in its own words

@@ -9,7 +9,7 @@ Writes, with numpy.savez_compressed:
   interrupts and VM exits included;
 - tsc_hz: float64, calibrated against CLOCK_MONOTONIC_RAW;
 - chase_spans / chase_ns_per_hop: a pointer chase's ns per hop over rings of growing span (the
-  curve the usable last-level cache is read from, hwprobe.cache);
+  curve the usable last-level cache is read from, probe.cache);
 - facts: JSON text: CPU model, flags, cpuid's and sysfs' cache sizes, kernel, when.
 It prints the step and overhead nearlocal finds in each run. Add the file with a line in
 tests/fixtures/boxes/README.md saying what the box is and what its TSC really does (the step you
@@ -37,9 +37,9 @@ def main(argv: list[str]) -> int:
     if not out.parent.is_dir():
         print(f"record_box.py: directory {out.parent} does not exist", file=sys.stderr)
         return 2
-    from nearlocal.hwprobe import probe
-    from nearlocal.hwprobe.cache import chase_curve
     from nearlocal.kernels.timer import calibrate, calibrate_tsc_hz, empty_intervals
+    from nearlocal.probe import probe
+    from nearlocal.probe.cache import chase_curve
 
     empty_intervals(16)  # compile / load the timer kernel
     runs = np.zeros((RUNS, REPS), np.uint64)

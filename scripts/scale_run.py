@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nearlocal.harness.stats import summarize
-from nearlocal.results import Store, load
+from nearlocal.core.sampling import summarize
+from nearlocal.store import Store, load
 
 
 def scale_run(ref: str, factor: float, root: Path) -> Path:

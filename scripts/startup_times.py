@@ -3,7 +3,7 @@ heavy libraries each imported (issue 19: --help and --version <= 0.3 s, probe <=
 
     python scripts/startup_times.py [--repeat 5]
 
-Each command runs in a fresh interpreter (`python -m nearlocal.cli`, what the `nearlocal` script
+Each command runs in a fresh interpreter (`python -m nearlocal`, what the `nearlocal` script
 runs); the figure is the median wall time over the repeats. Say the box's load with the figures:
 this script prints it.
 """
@@ -23,7 +23,7 @@ HEAVY = ("numba", "scipy", "pandas", "matplotlib", "pyarrow", "numpy")
 CHILD = ("import sys, runpy\n"
          "sys.argv = ['nearlocal', *sys.argv[1:]]\n"
          "try:\n"
-         "    runpy.run_module('nearlocal.cli', run_name='__main__')\n"
+         "    runpy.run_module('nearlocal.frontends.cli', run_name='__main__')\n"
          "except SystemExit:\n"
          "    pass\n"
          f"print('heavy:', ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n")

@@ -25,7 +25,7 @@ meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
 trap 'rm -rf "$meet"' EXIT  # the meeting place and the runs' logs (shown when a run fails)
 nearlocal() {  # nearlocal from the checkout $1
     PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
-        'import sys; from nearlocal.cli import main; sys.exit(main())' "${@:2}"
+        'import sys; from nearlocal.frontends.cli import main; sys.exit(main())' "${@:2}"
 }
 stored() { sed -n 's#^stored .*/##p' "$1" | tail -1; }
 

@@ -23,7 +23,7 @@ BUDGET_S = 0.05
 
 def cpu_methods() -> list[str]:
     """Every registered method of the cpu family, in the order they were declared."""
-    from nearlocal.harness.methods import load_methods
+    from nearlocal.core.methods import load_methods
 
     return [m.name for m in load_methods().values() if m.family == "cpu"]
 
@@ -31,8 +31,8 @@ def cpu_methods() -> list[str]:
 def smallest_case(method: str, inventory):
     """The case of `method` moving the fewest bytes among the `all` suite's (a method whose input
     is not a plain size on dram: rpc's rings, a storage file); None when no suite has one."""
-    from nearlocal.harness.suites import suite_cases
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
+    from nearlocal.core.suites import suite_cases
 
     cases = [c for c in suite_cases("all", inventory) if c.method == method]
     return min(cases, key=lambda c: parse_pattern(c.pattern).total_bytes, default=None)
@@ -42,9 +42,9 @@ def cases_for(inventory, settings) -> list:
     """One case per CPU method: SIZE on local DRAM, or its smallest suite case where it runs on
     other regions (a storage file) or SIZE on DRAM is not valid input for it (rpc's rings: a
     refused case would stop the whole run)."""
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.methods import get_method
-    from nearlocal.harness.plan import Refuse, plan_cases
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import get_method
+    from nearlocal.engine.plan import Refuse, plan_cases
 
     cases = []
     for method in cpu_methods():
@@ -59,11 +59,11 @@ def cases_for(inventory, settings) -> list:
 def run(out: Path) -> int:
     from numba.core.registry import cpu_target
 
-    from nearlocal.harness.methods import get_method
-    from nearlocal.harness.plan import RunSettings, measure, plan_cases
-    from nearlocal.harness.runner import run_metadata
-    from nearlocal.hwprobe import probe
-    from nearlocal.results.store import Store
+    from nearlocal.core.methods import get_method
+    from nearlocal.engine.plan import RunSettings, measure, plan_cases
+    from nearlocal.engine.runner import run_metadata
+    from nearlocal.probe import probe
+    from nearlocal.store.runs import Store
 
     inventory = probe(gpu=False)
     codegen = cpu_target.target_context.codegen()
@@ -149,7 +149,7 @@ def _report(facts: list[str], problems: list[str]) -> list[str]:
 
 def _rows(results: Path) -> list[dict]:
     try:
-        from nearlocal.results import load
+        from nearlocal.store import load
 
         run_dir = next(p for p in sorted(results.iterdir()) if p.is_dir())
         return load(run_dir).cases.to_dict("records")

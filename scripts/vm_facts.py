@@ -128,7 +128,7 @@ def _accept_facts(out: Path, fact) -> None:
 
 def _rows(results: Path) -> list[dict]:
     try:
-        from nearlocal.results import load
+        from nearlocal.store import load
 
         run = next(p for p in sorted(results.iterdir()) if p.is_dir())
         return load(run).cases.to_dict("records")

@@ -51,7 +51,7 @@ def check(out: Path) -> tuple[list[str], list[str]]:
         problems.append("no stored run in results/")
         return facts, problems
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from nearlocal.results import load
+    from nearlocal.store import load
 
     cases = load(runs[-1].parent).cases
     cases["info_d"] = [i if isinstance(i, dict) else json.loads(i or "{}") for i in cases["info"]]

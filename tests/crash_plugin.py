@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from nearlocal.harness.methods import Method, register_method
+from nearlocal.core.methods import Method, register_method
 
 
 class _Crash:
@@ -22,6 +22,7 @@ class _Crash:
 
 
 register_method(Method(
+    cacheable=False,
     name="crash-segv", family="cpu", summary="test only: dereferences NULL", accesses=("read",),
     state="-", open_session=lambda ctx: _Crash(),
 ))

@@ -20,14 +20,14 @@ import os
 import numpy as np
 from numba import njit
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Method, SessionContext, register_method
-from nearlocal.harness.pool import CHASE_SIZES
-from nearlocal.harness.suites import QUICK_SIZES, Suite, extend_suite, register_suite
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.suites import QUICK_SIZES, Suite, extend_suite, register_suite
+from nearlocal.cpu.chase import ChaseSession
+from nearlocal.cpu.methods import CpuSession
+from nearlocal.engine.pool import CHASE_SIZES
 from nearlocal.kernels.chase import time_chase
-from nearlocal.kernels.chase_methods import ChaseSession
 from nearlocal.kernels.cpu import _begin, _between, load_pass
-from nearlocal.kernels.cpu_methods import CpuSession
 from nearlocal.kernels.intrinsics import tsc_end
 from nearlocal.units import format_size
 

@@ -1,4 +1,4 @@
-"""A test double that runs nearlocal's CUDA C fragment kernels (nearlocal.gpu.kernels.KERNEL_SOURCE)
+"""A test double that runs nearlocal's CUDA C fragment kernels (nearlocal.kernels.cuda.KERNEL_SOURCE)
 on the CPU: g++ compiles the same source with threadIdx / blockIdx / blockDim / gridDim as globals
 and atomicAdd as a plain add, and `launch` calls the kernel once per (block, thread), one after
 another. Sound for these kernels because no thread reads what another writes and none waits on
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nearlocal.gpu.kernels import KERNEL_SOURCE
+from nearlocal.kernels.cuda import KERNEL_SOURCE
 
 _PRELUDE = r"""
 #include <cstdint>

@@ -133,7 +133,7 @@ class _Runtime:
         self._count("memcpyPeerAsync")
         ctypes.memmove(dst, src, n)
 
-    # what hwprobe.gpu.probe_gpu asks
+    # what probe.gpu.probe_gpu asks
     def getDeviceCount(self) -> int:
         return self.device_count
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from nearlocal.harness.methods import Method, register_method
-from nearlocal.kernels.cpu_methods import CpuSession
+from nearlocal.core.methods import Method, register_method
+from nearlocal.cpu.methods import CpuSession
 from nearlocal.kernels.intrinsics import read_range, tsc_begin, tsc_begin_nodrain, tsc_end
 
 
@@ -26,6 +26,7 @@ def time_unwarmed_load(src, dst, frags, samples, sink, drain=True):
 
 
 register_method(Method(
+    cacheable=True,
     name="unwarmed-load", family="cpu", accesses=("read",), state="warm",
     summary="64-byte vector loads, no warm-up pass (a plugin's method)",
     open_session=lambda ctx: CpuSession(time_unwarmed_load, "loads, no warm-up pass", ctx),

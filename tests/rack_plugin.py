@@ -3,8 +3,8 @@ once, at sizes a shared 2-core CI box runs in seconds."""
 
 import os
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.core.cases import Case
+from nearlocal.core.suites import Suite, register_suite
 
 # the test session names its own pool (tests/test_rack.py): two sessions at once on one box
 # (a CI run beside a developer's) must not share one

@@ -9,12 +9,12 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.harness.cases import Case
-from nearlocal.harness.runner import describe
-from nearlocal.harness.stats import summarize
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import summarize
+from nearlocal.engine.runner import describe
+from nearlocal.frontends.cli import main
 from nearlocal.report.accept import parse_spec
-from nearlocal.results import Store, load
+from nearlocal.store import Store, load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
 MEDIANS = {  # ns
@@ -227,7 +227,7 @@ class _NoRunner:
 ])
 def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, capsys, run_table,
                                                       extra, processes):
-    from nearlocal.harness import runner
+    from nearlocal.engine import runner
 
     monkeypatch.setattr(runner, "Runner", _NoRunner)
     _NoRunner.asked = []
@@ -239,7 +239,7 @@ def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, caps
 
 
 def test_a_plain_size_has_one_spelling_in_a_case_id():
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     ids = {Case("load", "dram", pattern=p).id for p in ("16384", "16KiB", "16 KiB", "16k")}
     assert ids == {"load/dram/wb/16KiB"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nearlocal.report.tables import build_report
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import make_run, row
 
 

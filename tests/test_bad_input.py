@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.results import load
+from nearlocal.frontends.cli import main
+from nearlocal.store import load
 from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
@@ -302,8 +302,8 @@ def test_created_files_never_replace_or_remove_what_appeared(tmp_path):
 
 
 def test_a_name_held_by_another_run_is_not_mistaken_for_a_users_file(tmp_path):
-    from nearlocal.harness.cases import Case, unavailable
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case, unavailable
+    from nearlocal.probe import probe
 
     path = tmp_path / "shared.bin"
     path.write_bytes(b"\0" * 8192)
@@ -330,8 +330,8 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
     import errno
 
     from nearlocal.errors import UsageError
-    from nearlocal.results import Store
-    from nearlocal.results import store as store_module
+    from nearlocal.store import Store
+    from nearlocal.store import store as store_module
 
     store = Store.create(tmp_path, {"suite": "t"}, run_id="r")
     store.add_case(row("load", size=64), None, None)
@@ -351,7 +351,7 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 
 
 def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
     from nearlocal.regions import files_to_create, remove_leftovers
     from nearlocal.regions.base import CREATED_XATTR
 
@@ -379,8 +379,8 @@ def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
 
 def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
     """Alone it is exit 2 (test_bad_values...); among others (a suite) it is a skipped row."""
-    from nearlocal.harness.cases import Case, unavailable
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case, unavailable
+    from nearlocal.probe import probe
 
     inventory = probe()
     assert "cannot hold" in unavailable(Case("load", "dram", pattern=f"{2**45}B"), inventory, False)
@@ -390,8 +390,8 @@ def test_an_oversized_case_in_a_mix_is_skipped_with_the_reason():
 def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     """A file nearlocal made (xattr) whose maker is dead and holds no lock may be replaced; the
     same file without the marker is the user's and needs --allow-write."""
-    from nearlocal.harness.cases import Case, unavailable
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case, unavailable
+    from nearlocal.probe import probe
     from nearlocal.regions.host import CREATED_XATTR, _left_by_a_dead_run
 
     path = tmp_path / "left.bin"
@@ -934,7 +934,7 @@ def test_extra_fields_of_mixed_types_import_and_report(tmp_path, capsys):
 
 def _cli(argv: list, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, **kwargs.pop("env", {})}
-    return subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", *argv], capture_output=True,
                           env=env, timeout=300, **kwargs)
 
 
@@ -977,7 +977,7 @@ def test_a_closed_stdout_is_one_line(store, argv):
     if argv[0] != "probe":
         argv = [*argv, "--out", str(store)]
     before = sorted(p.name for p in store.iterdir())
-    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", *argv],
                                    stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),
                                    timeout=300))
     assert "stdout is closed" in err
@@ -988,7 +988,7 @@ def test_a_closed_stdout_is_one_line(store, argv):
                                   ["compare", GOOD, GOOD, "--format", "json"]])
 def test_a_full_stdout_is_one_line(store, argv):
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv, "--out",
+        result = subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", *argv, "--out",
                                  str(store)], stdout=full, stderr=subprocess.PIPE, timeout=300)
     assert "stdout" in _one_line(result) and "ENOSPC" in result.stderr.decode()
 
@@ -1001,7 +1001,7 @@ def test_a_full_stdout_is_one_line(store, argv):
     [b"compare", b"a", b"b", b"--output", b"/tmp/\xc3(.json"],
 ])
 def test_undecodable_bytes_in_an_argument_are_one_line(argv):
-    err = _one_line(subprocess.run([sys.executable.encode(), b"-m", b"nearlocal.cli", *argv],
+    err = _one_line(subprocess.run([sys.executable.encode(), b"-m", b"nearlocal.frontends.cli", *argv],
                                    capture_output=True, timeout=300))
     assert "not UTF-8" in err
 
@@ -1019,7 +1019,7 @@ def test_a_removed_working_directory_is_one_line(store, tmp_path, argv):
         os.rmdir(gone)
 
     argv = [part.format(store=store) for part in argv]
-    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.cli", *argv],
+    err = _one_line(subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", *argv],
                                    capture_output=True, preexec_fn=enter_and_remove,
                                    timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"}))
     assert "current directory" in err
@@ -1049,7 +1049,7 @@ def test_sigterm_to_the_process_group_ends_every_worker_quietly(tmp_path, when):
     import time
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size",
+        [sys.executable, "-m", "nearlocal.frontends.cli", "run", "--method", "load", "--size",
          "64,128,256,512", "--budget", "0.5", "--processes", "2", "--out", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     marker = b"pass 1" if when == "while the workers start" else b"[1/"

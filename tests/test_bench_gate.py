@@ -16,8 +16,8 @@ import pandas.core.arrays.arrow.extension_types  # noqa: F401
 import pytest
 import scipy.stats  # noqa: F401
 
-from nearlocal.harness.methods import load_methods
-from nearlocal.results import load
+from nearlocal.core.methods import load_methods
+from nearlocal.store import load
 
 pytest_plugins = ["pytester"]
 # The method registry is loaded here, before pytester snapshots sys.modules (what a test imports
@@ -36,9 +36,9 @@ import os
 
 import numpy as np
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Method, register_method
-from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import Method, register_method
+from nearlocal.core.suites import Suite, register_suite
 
 SIZES = ["1KiB", "2KiB", "4KiB", "8KiB", "16KiB", "32KiB", "64KiB", "128KiB", "256KiB", "512KiB"]
 
@@ -60,7 +60,7 @@ class LevelSession:
 
 
 register_method(Method(name="fake-level", family="cpu", summary="test double", accesses=("read",),
-                       state="-", open_session=LevelSession))
+                       state="-", cacheable=False, open_session=LevelSession))
 register_suite(Suite("fakegate", "ten test-double cases",
                      [lambda: [Case("fake-level", "dram", "wb", s) for s in SIZES]]))
 '''

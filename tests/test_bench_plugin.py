@@ -12,10 +12,10 @@ import pandas.core.arrays.arrow.extension_types  # noqa: F401
 import pytest
 import scipy.stats  # noqa: F401
 
-from nearlocal.cli import main
-from nearlocal.harness.methods import load_methods
-from nearlocal.importer import import_benchmarks
-from nearlocal.results import load
+from nearlocal.core.methods import load_methods
+from nearlocal.frontends.cli import main
+from nearlocal.frontends.importer import import_benchmarks
+from nearlocal.store import load
 
 pytest_plugins = ["pytester"]
 # The method registry is loaded here, before pytester snapshots sys.modules (what a test imports
@@ -33,9 +33,9 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 FAKE_METHOD = '''
 import numpy as np
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Method, register_method
-from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import Method, register_method
+from nearlocal.core.suites import Suite, register_suite
 
 CYCLE = np.array([1000.0, 2000.0, 4000.0])
 
@@ -57,7 +57,7 @@ class CycleSession:
 
 
 register_method(Method(name="fake-cycle", family="cpu", summary="test double", accesses=("read",),
-                       state="-", open_session=CycleSession))
+                       state="-", cacheable=False, open_session=CycleSession))
 register_suite(Suite("fake", "one test-double case",
                      [lambda: [Case("fake-cycle", "dram", "wb", "4KiB")]]))
 '''
@@ -80,7 +80,7 @@ def test_rounds_are_the_times_the_kernel_measured(bench_dir, monkeypatch, tmp_pa
     data = json.loads((bench_dir.path / "out.json").read_text())
     bench = data["benchmarks"][0]
     assert bench["name"] == "test_cpu[fake-cycle-dram-wb-4KiB]"
-    assert bench["options"]["timer"] == "nearlocal.bench.KernelClock"
+    assert bench["options"]["timer"] == "nearlocal.frontends.bench.KernelClock"
     rounds = np.asarray(bench["stats"]["data"]) * 1e9
     assert set(np.round(rounds)) == {1000.0, 2000.0, 4000.0}
     assert bench["stats"]["median"] == pytest.approx(2e-6, rel=1e-9)

@@ -8,21 +8,21 @@ import os
 import numpy as np
 import pytest
 
-from nearlocal.errors import UsageError
-from nearlocal.harness import cases as case_rules
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import SessionContext, get_method, load_methods
-from nearlocal.harness.stats import summarize
-from nearlocal.harness.threads import (
+from nearlocal.core import cases as case_rules
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import SessionContext, get_method, load_methods
+from nearlocal.core.sampling import summarize
+from nearlocal.cpu.threads import (
     ThreadedSession,
     apply_thread_args,
     choose_cpus,
     run_pinned,
     split_frags,
 )
-from nearlocal.harness.worker import open_case
-from nearlocal.hwprobe import probe
+from nearlocal.engine.worker import open_case
+from nearlocal.errors import UsageError
 from nearlocal.kernels.chase import WORDS_PER_LINE, build_ring, random_order, time_chase, walk
+from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box
 
@@ -151,9 +151,9 @@ def test_apply_thread_args_keeps_threadable_methods():
 
 
 def _threaded_ctx(pattern_size: int, threads: str, cpus: str = "") -> SessionContext:
+    from nearlocal.core.patterns import parse_pattern
     from nearlocal.regions import parse_region
     from nearlocal.regions.base import MappedRegion
-    from nearlocal.workloads.patterns import parse_pattern
 
     load_methods()
     case = Case("load", "dram", pattern=str(pattern_size),
@@ -248,7 +248,7 @@ def test_loaded_chase_bad_params():
 
 
 def test_too_many_threads_is_bad_input(capsys):
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     assert main(["run", "--method", "load", "--size", "1MiB", "--threads", "9999",
                  "--out", "/nonexistent-never-created"]) == 2
@@ -259,8 +259,8 @@ def test_too_many_threads_is_bad_input(capsys):
 
 @two_cpus
 def test_threaded_row_through_the_cli(tmp_path):
-    from nearlocal.cli import main
-    from nearlocal.results import load
+    from nearlocal.frontends.cli import main
+    from nearlocal.store import load
 
     assert main(["run", "--method", "nt-store", "--method", "chase", "--size", "1MiB",
                  "--threads", "2", "--budget", "0.05", "--out", str(tmp_path), "--quiet"]) == 0
@@ -274,7 +274,7 @@ def test_threaded_row_through_the_cli(tmp_path):
 
 
 def test_page_size_the_row_states():
-    from nearlocal.kernels.chase_methods import _page_size
+    from nearlocal.cpu.chase import _page_size
 
     assert _page_size({"pages": "2M"}) == "2M"
     assert _page_size({"align": 2 << 20, "device": "/dev/dax0.0"}) == "2M"  # devdax alignment
@@ -319,7 +319,7 @@ def test_threaded_writers_read_nothing_first(method):
 
 
 def test_threaded_drain_other_than_before_is_bad_input(capsys):
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     load_methods()
     method = get_method("load")

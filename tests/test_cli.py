@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.results import load
-from nearlocal.results.schema import SCHEMA_VERSION
+from nearlocal.frontends.cli import main
+from nearlocal.store import load
+from nearlocal.store.schema import SCHEMA_VERSION
 
 TINY = ["--budget", "0.02", "--quiet"]
 
@@ -102,7 +102,7 @@ def test_a_crashing_case_is_recorded_and_the_run_completes(tmp_path):
     env = {**os.environ, "NEARLOCAL_PLUGINS": "tests.crash_plugin"}
     out = tmp_path / "store"
     proc = subprocess.run(
-        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--method",
+        [sys.executable, "-m", "nearlocal.frontends.cli", "run", "--method", "load", "--method",
          "crash-segv", "--method", "store", "--size", "4KiB", "--out", str(out), *TINY],
         env=env, capture_output=True, text=True, timeout=300,
     )

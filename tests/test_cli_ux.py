@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from nearlocal import console as console_module
-from nearlocal.cli import build_parser, main
-from nearlocal.console import case_table, print_table
-from nearlocal.selection import pattern_list, region_list, selected_cases
+from nearlocal.frontends import console as console_module
+from nearlocal.frontends.cli import build_parser, main
+from nearlocal.frontends.console import case_table
+from nearlocal.frontends.selection import pattern_list, region_list, selected_cases
+from nearlocal.terminal import print_table
 from tests.report_fixtures import make_run, row
 
 TINY = ["--budget", "0.02", "--quiet"]
@@ -145,7 +146,7 @@ def test_a_suite_aimed_at_a_region_keeps_each_cases_pattern_and_params(suite):
     stay each case's own (an rpc-* method keeps its rpc: ring, not another method's size)."""
     from dataclasses import replace
 
-    from nearlocal.harness.suites import suite_cases
+    from nearlocal.core.suites import suite_cases
 
     aimed = _cases("--suite", suite, "--region", "shm:pool-here")
     assert aimed == list(dict.fromkeys(replace(c, region="shm:pool-here", attr="wb")
@@ -157,8 +158,8 @@ def test_a_suite_aimed_at_a_region_keeps_each_cases_pattern_and_params(suite):
 
 
 def test_a_param_overrides_the_suites_value_and_equal_cases_merge():
-    from nearlocal.cli import build_parser
-    from nearlocal.selection import selected_cases
+    from nearlocal.frontends.cli import build_parser
+    from nearlocal.frontends.selection import selected_cases
 
     cases = selected_cases(build_parser().parse_args(
         ["run", "--suite", "rpc", "--param", "protocol=coherent"]))

@@ -62,7 +62,7 @@ def test_a_comb_that_jitters_by_a_tick_is_read_as_its_teeth():
 def test_passes_chosen_on_each_box_span_the_clock(box: Box):
     """passes_for on the box's clock, a pass of `body` ticks timed with the box's own noise:
     enough passes for 200 steps where one pass is short, one pass where it is long."""
-    from nearlocal.kernels.cpu_methods import MIN_SAMPLE_STEPS, passes_for
+    from nearlocal.cpu.methods import MIN_SAMPLE_STEPS, passes_for
 
     clock = calibrate(box.runs[0])
     noise = np.asarray(box.runs[1], np.float64) - clock.overhead_ticks
@@ -100,8 +100,8 @@ def test_a_run_has_one_clock_and_every_process_measures_the_same_thing(tmp_path)
     the run's step; a batched case's processes all hold the passes its first chose (raw ticks
     less the subtracted overheads over ns is one constant); an isolated transfer is never
     batched."""
-    from nearlocal.cli import main
-    from nearlocal.results import load
+    from nearlocal.frontends.cli import main
+    from nearlocal.store import load
 
     out = tmp_path / "store"
     assert main(["run", "--method", "load", "--method", "nt-store", "--size", "64B",

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import summarize
+from nearlocal.engine.runner import describe
+from nearlocal.frontends.cli import main
 from nearlocal.gate.identity import host_differences
 from nearlocal.gate.model import bootstrap_medians
 from nearlocal.gate.verdict import compare_runs
-from nearlocal.harness.cases import Case
-from nearlocal.harness.runner import describe
-from nearlocal.harness.stats import summarize
-from nearlocal.results import Store, load
+from nearlocal.store import Store, load
 
 SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB", "256MiB", "1GiB")
 INVENTORY = {"cpu": {"model": "Test CPU"}, "tsc_hz": 2.0e9,

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from nearlocal.cli import main
+from nearlocal.engine.runner import default_processes
+from nearlocal.frontends.cli import main
 from nearlocal.gate.verdict import benjamini_hochberg, compare_runs
-from nearlocal.harness.runner import default_processes
-from nearlocal.results import load
-from nearlocal.results.store import RunData
+from nearlocal.store import load
+from nearlocal.store.runs import RunData
 
 METHODS = ("load", "store", "nt-store")
 SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB")
@@ -156,7 +156,7 @@ def test_bad_process_count_is_a_usage_error(tmp_path, capsys):
 
 def test_runs_stored_before_process_tags_load_with_process_0(tmp_path):
     run = synthetic_run(1, processes=1)
-    from nearlocal.results import Store
+    from nearlocal.store import Store
 
     store = Store.create(tmp_path, {"host_id": "h"})
     for row in run.cases.to_dict("records"):
@@ -181,7 +181,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nearlocal.harness.methods import Method, register_method
+from nearlocal.core.methods import Method, register_method
 
 
 class FlakySession:
@@ -210,7 +210,7 @@ class FlakySession:
 
 
 register_method(Method(name="i12c-flaky", family="cpu", summary="test double", accesses=("read",),
-                       state="-", open_session=FlakySession, params={"fail": "never"}))
+                       state="-", cacheable=False, open_session=FlakySession, params={"fail": "never"}))
 '''
 
 
@@ -219,7 +219,7 @@ def flaky_method(tmp_path, monkeypatch):
     import importlib
     import sys
 
-    from nearlocal.harness.methods import METHODS, load_methods
+    from nearlocal.core.methods import METHODS, load_methods
 
     (tmp_path / "i12c_flaky_method.py").write_text(FLAKY_METHOD)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -234,11 +234,11 @@ def flaky_method(tmp_path, monkeypatch):
 
 
 def _runner(tmp_path, processes, **kwargs):
-    from nearlocal.harness.runner import Runner
-    from nearlocal.harness.stats import StoppingRule
-    from nearlocal.harness.worker import WorkerSettings
-    from nearlocal.hwprobe import probe
-    from nearlocal.results import Store
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.runner import Runner
+    from nearlocal.engine.worker import WorkerSettings
+    from nearlocal.probe import probe
+    from nearlocal.store import Store
 
     inventory = probe(gpu=False)
     settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False)
@@ -247,7 +247,7 @@ def _runner(tmp_path, processes, **kwargs):
 
 
 def test_a_case_failing_in_a_later_process_fails_and_the_others_go_on(tmp_path, flaky_method):
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     cases = [Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
              for mode in ("raise", "crash", "never")]
@@ -264,7 +264,7 @@ def test_a_case_failing_in_a_later_process_fails_and_the_others_go_on(tmp_path, 
 
 
 def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky_method):
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     def stop(index: int) -> None:
         if index == 2:
@@ -280,8 +280,8 @@ def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky
 
 
 def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
-    from nearlocal.harness.runner import _pooled
-    from nearlocal.harness.stats import StoppingRule
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.runner import _pooled
 
     rng = np.random.default_rng(3)
     rule = StoppingRule(budget_s=0.5, target_rel_ci=0.01, min_samples=30)
@@ -310,7 +310,7 @@ def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
 
 
 def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_method):
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     spread, steady = (Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
                       for mode in ("spread", "never"))
@@ -328,7 +328,7 @@ def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_metho
 
 
 def test_how_many_processes_a_case_needs():
-    from nearlocal.harness.runner import SETTLED_SPREAD, process_spread, processes_to_settle
+    from nearlocal.engine.runner import SETTLED_SPREAD, process_spread, processes_to_settle
 
     def processes(levels):
         return [np.full(50, level) for level in levels]
@@ -350,7 +350,7 @@ def test_how_many_processes_a_case_needs():
 @pytest.fixture
 def fork_server_started(tmp_path):
     """A run before the test's own: the runner's fork server is up with the environment of then."""
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     runner, store = _runner(tmp_path / "first", 1)
     (row,) = runner.run([Case("load", "dram", "wb", "64B")])
@@ -362,7 +362,7 @@ def fork_server_started(tmp_path):
 def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
         tmp_path, fork_server_started, flaky_method):
     """The plugin is named (NEARLOCAL_PLUGINS, sys.path) after the server started."""
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     runner, store = _runner(tmp_path, 2)
     (row,) = runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
@@ -428,7 +428,7 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
 
 
 def test_only_runs_of_one_group_as_different_arms_are_paired():
-    from nearlocal.harness.turns import same_group
+    from nearlocal.engine.turns import same_group
 
     arm = {"group": "g1", "arm": 0, "arms": 2}
     assert same_group({"turns": arm}, {"turns": {**arm, "arm": 1}})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import hardware_identity, identity_summary, probe
+from nearlocal.probe import hardware_identity, identity_summary, probe
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import size_spelled_once
 from tests.fakesys import cxl_box
@@ -60,3 +60,29 @@ def test_ordered_words_of_both_widths():
         return fetch_add(words, 0, np.uint64(3))
 
     assert add(wide) == 0 and wide[0] == 3
+
+
+def test_a_method_declares_whether_the_caches_may_serve_it():
+    """No default: the plugin example's L1-sized loads were judged against the memory probe."""
+    from nearlocal.core.methods import Method
+
+    with pytest.raises(TypeError, match="declare cacheable"):
+        Method(name="undeclared", family="cpu", summary="test double", accesses=("read",),
+               state="-", open_session=lambda ctx: None)
+    declared = Method(name="declared", family="cpu", summary="test double", accesses=("read",),
+                      state="-", open_session=lambda ctx: None, cacheable=True)
+    assert declared.cacheable
+
+
+def test_a_rack_row_says_whether_it_reaches_memory_from_the_boxs_caches():
+    """The MPI job takes the plan's row facts (described with the LLC's size), not a second
+    description without cache sizes that said `reaches_memory` of every rack row."""
+    from types import SimpleNamespace
+
+    from nearlocal.frontends.mpi_job import _planned_row
+
+    case = object()
+    entry = SimpleNamespace(case=case, row={"reaches_memory": False, "llc_resident": True})
+    plan = SimpleNamespace(planned=SimpleNamespace(entries=[entry]))
+    assert _planned_row(plan, case) == {"reaches_memory": False, "llc_resident": True}
+    assert _planned_row(SimpleNamespace(planned=None), case) == {}

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.harness.cases import Case, unavailable
-from nearlocal.harness.methods import load_methods
-from nearlocal.harness.suites import suite_cases
-from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.dsa import decode_op_cap, op_names, probe_dsa
-from nearlocal.results import load
+from nearlocal.core.cases import Case, unavailable
+from nearlocal.core.methods import load_methods
+from nearlocal.core.suites import suite_cases
+from nearlocal.frontends.cli import main
+from nearlocal.probe import probe
+from nearlocal.probe.dsa import decode_op_cap, op_names, probe_dsa
+from nearlocal.store import load
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import CPUINFO, cxl_box, link, write
 

@@ -12,14 +12,14 @@ import time
 import numpy as np
 import pytest
 
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import SessionContext
+from nearlocal.core.patterns import parse_pattern
 from nearlocal.dsa import portal, uapi
 from nearlocal.dsa.methods import Backend, DsaSession
 from nearlocal.dsa.softqueue import PAGE, SoftWorkQueue, soft_push
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import SessionContext
 from nearlocal.regions import MappedRegion, parse_region
-from nearlocal.workloads.patterns import parse_pattern
 
 TIMEOUT = np.uint64(20 * 10**9)  # ticks: generous, the device is a Python thread
 RECORD = uapi.Flag.CRAV | uapi.Flag.RCR

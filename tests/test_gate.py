@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nearlocal.cli import main
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import summarize
+from nearlocal.engine.runner import describe
+from nearlocal.frontends.cli import main
 from nearlocal.gate.verdict import compare_runs
-from nearlocal.harness.cases import Case
-from nearlocal.harness.runner import describe
-from nearlocal.harness.stats import summarize
-from nearlocal.results import Store, load
-from nearlocal.results.schema import ops_per_sample, run_kind
+from nearlocal.store import Store, load
+from nearlocal.store.schema import ops_per_sample, run_kind
 
 INVENTORY = {"cpu": {"model": "Test CPU"}, "tsc_hz": 2.0e9,
              "numa": [{"node": 0, "cpus": [0, 1], "mem_total_bytes": 8 << 30}],
@@ -106,10 +106,10 @@ def test_rows_stored_before_the_column_load_with_their_operations(tmp_path):
 
 
 def test_sessions_state_their_operations_per_sample():
-    from nearlocal.harness.methods import load_methods
-    from nearlocal.harness.methods import ops_per_sample as session_ops
-    from nearlocal.harness.worker import open_case
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.methods import load_methods
+    from nearlocal.core.methods import ops_per_sample as session_ops
+    from nearlocal.engine.worker import open_case
+    from nearlocal.probe import probe
 
     load_methods()
     inventory = probe(gpu=False)
@@ -312,7 +312,7 @@ def test_run_kind_of_older_runs():
 
 
 def test_an_imported_run_keeps_its_suite_and_the_start_time_format():
-    from nearlocal.importer import _started
+    from nearlocal.frontends.importer import _started
 
     assert _started("2026-12-01T12:31:08.123456+00:00") == "2026-12-01T12:31:08+0000"
     assert _started("2026-12-01T12:31:08.123456") == "2026-12-01T12:31:08+0000"

@@ -13,7 +13,7 @@ from nearlocal.errors import UsageError
 from nearlocal.gate.modes import MODES, get_mode, modes_help
 from nearlocal.gate.render import render_junit, render_markdown, render_table
 from nearlocal.gate.verdict import compare_runs
-from nearlocal.results.store import RunData
+from nearlocal.store.runs import RunData
 from tests.test_compare_processes import CASES, synthetic_run, turn_taking_runs
 from tests.test_host_probe import _probed, _reaching
 
@@ -108,7 +108,7 @@ def test_modes_come_from_one_registry():
 def test_compare_box_on_stored_runs_says_its_mode_first(tmp_path, capsys, monkeypatch):
     import json
 
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
     from tests.test_gate import LEVELS, make_run
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

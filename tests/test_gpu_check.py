@@ -50,7 +50,7 @@ def test_gather_and_plain_copies_share_buffers_and_move_the_right_bytes(gpu_chec
 
 
 def test_plain_copy_geometries_cover_the_bytes_once_or_stride():
-    from nearlocal.gpu.kernels import PLAIN_COPY_UNROLLS
+    from nearlocal.kernels.cuda import PLAIN_COPY_UNROLLS
 
     gpu_check = _script("gpu_check")
     for label, unroll, blocks, threads in gpu_check.plain_copy_geometries(64 << 20, 132):
@@ -360,7 +360,7 @@ def test_preflight_requires_only_what_the_gpu_path_imports(tmp_path):
 import sys
 for name in ("scipy", "torch", "matplotlib"):
     sys.modules[name] = None  # import raises ImportError
-from nearlocal.cli import main
+from nearlocal.frontends.cli import main
 rc = main(["run", "--suite", "gpu", "--budget", "0.01", "--out", {str(tmp_path / "r")!r},
            "--quiet"])
 print("RC", rc)
@@ -440,7 +440,7 @@ def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
 def test_suites_verdict_reads_what_nearlocal_run_writes(tmp_path, monkeypatch):
     """The verdict over a real `nearlocal run --suite gpu --json` on this box (every case skipped
     with its reason where there is no GPU): every case present, so PASS; one row dropped, FAIL."""
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     monkeypatch.setitem(sys.modules, "cupy", None)  # the same on a box that has cupy
     path = tmp_path / "gpu.json"

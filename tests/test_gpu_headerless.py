@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.stats import StoppingRule
-from nearlocal.harness.worker import WorkerSettings, measure
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.engine.worker import WorkerSettings, measure
 from tests.gpu_fakecupy import HEADERS_MISSING, libnvrtc, make_fake_cupy
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ runs the kernels' CUDA C")
@@ -32,7 +32,7 @@ def headerless(monkeypatch):
 def test_the_double_fails_where_cupy_14_fails(headerless):
     """cupy's own compile paths raise (the fake is faithful), so what passes below does not
     go through them."""
-    from nearlocal.gpu.kernels import KERNEL_SOURCE
+    from nearlocal.kernels.cuda import KERNEL_SOURCE
 
     with pytest.raises(RuntimeError, match="Failed to find CUDA headers"):
         headerless.RawModule(code=KERNEL_SOURCE).get_function("nl_copy")
@@ -46,7 +46,7 @@ def test_the_double_fails_where_cupy_14_fails(headerless):
 
 
 def test_the_probe_compiles_the_module_without_headers(headerless):
-    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.probe.gpu import probe_gpu
 
     info = probe_gpu()
     assert info.devices and info.nvrtc is None, info.nvrtc
@@ -93,9 +93,9 @@ def test_gpu_sessions_run_without_headers(headerless, method, region, access, pa
 def test_a_compile_that_fails_is_every_gpu_case_skip_reason(monkeypatch, tmp_path):
     """NVRTC loads but cannot compile: the probe compiles once, and every GPU case is skipped
     with that one line, with the pip command of a working NVRTC."""
-    from nearlocal.cli import main
-    from nearlocal.hwprobe.gpu import probe_gpu
-    from nearlocal.results import load
+    from nearlocal.frontends.cli import main
+    from nearlocal.probe.gpu import probe_gpu
+    from nearlocal.store import load
 
     cp = make_fake_cupy()
     cp.cuda.nvrtc.compile_error = RuntimeError("NVRTC_ERROR_COMPILATION (6)\nsee the log")
@@ -135,7 +135,7 @@ def test_the_gpu_suite_runs_through_the_cli_without_headers(tmp_path):
         "sys.modules['cupy'] = make_fake_cupy(headers=False, nvrtc='auto')\n")
     out = tmp_path / "gpu.json"
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{tmp_path / 'fake'}"}
-    result = subprocess.run([sys.executable, "-m", "nearlocal.cli", "run", "--suite", "gpu",
+    result = subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", "run", "--suite", "gpu",
                              "--processes", "1", "--budget", "0.01", "--out",
                              str(tmp_path / "r"), "--json", str(out), "--quiet"],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.gpu import kernels
+from nearlocal.kernels import cuda as kernels
 from tests import gpu_cpushim
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")

@@ -8,15 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
+from nearlocal.core.cases import Case, unavailable, validate
+from nearlocal.core.methods import load_methods
+from nearlocal.core.suites import suite_cases
 from nearlocal.errors import UsageError
+from nearlocal.frontends.cli import main
 from nearlocal.gpu.methods import layer_stream_summary, regular_strides
-from nearlocal.harness.cases import Case, unavailable, validate
-from nearlocal.harness.methods import load_methods
-from nearlocal.harness.suites import suite_cases
-from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo
-from nearlocal.results import load
+from nearlocal.probe import probe
+from nearlocal.probe.gpu import GpuDevice, GpuInfo
+from nearlocal.store import load
 
 GPU_METHODS = ("cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch", "cuda-memcpy-2d",
                "gather-kernel", "scatter-kernel", "zero-copy-kernel", "peer-memcpy",
@@ -74,7 +74,7 @@ def test_every_gpu_method_names_a_broken_nvrtc_in_one_line(inventory):
 
 
 def test_nothing_imports_numba_cuda():
-    code = ("import sys, nearlocal.gpu.kernels, nearlocal.gpu.methods, nearlocal.gpu.timing; "
+    code = ("import sys, nearlocal.kernels.cuda, nearlocal.gpu.methods, nearlocal.gpu.timing; "
             "assert not any(m.startswith(('numba_cuda', 'numba.cuda')) for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -154,7 +154,7 @@ def test_layer_stream_summary_flags_hidden_and_exposed_transfers():
 
 
 def test_core_does_not_import_cupy():
-    code = ("import sys; from nearlocal.harness.suites import suite_cases; "
+    code = ("import sys; from nearlocal.core.suites import suite_cases; "
             "suite_cases('gpu'); suite_cases('swiftcache'); "
             "import nearlocal.gpu.regions, nearlocal.gpu.methods; "
             "assert 'cupy' not in sys.modules")

@@ -4,7 +4,7 @@ answers: links to the other GPU are counted per pair, links to anything else as 
 import sys
 import types
 
-from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo, _norm_bus_id, _probe_nvml
+from nearlocal.probe.gpu import GpuDevice, GpuInfo, _norm_bus_id, _probe_nvml
 
 BUS = ["0000:1B:00.0", "0000:2C:00.0"]
 
@@ -52,7 +52,7 @@ def test_no_nvml_is_a_reason_not_an_error(monkeypatch):
 
 
 def test_a_broken_nvrtc_is_named_in_one_line():
-    from nearlocal.hwprobe.gpu import _probe_nvrtc
+    from nearlocal.probe.gpu import _probe_nvrtc
 
     def broken():
         raise OSError("libnvrtc.so.13: cannot open shared object file:\nNo such file or directory")
@@ -72,7 +72,7 @@ def test_a_broken_nvrtc_is_named_in_one_line():
 def test_a_gpu_without_cupy_is_told_which_extra_to_install(monkeypatch, tmp_path):
     """An NVIDIA driver is loaded but cupy is missing: the reason names the extra for the
     driver's CUDA (13 from driver 580 on, else 12)."""
-    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.probe.gpu import probe_gpu
     from nearlocal.sysroot import SysRoot
 
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
@@ -90,7 +90,7 @@ def test_a_gpu_without_cupy_is_told_which_extra_to_install(monkeypatch, tmp_path
 
 
 def test_a_cupy_the_driver_cannot_run_is_told_the_extra_for_the_driver(monkeypatch, tmp_path):
-    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.probe.gpu import probe_gpu
     from nearlocal.sysroot import SysRoot
     from tests.gpu_fakecupy import CUDARuntimeError, make_fake_cupy
 

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.engine.worker import WorkerSettings, measure
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.stats import StoppingRule
-from nearlocal.harness.worker import WorkerSettings, measure
 
 if os.environ.get("NEARLOCAL_REAL_GPU") != "1":
     pytest.skip("real GPU tests run with NEARLOCAL_REAL_GPU=1 (scripts/gpu_check.sh)",
@@ -44,7 +44,7 @@ def _table(rng, count: int, max_len: int, src_size: int) -> np.ndarray:
     (1024, 161, (0, 0)), (37, 70_000, (3, 5)), (5, 3_000_000, (8, 0)),
 ])
 def test_kernels_bytes_on_the_device_match_numpy(width, count, max_len, misalign):
-    from nearlocal.gpu import kernels
+    from nearlocal.kernels import cuda as kernels
 
     rng = np.random.default_rng(count + width)
     k = kernels.compiled(cupy)
@@ -77,7 +77,7 @@ def test_kernels_bytes_on_the_device_match_numpy(width, count, max_len, misalign
 
 
 def test_spin_waits_on_the_gpu_clock():
-    from nearlocal.gpu import kernels
+    from nearlocal.kernels import cuda as kernels
 
     out = cupy.zeros(1, dtype=cupy.uint64)
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -92,7 +92,7 @@ def test_spin_waits_on_the_gpu_clock():
 ])
 def test_plain_copies_on_the_device_match_numpy(unroll, nbytes, blocks, threads):
     """gpu_check's reference copies, pinned host -> device, and nothing past the range."""
-    from nearlocal.gpu import kernels
+    from nearlocal.kernels import cuda as kernels
 
     k = kernels.compiled(cupy)
     src_mem = cupy.cuda.alloc_pinned_memory(nbytes + 64)
@@ -110,7 +110,7 @@ def test_plain_copies_on_the_device_match_numpy(unroll, nbytes, blocks, threads)
 
 
 def test_the_probe_compiles_the_module():
-    from nearlocal.hwprobe.gpu import probe_gpu
+    from nearlocal.probe.gpu import probe_gpu
 
     info = probe_gpu()
     assert info.devices and info.nvrtc is None, info.nvrtc
@@ -152,7 +152,7 @@ def test_gather_kernel_widths_for_real(width):
 @pytest.mark.parametrize("api", ["driver", "bindings"])
 def test_memcpy_batch_for_real(api):
     from nearlocal.gpu.methods import _needs_batch
-    from nearlocal.hwprobe import probe
+    from nearlocal.probe import probe
 
     reason = _needs_batch(probe(calibrate=False))
     if reason:

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from nearlocal.core.cases import Case
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.engine.worker import WorkerSettings, measure
 from nearlocal.errors import UsageError
 from nearlocal.gpu.timing import ATTEMPTS
-from nearlocal.harness.cases import Case
-from nearlocal.harness.stats import StoppingRule
-from nearlocal.harness.worker import WorkerSettings, measure
 from tests.gpu_fakecupy import _Event, make_fake_cupy
 
 if shutil.which("g++") is None:
@@ -33,7 +33,7 @@ def fake_cupy(monkeypatch):
 @pytest.fixture
 def spins(monkeypatch):
     """Counts launches of the blocking kernel."""
-    from nearlocal.gpu.kernels import Kernels
+    from nearlocal.kernels.cuda import Kernels
 
     count = {"n": 0}
     real = Kernels.spin
@@ -139,8 +139,8 @@ def test_a_copy_that_drops_a_byte_fails_the_check(fake_cupy, monkeypatch):
 
 
 def test_event_timer_throws_away_samples_the_host_was_late_for(fake_cupy, monkeypatch):
-    from nearlocal.gpu.kernels import compiled
     from nearlocal.gpu.timing import MIN_SPIN_NS, EventTimer
+    from nearlocal.kernels.cuda import compiled
 
     answers = iter([True, True, False])  # the spin ended before the host had queued twice
     monkeypatch.setattr(_Event, "done", property(lambda self: next(answers)))
@@ -152,8 +152,8 @@ def test_event_timer_throws_away_samples_the_host_was_late_for(fake_cupy, monkey
 
 def _queue_of(fake_cupy, monkeypatch, depth: int):
     """A timer whose stream queue holds `depth` operations: a longer chunk always outruns."""
-    from nearlocal.gpu.kernels import compiled
     from nearlocal.gpu.timing import EventTimer
+    from nearlocal.kernels.cuda import compiled
 
     last = {"size": 0}
     monkeypatch.setattr(_Event, "done", property(lambda self: last["size"] > depth))
@@ -285,8 +285,8 @@ def test_pinned_staging_is_freed_when_it_has_no_device_pointer(fake_cupy, monkey
 def test_the_spin_shrinks_again_after_intervals_in_time(fake_cupy, monkeypatch):
     """One slow host moment doubles the spin; SHRINK_AFTER intervals in time halve it again,
     down to what the enqueues needed, so it does not stay at MAX_SPIN_NS (issue 24)."""
-    from nearlocal.gpu.kernels import compiled
     from nearlocal.gpu.timing import MAX_SPIN_NS, MIN_SPIN_NS, SHRINK_AFTER, EventTimer
+    from nearlocal.kernels.cuda import compiled
 
     late = {"n": 12}  # the host is late 12 times in a row, then always in time
 

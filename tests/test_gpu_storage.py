@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nearlocal.core.cases import Case, unavailable, validate
+from nearlocal.core.methods import load_methods
+from nearlocal.core.patterns import parse_pattern
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.core.suites import suite_cases
+from nearlocal.engine.worker import WorkerSettings, measure, open_case
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case, unavailable, validate
-from nearlocal.harness.methods import load_methods
-from nearlocal.harness.stats import StoppingRule
-from nearlocal.harness.suites import suite_cases
-from nearlocal.harness.worker import WorkerSettings, measure, open_case
-from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.gpu import GpuDevice, GpuInfo
+from nearlocal.probe import probe
+from nearlocal.probe.gpu import GpuDevice, GpuInfo
 from nearlocal.storage.gpu_methods import contiguous_runs
-from nearlocal.workloads.patterns import parse_pattern
 from tests.gpu_fakecupy import make_fake_cupy
 from tests.test_storage import _direct_works
 

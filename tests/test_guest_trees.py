@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import pat, probe
+from nearlocal.probe import pat, probe
 from nearlocal.sysroot import SysRoot
 
 GUEST = Path(__file__).parent / "fixtures" / "guest-6.1"

@@ -1,4 +1,4 @@
-"""Host probes (harness/hostprobe.py): every worker process of a multi-process run walks them,
+"""Host probes (engine/hostprobe.py): every worker process of a multi-process run walks them,
 the run keeps their samples, rows say whether a case reaches memory, and `compare` calls a case
 slower or faster only beyond the host's own move between the two runs."""
 
@@ -11,14 +11,9 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.gate.hostmoves import HostMove, excusing, host_moves, yardsticks
-from nearlocal.gate.render import render_markdown
-from nearlocal.gate.samples import CaseInput, layer_flags
-from nearlocal.gate.verdict import compare_runs
-from nearlocal.harness import hostprobe
-from nearlocal.harness.cases import Case
-from nearlocal.harness.hostprobe import (
+from nearlocal.core.cases import Case
+from nearlocal.engine import hostprobe
+from nearlocal.engine.hostprobe import (
     HOST_PROBES,
     HostProber,
     lay_rings,
@@ -28,9 +23,14 @@ from nearlocal.harness.hostprobe import (
     probe_ring,
     ring_sizes,
 )
-from nearlocal.harness.runner import describe
+from nearlocal.engine.runner import describe
+from nearlocal.frontends.cli import main
+from nearlocal.gate.hostmoves import HostMove, excusing, host_moves, yardsticks
+from nearlocal.gate.render import render_markdown
+from nearlocal.gate.samples import CaseInput, layer_flags
+from nearlocal.gate.verdict import compare_runs
 from nearlocal.kernels.chase import WORDS_PER_LINE, walk
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.test_compare_processes import CASES, synthetic_run
 
 MIB = 1 << 20

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nearlocal.cpu.threads import region_node
 from nearlocal.errors import UsageError
-from nearlocal.harness.threads import region_node
-from nearlocal.hwprobe import probe
+from nearlocal.probe import probe
 from nearlocal.regions import interleave as il
 from nearlocal.regions import parse_region, region_kind
 from nearlocal.sysroot import SysRoot

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.results import load
+from nearlocal.frontends.cli import main
+from nearlocal.store import load
 from tests.report_fixtures import make_run, row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def _start_run(out: Path) -> subprocess.Popen:
     """A run on a shm: region nearlocal creates per case: it must be gone however the run ends."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "nearlocal.cli", "run", "--method", "load", "--size", SIZES,
+        [sys.executable, "-m", "nearlocal.frontends.cli", "run", "--method", "load", "--size", SIZES,
          "--region", f"shm:{_shm(out).name}", "--budget", "0.2", "--quiet", "--out", str(out),
          # one process (rows land as cases finish) and a CI no case reaches (each runs its whole
          # budget): >= 2 s still to go after the first row however fast the machine is
@@ -109,7 +109,7 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path):
     make_run(tmp_path, [row("load", size=64 + k) for k in range(120)], run_id="big")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        f"{sys.executable} -m nearlocal.cli show big --json --out {tmp_path} | head -c 10",
+        f"{sys.executable} -m nearlocal show big --json --out {tmp_path} | head -c 10",
         shell=True, env=env, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
 

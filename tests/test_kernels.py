@@ -6,9 +6,9 @@ import numba
 import numpy as np
 import pytest
 
-from nearlocal.hwprobe.cpu import probe_cpu
 from nearlocal.kernels import cpu
 from nearlocal.kernels.cpu import STORE_PATTERN
+from nearlocal.probe.cpu import probe_cpu
 from nearlocal.sysroot import SysRoot
 
 CPU = probe_cpu(SysRoot())
@@ -245,7 +245,7 @@ def test_passes_are_the_timed_intervals_untimed():
 
 
 def test_every_cpu_method_has_a_pass():
-    from nearlocal.harness.suites import CPU_METHODS
+    from nearlocal.core.suites import CPU_METHODS
 
     assert set(cpu.PASSES) == set(CPU_METHODS)
 
@@ -286,8 +286,8 @@ def test_the_clock_measured_here_has_a_step_and_an_overhead():
 
 
 def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
-    from nearlocal.cli import main
-    from nearlocal.results import load
+    from nearlocal.frontends.cli import main
+    from nearlocal.store import load
 
     out = tmp_path / "store"
     code = main(["run", "--method", "nt-copy", "--method", "nt-store", "--size", "16KiB",
@@ -309,7 +309,7 @@ def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
 
 
 def test_a_bad_drain_is_a_usage_error(tmp_path, capsys):
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     code = main(["run", "--method", "load", "--size", "64", "--param", "drain=sometimes",
                  "--out", str(tmp_path / "r"), "--quiet"])
@@ -339,7 +339,7 @@ def test_a_batched_store_sample_writes_exactly_the_fragments():
 
 
 def test_passes_for_spans_the_clock_steps_in_a_power_of_two():
-    from nearlocal.kernels.cpu_methods import MAX_PASSES, MIN_SAMPLE_STEPS, passes_for
+    from nearlocal.cpu.methods import MAX_PASSES, MIN_SAMPLE_STEPS, passes_for
 
     def take_for(body_ticks: float, overhead: float = 70.0, quantum: float = 24.0):
         def take(ticks, passes):  # a stepped clock: whole steps of `quantum`
@@ -356,10 +356,10 @@ def test_passes_for_spans_the_clock_steps_in_a_power_of_two():
 
 
 def test_a_cpu_session_states_its_passes_and_divides_by_them():
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.methods import load_methods
-    from nearlocal.harness.methods import ops_per_sample as session_ops
-    from nearlocal.harness.worker import open_case
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import load_methods
+    from nearlocal.core.methods import ops_per_sample as session_ops
+    from nearlocal.engine.worker import open_case
 
     load_methods()
     tsc_hz = 2e9

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.harness.methods import get_method, load_methods
-from nearlocal.harness.suites import suite_cases
-from nearlocal.results import load
-from nearlocal.workloads.patterns import parse_pattern
+from nearlocal.core.methods import get_method, load_methods
+from nearlocal.core.patterns import parse_pattern
+from nearlocal.core.suites import suite_cases
+from nearlocal.frontends.cli import main
+from nearlocal.store import load
 
 
 def _kv_json(capsys, *argv: str) -> dict:
@@ -137,8 +137,8 @@ def test_kv_run_stores_rows_with_fragment_columns(tmp_path, capsys):
 
 
 def test_gpu_rows_appear_only_for_declared_gpu_methods(monkeypatch):
-    from nearlocal.harness import methods as registry
-    from nearlocal.harness.methods import Method
+    from nearlocal.core import methods as registry
+    from nearlocal.core.methods import Method
     from nearlocal.regions import REGION_KINDS, load_providers
     from nearlocal.workloads import kv_methods
 
@@ -155,7 +155,8 @@ def test_gpu_rows_appear_only_for_declared_gpu_methods(monkeypatch):
         raise AssertionError("not run")
 
     double = Method("gather-kernel", "gpu", "test double", ("read",), "-", never,
-                    region_families=frozenset({"host"}), peer_families=frozenset({"gpu"}))
+                    region_families=frozenset({"host"}), peer_families=frozenset({"gpu"}),
+                    cacheable=False)
     monkeypatch.setitem(registry.METHODS, "gather-kernel", double)
     cases = kv_methods._gpu_cases(pattern)
     assert {(c.method, c.region, c.peer, c.access) for c in cases} == {

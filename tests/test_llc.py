@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nearlocal.hwprobe import cache
+from nearlocal.probe import cache
 
 MIB = 1 << 20
 
@@ -42,7 +42,7 @@ def test_the_reference_ring_fits_the_memory_available():
 
 def test_a_fake_trees_probe_keeps_cpuids_llc_even_when_it_says_hypervisor(tmp_path, monkeypatch):
     """Only this machine is walked: a recorded tree's cpuid figure is what it says."""
-    from nearlocal.hwprobe import probe
+    from nearlocal.probe import probe
     from nearlocal.sysroot import SysRoot
     from tests.fakesys import CPUINFO, cxl_box
 

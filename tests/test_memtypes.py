@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import pat, probe
-from nearlocal.hwprobe.pci import normal_address, probe_pci_memory, read_bars
+from nearlocal.probe import pat, probe
+from nearlocal.probe.pci import normal_address, probe_pci_memory, read_bars
 from nearlocal.regions import attribute_unavailable, parse_region, region_kind
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write
@@ -161,12 +161,12 @@ def test_phys_ranges_are_checked_and_refused_where_the_kernel_refuses(tmp_path, 
 
 
 def _nearlocal(*args, env):
-    return subprocess.run([sys.executable, "-m", "nearlocal.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", *args], capture_output=True,
                           text=True, env=env, timeout=600)
 
 
 def test_a_pcibar_run_stores_the_kernel_type_and_fails_a_wrong_one(bars, tmp_path):
-    from nearlocal.results import load
+    from nearlocal.store import load
 
     env = {**os.environ, "NEARLOCAL_SYSROOT": str(bars)}
     out = tmp_path / "store"

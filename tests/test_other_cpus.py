@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.harness.methods import load_methods
-from nearlocal.hwprobe import probe
+from nearlocal.core.methods import load_methods
+from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import WESTMERE_CPUINFO, cxl_box
 
@@ -115,7 +115,7 @@ GOOD = {"load": ("ok", ""), "nt-load": ("ok", ""),
 
 def _cpu_out(tmp_path: Path, rows: dict, rc: int = 0, err: str = "", **flags: bool) -> Path:
     """What the cpu guest writes (scripts/vm_cpu.py run), its rows in a real store."""
-    from nearlocal.results.store import Store
+    from nearlocal.store.runs import Store
 
     out = tmp_path / "cpu"
     out.mkdir()
@@ -168,7 +168,7 @@ def test_an_abort_or_a_method_run_without_its_flag_is_a_failed_cpu_fact(tmp_path
      ("skylake-avx512 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)", ["clwb", "sse4.1"])),
 ])
 def test_the_compile_target_is_read_as_numba_reads_it(env, target):
-    from nearlocal.hwprobe.cpu import compile_target
+    from nearlocal.probe.cpu import compile_target
 
     assert compile_target(env) == target
 
@@ -191,12 +191,12 @@ def test_a_flag_the_cpu_has_but_numba_does_not_compile_for_is_a_skip_reason(tmp_
 
 def test_a_run_under_a_generic_numba_target_skips_what_llvm_cannot_select(tmp_path):
     """It aborted with "LLVM ERROR: Cannot select: intrinsic %llvm.x86.clwb" on a box with clwb."""
-    from nearlocal.results import load
+    from nearlocal.store import load
 
     env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
            "PYTHONPATH": str(REPO)}
     env.pop("NUMBA_CPU_FEATURES", None)
-    done = subprocess.run([sys.executable, "-m", "nearlocal.cli", "run", "--method",
+    done = subprocess.run([sys.executable, "-m", "nearlocal.frontends.cli", "run", "--method",
                            "store-clwb,nt-load,load", "--size", "4KiB", "--budget", "0.01",
                            "--processes", "1", "--out", str(tmp_path / "out"), "--quiet"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.harness import cases as case_rules
-from nearlocal.harness import methods as method_registry
-from nearlocal.harness.cases import Case, SkipKind
-from nearlocal.harness.plan import Refuse, Run, RunSettings, Skip, plan_cases
-from nearlocal.hwprobe import probe
-from nearlocal.results import load
+from nearlocal.core import cases as case_rules
+from nearlocal.core import methods as method_registry
+from nearlocal.core.cases import Case, SkipKind
+from nearlocal.engine.plan import Refuse, Run, RunSettings, Skip, plan_cases
+from nearlocal.frontends.cli import main
+from nearlocal.probe import probe
+from nearlocal.store import load
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box
 from tests.report_fixtures import make_run, row
@@ -39,12 +39,12 @@ def test_one_probe_and_one_check_per_case_in_a_run(tmp_path, monkeypatch):
     """`nearlocal run --method load`: the box is probed once (suites, threads, the runner use
     that inventory) and each case's skip verdict is asked once. No worker is started: every
     request to one fails the case at once."""
-    import nearlocal.hwprobe as hwprobe
-    from nearlocal.harness import runner
+    import nearlocal.probe as probe
+    from nearlocal.engine import runner
 
     probes, skips = [], []
-    real_probe, real_skip = hwprobe.probe, case_rules.skip
-    monkeypatch.setattr(hwprobe, "probe", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
+    real_probe, real_skip = probe.probe, case_rules.skip
+    monkeypatch.setattr(probe, "probe", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
     monkeypatch.setattr(case_rules, "skip", lambda *a, **k: skips.append(a[0].id) or real_skip(*a, **k))
     monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: {
         "status": "failed", "reason": "no worker in this test"})
@@ -93,7 +93,7 @@ def test_run_settings_are_checked_once(kwargs, message):
 
 
 def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):
-    from nearlocal.harness.runner import Runner
+    from nearlocal.engine.runner import Runner
 
     with pytest.raises(ValueError, match="processes"):
         Runner(None, RunSettings(0.1).worker_settings(probe(calibrate=False, gpu=False)), None,
@@ -101,8 +101,9 @@ def test_the_runner_refuses_a_process_count_instead_of_clamping_it(tmp_path):
 
 
 def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, monkeypatch):
-    from nearlocal.harness import suites, threads
-    from nearlocal.harness.worker import open_case
+    from nearlocal.core import suites
+    from nearlocal.cpu import threads
+    from nearlocal.engine.worker import open_case
     from nearlocal.kernels.timer import measure_clock
     from nearlocal.report.tables import build_report
 
@@ -129,8 +130,8 @@ def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, m
 
 def test_a_method_that_never_touches_its_peer_maps_one_line_of_it():
     """A 1 GiB chase mapped, populated and filled a 1 GiB peer it never read (1-4 s a process)."""
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.methods import PEER_STUB_BYTES
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import PEER_STUB_BYTES
 
     gib = 1 << 30
     assert Case("chase", "dram", "wb", "1GiB").spans() == (gib, PEER_STUB_BYTES)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nearlocal.harness import cases as case_rules
-from nearlocal.harness.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
-from nearlocal.harness.suites import suite_cases
-from nearlocal.hwprobe import probe
+from nearlocal.core import cases as case_rules
+from nearlocal.core.suites import suite_cases
+from nearlocal.engine.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
+from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write
 
@@ -62,7 +62,7 @@ def test_mlc_suite_covers_idle_peak_and_loaded(tmp_path):
 
 
 def test_local_node_is_the_node_of_the_cpu_named(tmp_path):
-    from nearlocal.harness.threads import local_node
+    from nearlocal.cpu.threads import local_node
 
     root = cxl_box(tmp_path)
     write(root, "/sys/devices/system/node/node2/cpulist", "64-127")

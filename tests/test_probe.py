@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nearlocal.hwprobe import probe
+from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot, parse_cpulist
 from tests.fakesys import cxl_box
 
@@ -64,7 +64,7 @@ def test_host_id_tracks_hardware(tmp_path):
 
 
 def test_pat_memtype_of_a_range(tmp_path):
-    from nearlocal.hwprobe.pat import PAT_LIST, memtype
+    from nearlocal.probe.pat import PAT_LIST, memtype
 
     root = SysRoot(tmp_path)
     assert memtype(root, 0x1000, 64).startswith("unknown")
@@ -91,7 +91,7 @@ GPU_REGIONS = ("gpu:0", "pinned", "registered:dram")
 
 
 def _probe_cli(capsys, *argv: str) -> str:
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     assert main(["probe", *argv]) == 0
     return capsys.readouterr().out

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.cli import main
-from nearlocal.results import load
+from nearlocal.frontends.cli import main
+from nearlocal.store import load
 
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 try:
@@ -25,7 +25,7 @@ except ImportError:
     MPIEXEC = None
 needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason="mpi4py and an MPI (pip install "
                                "'nearlocal[mpi]', part of the test extra) are not installed")
-NEARLOCAL = [sys.executable, "-m", "nearlocal.cli"]
+NEARLOCAL = [sys.executable, "-m", "nearlocal.frontends.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--budget", "0.02", "--ci", "50", "--processes", "1", "--quiet"]
 POOL = f"/dev/shm/nearlocal-test-rack-{os.getpid()}"  # this session's (tests/rack_plugin.py)
@@ -207,7 +207,7 @@ def test_a_pool_missing_on_one_rank_stops_every_rank(tmp_path):
 def test_another_nearlocal_version_on_one_rank_stops_every_rank(tmp_path):
     args = ["run", "--method", "load", "--size", "4KiB", "--out", str(tmp_path), *TINY]
     other = [sys.executable, "-c", "import sys, nearlocal; nearlocal.__version__ = '0.0.9'; "
-             "from nearlocal.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+             "from nearlocal.frontends.cli import main; sys.exit(main(sys.argv[1:]))", *args]
     proc = mpirun(["-n", "1", *NEARLOCAL, *args], ["-n", "1", *other], cwd=tmp_path)
     errors = _errors(proc)
     assert proc.returncode == 2 and len(errors) == 1, proc.stdout + proc.stderr
@@ -234,9 +234,9 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     (MPI_ERR_PROC_FAILED), stores the run marked incomplete with the dead rank named."""
     args = ["run", "--method", "rack-aggregate", "--region", f"shm:nearlocal-test-rack-dies-{os.getpid()}",
             "--size", "64KiB", "--out", str(tmp_path), *TINY]
-    dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.rack.job as job; "
+    dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.frontends.mpi_job as job; "
             "job._run_part = lambda ctx: os.kill(os.getpid(), signal.SIGKILL); "
-            "from nearlocal.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+            "from nearlocal.frontends.cli import main; sys.exit(main(sys.argv[1:]))", *args]
     mpirun(["-n", "1", *NEARLOCAL, *args], ["-n", "1", *dies], mpi=("--with-ft", "ulfm"),
            cwd=tmp_path)  # its exit code is the launcher's: the run says what happened
     run = load(None, tmp_path)
@@ -306,7 +306,7 @@ def test_every_command_of_docs_rack_md_runs_here(index, tmp_path):
     machine): exit 0, one stored run with every rack method's rows from the ranks its table
     names, on the pool named; stdout and stderr written to files, as a CI log is, hold no
     escape code and no box-drawing line (under mpiexec a rank's stdout is a pty)."""
-    from nearlocal.harness.suites import suite_cases
+    from nearlocal.core.suites import suite_cases
 
     command = rack_doc_commands()[index]
     pool = f"nearlocal-test-rack-docs-{os.getpid()}"
@@ -353,7 +353,7 @@ def test_a_log_piped_to_a_file_under_mpiexec_is_plain_text(tmp_path):
 def test_a_pty_that_is_not_our_terminal_is_no_terminal():
     import io
 
-    from nearlocal.console import _Console, owns_terminal
+    from nearlocal.terminal import _Console, owns_terminal
 
     leader, follower = os.openpty()  # a tty, but not this process's controlling terminal
     try:

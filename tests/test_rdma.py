@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nearlocal.core.methods import load_methods
+from nearlocal.core.patterns import parse_pattern
 from nearlocal.errors import UsageError
-from nearlocal.harness.methods import load_methods
-from nearlocal.hwprobe.rdma import gid_index, probe_rdma
-from nearlocal.rdma import verbs
+from nearlocal.probe import verbs
+from nearlocal.probe.rdma import gid_index, probe_rdma
 from nearlocal.rdma.requests import build_chain, plan_requests, sge_limit
 from nearlocal.sysroot import SysRoot
-from nearlocal.workloads.patterns import parse_pattern
 
 load_methods()  # the pattern kinds (kv:) register with their methods
 CX7 = {"max_sge": 30, "max_sge_rd": 30, "max_qp_wr": 32768, "max_mr_size": 1 << 40}
@@ -202,8 +202,8 @@ def test_probe_finds_an_active_device(tmp_path):
 
 
 def test_each_rdma_method_is_skipped_with_probe_reason(tmp_path, monkeypatch):
-    from nearlocal.harness.methods import get_method
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.methods import get_method
+    from nearlocal.probe import probe
 
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
     inventory = probe(SysRoot(tmp_path), calibrate=False, gpu=False)
@@ -245,13 +245,13 @@ def test_an_rdma_method_without_mpi_is_one_line_exit_2(tmp_path, capsys, monkeyp
     _no_mpi(monkeypatch)
     _device(tmp_path)  # a host with an active device: only MPI is missing
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--budget", "0.01"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "two ranks of an MPI job" in err
-    from nearlocal.harness.cases import Case
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case
+    from nearlocal.probe import probe
 
     inventory = probe(SysRoot(tmp_path / "none"), calibrate=False, gpu=False)
     refuse_without_mpi([Case("rdma-read", "dram", "wb", "16KiB")], inventory)  # skipped, not refused
@@ -259,11 +259,11 @@ def test_an_rdma_method_without_mpi_is_one_line_exit_2(tmp_path, capsys, monkeyp
 
 def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path, capsys,
                                                                        monkeypatch):
-    from nearlocal.cli import main
-    from nearlocal.results import load
+    from nearlocal.frontends.cli import main
+    from nearlocal.store import load
 
     _no_mpi(monkeypatch)
-    monkeypatch.setattr("nearlocal.hwprobe.probe_rdma", lambda root: probe_rdma(
+    monkeypatch.setattr("nearlocal.probe.probe_rdma", lambda root: probe_rdma(
         SysRoot(tmp_path / "none")))
     assert main(["run", "--method", "rdma-write,rdma-read,rdma-rpc", "--size", "64B",
                  "--budget", "0.01", "--out", str(tmp_path / "out"), "--quiet"]) == 0
@@ -350,14 +350,14 @@ def test_rpc_client_and_server_loops_with_a_provider_that_delivers_by_copy():
 def test_every_rdma_method_writes_its_region_so_a_devdax_needs_allow_write():
     """rdma-read writes what it reads into rank 0's region, and rank 1's is filled for the check:
     a region the user did not allow writing is never written."""
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     for method, access in (("rdma-write", "write"), ("rdma-read", "read"), ("rdma-rpc", "write")):
         assert Case(method, "devdax:/dev/dax0.0", "wb", "16KiB", access=access).writes_region
 
 
 def test_a_device_that_does_not_exist_is_one_line_exit_2(capsys, monkeypatch):
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     _no_mpi(monkeypatch)
     assert main(["run", "--method", "rdma-write", "--size", "16KiB", "--param", "device=mlx5_9",

@@ -8,7 +8,7 @@ import pytest
 
 from nearlocal.report.papers import figure
 from nearlocal.report.tables import NoValue, Stat, build_report
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import make_run, row
 
 POOL = "devdax:/dev/dax0.0"

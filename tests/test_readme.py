@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.cli import build_parser, main
+from nearlocal.core import cases as case_rules
 from nearlocal.errors import UsageError
-from nearlocal.harness import cases as case_rules
-from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.numa import NumaNode
-from nearlocal.selection import selected_cases
+from nearlocal.frontends.cli import build_parser, main
+from nearlocal.frontends.selection import selected_cases
+from nearlocal.probe import probe
+from nearlocal.probe.numa import NumaNode
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from nearlocal.cli import main
+from nearlocal.frontends.cli import main
 from nearlocal.regions.base import pool_class_of
 from nearlocal.report.fmt import cell_text
 from nearlocal.report.papers import figure, figures
@@ -20,7 +20,7 @@ from nearlocal.report.tables import (
     build_report,
     crossover_size,
 )
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import (
     CPU_ONLY_INVENTORY,
     UC_REASON,
@@ -275,7 +275,7 @@ def test_several_runs_become_side_by_side_columns(tmp_path):
 
 
 def test_an_empty_run_still_renders_every_section(tmp_path):
-    from nearlocal.results.store import Store
+    from nearlocal.store.runs import Store
 
     report = build_report([load(Store.create(tmp_path, {"suite": "quick"}).finish())])
     assert [s.key for s in report.sections] == [k for k in SECTION_KEYS if k != "near-cases"]

@@ -10,7 +10,7 @@ import pytest
 
 from nearlocal.report.render_html import write_html
 from nearlocal.report.tables import build_report
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import full_rows, make_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

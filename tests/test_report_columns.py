@@ -8,11 +8,11 @@ import ast
 from pathlib import Path
 
 import nearlocal
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import METHODS, load_methods
-from nearlocal.harness.runner import describe
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import METHODS, load_methods
+from nearlocal.engine.runner import describe
 from nearlocal.regions.base import REGION_KINDS
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import make_run, row
 
 REPORT = Path(nearlocal.__file__).parent / "report"

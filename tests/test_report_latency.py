@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nearlocal.report.render_html import report_html
 from nearlocal.report.tables import NoValue, Stat, build_report
-from nearlocal.results import load
+from nearlocal.store import load
 from tests.report_fixtures import make_run, row
 
 GiB = 1 << 30

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.runner import describe
+from nearlocal.core.cases import Case
+from nearlocal.engine.runner import describe
 from nearlocal.regions.base import POOL_CLASSES, REGION_KINDS, pool_class_of
-from nearlocal.results import Store, load
+from nearlocal.store import Store, load
 
 
 @pytest.mark.parametrize(("region", "cpuless", "expected"), [

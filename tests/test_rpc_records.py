@@ -229,7 +229,7 @@ def test_writer_kernels_read_shared_words_only_through_invalidation():
 
 
 def test_faults_command(capsys):
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     name = f"nearlocal-test-faults-cli-{os.getpid()}"
     assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "1s",
@@ -251,7 +251,7 @@ def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, 
     which kills the process and strands the file: the region's own capacity check runs first
     (here a statvfs, as the region provider sees it, that reports 1 MiB free stands in for a small
     tmpfs)."""
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
     from nearlocal.regions import host
 
     real = os.statvfs
@@ -324,7 +324,7 @@ def test_faults_interrupted_cleans_up(how, tmp_path):
     name = f"nearlocal-test-faults-int-{os.getpid()}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     process = subprocess.Popen(
-        [sys.executable, "-m", "nearlocal.cli", "faults", "--region", f"shm:{name}",
+        [sys.executable, "-m", "nearlocal.frontends.cli", "faults", "--region", f"shm:{name}",
          "--kills", "100000", "--duration", "60s", "--records", "8"],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

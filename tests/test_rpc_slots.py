@@ -122,8 +122,8 @@ def test_bad_rpc_parameters_are_usage_errors():
 
 
 def test_bad_rpc_parameter_values_are_refused_before_the_run():
-    from nearlocal.harness.cases import Case, validate
-    from nearlocal.hwprobe import probe
+    from nearlocal.core.cases import Case, validate
+    from nearlocal.probe import probe
 
     inventory = probe(calibrate=False, gpu=False)
     for method, params, message in (("rpc-throughput", (("qd", "x"),), "qd='x'"),
@@ -136,7 +136,7 @@ def test_bad_rpc_parameter_values_are_refused_before_the_run():
 def test_an_rpc_method_without_an_rpc_pattern_is_a_usage_error(tmp_path, capsys):
     """A plain size (or any pattern that is not rpc:SLOTSxSIZE) is bad input: exit 2, one line,
     before anything runs, not a failed row per case."""
-    from nearlocal.cli import main
+    from nearlocal.frontends.cli import main
 
     name = f"nearlocal-test-rpc-size-{os.getpid()}"
     for method in ("rpc-roundtrip", "rpc-throughput"):
@@ -234,10 +234,10 @@ def test_server_dies_with_its_client(tmp_path):
 
 
 def test_rpc_suite_stores_round_trip_and_throughput_rows(tmp_path, monkeypatch):
-    from nearlocal.cli import main
-    from nearlocal.harness.methods import get_method
-    from nearlocal.results import load
+    from nearlocal.core.methods import get_method
+    from nearlocal.frontends.cli import main
     from nearlocal.rpc import methods as rpc_methods
+    from nearlocal.store import load
 
     # the suite's fixed shm:nearlocal-rpc would collide with a concurrent run (another pytest, a
     # user's `nearlocal run --suite rpc`): this test's cases get a name of their own

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from nearlocal.harness.selfcheck import self_check, summary_line
+from nearlocal.engine.selfcheck import self_check, summary_line
 
 TSC_HZ = 2.5e9
 META = {"clock": {"overhead_ticks": 50.0, "quantum_ticks": 2.0, "tsc_hz": TSC_HZ,
@@ -59,9 +59,9 @@ def test_each_impossible_figure_is_named():
 
 
 def test_the_report_leads_with_a_suspect_run(tmp_path):
-    from nearlocal.cli import main
-    from nearlocal.results import load
-    from nearlocal.results.store import Store
+    from nearlocal.frontends.cli import main
+    from nearlocal.store import load
+    from nearlocal.store.runs import Store
 
     out = tmp_path / "store"
     assert main(["run", "--method", "load", "--size", "4KiB", "--budget", "0.02",

@@ -12,7 +12,7 @@ HEAVY = ("numba", "scipy", "pandas", "matplotlib")
 # Runs the CLI in a fresh interpreter, then prints which heavy libraries sys.modules holds.
 CHILD = """
 import sys
-from nearlocal.cli import main
+from nearlocal.frontends.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nearlocal.errors import UsageError
-from nearlocal.harness.stats import (
+from nearlocal.core.sampling import (
     StoppingRule,
     median_ci,
     median_rank_bounds,
     relative_half_width,
     summarize,
 )
-from nearlocal.results import Store, list_runs, load
+from nearlocal.errors import UsageError
+from nearlocal.store import Store, list_runs, load
 from nearlocal.units import format_size, parse_duration, parse_size
 
 
@@ -57,7 +57,7 @@ def test_the_stopping_rule_imports_no_scipy():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from nearlocal.harness.stats import StoppingRule, summarize; "
+    code = ("import sys, numpy as np; from nearlocal.core.sampling import StoppingRule, summarize; "
             "StoppingRule().done(np.arange(1.0, 200.0), 0.0); summarize(np.arange(1.0, 99.0), 64); "
             "print('scipy' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,18 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nearlocal.cli import main
+from nearlocal.core.cases import Case, unavailable
+from nearlocal.core.patterns import parse_pattern
+from nearlocal.engine.worker import open_case
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case, unavailable
-from nearlocal.harness.worker import open_case
-from nearlocal.hwprobe import probe
-from nearlocal.hwprobe.block import filesystem_of, probe_block
+from nearlocal.frontends.cli import main
+from nearlocal.probe import probe
+from nearlocal.probe.block import filesystem_of, probe_block
 from nearlocal.report.tables import build_report
-from nearlocal.results import load
 from nearlocal.storage import uring
 from nearlocal.storage.methods import resident_fraction
+from nearlocal.store import load
 from nearlocal.sysroot import SysRoot
-from nearlocal.workloads.patterns import parse_pattern
 from tests.report_fixtures import make_run, row
 
 TSC_HZ = 2.0e9
@@ -178,8 +178,8 @@ def test_a_short_read_fails_the_case_naming_the_request(folder, params):
 
 
 def test_the_storage_suite_is_valid_input(folder, monkeypatch):
-    from nearlocal.harness.cases import validate
-    from nearlocal.harness.suites import suite_cases
+    from nearlocal.core.cases import validate
+    from nearlocal.core.suites import suite_cases
 
     monkeypatch.setenv("NEARLOCAL_STORAGE", str(folder / "suite.bin"))
     inventory = probe(calibrate=False, gpu=False)

@@ -1,4 +1,4 @@
-"""Runs that take turns (harness/turns.py): the arms' passes alternate, round by round with every
+"""Runs that take turns (engine/turns.py): the arms' passes alternate, round by round with every
 other round reversed; an arm that is done or dead loses its slots; bad --turn input is one line."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nearlocal.engine import turns as turns_module
+from nearlocal.engine.turns import Turns, parse_turn, slot_arm
 from nearlocal.errors import UsageError
-from nearlocal.harness import turns as turns_module
-from nearlocal.harness.turns import Turns, parse_turn, slot_arm
 
 
 def test_slots_go_round_by_round_every_other_round_reversed():

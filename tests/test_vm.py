@@ -66,7 +66,7 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
     for name in ("probe", "run", "faults"):
         (out / f"{name}.rc").write_text("0\n")
     (out / "cxl-dax.txt").write_text("dax1.0\n")
-    from nearlocal.results.store import Store
+    from nearlocal.store.runs import Store
 
     store = Store.create(out / "results", {"host_id": "guest"})
     rows = [("numa:1", "wb", "ok", "write-back (anonymous RAM)"), ("numa:1", "uc", "skipped", ""),

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from nearlocal.engine import runner as runner_module
+from nearlocal.engine.runner import WORKER_START_ENV, own_startup_s, worker_start_deadline
 from nearlocal.errors import UsageError
-from nearlocal.harness import runner as runner_module
-from nearlocal.harness.runner import WORKER_START_ENV, own_startup_s, worker_start_deadline
 
 
 def test_the_deadline_grows_with_this_process_start_up_and_the_last_worker(monkeypatch):
@@ -46,11 +46,11 @@ def dies_at_once(conn, settings, origin=None) -> None:
 
 
 def _run(tmp_path, target, monkeypatch):
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.stats import StoppingRule
-    from nearlocal.harness.worker import WorkerSettings
-    from nearlocal.hwprobe import probe
-    from nearlocal.results import Store
+    from nearlocal.core.cases import Case
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.worker import WorkerSettings
+    from nearlocal.probe import probe
+    from nearlocal.store import Store
 
     monkeypatch.setattr(runner_module, "worker_main", target)
     inventory = probe(gpu=False)
@@ -81,7 +81,7 @@ class _SilentProcess:
 def test_a_late_worker_is_killed_and_the_error_names_the_deadline_and_its_stage(tmp_path, monkeypatch):
     import multiprocessing
 
-    from nearlocal.harness.runner import WorkerStartError
+    from nearlocal.engine.runner import WorkerStartError
 
     monkeypatch.setenv(WORKER_START_ENV, "0.5")
     runner = runner_module.Runner.__new__(runner_module.Runner)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nearlocal.core.methods import Method, SessionContext, register_method
 from nearlocal.dsa import uapi
 from nearlocal.errors import UsageError
-from nearlocal.harness.methods import Method, SessionContext, register_method
 
 TIMEOUT_S = 2.0
 PARAM_DEFAULTS = {"qd": "1", "cc": "0", "wait": "spin", "bof": "0", "wq": "auto"}
@@ -53,8 +53,8 @@ def open_backend(wq_param: str, inventory=None) -> Backend:
     if inventory is not None:
         info, cpu = inventory.dsa, inventory.cpu
     else:
-        from nearlocal.hwprobe.cpu import probe_cpu
-        from nearlocal.hwprobe.dsa import probe_dsa
+        from nearlocal.probe.cpu import probe_cpu
+        from nearlocal.probe.dsa import probe_dsa
         from nearlocal.sysroot import SysRoot
 
         root = SysRoot.default()
@@ -253,6 +253,7 @@ def _needs(inventory) -> str | None:
 
 
 DSA_MEMMOVE = register_method(Method(
+    cacheable=False,
     name="dsa-memmove", family="dsa", state="-", accesses=("write", "read"),
     summary="DSA memmove descriptor per fragment, submitted to a user WQ (movdir64b/enqcmd), "
             "completion record polled",
@@ -261,6 +262,7 @@ DSA_MEMMOVE = register_method(Method(
     check_params=lambda params: DsaParams.parse(params, batched=False),
 ))
 DSA_BATCH = register_method(Method(
+    cacheable=False,
     name="dsa-batch", family="dsa", state="-", accesses=("write", "read"),
     summary="DSA batch descriptors of `batch` memmoves each (one fragment is cut into `batch`)",
     open_session=lambda ctx: DsaSession(ctx, batched=True),
@@ -270,8 +272,8 @@ DSA_BATCH = register_method(Method(
 
 
 def _quick() -> list:
-    from nearlocal.harness.cases import Case
-    from nearlocal.harness.suites import QUICK_SIZES
+    from nearlocal.core.cases import Case
+    from nearlocal.core.suites import QUICK_SIZES
     from nearlocal.units import format_size
 
     return [Case(method, "dram", "wb", format_size(size))
@@ -280,7 +282,7 @@ def _quick() -> list:
 
 def _dsa_suite() -> list:
     """Latency (qd 1) and throughput (qd 16), cache control off/on, waits, batch sizes."""
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     cases = []
     for size in ("256B", "4KiB", "16KiB", "64KiB", "1MiB"):
@@ -298,7 +300,7 @@ def _dsa_suite() -> list:
 
 
 def _register_suites() -> None:
-    from nearlocal.harness.suites import Suite, extend_suite, register_suite
+    from nearlocal.core.suites import Suite, extend_suite, register_suite
 
     extend_suite("quick", _quick)
     register_suite(Suite("dsa", "DSA memmove and batch: qd 1 / 16, cache control, waits, "

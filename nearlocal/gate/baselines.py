@@ -15,7 +15,7 @@ from nearlocal.errors import UsageError
 from nearlocal.gate.identity import host_differences, host_id
 from nearlocal.gate.samples import row_ops
 from nearlocal.lazy import lazy_import
-from nearlocal.results.store import RunData, load, read_baseline
+from nearlocal.store.runs import RunData, load, read_baseline
 
 np = lazy_import("numpy")
 

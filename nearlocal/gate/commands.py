@@ -33,7 +33,7 @@ def _compare(args) -> int:
     from nearlocal.gate.identity import host_note
     from nearlocal.gate.render import append_job_summary, write_output
     from nearlocal.gate.verdict import compare_runs
-    from nearlocal.results.store import load
+    from nearlocal.store.runs import load
 
     root = Path(args.out)
     safeio.check_output("--output", args.output)  # before anything is read
@@ -56,7 +56,7 @@ def _compare(args) -> int:
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         append_job_summary(result, os.environ["GITHUB_STEP_SUMMARY"])
     if args.output and args.format != "table":
-        from nearlocal.console import err_console
+        from nearlocal.terminal import err_console
 
         err_console.print(f"{result.head_line()}; "
                           f"{'regression' if result.regressions else 'no regression'}: "
@@ -65,8 +65,8 @@ def _compare(args) -> int:
 
 
 def _baseline(args) -> int:
-    from nearlocal.console import console
-    from nearlocal.results.store import read_baseline, require_store
+    from nearlocal.store.runs import read_baseline, require_store
+    from nearlocal.terminal import console
 
     root = Path(args.out)
     if args.action == "set":

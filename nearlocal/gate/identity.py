@@ -5,9 +5,9 @@ from __future__ import annotations
 
 
 def _identity(meta: dict) -> dict | None:
-    """hwprobe.hardware_identity less what a bench import's inventory lacks (CPU count, CXL
+    """probe.hardware_identity less what a bench import's inventory lacks (CPU count, CXL
     flags), with the TSC: what two runs whose host ids differ are compared by."""
-    from nearlocal.hwprobe import hardware_identity
+    from nearlocal.probe import hardware_identity
 
     inventory = meta.get("inventory") or {}
     if not inventory.get("cpu"):

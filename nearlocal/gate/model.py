@@ -86,7 +86,7 @@ def bootstrap_medians(values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
 
 
 def _by_processes(case: CaseInput, paired: bool) -> Estimate:
-    from nearlocal.harness.plan import MAX_PROCESSES
+    from nearlocal.engine.plan import MAX_PROCESSES
 
     nb, nc = case.base_logs.size, case.cand_logs.size
     mean_b, var_b, h_b = trimmed_location(case.base_logs)

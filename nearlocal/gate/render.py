@@ -52,8 +52,8 @@ def render_table(result: Comparison, file=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from nearlocal.console import console as stdout_console
-    from nearlocal.console import identifier_column, print_table
+    from nearlocal.terminal import console as stdout_console
+    from nearlocal.terminal import identifier_column, print_table
 
     colours = {"slower": "red", "faster": "green", "ambiguous": "yellow", "missing": "magenta",
                "new": "cyan", "same": "default"}
@@ -112,7 +112,7 @@ def append_job_summary(result: Comparison, path: str) -> None:
         with open(path, "a") as handle:
             handle.write(render_markdown(result, CHANGE_VERDICTS) + "\n")
     except OSError as exc:
-        from nearlocal.console import err_console
+        from nearlocal.terminal import err_console
 
         err_console.print(f"GITHUB_STEP_SUMMARY {path}: cannot append the job summary: "
                           f"{exc.strerror}", markup=False)

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 
 from nearlocal.lazy import lazy_import
-from nearlocal.results.schema import ops_per_sample
-from nearlocal.results.store import RunData
+from nearlocal.store.runs import RunData
+from nearlocal.store.schema import ops_per_sample
 
 np = lazy_import("numpy")
 pd = lazy_import("pandas")

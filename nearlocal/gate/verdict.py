@@ -28,7 +28,7 @@ from nearlocal.gate.model import Estimate, estimate_cases
 from nearlocal.gate.modes import DEFAULT_MODE, Mode, get_mode
 from nearlocal.gate.samples import Absent, CaseInput, case_inputs
 from nearlocal.lazy import lazy_import
-from nearlocal.results.store import RunData
+from nearlocal.store.runs import RunData
 
 np = lazy_import("numpy")
 scipy_stats = lazy_import("scipy.stats")
@@ -282,7 +282,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
                  mode: str = DEFAULT_MODE) -> Comparison:
     """Judge every case of `cand` against `base` in `mode` ("code" or "box"). history: per
     case, the SD of one run's log figure over past baselines (gate/baselines.history_noise)."""
-    from nearlocal.harness.turns import same_group
+    from nearlocal.engine.turns import same_group
 
     if not 0 < threshold < 10:
         raise UsageError(f"--threshold must be a positive percentage below 1000%, "

@@ -24,11 +24,11 @@ import itertools
 
 import numpy as np
 
+from nearlocal.core.methods import Method, SessionContext, register_method
 from nearlocal.errors import UsageError
 from nearlocal.gpu import timing
 from nearlocal.gpu.regions import GpuAccess, _no_gpu, alloc_mapped, gpu_access
-from nearlocal.harness.methods import Method, SessionContext, register_method
-from nearlocal.hwprobe import HostInventory
+from nearlocal.probe import HostInventory
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction from the pointers (UVA)
 PEER_ALREADY_ENABLED = 704  # cudaErrorPeerAccessAlreadyEnabled
@@ -158,7 +158,7 @@ class GpuSession:
         if self.timing not in timing.TIMINGS:
             raise UsageError(f"timing={self.timing!r} is not valid: use device or e2e")
         self.src, self.dst = gpu_access(ctx.src), gpu_access(ctx.dst)
-        from nearlocal.gpu import kernels
+        from nearlocal.kernels import cuda as kernels
 
         self.kernel_lib = kernels
         self.table = kernels.validate_fragments(ctx.pattern.frags, self.src.nbytes,
@@ -595,7 +595,7 @@ def enable_peer_access(cp, device: int, peer: int, required: bool, info: dict) -
 
 class KernelSession(GpuSession):
     """gather-kernel / scatter-kernel / peer-kernel: one launch moves every fragment, its work
-    split by bytes (nearlocal.gpu.kernels). The piece table lives in device memory for device
+    split by bytes (nearlocal.kernels.cuda). The piece table lives in device memory for device
     timing; for e2e the host writes it into pinned memory inside the interval and the kernel
     reads it from there (no separate upload call)."""
 
@@ -868,6 +868,7 @@ _KERNEL = {**_TIMING, "width": "16", "threads": "128", "group": "0"}
 def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs,
          params: dict, regions=("host", "gpu"), markers=("gpu",), sample_bytes=None) -> Method:
     return register_method(Method(
+        cacheable=False,
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_families=frozenset(regions),
         peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.gpu.kernels import fill_device
-from nearlocal.hwprobe import HostInventory
+from nearlocal.kernels.cuda import fill_device
+from nearlocal.probe import HostInventory
 from nearlocal.regions.base import (
     MappedRegion,
     RegionKind,

@@ -5,8 +5,8 @@ case is a skipped row with its reason. `gpu_cases` / `swiftcache_cases` are publ
 
 from __future__ import annotations
 
-from nearlocal.harness.cases import Case
-from nearlocal.harness.suites import Suite, register_suite
+from nearlocal.core.cases import Case
+from nearlocal.core.suites import Suite, register_suite
 
 # Beluga: sparse KV read (1024 x 160 B, B14), a dense block's 128 ~20 KB pieces (B2), 64 KiB (B11)
 GPU_PATTERNS = ("1024x160B", "128x20KiB", "64KiB")

@@ -67,7 +67,7 @@ class EventTimer:
                  prime: Callable[[], None] | None = None):
         self.cp = cp
         self.stream = stream  # cupy stream the work is queued on
-        self.kernels = kernels  # nearlocal.gpu.kernels.Kernels (nl_spin)
+        self.kernels = kernels  # nearlocal.kernels.cuda.Kernels (nl_spin)
         self.spin_out = spin_out  # device pointer of 1 x uint64
         self.prime = prime  # queued between the spin and the start event (copy sessions)
         self.start = cp.cuda.Event()

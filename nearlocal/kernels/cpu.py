@@ -8,7 +8,7 @@ preparation that sets the cache state (warm pass, flush) is outside it.
 
 `passes`: how many passes over the fragment table one timed interval holds. A pass shorter than
 a couple of hundred clock steps (a 64-byte load on a VM whose TSC moves in 10 ns steps) is
-unresolvable alone: its sample would read 0 or 1 step. The session (kernels.cpu_methods) sets
+unresolvable alone: its sample would read 0 or 1 step. The session (cpu/methods.py) sets
 passes so a sample spans enough steps and divides the figure by it. nt-load has no `passes`:
 its cold state is set per sample, outside the interval, and a flush between passes would be timed.
 

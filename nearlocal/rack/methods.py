@@ -19,18 +19,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import Method, register_method
+from nearlocal.core.patterns import Pattern
+from nearlocal.core.sampling import StoppingRule, run_trials, summarize
+from nearlocal.core.suites import Suite, register_suite
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Method, register_method
-from nearlocal.harness.stats import StoppingRule, summarize
-from nearlocal.harness.suites import Suite, register_suite
-from nearlocal.harness.worker import run_trials
 from nearlocal.lazy import lazy_import
 from nearlocal.rack.mpi import World, in_mpi_job
 from nearlocal.rpc.methods import QUEUE_DEPTHS, RpcSession, _check_pattern, _int_param
 from nearlocal.rpc.protocols import PROTOCOLS, protocol_code
 from nearlocal.units import parse_duration
-from nearlocal.workloads.patterns import Pattern
 
 # numba kernels: compiled when a session opens, not when the methods register (issue 19)
 kernels = lazy_import("nearlocal.rack.kernels")
@@ -147,7 +146,7 @@ def refuse_without_mpi(cases: list[Case], inventory=None) -> None:
             RACK_METHODS[c.method].host_needs and RACK_METHODS[c.method].host_needs(inventory)
             for c in cases):
         return
-    from nearlocal.harness.methods import get_method
+    from nearlocal.core.methods import get_method
 
     needs = get_method(cases[0].method).needs
     raise UsageError((needs(None) if needs else None) or WITHOUT_MPI)
@@ -166,6 +165,7 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
             check_params(values)
 
     register_method(Method(
+        cacheable=False,
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
         needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
@@ -204,7 +204,7 @@ class _RackRpcClient(RpcSession):
 
 
 def _ring_bytes(case: Case, ranks: int) -> int:
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
 
     axes = parse_pattern(case.pattern).axes
     return slots.layout(int(axes["slots"]), int(axes["message_bytes"]))[2]
@@ -304,7 +304,7 @@ def _record_shape(pattern: Pattern) -> tuple[int, int]:
 
 
 def _handoff_layout(case: Case, ranks: int) -> rec.Layout:
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
 
     records, record_bytes = _record_shape(parse_pattern(case.pattern))
     return rec.Layout(records, record_bytes, max(ranks - 1, 1), 1)
@@ -414,7 +414,7 @@ def _handoff_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 # --- 3. Aggregate bandwidth: every rank on its own slice of the pool at once ---------------------
 
 def _slice_bytes(case: Case) -> int:
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
 
     return -(-parse_pattern(case.pattern).total_bytes // 4096) * 4096
 
@@ -495,7 +495,7 @@ def _fault_config(ctx_or_case, ranks: int):
 
     case = ctx_or_case if isinstance(ctx_or_case, Case) else ctx_or_case.case
     params = {**HOSTLOSS_PARAMS, **case.param_dict}
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
 
     return FaultConfig(region=case.region, kills=int(params["kills"]),
                        duration_s=parse_duration(params["duration"]),

@@ -1,5 +1,5 @@
 """The timed loops of the rdma-* methods: compiled code that calls the provider's post_send and
-poll_cq through the function pointers in the device context (verbs.py reads them), with the
+poll_cq through the function pointers in the device context (probe/verbs.py reads them), with the
 work requests prebuilt in a numpy buffer (chained `next` pointers). Only posting and polling sit
 inside a timed interval, between the same rdtscp-fenced TSC reads as every CPU method.
 

@@ -15,16 +15,16 @@ import time
 
 import numpy as np
 
+from nearlocal.core.cases import Case
+from nearlocal.core.patterns import Pattern
+from nearlocal.core.sampling import run_trials
+from nearlocal.core.suites import Suite, register_suite
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.suites import Suite, register_suite
-from nearlocal.harness.worker import run_trials
 from nearlocal.lazy import lazy_import
+from nearlocal.probe import verbs  # ctypes only: libibverbs is loaded when a case runs
 from nearlocal.rack.methods import RackContext, RackMethod, RackRow, register_rack
 from nearlocal.rack.mpi import in_mpi_job
-from nearlocal.rdma import verbs  # ctypes only: libibverbs is loaded when a case runs
 from nearlocal.rdma.requests import SGE_VARIANTS, build_chain, plan_requests, sge_limit
-from nearlocal.workloads.patterns import Pattern
 
 kernels = lazy_import("nearlocal.rdma.kernels")
 
@@ -44,7 +44,7 @@ WITHOUT_MPI = ("the rdma-* methods run between two ranks of an MPI job: launch `
 # --- which device, what it allows ------------------------------------------------------------
 
 def _devices():
-    from nearlocal.hwprobe.rdma import probe_rdma
+    from nearlocal.probe.rdma import probe_rdma
     from nearlocal.sysroot import SysRoot
 
     return probe_rdma(SysRoot.default())
@@ -117,7 +117,7 @@ class _Link:
     """This rank's QP connected to the other rank's (0 <-> 1), its region registered."""
 
     def __init__(self, ctx: RackContext, max_send_wr: int, max_sge: int):
-        from nearlocal.hwprobe.rdma import gid_index
+        from nearlocal.probe.rdma import gid_index
 
         device = pick_device(_devices(), str(ctx.params.get("device", "")))
         if device is None:
@@ -399,7 +399,7 @@ register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
 
 
 def _parse(case: Case) -> Pattern:
-    from nearlocal.workloads.patterns import parse_pattern
+    from nearlocal.core.patterns import parse_pattern
 
     return parse_pattern(case.pattern)
 

@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from nearlocal.rdma import verbs
+from nearlocal.probe import verbs
 
 SGE_VARIANTS = ("one", "batched")  # one request per fragment (baseline), SGE-batched (best case)
 

@@ -20,7 +20,7 @@ from nearlocal.lazy import lazy_import
 np = lazy_import("numpy")
 
 if TYPE_CHECKING:
-    from nearlocal.hwprobe import HostInventory
+    from nearlocal.probe import HostInventory
 
 ATTRIBUTES: dict[str, str] = {
     "wb": "cacheable (write-back)",
@@ -92,6 +92,12 @@ class RegionKind:
     # what the region is to the pool question (a POOL_CLASSES key): a name, or for a kind whose
     # answer depends on the box (numa:N), a function of the spec and the CPU-less nodes
     pool_class: str | Callable[[RegionSpec, frozenset[int]], str] = "other"
+    # other processes (and hosts) map it as it is, by its name: a file or a device. rpc.shared
+    # and the MPI job share it without a copy; a private kind (dram, numa:N) is shared through
+    # a memfd copy
+    shared_mapping: bool = False
+    # pytest markers its cases carry in `pytest bench/` ("cxl": a pool's cases, `-m cxl`)
+    markers: tuple[str, ...] = ()
 
 
 # How pool-like a region is, most pool-like first (a class's rank is its position): rows carry

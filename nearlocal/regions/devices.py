@@ -13,9 +13,9 @@ import os
 import re
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import HostInventory, pat
-from nearlocal.hwprobe.pci import BASE as PCI_BASE
-from nearlocal.hwprobe.pci import normal_address, read_bars
+from nearlocal.probe import HostInventory, pat
+from nearlocal.probe.pci import BASE as PCI_BASE
+from nearlocal.probe.pci import normal_address, read_bars
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
 from nearlocal.regions.mapping import _dax_arg, _mapped
 from nearlocal.sysroot import SysRoot

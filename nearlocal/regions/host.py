@@ -19,8 +19,8 @@ from typing import TypeVar
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import HostInventory, pat
-from nearlocal.hwprobe.dax import find_dax
+from nearlocal.probe import HostInventory, pat
+from nearlocal.probe.dax import find_dax
 from nearlocal.regions.base import (
     CREATED_XATTR,
     MappedRegion,
@@ -558,7 +558,7 @@ register_region_kind(RegionKind(
     summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
-    capacity=_dram_capacity, pool_class=_numa_pool_class,
+    capacity=_dram_capacity, pool_class=_numa_pool_class, markers=("cxl",),
 ))
 def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
     from nearlocal.regions.devices import devdax_uc_unavailable
@@ -573,19 +573,19 @@ register_region_kind(RegionKind(
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
     user_owned=lambda spec: True,
     instances=lambda inventory: [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"],
-    pool_class="devdax",
+    pool_class="devdax", shared_mapping=True, markers=("cxl",),
 ))
 register_region_kind(RegionKind(
     name="file", syntax="file:PATH", family="host", attrs=frozenset({"wb"}),
     summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: [], capacity=_file_capacity,
-    creates=_file_creates, pool_class="shared",
+    creates=_file_creates, pool_class="shared", shared_mapping=True,
 ))
 register_region_kind(RegionKind(
     name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
     summary="POSIX shared memory /dev/shm/NAME, shared between processes",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: ["shm:nearlocal"],
-    capacity=_file_capacity, creates=_file_creates, pool_class="shared",
+    capacity=_file_capacity, creates=_file_creates, pool_class="shared", shared_mapping=True,
 ))

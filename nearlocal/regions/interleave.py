@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe import HostInventory
+from nearlocal.probe import HostInventory
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
 from nearlocal.regions.host import mbind_range
 

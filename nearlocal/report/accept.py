@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.core.cases import Case
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.results.store import RunData, load
+from nearlocal.store.runs import RunData, load
 from nearlocal.units import format_ns, parse_budget, parse_duration
 
 TIME_METRICS = ("median_ns", "p10_ns", "p90_ns", "p99_ns", "min_ns", "mean_ns", "max_ns")
@@ -164,9 +164,9 @@ def _pattern_text(value: object) -> str:
 
 
 def _make_case(fields: dict, where: str) -> Case:
-    from nearlocal.harness.methods import get_method
+    from nearlocal.core.methods import get_method
+    from nearlocal.core.patterns import parse_pattern
     from nearlocal.regions import ATTRIBUTES, parse_region
-    from nearlocal.workloads.patterns import parse_pattern
 
     unknown = sorted(set(fields) - set(CASE_KEYS) - {"ratio"})
     if unknown:
@@ -462,11 +462,11 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
     measured as run's are)."""
-    from nearlocal.harness.plan import RunSettings, measure, plan_cases
-    from nearlocal.harness.runner import run_metadata
-    from nearlocal.harness.selfcheck import checked
-    from nearlocal.hwprobe import probe
-    from nearlocal.results.store import Store
+    from nearlocal.engine.plan import RunSettings, measure, plan_cases
+    from nearlocal.engine.runner import run_metadata
+    from nearlocal.engine.selfcheck import checked
+    from nearlocal.probe import probe
+    from nearlocal.store.runs import Store
 
     inventory = probe()
     check_pool(spec, inventory)
@@ -496,7 +496,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
 def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
     from rich.table import Table
 
-    from nearlocal.console import console
+    from nearlocal.terminal import console
 
     table = Table(title=f"{spec.title}: run {run.run_id}", title_justify="left")
     for column in ("requirement", "measured", "bound", "verdict", "margin"):
@@ -547,11 +547,11 @@ def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
 
 
 def _accept(args) -> int:
-    from nearlocal.console import console
+    from nearlocal.terminal import console
 
     spec = parse_spec(args.spec, args.region, args.peer)
     if args.processes is not None:
-        from nearlocal.harness.plan import check_processes
+        from nearlocal.engine.plan import check_processes
 
         check_processes(args.processes)
     if args.budget is not None:  # an empty --budget is refused, not the spec's

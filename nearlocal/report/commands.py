@@ -16,12 +16,12 @@ def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Pa
 
 
 def _report(args: argparse.Namespace) -> int:
-    from nearlocal.console import console
     from nearlocal.report.render_html import write_html
     from nearlocal.report.render_markdown import write_markdown
     from nearlocal.report.render_terminal import print_report
     from nearlocal.report.tables import build_report
-    from nearlocal.results import load
+    from nearlocal.store import load
+    from nearlocal.terminal import console
 
     html = _output_path(args.html, "--html", (".html", ".htm"))
     markdown = _output_path(args.markdown, "--markdown", (".md",))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from nearlocal.report.model import RunInfo, Section
-from nearlocal.results import RunData
+from nearlocal.store import RunData
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from nearlocal.console import print_table
 from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
 from nearlocal.report.model import Report, Section, Table, header
+from nearlocal.terminal import print_table
 
 
 def rich_table(table: Table) -> RichTable:

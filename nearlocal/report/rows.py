@@ -10,12 +10,12 @@ from dataclasses import fields
 
 import pandas as pd
 
-from nearlocal.harness.cases import Case
+from nearlocal.core.cases import Case
 from nearlocal.params import BadParams, decode_params
 from nearlocal.regions.base import POOL_CLASSES
 from nearlocal.report.model import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
 from nearlocal.report.papers import Figure, figure
-from nearlocal.results import RunData
+from nearlocal.store import RunData
 
 __all__ = ["NOT_IN_RUN"]
 

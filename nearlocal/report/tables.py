@@ -19,7 +19,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     swiftcache,
 )
 from nearlocal.report.sections.beluga import crossover_size
-from nearlocal.results import RunData
+from nearlocal.store import RunData
 
 __all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "model", "prepare"]
 

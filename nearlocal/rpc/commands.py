@@ -35,7 +35,7 @@ def _config(args: argparse.Namespace):
 def _print(report: dict) -> None:
     from rich.table import Table
 
-    from nearlocal.console import console
+    from nearlocal.terminal import console
 
     config = report["config"]
     detect = report["detect_ms"]
@@ -85,7 +85,7 @@ def _print(report: dict) -> None:
 
 
 def _faults(args: argparse.Namespace) -> int:
-    from nearlocal.hwprobe import probe
+    from nearlocal.probe import probe
     from nearlocal.regions import parse_region, region_kind
     from nearlocal.rpc.faults import run_faults
 

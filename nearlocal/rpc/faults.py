@@ -182,10 +182,10 @@ def _check_room(spec, nbytes: int) -> None:
     strands the file). A region other processes cannot map (dram, numa:N, interleave:) is shared
     through a memfd copy of the store (rpc.shared.share) in 4 KiB pages on the region's node, or
     in ordinary memory: where that is the region's own memory, it has to hold both copies."""
-    from nearlocal.regions import check_capacity, parse_region
+    from nearlocal.regions import check_capacity, parse_region, region_kind
     from nearlocal.regions.host import _dram_options
 
-    if spec.kind in SHARED_KINDS:
+    if region_kind(spec).shared_mapping:
         check_capacity(spec, nbytes)
         return
     options = _dram_options(spec) if spec.kind in ("dram", "numa") else {"pages": "", "node": None}
@@ -195,9 +195,6 @@ def _check_room(spec, nbytes: int) -> None:
     check_capacity(spec, nbytes)
     node = options["node"]
     check_capacity(parse_region(f"numa:{node}" if node is not None else "dram"), nbytes)
-
-
-SHARED_KINDS = ("shm", "file", "devdax")  # mapped shared: rpc.shared.share uses them as they are
 
 
 def run_faults(config: FaultConfig, tsc_hz: float,

@@ -13,15 +13,15 @@ import re
 
 import numpy as np
 
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.patterns import Pattern, register_pattern_kind
+from nearlocal.core.suites import Suite, register_suite
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import Method, SessionContext, register_method
-from nearlocal.harness.suites import Suite, register_suite
 from nearlocal.lazy import lazy_import
 from nearlocal.rpc.protocols import PROTOCOLS, protocol_code
 from nearlocal.rpc.shared import share
 from nearlocal.units import format_size, parse_size
-from nearlocal.workloads.patterns import Pattern, register_pattern_kind
 
 slots = lazy_import("nearlocal.rpc.slots")  # numba kernels: compiled when a session opens
 
@@ -203,6 +203,7 @@ _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "measures": "operation"}  # one RPC, not a transfer of the slot ring
 
 register_method(Method(
+    cacheable=False,
     name="rpc-roundtrip",
     summary="one 64 B (pattern's size) request / response through shared-memory slots, queue "
             "depth 1; server in its own process on another CPU (protocol=flush|coherent)",
@@ -210,6 +211,7 @@ register_method(Method(
     params={"protocol": "flush", **_CPUS}, **_COMMON,
 ))
 register_method(Method(
+    cacheable=False,
     name="rpc-throughput",
     summary="requests through shared-memory slots with qd in flight, one server thread; a "
             "sample is ns per request over a batch (Mops = 1000 / median_ns)",

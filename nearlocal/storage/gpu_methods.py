@@ -23,10 +23,10 @@ import os
 
 import numpy as np
 
+from nearlocal.core.methods import Method, SessionContext, register_method
 from nearlocal.errors import UsageError
 from nearlocal.gpu import methods as gpu_methods
-from nearlocal.gpu.kernels import MEMCPY_HOST_TO_DEVICE
-from nearlocal.harness.methods import Method, SessionContext, register_method
+from nearlocal.kernels.cuda import MEMCPY_HOST_TO_DEVICE
 from nearlocal.storage.methods import PARAM_DEFAULTS, FileParams
 
 POSIX_FADV_DONTNEED = 4
@@ -98,10 +98,10 @@ class FileToGpuSession(_FileToGpuBase):
     packed layout), then cudaMemcpyAsync moves each contiguous run to the same offset on gpu:K."""
 
     def __init__(self, ctx: SessionContext):
+        from nearlocal.core.patterns import Pattern
         from nearlocal.regions.base import parse_region, region_kind
         from nearlocal.storage import kernels
         from nearlocal.storage.methods import FileSession
-        from nearlocal.workloads.patterns import Pattern
 
         self.method = "file-read-gpu"
         self.file_region = self._file_region(ctx)
@@ -215,7 +215,7 @@ class GdsSession(_FileToGpuBase):
     keep_cached = False  # cuFile in its own compatibility mode would read cached pages
 
     def __init__(self, ctx: SessionContext):
-        from nearlocal.workloads.patterns import Pattern
+        from nearlocal.core.patterns import Pattern
 
         self.method = "file-read-gds"
         self.file_region = self._file_region(ctx)
@@ -272,6 +272,7 @@ def _check_file_gpu(params: dict) -> None:
 
 
 register_method(Method(
+    cacheable=False,
     name="file-read-gpu", family="gpu", state="-", accesses=("read",),
     summary="file -> pinned bounce buffer -> gpu:K: file-read's engine fills pinned memory, "
             "then cudaMemcpyAsync (the CPU-offload reload path)",
@@ -281,6 +282,7 @@ register_method(Method(
     check_params=_check_file_gpu,
 ))
 register_method(Method(
+    cacheable=False,
     name="file-read-gds", family="gpu", state="-", accesses=("read",),
     summary="GPUDirect Storage: kvikio.CuFile.pread of each fragment from a storage:PATH file "
             "into gpu:K (cuFile)",

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nearlocal.core.methods import Method, SessionContext, register_method
 from nearlocal.errors import UsageError
-from nearlocal.harness.methods import Method, SessionContext, register_method
 from nearlocal.units import format_size, parse_size
 
 QD_MAX = 64
@@ -287,6 +287,7 @@ def _needs(inventory) -> str | None:
 
 def _file_method(name: str, write: bool, summary: str) -> Method:
     return register_method(Method(
+        cacheable=False,
         name=name, family="cpu", state="-", accesses=("write",) if write else ("read",),
         summary=summary, open_session=lambda ctx: FileSession(ctx, write=write),
         region_families=frozenset({"storage"}), cpu_flags=("rdtscp",),
@@ -316,7 +317,7 @@ KV_DENSE = "kv:qwen2.5-32b:flash-attn:dense"  # one dense block: 128 pieces of 3
 
 
 def _storage_suite() -> list:
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     file = default_file()
     cases = []
@@ -337,7 +338,7 @@ def _storage_suite() -> list:
 
 
 def _swiftcache_part() -> list:
-    from nearlocal.harness.cases import Case
+    from nearlocal.core.cases import Case
 
     file = default_file()
     return [Case("file-read", file, "wb", MIB_READS, params=(("qd", "32"),)),
@@ -348,7 +349,7 @@ def _swiftcache_part() -> list:
 
 def _register_suites() -> None:
     import nearlocal.gpu.suites  # noqa: F401 - declares swiftcache, which S2's reload cases join
-    from nearlocal.harness.suites import Suite, extend_suite, register_suite
+    from nearlocal.core.suites import Suite, extend_suite, register_suite
 
     register_suite(Suite("storage", "file-read / file-write on a storage:PATH file (default "
                          "./.nearlocal-storage, env NEARLOCAL_STORAGE): O_DIRECT vs page cache, "

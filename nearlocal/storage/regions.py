@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nearlocal.errors import UsageError
-from nearlocal.hwprobe.block import filesystem_of
+from nearlocal.probe.block import filesystem_of
 from nearlocal.regions.base import (
     MappedRegion,
     RegionKind,
@@ -31,7 +31,7 @@ from nearlocal.regions.host import _left_by_a_dead_run, create_file, in_use_reas
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
-    from nearlocal.hwprobe import HostInventory
+    from nearlocal.probe import HostInventory
 
 FILL_CHUNK = 8 << 20
 POSIX_FADV_DONTNEED = 4

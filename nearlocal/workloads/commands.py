@@ -70,7 +70,7 @@ def describe(text: str) -> dict:
 def _print(data: dict) -> None:
     from rich.table import Table
 
-    from nearlocal.console import console
+    from nearlocal.terminal import console
 
     if data["select"] == "explicit":
         console.print(f"[bold]{data['pattern']}[/]: an explicit shape, not cut from a model")

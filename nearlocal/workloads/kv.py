@@ -28,12 +28,12 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from nearlocal.core.patterns import Pattern, parse_pattern, register_pattern_kind
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size, parse_size
 from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout, layout_key
 from nearlocal.workloads.models import get_model, kv_dtype
-from nearlocal.workloads.patterns import Pattern, parse_pattern, register_pattern_kind
 
 np = lazy_import("numpy")
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import METHODS, Method, SessionContext, register_method
+from nearlocal.core.patterns import Pattern
+from nearlocal.core.suites import Suite, register_suite
 from nearlocal.errors import UsageError
-from nearlocal.harness.cases import Case
-from nearlocal.harness.methods import METHODS, Method, SessionContext, register_method
-from nearlocal.harness.suites import Suite, register_suite
 from nearlocal.workloads import kv
-from nearlocal.workloads.patterns import Pattern
 
 POOL_REGIONS = ("dram", "shm:nearlocal-kv")
 GATHER_METHODS = ("load", "clflushopt-load", "memcpy")  # pool -> local (access read)
@@ -101,6 +101,7 @@ class MetadataSession:
 
 
 register_method(Method(
+    cacheable=False,
     name="kv-metadata", family="cpu", accesses=("read",), state="-", moves_bytes=False,
     measures="operation",
     summary="decision -> fragment list: block table (and chosen tokens) to the merged fragment "

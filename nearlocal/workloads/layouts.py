@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nearlocal.core.patterns import MAX_SPAN  # a pool's bytes: 64 TiB, past any (Beluga's is 8 TB)
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.workloads.models import FP8_DS_MLA, KV_DTYPES, ModelConfig
-from nearlocal.workloads.patterns import MAX_SPAN  # a pool's bytes: 64 TiB, past any (Beluga's is 8 TB)
 
 np = lazy_import("numpy")
 

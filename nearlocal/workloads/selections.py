@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from nearlocal.core.patterns import MAX_FRAGMENTS  # fragment-table rows one read may build
 from nearlocal.errors import UsageError
 from nearlocal.workloads.layouts import DenseDescriptor, SparseDescriptor
-from nearlocal.workloads.patterns import MAX_FRAGMENTS  # fragment-table rows one read may build
 
 SUPERBLOCK_TOKENS = 256
 DEFAULT_TOP_K = 256

@@ -8,7 +8,7 @@ import pandas as pd
 from nearlocal.report.model import Cell, Column, RunInfo, Section, Table, keyed_table
 from nearlocal.report.papers import figures
 from nearlocal.report.registry import Inputs, register_frames_section, register_section
-from nearlocal.results import RunData
+from nearlocal.store import RunData
 from nearlocal.units import format_size
 
 

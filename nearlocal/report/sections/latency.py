@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nearlocal.harness.threads import is_threaded
+from nearlocal.cpu.threads import is_threaded
 from nearlocal.report.model import (
     Cell,
     Column,

@@ -20,7 +20,7 @@ from nearlocal.report.rows import (
     stat_of,
 )
 from nearlocal.report.sections.beluga import _pool_and_local_to_gpu
-from nearlocal.results import RunData
+from nearlocal.store import RunData
 from nearlocal.units import format_ns, format_size
 
 LOCAL_REGION = "dram"  # what "local" means in every near-local ratio
@@ -147,7 +147,7 @@ def acceptance_of(run: RunData) -> list[Acceptance]:
     else the latest accept run per spec in the same store from the same host."""
     from nearlocal.errors import UsageError
     from nearlocal.report import accept
-    from nearlocal.results.store import list_runs, load, survey_run
+    from nearlocal.store.runs import list_runs, load, survey_run
 
     def is_accept(meta: dict) -> bool:
         return bool(meta.get("spec")) or meta.get("kind") == "accept"

@@ -1,0 +1,195 @@
+"""The method registry: how bytes move. Each method is declared once with what it needs, so
+`probe` can say why it cannot run and the runner never branches on hardware.
+
+A method's `open_session(ctx)` runs in the worker and returns a Session whose `sample(n)` returns
+(raw, ns): n samples in the clock's own unit and in nanoseconds with the timer's overhead removed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from nearlocal.lazy import lazy_import
+
+np = lazy_import("numpy")
+
+
+if TYPE_CHECKING:
+    from nearlocal.core.cases import Case
+    from nearlocal.core.patterns import Pattern
+    from nearlocal.probe import HostInventory
+    from nearlocal.regions import MappedRegion
+
+
+@dataclass
+class SessionContext:
+    """What a method gets in the worker: the case, its pattern, mapped regions and the clock."""
+
+    case: Case
+    pattern: Pattern
+    src: MappedRegion
+    dst: MappedRegion
+    tsc_hz: float
+    timer_overhead_ticks: float
+    params: dict = field(default_factory=dict)
+    inventory: HostInventory | None = None  # the run's, probed once in the parent
+    clock_quantum_ticks: float = 1.0  # the step the TSC moves in (timer.ClockCalibration)
+    # what the case's first process chose from its timing (a session's `chosen`: passes per
+    # sample, the drain cost it subtracts); later processes take it as it is, so every process
+    # of a case measures the same thing. None: this process is the first.
+    chosen: dict | None = None
+
+    @property
+    def numa(self) -> list | None:
+        """The run's NUMA nodes (None: not given; a session probes them itself)."""
+        return list(self.inventory.numa) if self.inventory is not None else None
+
+
+class Session(Protocol):
+    clock: str  # "tsc", "cuda-event", ...
+    info: dict  # recorded on the case row (e.g. overhead, launch geometry)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+def chosen(session: Session) -> dict:
+    """What a session chose from timing that every later process of its case must take
+    (SessionContext.chosen): plain data; {} for a session that chooses nothing."""
+    return dict(getattr(session, "chosen", None) or {})
+
+
+def ops_per_sample(session: Session) -> int:
+    """How many operations one sample's ns is divided by (a chase's hops, an RPC batch's
+    requests): the clock's resolution and the timer overhead of one timed interval shrink by the
+    same count in that figure. A session states it as `ops_per_sample`; 1 when it does not."""
+    return max(1, int(getattr(session, "ops_per_sample", 1)))
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    family: str  # "cpu", "dsa", "gpu": also the pytest marker
+    summary: str
+    accesses: tuple[str, ...]  # "read" (region -> peer), "write" (peer -> region)
+    state: str  # cache state of the region when timing starts: "warm", "cold", "-"
+    open_session: Callable[[SessionContext], Session]
+    region_families: frozenset[str] = frozenset({"host"})
+    peer_families: frozenset[str] = frozenset({"host"})
+    cpu_flags: tuple[str, ...] = ()
+    needs: Callable[[HostInventory], str | None] | None = None
+    params: dict = field(default_factory=dict)  # default method parameters
+    moves_bytes: bool = True  # False for phases that move no data (no bytes_moved, no GB/s)
+    markers: tuple[str, ...] = ()
+    # bad parameter values -> UsageError, checked before anything runs (defaults merged in)
+    check_params: Callable[[dict], None] | None = None
+    # a pattern the method cannot use -> UsageError, checked before the run (e.g. rpc-* need rpc:)
+    check_pattern: Callable[[Pattern], None] | None = None
+    # a parameter whose limit comes from the pattern (qd <= a ring's slots) -> UsageError
+    check_case: Callable[[dict, Pattern], None] | None = None
+    # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
+    sample_bytes: Callable[[Pattern], int] | None = None
+    # writes into the region even when it reads it (chase lays its pointer ring there)
+    stores_in_region: bool = False
+    # False: the kernel never reads or writes the peer (loads kept in registers, stores of a
+    # constant, a ring inside the region), so the peer is mapped at PEER_STUB_BYTES, not at the
+    # pattern's span: a 1 GiB chase mapped and filled a 1 GiB peer it never touched, 1-4 s of
+    # each worker process on the 2-vCPU VM
+    touches_peer: bool = True
+    # True: its accesses may be served by the CPU caches when the case's span is below the
+    # last-level cache's size (plain loads, stores, copies, chases). False: every
+    # timed access reaches memory or a device whatever the size (nontemporal stores, flushes,
+    # DMA, GPU). A row says which (`reaches_memory`): compare judges such cases against the
+    # host's memory probe. Every method declares it (None is refused): a default either way
+    # judged some plugin's cases against the wrong host probe.
+    cacheable: bool | None = None
+    # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
+    suites: tuple[str, ...] = ()
+    # what it measures on the pool regions (engine/pool.py): "read" (quick's pool rows),
+    # "bandwidth" (mlc's peak with every CPU), "latency" (idle latency), "loaded-latency"
+    pool_roles: frozenset[str] = frozenset()
+    # what one sample's time is (a row's `measures`): "transfer", moving the pattern's bytes
+    # (sizes, GB/s, fragment plots), or "operation", one operation that is no such transfer
+    # (a dependent load, an RPC, a metadata phase)
+    measures: str = "transfer"
+
+    def __post_init__(self) -> None:
+        if self.cacheable is None:
+            raise TypeError(f"method {self.name!r}: declare cacheable=True (its accesses may hit "
+                            "the CPU caches below the LLC's size) or False (they always reach "
+                            "memory or a device)")
+
+    def bytes_moved(self, pattern: Pattern) -> int:
+        """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""
+        if not self.moves_bytes:
+            return 0
+        return self.sample_bytes(pattern) if self.sample_bytes else pattern.total_bytes
+
+    def unavailable(self, inventory: HostInventory) -> str | None:
+        lacks = inventory.cpu.lacks(self.cpu_flags)  # the CPU's flags and numba's target
+        if lacks:
+            return lacks
+        return self.needs(inventory) if self.needs else None
+
+
+METHODS: dict[str, Method] = {}
+PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
+
+# Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
+# (comma-separated module names) adds third-party ones.
+METHOD_MODULES: list[str] = ["nearlocal.cpu.methods",
+                              "nearlocal.cpu.chase", "nearlocal.engine.pool",
+                              "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
+                              "nearlocal.dsa.methods", "nearlocal.gpu.methods",
+                              "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",
+                              "nearlocal.rack.methods", "nearlocal.rdma.methods"]
+_loaded = False
+
+
+def register_method(method: Method) -> Method:
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} declared twice")
+    METHODS[method.name] = method
+    return method
+
+
+def load_methods() -> dict[str, Method]:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import os
+
+        plugins = [m for m in os.environ.get("NEARLOCAL_PLUGINS", "").split(",") if m.strip()]
+        for module in [*METHOD_MODULES, *plugins]:
+            importlib.import_module(module.strip())
+    return METHODS
+
+
+def methods_joining(suite: str) -> list[str]:
+    """The methods that join `suite`'s generic grid, in the order they were declared."""
+    return [m.name for m in load_methods().values() if suite in m.suites]
+
+
+def methods_with_param(name: str, family: str | None = None) -> list[str]:
+    """The registered methods (of `family`, or all) that take parameter `name`: what help texts
+    and errors list, so a method that gains one is named there without another edit."""
+    return [method.name for method in load_methods().values()
+            if name in method.params and family in (None, method.family)]
+
+
+def methods_in_role(role: str) -> list[str]:
+    """The methods that play `role` on the pool regions, in the order they were declared."""
+    return [m.name for m in load_methods().values() if role in m.pool_roles]
+
+
+def get_method(name: str) -> Method:
+    from nearlocal.errors import UsageError
+
+    methods = load_methods()
+    if name not in methods:
+        raise UsageError(f"unknown method {name!r}: valid methods are {', '.join(methods)}")
+    return methods[name]

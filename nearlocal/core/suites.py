@@ -1,0 +1,99 @@
+"""Suites: named lists of cases. Each is declared once; `all` is the union of the others.
+
+A suite is built from parts; a part with an `inventory` parameter is handed the run's inventory
+(the box probed once: pool regions, nodes); the others build the same cases on any box."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import load_methods, methods_joining
+from nearlocal.errors import UsageError
+from nearlocal.probe import HostInventory
+from nearlocal.units import format_size
+
+QUICK_SIZES = sorted({64 * 4**k for k in range(11)} | {16 * 1024})  # 64 B .. 64 MiB, and 16 KiB
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    summary: str
+    parts: list[Callable[..., list[Case]]]  # part() or part(inventory=...)
+
+    def cases(self, inventory: HostInventory) -> list[Case]:
+        return [case for part in self.parts for case in _built(part, inventory)]
+
+
+def _built(part: Callable[..., list[Case]], inventory: HostInventory) -> list[Case]:
+    if "inventory" in inspect.signature(part).parameters:
+        return part(inventory=inventory)
+    return part()
+
+
+SUITES: dict[str, Suite] = {}
+
+
+def register_suite(suite: Suite) -> Suite:
+    if suite.name in SUITES:
+        raise ValueError(f"suite {suite.name!r} declared twice")
+    SUITES[suite.name] = suite
+    return suite
+
+
+def extend_suite(name: str, part: Callable[..., list[Case]]) -> None:
+    """Add cases to a suite declared elsewhere (e.g. DSA rows in `quick`)."""
+    SUITES[name].parts.append(part)
+
+
+def get_suite(name: str) -> Suite:
+    load_methods()  # method modules declare their suites too
+    if name not in SUITES:
+        raise UsageError(f"unknown suite {name!r}: valid suites are {', '.join(SUITES)}")
+    return SUITES[name]
+
+
+def suite_cases(name: str, inventory: HostInventory | None = None) -> list[Case]:
+    """The suite's cases on the box `inventory` describes (the run's; a caller that has not
+    probed the box gets it probed here, without the TSC calibration and the GPUs)."""
+    suite = get_suite(name)
+    if inventory is None:
+        from nearlocal.probe import probe
+
+        inventory = probe(calibrate=False, gpu=False)
+    cases = [replace(case, suite=name) for case in suite.cases(inventory)]
+    return list(dict.fromkeys(cases))
+
+
+def _quick() -> list[Case]:
+    """Every method that joins quick (Method.suites: the CPU methods) on local DRAM over sizes;
+    uc/wc rows so the axis is visible (skipped here)."""
+    methods = methods_joining("quick")
+    return [
+        Case(method, "dram", attr, format_size(size))
+        for attr in ("wb", "uc", "wc")
+        for method in methods
+        for size in QUICK_SIZES
+    ]
+
+
+def _all(inventory: HostInventory) -> list[Case]:
+    return [case for name, suite in SUITES.items() if name != "all"
+            for case in suite.cases(inventory)]
+
+
+register_suite(Suite("quick", "every CPU method on local DRAM, 64 B to 64 MiB (runs anywhere)",
+                     [_quick]))
+register_suite(Suite("all", "every suite's cases", [_all]))
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """CPU_METHODS, the name quick's method list once had: the CPU methods that join quick."""
+    if name == "CPU_METHODS":
+        from nearlocal.core.methods import get_method
+
+        return tuple(m for m in methods_joining("quick") if get_method(m).family == "cpu")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

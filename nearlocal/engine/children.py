@@ -1,0 +1,53 @@
+"""Child processes that never turn a Ctrl-C into a traceback, and a parent that never loses one.
+
+Ctrl-C reaches the whole process group; the runner is the one that handles it: it stops its
+children and stores what was measured. The parent never ignores SIGINT, not even for a moment:
+it only holds it (blocks it in its main thread) while a child starts, so a Ctrl-C meanwhile stays
+pending and is raised right after. The fork server is launched inside that hold and inherits
+SIGINT blocked across exec; its preload (engine/forkserver.py) ignores SIGINT before anything
+else, so neither it nor a worker it forks can be interrupted. Ignoring SIGINT in the parent
+around a start, as before, lost a Ctrl-C (a run then ended with exit 0): Python raises `OSError:
+Signal 2 ignored due to race condition` for a signal caught just before, which multiprocessing's
+own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[bool]:
+    """Yields whether a Ctrl-C is already waiting; it is raised when the hold ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield signal.SIGINT in signal.sigpending()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start_fork_server() -> None:
+    """Launch multiprocessing's fork server (its preload set beforehand) with SIGINT blocked."""
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()  # first: its start unblocks SIGINT, which ends a hold
+    with _interrupts_held() as waiting:
+        if not waiting:  # a waiting Ctrl-C is raised as the hold ends: nothing is started
+            forkserver.ensure_running()
+
+
+def start_child(process) -> None:
+    """process.start() with SIGINT held: a Ctrl-C meanwhile is raised once it has started."""
+    with _interrupts_held():
+        process.start()
+
+
+def ignore_interrupts() -> None:
+    """In a child: Ctrl-C is the parent's to handle (then SIGINT, inherited held, is let go)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -1,0 +1,223 @@
+"""The plan stage: selected cases + the probed box -> a Plan, the one way `run`, `accept`,
+`pytest bench/` and the MPI job start measuring.
+
+Each entry is a resolved case: its pattern parsed once, its effective params, the bytes it maps,
+the row facts every row of it carries (`runner.describe`) and one verdict: Run, Skip(kind,
+reason) (this box cannot run it: stored as a skipped row) or Refuse(error) (bad input: exit 2).
+What the front ends decide from a plan (a run of only too-large cases is refused) is decided from
+the skip kinds, never from a reason's text. The runner takes the verdicts as they are: nothing
+is asked twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from nearlocal.core import cases as case_rules
+from nearlocal.core.cases import Case, SkipKind
+from nearlocal.core.methods import get_method
+from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.sampling import StoppingRule
+from nearlocal.engine.runner import (
+    FIRST_LOOK_PROCESSES,
+    SETTLING_FACTOR,
+    default_processes,
+    describe,
+)
+from nearlocal.engine.worker import WorkerSettings
+from nearlocal.errors import UsageError
+from nearlocal.probe import HostInventory
+from nearlocal.units import parse_budget
+
+MAX_PROCESSES = 100
+# Skip kinds that refuse a run when every selected case has one of them (`--size 1TiB` on shm:,
+# writes to a read-only file system): the user asked for something the box cannot take.
+REFUSED_WHEN_ALL = frozenset({SkipKind.CANNOT_HOLD, SkipKind.READ_ONLY})
+
+__all__ = ["MAX_PROCESSES", "Plan", "PlanEntry", "Refuse", "Run", "RunSettings", "Skip",
+           "SkipKind", "check_processes", "plan_cases"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """The case runs."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    kind: SkipKind
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Bad input: `error` is the one line a front end prints (exit 2)."""
+
+    error: str
+
+
+Verdict = Run | Skip | Refuse
+
+
+def check_processes(processes: object, option: str = "--processes") -> None:
+    if type(processes) is not int or not 1 <= processes <= MAX_PROCESSES:
+        raise UsageError(f"{option} must be between 1 and {MAX_PROCESSES}, got {processes}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a run measures, validated once here (UsageError naming the option): the per-case
+    budget in seconds, the CI target in percent, worker processes per case, --threads / --cpus
+    and --allow-write. Processes not given follow the job: a run made for a gate (`for_gate`:
+    `run --for-gate`, `accept`) gets the default for the budget and up to SETTLING_FACTOR times
+    that for a case whose processes disagree (`max_processes`), which the gate's verdicts need
+    on a shared box; a first look gets at most FIRST_LOOK_PROCESSES and no settling."""
+
+    budget_s: float
+    ci_percent: float = 1.0
+    processes: int | None = None
+    threads: str | None = None
+    cpus: str | None = None
+    allow_write: bool = False
+    for_gate: bool = False
+    max_processes: int = field(default=0, init=False, compare=False)  # processes given: no more
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.budget_s, int | float) and math.isfinite(self.budget_s)
+                and self.budget_s > 0):
+            raise UsageError(f"--budget must be a positive number of seconds, got {self.budget_s}")
+        if not 0 < self.ci_percent < 100:
+            raise UsageError(f"--ci must be a percentage between 0 and 100, got {self.ci_percent:g}")
+        settle = self.processes is None and self.for_gate
+        if self.processes is None:
+            auto = default_processes(self.budget_s)
+            object.__setattr__(self, "processes",
+                               auto if self.for_gate else min(auto, FIRST_LOOK_PROCESSES))
+        check_processes(self.processes)
+        object.__setattr__(self, "max_processes",
+                           self.processes * (SETTLING_FACTOR if settle else 1))
+
+    @classmethod
+    def from_options(cls, budget: str, ci: float = 1.0, processes: int | None = None,
+                     threads: str | None = None, cpus: str | None = None,
+                     allow_write: bool = False, budget_option: str = "--budget",
+                     for_gate: bool = False) -> RunSettings:
+        return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write,
+                   for_gate)
+
+    def worker_settings(self, inventory: HostInventory, clock=None) -> WorkerSettings:
+        """What each worker gets: the stopping rule, the run's clock (None: the runner
+        calibrates it) and the run's inventory."""
+        rule = StoppingRule(budget_s=self.budget_s, target_rel_ci=self.ci_percent / 100)
+        return WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=self.allow_write,
+                              clock=clock, inventory=inventory)
+
+
+@dataclass
+class PlanEntry:
+    case: Case
+    verdict: Verdict
+    pattern: Pattern | None = None  # None only when the pattern itself was refused
+    params: dict[str, str] = field(default_factory=dict)  # the method's defaults + the case's
+    spans: tuple[int, int] = (0, 0)  # bytes mapped in (region, peer)
+    row: dict = field(default_factory=dict)  # describe(): the columns every row of it has
+
+    @property
+    def runs(self) -> bool:
+        return isinstance(self.verdict, Run)
+
+    @property
+    def reason(self) -> str | None:
+        """What a row of a case that does not run says (None for one that runs)."""
+        if isinstance(self.verdict, Skip):
+            return self.verdict.reason
+        if isinstance(self.verdict, Refuse):
+            return self.verdict.error
+        return None
+
+
+@dataclass
+class Plan:
+    entries: list[PlanEntry]
+    inventory: HostInventory
+    settings: RunSettings
+    _worker: WorkerSettings | None = field(default=None, repr=False, compare=False)
+
+    def worker_settings(self) -> WorkerSettings:
+        """What every worker of this plan's run gets, with the run's one clock: calibrated here
+        once (the run.json that records it and the runner that hands it out share it)."""
+        if self._worker is None:
+            from nearlocal.kernels.timer import measure_clock
+
+            self._worker = self.settings.worker_settings(self.inventory, measure_clock())
+        return self._worker
+
+    @property
+    def cases(self) -> list[Case]:
+        return [entry.case for entry in self.entries]
+
+    @property
+    def runnable(self) -> list[PlanEntry]:
+        return [entry for entry in self.entries if entry.runs]
+
+    def refuse_bad_input(self) -> None:
+        """What `nearlocal run` refuses before measuring (UsageError, exit 2): the first case
+        that is bad input; a selection whose every case the box cannot hold; a selection whose
+        every case writes to memory the user did not allow."""
+        for entry in self.entries:
+            if isinstance(entry.verdict, Refuse):
+                raise UsageError(entry.verdict.error)
+        kinds = [entry.verdict.kind if isinstance(entry.verdict, Skip) else None
+                 for entry in self.entries]
+        if not kinds:
+            return
+        if all(kind in REFUSED_WHEN_ALL for kind in kinds):  # e.g. --size 1TiB on shm:
+            raise UsageError(self.entries[0].verdict.reason)
+        if all(kind is SkipKind.NEEDS_ALLOW_WRITE for kind in kinds):
+            raise UsageError("every selected case writes to memory you did not allow: pass "
+                             "--allow-write to write to "
+                             + ", ".join({entry.case.written for entry in self.entries}))
+
+    def refused_as_skipped(self) -> Plan:
+        """Refused cases as skipped rows (kind NOT_ON_BOX): how `accept` stores a requirement
+        the box cannot take (numa:7 on a one-node box is not measured, not a bad spec)."""
+        entries = [replace(entry, verdict=Skip(SkipKind.NOT_ON_BOX, entry.verdict.error))
+                   if isinstance(entry.verdict, Refuse) else entry for entry in self.entries]
+        return replace(self, entries=entries)
+
+
+def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry:
+    pattern = None
+    try:
+        pattern = parse_pattern(case.pattern)
+        case_rules.validate(case, inventory, pattern)
+    except UsageError as exc:
+        try:  # the columns a skipped row of it would have (accept stores one), where they exist
+            row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
+                           inventory.cpu.l2_bytes)
+        except (UsageError, ValueError, KeyError):
+            row = {}
+        return PlanEntry(case, Refuse(str(exc)), pattern, row=row)
+    params = {**get_method(case.method).params, **case.param_dict}
+    found = case_rules.skip(case, inventory, allow_write, pattern)
+    verdict = Skip(*found) if found else Run()
+    return PlanEntry(case, verdict, pattern, {str(k): str(v) for k, v in params.items()},
+                     case.spans(pattern),
+                     describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
+                              inventory.cpu.l2_bytes))
+
+
+def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,
+               check_selection: Callable[[list[Case]], None] | None = None) -> Plan:
+    """The plan of `cases` on this box: --threads / --cpus applied, then `check_selection` on
+    the cases that are left (a front end's rule on the whole selection: UsageError), then each
+    case checked once."""
+    from nearlocal.cpu.threads import apply_thread_args
+
+    cases = apply_thread_args(list(cases), settings.threads, settings.cpus, inventory.numa)
+    if check_selection is not None:
+        check_selection(cases)
+    entries = [_entry(case, inventory, settings.allow_write) for case in cases]
+    return Plan(entries, inventory, settings)

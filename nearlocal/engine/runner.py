@@ -1,0 +1,568 @@
+"""The runner: checks every case, runs the runnable ones in a worker process, writes each finished
+case to the store as it completes. It never branches on hardware: methods and regions do."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nearlocal.core import cases as case_rules
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import get_method
+from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.sampling import StoppingRule, summarize
+from nearlocal.engine.children import start_child, start_fork_server
+from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
+from nearlocal.errors import UsageError
+from nearlocal.probe import HostInventory
+from nearlocal.regions import files_to_create, parse_region, remove_leftovers
+from nearlocal.regions.base import pool_class_of
+from nearlocal.store.runs import Store
+from nearlocal.store.schema import effective_params_text
+
+if TYPE_CHECKING:
+    from nearlocal.engine.hostprobe import HostProber
+
+WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
+WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
+WORKER_START_ENV = "NEARLOCAL_WORKER_START_S"  # seconds: a fixed deadline instead
+MAX_AUTO_PROCESSES = 32
+MIN_PROCESS_BUDGET_S = 0.015
+# A case whose process medians spread (robust SD of their logs) by more than SETTLED_SPREAD gets
+# processes in proportion to its variance, up to SETTLING_FACTOR times the default (auto only)
+SETTLED_SPREAD = 0.10
+SETTLING_FACTOR = 4
+# Worker processes per case of a run made for no gate (a first look at a box): enough to see
+# one process's draw of page placement against others', without the gate's 32 and settling.
+FIRST_LOOK_PROCESSES = 8
+FORK_SERVER_PRELOAD = "nearlocal.engine.forkserver"
+
+
+def own_startup_s() -> float | None:
+    """Seconds since this process started (what its interpreter start and imports took, read
+    when the first worker is started): a worker does the same imports, so a slow box (a TCG
+    guest: about 50 s) is given a deadline in proportion. None where /proc does not tell."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def worker_start_deadline(startup_s: float | None, last_start_s: float | None = None) -> tuple[float, str]:
+    """(seconds, why): how long a new worker may take to say it is ready. The environment's
+    NEARLOCAL_WORKER_START_S when set; else max(120 s, 10 x this process's start-up, 10 x the
+    last worker's start): adaptive, so a slow machine is not a failed run."""
+    import os
+
+    text = os.environ.get(WORKER_START_ENV, "").strip()
+    if text:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{WORKER_START_ENV}={text!r} is not a positive number of seconds")
+        return value, f"{WORKER_START_ENV}={text}"
+    candidates = [(WORKER_START_MIN_S, f"the minimum of {WORKER_START_MIN_S:g} s")]
+    if startup_s is not None:
+        candidates.append((WORKER_START_FACTOR * startup_s, f"{WORKER_START_FACTOR:g} x this "
+                           f"process's own start-up of {startup_s:.1f} s"))
+    if last_start_s is not None:
+        candidates.append((WORKER_START_FACTOR * last_start_s, f"{WORKER_START_FACTOR:g} x the "
+                           f"previous worker's start of {last_start_s:.1f} s"))
+    return max(candidates)
+
+
+def default_processes(budget_s: float) -> int:
+    """Worker processes per case when not given: one per 0.015 s of the case's budget, 1 to 32
+    (the default 0.5 s budget gets 32; a tiny budget, as in quick checks, stays in one process).
+    On a shared VM a case's median moves by 7-20% from one process to the next, with the host's
+    load over seconds; the gate's standard error of a ratio is that over sqrt(K / 2): 32
+    processes bring it to 2-5%, which a `same` within 10% and a 1.3x `slower` both need."""
+    return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
+
+
+def process_spread(samples: list[np.ndarray]) -> float:
+    """Robust SD of the log process medians (IQR / 1.349): one process drawn on a busy host
+    does not move it. NaN with fewer than 4 processes or a median at or below 0."""
+    medians = np.array([np.median(ns) for ns in samples if len(ns)])
+    if medians.size < 4 or not np.all(medians > 0):
+        return math.nan
+    q25, q75 = np.percentile(np.log(medians), [25, 75])
+    return float((q75 - q25) / 1.349)
+
+
+def processes_to_settle(samples: list[np.ndarray], processes: int, max_processes: int) -> int:
+    """How many processes a case needs, from its first `processes` ones' samples: as many as
+    bring the standard error of its location to what a case spread by SETTLED_SPREAD gets from
+    `processes` (K (spread / SETTLED_SPREAD)^2), at most `max_processes`. On the 2-vCPU VM a
+    chase of 256 KiB or 4 MiB (the L2 and the L3 shared with co-tenants) and a 16 MiB load
+    spread by 20-70 % over processes; 32 processes left a 1.3x slowdown of them `ambiguous`."""
+    spread = process_spread(samples)
+    if max_processes <= processes or not spread > SETTLED_SPREAD:
+        return processes
+    return int(min(max_processes, math.ceil(processes * (spread / SETTLED_SPREAD) ** 2)))
+
+
+def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
+    """What run.json records about how a run was made: versions, command line, settings, host."""
+    import importlib
+    import sys
+
+    from nearlocal import __version__
+
+    rule = settings.rule
+    versions = {f"{name}_version": importlib.import_module(name).__version__
+                for name in ("numba", "llvmlite", "numpy")}
+    return {
+        "nearlocal_version": __version__, **versions, "python_version": sys.version.split()[0],
+        "command": sys.argv, "suite": suite, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
+                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
+                     "allow_write": settings.allow_write},
+        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
+        **({"clock": settings.clock.to_dict(settings.tsc_hz)} if settings.clock is not None else {}),
+        **extra,
+    }
+
+
+def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
+             pattern: Pattern | None = None, llc_bytes: int = 0, l2_bytes: int = 0) -> dict:
+    """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
+    (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's);
+    `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory); `l2_bytes`:
+    the core's L2 (0, unknown: no case is said to live in the LLC). A case reaches memory
+    (`reaches_memory`) when its method is not cacheable, its region is not write-back (an
+    uncacheable or write-combining mapping bypasses the caches), or its footprint fills the LLC
+    or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
+    and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
+    (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
+    method = get_method(case.method)
+    pattern = pattern if pattern is not None else parse_pattern(case.pattern)
+    # a copy's footprint is its region and its peer (a method that never touches it maps a line)
+    footprint = sum(case.spans(pattern))
+    reaches_memory = not method.cacheable or case.attr != "wb" or footprint >= llc_bytes
+    llc_resident = not reaches_memory and 0 < l2_bytes < footprint
+    return {
+        **case.to_dict(),
+        "pool_class": pool_class_of(case.region, cpuless_nodes),
+        "effective_params": effective_params_text(case.method, case.param_dict),
+        "family": method.family,
+        "region_kind": parse_region(case.region).kind,
+        "state": method.state,
+        "size_bytes": pattern.total_bytes,
+        "fragment_count": pattern.count,
+        "fragment_bytes": pattern.fragment_bytes,
+        "bytes_moved": method.bytes_moved(pattern),
+        **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
+        "peer_pool_class": pool_class_of(case.peer, cpuless_nodes),
+        "measures": method.measures,
+        "reaches_memory": bool(reaches_memory),
+        "llc_resident": bool(llc_resident),
+    }
+
+
+class WorkerStartError(RuntimeError):
+    """The worker died or missed its start deadline: the cases left fail with this reason."""
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.Process
+    conn: object
+
+
+@dataclass
+class _Planned:
+    """A case given to run() without a plan (library callers, tests): its row facts and skip
+    reason, asked here once. Front ends hand run() a harness.plan.Plan instead."""
+
+    case: Case
+    row: dict
+    reason: str | None
+
+    @property
+    def runs(self) -> bool:
+        return self.reason is None
+
+
+class Runner:
+    """Measures cases interleaved in passes: with `processes` = K, pass k (k = 1..K) measures
+    every runnable case once, each pass in a fresh worker process (one worker per pass serves
+    every case of it, one after another; a new one only after a crash), so a case's K
+    measurements come from K processes, the other cases measured in between. Page placement
+    and co-tenants are drawn again in each process (code layout once per run: workers fork from
+    one preloaded server): their spread is sampled within the run and `nearlocal compare` can
+    model it. (pyperf, by contrast, runs all processes of one benchmark before the next.) Each
+    process gets budget / K; a row pools every process's samples, tagged by process. A case
+    whose K processes disagree gets further passes, up to `max_processes` (processes_to_settle),
+    after the K passes; its row is stored after its last."""
+
+    def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
+                 on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,
+                 processes: int = 1, on_pass: Callable[[int], None] | None = None,
+                 on_measured: Callable[[str, bool], None] | None = None,
+                 on_compile: Callable[[int, int, str, int], None] | None = None,
+                 compile_first: bool = False, max_processes: int | None = None,
+                 on_settle: Callable[[str, int], None] | None = None,
+                 probe_host: bool | None = None):
+        self.inventory = inventory
+        if settings.clock is None:  # one clock per run, calibrated here, before any worker
+            from nearlocal.kernels.timer import measure_clock
+
+            settings = replace(settings, clock=measure_clock())
+        self.settings = settings
+        self.store = store
+        self.on_case = on_case or (lambda row: None)
+        self.on_pass = on_pass or (lambda index: None)  # called as each pass over the cases starts
+        # (case id, failed) after every measurement of every pass: what progress counts
+        self.on_measured = on_measured or (lambda case_id, failed: None)
+        # (done, of, case id, kernels compiled so far) around each step of compile_kernels
+        self.on_compile = on_compile or (lambda done, of, case_id, compiled: None)
+        self.compile_first = compile_first
+        self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
+        if type(processes) is not int or processes < 1:  # RunSettings checks what users give
+            raise ValueError(f"processes must be a positive integer, got {processes!r}")
+        self.processes = processes
+        # compare sets the runs' host probes side by side (hostprobe.py): walked as each worker
+        # starts, by a prober process laid once per run (None: with 2 or more processes)
+        self.probe_host = processes > 1 if probe_host is None else probe_host
+        self._prober: HostProber | None = None
+        self._pass = 0  # the pass whose worker starts next: its host probe readings say so
+        # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
+        self.max_processes = max(processes, max_processes or processes)
+        # (case id, extra measurements) when a case is given processes beyond `processes`
+        self.on_settle = on_settle or (lambda case_id, extra: None)
+        # Workers are forked from a server that imported numpy, numba and the method modules
+        # once (engine/forkserver.py): a spawned worker paid ~2 s of imports and numba start-up
+        # per pass on the 2-vCPU VM, a forked one ~0.1 s. Each is still a new process: its
+        # regions are mapped (new pages) in it, and the passes are seconds apart; what all
+        # workers of a run share is the server's code layout, drawn once per run.
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload([FORK_SERVER_PRELOAD])
+        self._worker: _Worker | None = None
+        self._creating: list = []  # files the case in flight may create (removed if it dies)
+        self._startup_s: float | None = None  # this process's start-up, read at the first worker
+        self._last_start_s: float | None = None  # what the last worker took to be ready
+        self._start_failure: str | None = None  # a worker that did not start fails the rest
+        worker_start_deadline(None)  # a malformed NEARLOCAL_WORKER_START_S is bad input: now
+
+    def _wait_ready(self, process, parent) -> tuple:
+        """The worker's ("ready", ...) message; the stages it reports on the way name what a
+        worker that misses its deadline was doing. WorkerStartError when it dies or is late."""
+        if self._startup_s is None:
+            self._startup_s = own_startup_s()
+        limit, why = worker_start_deadline(self._startup_s, self._last_start_s)
+        started = time.monotonic()
+        stage = "starting Python and importing nearlocal's worker (numpy, numba)"
+        while True:
+            left = started + limit - time.monotonic()
+            if left <= 0:
+                process.kill()
+                process.join(5)
+                raise WorkerStartError(
+                    f"the measurement worker did not start within {limit:.4g} s ({why}); it was "
+                    f"{stage}; set {WORKER_START_ENV}=SECONDS to wait longer")
+            closed = False
+            if parent.poll(min(left, 0.5)):
+                try:
+                    message = parent.recv()
+                except EOFError:  # it closed its end: it is dying
+                    closed = True
+                else:
+                    if message[0] == "stage":
+                        stage = message[1]
+                        continue
+                    self._last_start_s = time.monotonic() - started
+                    return message
+            if closed or not process.is_alive():
+                process.join(5)
+                code = process.exitcode
+                how = (signal.Signals(-code).name if code is not None and code < 0
+                       else f"exit code {code}")
+                raise WorkerStartError(f"the measurement worker died ({how}) while {stage}")
+
+    def _start_worker(self) -> _Worker:
+        parent, child = self._context.Pipe()
+        settings = self.settings
+        if self.processes > 1:  # the K processes share the case's budget
+            settings = replace(settings, rule=replace(
+                settings.rule, budget_s=settings.rule.budget_s / self.processes))
+        process = self._context.Process(target=worker_main, args=(child, settings, Origin.here()),
+                                        daemon=True)
+        start_child(process)  # a Ctrl-C during the start is the parent's, raised after it
+        child.close()
+        self._wait_ready(process, parent)
+        if self._prober is not None:
+            reading = self._prober.walk()
+            if reading is not None:
+                self.store.add_host_reading(self._pass, reading, self._prober.facts)
+        return _Worker(process, parent)
+
+    def _stop_worker(self, now: bool = False) -> None:
+        """now (Ctrl-C, SIGTERM, an error): SIGTERM, which unwinds the case in flight and
+        removes the files it created, instead of waiting for the case to end."""
+        if self._worker is None:
+            return
+        worker, self._worker = self._worker, None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            worker.conn.send(None)
+        if now:
+            worker.process.terminate()
+        worker.process.join(5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Files the case in flight was creating, when its worker died before removing them."""
+        files, self._creating = self._creating, []
+        remove_leftovers(files)
+
+    def _crashed(self, worker: _Worker) -> dict:
+        worker.process.join(10)
+        self._worker = None
+        self._remove_leftovers()
+        code = worker.process.exitcode
+        if code is None:
+            worker.process.kill()
+            how = "closed its pipe"
+        else:
+            how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        return {"status": "failed", "reason": f"worker crashed: {how}"}
+
+    def _ask(self, case: Case, message) -> tuple | dict:
+        """One request to the worker about `case`: its reply, or a failed row when the worker
+        crashed or ran past the case timeout."""
+        if self._start_failure is not None:
+            return {"status": "failed", "reason": self._start_failure}
+        if self._worker is None:
+            try:
+                self._worker = self._start_worker()
+            except WorkerStartError as exc:  # each case left fails with it, without more waiting
+                self._start_failure = str(exc)
+                return {"status": "failed", "reason": self._start_failure}
+        worker = self._worker
+        self._creating = files_to_create(case)
+        worker.conn.send(message)
+        deadline = time.monotonic() + self.case_timeout_s
+        while not worker.conn.poll(0.05):
+            if not worker.process.is_alive():
+                return self._crashed(worker)
+            if time.monotonic() > deadline:
+                worker.process.kill()
+                worker.process.join()
+                self._worker = None
+                self._remove_leftovers()
+                return {"status": "failed", "reason": f"timed out after {self.case_timeout_s:.0f} s"}
+        try:
+            message = worker.conn.recv()
+        except EOFError:
+            return self._crashed(worker)
+        self._creating = []
+        return message
+
+    def compile_kernels(self, cases: list[Case], sizes: list[int] | None = None) -> None:
+        """A step of its own before the first pass: one sample of the smallest case of each
+        method and parameter set, so numba compiles (or loads from its cache) the kernels the
+        run needs while progress says so, in the worker the first pass then uses. A case that
+        fails here is left to its own measurement to report. `sizes`: each case's total bytes
+        (the plan's row facts), else read from its pattern."""
+        smallest: dict[tuple, tuple[int, Case]] = {}
+        if sizes is None:
+            sizes = [parse_pattern(case.pattern).total_bytes for case in cases]
+        for case, size in zip(cases, sizes, strict=True):
+            key = (case.method, case.params)
+            if key not in smallest or size < smallest[key][0]:
+                smallest[key] = (size, case)
+        chosen = [case for _, case in smallest.values()]
+        compiled = 0
+        for done, case in enumerate(chosen):
+            self.on_compile(done, len(chosen), case.id, compiled)
+            reply = self._ask(case, ("compile", case.to_dict()))
+            if isinstance(reply, tuple) and reply[0] == "compiled":
+                compiled += int(reply[1])
+        self.on_compile(len(chosen), len(chosen), "", compiled)
+
+    def _measure(self, case: Case,
+                 chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+        """One process's measurement; `chosen`: what the case's first process chose from its
+        timing (passes per sample, ...), which every later one takes (None: this is the first)."""
+        message = self._ask(case, ("measure", case.to_dict(), chosen))
+        if isinstance(message, dict):  # crashed or timed out
+            return message, None, None
+        clock = self.settings.clock
+        overhead_ns = clock.overhead_ticks * 1e9 / self.settings.tsc_hz
+        if message[0] == "failed":
+            return {"status": "failed", "reason": message[1]}, None, None
+        _, row, raw, ns = message
+        if row.get("clock") == "tsc":
+            resolution = clock.step_ns(self.settings.tsc_hz)
+            row["sample_steps"] = sample_steps(raw, clock)
+        else:  # a session on another clock (CUDA events) states its own overhead and resolution
+            info = row.get("info", {})
+            overhead_ns, resolution = info.get("timer_overhead_ns"), info.get("clock_resolution_ns")
+        return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
+                "clock_resolution_ns": resolution, **row}, raw, ns
+
+    def run(self, plan) -> list[dict]:
+        """`plan`: a harness.plan.Plan (its verdicts are used as they are), or cases. Skipped
+        cases are stored as they come; runnable ones after their last process (a failure in any
+        process fails the case). Interrupted, what was measured is stored."""
+        entries = getattr(plan, "entries", None)
+        if entries is None:
+            entries = [self._planned(case) for case in plan]
+        cases = [entry.case for entry in entries]
+        rows: list[dict] = []
+        pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
+        chosen: dict[int, dict] = {}  # case index -> what its first process chose (passes, ...)
+
+        def finish(index: int, row: dict, results: list) -> None:
+            raw = ns = tags = None
+            if results:
+                row.update(_pooled(results, row["bytes_moved"], self.settings.rule))
+                raw = np.concatenate([r for _, r, _ in results])
+                ns = np.concatenate([n for _, _, n in results])
+                tags = np.concatenate([np.full(len(n), i, np.int32)
+                                       for i, (_, _, n) in enumerate(results)])
+            pending.pop(index, None)
+            self.store.add_case(row, raw, ns, tags)
+            rows.append(row)
+            self.on_case(row)
+
+        try:
+            if any(entry.runs for entry in entries):
+                start_fork_server()  # SIGINT ignored in it and its workers (children.py)
+            if self.probe_host:
+                self._start_prober(entries)
+            if self.compile_first:
+                runnable = [entry for entry in entries if entry.runs]
+                self.compile_kernels([entry.case for entry in runnable],
+                                     [entry.row["size_bytes"] for entry in runnable])
+            needed = dict.fromkeys(range(len(cases)), self.processes)
+            process = 0
+            while process < max(needed.values(), default=0):
+                self._pass = process
+                self.on_pass(process)
+                for index, case in enumerate(cases):
+                    if process == 0:
+                        row = dict(entries[index].row)
+                        reason = entries[index].reason
+                        if not entries[index].runs:
+                            row.update(status="skipped", reason=reason)
+                            finish(index, row, [])
+                            continue
+                        pending[index] = (row, [])
+                    elif index not in pending or needed[index] <= process:
+                        continue  # skipped, failed in an earlier process, or settled
+                    row, results = pending[index]
+                    result, raw, ns = self._measure(case, chosen.get(index))
+                    if result["status"] != "ok":
+                        self.on_measured(case.id, True)
+                        if needed[index] > 1:
+                            result["reason"] += f" (process {process + 1} of {needed[index]})"
+                        row.update(result)
+                        finish(index, row, [])
+                        continue
+                    # what the first process chose from its timing, every later one takes
+                    chosen.setdefault(index, dict(result.pop("chosen", None) or {}))
+                    results.append((result, raw, ns))
+                    if process == self.processes - 1:
+                        needed[index] = processes_to_settle(
+                            [n for _, _, n in results], self.processes, self.max_processes)
+                        if needed[index] > self.processes:
+                            self.on_settle(case.id, needed[index] - self.processes)
+                    self.on_measured(case.id, False)  # after on_settle: progress counts those
+                    if process == needed[index] - 1:
+                        finish(index, row, results)
+                for index in range(len(cases)):
+                    if index not in pending:
+                        needed[index] = 0
+                process += 1
+                if process < max(needed.values(), default=0):
+                    self._stop_worker()  # the next pass draws a fresh process
+        except KeyboardInterrupt:  # Ctrl-C / SIGTERM: keep the processes measured so far
+            self._stop_worker(now=True)
+            for index, (row, results) in list(pending.items()):
+                if results:
+                    finish(index, row, results)
+            raise
+        except BaseException:
+            self._stop_worker(now=True)
+            raise
+        finally:
+            self._stop_worker()
+            self._stop_prober()
+        return rows
+
+    def _start_prober(self, entries: list) -> None:
+        """The host prober, its memory ring as wide as the run's largest case reaching memory
+        (what the plan's rows say) within the bounds hostprobe.memory_ring_bytes sets."""
+        from nearlocal.engine.hostprobe import HostProber, ring_sizes
+        from nearlocal.regions.host import memory_available
+
+        span = max((sum(entry.case.spans()) for entry in entries
+                    if entry.runs and entry.row.get("reaches_memory")), default=0)
+        sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
+        try:
+            self._prober = HostProber(self._context, sizes, self.settings.tsc_hz,
+                                      self.settings.clock.overhead_ticks)
+        except OSError as exc:  # no process to be had: the run goes on without probes
+            self.store.add_host_failure(f"the host prober did not start: {exc}")
+
+    def _stop_prober(self) -> None:
+        prober, self._prober = self._prober, None
+        if prober is None:
+            return
+        prober.close()
+        if prober.failure is not None:
+            self.store.add_host_failure(prober.failure)
+
+    def _planned(self, case: Case) -> _Planned:
+        return _Planned(case, describe(case, self.inventory.cpuless_nodes,
+                                       llc_bytes=self.inventory.cpu.llc_bytes,
+                                       l2_bytes=self.inventory.cpu.l2_bytes),
+                        case_rules.unavailable(case, self.inventory, self.settings.allow_write))
+
+
+def sample_steps(raw: np.ndarray, clock) -> float:
+    """How many steps of the run's clock one sample spans (its median, the timer overhead
+    taken off): a figure of a few steps is the clock's as much as the case's."""
+    body = float(np.median(np.asarray(raw, np.float64))) - clock.overhead_ticks
+    return max(body, 0.0) / clock.quantum_ticks
+
+
+def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,
+            rule: StoppingRule) -> dict:
+    """One row from each process's result: statistics over all samples; converged when the
+    pooled samples meet the stopping rule (the row's median is theirs; each process has only
+    budget / K, and how many met the rule alone is `processes_converged`); the coarsest clock
+    resolution."""
+    if len(results) == 1:
+        return {**results[0][0], "processes": 1}
+    rows = [r for r, _, _ in results]
+    ns = np.concatenate([n for _, _, n in results])
+    overheads = [r["timer_overhead_ns"] for r in rows if r.get("timer_overhead_ns") is not None]
+    resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
+    return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(results),
+            "converged": bool(rule.converged(ns)),
+            "processes_converged": sum(bool(r.get("converged")) for r in rows),
+            "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
+            "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
+            "clock_resolution_ns": max(resolutions) if resolutions else None,
+            **({"sample_steps": float(np.median([r["sample_steps"] for r in rows]))}
+               if all("sample_steps" in r for r in rows) else {})}

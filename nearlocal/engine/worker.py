@@ -1,0 +1,232 @@
+"""The worker process: maps regions, opens a method's session and takes samples in phases
+(check -> warm-up -> trials -> summary). A case that crashes it (SIGBUS from a vanished dax device,
+SIGSEGV) takes down only this process; the parent records the signal and starts a new one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import (
+    Session,
+    SessionContext,
+    get_method,
+    load_methods,
+    ops_per_sample,
+)
+from nearlocal.core.methods import chosen as chosen_by
+from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.sampling import StoppingRule, run_trials, summarize
+from nearlocal.engine.children import ignore_interrupts
+from nearlocal.errors import UsageError
+from nearlocal.probe import HostInventory
+from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
+
+if TYPE_CHECKING:
+    from nearlocal.kernels.timer import ClockCalibration
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The parent's environment, working directory and import path at the worker's start: a
+    worker forked from the run's fork server (started once, at the first worker) takes these
+    instead of the server's, so a variable set between runs (NEARLOCAL_PLUGINS, a test's
+    monkeypatch) reaches it as it reached a spawned one."""
+
+    environ: dict[str, str]
+    cwd: str
+    sys_path: list[str]
+
+    @classmethod
+    def here(cls) -> Origin:
+        return cls(dict(os.environ), os.getcwd(), list(sys.path))
+
+    def enter(self) -> None:
+        os.environ.clear()
+        os.environ.update(self.environ)
+        with contextlib.suppress(OSError):  # a directory gone since: the server's stays
+            os.chdir(self.cwd)
+        sys.path[:] = self.sys_path
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    rule: StoppingRule
+    tsc_hz: float
+    allow_write: bool
+    # The run's clock (timer overhead, step), calibrated once in the parent: every worker
+    # process of a run subtracts the same overhead and states the same step, so processes
+    # differ only in what they measure. None: the runner calibrates it before its first worker.
+    clock: ClockCalibration | None = None
+    # the box as the parent probed it, once per run: sessions read it instead of probing again
+    inventory: HostInventory | None = None
+
+    @property
+    def overhead_ticks(self) -> float:
+        return self.clock.overhead_ticks if self.clock is not None else 0.0
+
+    @property
+    def quantum_ticks(self) -> float:
+        return self.clock.quantum_ticks if self.clock is not None else 1.0
+
+
+@dataclass
+class OpenCase:
+    """A case ready to sample: its pattern, the mapped region under test and the open session."""
+
+    case: Case
+    pattern: Pattern
+    region: MappedRegion
+    session: Session
+    peer_bytes: int = 0  # what was mapped of the peer (one line for a method that never uses it)
+
+    @property
+    def info(self) -> dict:
+        return {**self.region.info, "peer_bytes": self.peer_bytes, **self.session.info}
+
+
+@contextmanager
+def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: bool,
+              inventory: HostInventory | None = None,
+              quantum_ticks: float = 1.0, chosen: dict | None = None) -> Iterator[OpenCase]:
+    """Map the case's region and peer and open its method's session; all closed on exit.
+    Shared by the worker process and the in-process pytest-benchmark front end. `inventory`:
+    the run's (sessions that need the box's NUMA nodes or DSA queues read it); `chosen`: what
+    the case's first process chose (SessionContext.chosen)."""
+    method = get_method(case.method)
+    parsed = parse_pattern(case.pattern)  # once in this process
+    # a write: scattered pieces land in the region, packed in the peer
+    pattern = parsed.swapped() if case.access == "write" else parsed
+    region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
+    region_size, peer_size = case.spans(parsed)
+    for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
+        check_capacity(spec, size)  # again here: free memory may have gone since planning
+    region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
+    try:
+        # the peer is a region too: a user's file there is written only with --allow-write
+        peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", allow_write)
+        try:
+            src, dst = (region, peer) if case.access == "read" else (peer, region)
+            ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
+                                 {**method.params, **case.param_dict}, inventory, quantum_ticks,
+                                 chosen)
+            session = method.open_session(ctx)
+            try:
+                yield OpenCase(case, pattern, region, session, peer_size)
+            finally:
+                session.close()
+        finally:
+            peer.close()
+    finally:
+        region.close()
+
+
+def measure(case: Case, settings: WorkerSettings,
+            chosen: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+    """One process's measurement of `case` on the run's clock; `chosen`: what its first process
+    chose (None: this is the first). The row's `chosen` is what this process measured with."""
+    with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
+                   settings.inventory, settings.quantum_ticks, chosen) as opened:
+        raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
+        moved = get_method(case.method).bytes_moved(opened.pattern)
+        return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
+                "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
+                "chosen": chosen_by(opened.session),
+                **summarize(ns, moved)}, raw, ns
+
+
+def compile_case(case: Case, settings: WorkerSettings) -> tuple[int, float]:
+    """Open the case and take one sample: numba compiles (or loads from its cache) the kernels
+    its measurement will use. Returns the kernels numba really compiled and the seconds taken."""
+    from numba.core import event
+
+    class Counter(event.Listener):  # top-level compilations only (a kernel compiles its callees)
+        count, depth = 0, 0
+
+        def on_start(self, ev) -> None:
+            self.count += self.depth == 0
+            self.depth += 1
+
+        def on_end(self, ev) -> None:
+            self.depth -= 1
+
+    counter, start = Counter(), time.perf_counter()
+    with event.install_listener("numba:compile", counter), \
+            open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
+                      settings.inventory, settings.quantum_ticks) as opened:
+        opened.session.sample(1)
+    return counter.count, time.perf_counter() - start
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """SIGTERM from the parent: unwind (open_case removes the files it created), once; a second
+    SIGTERM while unwinding is ignored, so the clean-up is not cut short."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) -> None:
+    """A stopped worker ends quietly: SIGTERM (SystemExit) or the parent gone (a broken pipe)
+    anywhere, even before the first case, is no traceback on the user's terminal."""
+    import signal
+
+    if origin is not None:
+        origin.enter()
+    # Ctrl-C reaches the whole process group: the parent stops this worker (and stores what was
+    # measured); a KeyboardInterrupt traceback from here would only be noise. The parent stops
+    # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
+    ignore_interrupts()
+    signal.signal(signal.SIGTERM, _stopped)
+    code = 0
+    try:
+        _serve(conn, settings)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except (BrokenPipeError, EOFError, ConnectionError):
+        code = 0  # the parent went away: nothing left to report to
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # no traceback from the exit itself
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(code)  # skip multiprocessing's own exit path: nothing of it is left to run
+
+
+def _serve(conn, settings: WorkerSettings) -> None:
+    """Measure what the parent asks: ("measure", case, ops) or ("compile", case); None ends."""
+    conn.send(("stage", "loading the method modules"))
+    load_methods()
+    if settings.clock is None:  # the runner calibrates the run's clock before any worker
+        raise ValueError("a worker needs the run's clock (WorkerSettings.clock)")
+    conn.send(("ready",))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the parent is gone (killed): nothing left to measure for
+            return
+        if message is None:
+            return
+        kind, case = message[0], Case.from_dict(message[1])
+        try:
+            reply = (("compiled", *compile_case(case, settings)) if kind == "compile"
+                     else ("ok", *measure(case, settings, message[2])))
+        except UsageError as exc:
+            reply = ("failed", str(exc))
+        except Exception as exc:  # a method's own error fails that case, not the run
+            reply = ("failed", traceback.format_exception_only(type(exc), exc)[-1].strip())
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (killed) while this case ran
+            return

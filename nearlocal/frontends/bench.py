@@ -1,0 +1,290 @@
+"""pytest-benchmark glue for `pytest bench/`: the same cases as `nearlocal run`, measured
+through the same phases (warm-up, trials until the stopping rule), in DEFAULT_PROCESSES worker
+processes by the run's own runner (`--nearlocal-processes K`; 1: in this process), and handed
+to pytest-benchmark as one round per kernel repetition. One process is one draw of page placement:
+on the 2-vCPU AMD VM a 16 KiB nt-store read 180 ns in some processes and 260-280 ns in others,
+so two one-process sessions of unchanged code read 1.44x apart with 10 ns IQRs; with K = 8 four
+sessions read 180-270 ns, each pair within the wider session's IQR.
+
+pytest-benchmark times a round as `timer()` after the call minus `timer()` before it. Here the
+timer is a `KernelClock` that only moves when a round's target advances it by that repetition's
+in-kernel time (rdtscp inside the numba loop, CUDA events on a GPU), so every statistic, JSON file,
+autosave and `--benchmark-compare-fail` sees kernel-measured times, never Python's clock around a
+call. The conftest in bench/ only declares options and parametrizes; everything else is here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import get_method, ops_per_sample
+from nearlocal.core.sampling import StoppingRule, relative_half_width, run_trials, summarize
+from nearlocal.core.suites import get_suite, suite_cases
+from nearlocal.engine.worker import open_case
+from nearlocal.errors import UsageError
+from nearlocal.regions import parse_region, region_kind
+
+if TYPE_CHECKING:
+    import pytest
+
+    from nearlocal.gate.verdict import Comparison
+    from nearlocal.probe import HostInventory
+    from nearlocal.store.runs import RunData
+
+# Markers every generated test may carry (pyproject declares them too; pytester runs lack it).
+MARKERS = {
+    "cpu": "runs CPU access methods",
+    "gpu": "needs a CUDA GPU",
+    "dsa": "needs an Intel DSA work queue",
+    "cxl": "needs a CXL memory node or device-dax",
+    "nvlink": "needs two GPUs with peer access",
+    "storage": "reads or writes a file on a disk (file-read, file-write)",
+}
+DEFAULT_PROCESSES = 8  # --nearlocal-processes 1: in this process
+# Region kinds through which CXL memory appears (a CPU-less NUMA node, device-dax): `-m cxl`.
+
+
+class KernelClock:
+    """A pytest-benchmark timer fed by the kernel's own measurements (seconds)."""
+
+    # pytest-benchmark records the timer's name in the JSON options
+    __name__ = "nearlocal.frontends.bench.KernelClock"
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class BenchHost:
+    """What every generated test shares: the probed box and the timer overhead, measured once."""
+
+    inventory: HostInventory
+    allow_write: bool = False
+    target_rel_ci: float = 0.01
+    processes: int = 1  # worker processes per case (--nearlocal-processes); 1: in this process
+    # what the session measured, (row, raw, ns) per case: the run --nearlocal-save stores and
+    # --nearlocal-baseline judges
+    measured: list[tuple[dict, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    # the plan's entry of every generated test's case, by case id (suite_params plans them)
+    planned: dict[str, Any] = field(default_factory=dict, repr=False)
+    _clock: Any = field(default=None, repr=False)
+
+    @property
+    def overhead_ticks(self) -> float:
+        return self.clock.overhead_ticks
+
+    @property
+    def clock(self) -> Any:
+        """The TSC's calibration (timer overhead, step), measured once per session."""
+        if self._clock is None:
+            from nearlocal.kernels.timer import measure_clock
+
+            self._clock = measure_clock()
+        return self._clock
+
+
+def check_suite(name: str) -> None:
+    get_suite(name)  # UsageError naming the valid suites
+
+
+def case_test_id(case: Case) -> str:
+    """`nt-store/dram/wb/16KiB` -> `nt-store-dram-wb-16KiB` (pytest ids, -k, compare names)."""
+    return case.id.replace("/", "-")
+
+
+def case_markers(case: Case) -> list[str]:
+    method = get_method(case.method)
+    names = [method.family, *method.markers]
+    names += region_kind(parse_region(case.region)).markers
+    return [name for name in dict.fromkeys(names) if name in MARKERS]
+
+
+def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.ParameterSet]:
+    """One pytest param per case of `suite` whose method belongs to `family`; cases that cannot
+    run here carry a skip mark with the probe's reason. The value is the case as a plain dict so
+    pytest-benchmark can write it to JSON."""
+    import pytest
+
+    params = []
+    cases = [case for case in suite_cases(suite, host.inventory) if get_method(case.method).family == family]
+    for entry in plan(cases, host).entries:
+        case = entry.case
+        host.planned[case.id] = entry
+        marks = [getattr(pytest.mark, name) for name in case_markers(case)]
+        if entry.reason:  # e.g. a node the suite names does not exist on this box: skipped too
+            marks.append(pytest.mark.skip(reason=entry.reason))
+        params.append(pytest.param(case.to_dict(), id=case_test_id(case), marks=marks))
+    return params
+
+
+def plan(cases: list[Case], host: BenchHost):
+    """The plan stage, as `nearlocal run` plans: one process (this one), the session's CI target;
+    the budget is pytest-benchmark's (stopping_rule), read when each test runs."""
+    from nearlocal.engine.plan import RunSettings, plan_cases
+
+    settings = RunSettings(StoppingRule().budget_s, host.target_rel_ci * 100, processes=1,
+                           allow_write=host.allow_write)
+    return plan_cases(cases, host.inventory, settings)
+
+
+def machine_info(host: BenchHost) -> dict:
+    """Added to pytest-benchmark's machine_info so `nearlocal import` knows the hardware: only
+    what identifies it (probe.identity_summary)."""
+    from nearlocal import __version__
+    from nearlocal.probe import identity_summary
+
+    inv = host.inventory
+    return {"host_id": inv.host_id, "nearlocal_version": __version__,
+            "inventory": identity_summary(inv)}
+
+
+def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:
+    """pytest-benchmark's --benchmark-max-time is the per-case budget and --benchmark-min-rounds
+    raises the minimum sample count; --nearlocal-ci is the convergence target."""
+    default = StoppingRule()
+    return StoppingRule(budget_s=float(getattr(benchmark, "_max_time", default.budget_s)),
+                        target_rel_ci=host.target_rel_ci,
+                        min_samples=max(default.min_samples, int(getattr(benchmark, "_min_rounds", 0))))
+
+
+def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
+    """Measure one case and record it in pytest-benchmark; returns the row `nearlocal run` stores."""
+    case = Case.from_dict(case_data)
+    entry = host.planned.get(case.id) or plan([case], host).entries[0]
+    if not entry.runs:  # a case pytest was asked to run all the same (-p no:skipping)
+        raise UsageError(f"{case.id}: {entry.reason}")
+    row = dict(entry.row)
+    if host.processes > 1 and not benchmark.disabled:
+        row, raw, ns = _in_processes(entry, stopping_rule(benchmark, host), host)
+    else:
+        with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
+                       host.inventory, host.clock.quantum_ticks) as opened:
+            if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
+                benchmark.pedantic(opened.session.sample, args=(1,))
+                return row
+            raw, ns, elapsed, converged = run_trials(opened.session,
+                                                     stopping_rule(benchmark, host))
+            clock_name, info = opened.session.clock, opened.info
+            ops = ops_per_sample(opened.session)
+        row.update(status="ok", reason="", clock=clock_name, converged=converged,
+                   elapsed_s=elapsed, ops_per_sample=ops, processes=1,
+                   timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz
+                   if clock_name == "tsc" else info.get("timer_overhead_ns"),
+                   clock_resolution_ns=host.clock.quantum_ticks * 1e9 / host.inventory.tsc_hz
+                   if clock_name == "tsc" else info.get("clock_resolution_ns"),
+                   info=info, **summarize(ns, row["bytes_moved"]))
+    row["host_id"] = host.inventory.host_id
+    row["rel_ci_half_width"] = _finite(relative_half_width(ns))
+    host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64)))
+
+    clock = KernelClock()
+    seconds = iter((np.asarray(ns, dtype=np.float64) * 1e-9).tolist())
+    benchmark._timer = clock  # read by pedantic's runner; no public per-test timer API exists
+    benchmark.pedantic(lambda: clock.advance(next(seconds)), rounds=len(ns), iterations=1,
+                       warmup_rounds=0)
+    benchmark.extra_info.update(json.loads(json.dumps(row, default=str)))
+    return row
+
+
+class _Collected:
+    """The store a bench case's runner writes to: the one row and its samples, kept here."""
+
+    def __init__(self) -> None:
+        self.found: tuple[dict, np.ndarray | None, np.ndarray | None] | None = None
+
+    def add_case(self, row: dict, raw=None, ns=None, process=None) -> None:
+        self.found = (row, raw, ns)
+
+    def add_host_reading(self, *args) -> None:
+        pass
+
+    def add_host_failure(self, reason: str) -> None:
+        pass
+
+
+def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any]:
+    """The case measured as `nearlocal run --processes K` measures it (the runner, K fresh
+    worker processes sharing the budget, the session's one clock): (row, raw, ns)."""
+    from types import SimpleNamespace
+
+    from nearlocal.engine.runner import Runner
+    from nearlocal.engine.worker import WorkerSettings
+
+    settings = WorkerSettings(rule, host.inventory.tsc_hz, host.allow_write, clock=host.clock,
+                              inventory=host.inventory)
+    collected = _Collected()
+    runner = Runner(host.inventory, settings, collected, processes=host.processes,
+                    probe_host=False)
+    runner.run(SimpleNamespace(entries=[entry]))
+    row, raw, ns = collected.found or ({"status": "failed", "reason": "not measured"}, None, None)
+    if row.get("status") != "ok" or ns is None:
+        raise RuntimeError(f"{entry.case.id}: {row.get('status')}: {row.get('reason')}")
+    return row, raw, ns
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------- the session as a run, judged
+
+
+def store_session(host: BenchHost, root: Path, suite: str) -> Path:
+    """The session's measured cases as a run of kind `bench` under `root` (the store `nearlocal
+    compare`, `show` and `report` read): rows and raw samples as `nearlocal run` stores them,
+    one worker process (the pytest process) per case."""
+    import time
+
+    from nearlocal import __version__
+    from nearlocal.store.runs import Store
+
+    inv = host.inventory
+    meta = {"kind": "bench", "suite": suite, "nearlocal_version": __version__,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": ["pytest", *sys.argv[1:]],
+            "host_id": inv.host_id, "inventory": inv.to_dict(), "processes": 1}
+    store = Store.create(root, meta)
+    for row, raw, ns in host.measured:
+        store.add_case({key: value for key, value in row.items()
+                        if key not in ("host_id", "rel_ci_half_width")}, raw, ns)
+    return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
+
+
+def judge_session(host: BenchHost, base: RunData, root: Path, suite: str, save: bool,
+                  threshold: float, alpha: float,
+                  mode: str = "code") -> tuple[Comparison, Path | None]:
+    """Compare the session with a stored run by nearlocal's own model (`nearlocal compare`): the
+    cases the session ran, against the same cases of the base (the rest of the base is not
+    "missing": a -k or -m selection chose them out). Returns the comparison and the stored run
+    (None unless save)."""
+    import tempfile
+
+    from nearlocal.gate.identity import host_differences
+    from nearlocal.gate.verdict import compare_runs
+    from nearlocal.store.runs import RunData, load
+
+    with tempfile.TemporaryDirectory(prefix="nearlocal-bench-") as scratch:
+        path = store_session(host, root if save else Path(scratch), suite)
+        cand = load(path)
+    ran = set(cand.cases["case_id"].astype(str))
+    cases = base.cases[base.cases["case_id"].astype(str).isin(ran)]
+    samples = base.samples[base.samples["case_id"].astype(str).isin(ran)]
+    base = RunData(base.path, base.meta, cases, samples, base.incomplete)
+    differences = host_differences(base.meta, cand.meta)
+    if differences:
+        raise UsageError(f"--nearlocal-baseline {base.run_id} comes from other hardware ("
+                         + "; ".join(differences) + ")")
+    return compare_runs(base, cand, threshold, alpha, mode=mode), (path if save else None)

@@ -1,0 +1,22 @@
+"""The `nearlocal` command. A Ctrl-C that lands while the command line's modules load is one
+line and exit 130 too, not a KeyboardInterrupt traceback (cli.main handles every later one).
+Once the command has its exit code, Ctrl-C is ignored: the interpreter's shutdown (~0.3 s after
+a report, numba's and matplotlib's) would otherwise end it silently by the signal, after the
+work was done and said."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def main() -> int:
+    try:
+        from nearlocal.frontends.cli import main as command_line
+
+        code = command_line()
+    except KeyboardInterrupt:
+        print("nearlocal: interrupted", file=sys.stderr)
+        code = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code

@@ -1,0 +1,58 @@
+"""Measuring a plan with the run's progress on the terminal: the front end's side of `run` (the
+engine's Runner measures; this shows it and takes turns)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nearlocal.engine import runner
+from nearlocal.engine.plan import Plan
+from nearlocal.frontends import console
+
+
+def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = True,
+            case_timeout_s: float | None = None, turns=None) -> KeyboardInterrupt | None:
+    """Run the plan into `store` with run's progress display; the store is left open. Returns
+    the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored.
+    `turns` (engine.turns.Turns): each pass waits for this arm's slot of a turn-taking group,
+    and the arm is done when this returns or raises."""
+    settings = plan.settings
+    worker = plan.worker_settings()
+    try:  # a Ctrl-C anywhere in here, even before the first case, is an interrupted run
+        with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
+                                 settings.budget_s, enabled=not quiet,
+                                 processes=settings.processes,
+                                 patterns=[e.case.pattern for e in plan.entries],
+                                 arms=turns.arms if turns is not None else 1) as progress:
+            # runner.Runner is looked up here, at the call: tests stand a double in for it
+            measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
+                                      case_timeout_s=case_timeout_s,
+                                      processes=settings.processes,
+                                      on_pass=_taking_turns(turns, progress),
+                                      on_measured=progress.measured,
+                                      on_compile=progress.compiling, compile_first=compile_first,
+                                      max_processes=settings.max_processes,
+                                      on_settle=progress.settle)
+            measuring.run(plan)
+    except KeyboardInterrupt as exc:
+        return exc
+    finally:
+        if turns is not None:
+            turns.finish()
+    return None
+
+
+def _taking_turns(turns, progress) -> Callable[[int], None]:
+    """on_pass: wait for the arm's slot (outside every pass), then report the pass."""
+    if turns is None:
+        return progress.new_pass
+
+    def on_pass(index: int) -> None:
+        progress.waiting(f"waiting for its turn (arm {turns.arm} of {turns.arms}, taking turns "
+                         f"in {turns.directory})")
+        try:
+            turns.take()
+        finally:
+            progress.waiting("")
+        progress.new_pass(index)
+    return on_pass

@@ -1,5 +1,0 @@
-"""The store: one directory per run, written atomically, never overwritten."""
-
-from nearlocal.results.store import RunData, Store, list_runs, load, resolve_run
-
-__all__ = ["RunData", "Store", "list_runs", "load", "resolve_run"]

@@ -1,0 +1,112 @@
+"""The terminal beneath every printer: rich consoles that keep a CI log's lines whole and print
+tables as Markdown when nobody reads them on a terminal. A utility below every layer that prints
+(gate, report, the front ends); console.py holds the front ends' printers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+
+def owns_terminal(stream: IO[str]) -> bool:
+    """Whether `stream` is a terminal someone reads: a tty that is this process's controlling
+    terminal. An MPI launcher hands each rank a pseudo-terminal for stdout (Open MPI does) and
+    copies it to wherever its own output goes, a file or a CI log: the rank's isatty() is true,
+    but that pty is no terminal of the rank's session (tcgetpgrp fails on it). Rich would call it
+    a terminal, as it would any stream under FORCE_COLOR or TTY_COMPATIBLE; colour codes and
+    boxes would then land in the log. A stream with no descriptor is taken at its word."""
+    try:
+        if not stream.isatty():
+            return False
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # a test double: what its isatty() says
+        return True
+    try:
+        os.tcgetpgrp(fd)
+    except OSError:  # a tty, but not this session's terminal: a launcher's pty
+        return False
+    return True
+
+
+def quiet_library_colours() -> None:
+    """numba colours its error messages through colorama, whose exit handler writes a reset code
+    to stdout whenever stdout is a tty, a launcher's pty included: under mpiexec every rank left
+    one in the log. Off (before numba loads; workers inherit it) unless stdout is our terminal."""
+    if not owns_terminal(sys.stdout):
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+
+
+class _Console(Console):
+    """A rich console that does not wrap long lines when its output is not a terminal: a CI log
+    or a file keeps each line whole (grep finds a reason on one line), and a table printed on
+    it becomes a full-width Markdown table (print_table), whichever command prints it. Whether
+    it is a terminal is owns_terminal's answer, asked at each use (pytest swaps sys.stdout), or
+    the `force_terminal` given."""
+
+    def __init__(self, *args, force_terminal: bool | None = None, **kwargs) -> None:
+        self._terminal_given = force_terminal
+        super().__init__(*args, force_terminal=force_terminal, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        if self._terminal_given is not None:
+            return self._terminal_given
+        return owns_terminal(self.file)
+
+    def print(self, *objects, soft_wrap: bool | None = None, **kwargs) -> None:
+        if not self.is_terminal:
+            if len(objects) == 1 and isinstance(objects[0], Table) and not kwargs:
+                print_table(objects[0], self)
+                return
+            if soft_wrap is None:
+                soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`nearlocal probe | head -1`): rich would exit 1, as if we had
+        failed; the command line turns this into its quiet exit 141 instead."""
+        self.quiet = True
+        raise BrokenPipeError(32, "the reader of stdout went away")
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+
+def print_table(table: Table, target: Console | None = None) -> None:
+    """Print a table; when the output is not a terminal (a pipe, a CI log) it has no width to
+    respect, so the table is a Markdown table at its natural width: one line per row, every
+    identifier whole, greppable and pasteable."""
+    target = target or console
+    if target.is_terminal:
+        target.print(table)
+        return
+    title, table_box = table.title, table.box
+    table.title, table.box = None, box.MARKDOWN
+    try:
+        natural = Measurement.get(target, target.options.update_width(1_000_000), table).maximum
+        wide = Console(width=natural, color_system=None, highlight=False)
+        with wide.capture() as captured:
+            wide.print(table)
+    finally:
+        table.title, table.box = title, table_box
+    lines = [line.rstrip() for line in captured.get().splitlines() if line.strip()]
+    target.file.write("\n".join([*([str(title)] if title else []), *lines, ""]))
+    target.file.flush()
+
+
+def identifier_column(table: Table, name: str, values: list[str]) -> None:
+    """A column of names (methods, regions, run ids...): never cut with an ellipsis, so that
+    `clflush-load` and `clflushopt-load` stay two different words on a narrow terminal. Short
+    names keep their width; long ones fold onto a second line rather than lose characters."""
+    longest = max([len(name), *(len(str(v)) for v in values)])
+    table.add_column(name, overflow="fold", min_width=min(longest, 16))
