@@ -352,12 +352,13 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 
 def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
     from nearlocal.core.cases import Case
+    from nearlocal.core.cases import resolve
     from nearlocal.regions import files_to_create, remove_leftovers
     from nearlocal.regions.base import CREATED_XATTR
 
     left, held = tmp_path / "left.bin", tmp_path / "held.bin"
-    case = Case("memcpy", f"file:{left}", pattern="4KiB", peer=f"file:{held}")
-    assert files_to_create(case) == [left, held]
+    case = resolve(Case("memcpy", f"file:{left}", pattern="4KiB", peer=f"file:{held}"))
+    assert files_to_create((case.region, case.peer)) == [left, held]
     left.write_bytes(b"x")  # what a worker killed mid-case leaves: it carries nearlocal's mark
     try:
         os.setxattr(left, CREATED_XATTR, b"host:1")

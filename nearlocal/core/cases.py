@@ -17,6 +17,7 @@ from nearlocal.units import size_spelled_once
 
 if TYPE_CHECKING:
     from nearlocal.core.patterns import Pattern
+    from nearlocal.regions import RegionSpec
 
 
 class SkipKind(enum.Enum):
@@ -111,6 +112,36 @@ class Case:
         except UsageError:  # an unknown method: validate() says so
             touches_peer = True
         return region, (peer if touches_peer else min(peer, PEER_STUB_BYTES))
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedCase:
+    """A case with every fact about it derived once, by the plan: its pattern and both regions
+    parsed, the method's parameters merged with the case's, the bytes it maps, the facts its
+    row carries. This is what travels to the worker (pickled: no text is parsed there again)
+    and comes back as the row."""
+
+    case: Case
+    pattern: Pattern  # as given; a write's worker swaps it (scattered pieces land in the region)
+    region: RegionSpec
+    peer: RegionSpec
+    params: dict  # the method's defaults, then the case's own
+    spans: tuple[int, int]  # bytes mapped in (region, peer)
+    row: dict = field(default_factory=dict)  # describe(): the columns every row of it has
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+
+def resolve(case: Case, pattern: Pattern | None = None, row: dict | None = None) -> ResolvedCase:
+    """`case` resolved (`pattern`: already parsed; `row`: its row facts, when described)."""
+    from nearlocal.core.patterns import parse_pattern
+
+    pattern = pattern if pattern is not None else parse_pattern(case.pattern)
+    return ResolvedCase(case, pattern, parse_region(case.region), parse_region(case.peer),
+                        {**get_method(case.method).params, **case.param_dict},
+                        case.spans(pattern), row or {})
 
 
 def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None) -> None:

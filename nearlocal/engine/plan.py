@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from nearlocal.core import cases as case_rules
-from nearlocal.core.cases import Case, SkipKind
-from nearlocal.core.methods import get_method
-from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.cases import Case, ResolvedCase, SkipKind
+from nearlocal.core.patterns import parse_pattern
 from nearlocal.core.sampling import StoppingRule
 from nearlocal.engine.runner import (
     FIRST_LOOK_PROCESSES,
@@ -119,9 +118,9 @@ class RunSettings:
 class PlanEntry:
     case: Case
     verdict: Verdict
-    pattern: Pattern | None = None  # None only when the pattern itself was refused
-    params: dict[str, str] = field(default_factory=dict)  # the method's defaults + the case's
-    spans: tuple[int, int] = (0, 0)  # bytes mapped in (region, peer)
+    # the case resolved once (pattern, regions, params, spans, row facts): what its worker
+    # gets; None only for a case refused as bad input
+    resolved: ResolvedCase | None = None
     row: dict = field(default_factory=dict)  # describe(): the columns every row of it has
 
     @property
@@ -199,14 +198,12 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
                            inventory.cpu.l2_bytes)
         except (UsageError, ValueError, KeyError):
             row = {}
-        return PlanEntry(case, Refuse(str(exc)), pattern, row=row)
-    params = {**get_method(case.method).params, **case.param_dict}
+        return PlanEntry(case, Refuse(str(exc)), row=row)
     found = case_rules.skip(case, inventory, allow_write, pattern)
     verdict = Skip(*found) if found else Run()
-    return PlanEntry(case, verdict, pattern, {str(k): str(v) for k, v in params.items()},
-                     case.spans(pattern),
-                     describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
-                              inventory.cpu.l2_bytes))
+    row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
+                   inventory.cpu.l2_bytes)
+    return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row), row)
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nearlocal.core import cases as case_rules
-from nearlocal.core.cases import Case
+from nearlocal.core.cases import Case, ResolvedCase
 from nearlocal.core.methods import get_method
 from nearlocal.core.patterns import Pattern, parse_pattern
 from nearlocal.core.sampling import StoppingRule, summarize
@@ -193,6 +193,7 @@ class _Planned:
     case: Case
     row: dict
     reason: str | None
+    resolved: ResolvedCase | None = None
 
     @property
     def runs(self) -> bool:
@@ -345,7 +346,7 @@ class Runner:
             how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
         return {"status": "failed", "reason": f"worker crashed: {how}"}
 
-    def _ask(self, case: Case, message) -> tuple | dict:
+    def _ask(self, case: ResolvedCase, message) -> tuple | dict:
         """One request to the worker about `case`: its reply, or a failed row when the worker
         crashed or ran past the case timeout."""
         if self._start_failure is not None:
@@ -357,7 +358,7 @@ class Runner:
                 self._start_failure = str(exc)
                 return {"status": "failed", "reason": self._start_failure}
         worker = self._worker
-        self._creating = files_to_create(case)
+        self._creating = files_to_create((case.region, case.peer))
         worker.conn.send(message)
         deadline = time.monotonic() + self.case_timeout_s
         while not worker.conn.poll(0.05):
@@ -376,48 +377,36 @@ class Runner:
         self._creating = []
         return message
 
-    def compile_kernels(self, cases: list[Case], sizes: list[int] | None = None) -> None:
+    def compile_kernels(self, cases: list[ResolvedCase]) -> None:
         """A step of its own before the first pass: one sample of the smallest case of each
         method and parameter set, so numba compiles (or loads from its cache) the kernels the
         run needs while progress says so, in the worker the first pass then uses. A case that
-        fails here is left to its own measurement to report. `sizes`: each case's total bytes
-        (the plan's row facts), else read from its pattern."""
-        smallest: dict[tuple, tuple[int, Case]] = {}
-        if sizes is None:
-            sizes = [parse_pattern(case.pattern).total_bytes for case in cases]
-        for case, size in zip(cases, sizes, strict=True):
-            key = (case.method, case.params)
+        fails here is left to its own measurement to report."""
+        smallest: dict[tuple, tuple[int, ResolvedCase]] = {}
+        for case in cases:
+            key, size = (case.case.method, case.case.params), case.pattern.total_bytes
             if key not in smallest or size < smallest[key][0]:
                 smallest[key] = (size, case)
         chosen = [case for _, case in smallest.values()]
         compiled = 0
         for done, case in enumerate(chosen):
             self.on_compile(done, len(chosen), case.id, compiled)
-            reply = self._ask(case, ("compile", case.to_dict()))
+            reply = self._ask(case, ("compile", case))
             if isinstance(reply, tuple) and reply[0] == "compiled":
                 compiled += int(reply[1])
         self.on_compile(len(chosen), len(chosen), "", compiled)
 
-    def _measure(self, case: Case,
+    def _measure(self, case: ResolvedCase,
                  chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """One process's measurement; `chosen`: what the case's first process chose from its
         timing (passes per sample, ...), which every later one takes (None: this is the first)."""
-        message = self._ask(case, ("measure", case.to_dict(), chosen))
+        message = self._ask(case, ("measure", case, chosen))
         if isinstance(message, dict):  # crashed or timed out
             return message, None, None
-        clock = self.settings.clock
-        overhead_ns = clock.overhead_ticks * 1e9 / self.settings.tsc_hz
         if message[0] == "failed":
             return {"status": "failed", "reason": message[1]}, None, None
         _, row, raw, ns = message
-        if row.get("clock") == "tsc":
-            resolution = clock.step_ns(self.settings.tsc_hz)
-            row["sample_steps"] = sample_steps(raw, clock)
-        else:  # a session on another clock (CUDA events) states its own overhead and resolution
-            info = row.get("info", {})
-            overhead_ns, resolution = info.get("timer_overhead_ns"), info.get("clock_resolution_ns")
-        return {"status": "ok", "reason": "", "timer_overhead_ns": overhead_ns,
-                "clock_resolution_ns": resolution, **row}, raw, ns
+        return row, raw, ns
 
     def run(self, plan) -> list[dict]:
         """`plan`: a harness.plan.Plan (its verdicts are used as they are), or cases. Skipped
@@ -426,7 +415,7 @@ class Runner:
         entries = getattr(plan, "entries", None)
         if entries is None:
             entries = [self._planned(case) for case in plan]
-        cases = [entry.case for entry in entries]
+        cases = [entry.resolved for entry in entries]  # None: a case that does not run
         rows: list[dict] = []
         pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
         chosen: dict[int, dict] = {}  # case index -> what its first process chose (passes, ...)
@@ -451,8 +440,7 @@ class Runner:
                 self._start_prober(entries)
             if self.compile_first:
                 runnable = [entry for entry in entries if entry.runs]
-                self.compile_kernels([entry.case for entry in runnable],
-                                     [entry.row["size_bytes"] for entry in runnable])
+                self.compile_kernels([entry.resolved for entry in runnable])
             needed = dict.fromkeys(range(len(cases)), self.processes)
             process = 0
             while process < max(needed.values(), default=0):
@@ -515,7 +503,7 @@ class Runner:
         from nearlocal.engine.hostprobe import HostProber, ring_sizes
         from nearlocal.regions.host import memory_available
 
-        span = max((sum(entry.case.spans()) for entry in entries
+        span = max((sum(entry.resolved.spans) for entry in entries
                     if entry.runs and entry.row.get("reaches_memory")), default=0)
         sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
         try:
@@ -533,17 +521,12 @@ class Runner:
             self.store.add_host_failure(prober.failure)
 
     def _planned(self, case: Case) -> _Planned:
-        return _Planned(case, describe(case, self.inventory.cpuless_nodes,
-                                       llc_bytes=self.inventory.cpu.llc_bytes,
-                                       l2_bytes=self.inventory.cpu.l2_bytes),
-                        case_rules.unavailable(case, self.inventory, self.settings.allow_write))
-
-
-def sample_steps(raw: np.ndarray, clock) -> float:
-    """How many steps of the run's clock one sample spans (its median, the timer overhead
-    taken off): a figure of a few steps is the clock's as much as the case's."""
-    body = float(np.median(np.asarray(raw, np.float64))) - clock.overhead_ticks
-    return max(body, 0.0) / clock.quantum_ticks
+        pattern = parse_pattern(case.pattern)
+        row = describe(case, self.inventory.cpuless_nodes, pattern,
+                       llc_bytes=self.inventory.cpu.llc_bytes, l2_bytes=self.inventory.cpu.l2_bytes)
+        return _Planned(case, row,
+                        case_rules.unavailable(case, self.inventory, self.settings.allow_write),
+                        case_rules.resolve(case, pattern, row))
 
 
 def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,

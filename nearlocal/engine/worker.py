@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nearlocal.core.cases import Case
+from nearlocal.core.cases import Case, ResolvedCase, resolve
 from nearlocal.core.methods import (
     Session,
     SessionContext,
@@ -25,12 +25,12 @@ from nearlocal.core.methods import (
     ops_per_sample,
 )
 from nearlocal.core.methods import chosen as chosen_by
-from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import StoppingRule, run_trials, summarize
 from nearlocal.engine.children import ignore_interrupts
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
-from nearlocal.regions import MappedRegion, check_capacity, parse_region, region_kind
+from nearlocal.regions import MappedRegion, check_capacity, region_kind
 
 if TYPE_CHECKING:
     from nearlocal.kernels.timer import ClockCalibration
@@ -95,20 +95,26 @@ class OpenCase:
         return {**self.region.info, "peer_bytes": self.peer_bytes, **self.session.info}
 
 
+def resolved(case: Case | ResolvedCase) -> ResolvedCase:
+    """A plan's resolved case as it is; a bare case (a library caller, a test) resolved here."""
+    return case if isinstance(case, ResolvedCase) else resolve(case)
+
+
 @contextmanager
-def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: bool,
+def open_case(case: Case | ResolvedCase, tsc_hz: float, overhead_ticks: float, allow_write: bool,
               inventory: HostInventory | None = None,
               quantum_ticks: float = 1.0, chosen: dict | None = None) -> Iterator[OpenCase]:
     """Map the case's region and peer and open its method's session; all closed on exit.
-    Shared by the worker process and the in-process pytest-benchmark front end. `inventory`:
-    the run's (sessions that need the box's NUMA nodes or DSA queues read it); `chosen`: what
-    the case's first process chose (SessionContext.chosen)."""
-    method = get_method(case.method)
-    parsed = parse_pattern(case.pattern)  # once in this process
+    Shared by the worker process and the in-process pytest-benchmark front end. `case`: as the
+    plan resolved it (nothing of it is parsed again here). `inventory`: the run's (sessions
+    that need the box's NUMA nodes or DSA queues read it); `chosen`: what the case's first
+    process chose (SessionContext.chosen)."""
+    facts = resolved(case)
+    case, method = facts.case, get_method(facts.case.method)
     # a write: scattered pieces land in the region, packed in the peer
-    pattern = parsed.swapped() if case.access == "write" else parsed
-    region_spec, peer_spec = parse_region(case.region), parse_region(case.peer)
-    region_size, peer_size = case.spans(parsed)
+    pattern = facts.pattern.swapped() if case.access == "write" else facts.pattern
+    region_spec, peer_spec = facts.region, facts.peer
+    region_size, peer_size = facts.spans
     for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
         check_capacity(spec, size)  # again here: free memory may have gone since planning
     region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
@@ -118,8 +124,7 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         try:
             src, dst = (region, peer) if case.access == "read" else (peer, region)
             ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
-                                 {**method.params, **case.param_dict}, inventory, quantum_ticks,
-                                 chosen)
+                                 dict(facts.params), inventory, quantum_ticks, chosen)
             session = method.open_session(ctx)
             try:
                 yield OpenCase(case, pattern, region, session, peer_size)
@@ -131,21 +136,39 @@ def open_case(case: Case, tsc_hz: float, overhead_ticks: float, allow_write: boo
         region.close()
 
 
-def measure(case: Case, settings: WorkerSettings,
+def measure(case: Case | ResolvedCase, settings: WorkerSettings,
             chosen: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
-    """One process's measurement of `case` on the run's clock; `chosen`: what its first process
-    chose (None: this is the first). The row's `chosen` is what this process measured with."""
+    """One process's measurement of `case` on the run's clock: (the row's measured fields, raw
+    samples, ns). What every front end measures with: a worker process for `run` and `accept`,
+    pytest's own process for `pytest bench/`. `chosen`: what the case's first process chose
+    (None: this is the first); the row's `chosen` is what this process measured with."""
     with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
                    settings.inventory, settings.quantum_ticks, chosen) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
-        moved = get_method(case.method).bytes_moved(opened.pattern)
-        return {"clock": opened.session.clock, "converged": converged, "elapsed_s": elapsed,
-                "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
-                "chosen": chosen_by(opened.session),
-                **summarize(ns, moved)}, raw, ns
+        moved = get_method(opened.case.method).bytes_moved(opened.pattern)
+        row = {"status": "ok", "reason": "", "clock": opened.session.clock,
+               "converged": converged, "elapsed_s": elapsed,
+               "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
+               "chosen": chosen_by(opened.session), **summarize(ns, moved)}
+    clock = settings.clock
+    if row["clock"] == "tsc" and clock is not None:  # the run's one clock
+        row.update(timer_overhead_ns=clock.overhead_ticks * 1e9 / settings.tsc_hz,
+                   clock_resolution_ns=clock.step_ns(settings.tsc_hz),
+                   sample_steps=sample_steps(raw, clock))
+    else:  # a session on another clock (CUDA events) states its own overhead and resolution
+        row.update(timer_overhead_ns=row["info"].get("timer_overhead_ns"),
+                   clock_resolution_ns=row["info"].get("clock_resolution_ns"))
+    return row, raw, ns
 
 
-def compile_case(case: Case, settings: WorkerSettings) -> tuple[int, float]:
+def sample_steps(raw: np.ndarray, clock) -> float:
+    """How many steps of the run's clock one sample spans (its median, the timer overhead
+    taken off): a figure of a few steps is the clock's as much as the case's."""
+    body = float(np.median(np.asarray(raw, np.float64))) - clock.overhead_ticks
+    return max(body, 0.0) / clock.quantum_ticks
+
+
+def compile_case(case: Case | ResolvedCase, settings: WorkerSettings) -> tuple[int, float]:
     """Open the case and take one sample: numba compiles (or loads from its cache) the kernels
     its measurement will use. Returns the kernels numba really compiled and the seconds taken."""
     from numba.core import event
@@ -218,7 +241,7 @@ def _serve(conn, settings: WorkerSettings) -> None:
             return
         if message is None:
             return
-        kind, case = message[0], Case.from_dict(message[1])
+        kind, case = message[0], message[1]  # a ResolvedCase: nothing to parse again
         try:
             reply = (("compiled", *compile_case(case, settings)) if kind == "compile"
                      else ("ok", *measure(case, settings, message[2])))

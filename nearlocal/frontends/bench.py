@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nearlocal.core.cases import Case
-from nearlocal.core.methods import get_method, ops_per_sample
-from nearlocal.core.sampling import StoppingRule, relative_half_width, run_trials, summarize
+from nearlocal.core.methods import get_method
+from nearlocal.core.sampling import StoppingRule, relative_half_width
 from nearlocal.core.suites import get_suite, suite_cases
-from nearlocal.engine.worker import open_case
+from nearlocal.engine.worker import WorkerSettings, measure, open_case
 from nearlocal.errors import UsageError
 from nearlocal.regions import parse_region, region_kind
 
@@ -86,6 +86,11 @@ class BenchHost:
     @property
     def overhead_ticks(self) -> float:
         return self.clock.overhead_ticks
+
+    def settings(self, rule: StoppingRule) -> WorkerSettings:
+        """What a worker of a run with this session's clock and box would measure with."""
+        return WorkerSettings(rule, self.inventory.tsc_hz, self.allow_write, clock=self.clock,
+                              inventory=self.inventory)
 
     @property
     def clock(self) -> Any:
@@ -168,25 +173,17 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     if not entry.runs:  # a case pytest was asked to run all the same (-p no:skipping)
         raise UsageError(f"{case.id}: {entry.reason}")
     row = dict(entry.row)
-    if host.processes > 1 and not benchmark.disabled:
-        row, raw, ns = _in_processes(entry, stopping_rule(benchmark, host), host)
-    else:
+    if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
         with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
                        host.inventory, host.clock.quantum_ticks) as opened:
-            if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
-                benchmark.pedantic(opened.session.sample, args=(1,))
-                return row
-            raw, ns, elapsed, converged = run_trials(opened.session,
-                                                     stopping_rule(benchmark, host))
-            clock_name, info = opened.session.clock, opened.info
-            ops = ops_per_sample(opened.session)
-        row.update(status="ok", reason="", clock=clock_name, converged=converged,
-                   elapsed_s=elapsed, ops_per_sample=ops, processes=1,
-                   timer_overhead_ns=host.overhead_ticks * 1e9 / host.inventory.tsc_hz
-                   if clock_name == "tsc" else info.get("timer_overhead_ns"),
-                   clock_resolution_ns=host.clock.quantum_ticks * 1e9 / host.inventory.tsc_hz
-                   if clock_name == "tsc" else info.get("clock_resolution_ns"),
-                   info=info, **summarize(ns, row["bytes_moved"]))
+            benchmark.pedantic(opened.session.sample, args=(1,))
+        return row
+    if host.processes > 1:
+        row, raw, ns = _in_processes(entry, stopping_rule(benchmark, host), host)
+    else:  # in pytest's own process, by the worker's own measure(): the same row as run's
+        measured, raw, ns = measure(case, host.settings(stopping_rule(benchmark, host)))
+        measured.pop("chosen", None)
+        row.update(measured, processes=1)
     row["host_id"] = host.inventory.host_id
     row["rel_ci_half_width"] = _finite(relative_half_width(ns))
     host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64)))
@@ -222,12 +219,9 @@ def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict
     from types import SimpleNamespace
 
     from nearlocal.engine.runner import Runner
-    from nearlocal.engine.worker import WorkerSettings
 
-    settings = WorkerSettings(rule, host.inventory.tsc_hz, host.allow_write, clock=host.clock,
-                              inventory=host.inventory)
     collected = _Collected()
-    runner = Runner(host.inventory, settings, collected, processes=host.processes,
+    runner = Runner(host.inventory, host.settings(rule), collected, processes=host.processes,
                     probe_host=False)
     runner.run(SimpleNamespace(entries=[entry]))
     row, raw, ns = collected.found or ({"status": "failed", "reason": "not measured"}, None, None)
@@ -249,13 +243,13 @@ def store_session(host: BenchHost, root: Path, suite: str) -> Path:
     one worker process (the pytest process) per case."""
     import time
 
-    from nearlocal import __version__
+    from nearlocal.engine.runner import run_metadata
     from nearlocal.store.runs import Store
 
-    inv = host.inventory
-    meta = {"kind": "bench", "suite": suite, "nearlocal_version": __version__,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": ["pytest", *sys.argv[1:]],
-            "host_id": inv.host_id, "inventory": inv.to_dict(), "processes": 1}
+    # what run.json says of any run (versions, settings, the clock), as `run` writes it
+    rule = StoppingRule(target_rel_ci=host.target_rel_ci)
+    meta = run_metadata(host.inventory, host.settings(rule), suite, kind="bench",
+                        command=["pytest", *sys.argv[1:]], processes=host.processes)
     store = Store.create(root, meta)
     for row, raw, ns in host.measured:
         store.add_case({key: value for key, value in row.items()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from nearlocal.frontends import importer
+    from nearlocal.frontends import accept, importer
     from nearlocal.gate import commands as gate
-    from nearlocal.report import accept
 
     importer.register(sub)
     gate.register(sub)

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from nearlocal.errors import UsageError
@@ -107,13 +106,12 @@ def _probe(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from nearlocal.engine.plan import plan_cases
     from nearlocal.engine.runner import run_metadata
-    from nearlocal.engine.selfcheck import checked, summary_line
+    from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
-    from nearlocal.frontends.measure import measure
+    from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
     from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.safeio import check_output, write_output
-    from nearlocal.store.runs import Store
     from nearlocal.store.schema import JSON_COLUMNS
 
     if (args.take_turns is None) != (args.turn is None):
@@ -147,18 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
-    store = None
-    try:
-        store = Store.create(Path(args.out), meta)
-        interrupted = measure(plan, store, quiet=args.quiet, turns=turns)
-    except BaseException as exc:
-        if turns is not None:  # the other arms go on without this one
-            turns.finish()
-        if store is None or not isinstance(exc, KeyboardInterrupt):
-            raise
-        interrupted = exc  # before measure's own handler: still an interrupted run, stored
-    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        interrupted=bool(interrupted), derive=checked)
+    path, interrupted = measure_into(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     from nearlocal.store import load
 
     run = load(path)

@@ -3,11 +3,37 @@ engine's Runner measures; this shows it and takes turns)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from nearlocal.engine import runner
 from nearlocal.engine.plan import Plan
 from nearlocal.frontends import console
+
+
+def measure_into(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
+                 turns=None) -> tuple[Path, KeyboardInterrupt | None]:
+    """`run`'s and `accept`'s one way to measure: a new run in the store under `out` with
+    `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
+    Returns the run's path and the interrupt that stopped it (None: complete); a Ctrl-C even
+    before the first case is an interrupted run, stored."""
+    from nearlocal.engine.selfcheck import checked
+    from nearlocal.store.runs import Store
+
+    store = None
+    try:
+        store = Store.create(out, meta)
+        interrupted = measure(plan, store, quiet=quiet, turns=turns)
+    except BaseException as exc:
+        if turns is not None:  # the other arms go on without this one
+            turns.finish()
+        if store is None or not isinstance(exc, KeyboardInterrupt):
+            raise
+        interrupted = exc  # before measure's own handler: still an interrupted run, stored
+    path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        interrupted=bool(interrupted), derive=checked)
+    return path, interrupted
 
 
 def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = True,

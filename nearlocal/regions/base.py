@@ -9,7 +9,7 @@ never branches on the kind.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,12 +167,12 @@ def region_kind(spec: RegionSpec) -> RegionKind:
     return REGION_KINDS[spec.kind]
 
 
-def files_to_create(case) -> list[Path]:
-    """The files opening this case's region and peer will create (they do not exist now): what
-    the runner removes if the worker dies (SIGBUS on a full tmpfs, a timeout) before it could."""
+def files_to_create(specs: Iterable[RegionSpec]) -> list[Path]:
+    """The files opening these regions (a case's region and peer) will create (they do not exist
+    now): what the runner removes if the worker dies (SIGBUS on a full tmpfs, a timeout) before
+    it could."""
     found = []
-    for text in (case.region, case.peer):
-        spec = parse_region(text)
+    for spec in specs:
         kind = region_kind(spec)
         path = kind.creates(spec) if kind.creates else None
         if path is not None and not os.path.lexists(path):

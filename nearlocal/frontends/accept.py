@@ -1,0 +1,102 @@
+"""`nearlocal accept SPEC`: measure the spec's cases as `run` does (the same engine call:
+frontends/measure.py), or take a stored run, and judge it (report/accept.py: the spec, the
+verdicts, their JUnit and table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nearlocal import safeio
+from nearlocal.report.accept import (
+    Spec,
+    check_pool,
+    judge,
+    parse_spec,
+    print_verdicts,
+    render_junit,
+)
+from nearlocal.store.runs import load
+from nearlocal.units import parse_budget
+
+
+def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
+                  processes: int | None = None) -> Path:
+    """Run exactly the spec's cases through the plan stage and the runner, as `nearlocal run`
+    does; returns the run path. Cases this box cannot run (a missing node, a CPU flag) are stored
+    skipped with the reason. Worker processes per case: --processes, else the spec's [run]
+    processes, else the default `nearlocal run` uses for this budget (so accept's rows are
+    measured as run's are)."""
+    from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.engine.runner import run_metadata
+    from nearlocal.frontends.measure import measure_into
+    from nearlocal.probe import probe
+
+    inventory = probe()
+    check_pool(spec, inventory)
+    settings = RunSettings.from_options(budget or spec.budget, spec.ci,
+                                        processes or spec.processes, allow_write=allow_write,
+                                        budget_option="--budget" if budget else "budget",
+                                        for_gate=True)  # a verdict, as a gate's
+    # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
+    # a spec whose every case writes to memory not allowed: its requirements fail, not measured
+    plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
+    meta = run_metadata(inventory, plan.worker_settings(),
+                        f"accept:{spec.path.name}", kind="accept",
+                        spec=str(spec.path.resolve()), processes=settings.processes,
+                        pool=spec.pool or None)
+    path, interrupted = measure_into(plan, out, meta)
+    if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
+        raise interrupted
+    return path
+
+
+def _accept(args) -> int:
+    from nearlocal.terminal import console
+
+    spec = parse_spec(args.spec, args.region, args.peer)
+    if args.processes is not None:
+        from nearlocal.engine.plan import check_processes
+
+        check_processes(args.processes)
+    if args.budget is not None:  # an empty --budget is refused, not the spec's
+        parse_budget(args.budget)  # before anything is loaded or measured
+    for option, path in (("--junit", args.junit), ("--json", args.json)):
+        safeio.check_output(option, path)
+    if args.run:
+        run = load(args.run, Path(args.out))
+    else:
+        run = load(measure_cases(spec, Path(args.out), args.budget,
+                                 args.allow_write or spec.allow_write, args.processes))
+        console.print(f"stored {run.path}")
+    verdicts = judge(spec, run)
+    print_verdicts(spec, run, verdicts)
+    if run.incomplete:
+        console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
+                      "whose cases it lacks fail as not measured[/]")
+    if args.junit:  # an OSError is one line naming the file, the errno and the stored run
+        safeio.write_output("--junit", args.junit, render_junit(spec, run, verdicts))
+    if args.json:
+        safeio.write_output("--json", args.json, json.dumps(
+            {"spec": str(spec.path), "run": run.run_id,
+             "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
+    return 0 if all(v.passed for v in verdicts) else 1
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
+    parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
+    parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--region", help="aim the spec at this region (its pool): any region "
+                                         "`nearlocal probe` lists, e.g. numa:2 or devdax:/dev/dax0.0")
+    parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
+    parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="worker processes per case (default: the spec's [run] processes, "
+                             "else as `nearlocal run`: one per 0.03 s of budget, at most 16)")
+    parser.add_argument("--allow-write", action="store_true",
+                        help="allow writing to devdax: regions and existing files")
+    parser.add_argument("--junit", help="also write a JUnit XML report here")
+    parser.add_argument("--json", help="also write the verdicts as JSON here")
+    parser.set_defaults(func=_accept)
