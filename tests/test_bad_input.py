@@ -351,8 +351,7 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 
 
 def test_a_dead_workers_files_are_removed_unless_held(tmp_path):
-    from nearlocal.core.cases import Case
-    from nearlocal.core.cases import resolve
+    from nearlocal.core.cases import Case, resolve
     from nearlocal.regions import files_to_create, remove_leftovers
     from nearlocal.regions.base import CREATED_XATTR
 

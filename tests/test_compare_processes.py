@@ -270,7 +270,7 @@ def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky
         if index == 2:
             raise KeyboardInterrupt
 
-    runner, store = _runner(tmp_path, 3, on_pass=stop)
+    runner, store = _runner(tmp_path, 3, events=_Events(new_pass=stop))
     with pytest.raises(KeyboardInterrupt):
         runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
     run = load(store.finish())
@@ -316,7 +316,8 @@ def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_metho
                       for mode in ("spread", "never"))
     settled = []
     runner, store = _runner(tmp_path, 4, max_processes=12,
-                            on_settle=lambda case_id, extra: settled.append((case_id, extra)))
+                            events=_Events(settle=lambda case_id, extra: settled.append(
+                                (case_id, extra))))
     rows = {row["case_id"]: row for row in runner.run([spread, steady])}
     run = load(store.finish())
     assert rows[spread.id]["processes"] == 12 and rows[steady.id]["processes"] == 4
@@ -436,3 +437,15 @@ def test_only_runs_of_one_group_as_different_arms_are_paired():
     assert not same_group({"turns": arm}, {"turns": {**arm, "arm": 1, "group": "g2"}})
     assert not same_group({}, {"turns": arm})
     assert not same_group({"turns": "damaged"}, {"turns": arm})
+
+
+class _Events:
+    """RunEvents with the given methods (a test's hooks); the rest do nothing."""
+
+    def __init__(self, **hooks) -> None:
+        from nearlocal.engine.runner import RunEvents
+
+        self._default, self._hooks = RunEvents(), hooks
+
+    def __getattr__(self, name: str):
+        return self._hooks.get(name) or getattr(self._default, name)

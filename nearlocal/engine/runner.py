@@ -8,7 +8,6 @@ import math
 import multiprocessing
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -200,6 +199,26 @@ class _Planned:
         return self.reason is None
 
 
+class RunEvents:
+    """What a runner tells whoever shows its progress, each a no-op here: a front end's
+    progress display (frontends.console.RunProgress) has the same methods."""
+
+    def finished(self, row: dict) -> None:
+        """A case's row, stored (after its last process)."""
+
+    def new_pass(self, index: int) -> None:
+        """Pass `index` over the cases starts (a fresh worker process)."""
+
+    def measured(self, case_id: str, failed: bool) -> None:
+        """One measurement of one pass ended: what progress counts."""
+
+    def compiling(self, done: int, of: int, case_id: str, compiled: int) -> None:
+        """Around each step of compile_kernels: `compiled` kernels so far."""
+
+    def settle(self, case_id: str, extra: int) -> None:
+        """A case whose processes disagree gets `extra` processes."""
+
+
 class Runner:
     """Measures cases interleaved in passes: with `processes` = K, pass k (k = 1..K) measures
     every runnable case once, each pass in a fresh worker process (one worker per pass serves
@@ -213,13 +232,9 @@ class Runner:
     after the K passes; its row is stored after its last."""
 
     def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
-                 on_case: Callable[[dict], None] | None = None, case_timeout_s: float | None = None,
-                 processes: int = 1, on_pass: Callable[[int], None] | None = None,
-                 on_measured: Callable[[str, bool], None] | None = None,
-                 on_compile: Callable[[int, int, str, int], None] | None = None,
-                 compile_first: bool = False, max_processes: int | None = None,
-                 on_settle: Callable[[str, int], None] | None = None,
-                 probe_host: bool | None = None):
+                 events: RunEvents | None = None, *, processes: int = 1,
+                 max_processes: int | None = None, case_timeout_s: float | None = None,
+                 compile_first: bool = False, probe_host: bool | None = None):
         self.inventory = inventory
         if settings.clock is None:  # one clock per run, calibrated here, before any worker
             from nearlocal.kernels.timer import measure_clock
@@ -227,12 +242,7 @@ class Runner:
             settings = replace(settings, clock=measure_clock())
         self.settings = settings
         self.store = store
-        self.on_case = on_case or (lambda row: None)
-        self.on_pass = on_pass or (lambda index: None)  # called as each pass over the cases starts
-        # (case id, failed) after every measurement of every pass: what progress counts
-        self.on_measured = on_measured or (lambda case_id, failed: None)
-        # (done, of, case id, kernels compiled so far) around each step of compile_kernels
-        self.on_compile = on_compile or (lambda done, of, case_id, compiled: None)
+        self.events = events or RunEvents()
         self.compile_first = compile_first
         self.case_timeout_s = case_timeout_s or max(120.0, 20 * settings.rule.budget_s)
         if type(processes) is not int or processes < 1:  # RunSettings checks what users give
@@ -245,8 +255,6 @@ class Runner:
         self._pass = 0  # the pass whose worker starts next: its host probe readings say so
         # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
         self.max_processes = max(processes, max_processes or processes)
-        # (case id, extra measurements) when a case is given processes beyond `processes`
-        self.on_settle = on_settle or (lambda case_id, extra: None)
         # Workers are forked from a server that imported numpy, numba and the method modules
         # once (engine/forkserver.py): a spawned worker paid ~2 s of imports and numba start-up
         # per pass on the 2-vCPU VM, a forked one ~0.1 s. Each is still a new process: its
@@ -390,11 +398,11 @@ class Runner:
         chosen = [case for _, case in smallest.values()]
         compiled = 0
         for done, case in enumerate(chosen):
-            self.on_compile(done, len(chosen), case.id, compiled)
+            self.events.compiling(done, len(chosen), case.id, compiled)
             reply = self._ask(case, ("compile", case))
             if isinstance(reply, tuple) and reply[0] == "compiled":
                 compiled += int(reply[1])
-        self.on_compile(len(chosen), len(chosen), "", compiled)
+        self.events.compiling(len(chosen), len(chosen), "", compiled)
 
     def _measure(self, case: ResolvedCase,
                  chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
@@ -431,7 +439,7 @@ class Runner:
             pending.pop(index, None)
             self.store.add_case(row, raw, ns, tags)
             rows.append(row)
-            self.on_case(row)
+            self.events.finished(row)
 
         try:
             if any(entry.runs for entry in entries):
@@ -445,7 +453,7 @@ class Runner:
             process = 0
             while process < max(needed.values(), default=0):
                 self._pass = process
-                self.on_pass(process)
+                self.events.new_pass(process)
                 for index, case in enumerate(cases):
                     if process == 0:
                         row = dict(entries[index].row)
@@ -460,7 +468,7 @@ class Runner:
                     row, results = pending[index]
                     result, raw, ns = self._measure(case, chosen.get(index))
                     if result["status"] != "ok":
-                        self.on_measured(case.id, True)
+                        self.events.measured(case.id, True)
                         if needed[index] > 1:
                             result["reason"] += f" (process {process + 1} of {needed[index]})"
                         row.update(result)
@@ -473,8 +481,8 @@ class Runner:
                         needed[index] = processes_to_settle(
                             [n for _, _, n in results], self.processes, self.max_processes)
                         if needed[index] > self.processes:
-                            self.on_settle(case.id, needed[index] - self.processes)
-                    self.on_measured(case.id, False)  # after on_settle: progress counts those
+                            self.events.settle(case.id, needed[index] - self.processes)
+                    self.events.measured(case.id, False)  # after on_settle: progress counts those
                     if process == needed[index] - 1:
                         finish(index, row, results)
                 for index in range(len(cases)):

@@ -4,7 +4,6 @@ engine's Runner measures; this shows it and takes turns)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from nearlocal.engine import runner
@@ -51,14 +50,11 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
                                  patterns=[e.case.pattern for e in plan.entries],
                                  arms=turns.arms if turns is not None else 1) as progress:
             # runner.Runner is looked up here, at the call: tests stand a double in for it
-            measuring = runner.Runner(plan.inventory, worker, store, progress.finished,
+            events = progress if turns is None else _TakingTurns(progress, turns)
+            measuring = runner.Runner(plan.inventory, worker, store, events,
                                       case_timeout_s=case_timeout_s,
-                                      processes=settings.processes,
-                                      on_pass=_taking_turns(turns, progress),
-                                      on_measured=progress.measured,
-                                      on_compile=progress.compiling, compile_first=compile_first,
-                                      max_processes=settings.max_processes,
-                                      on_settle=progress.settle)
+                                      processes=settings.processes, compile_first=compile_first,
+                                      max_processes=settings.max_processes)
             measuring.run(plan)
     except KeyboardInterrupt as exc:
         return exc
@@ -68,17 +64,20 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
     return None
 
 
-def _taking_turns(turns, progress) -> Callable[[int], None]:
-    """on_pass: wait for the arm's slot (outside every pass), then report the pass."""
-    if turns is None:
-        return progress.new_pass
+class _TakingTurns:
+    """The progress display's events, each pass first waiting for this arm's slot."""
 
-    def on_pass(index: int) -> None:
-        progress.waiting(f"waiting for its turn (arm {turns.arm} of {turns.arms}, taking turns "
-                         f"in {turns.directory})")
+    def __init__(self, progress, turns) -> None:
+        self.progress, self.turns = progress, turns
+
+    def __getattr__(self, name: str):  # finished, measured, compiling, settle: as they are
+        return getattr(self.progress, name)
+
+    def new_pass(self, index: int) -> None:
+        self.progress.waiting(f"waiting for its turn (arm {self.turns.arm} of {self.turns.arms}, "
+                              f"taking turns in {self.turns.directory})")
         try:
-            turns.take()
+            self.turns.take()
         finally:
-            progress.waiting("")
-        progress.new_pass(index)
-    return on_pass
+            self.progress.waiting("")
+        self.progress.new_pass(index)
