@@ -60,10 +60,10 @@ def run(out: Path) -> int:
     from numba.core.registry import cpu_target
 
     from nearlocal.core.methods import get_method
-    from nearlocal.engine.plan import RunSettings, measure, plan_cases
+    from nearlocal.engine.plan import RunSettings, plan_cases
     from nearlocal.engine.runner import run_metadata
+    from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
-    from nearlocal.store.runs import Store
 
     inventory = probe(gpu=False)
     codegen = cpu_target.target_context.codegen()
@@ -83,9 +83,7 @@ def run(out: Path) -> int:
     (out / "cpu.json").write_text(json.dumps(facts, indent=1))
     meta = run_metadata(inventory, settings.worker_settings(inventory), "vm-cpu", processes=1,
                         max_processes=settings.max_processes, kind="run")
-    store = Store.create(out / "results", meta)
-    interrupted = measure(plan, store, quiet=True)
-    store.finish(interrupted=bool(interrupted))
+    _, interrupted = measure_into(plan, out / "results", meta, quiet=True)
     return 130 if interrupted else 0
 
 

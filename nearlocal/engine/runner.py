@@ -408,13 +408,15 @@ class Runner:
                  chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """One process's measurement; `chosen`: what the case's first process chose from its
         timing (passes per sample, ...), which every later one takes (None: this is the first)."""
+        started = time.perf_counter()
         message = self._ask(case, ("measure", case, chosen))
+        wall = {"wall_s": time.perf_counter() - started}  # what this process's part cost
         if isinstance(message, dict):  # crashed or timed out
-            return message, None, None
+            return {**message, **wall}, None, None
         if message[0] == "failed":
-            return {"status": "failed", "reason": message[1]}, None, None
+            return {"status": "failed", "reason": message[1], **wall}, None, None
         _, row, raw, ns = message
-        return row, raw, ns
+        return {**row, **wall}, raw, ns
 
     def run(self, plan) -> list[dict]:
         """`plan`: a harness.plan.Plan (its verdicts are used as they are), or cases. Skipped
@@ -553,6 +555,7 @@ def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int
             "converged": bool(rule.converged(ns)),
             "processes_converged": sum(bool(r.get("converged")) for r in rows),
             "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
+            "wall_s": sum(float(r.get("wall_s") or 0.0) for r in rows),
             "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
             "clock_resolution_ns": max(resolutions) if resolutions else None,
             **({"sample_steps": float(np.median([r["sample_steps"] for r in rows]))}

@@ -123,7 +123,7 @@ class RpcSession:
             os.sched_setaffinity(0, {client_cpu})
             self.server = slots.ServerProcess(self.shared.handle, self.words, self.raw,
                                               self.slots, message_bytes, protocol, server_cpu,
-                                              ctx.tsc_hz)
+                                              ctx.tsc_hz, fork=True)
         except BaseException:
             self.close()
             raise

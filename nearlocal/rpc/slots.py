@@ -16,8 +16,10 @@ in the response flag. Payloads are derived from the sequence, so both sides chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -292,22 +294,77 @@ def _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, m
     return 0
 
 
+class _Forked:
+    """A child forked by os.fork, with the part of Popen's interface ServerProcess uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"server {self.pid}", timeout)
+            time.sleep(0.002)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def _fork_server(config: dict, stderr) -> _Forked:
+    """The server forked from this process: its kernels and libraries are loaded already, so it
+    is ready in milliseconds, where a new interpreter took ~2 s per case per process (the rpc
+    suite's 10 cases x 8 processes). The child never returns into the caller's code."""
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the worker's unwinding handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client stops it, as a spawned one
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(stderr.fileno(), 2)
+        code = server_main(config)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 class ServerProcess:
-    """The server in its own process (spawned with `python -m`, so it works from daemonic
-    workers too), pinned to its own CPU. Always stopped by `stop()`: stop word, then SIGKILL."""
+    """The server in its own process, pinned to its own CPU: forked from this one (`fork`,
+    what the rpc methods' workers do: ready at once), or a new interpreter (`python -m`: an MPI
+    rank, which must not fork). Always stopped by `stop()`: stop word, then SIGKILL."""
 
     def __init__(self, handle: dict, words: np.ndarray, raw: np.ndarray, slots: int,
                  message_bytes: int, protocol: str, cpu: int | None, tsc_hz: float,
-                 start_timeout_s: float = 120.0):
+                 start_timeout_s: float = 120.0, fork: bool = False):
         self.words, self.raw = words, raw
         self.protocol = protocol_code(protocol)
         config = {"handle": handle, "slots": slots, "message_bytes": message_bytes,
                   "protocol": protocol, "cpu": cpu, "tsc_hz": tsc_hz, "parent": os.getpid()}
         # a file, not a pipe: a full pipe would block the server; closed in stop()
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "nearlocal.rpc.slots", json.dumps(config)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        if fork:
+            self.process = _fork_server(config, self.stderr)
+        else:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "nearlocal.rpc.slots", json.dumps(config)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         deadline = time.monotonic() + start_timeout_s
         while read_flag(raw, words, W_READY, self.protocol) != self.process.pid:
             if self.process.poll() is not None:

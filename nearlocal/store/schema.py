@@ -12,7 +12,9 @@ not write-back, or its span fills the LLC or exceeds it); older rows have none, 
 takes them as reaching memory. Then `llc_resident` (cacheable and write-back, its span over the
 core's L2 and below the LLC's size: the host's LLC state moves it); older rows have none, and
 compare takes them as not. Then `sample_steps` (how many steps of the run's clock one sample
-spans: its median less the timer overhead, over the step; NaN for other clocks and older rows)."""
+spans: its median less the timer overhead, over the step; NaN for other clocks and older rows).
+Then `wall_s`: what measuring the case cost the tool, its processes' wall time from request to
+reply (mapping regions, laying rings, warm-up and trials; NaN in older rows)."""
 
 
 SCHEMA_VERSION = 3
@@ -25,7 +27,7 @@ CASE_COLUMNS = [
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
-    "reaches_memory", "llc_resident", "sample_steps",
+    "reaches_memory", "llc_resident", "sample_steps", "wall_s",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
 
@@ -173,7 +175,8 @@ TEXT_COLUMNS = ("case_id", "suite", "method", "family", "region", "region_kind",
                 "peer", "access", "params", "state", "status", "reason", "clock")
 COUNT_COLUMNS = ("size_bytes", "fragment_count", "fragment_bytes", "bytes_moved", "n_samples",
                  "processes")
-NUMBER_COLUMNS = tuple(c for c in CASE_COLUMNS if c.endswith("_ns") or c in ("gbps", "elapsed_s"))
+NUMBER_COLUMNS = tuple(c for c in CASE_COLUMNS
+                       if c.endswith("_ns") or c in ("gbps", "elapsed_s", "wall_s"))
 CASE_ROW_FIELDS = {**dict.fromkeys(TEXT_COLUMNS, TEXT), **dict.fromkeys(COUNT_COLUMNS, INTEGER),
                    **dict.fromkeys(NUMBER_COLUMNS, NUMBER), "converged": BOOL, "info": ANY}
 BASELINE_FIELDS = {"run": TEXT, "host_id": TEXT, "hostname": TEXT, "set": TEXT,
