@@ -23,15 +23,21 @@ store=${NEARLOCAL_STORE:-results}
 python=${PYTHON:-python3}
 meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
 trap 'rm -rf "$meet"' EXIT  # the meeting place and the runs' logs (shown when a run fails)
-nearlocal() {  # nearlocal from the checkout $1
-    PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
-        'import sys; from nearlocal.frontends.cli import main; sys.exit(main())' "${@:2}"
+nearlocal() {  # nearlocal from the checkout $1 (its command line before and since frontends/)
+    PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c 'import sys
+try:
+    from nearlocal.frontends.cli import main
+except ImportError:
+    from nearlocal.cli import main
+sys.exit(main())' "${@:2}"
 }
 stored() { sed -n 's#^stored .*/##p' "$1" | tail -1; }
 
 gate() {  # the processes code CI needs (`run --for-gate code`); a tree from before the option
     # gave them by default
-    if grep -q -- '"--for-gate"' "$1/nearlocal/cli.py" 2> /dev/null; then echo --for-gate code; fi
+    if grep -qs -- '"--for-gate"' "$1/nearlocal/frontends/cli.py" "$1/nearlocal/cli.py"; then
+        echo --for-gate code
+    fi
 }
 
 echo "baseline $base and candidate $cand take turns (meeting in $meet), store $store" >&2

@@ -164,6 +164,9 @@ def parse_region(text: str) -> RegionSpec:
 
 
 def region_kind(spec: RegionSpec) -> RegionKind:
+    """The kind of a parsed spec; its provider is loaded here too (a worker gets specs already
+    parsed: the plan's resolved case)."""
+    load_providers()
     return REGION_KINDS[spec.kind]
 
 
