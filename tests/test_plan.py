@@ -128,6 +128,38 @@ def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, m
     assert found[4] == "numa:1" and found[8] == pytest.approx(2.5)
 
 
+@pytest.fixture
+def plugin_region(monkeypatch):
+    """tests.plugin_region loaded the way a user's plugin is (NEARLOCAL_PLUGINS); its kind
+    unregistered after."""
+    from nearlocal.regions import REGION_KINDS
+
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "tests.plugin_region")
+    monkeypatch.setattr(method_registry, "_loaded", False)
+    sys.modules.pop("tests.plugin_region", None)
+    method_registry.load_methods()
+    yield REGION_KINDS["scratch"]
+    REGION_KINDS.pop("scratch", None)
+    sys.modules.pop("tests.plugin_region", None)
+
+
+def test_a_plugin_region_kind_is_its_provider_and_one_registration(plugin_region, tmp_path):
+    """One file (tests/plugin_region.py): probe lists it, --region's help names it, a run on it
+    plans, measures in a worker process and stores its row, which says what kind it was."""
+    from nearlocal import availability
+    from nearlocal.frontends.cli import _regions_help
+
+    assert "scratch" in _regions_help()
+    inventory = probe(calibrate=False, gpu=False)
+    assert "scratch" in availability.region_verdicts(inventory)
+    code = main(["run", "--method", "load,store", "--region", "scratch", "--size", "4KiB",
+                 "--budget", "0.02", "--processes", "1", "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    cases = load("latest", tmp_path).cases
+    assert set(cases["status"]) == {"ok"} and set(cases["region_kind"]) == {"scratch"}
+    assert set(cases["pool_class"]) == {"local"}
+
+
 def test_a_method_that_never_touches_its_peer_maps_one_line_of_it():
     """A 1 GiB chase mapped, populated and filled a 1 GiB peer it never read (1-4 s a process)."""
     from nearlocal.core.cases import Case

@@ -16,6 +16,7 @@ from nearlocal.regions.base import (
     register_region_kind,
     remove_leftovers,
 )
+from nearlocal.regions.mapping import map_region
 
 __all__ = [
     "ATTRIBUTES",
@@ -28,6 +29,7 @@ __all__ = [
     "check_capacity",
     "files_to_create",
     "load_providers",
+    "map_region",
     "parse_region",
     "region_kind",
     "register_region_kind",

@@ -17,7 +17,7 @@ from nearlocal.probe import HostInventory, pat
 from nearlocal.probe.pci import BASE as PCI_BASE
 from nearlocal.probe.pci import normal_address, read_bars
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
-from nearlocal.regions.mapping import _dax_arg, _mapped
+from nearlocal.regions.mapping import _dax_arg, map_region
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size, parse_size
 
@@ -63,7 +63,7 @@ def _map(path: str, size: int, offset: int, allow_write: bool, flags: int = 0,
 
 def _region(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool,
             info: dict) -> MappedRegion:
-    return _mapped(spec, attr, buf, size, writable, {**info, "owned": False})
+    return map_region(spec, attr, buf, size, writable, {**info, "owned": False})
 
 
 # --- pcibar:DDDD:BB:DD.F/N[@offset[,size]] -------------------------------------------------

@@ -28,7 +28,7 @@ from nearlocal.regions.base import (
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.mapping import _dax_arg, _mapped
+from nearlocal.regions.mapping import _dax_arg, map_region
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_size
 
@@ -244,7 +244,7 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
         buf.madvise(mmap.MADV_HUGEPAGE)
     if options["node"] is not None:
         _mbind(buf, length, options["node"])
-    region = _mapped(spec, attr, buf, size, True,
+    region = map_region(spec, attr, buf, size, True,
                      {"pages": options["pages"], "node": options["node"], "owned": True,
                       "memtype": "write-back (anonymous RAM)"},
                      release=_IDLE.releaser(length, flags) if reusable else None)
@@ -308,7 +308,7 @@ def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
     if problem:
         buf.close()
         raise UsageError(problem)
-    return _mapped(spec, attr, buf, size, allow_write,
+    return map_region(spec, attr, buf, size, allow_write,
                    {"device": path, "offset": offset, "align": align, "owned": False,
                     "memtype": memtype})
 
@@ -525,10 +525,10 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
             buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=prot)
         finally:
             os.close(fd)
-        return _mapped(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
+        return map_region(spec, attr, buf, size, allow_write, {"path": str(path), "owned": False})
     _, buf, remove = create_file(path, lambda fd: _reserve_and_map(fd, length, path),
                                  discard=lambda buf: buf.close())
-    region = _mapped(spec, attr, buf, size, True, {"path": str(path), "owned": True},
+    region = map_region(spec, attr, buf, size, True, {"path": str(path), "owned": True},
                      cleanup=remove)
     try:
         _fill_owned(region.array)

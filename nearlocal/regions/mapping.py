@@ -13,9 +13,11 @@ from nearlocal.regions.base import MappedRegion, RegionSpec
 from nearlocal.units import parse_size
 
 
-def _mapped(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool, info: dict,
-            cleanup=None, release=None) -> MappedRegion:
-    """release(buf), when given, takes the mapping back on close instead of unmapping it."""
+def map_region(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool,
+               info: dict, cleanup=None, release=None) -> MappedRegion:
+    """A provider's mapping as the MappedRegion kernels use (the first `size` bytes of `buf`),
+    unmapped on close; release(buf), when given, takes the mapping back instead. Public: a
+    region kind from a plugin needs nothing else (tests/plugin_region.py)."""
     array = np.frombuffer(buf, dtype=np.uint8, count=size)
     if not writable:
         array = array.view()
