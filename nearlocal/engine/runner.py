@@ -17,6 +17,7 @@ from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase
 from nearlocal.core.methods import get_method
 from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.rows import effective_params_text
 from nearlocal.core.sampling import StoppingRule, summarize
 from nearlocal.engine.children import start_child, start_fork_server
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
@@ -25,7 +26,6 @@ from nearlocal.probe import HostInventory
 from nearlocal.regions import files_to_create, parse_region, remove_leftovers
 from nearlocal.regions.base import pool_class_of
 from nearlocal.store.runs import Store
-from nearlocal.store.schema import effective_params_text
 
 if TYPE_CHECKING:
     from nearlocal.engine.hostprobe import HostProber

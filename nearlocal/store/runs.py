@@ -32,11 +32,8 @@ from nearlocal.store.schema import (
     RUN_META_FIELDS,
     SAMPLE_COLUMNS,
     SCHEMA_VERSION,
-    effective_params_text,
     frame_problem,
-    measures_column,
     ops_per_sample,
-    pool_class_column,
     run_kind,
     shape_problem,
 )
@@ -460,6 +457,9 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     cases["info"] = [_info(value) for value in cases["info"]]
     cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
+    # rows stored before they carried these facts: from the registries as they are now
+    from nearlocal.core.rows import effective_params_text, measures_column, pool_class_column
+
     cases["pool_class"] = pool_class_column(list(cases["pool_class"]), list(cases["region"]),
                                             meta.get("inventory"))  # schema 3 (schema.py)
     cases["peer_pool_class"] = pool_class_column(list(cases["peer_pool_class"]),

@@ -4,7 +4,7 @@ Version 2 added `processes` to cases (how many worker processes a row's samples 
 `process` to samples (which of them took each sample); version-1 runs load with process 0.
 Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its region kind) and
 `effective_params` (JSON: the method's defaults with the case's params over them); older runs
-derive both at load (`pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
+derive both at load (core/rows.py: `pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
 peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
 without them derive them at load (`pool_class_column`, `measures_column`). Then
 `reaches_memory` (the case's accesses reach memory: the method is not cacheable, the region is
@@ -49,49 +49,6 @@ def ops_per_sample(stored: object, info: dict) -> int:
         if isinstance(value, int | float) and value >= 1:
             return int(value)
     return 1
-
-
-def effective_params_text(method: str, params: object) -> str:
-    """JSON of the parameters a case really ran with: the method's declared defaults, the case's
-    own (stored `params`, JSON text or a dict) over them; a method no longer registered: its own."""
-    from nearlocal.core.methods import METHODS, load_methods
-    from nearlocal.params import BadParams, decode_params, encode_params
-
-    load_methods()
-    try:
-        given = decode_params(params)
-    except BadParams:
-        given = {}
-    declared = METHODS[method].params if method in METHODS else {}
-    return encode_params({**declared, **given})
-
-
-def cpuless_nodes(inventory: object) -> frozenset[int]:
-    """CPU-less nodes of a stored inventory (run.json's `inventory`)."""
-    nodes = inventory.get("numa", []) if isinstance(inventory, dict) else []
-    return frozenset(int(n["node"]) for n in nodes if isinstance(n, dict)
-                     and isinstance(n.get("node"), int) and not n.get("cpus"))
-
-
-def pool_class_column(stored: list, regions: list, inventory: object) -> list[str]:
-    """Rows' `pool_class`: the stored column, else what the region kind declares now."""
-    from nearlocal.regions.base import POOL_CLASSES, pool_class_of
-
-    cpuless = cpuless_nodes(inventory)
-    return [value if isinstance(value, str) and value in POOL_CLASSES
-            else pool_class_of(str(region), cpuless) for value, region in zip(stored, regions,
-                                                                              strict=True)]
-
-
-def measures_column(stored: list, methods: list) -> list[str]:
-    """Rows' `measures` (Method.measures): the stored column, else what the method declares now
-    ("transfer" for a method no longer registered)."""
-    from nearlocal.core.methods import METHODS, load_methods
-
-    load_methods()
-    return [value if value in ("transfer", "operation")
-            else getattr(METHODS.get(str(method)), "measures", "transfer")
-            for value, method in zip(stored, methods, strict=True)]
 
 
 # What made a run (run.json's `kind`): `latest` is the latest `run`; `latest:KIND` picks another.
