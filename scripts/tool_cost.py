@@ -36,10 +36,10 @@ QUICK_RATIO = 1.5
 
 
 def seconds(text: str) -> float:
-    """`_duration`'s spelling back to seconds: '12 s', '1 min 5 s', '2 h 3 min'."""
+    """The progress line's duration back to seconds: '12 s', '1m05s', '2h03m'."""
     total = 0.0
-    for value, unit in re.findall(r"([\d.]+)\s*(h|min|s)\b", text):
-        total += float(value) * {"h": 3600, "min": 60, "s": 1}[unit]
+    for value, unit in re.findall(r"(\d+)\s*(h|m|s)", text):
+        total += float(value) * {"h": 3600, "m": 60, "s": 1}[unit]
     return total
 
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from nearlocal.engine.eta import EtaModel
-from nearlocal.frontends.console import BEAT_POLL_S, RunProgress
+from nearlocal.frontends.progress import BEAT_POLL_S, RunProgress
 
 
 class FakeClock:
@@ -147,7 +147,7 @@ def test_eta_model_uses_each_cases_last_pass_and_drops_failed_cases():
 
 
 def test_durations_read_as_people_write_them():
-    from nearlocal.frontends.console import _duration
+    from nearlocal.frontends.progress import _duration
 
     assert [_duration(s) for s in (4.4, 65, 3725)] == ["4 s", "1m05s", "1h02m"]
 

@@ -201,7 +201,7 @@ class _Planned:
 
 class RunEvents:
     """What a runner tells whoever shows its progress, each a no-op here: a front end's
-    progress display (frontends.console.RunProgress) has the same methods."""
+    progress display (frontends.progress.RunProgress) has the same methods."""
 
     def finished(self, row: dict) -> None:
         """A case's row, stored (after its last process)."""

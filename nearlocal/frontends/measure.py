@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nearlocal.engine import runner
 from nearlocal.engine.plan import Plan
-from nearlocal.frontends import console
+from nearlocal.frontends.progress import RunProgress
 
 
 def measure_into(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
@@ -44,7 +44,7 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
     settings = plan.settings
     worker = plan.worker_settings()
     try:  # a Ctrl-C anywhere in here, even before the first case, is an interrupted run
-        with console.RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
+        with RunProgress([e.case.id for e in plan.entries], [e.runs for e in plan.entries],
                                  settings.budget_s, enabled=not quiet,
                                  processes=settings.processes,
                                  patterns=[e.case.pattern for e in plan.entries],
