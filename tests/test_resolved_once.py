@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 
 from nearlocal.core.cases import Case, ResolvedCase, resolve
-from nearlocal.frontends.cli import main
 
 
 def count_calls(monkeypatch, module: str, name: str) -> Counter:
@@ -31,11 +30,16 @@ def count_calls(monkeypatch, module: str, name: str) -> Counter:
 
 def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tmp_path,
                                                                                 monkeypatch):
+    """The plan and the runner of `run --method load --size 4KiB,64KiB --processes 2`: each
+    pattern and each region or peer parsed once, one clock, resolved cases to the worker."""
     import nearlocal.kernels.timer  # noqa: F401  (loaded: its measure_clock is wrapped)
     from nearlocal.engine import runner
+    from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.probe import probe
+    from nearlocal.store.runs import Store
 
-    patterns = count_calls(monkeypatch, "nearlocal.core.patterns", "parse_pattern")
-    clocks = count_calls(monkeypatch, "nearlocal.kernels.timer", "measure_clock")
+    inventory = probe(calibrate=False, gpu=False)
+    cases = [Case("load", "dram", "wb", size) for size in ("4KiB", "64KiB")]
     sent = []
 
     def ask(self, case, message):
@@ -43,10 +47,15 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
         return {"status": "failed", "reason": "no worker in this test"}
 
     monkeypatch.setattr(runner.Runner, "_ask", ask)
-    code = main(["run", "--method", "load", "--size", "4KiB,64KiB", "--budget", "0.02",
-                 "--processes", "2", "--quiet", "--out", str(tmp_path)])
-    assert code == 0
-    assert patterns == Counter({"4KiB": 1, "64KiB": 1})  # in the plan, once each
+    patterns = count_calls(monkeypatch, "nearlocal.core.patterns", "parse_pattern")
+    regions = count_calls(monkeypatch, "nearlocal.regions.base", "parse_region")
+    clocks = count_calls(monkeypatch, "nearlocal.kernels.timer", "measure_clock")
+    plan = plan_cases(cases, inventory, RunSettings(0.02, processes=2))
+    store = Store.create(tmp_path, {"suite": "t"})
+    runner.Runner(inventory, plan.worker_settings(), store, processes=2,
+                  compile_first=True, probe_host=False).run(plan)
+    assert patterns == Counter({"4KiB": 1, "64KiB": 1})
+    assert regions == Counter({"dram": 4})  # each case's region and peer, once each
     assert sum(clocks.values()) == 1
     assert sent and all(isinstance(message[1], ResolvedCase) for message in sent)
     assert {message[1].case.pattern for message in sent if message[0] == "measure"} == {

@@ -134,19 +134,31 @@ class ResolvedCase:
         return self.case.id
 
 
-def resolve(case: Case, pattern: Pattern | None = None, row: dict | None = None) -> ResolvedCase:
-    """`case` resolved (`pattern`: already parsed; `row`: its row facts, when described)."""
+Specs = tuple["RegionSpec", "RegionSpec"]  # a case's (region, peer), parsed
+
+
+def parse_specs(case: Case) -> Specs:
+    """The case's region and peer, parsed (UsageError for text that is no region)."""
+    return parse_region(case.region), parse_region(case.peer)
+
+
+def resolve(case: Case, pattern: Pattern | None = None, row: dict | None = None,
+            specs: Specs | None = None) -> ResolvedCase:
+    """`case` resolved (`pattern`, `specs`: already parsed; `row`: its row facts, when
+    described)."""
     from nearlocal.core.patterns import parse_pattern
 
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
-    return ResolvedCase(case, pattern, parse_region(case.region), parse_region(case.peer),
+    region, peer = specs if specs is not None else parse_specs(case)
+    return ResolvedCase(case, pattern, region, peer,
                         {**get_method(case.method).params, **case.param_dict},
                         case.spans(pattern), row or {})
 
 
-def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None) -> None:
+def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None,
+             specs: Specs | None = None) -> None:
     """Bad input (unknown names, malformed specs, missing nodes/paths): UsageError, exit 2.
-    `pattern`: the case's, already parsed (else parsed here)."""
+    `pattern`, `specs`: the case's, already parsed (else parsed here)."""
     from nearlocal.core.patterns import parse_pattern
 
     method = get_method(case.method)
@@ -159,10 +171,10 @@ def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = Non
                          f"{', '.join(method.params) or 'none'}")
     if method.check_params:
         method.check_params({**method.params, **case.param_dict})
-    for text in (case.region, case.peer):
-        spec = parse_region(text)
+    specs = specs if specs is not None else parse_specs(case)
+    for spec in specs:
         region_kind(spec).validate(spec, inventory)
-    attribute_unavailable(parse_region(case.region), case.attr)  # unknown attribute raises
+    attribute_unavailable(specs[0], case.attr)  # unknown attribute raises
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     if method.check_pattern:
         method.check_pattern(pattern)
@@ -177,14 +189,14 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
 
 
 def skip(case: Case, inventory: HostInventory, allow_write: bool,
-         pattern: Pattern | None = None) -> tuple[SkipKind, str] | None:
+         pattern: Pattern | None = None, specs: Specs | None = None) -> tuple[SkipKind, str] | None:
     """(kind, reason) when this case cannot run here, or None. Never compiles or touches
-    memory. `pattern`: the case's, already parsed."""
+    memory. `pattern`, `specs`: the case's, already parsed."""
     method = get_method(case.method)
     reason = method.unavailable(inventory)
     if reason:
         return SkipKind.UNAVAILABLE, reason
-    spec, peer = parse_region(case.region), parse_region(case.peer)
+    spec, peer = specs if specs is not None else parse_specs(case)
     kind, peer_kind = region_kind(spec), region_kind(peer)
     if kind.family not in method.region_families:
         return SkipKind.NOT_APPLICABLE, (

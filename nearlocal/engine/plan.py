@@ -188,22 +188,23 @@ class Plan:
 
 
 def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry:
-    pattern = None
-    try:
+    pattern = specs = None
+    try:  # the pattern and both regions parsed once here, for every rule and the row below
         pattern = parse_pattern(case.pattern)
-        case_rules.validate(case, inventory, pattern)
+        specs = case_rules.parse_specs(case)
+        case_rules.validate(case, inventory, pattern, specs)
     except UsageError as exc:
         try:  # the columns a skipped row of it would have (accept stores one), where they exist
             row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
-                           inventory.cpu.l2_bytes)
+                           inventory.cpu.l2_bytes, specs)
         except (UsageError, ValueError, KeyError):
             row = {}
         return PlanEntry(case, Refuse(str(exc)), row=row)
-    found = case_rules.skip(case, inventory, allow_write, pattern)
+    found = case_rules.skip(case, inventory, allow_write, pattern, specs)
     verdict = Skip(*found) if found else Run()
     row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
-                   inventory.cpu.l2_bytes)
-    return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row), row)
+                   inventory.cpu.l2_bytes, specs)
+    return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row, specs), row)
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

@@ -23,7 +23,7 @@ from nearlocal.engine.children import start_child, start_fork_server
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
-from nearlocal.regions import files_to_create, parse_region, remove_leftovers
+from nearlocal.regions import files_to_create, remove_leftovers
 from nearlocal.regions.base import pool_class_of
 from nearlocal.store.runs import Store
 
@@ -139,7 +139,8 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
 
 
 def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
-             pattern: Pattern | None = None, llc_bytes: int = 0, l2_bytes: int = 0) -> dict:
+             pattern: Pattern | None = None, llc_bytes: int = 0, l2_bytes: int = 0,
+             specs: case_rules.Specs | None = None) -> dict:
     """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
     (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's);
     `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory); `l2_bytes`:
@@ -151,23 +152,24 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
     (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
     method = get_method(case.method)
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
+    region, peer = specs if specs is not None else case_rules.parse_specs(case)
     # a copy's footprint is its region and its peer (a method that never touches it maps a line)
     footprint = sum(case.spans(pattern))
     reaches_memory = not method.cacheable or case.attr != "wb" or footprint >= llc_bytes
     llc_resident = not reaches_memory and 0 < l2_bytes < footprint
     return {
         **case.to_dict(),
-        "pool_class": pool_class_of(case.region, cpuless_nodes),
+        "pool_class": pool_class_of(region, cpuless_nodes),
         "effective_params": effective_params_text(case.method, case.param_dict),
         "family": method.family,
-        "region_kind": parse_region(case.region).kind,
+        "region_kind": region.kind,
         "state": method.state,
         "size_bytes": pattern.total_bytes,
         "fragment_count": pattern.count,
         "fragment_bytes": pattern.fragment_bytes,
         "bytes_moved": method.bytes_moved(pattern),
         **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
-        "peer_pool_class": pool_class_of(case.peer, cpuless_nodes),
+        "peer_pool_class": pool_class_of(peer, cpuless_nodes),
         "measures": method.measures,
         "reaches_memory": bool(reaches_memory),
         "llc_resident": bool(llc_resident),

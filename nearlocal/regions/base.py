@@ -114,12 +114,15 @@ POOL_CLASSES: dict[str, str] = {
 }
 
 
-def pool_class_of(region: str, cpuless_nodes: frozenset[int] = frozenset()) -> str:
-    """The POOL_CLASSES key of a region spec; `cpuless_nodes` from the run's inventory. A spec
-    that no longer parses (an old store, a removed kind) is "other"."""
+def pool_class_of(region: str | RegionSpec, cpuless_nodes: frozenset[int] = frozenset()) -> str:
+    """The POOL_CLASSES key of a region (its text, or its spec already parsed); `cpuless_nodes`
+    from the run's inventory. Text that no longer parses (an old store, a removed kind) is
+    "other"."""
     try:
-        spec = parse_region(region)
+        spec = region if isinstance(region, RegionSpec) else parse_region(region)
     except (UsageError, ValueError):  # what parse_region says of text it cannot read
+        return "other"
+    if spec.kind not in REGION_KINDS:
         return "other"
     declared = REGION_KINDS[spec.kind].pool_class
     return declared(spec, cpuless_nodes) if callable(declared) else declared
