@@ -22,14 +22,18 @@ from tests.report_fixtures import make_run, row
 PLUGIN = "unwarmed-load"
 
 
+def load_plugin(monkeypatch, module: str) -> None:
+    """`module` loaded the way a user's plugin is: NEARLOCAL_PLUGINS, read when the registry
+    loads (the caller unregisters what it declared)."""
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", module)
+    monkeypatch.setattr(method_registry, "_loaded", False)
+    sys.modules.pop(module, None)
+    method_registry.load_methods()
+
+
 @pytest.fixture
 def plugin(monkeypatch):
-    """tests.plugin_method loaded the way a user's plugin is: NEARLOCAL_PLUGINS, read when the
-    registry loads."""
-    monkeypatch.setenv("NEARLOCAL_PLUGINS", "tests.plugin_method")
-    monkeypatch.setattr(method_registry, "_loaded", False)
-    sys.modules.pop("tests.plugin_method", None)
-    method_registry.load_methods()
+    load_plugin(monkeypatch, "tests.plugin_method")
     yield method_registry.get_method(PLUGIN)
     method_registry.METHODS.pop(PLUGIN, None)
     sys.modules.pop("tests.plugin_method", None)
@@ -130,14 +134,9 @@ def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, m
 
 @pytest.fixture
 def plugin_region(monkeypatch):
-    """tests.plugin_region loaded the way a user's plugin is (NEARLOCAL_PLUGINS); its kind
-    unregistered after."""
     from nearlocal.regions import REGION_KINDS
 
-    monkeypatch.setenv("NEARLOCAL_PLUGINS", "tests.plugin_region")
-    monkeypatch.setattr(method_registry, "_loaded", False)
-    sys.modules.pop("tests.plugin_region", None)
-    method_registry.load_methods()
+    load_plugin(monkeypatch, "tests.plugin_region")
     yield REGION_KINDS["scratch"]
     REGION_KINDS.pop("scratch", None)
     sys.modules.pop("tests.plugin_region", None)
