@@ -118,8 +118,8 @@ class Case:
 class ResolvedCase:
     """A case with every fact about it derived once, by the plan: its pattern and both regions
     parsed, the method's parameters merged with the case's, the bytes it maps, the facts its
-    row carries. This is what travels to the worker (pickled: no text is parsed there again)
-    and comes back as the row."""
+    row carries. This is what travels to the worker (pickled: no text is parsed there again);
+    its row facts are the start of the case's row."""
 
     case: Case
     pattern: Pattern  # as given; a write's worker swaps it (scattered pieces land in the region)

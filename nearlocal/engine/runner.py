@@ -269,6 +269,7 @@ class Runner:
         self._startup_s: float | None = None  # this process's start-up, read at the first worker
         self._last_start_s: float | None = None  # what the last worker took to be ready
         self._start_failure: str | None = None  # a worker that did not start fails the rest
+        self._sent = math.nan  # when the request in flight was sent (perf_counter)
         worker_start_deadline(None)  # a malformed NEARLOCAL_WORKER_START_S is bad input: now
 
     def _wait_ready(self, process, parent) -> tuple:
@@ -369,6 +370,7 @@ class Runner:
                 return {"status": "failed", "reason": self._start_failure}
         worker = self._worker
         self._creating = files_to_create((case.region, case.peer))
+        self._sent = time.perf_counter()  # a worker's start is not the case's cost
         worker.conn.send(message)
         deadline = time.monotonic() + self.case_timeout_s
         while not worker.conn.poll(0.05):
@@ -410,9 +412,10 @@ class Runner:
                  chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """One process's measurement; `chosen`: what the case's first process chose from its
         timing (passes per sample, ...), which every later one takes (None: this is the first)."""
-        started = time.perf_counter()
+        self._sent = math.nan
         message = self._ask(case, ("measure", case, chosen))
-        wall = {"wall_s": time.perf_counter() - started}  # what this process's part cost
+        # what this process's part cost the tool: request to reply (NaN: no worker to ask)
+        wall = {"wall_s": time.perf_counter() - self._sent}
         if isinstance(message, dict):  # crashed or timed out
             return {**message, **wall}, None, None
         if message[0] == "failed":
@@ -533,12 +536,12 @@ class Runner:
             self.store.add_host_failure(prober.failure)
 
     def _planned(self, case: Case) -> _Planned:
-        pattern = parse_pattern(case.pattern)
-        row = describe(case, self.inventory.cpuless_nodes, pattern,
-                       llc_bytes=self.inventory.cpu.llc_bytes, l2_bytes=self.inventory.cpu.l2_bytes)
-        return _Planned(case, row,
-                        case_rules.unavailable(case, self.inventory, self.settings.allow_write),
-                        case_rules.resolve(case, pattern, row))
+        pattern, specs = parse_pattern(case.pattern), case_rules.parse_specs(case)
+        row = describe(case, self.inventory.cpuless_nodes, pattern, self.inventory.cpu.llc_bytes,
+                       self.inventory.cpu.l2_bytes, specs)
+        found = case_rules.skip(case, self.inventory, self.settings.allow_write, pattern, specs)
+        return _Planned(case, row, found[1] if found else None,
+                        case_rules.resolve(case, pattern, row, specs))
 
 
 def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,

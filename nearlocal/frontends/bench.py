@@ -49,7 +49,6 @@ MARKERS = {
     "storage": "reads or writes a file on a disk (file-read, file-write)",
 }
 DEFAULT_PROCESSES = 8  # --nearlocal-processes 1: in this process
-# Region kinds through which CXL memory appears (a CPU-less NUMA node, device-dax): `-m cxl`.
 
 
 class KernelClock:
@@ -174,14 +173,14 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
         raise UsageError(f"{case.id}: {entry.reason}")
     row = dict(entry.row)
     if benchmark.disabled:  # --benchmark-disable: pedantic runs the kernel once, untimed
-        with open_case(case, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
+        with open_case(entry.resolved, host.inventory.tsc_hz, host.overhead_ticks, host.allow_write,
                        host.inventory, host.clock.quantum_ticks) as opened:
             benchmark.pedantic(opened.session.sample, args=(1,))
         return row
     if host.processes > 1:
         row, raw, ns = _in_processes(entry, stopping_rule(benchmark, host), host)
     else:  # in pytest's own process, by the worker's own measure(): the same row as run's
-        measured, raw, ns = measure(case, host.settings(stopping_rule(benchmark, host)))
+        measured, raw, ns = measure(entry.resolved, host.settings(stopping_rule(benchmark, host)))
         measured.pop("chosen", None)
         row.update(measured, processes=1)
     row["host_id"] = host.inventory.host_id
