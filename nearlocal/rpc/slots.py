@@ -17,13 +17,12 @@ in the response flag. Payloads are derived from the sequence, so both sides chec
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
@@ -257,13 +256,26 @@ def set_parent_death_signal() -> None:
     libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def server_main(config: dict) -> int:
-    """Map the same bytes as the client, answer requests until told to stop or orphaned."""
+def load_server_kernel() -> None:
+    """Load (from numba's cache, else compile) the server's kernel in this process: ~0.35 s that
+    a server forked from here then does not pay. Serves an empty ring whose stop word is set."""
+    words = np.zeros(HEADER_WORDS + 64, np.uint64)
+    words[W_STOP] = 1
+    raw = words.view(np.uint8)
+    serve(raw, raw.view(np.uint64), 1, 8, protocol_code("coherent"), 0, np.uint64(1), 1)
+
+
+def server_main(config: dict, client_gone: Callable[[], bool] | None = None) -> int:
+    """Map the same bytes as the client, answer requests until told to stop or the client is
+    gone: `client_gone` says so (default: this process's parent is no longer the client)."""
     from nearlocal.rpc.shared import attach
 
     set_parent_death_signal()
     parent = config["parent"]
-    if os.getppid() != parent:
+    if client_gone is None:
+        def client_gone() -> bool:
+            return os.getppid() != parent
+    if client_gone():
         return 1
     if config.get("cpu") is not None:
         os.sched_setaffinity(0, {config["cpu"]})
@@ -276,16 +288,12 @@ def server_main(config: dict) -> int:
     if read_flag(raw, words, W_MAGIC, protocol) != MAGIC or words[W_SLOTS] != slots:
         return 1
     serve(raw, words, slots, msg_words, protocol, 0, np.uint64(1), 1)  # compile before ready
-    return _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, mapping)
-
-
-def _serve_forever(raw, words, slots, msg_words, protocol, idle_ticks, parent, mapping) -> int:
     publish_flag(words, W_READY, np.uint64(os.getpid()), protocol)
     k = 0
     try:
         while True:
             k, why = serve(raw, words, slots, msg_words, protocol, k, idle_ticks, 0)
-            if why == STOPPED or os.getppid() != parent:
+            if why == STOPPED or client_gone():
                 break
         publish_flag(words, W_SERVED, np.uint64(k), protocol)
     finally:
@@ -345,10 +353,61 @@ def _fork_server(config: dict, stderr) -> _Forked:
         os._exit(code)
 
 
+class _Launched:
+    """A server forked by multiprocessing's fork server, with the part of Popen's interface
+    ServerProcess uses."""
+
+    def __init__(self, process) -> None:
+        self.process, self.pid = process, process.pid
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(f"server {self.pid}", timeout)
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+def _launched_main(config: dict, stderr_path: str) -> None:
+    """The server in a child of the fork server. Its parent is the fork server, which outlives
+    the client while any child of it runs, so the server watches the client itself: a pidfd,
+    readable once the client has exited."""
+    import select
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client stops it
+    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_APPEND), 2)
+    try:
+        client = os.pidfd_open(config["parent"])
+    except ProcessLookupError:
+        os._exit(1)
+    os._exit(server_main(config, lambda: bool(select.select([client], [], [], 0)[0])))
+
+
+def _launch_server(config: dict, stderr_path: str) -> _Launched:
+    """The server forked from this process's multiprocessing fork server, a new interpreter
+    started once (fork+exec, as subprocess does), which never ran MPI: an MPI rank must not fork
+    itself, and a new interpreter per server took ~0.6 s (the rack suite's RPC cases start one
+    per client per case). The engine's server, where its workers started it first, preloads the
+    method modules (a preload asked for once it runs is ignored); else rpc/server_preload.py."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["nearlocal.rpc.server_preload"])
+    process = context.Process(target=_launched_main, args=(config, stderr_path), daemon=True)
+    process.start()
+    return _Launched(process)
+
+
 class ServerProcess:
     """The server in its own process, pinned to its own CPU: forked from this one (`fork`,
-    what the rpc methods' workers do: ready at once), or a new interpreter (`python -m`: an MPI
-    rank, which must not fork). Always stopped by `stop()`: stop word, then SIGKILL."""
+    what the rpc methods' workers do: ready at once), or from multiprocessing's fork server (an
+    MPI rank, which must not fork). Always stopped by `stop()`: stop word, then SIGKILL."""
 
     def __init__(self, handle: dict, words: np.ndarray, raw: np.ndarray, slots: int,
                  message_bytes: int, protocol: str, cpu: int | None, tsc_hz: float,
@@ -357,14 +416,12 @@ class ServerProcess:
         self.protocol = protocol_code(protocol)
         config = {"handle": handle, "slots": slots, "message_bytes": message_bytes,
                   "protocol": protocol, "cpu": cpu, "tsc_hz": tsc_hz, "parent": os.getpid()}
-        # a file, not a pipe: a full pipe would block the server; closed in stop()
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        # a file, not a pipe: a full pipe would block the server; closed (removed) in stop()
+        self.stderr = tempfile.NamedTemporaryFile(prefix="nearlocal-rpc-server-")  # noqa: SIM115
         if fork:
             self.process = _fork_server(config, self.stderr)
         else:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "nearlocal.rpc.slots", json.dumps(config)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+            self.process = _launch_server(config, self.stderr.name)
         deadline = time.monotonic() + start_timeout_s
         while read_flag(raw, words, W_READY, self.protocol) != self.process.pid:
             if self.process.poll() is not None:
@@ -392,7 +449,3 @@ class ServerProcess:
 
     def bad_requests(self) -> int:
         return int(read_flag(self.raw, self.words, W_BAD, self.protocol))
-
-
-if __name__ == "__main__":
-    sys.exit(server_main(json.loads(sys.argv[1])))
