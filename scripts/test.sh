@@ -4,6 +4,8 @@
 #   - As root with apt-get and no chromium: apt-installs Debian's chromium (~100 MB) for the HTML
 #     report's browser test. NEARLOCAL_NO_APT=1 skips that (the browser test is then skipped).
 #   - The test extra pulls nvidia-cuda-nvrtc (~140 MB, no GPU needed) for the NVRTC compile test.
+#   - Two pytest-xdist workers, each taking whole files (a file's tests share its fixed names:
+#     pools, stores); most tests wait on the processes they start. `-n 0` runs them in one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
@@ -15,4 +17,4 @@ if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
 fi
 python3 -m pip install -q -e '.[test]'
 python3 -m ruff check nearlocal tests bench
-python3 -m pytest -q "$@"
+python3 -m pytest -q -n 2 --dist loadfile "$@"
