@@ -289,9 +289,9 @@ def test_threaded_copy_warms_its_source_first(method):
     """As cpu.time_memcpy / time_nt_copy: one untimed load_pass over the share before the first
     barrier; its xor lands in sink[0] (zero repetitions: only the warm-up runs)."""
     from nearlocal.kernels.cpu import load_pass
-    from nearlocal.kernels.parallel import BODIES, threaded_kernel
+    from nearlocal.kernels.parallel import thread_body, threaded_kernel
 
-    assert BODIES[method].warm
+    assert thread_body(method).warm
     rng = np.random.default_rng(3)
     src = rng.integers(0, 256, 1 << 14, dtype=np.uint8)
     dst = np.zeros(1 << 14, np.uint8)
@@ -307,9 +307,9 @@ def test_threaded_copy_warms_its_source_first(method):
 
 @pytest.mark.parametrize("method", ["store", "nt-store"])
 def test_threaded_writers_read_nothing_first(method):
-    from nearlocal.kernels.parallel import BODIES, threaded_kernel
+    from nearlocal.kernels.parallel import thread_body, threaded_kernel
 
-    assert not BODIES[method].warm
+    assert not thread_body(method).warm
     sink = np.full(1, 7, np.uint64)
     none = np.zeros(0, np.uint64)
     src = np.ones(4096, np.uint8)

@@ -13,6 +13,7 @@ from nearlocal.core import methods as method_registry
 from nearlocal.core.cases import Case, SkipKind
 from nearlocal.engine.plan import Refuse, Run, RunSettings, Skip, plan_cases
 from nearlocal.frontends.cli import main
+from nearlocal.kernels.thread_forms import THREAD_FORMS
 from nearlocal.probe import probe
 from nearlocal.store import load
 from nearlocal.sysroot import SysRoot
@@ -36,6 +37,7 @@ def plugin(monkeypatch):
     load_plugin(monkeypatch, "tests.plugin_method")
     yield method_registry.get_method(PLUGIN)
     method_registry.METHODS.pop(PLUGIN, None)
+    THREAD_FORMS.pop(PLUGIN, None)
     sys.modules.pop("tests.plugin_method", None)
 
 
@@ -130,6 +132,22 @@ def test_a_plugin_method_joins_quick_the_pool_and_the_report(plugin, tmp_path, m
     near = build_report([load(run)]).section("near-cases").table
     (found,) = [r for r in near.rows if r[0] == PLUGIN]
     assert found[4] == "numa:1" and found[8] == pytest.approx(2.5)
+
+
+def test_a_plugin_cpu_method_gets_threads_from_its_one_file(plugin, tmp_path):
+    """The ThreadForm handed to `threaded` in tests/plugin_method.py: --threads' help names the
+    method, a run with --threads measures it on pinned threads in a worker, and the stored row
+    says what each thread's interval held."""
+    from nearlocal.frontends.cli import _threads_help
+
+    assert PLUGIN in _threads_help()
+    code = main(["run", "--method", PLUGIN, "--size", "64KiB", "--threads", "all",
+                 "--budget", "0.02", "--processes", "1", "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    (row,) = load("latest", tmp_path).cases.to_dict("records")
+    assert row["status"] == "ok" and row["case_id"] == f"{PLUGIN}/dram/wb/64KiB/threads=all"
+    assert "no warm-up pass" in row["info"]["timed"] and row["info"]["per_thread"]
+    assert sum(t["bytes"] for t in row["info"]["per_thread"]) == 64 * 1024
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from nearlocal.errors import UsageError
 from nearlocal.sysroot import SysRoot, parse_cpulist
 
 if TYPE_CHECKING:
+    from nearlocal.kernels.thread_forms import ThreadForm
     from nearlocal.probe.numa import NumaNode
 
 LINE = 64
@@ -216,11 +217,12 @@ class ThreadedSession:
     clock = "tsc"
 
     def __init__(self, method: str, ctx: SessionContext):
-        from nearlocal.kernels.parallel import BODIES, threaded_kernel
+        from nearlocal.kernels.parallel import thread_body, threaded_kernel
+        from nearlocal.kernels.thread_forms import THREAD_FORMS
 
-        if method not in BODIES:
+        if method not in THREAD_FORMS:
             raise UsageError(f"{method} has no multi-thread form: --threads works for "
-                             f"{', '.join(BODIES)}")
+                             f"{', '.join(THREAD_FORMS)}")
         self.ctx = ctx
         self.cpus = choose_cpus(ctx.case.region, ctx.params.get("threads", "1"),
                                 ctx.params.get("cpus", ""), numa=ctx.numa)
@@ -235,7 +237,7 @@ class ThreadedSession:
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "threads": len(self.cpus),
                      "cpus": self.cpus,
                      "timed": "per repetition, every thread's pass over its share "
-                              f"({BODIES[method].timed}), all started on one barrier; a sample "
+                              f"({thread_body(method).timed}), all started on one barrier; a sample "
                               "is last end - first start; start_skew_*_ns: how far apart the "
                               "threads left the barrier (last start - first start), part of "
                               "every sample; thread_ticks: each thread's start and end TSC "
@@ -286,11 +288,15 @@ class ThreadedSession:
         pass
 
 
-def threaded(method: Method) -> Method:
+def threaded(method: Method, form: ThreadForm | None = None) -> Method:
     """The method with `threads` / `cpus` parameters: one thread keeps its own session; more
-    (or named CPUs) run ThreadedSession. Methods without a body are returned unchanged."""
-    from nearlocal.kernels.thread_forms import THREAD_FORMS
+    (or named CPUs) run ThreadedSession. `form`: the method's multi-thread form, declared here
+    by a method that is not built in (tests/plugin_method.py); a method with none is returned
+    unchanged."""
+    from nearlocal.kernels.thread_forms import THREAD_FORMS, register_thread_form
 
+    if form is not None:
+        register_thread_form(method.name, form)
     if method.name not in THREAD_FORMS:
         return method
     single, own_check = method.open_session, method.check_params

@@ -55,9 +55,7 @@ def spin_ticks(ticks):
 
 @dataclass(frozen=True)
 class Body:
-    """A method's pass for threads. `reads`: the pass returns an xor to keep live. `warm`: one
-    untimed load_pass over the thread's share of src runs before the first repetition, as the
-    single-thread kernel (kernels.cpu time_*) does: the method's warm state."""
+    """A method's pass for threads, with its form (kernels.thread_forms.ThreadForm)."""
 
     fn: Callable
     reads: bool
@@ -65,8 +63,12 @@ class Body:
     timed: str  # what one thread's timed interval contains
 
 
-BODIES: dict[str, Body] = {name: Body(cpu.PASSES[name], *spec) for name, spec in THREAD_FORMS.items()}
-assert all(b.warm for b in BODIES.values() if b.reads)  # a reader's kernel warms with its xor
+def thread_body(method: str) -> Body:
+    """The method's pass for threads: its declared form's body, else kernels.cpu's pass of that
+    name. KeyError for a method with no thread form."""
+    form = THREAD_FORMS[method]
+    return Body(form.body or cpu.PASSES[method], form.reads, form.warm, form.timed)
+
 
 _threaded: dict[str, Callable] = {}
 _traffic: dict[str, Callable] = {}
@@ -78,23 +80,22 @@ def threaded_kernel(method: str) -> Callable:
     starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start.
     A warm method's untimed load_pass runs before the first barrier; its xor goes to sink[0]."""
     if method not in _threaded:
-        body = BODIES[method].fn
-        warm = cpu.load_pass
-        if BODIES[method].reads:
+        form = thread_body(method)
+        run_pass, warm = form.fn, cpu.load_pass
+        warm_first = form.warm  # a closure constant: numba prunes the branch
+        if form.reads:
             @njit(nogil=True)
             def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
-                acc = warm(src, dst, frags)  # warm: one untimed pass
+                acc = warm(src, dst, frags) if warm_first else np.uint64(0)  # one untimed pass
                 for r in range(starts.size):
                     barrier_wait(gate, np.uint64(n_threads * (r + 1)))
                     t0 = tsc_begin()
-                    acc ^= body(src, dst, frags)
+                    acc ^= run_pass(src, dst, frags)
                     t1 = tsc_end()
                     starts[r] = t0
                     ends[r] = t1
                 sink[0] = acc
         else:
-            warm_first = BODIES[method].warm  # a closure constant: numba prunes the branch
-
             @njit(nogil=True)
             def kernel(src, dst, frags, gate, n_threads, starts, ends, sink):
                 if warm_first:
@@ -102,7 +103,7 @@ def threaded_kernel(method: str) -> Callable:
                 for r in range(starts.size):
                     barrier_wait(gate, np.uint64(n_threads * (r + 1)))
                     t0 = tsc_begin()
-                    body(src, dst, frags)
+                    run_pass(src, dst, frags)
                     t1 = tsc_end()
                     starts[r] = t0
                     ends[r] = t1
@@ -116,17 +117,17 @@ def traffic_kernel(method: str) -> Callable:
     one burst (one fragment, cycling through the table) then `delay_ticks` of spinning;
     progress[slot] counts finished bursts (release store, read by the measuring thread)."""
     if method not in _traffic:
-        body = BODIES[method].fn
-        reads = BODIES[method].reads
+        form = thread_body(method)
+        run_pass = form.fn
 
-        if reads:
+        if form.reads:
             @njit(nogil=True)
             def burst(src, dst, frags, i):
-                return body(src, dst, frags[i:i + 1])
+                return run_pass(src, dst, frags[i:i + 1])
         else:
             @njit(nogil=True)
             def burst(src, dst, frags, i):
-                body(src, dst, frags[i:i + 1])
+                run_pass(src, dst, frags[i:i + 1])
                 return np.uint64(0)
 
         @njit(nogil=True)
