@@ -1,10 +1,11 @@
-"""A case is resolved once, by the plan: the resolved case (pattern and regions parsed, params
-merged, spans, row facts) is what the runner sends its worker, and the worker parses nothing of
-it again. The run's clock is calibrated once. Counted by wrapping the resolvers wherever a
-module imported them."""
+"""A case is resolved once, by the plan: the resolved case (method looked up, pattern and regions
+parsed, params merged, spans, row facts) is what the runner sends its worker, and the worker
+parses nothing of it again. The run's clock is calibrated once. Counted by wrapping the resolvers
+wherever a module imported them."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 from collections import Counter
 
@@ -31,7 +32,8 @@ def count_calls(monkeypatch, module: str, name: str) -> Counter:
 def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tmp_path,
                                                                                 monkeypatch):
     """The plan and the runner of `run --method load --size 4KiB,64KiB --processes 2`: each
-    pattern and each region or peer parsed once, one clock, resolved cases to the worker."""
+    case's method looked up once, its parameters merged once, its pattern and each region or
+    peer parsed once; one clock; resolved cases to the worker."""
     import nearlocal.kernels.timer  # noqa: F401  (loaded: its measure_clock is wrapped)
     from nearlocal.engine import runner
     from nearlocal.engine.plan import RunSettings, plan_cases
@@ -39,7 +41,14 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     from nearlocal.store.runs import Store
 
     inventory = probe(calibrate=False, gpu=False)
-    cases = [Case("load", "dram", "wb", size) for size in ("4KiB", "64KiB")]
+    methods = count_calls(monkeypatch, "nearlocal.core.methods", "get_method")
+    merges: Counter = Counter()
+    merge = Case.__dict__["effective_params"]
+    original_merge = merge.func
+    monkeypatch.setattr(merge, "func", lambda case: merges.update([case.pattern])
+                        or original_merge(case))
+    cases = [Case("load", "dram", "wb", size, params=(("drain", "none"),))
+             for size in ("4KiB", "64KiB")]
     sent = []
 
     def ask(self, case, message):
@@ -57,9 +66,12 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     assert patterns == Counter({"4KiB": 1, "64KiB": 1})
     assert regions == Counter({"dram": 4})  # each case's region and peer, once each
     assert sum(clocks.values()) == 1
+    assert methods == Counter({"load": 2})  # each case's method looked up once, when made
+    assert merges == Counter({"4KiB": 1, "64KiB": 1})  # its parameters merged once
     assert sent and all(isinstance(message[1], ResolvedCase) for message in sent)
     assert {message[1].case.pattern for message in sent if message[0] == "measure"} == {
         "4KiB", "64KiB"}
+    assert all(message[1].params["drain"] == "none" for message in sent if message[0] == "measure")
 
 
 def test_the_worker_opens_a_resolved_case_without_parsing_it_again(monkeypatch):
@@ -79,3 +91,6 @@ def test_a_resolved_case_carries_what_the_worker_needs(text):
     facts = resolve(case)
     assert facts.pattern.text == text and facts.region.kind == "dram"
     assert facts.params["drain"] == "none" and facts.spans == case.spans(facts.pattern)
+    assert facts.case.method_entry.name == "memcpy"  # looked up: it stays behind when pickled
+    sent = pickle.loads(pickle.dumps(facts))
+    assert sent.case == case and sent.case.id == case.id and sent.params == facts.params

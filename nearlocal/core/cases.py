@@ -5,10 +5,13 @@ compiled; `engine/plan.py` asks it once per case."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from nearlocal.core.methods import PEER_STUB_BYTES, get_method
+from nearlocal.core.methods import PEER_STUB_BYTES, Method, get_method
 from nearlocal.errors import UsageError
 from nearlocal.params import decode_params, encode_params
 from nearlocal.probe import HostInventory
@@ -47,21 +50,37 @@ class Case:
         """Params equal to the method's declared default are dropped: `--param drain=before` (or
         a spec's `params = { drain = "before" }`) and no param are one case with one id."""
         if not self.access:
-            object.__setattr__(self, "access", get_method(self.method).accesses[0])
+            object.__setattr__(self, "access", self.method_entry.accesses[0])
         params = sorted((str(k), str(v)) for k, v in self.params)
         if params:
             try:
-                defaults = get_method(self.method).params
+                defaults = self.method_entry.params
             except UsageError:  # an unknown method: validate() says so
                 defaults = {}
             params = [(k, v) for k, v in params if k not in defaults or str(defaults[k]) != v]
         object.__setattr__(self, "params", tuple(params))
         object.__setattr__(self, "pattern", size_spelled_once(str(self.pattern)))
 
+    @cached_property
+    def method_entry(self) -> Method:
+        """The method's registry entry, looked up once per case (UsageError: no such method)."""
+        return get_method(self.method)
+
+    @cached_property
+    def effective_params(self) -> Mapping[str, str]:
+        """The parameters the case runs with, merged once: the method's defaults, then its own."""
+        return MappingProxyType({**self.method_entry.params, **self.param_dict})
+
+    def __getstate__(self) -> dict:
+        """Pickled without what was looked up (a method's functions do not pickle): a process
+        that gets the case looks its method up once again."""
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("method_entry", "effective_params")}
+
     @property
     def id(self) -> str:
         parts = [self.method, self.region, self.attr, self.pattern]
-        method = get_method(self.method)
+        method = self.method_entry
         if self.access != method.accesses[0]:
             parts.append(self.access)
         if self.peer != "dram":
@@ -89,7 +108,7 @@ class Case:
 
     @property
     def writes_region(self) -> bool:
-        return self.access == "write" or get_method(self.method).stores_in_region
+        return self.access == "write" or self.method_entry.stores_in_region
 
     @property
     def written(self) -> str:
@@ -108,7 +127,7 @@ class Case:
         region, peer = ((pattern.src_span, pattern.dst_span) if self.access == "read"
                         else (pattern.dst_span, pattern.src_span))
         try:
-            touches_peer = get_method(self.method).touches_peer
+            touches_peer = self.method_entry.touches_peer
         except UsageError:  # an unknown method: validate() says so
             touches_peer = True
         return region, (peer if touches_peer else min(peer, PEER_STUB_BYTES))
@@ -150,8 +169,7 @@ def resolve(case: Case, pattern: Pattern | None = None, row: dict | None = None,
 
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     region, peer = specs if specs is not None else parse_specs(case)
-    return ResolvedCase(case, pattern, region, peer,
-                        {**get_method(case.method).params, **case.param_dict},
+    return ResolvedCase(case, pattern, region, peer, dict(case.effective_params),
                         case.spans(pattern), row or {})
 
 
@@ -161,7 +179,7 @@ def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = Non
     `pattern`, `specs`: the case's, already parsed (else parsed here)."""
     from nearlocal.core.patterns import parse_pattern
 
-    method = get_method(case.method)
+    method = case.method_entry
     if case.access not in method.accesses:
         raise UsageError(f"method {case.method} cannot {case.access}: it does "
                          f"{' / '.join(method.accesses)}")
@@ -170,7 +188,7 @@ def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = Non
         raise UsageError(f"method {case.method} has no parameter {', '.join(unknown)}: valid are "
                          f"{', '.join(method.params) or 'none'}")
     if method.check_params:
-        method.check_params({**method.params, **case.param_dict})
+        method.check_params(dict(case.effective_params))
     specs = specs if specs is not None else parse_specs(case)
     for spec in specs:
         region_kind(spec).validate(spec, inventory)
@@ -179,7 +197,7 @@ def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = Non
     if method.check_pattern:
         method.check_pattern(pattern)
     if method.check_case:
-        method.check_case({**method.params, **case.param_dict}, pattern)
+        method.check_case(dict(case.effective_params), pattern)
 
 
 def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str | None:
@@ -192,7 +210,7 @@ def skip(case: Case, inventory: HostInventory, allow_write: bool,
          pattern: Pattern | None = None, specs: Specs | None = None) -> tuple[SkipKind, str] | None:
     """(kind, reason) when this case cannot run here, or None. Never compiles or touches
     memory. `pattern`, `specs`: the case's, already parsed."""
-    method = get_method(case.method)
+    method = case.method_entry
     reason = method.unavailable(inventory)
     if reason:
         return SkipKind.UNAVAILABLE, reason

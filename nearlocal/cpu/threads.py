@@ -322,7 +322,6 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None,
     """`--threads N|all` / `--cpus LIST` on the selected cases: set on those whose method has a
     multi-thread form, the others dropped; none left is a usage error. `--cpus` alone means one
     thread per named CPU. `numa`: the run's inventory's nodes (else probed)."""
-    from nearlocal.core.methods import get_method
 
     for option, value in (("--threads", threads), ("--cpus", cpus)):
         if value is not None and not str(value).strip():
@@ -337,7 +336,7 @@ def apply_thread_args(cases: list, threads: str | None, cpus: str | None,
     check_thread_params(extra)
     kept = [replace(case, params=(*[(k, v) for k, v in case.params if k not in extra],
                                   *extra.items()))
-            for case in cases if "threads" in get_method(case.method).params]
+            for case in cases if "threads" in case.method_entry.params]
     for case in kept:  # too few CPUs is bad input: exit 2 before anything runs
         node = region_node(case.region)
         if node is None or node_cpus(node, numa=numa):  # a missing node: validate()'s to say

@@ -15,13 +15,12 @@ import numpy as np
 
 from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase
-from nearlocal.core.methods import get_method
 from nearlocal.core.patterns import Pattern, parse_pattern
-from nearlocal.core.rows import effective_params_text
 from nearlocal.core.sampling import StoppingRule, summarize
 from nearlocal.engine.children import start_child, start_fork_server
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
+from nearlocal.params import encode_params
 from nearlocal.probe import HostInventory
 from nearlocal.regions import files_to_create, remove_leftovers
 from nearlocal.regions.base import pool_class_of
@@ -150,7 +149,7 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
     or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
     and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
     (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
-    method = get_method(case.method)
+    method = case.method_entry
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     region, peer = specs if specs is not None else case_rules.parse_specs(case)
     # a copy's footprint is its region and its peer (a method that never touches it maps a line)
@@ -160,7 +159,7 @@ def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
     return {
         **case.to_dict(),
         "pool_class": pool_class_of(region, cpuless_nodes),
-        "effective_params": effective_params_text(case.method, case.param_dict),
+        "effective_params": encode_params(dict(case.effective_params)),
         "family": method.family,
         "region_kind": region.kind,
         "state": method.state,

@@ -20,7 +20,6 @@ from nearlocal.core.cases import Case, ResolvedCase, resolve
 from nearlocal.core.methods import (
     Session,
     SessionContext,
-    get_method,
     load_methods,
     ops_per_sample,
 )
@@ -110,7 +109,7 @@ def open_case(case: Case | ResolvedCase, tsc_hz: float, overhead_ticks: float, a
     that need the box's NUMA nodes or DSA queues read it); `chosen`: what the case's first
     process chose (SessionContext.chosen)."""
     facts = resolved(case)
-    case, method = facts.case, get_method(facts.case.method)
+    case, method = facts.case, facts.case.method_entry
     # a write: scattered pieces land in the region, packed in the peer
     pattern = facts.pattern.swapped() if case.access == "write" else facts.pattern
     region_spec, peer_spec = facts.region, facts.peer
@@ -145,7 +144,7 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
                    settings.inventory, settings.quantum_ticks, chosen) as opened:
         raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
-        moved = get_method(opened.case.method).bytes_moved(opened.pattern)
+        moved = opened.case.method_entry.bytes_moved(opened.pattern)
         row = {"status": "ok", "reason": "", "clock": opened.session.clock,
                "converged": converged, "elapsed_s": elapsed,
                "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nearlocal.core.cases import Case
-from nearlocal.core.methods import get_method
 from nearlocal.core.sampling import StoppingRule, relative_half_width
 from nearlocal.core.suites import get_suite, suite_cases
 from nearlocal.engine.worker import WorkerSettings, measure, open_case
@@ -111,7 +110,7 @@ def case_test_id(case: Case) -> str:
 
 
 def case_markers(case: Case) -> list[str]:
-    method = get_method(case.method)
+    method = case.method_entry
     names = [method.family, *method.markers]
     names += region_kind(parse_region(case.region)).markers
     return [name for name in dict.fromkeys(names) if name in MARKERS]
@@ -124,7 +123,7 @@ def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.Parame
     import pytest
 
     params = []
-    cases = [case for case in suite_cases(suite, host.inventory) if get_method(case.method).family == family]
+    cases = [case for case in suite_cases(suite, host.inventory) if case.method_entry.family == family]
     for entry in plan(cases, host).entries:
         case = entry.case
         host.planned[case.id] = entry

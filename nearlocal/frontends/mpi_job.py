@@ -371,11 +371,10 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
 
 
 def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
-    from nearlocal.core.methods import get_method
     from nearlocal.core.patterns import parse_pattern
     from nearlocal.rack.methods import RackContext
 
-    params = {**get_method(case.method).params, **case.param_dict}
+    params = dict(case.effective_params)
     return RackContext(job, case, parse_pattern(case.pattern), pools[case.region],
                        [h["host_id"] for h in hosts], [h["hostname"] for h in hosts],
                        plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule, params,
