@@ -33,6 +33,7 @@ RUNS = (  # (name, extra run arguments, limit in seconds or None for the ratio t
     ("--suite rpc", ["--suite", "rpc"], 60.0),
 )
 QUICK_RATIO = 1.5
+UNIT = ["-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider"]  # as scripts/test.sh
 
 
 def seconds(text: str) -> float:
@@ -97,8 +98,8 @@ def main() -> int:
               f"{'ok' if ok else 'MISSED'}")
     if args.unit:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-                              cwd=ROOT, text=True, capture_output=True)
+        done = subprocess.run([sys.executable, "-m", "pytest", *UNIT], cwd=ROOT, text=True,
+                              capture_output=True)
         wall = time.perf_counter() - start
         tail = (done.stdout.strip().splitlines() or [""])[-1]
         ok = done.returncode == 0 and wall < 360
