@@ -9,8 +9,12 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _plain_environment_for_children(monkeypatch):
-    """pytest-xdist (scripts/test.sh runs two workers) marks each worker's environment
-    (PYTEST_XDIST_WORKER), and every process a test starts inherits it: pytest-benchmark then
-    disables itself in the pytest sessions the tests start, as under xdist. They get none of it."""
+    """What every process a test starts inherits. pytest-xdist (scripts/test.sh runs two
+    workers) marks each worker's environment (PYTEST_XDIST_WORKER): pytest-benchmark then
+    disables itself in the pytest sessions the tests start, as under xdist; they get none of it.
+    Those sessions leave hypothesis' plugin out (~1 s each where it is installed; no test of
+    theirs uses it)."""
     for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("PYTEST_ADDOPTS",
+                       f"{os.environ.get('PYTEST_ADDOPTS', '')} -p no:hypothesispytest".strip())

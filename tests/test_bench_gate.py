@@ -78,7 +78,7 @@ def bench_dir(pytester: pytest.Pytester, monkeypatch) -> pytest.Pytester:
 def _session(bench_dir: pytest.Pytester, *extra: str) -> pytest.RunResult:
     return bench_dir.runpytest_subprocess(
         "--nearlocal-suite", "fakegate", "--benchmark-max-time", "0.02", "-p", "no:cacheprovider",
-        "-p", "no:hypothesispytest", "--nearlocal-out", "store", *extra)
+        "--nearlocal-out", "store", *extra)
 
 
 def test_a_slower_session_fails_with_the_summary_line_and_the_slower_cases(bench_dir,
@@ -120,10 +120,9 @@ def readme_pytest_recipes() -> list[str]:
             if line.strip().startswith("pytest ")]
 
 
-# two cases by node id (a -k expression matched eight: nt-load, clflush-load... too), a tiny
-# budget; hypothesis' pytest plugin, where installed, costs each session ~1 s and is no part of it
+# two cases by node id (a -k expression matched eight: nt-load, clflush-load... too), a tiny budget
 SELECTION = [f"{BENCH / 'test_cpu.py'}::test_cpu[load-dram-wb-{size}]" for size in ("4KiB", "16KiB")]
-QUICK = ["--benchmark-max-time", "0.01", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+QUICK = ["--benchmark-max-time", "0.01", "-q", "-p", "no:cacheprovider"]
 
 
 def _shortened(command: str) -> list[list[str]]:

@@ -27,8 +27,6 @@ load_methods()
 # re-import after the snapshot is restored would register them twice and fail.
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-# no cache files; no hypothesis plugin (where installed: ~1 s a session, used by no test here)
-BARE = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
 # A test double registered only inside the pytester subprocess: its session "measures" 1, 2 and
 # 4 us in turn whatever the wall clock says, so the recorded rounds show whose clock was used.
@@ -77,7 +75,7 @@ def test_rounds_are_the_times_the_kernel_measured(bench_dir, monkeypatch, tmp_pa
     monkeypatch.setenv("NEARLOCAL_PLUGINS", "fake_nearlocal_method")
     result = bench_dir.runpytest_subprocess(
         "--nearlocal-suite", "fake", "--benchmark-json", "out.json", "--benchmark-save-data",
-        "--benchmark-max-time", "0.05", *BARE)
+        "--benchmark-max-time", "0.05", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     data = json.loads((bench_dir.path / "out.json").read_text())
     bench = data["benchmarks"][0]
@@ -110,7 +108,7 @@ def test_real_kernel_case_and_a_skipped_case(bench_dir, tmp_path, capsys):
     result = bench_dir.runpytest_subprocess(
         "test_cpu.py::test_cpu[load-dram-wb-4KiB]", "test_cpu.py::test_cpu[load-dram-uc-4KiB]",
         "-m", "cpu", "--benchmark-json", "out.json", "--benchmark-max-time", "0.02", "-rs",
-        "--benchmark-autosave", "--benchmark-storage", "saved", *BARE)
+        "--benchmark-autosave", "--benchmark-storage", "saved", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*SKIPPED*uncacheable*"])
     bench = json.loads((bench_dir.path / "out.json").read_text())["benchmarks"][0]
@@ -135,10 +133,10 @@ def test_real_kernel_case_and_a_skipped_case(bench_dir, tmp_path, capsys):
 
 
 def test_unknown_suite_is_a_usage_error(bench_dir):
-    result = bench_dir.runpytest_subprocess("--nearlocal-suite", "nope", *BARE)
+    result = bench_dir.runpytest_subprocess("--nearlocal-suite", "nope", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nearlocal-suite: unknown suite 'nope'*"])
-    result = bench_dir.runpytest_subprocess("--nearlocal-ci", "0", *BARE)
+    result = bench_dir.runpytest_subprocess("--nearlocal-ci", "0", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nearlocal-ci: a percentage between 0 and 100*"])
 

@@ -233,6 +233,13 @@ def flaky_method(tmp_path, monkeypatch):
     sys.modules.pop("i12c_flaky_method", None)
 
 
+def _run(runner, cases: list) -> list[dict]:
+    """The cases checked and resolved once, as a plan does, then run."""
+    from nearlocal.engine.plan import plan_entries
+
+    return runner.run(plan_entries(cases, runner.inventory))
+
+
 def _runner(tmp_path, processes, **kwargs):
     from nearlocal.core.sampling import StoppingRule
     from nearlocal.engine.runner import Runner
@@ -252,7 +259,7 @@ def test_a_case_failing_in_a_later_process_fails_and_the_others_go_on(tmp_path, 
     cases = [Case("i12c-flaky", "dram", "wb", "4KiB", params=(("fail", mode),))
              for mode in ("raise", "crash", "never")]
     runner, store = _runner(tmp_path, 3)
-    rows = {row["case_id"]: row for row in runner.run(cases)}
+    rows = {row["case_id"]: row for row in _run(runner, cases)}
     run = load(store.finish())
     raised, crashed, fine = (rows[case.id] for case in cases)  # fail=never, the default: no param
     assert raised["status"] == "failed" and "flaky method failed (process 2 of 3)" in raised["reason"]
@@ -272,7 +279,7 @@ def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky
 
     runner, store = _runner(tmp_path, 3, events=_Events(new_pass=stop))
     with pytest.raises(KeyboardInterrupt):
-        runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
+        _run(runner, [Case("i12c-flaky", "dram", "wb", "4KiB")])
     run = load(store.finish())
     (row,) = run.cases.to_dict("records")
     assert row["status"] == "ok" and row["processes"] == 2
@@ -318,7 +325,7 @@ def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_metho
     runner, store = _runner(tmp_path, 4, max_processes=12,
                             events=_Events(settle=lambda case_id, extra: settled.append(
                                 (case_id, extra))))
-    rows = {row["case_id"]: row for row in runner.run([spread, steady])}
+    rows = {row["case_id"]: row for row in _run(runner, [spread, steady])}
     run = load(store.finish())
     assert rows[spread.id]["processes"] == 12 and rows[steady.id]["processes"] == 4
     assert settled == [(spread.id, 8)]
@@ -354,7 +361,7 @@ def fork_server_started(tmp_path):
     from nearlocal.core.cases import Case
 
     runner, store = _runner(tmp_path / "first", 1)
-    (row,) = runner.run([Case("load", "dram", "wb", "64B")])
+    (row,) = _run(runner, [Case("load", "dram", "wb", "64B")])
     store.finish()
     assert row["status"] == "ok"
     assert row["info"]["peer_bytes"] == 64  # a load's peer, never touched, is one line
@@ -366,7 +373,7 @@ def test_a_worker_has_the_environment_of_its_start_not_the_fork_servers(
     from nearlocal.core.cases import Case
 
     runner, store = _runner(tmp_path, 2)
-    (row,) = runner.run([Case("i12c-flaky", "dram", "wb", "4KiB")])
+    (row,) = _run(runner, [Case("i12c-flaky", "dram", "wb", "4KiB")])
     store.finish()
     assert row["status"] == "ok" and row["processes"] == 2
 

@@ -62,7 +62,7 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     plan = plan_cases(cases, inventory, RunSettings(0.02, processes=2))
     store = Store.create(tmp_path, {"suite": "t"})
     runner.Runner(inventory, plan.worker_settings(), store, processes=2,
-                  compile_first=True, probe_host=False).run(plan)
+                  compile_first=True, probe_host=False).run(plan.entries)
     assert patterns == Counter({"4KiB": 1, "64KiB": 1})
     assert regions == Counter({"dram": 4})  # each case's region and peer, once each
     assert sum(clocks.values()) == 1

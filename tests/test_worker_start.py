@@ -48,6 +48,7 @@ def dies_at_once(conn, settings, origin=None) -> None:
 def _run(tmp_path, target, monkeypatch):
     from nearlocal.core.cases import Case
     from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.plan import plan_entries
     from nearlocal.engine.worker import WorkerSettings
     from nearlocal.probe import probe
     from nearlocal.store import Store
@@ -58,7 +59,7 @@ def _run(tmp_path, target, monkeypatch):
     store = Store.create(tmp_path / "store", {"host_id": inventory.host_id})
     cases = [Case("load", "dram", "wb", size) for size in ("4KiB", "8KiB")]
     started = time.monotonic()
-    rows = runner_module.Runner(inventory, settings, store).run(cases)
+    rows = runner_module.Runner(inventory, settings, store).run(plan_entries(cases, inventory))
     return rows, time.monotonic() - started
 
 

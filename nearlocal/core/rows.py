@@ -1,6 +1,6 @@
 """Facts a row carries that rows stored by older versions lack, derived from the registries as
-they are now: the store fills them in when it loads such a run (store/runs.py), and the engine
-derives the first for every new row. The only place the store's data meets a registry."""
+they are now: the store fills them in when it loads such a run (store/runs.py); a new row has
+them from its case (engine.runner.describe). The only place the store's data meets a registry."""
 
 from __future__ import annotations
 

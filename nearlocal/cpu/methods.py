@@ -152,7 +152,7 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
     load the region or store a constant into it. batched: the kernel takes `passes`;
     batch_with_drain: passes drained by an mfence between them give the figure one isolated pass
     gives (docs/timing.md has the check), so a short isolated pass may be batched."""
-    return register_method(threaded(Method(  # threaded: --threads N / --cpus (harness.threads)
+    return register_method(threaded(Method(  # threaded: --threads N / --cpus (cpu.threads)
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(
             kernel, timed, ctx, batched, batch_with_drain),

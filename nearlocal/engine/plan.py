@@ -187,6 +187,13 @@ class Plan:
         return replace(self, entries=entries)
 
 
+def plan_entries(cases: Iterable[Case], inventory: HostInventory,
+                 allow_write: bool = False) -> list[PlanEntry]:
+    """Each case checked and resolved once on this box: what a Runner runs (`plan_cases` adds
+    --threads / --cpus and a front end's rule on the whole selection)."""
+    return [_entry(case, inventory, allow_write) for case in cases]
+
+
 def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry:
     pattern = specs = None
     try:  # the pattern and both regions parsed once here, for every rule and the row below
@@ -217,5 +224,4 @@ def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSet
     cases = apply_thread_args(list(cases), settings.threads, settings.cpus, inventory.numa)
     if check_selection is not None:
         check_selection(cases)
-    entries = [_entry(case, inventory, settings.allow_write) for case in cases]
-    return Plan(entries, inventory, settings)
+    return Plan(plan_entries(cases, inventory, settings.allow_write), inventory, settings)

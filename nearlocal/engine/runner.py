@@ -27,7 +27,10 @@ from nearlocal.regions.base import pool_class_of
 from nearlocal.store.runs import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nearlocal.engine.hostprobe import HostProber
+    from nearlocal.engine.plan import PlanEntry
 
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
@@ -183,21 +186,6 @@ class WorkerStartError(RuntimeError):
 class _Worker:
     process: multiprocessing.Process
     conn: object
-
-
-@dataclass
-class _Planned:
-    """A case given to run() without a plan (library callers, tests): its row facts and skip
-    reason, asked here once. Front ends hand run() a harness.plan.Plan instead."""
-
-    case: Case
-    row: dict
-    reason: str | None
-    resolved: ResolvedCase | None = None
-
-    @property
-    def runs(self) -> bool:
-        return self.reason is None
 
 
 class RunEvents:
@@ -422,13 +410,11 @@ class Runner:
         _, row, raw, ns = message
         return {**row, **wall}, raw, ns
 
-    def run(self, plan) -> list[dict]:
-        """`plan`: a harness.plan.Plan (its verdicts are used as they are), or cases. Skipped
-        cases are stored as they come; runnable ones after their last process (a failure in any
-        process fails the case). Interrupted, what was measured is stored."""
-        entries = getattr(plan, "entries", None)
-        if entries is None:
-            entries = [self._planned(case) for case in plan]
+    def run(self, entries: Sequence[PlanEntry]) -> list[dict]:
+        """`entries`: a plan's (engine.plan: each case checked and resolved once; its verdicts
+        are used as they are). Skipped cases are stored as they come; runnable ones after their
+        last process (a failure in any process fails the case). Interrupted, what was measured
+        is stored."""
         cases = [entry.resolved for entry in entries]  # None: a case that does not run
         rows: list[dict] = []
         pending: dict[int, tuple[dict, list]] = {}  # case index -> (row, results so far)
@@ -534,13 +520,6 @@ class Runner:
         if prober.failure is not None:
             self.store.add_host_failure(prober.failure)
 
-    def _planned(self, case: Case) -> _Planned:
-        pattern, specs = parse_pattern(case.pattern), case_rules.parse_specs(case)
-        row = describe(case, self.inventory.cpuless_nodes, pattern, self.inventory.cpu.llc_bytes,
-                       self.inventory.cpu.l2_bytes, specs)
-        found = case_rules.skip(case, self.inventory, self.settings.allow_write, pattern, specs)
-        return _Planned(case, row, found[1] if found else None,
-                        case_rules.resolve(case, pattern, row, specs))
 
 
 def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,

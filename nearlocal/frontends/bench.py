@@ -214,14 +214,12 @@ class _Collected:
 def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any]:
     """The case measured as `nearlocal run --processes K` measures it (the runner, K fresh
     worker processes sharing the budget, the session's one clock): (row, raw, ns)."""
-    from types import SimpleNamespace
-
     from nearlocal.engine.runner import Runner
 
     collected = _Collected()
     runner = Runner(host.inventory, host.settings(rule), collected, processes=host.processes,
                     probe_host=False)
-    runner.run(SimpleNamespace(entries=[entry]))
+    runner.run([entry])
     row, raw, ns = collected.found or ({"status": "failed", "reason": "not measured"}, None, None)
     if row.get("status") != "ok" or ns is None:
         raise RuntimeError(f"{entry.case.id}: {row.get('status')}: {row.get('reason')}")

@@ -55,7 +55,7 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
                                       case_timeout_s=case_timeout_s,
                                       processes=settings.processes, compile_first=compile_first,
                                       max_processes=settings.max_processes)
-            measuring.run(plan)
+            measuring.run(plan.entries)
     except KeyboardInterrupt as exc:
         return exc
     finally:

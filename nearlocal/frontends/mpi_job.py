@@ -37,16 +37,13 @@ class Plan:
     settings: object
     processes: int
     case_timeout_s: float
-    planned: object = None  # the harness.plan.Plan of the cases (verdicts asked once)
+    planned: object = None  # the engine.plan.Plan of the cases (verdicts asked once)
 
-    def plain(self):
-        """The plan's ordinary (not rack) cases, as the runner takes them."""
-        from dataclasses import replace
-
+    def plain(self) -> list:
+        """The plan's entries of ordinary (not rack) cases, as the runner takes them."""
         from nearlocal.rack.methods import is_rack
 
-        return replace(self.planned, entries=[e for e in self.planned.entries
-                                              if not is_rack(e.case)])
+        return [e for e in self.planned.entries if not is_rack(e.case)]
 
 
 def run_job(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """The gate's two modes, named by the user (`compare --mode`, `run --for-gate`,
 `pytest --nearlocal-mode`): which question a comparison answers and how the host's own moves
 count. Both need the same worker processes of a run made for them (`run --for-gate`:
-harness.plan.RunSettings). Light: the CLI's help reads it."""
+engine.plan.RunSettings). Light: the CLI's help reads it."""
 
 from __future__ import annotations
 
