@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from nearlocal.core.methods import load_methods
 from nearlocal.errors import UsageError
 from nearlocal.frontends import bench
 
@@ -69,6 +70,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in bench.MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    try:
+        load_methods()  # a plugin that does not load (NEARLOCAL_PLUGINS) says so, as itself
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
     try:
         bench.check_suite(config.getoption("nearlocal_suite"))
     except UsageError as exc:

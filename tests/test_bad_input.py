@@ -971,6 +971,30 @@ def test_an_ascii_stdout_gets_ascii_and_no_traceback(store, environment):
     result.stderr.decode("ascii" if "latin" not in environment else "latin-1")
 
 
+PLUGIN_FAILURES = {  # a plugin's source -> what the one line says of it
+    None: "ModuleNotFoundError: No module named 'nearlocal_no_such_plugin'",
+    "from nearlocal.core.methods import get_method, register_method\n"
+    "register_method(get_method('load'))\n": "ValueError: method 'load' declared twice",
+    "raise RuntimeError('broken at import')\n": "RuntimeError: broken at import",
+}
+
+
+@pytest.mark.parametrize("source", list(PLUGIN_FAILURES), ids=["missing", "twice", "raises"])
+def test_a_plugin_that_does_not_load_is_one_line_naming_it(store, tmp_path, source):
+    """NEARLOCAL_PLUGINS is input too: a module that is not there or fails as it registers is
+    one line naming it, exit 2, and nothing measured or stored."""
+    name = "nearlocal_no_such_plugin"
+    if source is not None:
+        name = "nearlocal_broken_plugin"
+        (tmp_path / f"{name}.py").write_text(source)
+    before = sorted(p.name for p in store.iterdir())
+    result = _cli(["run", "--method", "load", "--size", "4KiB", "--out", str(store)],
+                  env={"NEARLOCAL_PLUGINS": name, "PYTHONPATH": str(tmp_path)})
+    err = _one_line(result)
+    assert f"NEARLOCAL_PLUGINS: plugin {name!r} did not load: {PLUGIN_FAILURES[source]}" in err
+    assert sorted(p.name for p in store.iterdir()) == before
+
+
 @pytest.mark.parametrize("argv", [["show", GOOD], ["runs"], ["report", GOOD], ["probe", "--json"],
                                   ["baseline", "show"]])
 def test_a_closed_stdout_is_one_line(store, argv):

@@ -163,10 +163,24 @@ def load_methods() -> dict[str, Method]:
         _loaded = True
         import os
 
-        plugins = [m for m in os.environ.get("NEARLOCAL_PLUGINS", "").split(",") if m.strip()]
-        for module in [*METHOD_MODULES, *plugins]:
-            importlib.import_module(module.strip())
+        for module in METHOD_MODULES:
+            importlib.import_module(module)
+        for module in os.environ.get("NEARLOCAL_PLUGINS", "").split(","):
+            if module.strip():
+                _load_plugin(module.strip())
     return METHODS
+
+
+def _load_plugin(module: str) -> None:
+    """A module NEARLOCAL_PLUGINS names. One that cannot be imported, or fails as it registers
+    (a method declared twice...), is bad input: one line naming it (UsageError, exit 2)."""
+    from nearlocal.errors import UsageError
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # the plugin's own code: whatever it raises
+        raise UsageError(f"NEARLOCAL_PLUGINS: plugin {module!r} did not load: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def methods_joining(suite: str) -> list[str]:
