@@ -1,6 +1,7 @@
 """RPC slots: requests and responses carry the right bytes, in one process and between processes;
 the server never outlives its client; the rpc suite stores round-trip and throughput rows."""
 
+import errno
 import json
 import os
 import signal
@@ -261,3 +262,23 @@ def test_rpc_suite_stores_round_trip_and_throughput_rows(tmp_path, monkeypatch):
     assert not list(Path("/dev/shm").glob(f"*{region[4:]}*"))  # removed after the run
     assert (cases["median_ns"] > 0).all()
     assert (cases["bytes_moved"] == 2 * 64).all()  # a sample is one 64 B request and its reply
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no pidfd (Linux < 5.3)"])
+def test_a_launched_server_tells_when_its_client_has_exited(monkeypatch, pidfd):
+    """What a server forked from the fork server (not the client's child) watches: false while
+    the client runs, true once it has exited; on a kernel without pidfd_open, alike."""
+    if not pidfd:
+        def no_pidfd(pid, flags=0):
+            raise OSError(errno.ENOSYS, "Function not implemented")
+
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    client = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        gone = slots.watch_process(client.pid)
+        assert gone is not None and not gone()
+    finally:
+        client.kill()
+        client.wait()
+    assert gone()
+    assert slots.watch_process(client.pid) is None  # reaped: no such process

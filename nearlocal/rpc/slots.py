@@ -373,20 +373,42 @@ class _Launched:
         self.process.kill()
 
 
-def _launched_main(config: dict, stderr_path: str) -> None:
-    """The server in a child of the fork server. Its parent is the fork server, which outlives
-    the client while any child of it runs, so the server watches the client itself: a pidfd,
-    readable once the client has exited."""
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (/proc/PID/stat's starttime), None when it is gone: with its
+    pid, what tells that process from a later one given the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def watch_process(pid: int) -> Callable[[], bool] | None:
+    """A check that process `pid` (not our child) has exited, or None when it is gone already:
+    a pidfd, readable once it exits (Linux >= 5.3); else, on older kernels (RHEL 8's 4.18),
+    its start time read again, which a later process given the same pid does not share."""
     import select
 
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except OSError:  # ENOSYS: no pidfd_open before Linux 5.3
+        started = _start_time(pid)
+        if started is None:
+            return None
+        return lambda: _start_time(pid) != started
+    return lambda: bool(select.select([handle], [], [], 0)[0])
+
+
+def _launched_main(config: dict, stderr_path: str) -> None:
+    """The server in a child of the fork server. Its parent is the fork server, which outlives
+    the client while any child of it runs, so the server watches the client itself."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client stops it
     os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_APPEND), 2)
-    try:
-        client = os.pidfd_open(config["parent"])
-    except ProcessLookupError:
-        os._exit(1)
-    os._exit(server_main(config, lambda: bool(select.select([client], [], [], 0)[0])))
+    client_gone = watch_process(config["parent"])
+    os._exit(1 if client_gone is None else server_main(config, client_gone))
 
 
 def _launch_server(config: dict, stderr_path: str) -> _Launched:
