@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                   "availability"}),
     ("store", {"store"}),
     ("engine", {"engine"}),
-    ("judging", {"gate", "report"}),
+    ("judging", {"gate", "whatif", "report"}),  # report and accept use whatif
     ("front ends", {"frontends", "__main__"}),
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}

@@ -70,6 +70,47 @@ def ops_per_sample(session: Session) -> int:
     return max(1, int(getattr(session, "ops_per_sample", 1)))
 
 
+def _per_work_request(n: int, facts: dict) -> int:
+    """RDMA: one work request carries up to max_sge pieces (sge=one: one piece each)."""
+    if str(facts.get("sge", "")) == "one":
+        return n
+    try:
+        per_request = int(facts.get("max_sge") or 0)
+    except (TypeError, ValueError):
+        per_request = 0
+    return -(-n // per_request) if per_request > 0 else n
+
+
+# How many calls (launches, copies, descriptors, work requests) one read of n fragments costs a
+# method: the per-call term of the what-if's path model (whatif/fit.py). `facts` are the row's
+# effective params and info (RDMA's max_sge).
+CALL_RULES: dict[str, Callable[[int, dict], int]] = {
+    "one": lambda n, facts: 1,  # one launch / one compiled loop moves every fragment
+    "per-fragment": lambda n, facts: n,  # one copy, descriptor or I/O per fragment
+    "per-work-request": _per_work_request,
+}
+# What moves a method's bytes: the hops of a serving path are made of these (whatif/paths.py)
+MOVERS = ("cpu", "dsa", "gpu", "nic", "storage")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """That a method delivers a read's bytes to the other side (a copy, not loads kept in
+    registers), what moves them and how many calls a read of n fragments costs: what the
+    what-if needs to stand its rows for a hop of a serving path."""
+
+    mover: str  # a MOVERS entry
+    calls: str  # a CALL_RULES key
+
+    def __post_init__(self) -> None:
+        if self.mover not in MOVERS or self.calls not in CALL_RULES:
+            raise ValueError(f"Delivery({self.mover!r}, {self.calls!r}): mover is one of "
+                             f"{', '.join(MOVERS)}, calls one of {', '.join(CALL_RULES)}")
+
+    def calls_for(self, fragments: int, facts: dict) -> int:
+        return max(1, int(CALL_RULES[self.calls](max(1, fragments), facts)))
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -116,6 +157,9 @@ class Method:
     # (sizes, GB/s, fragment plots), or "operation", one operation that is no such transfer
     # (a dependent load, an RPC, a metadata phase)
     measures: str = "transfer"
+    # None: its transfer does not land a read's bytes on the other side (loads, flushes, an RPC,
+    # a chase), so no serving path's hop stands on its rows
+    delivery: Delivery | None = None
 
     def __post_init__(self) -> None:
         if self.cacheable is None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.cpu.threads import threaded
 from nearlocal.errors import UsageError
 
@@ -159,6 +159,7 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
         touches_peer=peer, cacheable=cacheable,
+        delivery=Delivery("cpu", "one") if peer else None,  # a copy lands the bytes in the peer
     )))
 
 
@@ -187,5 +188,6 @@ _cpu("movdir64b", "time_movdir64b", ("write",), "warm",
      "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",),
      peer=True)
 _cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
-     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth",), peer=True,
+     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth", "read"),
+     peer=True,
      cacheable=True)

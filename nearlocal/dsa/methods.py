@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.dsa import uapi
 from nearlocal.errors import UsageError
 
@@ -260,6 +260,7 @@ DSA_MEMMOVE = register_method(Method(
     open_session=lambda ctx: DsaSession(ctx, batched=False),
     cpu_flags=("rdtscp",), needs=_needs, params=dict(PARAM_DEFAULTS), markers=("dsa",),
     check_params=lambda params: DsaParams.parse(params, batched=False),
+    delivery=Delivery("dsa", "per-fragment"),
 ))
 DSA_BATCH = register_method(Method(
     cacheable=False,
@@ -268,6 +269,7 @@ DSA_BATCH = register_method(Method(
     open_session=lambda ctx: DsaSession(ctx, batched=True),
     cpu_flags=("rdtscp",), needs=_needs, params={**PARAM_DEFAULTS, "batch": "8"},
     markers=("dsa",), check_params=lambda params: DsaParams.parse(params, batched=True),
+    delivery=Delivery("dsa", "per-fragment"),  # one batch descriptor per fragment
 ))
 
 

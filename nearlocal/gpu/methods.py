@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.errors import UsageError
 from nearlocal.gpu import timing
 from nearlocal.gpu.regions import GpuAccess, _no_gpu, alloc_mapped, gpu_access
@@ -866,22 +866,26 @@ _KERNEL = {**_TIMING, "width": "16", "threads": "128", "group": "0"}
 
 
 def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs,
-         params: dict, regions=("host", "gpu"), markers=("gpu",), sample_bytes=None) -> Method:
+         params: dict, regions=("host", "gpu"), markers=("gpu",), sample_bytes=None,
+         calls: str | None = "one") -> Method:
+    """calls: how many calls a read of n fragments costs (core.methods.CALL_RULES); None: the
+    method lands no read's bytes in the other side's memory (a zero-copy sum, the layer stream)."""
     return register_method(Method(
         cacheable=False,
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_families=frozenset(regions),
         peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
         check_params=check_params, sample_bytes=sample_bytes,
+        delivery=Delivery("gpu", calls) if calls else None,
     ))
 
 
 _gpu("cuda-memcpy", "cudaMemcpy per fragment (synchronous; device time includes host gaps)",
      ("read", "write"), lambda ctx: MemcpySession(ctx, "cuda-memcpy", False), _needs_gpu,
-     _TIMING)
+     _TIMING, calls="per-fragment")
 _gpu("cuda-memcpy-async", "cudaMemcpyAsync per fragment on one stream",
      ("read", "write"), lambda ctx: MemcpySession(ctx, "cuda-memcpy-async", True), _needs_gpu,
-     _COPY)
+     _COPY, calls="per-fragment")
 _gpu("cuda-memcpy-batch", "cudaMemcpyBatchAsync: every fragment in one call (CUDA >= 12.8)",
      ("read", "write"), lambda ctx: BatchSession(ctx, "cuda-memcpy-batch"), _needs_batch,
      {**_COPY, "api": "driver"})
@@ -894,10 +898,10 @@ _gpu("scatter-kernel", "one kernel scatters every fragment from the GPU into the
      ("write",), lambda ctx: KernelSession(ctx, "scatter-kernel"), _needs_gpu, _KERNEL)
 _gpu("zero-copy-kernel", "a kernel reads (byte sums) or writes (fill) mapped host memory in place",
      ("read", "write"), lambda ctx: ZeroCopySession(ctx, "zero-copy-kernel"), _needs_gpu,
-     {**_KERNEL, "fill": "90"}, regions=("host",))
+     {**_KERNEL, "fill": "90"}, regions=("host",), calls=None)
 _gpu("peer-memcpy", "cudaMemcpyPeerAsync per fragment between two GPUs (NVLink when peered)",
      ("read", "write"), lambda ctx: PeerMemcpySession(ctx, "peer-memcpy"), _needs_two,
-     _COPY, regions=("gpu",), markers=("gpu", "nvlink"))
+     _COPY, regions=("gpu",), markers=("gpu", "nvlink"), calls="per-fragment")
 _gpu("peer-kernel", "one kernel on the local GPU copies every fragment from / to a peer GPU",
      ("read", "write"), lambda ctx: PeerKernelSession(ctx, "peer-kernel"), _needs_peer,
      _KERNEL, regions=("gpu",), markers=("gpu", "nvlink"))
@@ -906,6 +910,7 @@ _gpu("layer-stream", "SwiftCache layer stream: per layer fetch from the peer GPU
      {**_TIMING, "layers": "32", "compute_us": "100", "copy": "memcpy", "width": "16",
       "threads": "128"},
      regions=("gpu",), markers=("gpu", "nvlink"),
-     sample_bytes=lambda pattern: 2 * pattern.total_bytes)  # a layer's fetch and write-back
+     sample_bytes=lambda pattern: 2 * pattern.total_bytes,  # a layer's fetch and write-back
+     calls=None)  # its figure is a layer's round trip, not a read's delivery
 
 from nearlocal.gpu import suites  # noqa: E402, F401 - the gpu / swiftcache suites

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nearlocal.core.cases import Case
-from nearlocal.core.methods import Method, register_method
+from nearlocal.core.methods import Delivery, Method, register_method
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import StoppingRule, run_trials, summarize
 from nearlocal.core.suites import Suite, register_suite
@@ -156,7 +156,7 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
                   check_pattern=None, accesses: tuple[str, ...] = ("write",), sample_bytes=None,
                   needs=_needs_mpi, check_case=None,
                   cpu_flags: tuple[str, ...] = ("rdtscp", "clflushopt"),
-                  stores_in_region: bool = False) -> None:
+                  stores_in_region: bool = False, delivery: Delivery | None = None) -> None:
     """A rack method: a `Method` (--method, probe, case ids) and what its ranks do."""
     def check(values: dict) -> None:
         if "protocol" in params:
@@ -169,7 +169,8 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
         needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
-        check_case=check_case, sample_bytes=sample_bytes, stores_in_region=stores_in_region))
+        check_case=check_case, sample_bytes=sample_bytes, stores_in_region=stores_in_region,
+        delivery=delivery))
     RACK_METHODS[rack.name] = rack
 
 

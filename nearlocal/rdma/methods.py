@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from nearlocal.core.cases import Case
+from nearlocal.core.methods import Delivery
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import run_trials
 from nearlocal.core.suites import Suite, register_suite
@@ -381,14 +382,16 @@ register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
                          host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
-              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS, stores_in_region=True)
+              needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS,
+              stores_in_region=True, delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
                          lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
                          host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), accesses=("read",),
-              cpu_flags=CPU_FLAGS, stores_in_region=True)
+              cpu_flags=CPU_FLAGS, stores_in_region=True,
+              delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
                          lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.errors import UsageError
 from nearlocal.gpu import methods as gpu_methods
 from nearlocal.kernels.cuda import MEMCPY_HOST_TO_DEVICE
@@ -279,7 +279,7 @@ register_method(Method(
     open_session=FileToGpuSession, region_families=frozenset({"storage"}),
     peer_families=frozenset({"gpu"}), cpu_flags=("rdtscp",), needs=gpu_methods._needs_gpu,
     params={**PARAM_DEFAULTS, "timing": "device"}, markers=("gpu", "storage"),
-    check_params=_check_file_gpu,
+    check_params=_check_file_gpu, delivery=Delivery("storage", "per-fragment"),
 ))
 register_method(Method(
     cacheable=False,
@@ -289,4 +289,5 @@ register_method(Method(
     open_session=GdsSession, region_families=frozenset({"storage"}),
     peer_families=frozenset({"gpu"}), needs=_needs_gds, params={"timing": "device"},
     markers=("gpu", "storage"), check_params=gpu_methods.check_params,
+    delivery=Delivery("storage", "per-fragment"),
 ))

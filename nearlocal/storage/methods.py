@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nearlocal.core.methods import Method, SessionContext, register_method
+from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.errors import UsageError
 from nearlocal.units import format_size, parse_size
 
@@ -293,6 +293,7 @@ def _file_method(name: str, write: bool, summary: str) -> Method:
         region_families=frozenset({"storage"}), cpu_flags=("rdtscp",),
         params=dict(PARAM_DEFAULTS), markers=("storage",),
         check_params=lambda params: FileParams.parse(params, write=write),
+        delivery=Delivery("storage", "per-fragment"),  # one I/O per fragment
     ))
 
 

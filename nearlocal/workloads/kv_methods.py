@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from nearlocal.core.cases import Case
-from nearlocal.core.methods import METHODS, Method, SessionContext, register_method
+from nearlocal.core.methods import METHODS, Method, SessionContext, methods_joining, register_method
 from nearlocal.core.patterns import Pattern
-from nearlocal.core.suites import Suite, register_suite
+from nearlocal.core.suites import Suite, extend_suite, register_suite
 from nearlocal.errors import UsageError
 from nearlocal.workloads import kv
 
@@ -145,3 +145,19 @@ def kv_cases(patterns: tuple[str, ...] = SUITE_PATTERNS,
 
 register_suite(Suite("kv", "KV-cache reads from real layouts: metadata, CPU gather / scatter on "
                      "dram and shm, GPU gather / scatter where a GPU exists", [kv_cases]))
+
+# What `quick` gathers besides its sizes: a serving read's fragments out of local DRAM (Qwen2.5-32B
+# flash-attn blocks: 128 x 32 KiB; B2's and B14's shapes), so the what-if's host-side gather has
+# many-fragment rows to fit a per-fragment cost from (whatif/fit.py)
+QUICK_SERVING_PATTERNS = ("kv:qwen2.5-32b:flash-attn:dense", "kv:128x20KiB", "kv:1024x160B")
+
+
+def quick_serving_cases() -> list[Case]:
+    """Every quick method that lands a read's bytes in the peer (Method.delivery), on dram."""
+    return [Case(name, "dram", "wb", pattern, access="read")
+            for name in methods_joining("quick")
+            if METHODS[name].delivery is not None and "read" in METHODS[name].accesses
+            for pattern in QUICK_SERVING_PATTERNS]
+
+
+extend_suite("quick", quick_serving_cases)

@@ -1,0 +1,183 @@
+"""`nearlocal whatif [RUN]`: a stored run's paths in the units of serving (docs/whatif.md). A
+rich table on a terminal, plain lines in a log, `--json`, `--markdown FILE`. Nothing is
+measured; the figures are computed from the run's rows and, where asked, a reference box."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from nearlocal.errors import UsageError
+from nearlocal.units import format_ns, format_size
+from nearlocal.whatif.paths import SERVING_PATHS
+from nearlocal.whatif.references import reference_names
+from nearlocal.whatif.serving import PathFigures, Request, Term, Whatif
+
+
+def _tokens(text: str) -> int:
+    """16k, 16K, 16384 or 1M tokens (k = 1024 tokens, as context windows are quoted)."""
+    value = text.strip().lower()
+    scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
+    digits = value[:-1] if scale > 1 else value
+    try:
+        count = int(digits) * scale
+    except ValueError:
+        raise UsageError(f"--context {text!r}: a number of tokens, e.g. 16384 or 16k") from None
+    if count <= 0:
+        raise UsageError(f"--context {text!r}: a positive number of tokens")
+    return count
+
+
+def request_of(args: argparse.Namespace) -> Request:
+    return Request(model=args.model, context=_tokens(args.context), cached=args.cached,
+                   tp=args.tp, layout=args.layout, block_tokens=args.block_tokens,
+                   dtype=args.dtype, gpus_per_link=args.gpus_per_link,
+                   layer_compute_us=args.layer_compute_us,
+                   prefill_tokens_per_s=args.prefill_tokens_per_s)
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else format_ns(ns)
+
+
+def _term_text(term: Term) -> str:
+    figure = _ms(term.ns) if term.ns is not None else term.source
+    return (f"{term.hop}: {term.fragments} x {format_size(term.fragment_bytes)} = {figure}")
+
+
+def _source_of(term: Term) -> str:
+    if term.ns is None:
+        return term.source
+    if term.source == "measured":
+        return f"measured: {term.way}; rows {', '.join(term.rows)}"
+    return term.source
+
+
+def _verdict(path: PathFigures) -> str:
+    if path.beats_recompute is None:
+        return "-"
+    return "reload" if path.beats_recompute else "recompute"
+
+
+def _header(result: Whatif) -> list[str]:
+    request, shape = result.request, result.shape
+    lines = [f"what-if for run {result.run}: {request.model}, {request.context} tokens "
+             f"({request.cached_tokens} cached), TP {request.tp}, {request.layout}; one read = "
+             f"{shape.fragments} fragments of {format_size(shape.fragment_bytes)} (median), "
+             f"{format_size(shape.total_bytes)} ({format_size(shape.total_bytes // shape.layers)}"
+             f" per layer, {shape.layers} layers; pattern {shape.pattern})"]
+    if result.emulated:
+        lines.append(f"NOTE: {result.emulated}")
+    if result.reference:
+        lines.append(f"hops this box did not measure come from {result.reference}")
+    return lines
+
+
+def _print(result: Whatif) -> None:
+    from rich.table import Table
+
+    from nearlocal.terminal import console, print_table
+
+    for line in _header(result):
+        console.print(line, markup=False, highlight=False)
+    table = Table(title="reload per turn, per serving path", title_justify="left")
+    for column in ("path", "reload", "GB/s", "req/s bound", "pipelined", "vs recompute",
+                   "terms"):
+        table.add_column(column, justify="left" if column in ("path", "terms") else "right")
+    for path in result.paths:
+        table.add_row(
+            path.path, _ms(path.reload_ns) if path.complete else "incomplete",
+            "-" if path.gbps is None else f"{path.gbps:.2f}",
+            "-" if path.requests_per_s is None else f"{path.requests_per_s:.3g}",
+            _ms(path.pipelined_ns), _verdict(path),
+            "; ".join(_term_text(t) for t in path.terms))
+    print_table(table)
+    console.print("where each term comes from:", markup=False, highlight=False)
+    for path in result.paths:
+        for term in path.terms:
+            console.print(f"  {path.path} / {term.hop}: {_source_of(term)}", markup=False,
+                          highlight=False)
+            for note in term.notes:
+                console.print(f"    note: {note}", markup=False, highlight=False)
+        for note in path.notes:
+            console.print(f"  {path.path}: {note}", markup=False, highlight=False)
+
+
+def markdown(result: Whatif) -> str:
+    lines = ["# nearlocal what-if", "", *(f"{line}  " for line in _header(result)), "",
+             "| path | reload per turn | GB/s | req/s bound | pipelined | vs recompute | terms |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for path in result.paths:
+        lines.append(
+            f"| {path.path} | {_ms(path.reload_ns) if path.complete else 'incomplete'} | "
+            f"{'-' if path.gbps is None else f'{path.gbps:.2f}'} | "
+            f"{'-' if path.requests_per_s is None else f'{path.requests_per_s:.3g}'} | "
+            f"{_ms(path.pipelined_ns)} | {_verdict(path)} | "
+            + "<br>".join(f"{_term_text(t)} ({_source_of(t)})" for t in path.terms) + " |")
+    notes = [f"- {p.path} / {t.hop}: {n}" for p in result.paths for t in p.terms for n in t.notes]
+    return "\n".join([*lines, "", *(["Notes:", "", *notes, ""] if notes else [])])
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from nearlocal.whatif import for_run
+
+    if args.reference == "list":
+        print("\n".join(reference_names()))
+        return 0
+    from nearlocal import safeio
+
+    target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
+    result = for_run(args.run, request_of(args), args.reference, Path(args.out))
+    if target is not None:
+        safeio.write_output("--markdown", target, markdown(result))
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, default=str))
+    elif args.markdown:
+        print(f"wrote {args.markdown}")
+    else:
+        _print(result)
+    return 0
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """The request's options, shared by `whatif` and `report`'s serving section."""
+    parser.add_argument("--model", default="qwen2.5-32b",
+                        help="built-in model (as `nearlocal kv`) or a local config.json "
+                             "(default qwen2.5-32b)")
+    parser.add_argument("--context", default="16k",
+                        help="context tokens per request: 16384 or 16k (default 16k)")
+    parser.add_argument("--cached", type=float, default=1.0,
+                        help="share of the context whose KV is reloaded (default 1)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallelism (default 1)")
+    parser.add_argument("--layout", default="flash-attn",
+                        help="KV layout, as `nearlocal kv` (default flash-attn)")
+    parser.add_argument("--block-tokens", type=int, help="tokens per block (layout default)")
+    parser.add_argument("--dtype", help="KV dtype (default: the model's)")
+    parser.add_argument("--gpus-per-link", type=int, default=1,
+                        help="GPUs sharing one adapter / NIC: the throughput bound divides "
+                             "(default 1)")
+    parser.add_argument("--layer-compute-us", type=float,
+                        help="a layer's compute time per turn: gives the layer-pipelined reload")
+    parser.add_argument("--prefill-tokens-per-s", type=float,
+                        help="prefill throughput: gives the break-even against recomputing")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "whatif", help="what the box's measured paths mean for serving: KV reload per turn",
+        description="KV reload time per turn for a model and context over each serving path ("
+                    + ", ".join(SERVING_PATHS) + "), from a stored run's rows; every term "
+                    "names the rows it came from. Hops the run did not measure are said so, "
+                    "or filled from --reference (docs/whatif.md).")
+    parser.add_argument("run", nargs="?", default=None, metavar="RUN",
+                        help="run id or directory (default: the latest run)")
+    add_request_arguments(parser)
+    parser.add_argument("--reference",
+                        help="fill the hops this box lacks from a reference box: "
+                             + ", ".join(reference_names())
+                             + ", a .toml file, or run:RUN (a stored run); `list` lists them")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--markdown", help="write the table as Markdown to this file")
+    parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.set_defaults(func=_whatif)

@@ -1,0 +1,253 @@
+"""A path model per way of moving bytes, fitted from a run's rows (or stated by a reference box):
+
+    T(n, s) = a * calls(n) + n * c(s),   c(s) = d(s) + s / BW(s)
+
+`a` is the per-call cost: the smallest single-transfer row less its bytes at the best bandwidth
+the single-transfer rows reach. `calls(n)` is the method's rule (`Method.delivery`: one launch,
+one copy per fragment, one RDMA work request per max_sge pieces). `c(s)`, one fragment's cost
+inside a call, comes from the many-fragment rows, (T - a * calls(n)) / n at their fragment size,
+interpolated in log size between them; `d(s)` is what c(s) adds to the single-transfer curve.
+Without many-fragment rows c(s) is that curve less `a` (d taken as 0, said). A single transfer
+is T1(s) = a + s / BW(s): the single-transfer rows themselves, interpolated. Outside the measured
+sizes nothing is extrapolated silently: the figure carries a note naming the nearest size.
+Every prediction names the rows (case ids) it came from."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from nearlocal.core.methods import CALL_RULES, Delivery, load_methods
+from nearlocal.params import BadParams, decode_params
+from nearlocal.units import format_size
+from nearlocal.whatif.paths import HOPS
+
+
+@dataclass(frozen=True)
+class Point:
+    """One row's figure: a single transfer's time at `size`, or one fragment's cost at the
+    fragment size `size` (many-fragment rows)."""
+
+    size: int
+    ns: float
+    case_id: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ns: float
+    rows: tuple[str, ...]  # case ids, or the reference's name
+    notes: tuple[str, ...] = ()
+
+
+def _curve(points: tuple[Point, ...], size: int, what: str) -> tuple[float, list[str], list[str]]:
+    """The curve through `points` (by size, log-log between neighbours) at `size`; outside them
+    the nearest point's figure (below) or its bandwidth (beyond), said in a note."""
+    ordered = sorted(points, key=lambda p: p.size)
+    low, high = ordered[0], ordered[-1]
+    if size <= low.size:
+        notes = [] if size == low.size else [
+            f"{what} at {format_size(size)} is below the smallest measured "
+            f"({format_size(low.size)}): its figure taken"]
+        return low.ns, notes, [low.case_id]
+    if size >= high.size:
+        notes = [] if size == high.size else [
+            f"{what} at {format_size(size)} is beyond the largest measured "
+            f"({format_size(high.size)}): extrapolated at its bandwidth"]
+        return high.ns * size / high.size, notes, [high.case_id]
+    for left, right in itertools.pairwise(ordered):
+        if left.size <= size <= right.size:
+            if left.size == right.size or left.ns <= 0 or right.ns <= 0:
+                return max(left.ns, right.ns), [], [left.case_id, right.case_id]
+            share = math.log(size / left.size) / math.log(right.size / left.size)
+            ns = math.exp(math.log(left.ns) + share * (math.log(right.ns) - math.log(left.ns)))
+            return ns, [], [left.case_id, right.case_id]
+    raise AssertionError("unreachable: size lies between the curve's ends")
+
+
+@dataclass(frozen=True)
+class PathModel:
+    """One way of moving bytes over a hop: a method between two regions with its params
+    (measured), or a reference box's stated figures (`bandwidth_gbps` set)."""
+
+    hop: str
+    way: str  # what it is, in words: "memcpy dram -> dram" or "reference beluga-h20"
+    calls: str  # a CALL_RULES key
+    call_ns: float  # a
+    singles: tuple[Point, ...] = ()
+    fragmented: tuple[Point, ...] = ()
+    facts: dict = field(default_factory=dict)  # the rows' effective params and info (max_sge)
+    source: str = "measured"  # "measured" or "reference NAME (kind, source, date)"
+    bandwidth_gbps: float | None = None  # a reference's: T1(s) = a + s / BW
+    fragment_ns: float = 0.0  # a reference's d
+    notes: tuple[str, ...] = ()  # what the fit itself had to assume
+
+    @property
+    def measured(self) -> bool:
+        return self.bandwidth_gbps is None
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return tuple(p.case_id for p in (*self.singles, *self.fragmented)) or (self.source,)
+
+    def calls_for(self, fragments: int) -> int:
+        return max(1, int(CALL_RULES[self.calls](max(1, fragments), self.facts)))
+
+    def single(self, size: int) -> tuple[float, list[str], list[str]]:
+        """T1(s): one contiguous transfer of `size` bytes."""
+        if not self.measured:
+            return self.call_ns + size / self.bandwidth_gbps, [], [self.source]
+        return _curve(self.singles, size, "a single transfer")
+
+    def per_fragment(self, size: int) -> tuple[float, list[str], list[str]]:
+        """c(s): one fragment of `size` bytes inside a call."""
+        if not self.measured:
+            return self.fragment_ns + size / self.bandwidth_gbps, [], [self.source]
+        if self.fragmented:
+            return _curve(self.fragmented, size, "a fragment")
+        ns, notes, rows = self.single(size)
+        return max(ns - self.call_ns, 0.0), [*notes, "no many-fragment rows: per-fragment cost "
+                                                     "d not measured, taken as 0"], rows
+
+    def predict(self, fragments: int, size: int) -> Prediction:
+        """T(n, s) for `fragments` pieces of `size` bytes each."""
+        n = max(1, int(fragments))
+        if n == 1:
+            ns, notes, rows = self.single(size)
+        else:
+            per, notes, rows = self.per_fragment(size)
+            ns = self.call_ns * self.calls_for(n) + n * per
+        return Prediction(ns, tuple(dict.fromkeys(rows)), tuple([*self.notes, *notes]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting from a run's rows
+
+
+def _decoded(value: object) -> dict:
+    try:
+        return decode_params(value)
+    except BadParams:
+        return {}
+
+
+def _isolated(effective: dict) -> bool:
+    """Rows timed as isolated transfers, as one reload is (methods without drain count)."""
+    return str(effective.get("drain", "before")) == "before"
+
+
+def _ends(row: pd.Series) -> tuple[str, str] | None:
+    """(source class, destination class) of a row as a reload moves bytes: a read moves the
+    region's fragments into the peer; a write moves the peer into the region, and stands for a
+    reload only when contiguous (no layout side: a scatter is not a gather)."""
+    region, peer = str(row.get("pool_class")), str(row.get("peer_pool_class"))
+    if row.get("access") == "read":
+        return region, peer
+    count = pd.to_numeric(row.get("fragment_count"), errors="coerce")
+    return (peer, region) if count == 1 else None
+
+
+def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
+    """The rows a path model may stand on: measured transfers of methods that deliver the bytes
+    (Method.delivery), timed as isolated transfers, on write-back memory, with a median; each
+    with its hop, delivery and effective params."""
+    methods = load_methods()
+    keep = []
+    for index, row in cases.iterrows():
+        method = methods.get(str(row.get("method")))
+        delivery: Delivery | None = method.delivery if method else None
+        median = pd.to_numeric(row.get("median_ns"), errors="coerce")
+        effective = _decoded(row.get("effective_params"))
+        ends = _ends(row)
+        if (delivery is None or ends is None or row.get("status") != "ok"
+                or row.get("measures", "transfer") != "transfer" or median != median
+                or median <= 0 or str(row.get("attr", "wb")) not in ("wb", "")
+                or not _isolated(effective)):
+            continue
+        src, dst = ends
+        for hop in HOPS.values():
+            if hop.takes(delivery.mover, src, dst):
+                keep.append((index, hop.name, delivery.calls, effective))
+    if not keep:
+        return cases.iloc[0:0].assign(hop=[], calls=[], effective=[])
+    frame = cases.loc[[k[0] for k in keep]].copy()
+    frame["hop"] = [k[1] for k in keep]
+    frame["calls"] = [k[2] for k in keep]
+    frame["effective"] = [k[3] for k in keep]
+    return frame
+
+
+def _facts(rows: pd.DataFrame) -> dict:
+    facts: dict = {}
+    for info, effective in zip(rows["info"], rows["effective"], strict=True):
+        facts.update(effective)
+        if isinstance(info, dict):
+            facts.update({k: v for k, v in info.items() if k in ("max_sge", "sge")})
+    return facts
+
+
+def _median_by_size(points: Iterable[Point]) -> tuple[Point, ...]:
+    by_size: dict[int, list[Point]] = {}
+    for point in points:
+        by_size.setdefault(point.size, []).append(point)
+    merged = []
+    for _size, group in sorted(by_size.items()):
+        group.sort(key=lambda p: p.ns)
+        merged.append(group[len(group) // 2])
+    return tuple(merged)
+
+
+def fit_group(hop: str, way: str, rows: pd.DataFrame, calls: str) -> PathModel | None:
+    """A hop's model from the rows of one way of moving bytes; None when they hold no
+    single-transfer row and no many-fragment row."""
+    fragments = pd.to_numeric(rows["fragment_count"], errors="coerce").fillna(1).astype(int)
+    sizes = pd.to_numeric(rows["size_bytes"], errors="coerce").fillna(0).astype(int)
+    frag_bytes = pd.to_numeric(rows["fragment_bytes"], errors="coerce").fillna(0).astype(int)
+    medians = pd.to_numeric(rows["median_ns"], errors="coerce")
+    singles = _median_by_size(Point(int(s), float(t), str(c)) for s, t, c, n in zip(
+        sizes, medians, rows["case_id"], fragments, strict=True) if n <= 1 and s > 0)
+    notes = []
+    if singles:
+        peak = max(p.size / p.ns for p in singles)  # bytes per ns at the best single transfer
+        low = singles[0]
+        call_ns = max(0.0, low.ns - low.size / peak)
+    else:
+        call_ns = 0.0
+        notes.append("no single-transfer rows: per-call cost a not measured, taken as 0")
+    facts = _facts(rows)
+    fragmented = []
+    for size, n, ns, case_id in zip(frag_bytes, fragments, medians, rows["case_id"], strict=True):
+        if n > 1 and size > 0:
+            calls_n = max(1, int(CALL_RULES[calls](int(n), facts)))
+            fragmented.append(Point(int(size), max(0.0, (float(ns) - call_ns * calls_n) / n),
+                                    str(case_id)))
+    if not singles and not fragmented:
+        return None
+    return PathModel(hop, way, calls, call_ns, singles, _median_by_size(fragmented), facts,
+                     notes=tuple(notes))
+
+
+def _way(row: pd.Series) -> str:
+    params = ",".join(f"{k}={v}" for k, v in sorted(_decoded(row.get("params")).items()))
+    return (f"{row['method']} {row['region']} -> {row['peer']}"
+            + (f" [{params}]" if params else ""))
+
+
+def fit_run(cases: pd.DataFrame) -> dict[str, list[PathModel]]:
+    """Every hop the run measured -> its ways of moving bytes, each fitted from its own rows
+    (one way: one method between one region and one peer, with its params)."""
+    rows = usable_rows(cases)
+    models: dict[str, list[PathModel]] = {}
+    if rows.empty:
+        return models
+    ways = [_way(row) for _, row in rows.iterrows()]
+    rows = rows.assign(way=ways)
+    for (hop, way), group in rows.groupby(["hop", "way"], sort=True):
+        model = fit_group(str(hop), str(way), group, str(group["calls"].iloc[0]))
+        if model is not None:
+            models.setdefault(str(hop), []).append(model)
+    return models

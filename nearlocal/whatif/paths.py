@@ -1,0 +1,96 @@
+"""The serving paths a KV cache can be reloaded over, and the hops they are made of: one registry
+each, declared once. A hop selects the rows that can stand for it by what the rows carry (the
+mover their method declares in `Method.delivery`, the source's and destination's pool classes),
+never by a method's or region's name, so a plugin's method joins the hop it moves bytes on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POOL = frozenset({"devdax", "cxl-node"})  # POOL_CLASSES keys of a CXL pool
+LOCAL = frozenset({"local"})
+GPU = frozenset({"gpu"})
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One leg of a reload: rows whose delivery mover is one of `movers` and whose source and
+    destination pool classes are in `src` / `dst` (None: any) stand for it."""
+
+    name: str
+    what: str
+    movers: frozenset[str]
+    src: frozenset[str] | None
+    dst: frozenset[str] | None
+
+    def takes(self, mover: str, src: str, dst: str) -> bool:
+        return (mover in self.movers and (self.src is None or src in self.src)
+                and (self.dst is None or dst in self.dst))
+
+
+HOPS: dict[str, Hop] = {}
+
+
+def register_hop(hop: Hop) -> Hop:
+    if hop.name in HOPS:
+        raise ValueError(f"hop {hop.name!r} declared twice")
+    HOPS[hop.name] = hop
+    return hop
+
+
+for _hop in (
+    Hop("host-gather", "the CPU gathers the fragments out of local DRAM", frozenset({"cpu", "dsa"}),
+        LOCAL, LOCAL),
+    Hop("pool-gather", "the CPU gathers the fragments out of a CXL pool into local DRAM",
+        frozenset({"cpu", "dsa"}), POOL, LOCAL),
+    Hop("host->gpu", "host DRAM -> GPU over PCIe", frozenset({"gpu"}), LOCAL, GPU),
+    Hop("pool->gpu", "CXL pool -> GPU (the GPU reads the pool's mapping)", frozenset({"gpu"}),
+        POOL, GPU),
+    Hop("rdma", "another host's memory -> this host over an RDMA NIC", frozenset({"nic"}), None,
+        None),
+    Hop("nvme->host", "files on storage -> host DRAM", frozenset({"storage"}), None, LOCAL),
+    Hop("nvme->gpu", "files on storage -> GPU", frozenset({"storage"}), None, GPU),
+    Hop("gpu-peer", "a peer GPU's HBM -> this GPU (NVLink when peered)", frozenset({"gpu"}), GPU,
+        GPU),
+):
+    register_hop(_hop)
+
+
+@dataclass(frozen=True)
+class ServingPath:
+    """Where a request's KV cache comes back from, as routes of hops: the first hop of a route
+    moves the request's fragments as the layout cuts them; a later hop moves the bytes the first
+    one packed, one piece per layer. The path's figure is its fastest complete route."""
+
+    name: str
+    what: str
+    routes: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        unknown = {hop for route in self.routes for hop in route} - set(HOPS)
+        if unknown:
+            raise ValueError(f"serving path {self.name!r} names unknown hops {sorted(unknown)}")
+
+
+SERVING_PATHS: dict[str, ServingPath] = {}
+
+
+def register_serving_path(path: ServingPath) -> ServingPath:
+    if path.name in SERVING_PATHS:
+        raise ValueError(f"serving path {path.name!r} declared twice")
+    SERVING_PATHS[path.name] = path
+    return path
+
+
+for _path in (
+    ServingPath("cpu-offload", "KV offloaded to host DRAM, reloaded over PCIe",
+                (("host->gpu",), ("host-gather", "host->gpu"))),
+    ServingPath("cxl-pool", "KV in a CXL pool (device-dax or a CPU-less node; Beluga)",
+                (("pool->gpu",), ("pool-gather", "host->gpu"))),
+    ServingPath("rdma", "KV in another host's DRAM, fetched over RDMA (Mooncake's path)",
+                (("rdma", "host->gpu"),)),
+    ServingPath("nvme", "KV in files on an NVMe SSD", (("nvme->gpu",), ("nvme->host", "host->gpu"))),
+    ServingPath("nvlink", "KV lent by a peer GPU's idle HBM over NVLink (SwiftCache)",
+                (("gpu-peer",),)),
+):
+    register_serving_path(_path)

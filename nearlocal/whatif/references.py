@@ -1,0 +1,104 @@
+"""Reference boxes: path figures from named, dated sources (a paper, a public measurement, a
+vendor's claim), one TOML file each in nearlocal/data/references/ (its README says the format).
+`whatif --reference NAME` fills the hops a box did not measure from one, labelled per term; a
+figure here was never measured by nearlocal. Adding a box is one data file."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from nearlocal.core.methods import CALL_RULES
+from nearlocal.errors import UsageError
+from nearlocal.whatif.fit import PathModel
+from nearlocal.whatif.paths import HOPS
+
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "references"
+KINDS = ("paper", "public-measurement", "vendor-claim", "measured-run")
+
+
+@dataclass(frozen=True)
+class ReferenceBox:
+    name: str
+    title: str
+    kind: str
+    source: str
+    date: str
+    links: dict[str, tuple[PathModel, ...]]  # hop -> its stated model (a run's: every way)
+
+    @property
+    def label(self) -> str:
+        return f"reference {self.name} ({self.kind}: {self.source}, {self.date})"
+
+
+def reference_names() -> list[str]:
+    return sorted(p.stem for p in REFERENCE_DIR.glob("*.toml"))
+
+
+def _number(link: dict, key: str, where: str, default: float | None = None) -> float:
+    value = link.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise UsageError(f"{where}: {key} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def parse_reference(data: dict, where: str) -> ReferenceBox:
+    """A reference box from its TOML data; a malformed one is a one-line error naming it."""
+    box = data.get("box")
+    if not isinstance(box, dict):
+        raise UsageError(f"{where}: no [box] table")
+    missing = [k for k in ("name", "title", "kind", "source", "date") if not box.get(k)]
+    if missing:
+        raise UsageError(f"{where}: [box] lacks {', '.join(missing)}")
+    if box["kind"] not in KINDS:
+        raise UsageError(f"{where}: kind {box['kind']!r} is not one of {', '.join(KINDS)}")
+    label = f"reference {box['name']} ({box['kind']}: {box['source']}, {box['date']})"
+    links: dict[str, tuple[PathModel, ...]] = {}
+    for number, link in enumerate(data.get("link") or [], 1):
+        at = f"{where}: link {number}"
+        hop = link.get("hop")
+        if hop not in HOPS:
+            raise UsageError(f"{at}: hop {hop!r} is not one of {', '.join(HOPS)}")
+        if hop in links:
+            raise UsageError(f"{at}: hop {hop!r} is stated twice")
+        bandwidth = _number(link, "bandwidth_gbps", at)
+        if bandwidth <= 0:
+            raise UsageError(f"{at}: bandwidth_gbps must be above 0")
+        calls = link.get("calls", "one")
+        if calls not in CALL_RULES:
+            raise UsageError(f"{at}: calls {calls!r} is not one of {', '.join(CALL_RULES)}")
+        facts = {"max_sge": int(_number(link, "max_sge", at, 0))} if "max_sge" in link else {}
+        notes = () if "calls" in link else (
+            f"{label}: the source states no call count; one call per read assumed",)
+        links[hop] = (PathModel(hop, f"{label}: {link.get('basis', '')}".rstrip(": "), calls,
+                               _number(link, "call_us", at, 0.0) * 1e3, source=label,
+                               facts=facts, bandwidth_gbps=bandwidth,
+                               fragment_ns=_number(link, "fragment_us", at, 0.0) * 1e3,
+                               notes=notes),)
+    return ReferenceBox(str(box["name"]), str(box["title"]), str(box["kind"]),
+                        str(box["source"]), str(box["date"]), links)
+
+
+def run_reference(run, measured: dict[str, list[PathModel]]) -> ReferenceBox:
+    """A stored run of this project promoted to a reference: its fitted hops, labelled with the
+    run's id, host and date (for a box without a GPU, a GPU box's run)."""
+    host = str((run.meta.get("inventory") or {}).get("hostname", "?"))
+    date = str(run.meta.get("started", "?"))
+    box = ReferenceBox(run.run_id, f"nearlocal run {run.run_id} on {host}", "measured-run",
+                       f"nearlocal run {run.run_id} on {host}", date, {})
+    return replace(box, links={hop: tuple(replace(m, source=box.label) for m in models)
+                               for hop, models in measured.items()})
+
+
+def load_reference(name: str) -> ReferenceBox:
+    """A shipped reference box by name, or the path of a TOML file in the same format."""
+    path = Path(name) if name.endswith(".toml") else REFERENCE_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise UsageError(f"unknown reference box {name!r}: shipped are "
+                         f"{', '.join(reference_names())}, or give the path of a .toml file")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"reference box {path}: not valid TOML: {exc}") from None
+    return parse_reference(data, f"reference box {path}")

@@ -1,0 +1,225 @@
+"""What a box's paths mean for serving one model: KV bytes per request, fragments per read (cut
+by the same code as `nearlocal kv`), reload time per turn over each serving path, layer-wise
+pipelining against a given compute time, the break-even against recomputing the prefill, and the
+throughput a path can carry. Every term names the rows or the reference box it came from; a hop
+neither measured nor filled from a reference is said so, never left out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from nearlocal.errors import UsageError
+from nearlocal.whatif.fit import PathModel, Prediction
+from nearlocal.whatif.paths import HOPS, SERVING_PATHS
+from nearlocal.whatif.references import ReferenceBox
+
+NOT_MEASURED = "not measured on this box"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's reload, as a serving stack sees it. The defaults are Beluga's B16 setup:
+    Qwen2.5-32B, 16K-token inputs, every token cached, TP 1, vLLM flash-attn 16-token blocks."""
+
+    model: str = "qwen2.5-32b"
+    context: int = 16384  # tokens of the request's context
+    cached: float = 1.0  # the share of them whose KV is reloaded (not recomputed)
+    tp: int = 1
+    layout: str = "flash-attn"
+    block_tokens: int | None = None  # the layout's default
+    dtype: str | None = None  # the model's
+    gpus_per_link: int = 1  # GPUs sharing one adapter / NIC / link
+    layer_compute_us: float | None = None  # a layer's compute per turn, for the pipelined figure
+    prefill_tokens_per_s: float | None = None  # for the break-even against recomputing
+
+    def check(self) -> None:
+        if self.context <= 0:
+            raise UsageError(f"--context must be a positive number of tokens, got {self.context}")
+        if not 0 < self.cached <= 1:
+            raise UsageError(f"--cached must lie in (0, 1], got {self.cached}")
+        if self.gpus_per_link < 1:
+            raise UsageError(f"--gpus-per-link must be at least 1, got {self.gpus_per_link}")
+        for name, value in (("--layer-compute-us", self.layer_compute_us),
+                            ("--prefill-tokens-per-s", self.prefill_tokens_per_s)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise UsageError(f"{name} must be a positive number, got {value}")
+
+    @property
+    def cached_tokens(self) -> int:
+        return max(1, round(self.context * self.cached))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One read of the request's cached KV, as the layout cuts it (one TP rank's share)."""
+
+    pattern: str  # the kv: pattern (`nearlocal run --pattern`, `nearlocal kv`)
+    layers: int
+    bytes_per_token: int  # every layer's K and V of one token on one rank
+    total_bytes: int
+    fragments: int
+    fragment_bytes: int  # the median
+    blocks: int
+
+
+def shape_of(request: Request) -> Shape:
+    """The request's read cut by `nearlocal kv`'s code: whole blocks of the cached tokens,
+    scattered in the pool as a paged cache leaves them."""
+    from nearlocal.workloads import kv
+    from nearlocal.workloads.layouts import get_layout
+    from nearlocal.workloads.models import get_model
+
+    request.check()
+    get_model(request.model)
+    layout = get_layout(request.layout)
+    block_tokens = request.block_tokens or layout.default_block_tokens
+    layout.check_block_tokens(block_tokens)
+    blocks = -(-request.cached_tokens // block_tokens)
+    options = [f"tp={request.tp}", f"bt={block_tokens}", "blocks=scattered"]
+    if request.dtype:
+        options.append(f"dtype={request.dtype}")
+    if ":" in request.model:
+        raise UsageError(f"--model {request.model!r}: a config path for kv patterns cannot hold ':'")
+    text = ":".join(["kv", request.model, layout.name, f"dense:{blocks}", *options])
+    pattern = kv.parse_kv_pattern(text)
+    geometry = kv.parse_plan(text).geometry
+    return Shape(text, geometry.layers, geometry.layers * geometry.parts * geometry.token_bytes,
+                 pattern.total_bytes, pattern.count, pattern.fragment_bytes, blocks)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One hop of a path's route for this request."""
+
+    hop: str
+    what: str
+    fragments: int
+    fragment_bytes: int
+    ns: float | None  # None: not measured and no reference fills it
+    way: str  # the way chosen (method, regions) or the reference
+    source: str  # "measured" or the reference's label
+    rows: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One serving path's figures for the request."""
+
+    path: str
+    what: str
+    terms: tuple[Term, ...]
+    complete: bool
+    reload_ns: float | None  # the route's terms in series (None: a term is missing)
+    pipelined_ns: float | None  # t_ld + (N - 1) max(t_ld, t_c) + t_c
+    recompute_ns: float | None  # prefilling the cached tokens instead
+    beats_recompute: bool | None
+    requests_per_s: float | None  # what the path carries: one link, k GPUs sharing it
+    gbps: float | None  # the request's bytes over its reload time
+    measured: bool  # every term measured on this box (no reference figure)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Whatif:
+    request: Request
+    shape: Shape
+    paths: tuple[PathFigures, ...]
+    run: str  # the run's id
+    emulated: str  # why the run's figures are not a real box's ("" when they are)
+    reference: str  # the reference box's label ("" when none)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _best(models: list[PathModel], fragments: int, size: int) -> tuple[PathModel, Prediction]:
+    """The fastest way for this shape, preferring figures inside the measured sizes."""
+    scored = [(bool(p.notes), p.ns, m.way, m, p) for m in models
+              for p in (m.predict(fragments, size),)]
+    scored.sort(key=lambda s: (s[0], s[1], s[2]))
+    return scored[0][3], scored[0][4]
+
+
+def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathModel]],
+          reference: ReferenceBox | None) -> Term:
+    what = HOPS[hop].what
+    if measured.get(hop):
+        model, prediction = _best(measured[hop], fragments, size)
+    elif reference is not None and reference.links.get(hop):
+        model, prediction = _best(list(reference.links[hop]), fragments, size)
+    else:
+        why = NOT_MEASURED + (f" nor in {reference.label}" if reference else "")
+        return Term(hop, what, fragments, size, None, "-", why, ())
+    return Term(hop, what, fragments, size, prediction.ns, model.way, model.source,
+                prediction.rows, prediction.notes)
+
+
+def _route_terms(route: tuple[str, ...], shape: Shape, measured: dict[str, list[PathModel]],
+                 reference: ReferenceBox | None) -> list[Term]:
+    terms = []
+    for position, hop in enumerate(route):
+        if position == 0:  # the request's fragments as the layout cuts them
+            fragments, size = shape.fragments, shape.fragment_bytes
+        else:  # what the first hop packed: one piece per layer
+            fragments, size = shape.layers, max(1, shape.total_bytes // shape.layers)
+        terms.append(_term(hop, fragments, size, measured, reference))
+    return terms
+
+
+def _route_key(terms: list[Term]) -> tuple:
+    """Complete routes first; among them the one with the larger share of terms this box
+    measured (a reference fills what the box lacks, it does not outrank what it measured), then
+    the fastest; among incomplete routes the one that measured most."""
+    missing = sum(t.ns is None for t in terms)
+    measured = sum(t.source == "measured" for t in terms)
+    total = sum(t.ns for t in terms if t.ns is not None)
+    if missing:
+        return (1, -measured, missing, 0.0)
+    return (0, -measured / len(terms), 0, total)
+
+
+def path_figures(name: str, request: Request, shape: Shape,
+                 measured: dict[str, list[PathModel]],
+                 reference: ReferenceBox | None = None) -> PathFigures:
+    path = SERVING_PATHS[name]
+    routes = [_route_terms(route, shape, measured, reference) for route in path.routes]
+    terms = min(routes, key=_route_key)
+    complete = all(t.ns is not None for t in terms)
+    notes = []
+    if len(terms) > 1:
+        notes.append("hops in series: the route's terms are added (no overlap between them)")
+    reload_ns = sum(t.ns for t in terms) if complete else None
+    pipelined = recompute = beats = rps = gbps = None
+    if reload_ns is not None:
+        gbps = shape.total_bytes / reload_ns if reload_ns > 0 else None
+        # the link carries one request's reload at a time; k GPUs sharing it divide it
+        rps = 1e9 / reload_ns / request.gpus_per_link if reload_ns > 0 else None
+        if request.layer_compute_us is not None:
+            load = reload_ns / shape.layers
+            compute = request.layer_compute_us * 1e3
+            pipelined = load + (shape.layers - 1) * max(load, compute) + compute
+        if request.prefill_tokens_per_s is not None:
+            recompute = request.cached_tokens / request.prefill_tokens_per_s * 1e9
+            beats = reload_ns < recompute
+    return PathFigures(name, path.what, tuple(terms), complete, reload_ns, pipelined, recompute,
+                       beats, rps, gbps,
+                       complete and all(t.source == "measured" for t in terms), tuple(notes))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the what-if is computed from: a run's fitted hops and who the run is."""
+
+    measured: dict[str, list[PathModel]] = field(default_factory=dict)
+    run: str = ""
+    emulated: str = ""
+
+
+def whatif(inputs: Inputs, request: Request, reference: ReferenceBox | None = None) -> Whatif:
+    shape = shape_of(request)
+    paths = tuple(path_figures(name, request, shape, inputs.measured, reference)
+                  for name in SERVING_PATHS)
+    return Whatif(request, shape, paths, inputs.run, inputs.emulated,
+                  reference.label if reference else "")
