@@ -14,6 +14,7 @@ import pytest
 from nearlocal.core.cases import Case
 from nearlocal.core.sampling import StoppingRule
 from nearlocal.engine.worker import WorkerSettings, measure
+from nearlocal.gpu.suites import MAPPED_HOST, SERVING_PATTERNS
 from tests.gpu_fakecupy import HEADERS_MISSING, libnvrtc, make_fake_cupy
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ runs the kernels' CUDA C")
@@ -144,5 +145,11 @@ def test_the_gpu_suite_runs_through_the_cli_without_headers(tmp_path):
     assert len(rows) > 50 and {r["status"] for r in rows} <= {"ok", "skipped"}
     ok = {r["method"] for r in rows if r["status"] == "ok"}
     assert {"gather-kernel", "scatter-kernel", "zero-copy-kernel", "cuda-memcpy-async"} <= ok
+    # serving's shapes (qwen2.5-32b's blocks, a 64 MiB layer) open their regions and move their
+    # bytes on both mapped host regions
+    for method in ("gather-kernel", "scatter-kernel", "cuda-memcpy-async"):
+        done = {(r["region"], r["pattern"]) for r in rows if r["method"] == method
+                and r["status"] == "ok"}
+        assert {(m, p) for m in MAPPED_HOST for p in SERVING_PATTERNS} <= done, method
     for row in rows:
         assert row["status"] == "ok" or "compile" not in (row.get("reason") or ""), row

@@ -10,10 +10,12 @@ import pytest
 
 from nearlocal.core.cases import Case, unavailable, validate
 from nearlocal.core.methods import load_methods
+from nearlocal.core.patterns import parse_pattern
 from nearlocal.core.suites import suite_cases
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
 from nearlocal.gpu.methods import layer_stream_summary, regular_strides
+from nearlocal.gpu.suites import GPU_PATTERNS, MAPPED_HOST, SERVING_PATTERNS
 from nearlocal.probe import probe
 from nearlocal.probe.gpu import GpuDevice, GpuInfo
 from nearlocal.store import load
@@ -118,11 +120,39 @@ def test_gpu_suite_is_all_skipped_with_reasons(tmp_path, inventory):
     assert main(["run", "--suite", "gpu", "--budget", "0.05", "--out", str(tmp_path),
                  "--quiet"]) == 0
     cases = load(None, tmp_path).cases
-    wanted = {"1024x160B", "128x20KiB", "64KiB"}
-    assert wanted <= set(cases["pattern"]) and {"pinned", "registered:dram"} <= set(cases["region"])
+    wanted = {*GPU_PATTERNS, *SERVING_PATTERNS}
+    assert set(cases["pattern"]) == wanted and {"pinned", "registered:dram"} <= set(cases["region"])
     assert {"cuda-memcpy", "gather-kernel"} <= set(cases["method"])
     assert (cases["status"] == "skipped").all()
     assert cases["reason"].str.startswith("no GPU").all()
+
+
+def test_gpu_suite_times_serving_shapes_on_mapped_host(inventory):
+    """The papers' shapes keep their 60 cases, ids and order; serving's qwen2.5-32b blocks and a
+    64 MiB layer follow on pinned and registered memory, by the API copies (cudaMemcpy2DAsync only
+    where the fragments are one regular stride) and the gather / scatter kernels, device timing."""
+    cases = suite_cases("gpu")
+    assert len(cases) == 92 and len({c.id for c in cases}) == 92
+    papers, serving = cases[:60], cases[60:]
+    assert {c.pattern for c in papers} == set(GPU_PATTERNS)
+    assert papers[0].id == "cuda-memcpy/pinned/wb/1024x160B/peer=gpu:0"
+    assert papers[-1].id == "cuda-memcpy-async/dram/wb/64KiB/peer=gpu:0"
+    assert {c.pattern for c in serving} == set(SERVING_PATTERNS) and "64MiB" in SERVING_PATTERNS
+    for region in MAPPED_HOST:
+        for pattern in SERVING_PATTERNS:
+            methods = {c.method for c in serving if c.region == region and c.pattern == pattern}
+            two_d = regular_strides(parse_pattern(pattern).frags) is not None
+            assert methods == {"cuda-memcpy", "cuda-memcpy-async", "cuda-memcpy-batch",
+                               "gather-kernel", "scatter-kernel"} | ({"cuda-memcpy-2d"} if two_d else set())
+    for case in serving:
+        assert not case.params and case.peer == "gpu:0"
+        region_bytes, peer_bytes = case.spans()
+        assert region_bytes <= 64 << 20 and peer_bytes <= 64 << 20  # a 64 MiB pinned region at most
+        validate(case, inventory)
+        assert unavailable(case, inventory, False)  # skipped here, with a reason
+    shapes = {p: parse_pattern(p) for p in SERVING_PATTERNS}
+    assert [(s.count, s.fragment_bytes, s.total_bytes) for s in shapes.values()] == [
+        (512, 32 << 10, 16 << 20), (4, 4 << 20, 16 << 20), (1, 64 << 20, 64 << 20)]
 
 
 def test_swiftcache_suite_names_peer_and_layer_cases(inventory):

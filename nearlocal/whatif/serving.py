@@ -15,6 +15,8 @@ from nearlocal.whatif.paths import HOPS, SERVING_PATHS
 from nearlocal.whatif.references import ReferenceBox
 
 NOT_MEASURED = "not measured on this box"
+SUPERBLOCK_TOKENS = 256  # a superblock (workloads.selections), Mooncake's remedy in B3
+SELECTIONS = ("dense", "superblock")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,11 @@ class Request:
     gpus_per_link: int = 1  # GPUs sharing one adapter / NIC / link
     layer_compute_us: float | None = None  # a layer's compute per turn, for the pipelined figure
     prefill_tokens_per_s: float | None = None  # for the break-even against recomputing
+    select: str = "dense"  # dense: the layout's blocks; superblock: 256-token groups (B3)
 
     def check(self) -> None:
+        if self.select not in SELECTIONS:
+            raise UsageError(f"--select {self.select!r}: one of {', '.join(SELECTIONS)}")
         if self.context <= 0:
             raise UsageError(f"--context must be a positive number of tokens, got {self.context}")
         if not 0 < self.cached <= 1:
@@ -71,17 +76,18 @@ def shape_of(request: Request) -> Shape:
     from nearlocal.workloads.models import get_model
 
     request.check()
-    get_model(request.model)
+    get_model(request.model)  # an unknown model: its own one-line error, before the pattern's
     layout = get_layout(request.layout)
     block_tokens = request.block_tokens or layout.default_block_tokens
     layout.check_block_tokens(block_tokens)
-    blocks = -(-request.cached_tokens // block_tokens)
+    tokens = SUPERBLOCK_TOKENS if request.select == "superblock" else block_tokens
+    blocks = -(-request.cached_tokens // tokens)
     options = [f"tp={request.tp}", f"bt={block_tokens}", "blocks=scattered"]
     if request.dtype:
         options.append(f"dtype={request.dtype}")
     if ":" in request.model:
         raise UsageError(f"--model {request.model!r}: a config path for kv patterns cannot hold ':'")
-    text = ":".join(["kv", request.model, layout.name, f"dense:{blocks}", *options])
+    text = ":".join(["kv", request.model, layout.name, f"{request.select}:{blocks}", *options])
     pattern = kv.parse_kv_pattern(text)
     geometry = kv.parse_plan(text).geometry
     return Shape(text, geometry.layers, geometry.layers * geometry.parts * geometry.token_bytes,
