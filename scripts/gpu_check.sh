@@ -25,9 +25,10 @@
 # Writes nothing outside $OUT (default /tmp/out) but a scratch folder under $TMPDIR that it
 # removes on exit: cupy's kernel cache, numba's cache, the CUDA JIT cache, TMPDIR of every step
 # (pytest's tmp_path, the CPU shim), the storage file, the installed wheels; no __pycache__
-# (PYTHONDONTWRITEBYTECODE). $OUT receives at most 6 files: steps.txt, log.txt, report.md,
-# gpu_check.json, rows.jsonl, gpu-check.tgz (everything else: preflight, probe, results store,
-# suite JSON, JUnit XML, benchmark JSON).
+# (PYTHONDONTWRITEBYTECODE). $OUT receives at most 7 files: steps.txt, log.txt, report.md,
+# gpu_check.json, rows.jsonl, whatif.md (the gpu suite's run for serving), gpu-check.tgz
+# (everything else: preflight, probe, results store, suite JSON, whatif JSON, JUnit XML,
+# benchmark JSON).
 #   bash scripts/gpu_check.sh            (PYTHON=... to choose the interpreter; TOTAL_S=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,9 +36,9 @@ OUT="${OUT:-/tmp/out}"
 WORK="$OUT/work"
 PY="${PYTHON:-python3}"
 WHEELS="${NEARLOCAL_WHEELS:-$PWD/wheels}"
-TOTAL_S="${TOTAL_S:-300}"
+TOTAL_S="${TOTAL_S:-320}"
 # name:cap in seconds, in order; the caps must leave TAIL_S of TOTAL_S for packing up
-STEPS=(preflight:15 probe:20 tests:60 check:80 suite-gpu:60 suite-swiftcache:25
+STEPS=(preflight:15 probe:20 tests:60 check:80 suite-gpu:60 whatif:15 suite-swiftcache:25
        suites-verdict:10 bench-gpu:25)
 BUDGET=0.05  # per case; one worker process per suite (a check, not a comparison of runs)
 STORAGE_BYTES=$((64 << 20))  # the storage cases' file (64x1MiB@1MiB): made once, never rewritten
@@ -64,7 +65,7 @@ export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 deadline=$((SECONDS + TOTAL_S))
 status=0
 skip_reason=""
-rm -f "$OUT/steps.txt" "$OUT/report.md" "$OUT/gpu_check.json" "$OUT/rows.jsonl"
+rm -f "$OUT/steps.txt" "$OUT/report.md" "$OUT/gpu_check.json" "$OUT/rows.jsonl" "$OUT/whatif.md"
 
 cap_of() {
   local entry
@@ -129,12 +130,17 @@ main() {
   fi
   step suite-gpu "${NL[@]}" run --suite gpu --processes 1 --budget "$BUDGET" \
     --out "$WORK/results" --json "$WORK/suite-gpu.json"
+  # the gpu suite's run (the latest) in the units of serving: each path's reload per turn for
+  # Beluga's B16 request and the papers' claims recomputed from this box's rows (docs/whatif.md)
+  step whatif bash -o pipefail -c "${NL[*]} whatif --out '$WORK/results' --claims \
+    --markdown '$OUT/whatif.md' && ${NL[*]} whatif --out '$WORK/results' --claims --json \
+    > '$WORK/whatif.json' && ${NL[*]} whatif --out '$WORK/results' --claims"
   step suite-swiftcache "${NL[@]}" run --suite swiftcache --processes 1 --budget "$BUDGET" \
     --out "$WORK/results" --json "$WORK/suite-swiftcache.json"
   step suites-verdict "$PY" scripts/gpu_check.py --out "$OUT" --suites-only \
     --suite "gpu=$WORK/suite-gpu.json" --suite "swiftcache=$WORK/suite-swiftcache.json"
   step bench-gpu "$PY" -m pytest -q -p no:cacheprovider bench/test_gpu.py \
-    --nearlocal-suite gpu --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json" \
+    --nearlocal-suite gpu --nearlocal-processes 1 --benchmark-max-time 0.02 --benchmark-json "$WORK/bench-gpu.json" \
     --benchmark-storage "file://$SCRATCH/benchmarks"
   if [ -n "$skip_reason" ] && [ ! -e "$OUT/report.md" ]; then
     printf '# nearlocal GPU check\n\nNot run: %s\n' "$skip_reason" > "$OUT/report.md"

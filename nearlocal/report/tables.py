@@ -15,6 +15,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     latency,
     rack,
     rdma,
+    serving,
     summary,
     swiftcache,
 )

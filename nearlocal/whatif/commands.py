@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from nearlocal.errors import UsageError
 from nearlocal.units import format_ns, format_size
+from nearlocal.whatif.claims import Claim
 from nearlocal.whatif.paths import SERVING_PATHS
 from nearlocal.whatif.references import reference_names
 from nearlocal.whatif.serving import PathFigures, Request, Term, Whatif
@@ -119,24 +121,49 @@ def markdown(result: Whatif) -> str:
     return "\n".join([*lines, "", *(["Notes:", "", *notes, ""] if notes else [])])
 
 
+def claims_markdown(claims: list[Claim]) -> str:
+    lines = ["| ID | claim | reported by the paper | from the paper's microbenchmarks | "
+             "predicted for this box |", "|---|---|---|---|---|"]
+    for c in claims:
+        rows = f" (rows {', '.join(c.rows)})" if c.rows else ""
+        lines.append(f"| {c.id} | {c.what} | {c.reported} | {c.from_papers} | "
+                     f"{c.this_box}{rows} |")
+    lines += ["", *(f"- {c.id}: {c.explains} (assumed: {c.assumption})" for c in claims)]
+    return "\n".join(lines) + "\n"
+
+
 def _whatif(args: argparse.Namespace) -> int:
-    from nearlocal.whatif import for_run
+    from nearlocal import safeio
+    from nearlocal.store import load
+    from nearlocal.whatif import inputs_of, reference_box, whatif
+    from nearlocal.whatif.claims import claims
 
     if args.reference == "list":
         print("\n".join(reference_names()))
         return 0
-    from nearlocal import safeio
-
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
-    result = for_run(args.run, request_of(args), args.reference, Path(args.out))
+    run = load(args.run, Path(args.out))
+    reference = reference_box(args.reference, Path(args.out)) if args.reference else None
+    result = whatif(inputs_of(run), request_of(args), reference)
+    found = claims(inputs_of(run)) if args.claims else []
+    text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
+                               if found else "")
     if target is not None:
-        safeio.write_output("--markdown", target, markdown(result))
+        safeio.write_output("--markdown", target, text)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
-    elif args.markdown:
+        data = result.as_dict()
+        if args.claims:
+            data["claims"] = [asdict(c) for c in found]
+        print(json.dumps(data, indent=2, default=str))
+    elif target is not None:
         print(f"wrote {args.markdown}")
     else:
         _print(result)
+        if found:
+            from nearlocal.terminal import console
+
+            console.print("\nthe papers' claims recomputed:", markup=False, highlight=False)
+            console.print(claims_markdown(found), markup=False, highlight=False)
     return 0
 
 
@@ -177,6 +204,9 @@ def register(subparsers) -> None:
                         help="fill the hops this box lacks from a reference box: "
                              + ", ".join(reference_names())
                              + ", a .toml file, or run:RUN (a stored run); `list` lists them")
+    parser.add_argument("--claims", action="store_true",
+                        help="also the papers' end-to-end claims (B3, B11, B16, S1-S3) recomputed "
+                             "from this run's rows and from the papers' own microbenchmarks")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--markdown", help="write the table as Markdown to this file")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")

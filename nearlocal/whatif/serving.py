@@ -6,6 +6,7 @@ neither measured nor filled from a reference is said so, never left out."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -68,6 +69,7 @@ class Shape:
     blocks: int
 
 
+@functools.lru_cache(maxsize=32)
 def shape_of(request: Request) -> Shape:
     """The request's read cut by `nearlocal kv`'s code: whole blocks of the cached tokens,
     scattered in the pool as a paged cache leaves them."""
@@ -156,7 +158,7 @@ def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathMode
     elif reference is not None and reference.links.get(hop):
         model, prediction = _best(list(reference.links[hop]), fragments, size)
     else:
-        why = NOT_MEASURED + (f" nor in {reference.label}" if reference else "")
+        why = NOT_MEASURED + (f" nor in reference {reference.name}" if reference else "")
         return Term(hop, what, fragments, size, None, "-", why, ())
     return Term(hop, what, fragments, size, prediction.ns, model.way, model.source,
                 prediction.rows, prediction.notes)
