@@ -430,7 +430,7 @@ def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
     assert steps[0].startswith("=== preflight: ok") and steps[1].startswith("=== probe: ok")
     assert steps[2].startswith("GPU steps skipped: no GPU")
     skipped = [line for line in steps if ": skipped (no GPU" in line]
-    assert len(skipped) == 7  # tests, check, two suites, whatif, their verdict, bench
+    assert len(skipped) == 8  # tests, check, two suites, whatif, its check, the verdict, bench
     assert "Not run: no GPU" in (out / "report.md").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
                                                      "steps.txt"]

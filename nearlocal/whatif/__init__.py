@@ -31,8 +31,9 @@ def inputs_of(run) -> Inputs:
     """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows."""
     cpu = (run.meta.get("inventory") or {}).get("cpu") or {}
     flags = cpu.get("flags") or {}
-    emulated = ("measured in a virtual machine (its CPU reports `hypervisor`): an emulated box's "
-                "figures" if flags.get("hypervisor") else "")
+    emulated = ("measured in a virtual machine (its CPU reports `hypervisor`): host memory "
+                "figures are the guest's, an emulated CPU (TCG) has no memory timing"
+                if flags.get("hypervisor") else "")
     return Inputs(fit_run(run.cases), run.run_id, emulated)
 
 

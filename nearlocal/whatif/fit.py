@@ -45,8 +45,9 @@ class Prediction:
 
 
 def _curve(points: tuple[Point, ...], size: int, what: str) -> tuple[float, list[str], list[str]]:
-    """The curve through `points` (by size, log-log between neighbours) at `size`; outside them
-    the nearest point's figure (below) or its bandwidth (beyond), said in a note."""
+    """The curve through `points` at `size`: linear in size between neighbours (a transfer's
+    time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure;
+    beyond the largest, the last segment's slope (its marginal bandwidth), said in a note."""
     ordered = sorted(points, key=lambda p: p.size)
     low, high = ordered[0], ordered[-1]
     if size <= low.size:
@@ -55,17 +56,19 @@ def _curve(points: tuple[Point, ...], size: int, what: str) -> tuple[float, list
             f"({format_size(low.size)}): its figure taken"]
         return low.ns, notes, [low.case_id]
     if size >= high.size:
-        notes = [] if size == high.size else [
-            f"{what} at {format_size(size)} is beyond the largest measured "
-            f"({format_size(high.size)}): extrapolated at its bandwidth"]
-        return high.ns * size / high.size, notes, [high.case_id]
+        if size == high.size:
+            return high.ns, [], [high.case_id]
+        before = ordered[-2] if len(ordered) > 1 else None
+        slope = ((high.ns - before.ns) / (high.size - before.size)
+                 if before is not None and high.ns > before.ns else high.ns / high.size)
+        note = (f"{what} at {format_size(size)} is beyond the largest measured "
+                f"({format_size(high.size)}): extrapolated at its marginal bandwidth")
+        used = [high.case_id] if before is None else [before.case_id, high.case_id]
+        return high.ns + (size - high.size) * slope, [note], used
     for left, right in itertools.pairwise(ordered):
         if left.size <= size <= right.size:
-            if left.size == right.size or left.ns <= 0 or right.ns <= 0:
-                return max(left.ns, right.ns), [], [left.case_id, right.case_id]
-            share = math.log(size / left.size) / math.log(right.size / left.size)
-            ns = math.exp(math.log(left.ns) + share * (math.log(right.ns) - math.log(left.ns)))
-            return ns, [], [left.case_id, right.case_id]
+            share = (size - left.size) / (right.size - left.size) if right.size > left.size else 0
+            return left.ns + share * (right.ns - left.ns), [], [left.case_id, right.case_id]
     raise AssertionError("unreachable: size lies between the curve's ends")
 
 
@@ -104,14 +107,25 @@ class PathModel:
         return _curve(self.singles, size, "a single transfer")
 
     def per_fragment(self, size: int) -> tuple[float, list[str], list[str]]:
-        """c(s): one fragment of `size` bytes inside a call."""
+        """c(s): one fragment of `size` bytes inside a call: the many-fragment rows' curve
+        within their sizes; outside them the single-transfer curve less a, plus the per-fragment
+        cost d of the nearest many-fragment row (said)."""
         if not self.measured:
             return self.fragment_ns + size / self.bandwidth_gbps, [], [self.source]
-        if self.fragmented:
+        low = min((p.size for p in self.fragmented), default=None)
+        high = max((p.size for p in self.fragmented), default=None)
+        if low is not None and low <= size <= high:
             return _curve(self.fragmented, size, "a fragment")
         ns, notes, rows = self.single(size)
-        return max(ns - self.call_ns, 0.0), [*notes, "no many-fragment rows: per-fragment cost "
-                                                     "d not measured, taken as 0"], rows
+        if low is None:
+            return max(ns - self.call_ns, 0.0), [*notes, "no many-fragment rows: per-fragment "
+                                                         "cost d not measured, taken as 0"], rows
+        nearest = min(self.fragmented, key=lambda p: abs(math.log(p.size / size)))
+        d = nearest.ns - max(self.single(nearest.size)[0] - self.call_ns, 0.0)
+        note = (f"fragments of {format_size(size)} lie outside the many-fragment rows "
+                f"({format_size(low)} .. {format_size(high)}): the single-transfer curve less a, "
+                f"plus d at {format_size(nearest.size)}")
+        return max(ns - self.call_ns + d, 0.0), [*notes, note], [*rows, nearest.case_id]
 
     def predict(self, fragments: int, size: int) -> Prediction:
         """T(n, s) for `fragments` pieces of `size` bytes each."""
@@ -140,6 +154,13 @@ def _isolated(effective: dict) -> bool:
     return str(effective.get("drain", "before")) == "before"
 
 
+def _cache_resident(reaches_memory: object) -> bool:
+    """A row stored as not reaching memory; older rows without the column count as reaching it
+    (as compare takes them)."""
+    return reaches_memory is not None and reaches_memory == reaches_memory \
+        and not bool(reaches_memory)
+
+
 def _ends(row: pd.Series) -> tuple[str, str] | None:
     """(source class, destination class) of a row as a reload moves bytes: a read moves the
     region's fragments into the peer; a write moves the peer into the region, and stands for a
@@ -153,8 +174,9 @@ def _ends(row: pd.Series) -> tuple[str, str] | None:
 
 def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
     """The rows a path model may stand on: measured transfers of methods that deliver the bytes
-    (Method.delivery), timed as isolated transfers, on write-back memory, with a median; each
-    with its hop, delivery and effective params."""
+    (Method.delivery), timed as isolated transfers, on write-back memory, reaching memory (a
+    reload's gigabytes never sit in a CPU cache: a cache-resident row would make the host
+    side read fast), with a median; each with its hop, delivery and effective params."""
     methods = load_methods()
     keep = []
     for index, row in cases.iterrows():
@@ -164,6 +186,7 @@ def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
         effective = _decoded(row.get("effective_params"))
         ends = _ends(row)
         if (delivery is None or ends is None or row.get("status") != "ok"
+                or _cache_resident(row.get("reaches_memory"))
                 or row.get("measures", "transfer") != "transfer" or median != median
                 or median <= 0 or str(row.get("attr", "wb")) not in ("wb", "")
                 or not _isolated(effective)):
