@@ -13,6 +13,21 @@
     metric = "median_ns"       # median_ns (default), p10_ns, p90_ns, p99_ns, min_ns, mean_ns, max_ns, gbps
     max_ratio_to = { region = "dram", ratio = 1.25 }
 
+A requirement may bound a figure derived from the run's rows instead of a case's (docs/whatif.md):
+
+    [[requirement]]
+    name = "qwen2.5-32b, 16K tokens: reload per turn over the pool <= 200 ms"
+    whatif = { path = "cxl-pool", model = "qwen2.5-32b", context = "16k", tp = 1 }
+    metric = "reload_ns"       # reload_ns (default), pipelined_ns, requests_per_s, gbps
+    max = "200ms"
+    cases = [{ method = "gather-kernel", region = "registered:{pool}", peer = "gpu:0" }]
+
+`whatif` takes the request's keys of `nearlocal whatif` (model, context, cached, tp, layout,
+block_tokens, dtype, gpus_per_link, layer_compute_us, prefill_tokens_per_s) and `path` (a
+serving path). Its figure comes from this box's rows only (no reference box): a path with a hop
+the run did not measure fails as not measured, naming the hop; a verdict names the rows its
+figure came from. `cases` (optional): cases `accept` measures for it when it measures.
+
 A case names method, region, attr, size or pattern, peer, access, params. A requirement has one
 bound: `max` / `min` (a duration such as "3us" or a number in the metric's unit), `min_gbps` /
 `max_gbps`, or `max_ratio_to` / `min_ratio_to`: another case, written as the fields that differ
@@ -40,30 +55,56 @@ from nearlocal.core.cases import Case
 from nearlocal.errors import UsageError
 from nearlocal.store.runs import RunData
 from nearlocal.units import format_ns, parse_budget, parse_duration
+from nearlocal.whatif import Request
 
 TIME_METRICS = ("median_ns", "p10_ns", "p90_ns", "p99_ns", "min_ns", "mean_ns", "max_ns")
 METRICS = (*TIME_METRICS, "gbps")
+# a derived requirement's figures (whatif.PathFigures' fields): durations, a rate, a bandwidth
+DERIVED_METRICS = {"reload_ns": "time", "pipelined_ns": "time", "requests_per_s": "rate",
+                   "gbps": "gbps"}
+WHATIF_KEYS = ("path", "model", "context", "cached", "tp", "layout", "block_tokens", "dtype",
+               "gpus_per_link", "layer_compute_us", "prefill_tokens_per_s")
 CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "params")
 BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
-REQUIREMENT_KEYS = ("name", "case", "metric", *BOUND_KEYS)
+REQUIREMENT_KEYS = ("name", "case", "whatif", "cases", "metric", *BOUND_KEYS)
 TOP_KEYS = ("title", "pool", "peer", "run", "defaults", "requirement")
 PLACEHOLDERS = {"{pool}": "pool", "{peer}": "peer"}  # in region / peer strings
 RUN_KEYS = ("budget", "ci", "allow_write", "processes")
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A figure of `nearlocal whatif` for one request over one serving path."""
+
+    path: str
+    request: Request
+
+    @property
+    def id(self) -> str:
+        r = self.request
+        return f"whatif:{self.path}:{r.model}:{r.context}:tp={r.tp}:{r.layout}"
+
+
+@dataclass(frozen=True)
 class Requirement:
     index: int
     name: str
-    case: Case
+    case: Case | None  # None: a derived requirement
     metric: str
     kind: str  # "max", "min", "max_ratio", "min_ratio"
     bound: float
     reference: Case | None = None
+    derived: Derived | None = None
+    measure: tuple[Case, ...] = ()  # what accept measures for a derived requirement
 
     @property
     def is_max(self) -> bool:
         return self.kind.startswith("max")
+
+    @property
+    def subject(self) -> str:
+        """What the requirement bounds: its case's id, or its derived figure's."""
+        return self.derived.id if self.derived is not None else self.case.id
 
 
 @dataclass(frozen=True)
@@ -79,7 +120,8 @@ class Spec:
     peer: str = "dram"
 
     def cases(self) -> list[Case]:
-        found = [c for r in self.requirements for c in (r.case, r.reference) if c is not None]
+        found = [c for r in self.requirements for c in (r.case, r.reference, *r.measure)
+                 if c is not None]
         return list(dict.fromkeys(found))
 
 
@@ -91,14 +133,16 @@ class Verdict:
     margin: float = math.nan  # fraction of the bound still to spare (negative: missed by)
     reason: str = ""
     seconds: float = 0.0  # wall time spent measuring its case (and reference)
+    rows: tuple[str, ...] = ()  # a derived figure's: the case ids it came from
 
     def to_dict(self) -> dict:
         r = self.requirement
-        return {"requirement": r.name, "case": r.case.id, "metric": r.metric, "bound": r.bound,
+        return {"requirement": r.name, "case": r.subject, "metric": r.metric, "bound": r.bound,
                 "kind": r.kind, "reference": r.reference.id if r.reference else None,
                 "measured": None if math.isnan(self.measured) else self.measured,
                 "margin": None if math.isnan(self.margin) else self.margin,
-                "passed": self.passed, "reason": self.reason, "seconds": self.seconds}
+                "passed": self.passed, "reason": self.reason, "seconds": self.seconds,
+                "derived_from": list(self.rows)}
 
 
 # ---------------------------------------------------------------- parsing
@@ -207,6 +251,16 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
     unknown = sorted(set(table) - set(REQUIREMENT_KEYS))
     if unknown:
         raise fail(unknown[0], f"unknown key {unknown[0]!r} (valid: {', '.join(REQUIREMENT_KEYS)})")
+    if "whatif" in table:
+        try:
+            return _derived_requirement(index, name, table, defaults)
+        except UsageError as exc:
+            key = next((k for k in ("whatif", "cases", "metric", *BOUND_KEYS) if k in table
+                        and k in str(exc)), "whatif")
+            raise fail(key, str(exc)) from None
+    if "cases" in table:
+        raise fail("cases", "cases = [...] goes with whatif = {...}: a case requirement "
+                   "measures its own case")
     if not isinstance(table.get("case"), dict):
         raise fail("case", "needs case = { method = ..., size = ... }")
     fields = _merge(defaults, table["case"])
@@ -253,6 +307,73 @@ def _requirement(index: int, table: dict, defaults: dict, lines: _Lines, path: P
     except UsageError as exc:
         raise fail(key, str(exc)) from None
     return Requirement(index, name, case, metric, kind, bound, reference)
+
+
+def _request(fields: dict) -> tuple[str, Request]:
+    """whatif = {...}: the serving path and the request, checked as `nearlocal whatif` checks
+    them (an unknown model or a context past nearlocal kv's bounds is a bad spec)."""
+    from nearlocal.whatif import SERVING_PATHS
+    from nearlocal.whatif.commands import _tokens
+    from nearlocal.whatif.serving import shape_of
+
+    unknown = sorted(set(fields) - set(WHATIF_KEYS))
+    if unknown:
+        raise UsageError(f"whatif: unknown key {unknown[0]!r} (valid: {', '.join(WHATIF_KEYS)})")
+    path = fields.get("path")
+    if path not in SERVING_PATHS:
+        raise UsageError(f"whatif: path must be one of {', '.join(SERVING_PATHS)}, got {path!r}")
+    options = {k: v for k, v in fields.items() if k != "path"}
+    if "context" in options:
+        options["context"] = _tokens(str(options["context"]))
+    for key, kind in (("tp", int), ("block_tokens", int), ("gpus_per_link", int),
+                      ("cached", float), ("layer_compute_us", float),
+                      ("prefill_tokens_per_s", float), ("model", str), ("layout", str),
+                      ("dtype", str)):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(
+                value, int | float if kind is float else kind)):
+            raise UsageError(f"whatif: {key} must be {'a number' if kind is not str else 'text'}"
+                             f"{' (whole)' if kind is int else ''}, got {value!r}")
+    request = Request(**options)
+    shape_of(request)  # the model, layout and context are good before anything is measured
+    return str(path), request
+
+
+def _derived_requirement(index: int, name: str, table: dict, defaults: dict) -> Requirement:
+    if "case" in table or any(k.endswith("_ratio_to") for k in table):
+        raise UsageError("whatif = {...} bounds a derived figure: no case, no ratio_to")
+    if not isinstance(table["whatif"], dict):
+        raise UsageError("whatif must be a table, e.g. whatif = { path = \"cxl-pool\" }")
+    path, request = _request(table["whatif"])
+    bounds = [key for key in BOUND_KEYS if key in table]
+    if len(bounds) != 1:
+        raise UsageError(f"needs exactly one bound of max, min, max_gbps, min_gbps (found "
+                         f"{', '.join(bounds) or 'none'})")
+    key = bounds[0]
+    metric = str(table.get("metric", "gbps" if key.endswith("_gbps") else "reload_ns"))
+    if metric not in DERIVED_METRICS:
+        raise UsageError(f"metric {metric!r} is not a derived figure (valid: "
+                         f"{', '.join(DERIVED_METRICS)})")
+    kind = DERIVED_METRICS[metric]
+    value = table[key]
+    if kind == "time":
+        bound = _duration_ns(value)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{key} must be a number of {'GB/s' if kind == 'gbps' else 'requests/s'}"
+                         f", got {value!r}")
+    else:
+        bound = float(value)
+    if key.endswith("_gbps") and kind != "gbps":
+        raise UsageError(f"{key} bounds the gbps metric, but metric is {metric}")
+    if not 0 < bound < math.inf:
+        raise UsageError(f"{key} must be positive and finite, got {value!r}")
+    measure = table.get("cases", [])
+    if not isinstance(measure, list) or not all(isinstance(c, dict) for c in measure):
+        raise UsageError("cases must be a list of case tables, e.g. cases = [{ method = "
+                         "\"memcpy\", pattern = \"64MiB\" }]")
+    cases = tuple(_make_case(_merge(defaults, c), f"cases[{i}]") for i, c in enumerate(measure))
+    return Requirement(index, name, None, metric, key.removesuffix("_gbps"), bound,
+                       derived=Derived(path, request), measure=cases)
 
 
 def _aim(tree: object, targets: dict[str, str]) -> object:
@@ -393,10 +514,45 @@ def judge(spec: Spec, run: RunData) -> list[Verdict]:
     rows = {key: r for r in records if (key := _normalised_id(r))}
     rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
     verdicts = []
+    inputs = None
     for req in spec.requirements:
+        if req.derived is not None:
+            if inputs is None:  # the run's hops fitted once for every derived requirement
+                from nearlocal.whatif import inputs_of
+
+                inputs = inputs_of(run)
+            verdicts.append(_derived_verdict(req, inputs))
+            verdicts[-1].seconds = _seconds(rows, *req.measure)
+            continue
         verdicts.append(_verdict(req, rows))
         verdicts[-1].seconds = _seconds(rows, req.case, req.reference)
     return verdicts
+
+
+def _derived_verdict(req: Requirement, inputs) -> Verdict:
+    """A what-if figure judged like a case's: only this box's rows stand for it."""
+    from nearlocal.whatif import whatif
+    from nearlocal.whatif.serving import path_figures
+
+    derived = req.derived
+    shape = whatif(inputs, derived.request).shape
+    path = path_figures(derived.path, derived.request, shape, inputs.measured)
+    rows = tuple(dict.fromkeys(r for t in path.terms for r in t.rows))
+    if not path.complete:
+        missing = "; ".join(f"{t.hop} {t.source}" for t in path.terms if t.ns is None)
+        return Verdict(req, False, reason=f"not measured: {derived.path}: {missing}", rows=rows)
+    measured = getattr(path, req.metric)
+    if measured is None or not math.isfinite(float(measured)):
+        what = ("give whatif a layer_compute_us" if req.metric == "pipelined_ns" else
+                "the run's figure is zero")
+        return Verdict(req, False, reason=f"not measured: {derived.path} has no {req.metric} "
+                                          f"({what})", rows=rows)
+    measured = float(measured)
+    if req.is_max:
+        passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
+    else:
+        passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
+    return Verdict(req, passed, measured, margin, rows=rows)
 
 
 def _verdict(req: Requirement, rows: dict[str, dict]) -> Verdict:
@@ -422,12 +578,16 @@ def _format(value: float, req: Requirement) -> str:
         return "-"
     if req.reference is not None:
         return f"{value:.3f}x"
+    if req.metric == "requests_per_s":
+        return f"{value:.3g} req/s"
     return f"{value:.2f} GB/s" if req.metric == "gbps" else format_ns(value)
 
 
 def bound_text(req: Requirement) -> str:
     sign = "<=" if req.is_max else ">="
     text = f"{req.metric} {sign} {_format(req.bound, req)}"
+    if req.derived is not None:
+        return f"{text} ({req.derived.id})"
     return text + (f" of {req.reference.id}" if req.reference is not None else "")
 
 
@@ -477,6 +637,10 @@ def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
     for reason, numbers in reasons(verdicts).items():
         console.print(f"  {reason} (requirement{'s' if len(numbers) > 1 else ''} "
                       f"{', '.join(map(str, numbers))})", markup=False, highlight=False)
+    for number, v in enumerate(verdicts, 1):
+        if v.rows:
+            console.print(f"  requirement {number} derived from rows {', '.join(v.rows)}",
+                          markup=False, highlight=False)
 
 
 def reasons(verdicts: list[Verdict]) -> dict[str, list[int]]:
@@ -500,6 +664,8 @@ def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
                              name=v.requirement.name, time=f"{v.seconds:.3f}")
         detail = (v.reason or f"measured {_format(v.measured, v.requirement)}, "
                   f"bound {bound_text(v.requirement)}, margin {v.margin:+.1%}")
+        if v.rows:
+            detail += f"; derived from rows {', '.join(v.rows)}"
         if v.passed:
             ET.SubElement(case, "system-out").text = detail
         else:

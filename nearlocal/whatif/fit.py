@@ -125,7 +125,7 @@ class PathModel:
         note = (f"fragments of {format_size(size)} lie outside the many-fragment rows "
                 f"({format_size(low)} .. {format_size(high)}): the single-transfer curve less a, "
                 f"plus d at {format_size(nearest.size)}")
-        return max(ns - self.call_ns + d, 0.0), [*notes, note], [*rows, nearest.case_id]
+        return ns - self.call_ns + d, [*notes, note], [*rows, nearest.case_id]
 
     def predict(self, fragments: int, size: int) -> Prediction:
         """T(n, s) for `fragments` pieces of `size` bytes each."""
@@ -134,7 +134,7 @@ class PathModel:
             ns, notes, rows = self.single(size)
         else:
             per, notes, rows = self.per_fragment(size)
-            ns = self.call_ns * self.calls_for(n) + n * per
+            ns = max(self.call_ns * self.calls_for(n) + n * per, 0.0)
         return Prediction(ns, tuple(dict.fromkeys(rows)), tuple([*self.notes, *notes]))
 
 
@@ -246,7 +246,9 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, calls: str) -> PathModel |
     for size, n, ns, case_id in zip(frag_bytes, fragments, medians, rows["case_id"], strict=True):
         if n > 1 and size > 0:
             calls_n = max(1, int(CALL_RULES[calls](int(n), facts)))
-            fragmented.append(Point(int(size), max(0.0, (float(ns) - call_ns * calls_n) / n),
+            # unclamped: below zero when calls overlap (a stream of async copies costs less per
+            # copy than one isolated copy's a), so a * calls(n) + n * c(s) gives the row back
+            fragmented.append(Point(int(size), (float(ns) - call_ns * calls_n) / n,
                                     str(case_id)))
     if not singles and not fragmented:
         return None
