@@ -82,7 +82,7 @@ class Derived:
     @property
     def id(self) -> str:
         r = self.request
-        return f"whatif:{self.path}:{r.model}:{r.context}:tp={r.tp}:{r.layout}"
+        return f"whatif:{self.path}:{r.model}:{r.context}:tp={r.tp}:{r.layout or 'auto'}"
 
 
 @dataclass(frozen=True)

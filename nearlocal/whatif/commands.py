@@ -65,7 +65,7 @@ def _verdict(path: PathFigures) -> str:
 def _header(result: Whatif) -> list[str]:
     request, shape = result.request, result.shape
     lines = [f"what-if for run {result.run}: {request.model}, {request.context} tokens "
-             f"({request.cached_tokens} cached), TP {request.tp}, {request.layout}; one read = "
+             f"({request.cached_tokens} cached), TP {request.tp}, {shape.layout}; one read = "
              f"{shape.fragments} fragments of {format_size(shape.fragment_bytes)} (median), "
              f"{format_size(shape.total_bytes)} ({format_size(shape.total_bytes // shape.layers)}"
              f" per layer, {shape.layers} layers; pattern {shape.pattern})"]
@@ -144,8 +144,14 @@ def _whatif(args: argparse.Namespace) -> int:
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
     run = load(args.run, Path(args.out))
     reference = reference_box(args.reference, Path(args.out)) if args.reference else None
-    result = whatif(inputs_of(run), request_of(args), reference)
-    found = claims(inputs_of(run)) if args.claims else []
+    inputs = inputs_of(run)
+    if not inputs.measured and reference is None:
+        raise UsageError(f"run {run.run_id} has no row a serving path stands on (a copy, a GPU "
+                         "transfer, RDMA or a file read, timed as one isolated read from "
+                         "memory): measure one (`nearlocal run` gathers out of local DRAM; "
+                         "--suite gpu, storage, rdma) or name --reference")
+    result = whatif(inputs, request_of(args), reference)
+    found = claims(inputs) if args.claims else []
     text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
                                if found else "")
     if target is not None:
@@ -177,8 +183,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cached", type=float, default=1.0,
                         help="share of the context whose KV is reloaded (default 1)")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallelism (default 1)")
-    parser.add_argument("--layout", default="flash-attn",
-                        help="KV layout, as `nearlocal kv` (default flash-attn)")
+    parser.add_argument("--layout",
+                        help="KV layout, as `nearlocal kv` (default flash-attn; mla for an MLA "
+                             "model)")
     parser.add_argument("--block-tokens", type=int, help="tokens per block (layout default)")
     parser.add_argument("--dtype", help="KV dtype (default: the model's)")
     parser.add_argument("--gpus-per-link", type=int, default=1,

@@ -29,7 +29,7 @@ class Request:
     context: int = 16384  # tokens of the request's context
     cached: float = 1.0  # the share of them whose KV is reloaded (not recomputed)
     tp: int = 1
-    layout: str = "flash-attn"
+    layout: str | None = None  # None: mla for an MLA model, else flash-attn
     block_tokens: int | None = None  # the layout's default
     dtype: str | None = None  # the model's
     gpus_per_link: int = 1  # GPUs sharing one adapter / NIC / link
@@ -61,6 +61,7 @@ class Shape:
     """One read of the request's cached KV, as the layout cuts it (one TP rank's share)."""
 
     pattern: str  # the kv: pattern (`nearlocal run --pattern`, `nearlocal kv`)
+    layout: str
     layers: int
     bytes_per_token: int  # every layer's K and V of one token on one rank
     total_bytes: int
@@ -78,8 +79,8 @@ def shape_of(request: Request) -> Shape:
     from nearlocal.workloads.models import get_model
 
     request.check()
-    get_model(request.model)  # an unknown model: its own one-line error, before the pattern's
-    layout = get_layout(request.layout)
+    model = get_model(request.model)  # an unknown model: its own one-line error
+    layout = get_layout(request.layout or ("mla" if model.is_mla else "flash-attn"))
     block_tokens = request.block_tokens or layout.default_block_tokens
     layout.check_block_tokens(block_tokens)
     tokens = SUPERBLOCK_TOKENS if request.select == "superblock" else block_tokens
@@ -90,9 +91,13 @@ def shape_of(request: Request) -> Shape:
     if ":" in request.model:
         raise UsageError(f"--model {request.model!r}: a config path for kv patterns cannot hold ':'")
     text = ":".join(["kv", request.model, layout.name, f"{request.select}:{blocks}", *options])
-    pattern = kv.parse_kv_pattern(text)
-    geometry = kv.parse_plan(text).geometry
-    return Shape(text, geometry.layers, geometry.layers * geometry.parts * geometry.token_bytes,
+    try:
+        pattern = kv.parse_kv_pattern(text)
+        geometry = kv.parse_plan(text).geometry
+    except UsageError as exc:  # past nearlocal kv's bounds: said for the request given
+        raise UsageError(f"{request.model} at {request.cached_tokens} cached tokens "
+                         f"({blocks} blocks of {tokens}): {exc}") from None
+    return Shape(text, layout.name, geometry.layers, geometry.layers * geometry.parts * geometry.token_bytes,
                  pattern.total_bytes, pattern.count, pattern.fragment_bytes, blocks)
 
 
