@@ -417,3 +417,22 @@ def test_claims_name_their_assumptions_and_what_paths_cannot_recompute():
     papers = paper_inputs("beluga-h20")
     assert {"host->gpu", "pool->gpu", "rdma"} <= set(papers.measured)
     assert all(math.isfinite(m.call_ns) for ms in papers.measured.values() for m in ms)
+
+
+def test_promote_writes_a_reference_box_that_predicts_what_the_run_does(tmp_path, capsys):
+    """`whatif RUN --promote NAME`: a box file that parses, carries the run's provenance and
+    predicts the request's reload as the run's own fit does (a + n c(s) for the fastest way)."""
+    import tomllib
+
+    assert main(["whatif", str(H200), "--promote", "h200-test"]) == 0
+    text = capsys.readouterr().out
+    box = parse_reference(tomllib.loads(text), "promoted")
+    assert box.kind == "measured-run" and "20261204T180426-2ac4f7" in box.source
+    assert "NVIDIA H200" in box.source and "rows cuda-memcpy-batch" in text
+    promoted = whatif(Inputs(), Request(), box)
+    measured = whatif(inputs_of(load(H200)), Request())
+    by_path = {p.path: p.reload_ns for p in measured.paths}
+    offload = next(p for p in promoted.paths if p.path == "cpu-offload")
+    assert offload.reload_ns == pytest.approx(by_path["cpu-offload"], rel=0.01)
+    shipped = load_reference("h200-nearlocal")
+    assert shipped.links["host->gpu"][0].bandwidth_gbps == box.links["host->gpu"][0].bandwidth_gbps

@@ -141,6 +141,18 @@ def _whatif(args: argparse.Namespace) -> int:
     if args.reference == "list":
         print("\n".join(reference_names()))
         return 0
+    if args.promote:
+        from nearlocal.whatif.fit import fit_run
+        from nearlocal.whatif.references import promoted_toml
+        from nearlocal.whatif.serving import best_way, shape_of
+
+        run = load(args.run, Path(args.out))
+        shape = shape_of(request_of(args))
+        text = promoted_toml(run, fit_run(run.cases), args.promote,
+                             lambda models: best_way(models, shape.fragments,
+                                                     shape.fragment_bytes))
+        print(text, end="")
+        return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
     run = load(args.run, Path(args.out))
     reference = reference_box(args.reference, Path(args.out)) if args.reference else None
@@ -211,6 +223,9 @@ def register(subparsers) -> None:
                         help="fill the hops this box lacks from a reference box: "
                              + ", ".join(reference_names())
                              + ", a .toml file, or run:RUN (a stored run); `list` lists them")
+    parser.add_argument("--promote", metavar="NAME",
+                        help="print the run as a reference box file named NAME (per hop the "
+                             "way fastest for the request), for nearlocal/data/references/")
     parser.add_argument("--claims", action="store_true",
                         help="also the papers' end-to-end claims (B3, B11, B16, S1-S3) recomputed "
                              "from this run's rows and from the papers' own microbenchmarks")

@@ -91,6 +91,40 @@ def run_reference(run, measured: dict[str, list[PathModel]]) -> ReferenceBox:
                                for hop, models in measured.items()})
 
 
+def promoted_toml(run, measured: dict[str, list[PathModel]], name: str,
+                  choose) -> str:
+    """A stored run as a reference box file (what `whatif RUN --promote NAME` prints): per hop
+    the way `choose(models)` picks, as a + s / BW per transfer and d per fragment, with the run,
+    its host, its date and the rows it was fitted from."""
+    inventory = run.meta.get("inventory") or {}
+    host = str(inventory.get("hostname", "?"))
+    gpus = ", ".join(str(d.get("name")) for d in (inventory.get("gpu") or {}).get("devices", []))
+    cpu = str((inventory.get("cpu") or {}).get("model", "?")) + (f"; {gpus}" if gpus else "")
+    date = str(run.meta.get("started", "?"))[:10]
+    lines = [f"# promoted from nearlocal run {run.run_id} on {host} ({cpu}), {date}: figures "
+             "fitted from that run's rows (nearlocal whatif --promote)",
+             "[box]", f'name = "{name}"', f'title = "nearlocal run {run.run_id} on {host}"',
+             'kind = "measured-run"', f'source = "nearlocal run {run.run_id} on {host} ({cpu})"',
+             f'date = "{date}"']
+    for hop, models in sorted(measured.items()):
+        model = choose(models)
+        if not model.singles:
+            continue
+        top = model.singles[-1]
+        bandwidth = top.size / max(top.ns - model.call_ns, 1e-9)
+        extras = [p.ns - p.size / bandwidth for p in model.fragmented]
+        fragment_ns = sorted(extras)[len(extras) // 2] if extras else 0.0
+        lines += ["", "[[link]]", f'hop = "{hop}"', f"bandwidth_gbps = {bandwidth:.4g}",
+                  f"call_us = {model.call_ns / 1e3:.4g}",
+                  f"fragment_us = {max(fragment_ns, 0.0) / 1e3:.4g}", f'calls = "{model.calls}"']
+        if "max_sge" in model.facts:
+            lines.append(f"max_sge = {int(model.facts['max_sge'])}")
+        rows = ", ".join(model.rows)
+        lines.append(f'basis = "{model.way}: a from the smallest single transfer, bandwidth '
+                     f'from the largest, d the median over the many-fragment rows; rows {rows}"')
+    return "\n".join(lines) + "\n"
+
+
 def load_reference(name: str) -> ReferenceBox:
     """A shipped reference box by name, or the path of a TOML file in the same format."""
     path = Path(name) if name.endswith(".toml") else REFERENCE_DIR / f"{name}.toml"

@@ -147,6 +147,10 @@ class Whatif:
         return asdict(self)
 
 
+def best_way(models: list[PathModel], fragments: int, size: int) -> PathModel:
+    return _best(models, fragments, size)[0]
+
+
 def _best(models: list[PathModel], fragments: int, size: int) -> tuple[PathModel, Prediction]:
     """The fastest way for this shape, preferring figures inside the measured sizes."""
     scored = [(bool(p.notes), p.ns, m.way, m, p) for m in models
