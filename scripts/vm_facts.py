@@ -97,10 +97,33 @@ def check(out: Path) -> list[str]:
              f"faults: every owner loss detected, no write after loss ({faults.get('missed_detections')} "
              f"missed, {faults.get('writes_after_loss')} writes after loss)")
     _accept_facts(out, fact)
+    _whatif_facts(out, fact)
     fact((out / "trees.tar").is_file(), "the guest's trees were recorded")
     for line in facts:
         print(f"vm_check: fact: {line}")
     return problems
+
+
+def _whatif_facts(out: Path, fact) -> None:
+    """`nearlocal whatif` on the guest's memcpy run: the CXL pool path's gather out of the
+    CPU-less node stands on that node's own rows, and the figures say they are a VM's."""
+    rc = (out / "whatif-run.rc").read_text().strip() if (out / "whatif-run.rc").exists() \
+        else "missing"
+    err = (out / "whatif-run.err").read_text()[-300:] if (out / "whatif-run.err").exists() else ""
+    fact(rc == "0", f"nearlocal run (memcpy on numa:1, for the what-if) exits 0 (rc {rc}: {err})")
+    if rc != "0":
+        return
+    from nearlocal.store import load
+    from nearlocal.whatif import Request, inputs_of, whatif
+
+    run = load(sorted((out / "whatif-results").glob("*/run.json"))[-1].parent)
+    result = whatif(inputs_of(run), Request())
+    pool = next(p for p in result.paths if p.path == "cxl-pool")
+    gather = next((t for t in pool.terms if t.hop == "pool-gather"), None)
+    rows = gather.rows if gather is not None and gather.source == "measured" else ()
+    fact(bool(rows) and all("numa:1" in r for r in rows),
+         f"whatif: the pool's gather predicted from numa:1's own rows ({', '.join(rows) or gather})")
+    fact(bool(result.emulated), f"whatif: the figures say they are a VM's ({result.emulated!r})")
 
 
 def _accept_facts(out: Path, fact) -> None:

@@ -67,6 +67,14 @@ nearlocal run --method load --region "$regions,pcibar:0000:00:0b.0/2" --attr wb,
   --budget 0.05 --processes 1 --out "$OUT/results" --quiet >"$OUT/run.out" 2>"$OUT/run.err"
 echo $? >"$OUT/run.rc"
 mark "nearlocal run"
+# the what-if's pool hop from the CPU-less node's own rows (a gather out of it into local DRAM,
+# contiguous and 16 blocks' flash-attn pieces: 64 MiB, past any LLC, as a reload is); the host
+# checks `whatif` on this run
+nearlocal run --method memcpy --region numa:1 --size 64MiB \
+  --pattern kv:qwen2.5-32b:flash-attn:dense:16:blocks=scattered --budget 0.05 --processes 1 \
+  --out "$OUT/whatif-results" --quiet >"$OUT/whatif-run.out" 2>"$OUT/whatif-run.err"
+echo $? >"$OUT/whatif-run.rc"
+mark "nearlocal run (whatif rows)"
 nvdax=$(awk -v cxl="$cxldax" '$1 != cxl {print $1; exit}' "$OUT/dax-paths.txt")
 # small: under TCG every respawned writer pays its imports again; its own limit, so a slow box
 # is a named failed fact, not a guest past the rig's limit

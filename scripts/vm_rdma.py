@@ -89,6 +89,16 @@ def check(out: Path) -> tuple[list[str], list[str]]:
          and "ib_read_lat" in perftest and " nan " not in perftest,
          f"compare_perftest.sh ran ib_write_lat, ib_read_lat, ib_write_bw:\n{perftest}\n"
          f"{_text(out / 'perftest.err')[-300:]}")
+    # the what-if's RDMA hop from this run's own rows (an emulated box's: never a speed)
+    from nearlocal.whatif import Request, inputs_of, whatif
+
+    rdma = next(p for p in whatif(inputs_of(load(runs[-1].parent)), Request()).paths
+                if p.path == "rdma")
+    hop = rdma.terms[0]
+    fact(hop.source == "measured" and bool(hop.rows)
+         and all(r.startswith(("rdma-read/", "rdma-write/")) for r in hop.rows),
+         f"whatif: the RDMA path's rdma hop predicted from the run's rdma rows "
+         f"({hop.way}; rows {', '.join(hop.rows) or hop.source})")
     return facts, problems
 
 

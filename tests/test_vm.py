@@ -92,6 +92,20 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
     accepted.add_case({"case_id": case, "method": "nt-store", "region": accept_region,
                        "attr": "wb", "status": "ok", "reason": ""}, None, None, None)
     accepted.finish()
+    (out / "whatif-run.rc").write_text("0\n")
+    whatif = Store.create(out / "whatif-results", {
+        "host_id": "guest", "inventory": {"cpu": {"flags": {"hypervisor": True}}}})
+    for pattern, count, size, ns in (("64MiB", 1, 64 << 20, 2e7),
+                                     ("kv:qwen2.5-32b:flash-attn:dense:16:blocks=scattered", 2048,
+                                      32 << 10, 3e7)):
+        whatif.add_case({"case_id": f"memcpy/numa:1/wb/{pattern}/read", "method": "memcpy",
+                         "region": "numa:1", "peer": "dram", "attr": "wb", "access": "read",
+                         "pattern": pattern, "status": "ok", "reason": "",
+                         "measures": "transfer", "fragment_count": count, "fragment_bytes": size,
+                         "size_bytes": count * size, "median_ns": ns,
+                         "effective_params": '{"drain": "before"}', "pool_class": "cxl-node",
+                         "peer_pool_class": "local", "reaches_memory": True}, None, None, None)
+    whatif.finish()
     return out
 
 
@@ -166,3 +180,13 @@ def test_the_guest_boots_and_every_fact_holds():
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "vm_check: fact: probe: node 1 is CPU-less with memory" in done.stdout
     assert _work_folders() == before
+
+
+def test_a_whatif_run_that_failed_is_a_failed_fact(tmp_path):
+    from scripts.vm_facts import check
+
+    out = _guest_out(tmp_path)
+    (out / "whatif-run.rc").write_text("1\n")
+    (out / "whatif-run.err").write_text("nearlocal: error: numa:1 is not on this box\n")
+    problems = check(out)
+    assert len(problems) == 1 and problems[0].startswith("nearlocal run (memcpy on numa:1")

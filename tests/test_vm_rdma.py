@@ -54,7 +54,7 @@ def _guest(out: Path, bad_check: str = "", wrong_requests: str = "") -> Path:
 
 def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path):
     facts, problems = vm_rdma.check(_guest(tmp_path))
-    assert not problems and len(facts) == 2 + 1 + 12 + 1 + 1
+    assert not problems and len(facts) == 2 + 1 + 12 + 1 + 1 + 1
 
 
 @pytest.mark.parametrize("damage", [{"bad_check": "rdma-read 1024x160B batched"},

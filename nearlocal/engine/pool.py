@@ -68,7 +68,8 @@ def quick_pool_cases(inventory: HostInventory, local_node: LocalNode = _here) ->
     regions = pool_regions(inventory, local_node)
     cases = [Case(method, region, "wb", size) for method in methods_in_role("latency")
              for region in ("dram", *regions) for size in CHASE_SIZES]
-    cases += [Case(method, region, "wb", format_size(size)) for region in regions
+    # the "read" role reads the pool (a copy's first access may be a write: memcpy's is)
+    cases += [Case(method, region, "wb", format_size(size), access="read") for region in regions
               for method in methods_in_role("read") for size in QUICK_SIZES]
     return cases
 

@@ -11,24 +11,37 @@ end-to-end claims recomputed (`claims`). From a notebook:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nearlocal.whatif.fit import PathModel, Prediction, fit_run
-from nearlocal.whatif.paths import HOPS, SERVING_PATHS
-from nearlocal.whatif.references import (
-    ReferenceBox,
-    load_reference,
-    reference_names,
-    run_reference,
-)
-from nearlocal.whatif.serving import Inputs, PathFigures, Request, Whatif, whatif
+if TYPE_CHECKING:
+    from nearlocal.whatif.serving import Inputs, Request, Whatif
 
-__all__ = ["HOPS", "SERVING_PATHS", "Inputs", "PathFigures", "PathModel", "Prediction",
-           "ReferenceBox", "Request", "Whatif", "for_run", "inputs_of", "load_reference",
-           "reference_box", "reference_names", "whatif"]
+# The public names, loaded at first use (PEP 562): `nearlocal --help` registers the command
+# through this package and must not import pandas for it.
+_PUBLIC = {
+    "PathModel": "fit", "Prediction": "fit", "fit_run": "fit",
+    "HOPS": "paths", "SERVING_PATHS": "paths",
+    "ReferenceBox": "references", "load_reference": "references",
+    "reference_names": "references", "run_reference": "references",
+    "Inputs": "serving", "PathFigures": "serving", "Request": "serving", "Whatif": "serving",
+    "whatif": "serving",
+}
+__all__ = [*_PUBLIC, "for_run", "inputs_of", "reference_box"]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(f"nearlocal.whatif.{_PUBLIC[name]}"), name)
+    raise AttributeError(f"module 'nearlocal.whatif' has no attribute {name!r}")
 
 
 def inputs_of(run) -> Inputs:
     """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows."""
+    from nearlocal.whatif.fit import fit_run
+    from nearlocal.whatif.serving import Inputs
+
     cpu = (run.meta.get("inventory") or {}).get("cpu") or {}
     flags = cpu.get("flags") or {}
     emulated = ("measured in a virtual machine (its CPU reports `hypervisor`): host memory "
@@ -37,8 +50,11 @@ def inputs_of(run) -> Inputs:
     return Inputs(fit_run(run.cases), run.run_id, emulated)
 
 
-def reference_box(name: str, root: Path | None = None) -> ReferenceBox:
+def reference_box(name: str, root: Path | None = None):
     """A shipped reference box, a TOML file, or `run:REF`: a stored run promoted to one."""
+    from nearlocal.whatif.fit import fit_run
+    from nearlocal.whatif.references import load_reference, run_reference
+
     if name.startswith("run:"):
         from nearlocal.store import load
         from nearlocal.store.runs import DEFAULT_ROOT
@@ -53,6 +69,7 @@ def for_run(ref: str | Path | None, request: Request | None = None,
     """The what-if of a stored run (`latest`, an id or a path) for one request."""
     from nearlocal.store import load
     from nearlocal.store.runs import DEFAULT_ROOT
+    from nearlocal.whatif.serving import Request, whatif
 
     run = load(ref, root or DEFAULT_ROOT)
     return whatif(inputs_of(run), request or Request(),

@@ -60,13 +60,28 @@ def _missing(path: PathFigures) -> str:
     return "; ".join(f"{t.hop} {t.source}" for t in path.terms if t.ns is None) or NOT_MEASURED
 
 
-def _single(inputs: Inputs, hop: str, size: int) -> tuple[float | None, tuple[str, ...]]:
+@dataclass(frozen=True)
+class _Single:
+    ns: float | None
+    rows: tuple[str, ...] = ()
+    outside: bool = False  # the size lies outside the measured ones (the model's note says so)
+
+    def text(self, scale: float = 1.0) -> str:
+        if self.ns is None:
+            return NOT_MEASURED
+        return format_ns(self.ns * scale) + (" (extrapolated)" if self.outside else "")
+
+
+OUTSIDE = ("beyond the largest", "below the smallest", "outside the many-fragment")
+
+
+def _single(inputs: Inputs, hop: str, size: int) -> _Single:
     """One contiguous transfer of `size` over `hop`: the fastest measured way."""
     models = inputs.measured.get(hop) or []
     if not models:
-        return None, ()
+        return _Single(None)
     best = min((m.predict(1, size) for m in models), key=lambda p: (bool(p.notes), p.ns))
-    return best.ns, best.rows
+    return _Single(best.ns, best.rows, any(o in n for n in best.notes for o in OUTSIDE))
 
 
 def claim_b11(box: Inputs, papers: Inputs) -> Claim:
@@ -74,17 +89,15 @@ def claim_b11(box: Inputs, papers: Inputs) -> Claim:
     texts = []
     rows: tuple[str, ...] = ()
     for who, inputs in (("papers", papers), ("box", box)):
-        pool, pool_rows = _single(inputs, "pool->gpu", KIB64)
-        local, local_rows = _single(inputs, "host->gpu", KIB64)
-        values[who] = {"pool_ns": pool, "local_ns": local,
-                       "ratio": pool / local if pool and local else None}
+        pool, local = _single(inputs, "pool->gpu", KIB64), _single(inputs, "host->gpu", KIB64)
+        values[who] = {"pool_ns": pool.ns, "local_ns": local.ns,
+                       "ratio": pool.ns / local.ns if pool.ns and local.ns else None}
         if who == "box":
-            rows = (*pool_rows, *local_rows)
-        if pool is None or local is None:
-            texts.append(NOT_MEASURED + ": " + ", ".join(
-                h for h, v in (("pool->gpu", pool), ("host->gpu", local)) if v is None))
+            rows = (*pool.rows, *local.rows)
+        if pool.ns is not None and local.ns is not None:
+            texts.append(f"{pool.text()} vs {local.text()} ({pool.ns / local.ns:.2f}x)")
         else:
-            texts.append(f"{format_ns(pool)} vs {format_ns(local)} ({pool / local:.2f}x)")
+            texts.append(f"pool->gpu {pool.text()}; host->gpu {local.text()}")
     return Claim("B11", "64 KB pool -> GPU copy vs from local host DRAM",
                  "11.73 us vs 10.32 us (1.14x)", texts[0], texts[1],
                  "the per-call cost a fitted from local DRAM's 64 KB copy holds for the pool",
@@ -208,15 +221,12 @@ def claim_s2(box: Inputs, papers: Inputs) -> Claim:
     texts = []
     rows: list[str] = []
     for who, inputs in (("papers", papers), ("box", box)):
-        got = {}
-        for name, hop in media:
-            ns, used = _single(inputs, hop, GIB)
-            got[name] = ns
-            if who == "box":
-                rows += used
+        found = {name: _single(inputs, hop, GIB) for name, hop in media}
+        got = {name: single.ns for name, single in found.items()}
+        if who == "box":
+            rows += [r for single in found.values() for r in single.rows]
         values[who] = dict(got)
-        parts = [f"{name} {format_ns(ns)}" if ns else f"{name} {NOT_MEASURED}"
-                 for name, ns in got.items()]
+        parts = [f"{name} {single.text()}" for name, single in found.items()]
         if got["NVLink"] and got["PCIe"]:
             values[who]["nvlink_over_pcie"] = got["PCIe"] / got["NVLink"]
             parts.append(f"NVLink {got['PCIe'] / got['NVLink']:.1f}x PCIe")
@@ -238,13 +248,14 @@ def claim_s3(box: Inputs, papers: Inputs) -> Claim:
     texts = []
     rows: tuple[str, ...] = ()
     for who, inputs in (("papers", papers), ("box", box)):
-        ns, used = _single(inputs, "gpu-peer", layer_bytes)
+        single = _single(inputs, "gpu-peer", layer_bytes)
+        ns = single.ns
         values[who] = None if ns is None else 2 * ns
         texts.append(NOT_MEASURED + ": gpu-peer" if ns is None else
-                     f"{format_ns(2 * ns)} per layer (fetch and write back), "
+                     f"{single.text(2)} per layer (fetch and write back), "
                      f"{format_ns(2 * ns * layer.layers)} per pass of {layer.layers} layers")
         if who == "box":
-            rows = used
+            rows = single.rows
     return Claim("S3", "Layer Stream Cache: a layer's KV fetched from the peer GPU and written "
                  "back", "no figure (the paper describes the mechanism)", texts[0], texts[1],
                  f"{B16_REQUEST.model} at {B16_REQUEST.context} tokens: "

@@ -8,13 +8,16 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.units import format_ns, format_size
-from nearlocal.whatif.claims import Claim
 from nearlocal.whatif.paths import SERVING_PATHS
 from nearlocal.whatif.references import reference_names
-from nearlocal.whatif.serving import PathFigures, Request, Term, Whatif
+
+if TYPE_CHECKING:
+    from nearlocal.whatif.claims import Claim
+    from nearlocal.whatif.serving import PathFigures, Request, Term, Whatif
 
 
 def _tokens(text: str) -> int:
@@ -32,6 +35,8 @@ def _tokens(text: str) -> int:
 
 
 def request_of(args: argparse.Namespace) -> Request:
+    from nearlocal.whatif.serving import Request
+
     return Request(model=args.model, context=_tokens(args.context), cached=args.cached,
                    tp=args.tp, layout=args.layout, block_tokens=args.block_tokens,
                    dtype=args.dtype, gpus_per_link=args.gpus_per_link,

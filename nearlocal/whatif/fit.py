@@ -19,12 +19,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from nearlocal.core.methods import CALL_RULES, Delivery, load_methods
+from nearlocal.lazy import lazy_import
 from nearlocal.params import BadParams, decode_params
 from nearlocal.units import format_size
 from nearlocal.whatif.paths import HOPS
+
+pd = lazy_import("pandas")  # the command line's help and its registration import this module
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ class PathModel:
         """T1(s): one contiguous transfer of `size` bytes."""
         if not self.measured:
             return self.call_ns + size / self.bandwidth_gbps, [], [self.source]
+        if not self.singles:  # the model stands on many-fragment rows alone
+            ns, notes, rows = _curve(self.fragmented, size, "a fragment")
+            return self.call_ns + ns, [*notes, "no single-transfer rows: one transfer taken as "
+                                               "one call of one fragment"], rows
         return _curve(self.singles, size, "a single transfer")
 
     def per_fragment(self, size: int) -> tuple[float, list[str], list[str]]:
@@ -114,7 +119,7 @@ class PathModel:
             return self.fragment_ns + size / self.bandwidth_gbps, [], [self.source]
         low = min((p.size for p in self.fragmented), default=None)
         high = max((p.size for p in self.fragmented), default=None)
-        if low is not None and low <= size <= high:
+        if low is not None and (low <= size <= high or not self.singles):
             return _curve(self.fragmented, size, "a fragment")
         ns, notes, rows = self.single(size)
         if low is None:

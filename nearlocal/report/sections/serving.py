@@ -63,8 +63,9 @@ def section_serving(inputs: Inputs) -> Section:
          Column("terms (rows)")], inputs.runs, per_run)
     section.table.collapse = False
     if not measured_any:
-        section.absent = ("No serving path's hop was measured in this run (a hop needs a method "
+        section.absent = ("No hop of a serving path was measured in this run (a hop needs a method "
                           "that lands the bytes: a copy, a GPU transfer, RDMA, a file read).")
+        section.table = None
     section.notes.append("A route's hops are added in series. req/s per link: one link carries "
                          "one request's reload at a time.")
     return section
