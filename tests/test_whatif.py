@@ -448,3 +448,17 @@ def test_a_way_with_many_fragment_rows_only_predicts_with_notes():
     assert single.ns > 0 and any("no single-transfer rows" in n for n in single.notes)
     beyond = model.predict(4, 4 * MIB)
     assert beyond.ns > 0 and any("beyond the largest measured" in n for n in beyond.notes)
+
+
+def test_the_docs_whatif_recipes_run_on_a_stored_run(tmp_path, capsys, monkeypatch):
+    """Every `nearlocal whatif` line of the README and docs/, run on the H200 run (RUN is it)."""
+    from tests.test_readme import COMMANDS, _argv
+
+    root = _store_with(tmp_path, H200)
+    monkeypatch.chdir(tmp_path)
+    recipes = [c for c in COMMANDS if c.startswith("nearlocal whatif")]
+    assert len(recipes) >= 8
+    for command in recipes:
+        argv = [H200.name if word == "RUN" else word for word in _argv(command, tmp_path)]
+        assert main([*argv, "--out", str(root)]) == 0, command
+        assert capsys.readouterr().out.strip(), command

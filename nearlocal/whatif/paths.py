@@ -31,11 +31,16 @@ class Hop:
 HOPS: dict[str, Hop] = {}
 
 
+def _declare(registry: dict, what: str, entry):
+    """An entry of a registry, declared once (by its name)."""
+    if entry.name in registry:
+        raise ValueError(f"{what} {entry.name!r} declared twice")
+    registry[entry.name] = entry
+    return entry
+
+
 def register_hop(hop: Hop) -> Hop:
-    if hop.name in HOPS:
-        raise ValueError(f"hop {hop.name!r} declared twice")
-    HOPS[hop.name] = hop
-    return hop
+    return _declare(HOPS, "hop", hop)
 
 
 for _hop in (
@@ -76,10 +81,7 @@ SERVING_PATHS: dict[str, ServingPath] = {}
 
 
 def register_serving_path(path: ServingPath) -> ServingPath:
-    if path.name in SERVING_PATHS:
-        raise ValueError(f"serving path {path.name!r} declared twice")
-    SERVING_PATHS[path.name] = path
-    return path
+    return _declare(SERVING_PATHS, "serving path", path)
 
 
 for _path in (
