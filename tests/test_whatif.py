@@ -462,3 +462,15 @@ def test_the_docs_whatif_recipes_run_on_a_stored_run(tmp_path, capsys, monkeypat
         argv = [H200.name if word == "RUN" else word for word in _argv(command, tmp_path)]
         assert main([*argv, "--out", str(root)]) == 0, command
         assert capsys.readouterr().out.strip(), command
+
+
+def test_a_batch_reloads_every_requests_fragments_in_one_turn():
+    inputs = inputs_of(load(H200))
+    one = next(p for p in whatif(inputs, Request()).paths if p.path == "cpu-offload")
+    four = next(p for p in whatif(inputs, Request(batch=4)).paths if p.path == "cpu-offload")
+    assert four.terms[0].fragments == 4 * one.terms[0].fragments
+    # one call for the whole turn (the fastest way here is one batched copy): a bit under 4x
+    assert 3.9 * one.reload_ns < four.reload_ns <= 4 * one.reload_ns
+    assert four.requests_per_s == pytest.approx(4e9 / four.reload_ns)
+    with pytest.raises(UsageError, match="--batch"):
+        shape_of(Request(batch=0))

@@ -23,7 +23,7 @@ A requirement may bound a figure derived from the run's rows instead of a case's
     cases = [{ method = "gather-kernel", region = "registered:{pool}", peer = "gpu:0" }]
 
 `whatif` takes the request's keys of `nearlocal whatif` (model, context, cached, tp, layout,
-block_tokens, dtype, gpus_per_link, layer_compute_us, prefill_tokens_per_s) and `path` (a
+block_tokens, dtype, batch, gpus_per_link, layer_compute_us, prefill_tokens_per_s) and `path` (a
 serving path). Its figure comes from this box's rows only (no reference box): a path with a hop
 the run did not measure fails as not measured, naming the hop; a verdict names the rows its
 figure came from. `cases` (optional): cases `accept` measures for it when it measures.
@@ -63,7 +63,7 @@ METRICS = (*TIME_METRICS, "gbps")
 DERIVED_METRICS = {"reload_ns": "time", "pipelined_ns": "time", "requests_per_s": "rate",
                    "gbps": "gbps"}
 WHATIF_KEYS = ("path", "model", "context", "cached", "tp", "layout", "block_tokens", "dtype",
-               "gpus_per_link", "layer_compute_us", "prefill_tokens_per_s")
+               "batch", "gpus_per_link", "layer_compute_us", "prefill_tokens_per_s")
 CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "params")
 BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
 REQUIREMENT_KEYS = ("name", "case", "whatif", "cases", "metric", *BOUND_KEYS)
@@ -325,7 +325,7 @@ def _request(fields: dict) -> tuple[str, Request]:
     options = {k: v for k, v in fields.items() if k != "path"}
     if "context" in options:
         options["context"] = _tokens(str(options["context"]))
-    for key, kind in (("tp", int), ("block_tokens", int), ("gpus_per_link", int),
+    for key, kind in (("tp", int), ("block_tokens", int), ("gpus_per_link", int), ("batch", int),
                       ("cached", float), ("layer_compute_us", float),
                       ("prefill_tokens_per_s", float), ("model", str), ("layout", str),
                       ("dtype", str)):

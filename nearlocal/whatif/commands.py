@@ -41,7 +41,7 @@ def request_of(args: argparse.Namespace) -> Request:
                    tp=args.tp, layout=args.layout, block_tokens=args.block_tokens,
                    dtype=args.dtype, gpus_per_link=args.gpus_per_link,
                    layer_compute_us=args.layer_compute_us,
-                   prefill_tokens_per_s=args.prefill_tokens_per_s)
+                   prefill_tokens_per_s=args.prefill_tokens_per_s, batch=args.batch)
 
 
 def _ms(ns: float | None) -> str:
@@ -69,8 +69,10 @@ def _verdict(path: PathFigures) -> str:
 
 def _header(result: Whatif) -> list[str]:
     request, shape = result.request, result.shape
+    batch = f", {request.batch} requests a turn" if request.batch > 1 else ""
     lines = [f"what-if for run {result.run}: {request.model}, {request.context} tokens "
-             f"({request.cached_tokens} cached), TP {request.tp}, {shape.layout}; one read = "
+             f"({request.cached_tokens} cached), TP {request.tp}, {shape.layout}{batch}; one "
+             f"request's read = "
              f"{shape.fragments} fragments of {format_size(shape.fragment_bytes)} (median), "
              f"{format_size(shape.total_bytes)} ({format_size(shape.total_bytes // shape.layers)}"
              f" per layer, {shape.layers} layers; pattern {shape.pattern})"]
@@ -205,6 +207,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                              "model)")
     parser.add_argument("--block-tokens", type=int, help="tokens per block (layout default)")
     parser.add_argument("--dtype", help="KV dtype (default: the model's)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="requests whose KV reloads in the same turn over the link: one read "
+                             "of all their fragments (default 1)")
     parser.add_argument("--gpus-per-link", type=int, default=1,
                         help="GPUs sharing one adapter / NIC: the throughput bound divides "
                              "(default 1)")

@@ -36,8 +36,11 @@ class Request:
     layer_compute_us: float | None = None  # a layer's compute per turn, for the pipelined figure
     prefill_tokens_per_s: float | None = None  # for the break-even against recomputing
     select: str = "dense"  # dense: the layout's blocks; superblock: 256-token groups (B3)
+    batch: int = 1  # requests whose KV reloads in the same turn over the same link
 
     def check(self) -> None:
+        if self.batch < 1:
+            raise UsageError(f"--batch must be at least 1 request, got {self.batch}")
         if self.select not in SELECTIONS:
             raise UsageError(f"--select {self.select!r}: one of {', '.join(SELECTIONS)}")
         if self.context <= 0:
@@ -124,7 +127,7 @@ class PathFigures:
     what: str
     terms: tuple[Term, ...]
     complete: bool
-    reload_ns: float | None  # the route's terms in series (None: a term is missing)
+    reload_ns: float | None  # the turn's (the batch's) route terms in series (None: missing)
     pipelined_ns: float | None  # t_ld + (N - 1) max(t_ld, t_c) + t_c
     recompute_ns: float | None  # prefilling the cached tokens instead
     beats_recompute: bool | None
@@ -173,14 +176,15 @@ def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathMode
                 prediction.rows, prediction.notes)
 
 
-def _route_terms(route: tuple[str, ...], shape: Shape, measured: dict[str, list[PathModel]],
+def _route_terms(route: tuple[str, ...], shape: Shape, batch: int,
+                 measured: dict[str, list[PathModel]],
                  reference: ReferenceBox | None) -> list[Term]:
     terms = []
     for position, hop in enumerate(route):
-        if position == 0:  # the request's fragments as the layout cuts them
-            fragments, size = shape.fragments, shape.fragment_bytes
-        else:  # what the first hop packed: one piece per layer
-            fragments, size = shape.layers, max(1, shape.total_bytes // shape.layers)
+        if position == 0:  # the batch's fragments as the layout cuts them
+            fragments, size = shape.fragments * batch, shape.fragment_bytes
+        else:  # what the first hop packed: one piece per layer and request
+            fragments, size = shape.layers * batch, max(1, shape.total_bytes // shape.layers)
         terms.append(_term(hop, fragments, size, measured, reference))
     return terms
 
@@ -201,7 +205,8 @@ def path_figures(name: str, request: Request, shape: Shape,
                  measured: dict[str, list[PathModel]],
                  reference: ReferenceBox | None = None) -> PathFigures:
     path = SERVING_PATHS[name]
-    routes = [_route_terms(route, shape, measured, reference) for route in path.routes]
+    routes = [_route_terms(route, shape, request.batch, measured, reference)
+              for route in path.routes]
     terms = min(routes, key=_route_key)
     complete = all(t.ns is not None for t in terms)
     notes = []
@@ -210,15 +215,16 @@ def path_figures(name: str, request: Request, shape: Shape,
     reload_ns = sum(t.ns for t in terms) if complete else None
     pipelined = recompute = beats = rps = gbps = None
     if reload_ns is not None:
-        gbps = shape.total_bytes / reload_ns if reload_ns > 0 else None
-        # the link carries one request's reload at a time; k GPUs sharing it divide it
-        rps = 1e9 / reload_ns / request.gpus_per_link if reload_ns > 0 else None
+        batch = request.batch
+        gbps = batch * shape.total_bytes / reload_ns if reload_ns > 0 else None
+        # the link carries one turn's reload at a time; k GPUs sharing it divide it
+        rps = batch * 1e9 / reload_ns / request.gpus_per_link if reload_ns > 0 else None
         if request.layer_compute_us is not None:
             load = reload_ns / shape.layers
             compute = request.layer_compute_us * 1e3
             pipelined = load + (shape.layers - 1) * max(load, compute) + compute
         if request.prefill_tokens_per_s is not None:
-            recompute = request.cached_tokens / request.prefill_tokens_per_s * 1e9
+            recompute = request.batch * request.cached_tokens / request.prefill_tokens_per_s * 1e9
             beats = reload_ns < recompute
     return PathFigures(name, path.what, tuple(terms), complete, reload_ns, pipelined, recompute,
                        beats, rps, gbps,
