@@ -28,7 +28,7 @@ from nearlocal.errors import UsageError
 from nearlocal.store import load
 from nearlocal.units import format_ns
 from nearlocal.whatif import Request
-from nearlocal.whatif.commands import _tokens
+from nearlocal.whatif.commands import parse_tokens
 from nearlocal.whatif.fit import fit_run
 from nearlocal.whatif.serving import shape_of
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = load(args.run, Path(args.out))
         models = fit_run(run.cases)
-        request = Request(model=args.model, context=_tokens(args.context))
+        request = Request(model=args.model, context=parse_tokens(args.context))
         shape = shape_of(request)
     except UsageError as exc:
         print(f"whatif_check: {exc}", file=sys.stderr)

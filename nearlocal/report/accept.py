@@ -313,7 +313,7 @@ def _request(fields: dict) -> tuple[str, Request]:
     """whatif = {...}: the serving path and the request, checked as `nearlocal whatif` checks
     them (an unknown model or a context past nearlocal kv's bounds is a bad spec)."""
     from nearlocal.whatif import SERVING_PATHS
-    from nearlocal.whatif.commands import _tokens
+    from nearlocal.whatif.commands import parse_tokens
     from nearlocal.whatif.serving import shape_of
 
     unknown = sorted(set(fields) - set(WHATIF_KEYS))
@@ -324,7 +324,7 @@ def _request(fields: dict) -> tuple[str, Request]:
         raise UsageError(f"whatif: path must be one of {', '.join(SERVING_PATHS)}, got {path!r}")
     options = {k: v for k, v in fields.items() if k != "path"}
     if "context" in options:
-        options["context"] = _tokens(str(options["context"]))
+        options["context"] = parse_tokens(str(options["context"]))
     for key, kind in (("tp", int), ("block_tokens", int), ("gpus_per_link", int), ("batch", int),
                       ("cached", float), ("layer_compute_us", float),
                       ("prefill_tokens_per_s", float), ("model", str), ("layout", str),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from nearlocal.whatif.serving import PathFigures, Request, Term, Whatif
 
 
-def _tokens(text: str) -> int:
+def parse_tokens(text: str) -> int:
     """16k, 16K, 16384 or 1M tokens (k = 1024 tokens, as context windows are quoted)."""
     value = text.strip().lower()
     scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
@@ -37,7 +37,7 @@ def _tokens(text: str) -> int:
 def request_of(args: argparse.Namespace) -> Request:
     from nearlocal.whatif.serving import Request
 
-    return Request(model=args.model, context=_tokens(args.context), cached=args.cached,
+    return Request(model=args.model, context=parse_tokens(args.context), cached=args.cached,
                    tp=args.tp, layout=args.layout, block_tokens=args.block_tokens,
                    dtype=args.dtype, gpus_per_link=args.gpus_per_link,
                    layer_compute_us=args.layer_compute_us,
