@@ -47,7 +47,7 @@ import re
 import time
 import tomllib
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nearlocal import safeio
@@ -81,8 +81,12 @@ class Derived:
 
     @property
     def id(self) -> str:
+        """whatif:PATH:MODEL:CONTEXT and every other request field the spec set."""
         r = self.request
-        return f"whatif:{self.path}:{r.model}:{r.context}:tp={r.tp}:{r.layout or 'auto'}"
+        given = {f.name: getattr(r, f.name) for f in fields(r)
+                 if f.name not in ("model", "context") and getattr(r, f.name) != f.default}
+        return ":".join(["whatif", self.path, r.model, str(r.context),
+                         *(f"{k}={v}" for k, v in given.items())])
 
 
 @dataclass(frozen=True)
