@@ -474,3 +474,24 @@ def test_a_batch_reloads_every_requests_fragments_in_one_turn():
     assert four.requests_per_s == pytest.approx(4e9 / four.reload_ns)
     with pytest.raises(UsageError, match="--batch"):
         shape_of(Request(batch=0))
+
+
+def test_report_sets_the_runs_beside_a_reference_box(tmp_path, capsys):
+    """`report --reference`: the Serving section fills a run's missing hops from the box, each
+    such term labelled; an unknown box is one line, exit 2, nothing written."""
+    root = _store_with(tmp_path, H200)
+    md = tmp_path / "r.md"
+    assert main(["report", "--out", str(root), "--reference", "beluga-h20",
+                 "--markdown", str(md)]) == 0
+    text = md.read_text()
+    serving = text[text.index("## Serving — KV"):text.index("## Serving claims")]
+    pool = next(line for line in serving.splitlines() if line.startswith("| cxl-pool"))
+    assert "165.20 ms" in pool and "reference beluga-h20 (paper" in pool
+    offload = next(line for line in serving.splitlines() if line.startswith("| cpu-offload"))
+    assert "reference" not in offload  # measured here: the reference does not outrank it
+    assert main(["report", "--out", str(root), "--reference", f"run:{H200.name}",
+                 "--markdown", str(tmp_path / "r2.md")]) == 0
+    bad = tmp_path / "bad.md"
+    assert main(["report", "--out", str(root), "--reference", "nope", "--markdown",
+                 str(bad)]) == 2
+    assert "unknown reference box 'nope'" in capsys.readouterr().err and not bad.exists()

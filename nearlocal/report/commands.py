@@ -25,13 +25,21 @@ def _report(args: argparse.Namespace) -> int:
 
     html = _output_path(args.html, "--html", (".html", ".htm"))
     markdown = _output_path(args.markdown, "--markdown", (".md",))
+    reference = args.reference
+    if reference:  # an unknown box is one line before anything is read
+        from nearlocal.store import resolve_run
+        from nearlocal.whatif import reference_box
+
+        if reference.startswith("run:"):  # found in this store, whatever reads it later
+            reference = f"run:{resolve_run(reference.removeprefix('run:'), Path(args.out))}"
+        reference_box(reference)
     refs = args.runs or [None]
     data = [load(ref, Path(args.out)) for ref in refs]
     for run in data:  # also in the report's run table; said here so it is not missed
         if run.incomplete:
             console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): its "
                           f"figures cover only the {len(run.cases)} cases it stored[/]")
-    report = build_report(data)
+    report = build_report(data, reference)
     if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
         print_report(report, console)
     if html:  # written whole or not at all; an OSError: one line with the errno
@@ -53,6 +61,9 @@ def register(subparsers) -> None:
     parser.add_argument("--html", help="write one self-contained HTML file (plots inline)")
     parser.add_argument("--markdown", help="write Markdown, with PNG plots beside it")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    parser.add_argument("--reference",
+                        help="the Serving section fills the hops a run lacks from this reference "
+                             "box (`nearlocal whatif --reference list`), labelled per term")
     parser.add_argument("--quiet", action="store_true",
                         help="do not print the tables (with --html / --markdown they are not "
                         "printed anyway: one line says where the file is)")

@@ -20,6 +20,7 @@ class Inputs:
     runs: list[RunInfo]
     frames: list[pd.DataFrame]
     data: list[RunData]
+    reference: str | None = None  # `report --reference`: a reference box set beside the runs
 
 
 @dataclass(frozen=True)

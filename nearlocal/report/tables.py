@@ -26,12 +26,13 @@ __all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "model
 
 
 
-def build_report(data: list[RunData]) -> Report:
-    """Every registered section for one or more runs (several runs: side-by-side columns)."""
+def build_report(data: list[RunData], reference: str | None = None) -> Report:
+    """Every registered section for one or more runs (several runs: side-by-side columns);
+    `reference`, a reference box the serving figures fill the runs' missing hops from."""
     if not data:
         raise ValueError("build_report needs at least one run")
     runs = [run_info(i, run) for i, run in enumerate(data)]
-    inputs = Inputs(runs, [prepare(run) for run in data], data)
+    inputs = Inputs(runs, [prepare(run) for run in data], data, reference)
     sections = []
     for spec in ordered_sections():
         section = spec.build(inputs)

@@ -8,7 +8,7 @@ from nearlocal.report.model import Cell, Column, NoValue, Section, keyed_table
 from nearlocal.report.registry import Inputs, register_section
 from nearlocal.report.rows import _refs
 from nearlocal.units import format_size
-from nearlocal.whatif import Request, inputs_of, whatif
+from nearlocal.whatif import Request, inputs_of, reference_box, whatif
 from nearlocal.whatif.claims import claims
 from nearlocal.whatif.serving import PathFigures, Term
 
@@ -41,8 +41,12 @@ def section_serving(inputs: Inputs) -> Section:
                       _refs("B16", "S2"))
     per_run = []
     measured_any = False
+    reference = reference_box(inputs.reference) if inputs.reference else None
+    if reference is not None:
+        section.notes.append(f"Hops a run did not measure come from {reference.label}: a "
+                             "reference's figure, never this box's measurement.")
     for run, data in zip(inputs.runs, inputs.data, strict=True):
-        result = whatif(inputs_of(data), REQUEST)
+        result = whatif(inputs_of(data), REQUEST, reference)
         shape = result.shape
         name = f"run {run.label}" if len(inputs.runs) > 1 else "this run"
         section.notes.append(
@@ -62,7 +66,7 @@ def section_serving(inputs: Inputs) -> Section:
         [Column("reload per turn", "time"), Column("GB/s", "gbps"), Column("req/s per link"),
          Column("terms (rows)")], inputs.runs, per_run)
     section.table.collapse = False
-    if not measured_any:
+    if not measured_any and reference is None:
         section.absent = ("No hop of a serving path was measured in this run (a hop needs a method "
                           "that lands the bytes: a copy, a GPU transfer, RDMA, a file read).")
         section.table = None
