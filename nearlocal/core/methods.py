@@ -107,9 +107,6 @@ class Delivery:
             raise ValueError(f"Delivery({self.mover!r}, {self.calls!r}): mover is one of "
                              f"{', '.join(MOVERS)}, calls one of {', '.join(CALL_RULES)}")
 
-    def calls_for(self, fragments: int, facts: dict) -> int:
-        return max(1, int(CALL_RULES[self.calls](max(1, fragments), facts)))
-
 
 @dataclass(frozen=True)
 class Method:

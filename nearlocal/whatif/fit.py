@@ -99,7 +99,7 @@ class PathModel:
         return tuple(p.case_id for p in (*self.singles, *self.fragmented)) or (self.source,)
 
     def calls_for(self, fragments: int) -> int:
-        return max(1, int(CALL_RULES[self.calls](max(1, fragments), self.facts)))
+        return calls(self.calls, fragments, self.facts)
 
     def single(self, size: int) -> tuple[float, list[str], list[str]]:
         """T1(s): one contiguous transfer of `size` bytes."""
@@ -229,7 +229,12 @@ def _median_by_size(points: Iterable[Point]) -> tuple[Point, ...]:
     return tuple(merged)
 
 
-def fit_group(hop: str, way: str, rows: pd.DataFrame, calls: str) -> PathModel | None:
+def calls(rule: str, fragments: int, facts: dict) -> int:
+    """How many calls a read of `fragments` pieces costs by `rule` (a CALL_RULES key)."""
+    return max(1, int(CALL_RULES[rule](max(1, fragments), facts)))
+
+
+def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str) -> PathModel | None:
     """A hop's model from the rows of one way of moving bytes; None when they hold no
     single-transfer row and no many-fragment row."""
     fragments = pd.to_numeric(rows["fragment_count"], errors="coerce").fillna(1).astype(int)
@@ -250,14 +255,14 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, calls: str) -> PathModel |
     fragmented = []
     for size, n, ns, case_id in zip(frag_bytes, fragments, medians, rows["case_id"], strict=True):
         if n > 1 and size > 0:
-            calls_n = max(1, int(CALL_RULES[calls](int(n), facts)))
+            calls_n = calls(rule, int(n), facts)
             # unclamped: below zero when calls overlap (a stream of async copies costs less per
             # copy than one isolated copy's a), so a * calls(n) + n * c(s) gives the row back
             fragmented.append(Point(int(size), (float(ns) - call_ns * calls_n) / n,
                                     str(case_id)))
     if not singles and not fragmented:
         return None
-    return PathModel(hop, way, calls, call_ns, singles, _median_by_size(fragmented), facts,
+    return PathModel(hop, way, rule, call_ns, singles, _median_by_size(fragmented), facts,
                      notes=tuple(notes))
 
 
