@@ -116,8 +116,11 @@ def _whatif_facts(out: Path, fact) -> None:
     from nearlocal.store import load
     from nearlocal.whatif import Request, inputs_of, whatif
 
-    run = load(sorted((out / "whatif-results").glob("*/run.json"))[-1].parent)
-    result = whatif(inputs_of(run), Request())
+    stored = sorted((out / "whatif-results").glob("*/run.json"))
+    fact(bool(stored), "the what-if's run was stored in whatif-results/")
+    if not stored:
+        return
+    result = whatif(inputs_of(load(stored[-1].parent)), Request())
     pool = next(p for p in result.paths if p.path == "cxl-pool")
     gather = next((t for t in pool.terms if t.hop == "pool-gather"), None)
     rows = gather.rows if gather is not None and gather.source == "measured" else ()

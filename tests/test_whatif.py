@@ -495,3 +495,33 @@ def test_report_sets_the_runs_beside_a_reference_box(tmp_path, capsys):
     assert main(["report", "--out", str(root), "--reference", "nope", "--markdown",
                  str(bad)]) == 2
     assert "unknown reference box 'nope'" in capsys.readouterr().err and not bad.exists()
+
+
+def test_a_promoted_per_fragment_way_keeps_its_negative_d():
+    """A stream of async copies costs less per copy than one isolated copy's a: d is below zero,
+    and a promoted box must keep it so, or it predicts twice the read it stands for."""
+    import tomllib
+
+    from nearlocal.whatif.references import promoted_toml
+
+    run = load(H200)
+    measured = fit_run(run.cases)
+    pick = next(m for m in measured["host->gpu"]
+                if m.way == "cuda-memcpy-async pinned -> gpu:0")
+    text = promoted_toml(run, {"host->gpu": [pick]}, "async", lambda models: models[0])
+    (link,) = tomllib.loads(text)["link"]
+    assert link["fragment_us"] < 0 and link["calls"] == "per-fragment"
+    box = parse_reference(tomllib.loads(text), "promoted")
+    promoted = box.links["host->gpu"][0].predict(512, 32 * KIB).ns
+    assert promoted == pytest.approx(pick.predict(512, 32 * KIB).ns, rel=0.02)
+
+
+def test_a_reference_file_that_is_no_file_is_one_line(tmp_path):
+    import os
+
+    fifo = tmp_path / "box.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_reference(str(fifo))
+    with pytest.raises(UsageError, match="no such file"):
+        load_reference(str(tmp_path / "missing.toml"))

@@ -11,13 +11,10 @@ from nearlocal.regions.base import POOL_CLASSES, pool_class_of
 def effective_params_text(method: str, params: object) -> str:
     """JSON of the parameters a case really ran with: the method's declared defaults, the case's
     own (stored `params`, JSON text or a dict) over them; a method no longer registered: its own."""
-    from nearlocal.params import BadParams, decode_params, encode_params
+    from nearlocal.params import decode_params_or_none, encode_params
 
     load_methods()
-    try:
-        given = decode_params(params)
-    except BadParams:
-        given = {}
+    given = decode_params_or_none(params)
     declared = METHODS[method].params if method in METHODS else {}
     return encode_params({**declared, **given})
 

@@ -535,12 +535,11 @@ def judge(spec: Spec, run: RunData) -> list[Verdict]:
 
 def _derived_verdict(req: Requirement, inputs) -> Verdict:
     """A what-if figure judged like a case's: only this box's rows stand for it."""
-    from nearlocal.whatif import whatif
-    from nearlocal.whatif.serving import path_figures
+    from nearlocal.whatif.serving import path_figures, shape_of
 
     derived = req.derived
-    shape = whatif(inputs, derived.request).shape
-    path = path_figures(derived.path, derived.request, shape, inputs.measured)
+    path = path_figures(derived.path, derived.request, shape_of(derived.request),
+                        inputs.measured)
     rows = tuple(dict.fromkeys(r for t in path.terms for r in t.rows))
     if not path.complete:
         missing = "; ".join(f"{t.hop} {t.source}" for t in path.terms if t.ns is None)

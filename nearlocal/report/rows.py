@@ -11,7 +11,7 @@ from dataclasses import fields
 import pandas as pd
 
 from nearlocal.core.cases import Case
-from nearlocal.params import BadParams, decode_params
+from nearlocal.params import decode_params_or_none
 from nearlocal.regions.base import POOL_CLASSES
 from nearlocal.report.model import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
 from nearlocal.report.papers import Figure, figure
@@ -33,15 +33,6 @@ SIZE_64K = 64 * 1024
 def class_rank(pool_class: object) -> int:
     """A row's `pool_class` (or `peer_pool_class`) as its rank: lower stands for the pool first."""
     return RANKS.get(str(pool_class), RANKS["other"])
-
-
-def _params(value) -> dict:
-    """Stored params through the one codec; a damaged value reads as none (the row's case id
-    still says what it was)."""
-    try:
-        return decode_params(value)
-    except BadParams:
-        return {}
 
 
 def _params_text(params: dict) -> str:
@@ -96,8 +87,8 @@ def prepare(run: RunData) -> pd.DataFrame:
                                                                  strict=True)],
                                index=df.index, dtype="int64")
     df["src_kind"] = _texts((s.split("[")[0].split(":")[0] for s in src), df.index)
-    df["params_d"] = _texts((_params(p) for p in df["params"]), df.index)  # the case's own
-    df["effective"] = _texts((_params(p) for p in df["effective_params"]), df.index)
+    df["params_d"] = _texts((decode_params_or_none(p) for p in df["params"]), df.index)  # the case's own
+    df["effective"] = _texts((decode_params_or_none(p) for p in df["effective_params"]), df.index)
     # a case keeps only the params that differ from its method's defaults (Case), so the count
     # of its own params orders the method's default settings first
     df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index, dtype="int64")

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 
 from nearlocal.units import format_ns
 from nearlocal.whatif.references import load_reference
-from nearlocal.whatif.serving import NOT_MEASURED, Inputs, PathFigures, Request, whatif
+from nearlocal.whatif.serving import (
+    NOT_MEASURED,
+    Inputs,
+    PathFigures,
+    Request,
+    best_way,
+    shape_of,
+    whatif,
+)
 
 GIB = 1 << 30
 KIB64 = 64 * 1024
@@ -72,16 +80,13 @@ class _Single:
         return format_ns(self.ns * scale) + (" (extrapolated)" if self.outside else "")
 
 
-OUTSIDE = ("beyond the largest", "below the smallest", "outside the many-fragment")
-
-
 def _single(inputs: Inputs, hop: str, size: int) -> _Single:
     """One contiguous transfer of `size` over `hop`: the fastest measured way."""
     models = inputs.measured.get(hop) or []
     if not models:
         return _Single(None)
-    best = min((m.predict(1, size) for m in models), key=lambda p: (bool(p.notes), p.ns))
-    return _Single(best.ns, best.rows, any(o in n for n in best.notes for o in OUTSIDE))
+    _, best = best_way(models, 1, size)
+    return _Single(best.ns, best.rows, best.outside)
 
 
 def claim_b11(box: Inputs, papers: Inputs) -> Claim:
@@ -139,7 +144,7 @@ def claim_b3(box: Inputs, papers: Inputs) -> Claim:
 
 
 def claim_b16(box: Inputs, papers: Inputs) -> Claim:
-    shape_bytes = whatif(papers, B16_REQUEST).shape.total_bytes
+    shape_bytes = shape_of(B16_REQUEST).total_bytes
     needed = [qps * shape_bytes / 1e9 for qps in B16_QPS]
     values: dict = {"bytes_per_request": shape_bytes, "needed_gbps": needed,
                     "adapters_assumed": B16_ADAPTERS}
@@ -242,7 +247,7 @@ def claim_s2(box: Inputs, papers: Inputs) -> Claim:
 
 
 def claim_s3(box: Inputs, papers: Inputs) -> Claim:
-    layer = whatif(papers, B16_REQUEST).shape
+    layer = shape_of(B16_REQUEST)
     layer_bytes = layer.total_bytes // layer.layers
     values = {"layer_bytes": layer_bytes}
     texts = []

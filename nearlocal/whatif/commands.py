@@ -157,7 +157,7 @@ def _whatif(args: argparse.Namespace) -> int:
         shape = shape_of(request_of(args))
         text = promoted_toml(run, fit_run(run.cases), args.promote,
                              lambda models: best_way(models, shape.fragments,
-                                                     shape.fragment_bytes))
+                                                     shape.fragment_bytes)[0])
         print(text, end="")
         return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed

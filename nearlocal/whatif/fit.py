@@ -18,10 +18,11 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nearlocal.core.methods import CALL_RULES, Delivery, load_methods
 from nearlocal.lazy import lazy_import
-from nearlocal.params import BadParams, decode_params
+from nearlocal.params import decode_params_or_none
 from nearlocal.units import format_size
 from nearlocal.whatif.paths import HOPS
 
@@ -43,34 +44,40 @@ class Prediction:
     ns: float
     rows: tuple[str, ...]  # case ids, or the reference's name
     notes: tuple[str, ...] = ()
+    outside: bool = False  # the size lies outside what the rows measured (a note says how)
 
 
-def _curve(points: tuple[Point, ...], size: int, what: str) -> tuple[float, list[str], list[str]]:
+class _At(NamedTuple):
+    """A curve's figure at one size, the rows it came from, and whether it left them."""
+
+    ns: float
+    notes: tuple[str, ...] = ()
+    rows: tuple[str, ...] = ()
+    outside: bool = False
+
+
+def _curve(points: tuple[Point, ...], size: int, what: str) -> _At:
     """The curve through `points` at `size`: linear in size between neighbours (a transfer's
     time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure;
     beyond the largest, the last segment's slope (its marginal bandwidth), said in a note."""
     ordered = sorted(points, key=lambda p: p.size)
     low, high = ordered[0], ordered[-1]
-    if size <= low.size:
-        notes = [] if size == low.size else [
-            f"{what} at {format_size(size)} is below the smallest measured "
-            f"({format_size(low.size)}): its figure taken"]
-        return low.ns, notes, [low.case_id]
-    if size >= high.size:
-        if size == high.size:
-            return high.ns, [], [high.case_id]
+    if size < low.size:
+        return _At(low.ns, (f"{what} at {format_size(size)} is below the smallest measured "
+                            f"({format_size(low.size)}): its figure taken",), (low.case_id,), True)
+    if size > high.size:
         before = ordered[-2] if len(ordered) > 1 else None
         slope = ((high.ns - before.ns) / (high.size - before.size)
                  if before is not None and high.ns > before.ns else high.ns / high.size)
         note = (f"{what} at {format_size(size)} is beyond the largest measured "
                 f"({format_size(high.size)}): extrapolated at its marginal bandwidth")
-        used = [high.case_id] if before is None else [before.case_id, high.case_id]
-        return high.ns + (size - high.size) * slope, [note], used
+        used = (high.case_id,) if before is None else (before.case_id, high.case_id)
+        return _At(high.ns + (size - high.size) * slope, (note,), used, True)
     for left, right in itertools.pairwise(ordered):
         if left.size <= size <= right.size:
             share = (size - left.size) / (right.size - left.size) if right.size > left.size else 0
-            return left.ns + share * (right.ns - left.ns), [], [left.case_id, right.case_id]
-    raise AssertionError("unreachable: size lies between the curve's ends")
+            return _At(left.ns + share * (right.ns - left.ns), (), (left.case_id, right.case_id))
+    return _At(low.ns, (), (low.case_id,))  # one point, at its size
 
 
 @dataclass(frozen=True)
@@ -101,57 +108,51 @@ class PathModel:
     def calls_for(self, fragments: int) -> int:
         return calls(self.calls, fragments, self.facts)
 
-    def single(self, size: int) -> tuple[float, list[str], list[str]]:
+    def single(self, size: int) -> _At:
         """T1(s): one contiguous transfer of `size` bytes."""
         if not self.measured:
-            return self.call_ns + size / self.bandwidth_gbps, [], [self.source]
+            return _At(self.call_ns + size / self.bandwidth_gbps, (), (self.source,))
         if not self.singles:  # the model stands on many-fragment rows alone
-            ns, notes, rows = _curve(self.fragmented, size, "a fragment")
-            return self.call_ns + ns, [*notes, "no single-transfer rows: one transfer taken as "
-                                               "one call of one fragment"], rows
+            at = _curve(self.fragmented, size, "a fragment")
+            return at._replace(ns=self.call_ns + at.ns, notes=(*at.notes, "no single-transfer "
+                               "rows: one transfer taken as one call of one fragment"))
         return _curve(self.singles, size, "a single transfer")
 
-    def per_fragment(self, size: int) -> tuple[float, list[str], list[str]]:
+    def per_fragment(self, size: int) -> _At:
         """c(s): one fragment of `size` bytes inside a call: the many-fragment rows' curve
         within their sizes; outside them the single-transfer curve less a, plus the per-fragment
         cost d of the nearest many-fragment row (said)."""
         if not self.measured:
-            return self.fragment_ns + size / self.bandwidth_gbps, [], [self.source]
+            return _At(self.fragment_ns + size / self.bandwidth_gbps, (), (self.source,))
         low = min((p.size for p in self.fragmented), default=None)
         high = max((p.size for p in self.fragmented), default=None)
         if low is not None and (low <= size <= high or not self.singles):
             return _curve(self.fragmented, size, "a fragment")
-        ns, notes, rows = self.single(size)
+        at = self.single(size)
         if low is None:
-            return max(ns - self.call_ns, 0.0), [*notes, "no many-fragment rows: per-fragment "
-                                                         "cost d not measured, taken as 0"], rows
+            return at._replace(ns=max(at.ns - self.call_ns, 0.0), notes=(
+                *at.notes, "no many-fragment rows: per-fragment cost d not measured, taken as 0"))
         nearest = min(self.fragmented, key=lambda p: abs(math.log(p.size / size)))
-        d = nearest.ns - max(self.single(nearest.size)[0] - self.call_ns, 0.0)
+        d = nearest.ns - max(self.single(nearest.size).ns - self.call_ns, 0.0)
         note = (f"fragments of {format_size(size)} lie outside the many-fragment rows "
                 f"({format_size(low)} .. {format_size(high)}): the single-transfer curve less a, "
                 f"plus d at {format_size(nearest.size)}")
-        return ns - self.call_ns + d, [*notes, note], [*rows, nearest.case_id]
+        return _At(at.ns - self.call_ns + d, (*at.notes, note), (*at.rows, nearest.case_id), True)
 
     def predict(self, fragments: int, size: int) -> Prediction:
         """T(n, s) for `fragments` pieces of `size` bytes each."""
         n = max(1, int(fragments))
         if n == 1:
-            ns, notes, rows = self.single(size)
+            at = self.single(size)
+            ns = at.ns
         else:
-            per, notes, rows = self.per_fragment(size)
-            ns = max(self.call_ns * self.calls_for(n) + n * per, 0.0)
-        return Prediction(ns, tuple(dict.fromkeys(rows)), tuple([*self.notes, *notes]))
+            at = self.per_fragment(size)
+            ns = max(self.call_ns * self.calls_for(n) + n * at.ns, 0.0)
+        return Prediction(ns, tuple(dict.fromkeys(at.rows)), (*self.notes, *at.notes), at.outside)
 
 
 # ---------------------------------------------------------------------------------------------
 # Fitting from a run's rows
-
-
-def _decoded(value: object) -> dict:
-    try:
-        return decode_params(value)
-    except BadParams:
-        return {}
 
 
 def _isolated(effective: dict) -> bool:
@@ -188,7 +189,7 @@ def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
         method = methods.get(str(row.get("method")))
         delivery: Delivery | None = method.delivery if method else None
         median = pd.to_numeric(row.get("median_ns"), errors="coerce")
-        effective = _decoded(row.get("effective_params"))
+        effective = decode_params_or_none(row.get("effective_params"))
         ends = _ends(row)
         if (delivery is None or ends is None or row.get("status") != "ok"
                 or _cache_resident(row.get("reaches_memory"))
@@ -267,7 +268,7 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str) -> PathModel | 
 
 
 def _way(row: pd.Series) -> str:
-    params = ",".join(f"{k}={v}" for k, v in sorted(_decoded(row.get("params")).items()))
+    params = ",".join(f"{k}={v}" for k, v in sorted(decode_params_or_none(row.get("params")).items()))
     return (f"{row['method']} {row['region']} -> {row['peer']}"
             + (f" [{params}]" if params else ""))
 

@@ -5,10 +5,12 @@ figure here was never measured by nearlocal. Adding a box is one data file."""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nearlocal import safeio
 from nearlocal.core.methods import CALL_RULES
 from nearlocal.errors import UsageError
 from nearlocal.whatif.fit import PathModel
@@ -36,10 +38,15 @@ def reference_names() -> list[str]:
     return sorted(p.stem for p in REFERENCE_DIR.glob("*.toml"))
 
 
-def _number(link: dict, key: str, where: str, default: float | None = None) -> float:
+def _number(link: dict, key: str, where: str, default: float | None = None,
+            signed: bool = False) -> float:
+    """A link's number: finite, and >= 0 unless `signed` (a per-fragment cost is below zero
+    where calls overlap: a stream of copies costs less per copy than one isolated copy's a)."""
     value = link.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise UsageError(f"{where}: {key} must be a number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or (value < 0 and not signed):
+        raise UsageError(f"{where}: {key} must be a finite number"
+                         f"{'' if signed else ' >= 0'}, got {value!r}")
     return float(value)
 
 
@@ -74,19 +81,28 @@ def parse_reference(data: dict, where: str) -> ReferenceBox:
         links[hop] = (PathModel(hop, f"{label}: {link.get('basis', '')}".rstrip(": "), calls,
                                _number(link, "call_us", at, 0.0) * 1e3, source=label,
                                facts=facts, bandwidth_gbps=bandwidth,
-                               fragment_ns=_number(link, "fragment_us", at, 0.0) * 1e3,
+                               fragment_ns=_number(link, "fragment_us", at, 0.0,
+                                                   signed=True) * 1e3,
                                notes=notes),)
     return ReferenceBox(str(box["name"]), str(box["title"]), str(box["kind"]),
                         str(box["source"]), str(box["date"]), links)
 
 
+def _run_source(run) -> tuple[str, str, str]:
+    """A stored run as a reference's (title, source, date): its id, host, CPU and GPUs."""
+    inventory = run.meta.get("inventory") or {}
+    host = str(inventory.get("hostname", "?"))
+    gpus = ", ".join(str(d.get("name")) for d in (inventory.get("gpu") or {}).get("devices", []))
+    machine = str((inventory.get("cpu") or {}).get("model", "?")) + (f"; {gpus}" if gpus else "")
+    title = f"nearlocal run {run.run_id} on {host}"
+    return title, f"{title} ({machine})", str(run.meta.get("started", "?"))[:10]
+
+
 def run_reference(run, measured: dict[str, list[PathModel]]) -> ReferenceBox:
     """A stored run of this project promoted to a reference: its fitted hops, labelled with the
     run's id, host and date (for a box without a GPU, a GPU box's run)."""
-    host = str((run.meta.get("inventory") or {}).get("hostname", "?"))
-    date = str(run.meta.get("started", "?"))
-    box = ReferenceBox(run.run_id, f"nearlocal run {run.run_id} on {host}", "measured-run",
-                       f"nearlocal run {run.run_id} on {host}", date, {})
+    title, source, date = _run_source(run)
+    box = ReferenceBox(run.run_id, title, "measured-run", source, date, {})
     return replace(box, links={hop: tuple(replace(m, source=box.label) for m in models)
                                for hop, models in measured.items()})
 
@@ -96,16 +112,11 @@ def promoted_toml(run, measured: dict[str, list[PathModel]], name: str,
     """A stored run as a reference box file (what `whatif RUN --promote NAME` prints): per hop
     the way `choose(models)` picks, as a + s / BW per transfer and d per fragment, with the run,
     its host, its date and the rows it was fitted from."""
-    inventory = run.meta.get("inventory") or {}
-    host = str(inventory.get("hostname", "?"))
-    gpus = ", ".join(str(d.get("name")) for d in (inventory.get("gpu") or {}).get("devices", []))
-    cpu = str((inventory.get("cpu") or {}).get("model", "?")) + (f"; {gpus}" if gpus else "")
-    date = str(run.meta.get("started", "?"))[:10]
-    lines = [f"# promoted from nearlocal run {run.run_id} on {host} ({cpu}), {date}: figures "
-             "fitted from that run's rows (nearlocal whatif --promote)",
-             "[box]", f'name = "{name}"', f'title = "nearlocal run {run.run_id} on {host}"',
-             'kind = "measured-run"', f'source = "nearlocal run {run.run_id} on {host} ({cpu})"',
-             f'date = "{date}"']
+    title, source, date = _run_source(run)
+    lines = [f"# promoted from {source}, {date}: figures fitted from that run's rows "
+             "(nearlocal whatif --promote)",
+             "[box]", f'name = "{name}"', f'title = "{title}"', 'kind = "measured-run"',
+             f'source = "{source}"', f'date = "{date}"']
     for hop, models in sorted(measured.items()):
         model = choose(models)
         if not model.singles:
@@ -116,7 +127,7 @@ def promoted_toml(run, measured: dict[str, list[PathModel]], name: str,
         fragment_ns = sorted(extras)[len(extras) // 2] if extras else 0.0
         lines += ["", "[[link]]", f'hop = "{hop}"', f"bandwidth_gbps = {bandwidth:.4g}",
                   f"call_us = {model.call_ns / 1e3:.4g}",
-                  f"fragment_us = {max(fragment_ns, 0.0) / 1e3:.4g}", f'calls = "{model.calls}"']
+                  f"fragment_us = {fragment_ns / 1e3:.4g}", f'calls = "{model.calls}"']
         if "max_sge" in model.facts:
             lines.append(f"max_sge = {int(model.facts['max_sge'])}")
         rows = ", ".join(model.rows)
@@ -128,11 +139,13 @@ def promoted_toml(run, measured: dict[str, list[PathModel]], name: str,
 def load_reference(name: str) -> ReferenceBox:
     """A shipped reference box by name, or the path of a TOML file in the same format."""
     path = Path(name) if name.endswith(".toml") else REFERENCE_DIR / f"{name}.toml"
-    if not path.is_file():
+    if not name.endswith(".toml") and not path.is_file():
         raise UsageError(f"unknown reference box {name!r}: shipped are "
                          f"{', '.join(reference_names())}, or give the path of a .toml file")
+    # bounded, a regular file only: a FIFO or a huge file is one line, never a hang
+    raw = safeio.read_input(path, "reference box")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"reference box {path}: not valid TOML: {exc}") from None
     return parse_reference(data, f"reference box {path}")

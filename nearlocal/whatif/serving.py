@@ -150,13 +150,10 @@ class Whatif:
         return asdict(self)
 
 
-def best_way(models: list[PathModel], fragments: int, size: int) -> PathModel:
-    return _best(models, fragments, size)[0]
-
-
-def _best(models: list[PathModel], fragments: int, size: int) -> tuple[PathModel, Prediction]:
+def best_way(models: list[PathModel], fragments: int,
+             size: int) -> tuple[PathModel, Prediction]:
     """The fastest way for this shape, preferring figures inside the measured sizes."""
-    scored = [(bool(p.notes), p.ns, m.way, m, p) for m in models
+    scored = [(p.outside, p.ns, m.way, m, p) for m in models
               for p in (m.predict(fragments, size),)]
     scored.sort(key=lambda s: (s[0], s[1], s[2]))
     return scored[0][3], scored[0][4]
@@ -166,9 +163,9 @@ def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathMode
           reference: ReferenceBox | None) -> Term:
     what = HOPS[hop].what
     if measured.get(hop):
-        model, prediction = _best(measured[hop], fragments, size)
+        model, prediction = best_way(measured[hop], fragments, size)
     elif reference is not None and reference.links.get(hop):
-        model, prediction = _best(list(reference.links[hop]), fragments, size)
+        model, prediction = best_way(list(reference.links[hop]), fragments, size)
     else:
         why = NOT_MEASURED + (f" nor in reference {reference.name}" if reference else "")
         return Term(hop, what, fragments, size, None, "-", why, ())
