@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs nearlocal with its test extra, then runs ruff and the test suite. Works on a fresh
-# machine; safe to run again.
+# Sets up nearlocal with its test extra in the checkout's .venv (scripts/venv.sh: never in a
+# system interpreter), then runs ruff and the test suite. Works on a fresh machine; safe to run
+# again (the venv and its install are reused).
 #   - As root with apt-get and no chromium: apt-installs Debian's chromium (~100 MB) for the HTML
 #     report's browser test. NEARLOCAL_NO_APT=1 skips that (the browser test is then skipped).
 #   - The test extra pulls nvidia-cuda-nvrtc (~140 MB, no GPU needed) for the NVRTC compile test.
@@ -15,6 +16,7 @@ if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
     echo "warning: could not install chromium; the HTML report browser test will be skipped" >&2
 fi
-python3 -m pip install -q -e '.[test]'
-python3 -m ruff check nearlocal tests bench
-python3 -m pytest -q -n 2 --dist loadfile "$@"
+source scripts/venv.sh
+nearlocal_venv '.[test]'
+python -m ruff check nearlocal tests bench
+python -m pytest -q -n 2 --dist loadfile "$@"

@@ -68,7 +68,6 @@ register_suite(Suite("fakegate", "ten test-double cases",
 
 @pytest.fixture
 def bench_dir(pytester: pytest.Pytester, monkeypatch) -> pytest.Pytester:
-    pytester.makeconftest((BENCH / "conftest.py").read_text())
     pytester.makepyfile(test_cpu=(BENCH / "test_cpu.py").read_text())
     pytester.makepyfile(fake_gate_method=FAKE_METHOD)
     monkeypatch.setenv("NEARLOCAL_PLUGINS", "fake_gate_method")

@@ -65,7 +65,6 @@ register_suite(Suite("fake", "one test-double case",
 
 @pytest.fixture
 def bench_dir(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeconftest((BENCH / "conftest.py").read_text())
     pytester.makepyfile(test_cpu=(BENCH / "test_cpu.py").read_text())
     return pytester
 
@@ -80,7 +79,7 @@ def test_rounds_are_the_times_the_kernel_measured(bench_dir, monkeypatch, tmp_pa
     data = json.loads((bench_dir.path / "out.json").read_text())
     bench = data["benchmarks"][0]
     assert bench["name"] == "test_cpu[fake-cycle-dram-wb-4KiB]"
-    assert bench["options"]["timer"] == "nearlocal.frontends.bench.KernelClock"
+    assert bench["options"]["timer"] == "nearlocal.bench.benchmarks.KernelClock"
     rounds = np.asarray(bench["stats"]["data"]) * 1e9
     assert set(np.round(rounds)) == {1000.0, 2000.0, 4000.0}
     assert bench["stats"]["median"] == pytest.approx(2e-6, rel=1e-9)
@@ -139,6 +138,27 @@ def test_unknown_suite_is_a_usage_error(bench_dir):
     result = bench_dir.runpytest_subprocess("--nearlocal-ci", "0", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nearlocal-ci: a percentage between 0 and 100*"])
+
+
+def test_plugin_is_inert_in_a_session_with_no_nearlocal_test(pytester, monkeypatch):
+    """Installed by the pytest11 entry point, the plugin loads in every session of the venv: one
+    with no nearlocal test loads no registry and judges no option (a plugin that cannot load,
+    a suite that does not exist), and its markers are there."""
+    pytester.makepyfile(test_other="import pytest\n\n@pytest.mark.cpu\ndef test_x():\n    pass\n")
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "no_such_module_anywhere")
+    result = pytester.runpytest_subprocess("--nearlocal-suite", "nope", "--strict-markers",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str() + result.stderr.str()
+    assert "unknown suite" not in output and "no_such_module" not in output and "Warning" not in output
+
+
+def test_installed_tests_collect_by_package_name(pytester):
+    """`pytest --pyargs nearlocal.bench` collects the installed tests from any directory."""
+    result = pytester.runpytest_subprocess("--pyargs", "nearlocal.bench", "--collect-only", "-q",
+                                           "-m", "cpu", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    assert "test_cpu.py::test_cpu[load-dram-wb-4KiB]" in result.stdout.lines
 
 
 def test_import_refuses_files_that_are_not_from_bench(tmp_path, capsys):

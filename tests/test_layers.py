@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("store", {"store"}),
     ("engine", {"engine"}),
     ("judging", {"gate", "whatif", "report"}),  # report and accept use whatif
-    ("front ends", {"frontends", "__main__"}),
+    ("front ends", {"frontends", "bench", "__main__"}),  # bench: the pytest front end
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 

@@ -1,16 +1,18 @@
-"""pytest-benchmark glue for `pytest bench/`: the same cases as `nearlocal run`, measured
-through the same phases (warm-up, trials until the stopping rule), in DEFAULT_PROCESSES worker
-processes by the run's own runner (`--nearlocal-processes K`; 1: in this process), and handed
-to pytest-benchmark as one round per kernel repetition. One process is one draw of page placement:
-on the 2-vCPU AMD VM a 16 KiB nt-store read 180 ns in some processes and 260-280 ns in others,
-so two one-process sessions of unchanged code read 1.44x apart with 10 ns IQRs; with K = 8 four
-sessions read 180-270 ns, each pair within the wider session's IQR.
+"""pytest-benchmark glue for `pytest --pyargs nearlocal.bench` (and `pytest bench/`): the same
+cases as `nearlocal run`, measured through the same phases (warm-up, trials until the stopping
+rule), in DEFAULT_PROCESSES worker processes by the run's own runner (`--nearlocal-processes K`;
+1: in this process), and handed to pytest-benchmark as one round per kernel repetition. One
+process is one draw of page placement: on the 2-vCPU AMD VM a 16 KiB nt-store read 180 ns in
+some processes and 260-280 ns in others, so two one-process sessions of unchanged code read
+1.44x apart with 10 ns IQRs; with K = 8 four sessions read 180-270 ns, each pair within the wider
+session's IQR.
 
 pytest-benchmark times a round as `timer()` after the call minus `timer()` before it. Here the
 timer is a `KernelClock` that only moves when a round's target advances it by that repetition's
 in-kernel time (rdtscp inside the numba loop, CUDA events on a GPU), so every statistic, JSON file,
 autosave and `--benchmark-compare-fail` sees kernel-measured times, never Python's clock around a
-call. The conftest in bench/ only declares options and parametrizes; everything else is here.
+call. The plugin (nearlocal/bench/plugin.py) only declares options and parametrizes; everything
+else is here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nearlocal.bench import MARKERS
 from nearlocal.core.cases import Case
 from nearlocal.core.sampling import StoppingRule, relative_half_width
 from nearlocal.core.suites import get_suite, suite_cases
@@ -38,23 +41,13 @@ if TYPE_CHECKING:
     from nearlocal.probe import HostInventory
     from nearlocal.store.runs import RunData
 
-# Markers every generated test may carry (pyproject declares them too; pytester runs lack it).
-MARKERS = {
-    "cpu": "runs CPU access methods",
-    "gpu": "needs a CUDA GPU",
-    "dsa": "needs an Intel DSA work queue",
-    "cxl": "needs a CXL memory node or device-dax",
-    "nvlink": "needs two GPUs with peer access",
-    "storage": "reads or writes a file on a disk (file-read, file-write)",
-}
-DEFAULT_PROCESSES = 8  # --nearlocal-processes 1: in this process
 
 
 class KernelClock:
     """A pytest-benchmark timer fed by the kernel's own measurements (seconds)."""
 
     # pytest-benchmark records the timer's name in the JSON options
-    __name__ = "nearlocal.frontends.bench.KernelClock"
+    __name__ = "nearlocal.bench.benchmarks.KernelClock"
 
     def __init__(self) -> None:
         self.now = 0.0

@@ -1,20 +1,21 @@
-"""`pytest bench/ --benchmark-...`: one pytest-benchmark test per case of a nearlocal suite.
+"""The pytest front end's plugin, registered by the `pytest11` entry point: `pytest --pyargs
+nearlocal.bench --benchmark-...` (or `pytest bench/` in a checkout) makes one pytest-benchmark
+test per case of a nearlocal suite.
 
 Tests are generated from the same registry and suites as `nearlocal run` (ids such as
 `test_cpu[nt-store-dram-wb-16KiB]`), marked cpu / gpu / dsa / cxl / nvlink, and skipped with the
 probe's reason when they cannot run here. Times are measured inside the compiled kernels
-(see nearlocal/frontends/bench.py).
+(nearlocal/bench/benchmarks.py).
 
-A session measures every case in this one process, so `--benchmark-compare-fail` sees one draw
-of page placement and co-tenants per session: on a busy 2-vCPU VM medians of unchanged code moved
-by up to 3x between sessions, and no percentage that still catches a 1.3x slowdown held there
-(README, "CI and acceptance"). More rounds do not narrow a spread that lies between processes;
-`nearlocal compare` on runs with several worker processes per case is the gate for such a box.
+Installed with the package, the plugin loads in every pytest session of the environment: it adds
+its options and markers and does nothing else until a test asks for `nearlocal_case` (the
+method registry, the suite check and `--nearlocal-baseline` load then, once). A bad option is
+pytest's one `ERROR:` line and exit 4, raised after collection, before anything is measured.
 
-`--nearlocal-save` stores the session as a run of kind `bench`; `--nearlocal-baseline RUN` judges
-it against a stored run with compare's own model (one process per case: the whole-run model,
-whose run-to-run noise is estimated across the cases) and fails the session with pytest's summary
-line and the list of slower cases, never a traceback.
+Each case is measured in `--nearlocal-processes` worker processes (default 8): one process is
+one draw of page placement. `--nearlocal-save` stores the session as a run of kind `bench`;
+`--nearlocal-baseline RUN` judges it against a stored run with compare's own model and fails the
+session with pytest's summary line and the list of slower cases, never a traceback.
 """
 
 from __future__ import annotations
@@ -24,16 +25,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nearlocal.core.methods import load_methods
+from nearlocal.bench import DEFAULT_PROCESSES, MARKERS
 from nearlocal.errors import UsageError
-from nearlocal.frontends import bench
 
 if TYPE_CHECKING:
-    pass
+    from nearlocal.bench.benchmarks import BenchHost
 
-_HOST = pytest.StashKey[bench.BenchHost]()
+_HOST = pytest.StashKey["BenchHost"]()
 _BASE = pytest.StashKey["RunData"]()
 _VERDICT = pytest.StashKey[tuple]()  # (comparison, stored run or None)
+_ACTIVE = pytest.StashKey[str]()  # "" once a test asked for a case, else what was wrong
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,9 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--nearlocal-ci", type=float, default=1.0,
                     help="stop a case when its median's 95%% CI half-width is within this %% "
                          "(default 1); --benchmark-max-time is the per-case budget")
-    group.addoption("--nearlocal-processes", type=int, default=bench.DEFAULT_PROCESSES,
+    group.addoption("--nearlocal-processes", type=int, default=DEFAULT_PROCESSES,
                     help="worker processes each case is measured in, sharing its budget "
-                         f"(default {bench.DEFAULT_PROCESSES}; 1: in this process): a process "
+                         f"(default {DEFAULT_PROCESSES}; 1: in this process): a process "
                          "draws page placement once, so one process is one draw of it")
     group.addoption("--nearlocal-allow-write", action="store_true",
                     help="allow writing to devdax: regions and existing files")
@@ -68,19 +69,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, text in bench.MARKERS.items():
+    for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _activate(config: pytest.Config) -> str:
+    """Once, when the first test asks for a case: load the registry and check the options; what
+    was wrong ("" when nothing), raised by pytest_collection_modifyitems as pytest's own usage
+    error (raised here, in parametrization, it would read as a collection error's traceback)."""
+    if _ACTIVE not in config.stash:
+        try:
+            _check_options(config)
+            config.stash[_ACTIVE] = ""
+        except UsageError as exc:
+            config.stash[_ACTIVE] = str(exc)
+    return config.stash[_ACTIVE]
+
+
+def _check_options(config: pytest.Config) -> None:
+    from nearlocal.bench.benchmarks import check_suite
+    from nearlocal.core.methods import load_methods
+
+    load_methods()  # a plugin that does not load (NEARLOCAL_PLUGINS) says so, as itself
     try:
-        load_methods()  # a plugin that does not load (NEARLOCAL_PLUGINS) says so, as itself
+        check_suite(config.getoption("nearlocal_suite"))
     except UsageError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    try:
-        bench.check_suite(config.getoption("nearlocal_suite"))
-    except UsageError as exc:
-        raise pytest.UsageError(f"--nearlocal-suite: {exc}") from None
+        raise UsageError(f"--nearlocal-suite: {exc}") from None
     ci = config.getoption("nearlocal_ci")
     if not 0 < ci < 100:
-        raise pytest.UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
+        raise UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
     if config.getoption("nearlocal_baseline"):  # before anything is measured
         from nearlocal.gate.commands import parse_percent
         from nearlocal.store.runs import load
@@ -92,14 +109,20 @@ def pytest_configure(config: pytest.Config) -> None:
             if not 0 < threshold < 10:
                 raise UsageError(f"a positive percentage below 1000%, got {threshold:.1%}")
         except UsageError as exc:
-            raise pytest.UsageError(f"--nearlocal-baseline: {exc}") from None
+            raise UsageError(f"--nearlocal-baseline: {exc}") from None
 
 
-def _host(config: pytest.Config) -> bench.BenchHost:
+def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    if config.stash.get(_ACTIVE, ""):
+        raise pytest.UsageError(config.stash[_ACTIVE])
+
+
+def _host(config: pytest.Config) -> BenchHost:
     if _HOST not in config.stash:
+        from nearlocal.bench.benchmarks import BenchHost
         from nearlocal.probe import probe
 
-        config.stash[_HOST] = bench.BenchHost(
+        config.stash[_HOST] = BenchHost(
             probe(), allow_write=config.getoption("nearlocal_allow_write"),
             target_rel_ci=config.getoption("nearlocal_ci") / 100,
             processes=config.getoption("nearlocal_processes"))
@@ -107,19 +130,30 @@ def _host(config: pytest.Config) -> bench.BenchHost:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "nearlocal_case" in metafunc.fixturenames:
-        family = metafunc.function.__name__.removeprefix("test_")
-        metafunc.parametrize("nearlocal_case", bench.suite_params(
-            metafunc.config.getoption("nearlocal_suite"), family, _host(metafunc.config)))
+    if "nearlocal_case" not in metafunc.fixturenames:
+        return
+    if _activate(metafunc.config):  # raised after collection; no case is generated
+        metafunc.parametrize("nearlocal_case", [])
+        return
+    from nearlocal.bench.benchmarks import suite_params
+
+    family = metafunc.function.__name__.removeprefix("test_")
+    metafunc.parametrize("nearlocal_case", suite_params(
+        metafunc.config.getoption("nearlocal_suite"), family, _host(metafunc.config)))
 
 
 @pytest.fixture(scope="session")
-def nearlocal_host(request: pytest.FixtureRequest) -> bench.BenchHost:
+def nearlocal_host(request: pytest.FixtureRequest) -> BenchHost:
     return _host(request.config)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: absent under -p no:benchmark
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    machine_info["nearlocal"] = bench.machine_info(_host(config))
+    if config.stash.get(_ACTIVE, None) != "":  # a session with no nearlocal test: not ours
+        return
+    from nearlocal.bench.benchmarks import machine_info as nearlocal_info
+
+    machine_info["nearlocal"] = nearlocal_info(_host(config))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -130,14 +164,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     host = config.stash.get(_HOST, None)
     if host is None or not host.measured or not (save or base is not None):
         return
+    from nearlocal.bench.benchmarks import judge_session, store_session
     from nearlocal.gate.commands import parse_percent
 
     root, suite = Path(config.getoption("nearlocal_out")), config.getoption("nearlocal_suite")
     try:
         if base is None:
-            config.stash[_VERDICT] = (None, bench.store_session(host, root, suite))
+            config.stash[_VERDICT] = (None, store_session(host, root, suite))
             return
-        config.stash[_VERDICT] = bench.judge_session(
+        config.stash[_VERDICT] = judge_session(
             host, base, root, suite, save, parse_percent(config.getoption("nearlocal_threshold")),
             0.01, config.getoption("nearlocal_mode"))
     except UsageError as exc:
