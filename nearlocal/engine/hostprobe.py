@@ -225,9 +225,11 @@ class HostProber:
     fixed set of pages per run, so a move of its readings is the host's, not a new placement.
     Anything that goes wrong ends the probes (`failure` says why), never the run."""
 
-    def __init__(self, context, sizes: dict[str, int], tsc_hz: float, overhead_ticks: float = 0.0):
+    def __init__(self, context, sizes: dict[str, int], tsc_hz: float, overhead_ticks: float = 0.0,
+                 started: Callable[[int | None], None] | None = None):
         """`overhead_ticks`: the run's timer overhead (its one clock), what each walk's ticks
-        carry besides the hops."""
+        carry besides the hops; `started(pid)`: told the prober's pid once it runs, before it
+        lays its rings (the busy recorder samples where it runs)."""
         self.facts = probe_facts(sizes, tsc_hz)
         self.failure: str | None = None
         self._open = True
@@ -237,6 +239,8 @@ class HostProber:
 
         start_child(self._process)
         child.close()
+        if started is not None:
+            started(self._process.pid)
         try:
             ready = self._reply(PROBER_START_S, "laying its rings")
         except BaseException:  # Ctrl-C while it lays them: no prober is left behind
@@ -245,6 +249,10 @@ class HostProber:
         if ready is not None:
             for fact in self.facts.values():
                 fact["overhead_ticks"] = float(overhead_ticks)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def _reply(self, timeout_s: float, doing: str) -> tuple | None:
         deadline = time.monotonic() + timeout_s

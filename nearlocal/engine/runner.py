@@ -29,6 +29,7 @@ from nearlocal.store.runs import Store
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from nearlocal.engine.busy import BusyRecorder
     from nearlocal.engine.hostprobe import HostProber
     from nearlocal.engine.plan import PlanEntry
 
@@ -241,6 +242,7 @@ class Runner:
         # starts, by a prober process laid once per run (None: with 2 or more processes)
         self.probe_host = processes > 1 if probe_host is None else probe_host
         self._prober: HostProber | None = None
+        self._busy: BusyRecorder | None = None  # how busy the box was while the run measured
         self._pass = 0  # the pass whose worker starts next: its host probe readings say so
         # a case whose first `processes` disagree gets more, up to this many (processes_to_settle)
         self.max_processes = max(processes, max_processes or processes)
@@ -304,6 +306,8 @@ class Runner:
                                         daemon=True)
         start_child(process)  # a Ctrl-C during the start is the parent's, raised after it
         child.close()
+        if self._busy is not None:  # where it runs is where the run's own CPU time went
+            self._busy.track(process.pid)
         self._wait_ready(process, parent)
         if self._prober is not None:
             reading = self._prober.walk()
@@ -434,6 +438,7 @@ class Runner:
             self.events.finished(row)
 
         try:
+            self._start_busy()
             if any(entry.runs for entry in entries):
                 start_fork_server()  # SIGINT ignored in it and its workers (children.py)
             if self.probe_host:
@@ -495,6 +500,7 @@ class Runner:
         finally:
             self._stop_worker()
             self._stop_prober()
+            self._stop_busy()
         return rows
 
     def _start_prober(self, entries: list) -> None:
@@ -508,9 +514,25 @@ class Runner:
         sizes = ring_sizes(self.inventory.cpu.llc_bytes, span, memory_available())
         try:
             self._prober = HostProber(self._context, sizes, self.settings.tsc_hz,
-                                      self.settings.clock.overhead_ticks)
+                                      self.settings.clock.overhead_ticks,
+                                      started=self._busy.track if self._busy is not None else None)
         except OSError as exc:  # no process to be had: the run goes on without probes
             self.store.add_host_failure(f"the host prober did not start: {exc}")
+
+    def _start_busy(self) -> None:
+        """/proc/stat and the run's own CPU time at its start, then where its processes run
+        (engine/busy.py); a store that keeps no such record (a front end's own) gets none."""
+        from nearlocal.engine.busy import BusyRecorder
+
+        if getattr(self.store, "add_busy", None) is None:
+            return
+        self._busy = BusyRecorder()
+        self._busy.start()
+
+    def _stop_busy(self) -> None:
+        busy, self._busy = self._busy, None
+        if busy is not None:
+            self.store.add_busy(busy.stop())
 
     def _stop_prober(self) -> None:
         prober, self._prober = self._prober, None

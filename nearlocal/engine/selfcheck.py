@@ -6,7 +6,11 @@ These checks catch what physics rules out; a failed one is a line in the run's o
 at the top of its report ("these figures are suspect: ...") and `self_check` in run.json. It
 never passes silently, and it never changes a figure.
 
-Each check reads the stored rows (`cases`), samples and run.json (`meta`): plain data.
+Each check reads the stored rows (`cases`), samples and run.json (`meta`): plain data. Besides
+physics: how busy the box was while the run measured (`busy`: other work on a CPU, the memory
+probe's move; engine/busy.py), a suspect finding too, and the box's settings that make figures
+unstable (governor, boost, THP, NUMA balancing, deep C-states: probe/settings.py), kept apart as
+`settings`: the figures are the box's as it is set, not wrong, and the fix is the operator's.
 """
 
 from __future__ import annotations
@@ -127,14 +131,48 @@ def processes_agree(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> F
                                        f"things: {', '.join(disagree[:3])}")
 
 
-CHECKS = (clock_step, l1_chase, bandwidth, processes_agree)
+def _siblings(box: dict) -> dict[int, list[int]]:
+    return {int(e["cpu"]): [int(c) for c in e.get("siblings") or []]
+            for e in box.get("cpus") or [] if isinstance(e, dict) and isinstance(e.get("cpu"), int)}
+
+
+def _box(meta: dict) -> dict:
+    box = (meta.get("inventory") or {}).get("box_settings")
+    return box if isinstance(box, dict) else {}
+
+
+def busy_box(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> Finding:
+    """No other work took a CPU over the run (/proc/stat against the run's own CPU time), and the
+    memory probe read the same at the run's end as at its start (engine/busy.py)."""
+    from nearlocal.engine.busy import OTHERS_SHARE, busy_lines, busy_shares, memory_line
+
+    record = meta.get("busy")
+    lines = busy_lines(record, _siblings(_box(meta)))
+    moved = memory_line(meta.get("host_probe"))
+    lines += [moved] if moved else []
+    if lines:
+        return Finding("busy", False, "; ".join(lines))
+    shares = busy_shares(record) if isinstance(record, dict) else {}
+    if not shares:
+        return Finding("busy", True, "not recorded (a run stored before it was)")
+    cpu, share = max(shares.items(), key=lambda item: item[1]["others"])
+    return Finding("busy", True, f"other work at most {100 * share['others']:.0f} % of CPU {cpu} "
+                                 f"(named over {100 * OTHERS_SHARE:.0f} %)")
+
+
+CHECKS = (clock_step, l1_chase, bandwidth, processes_agree, busy_box)
 
 
 def self_check(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
-    """run.json's `self_check`: every check's finding, and the failed ones' details."""
+    """run.json's `self_check`: every check's finding, the failed ones' details (`suspect`), and
+    the box's settings that make figures unstable (`settings`, each with its fix)."""
+    from nearlocal.probe.settings import unstable_settings
+
     findings = [check(meta, cases, samples) for check in CHECKS]
+    allowed = (meta.get("busy") or {}).get("allowed_cpus") if isinstance(meta.get("busy"), dict) else None
     return {"checks": {f.check: {"ok": f.ok, "detail": f.detail} for f in findings},
-            "suspect": [f.detail for f in findings if not f.ok]}
+            "suspect": [f.detail for f in findings if not f.ok],
+            "settings": unstable_settings(_box(meta), allowed)}
 
 
 def checked(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
@@ -142,9 +180,19 @@ def checked(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
     return {"self_check": self_check(meta, cases, samples)}
 
 
+def settings_of(result: dict) -> list[str]:
+    """A stored self-check's box settings lines (none in a run stored before they were)."""
+    lines = result.get("settings") if isinstance(result, dict) else None
+    return [str(line) for line in lines] if isinstance(lines, list) else []
+
+
 def summary_line(result: dict) -> str:
-    """The run's one line: passed, or what is suspect."""
+    """The run's self-check, said: passed or what is suspect, then (a second line) the box's
+    settings that make figures unstable, when there are any."""
     suspect = result.get("suspect") or []
-    if not suspect:
-        return f"self-check: ok ({', '.join(result.get('checks', {}))})"
-    return "self-check: these figures are suspect: " + "; ".join(suspect)
+    first = (f"self-check: ok ({', '.join(result.get('checks', {}))})" if not suspect else
+             "self-check: these figures are suspect: " + "; ".join(suspect))
+    settings = settings_of(result)
+    if not settings:
+        return first
+    return first + "\nself-check: this box's settings make figures unstable: " + "; ".join(settings)

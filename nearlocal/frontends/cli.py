@@ -156,7 +156,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     check = run.meta.get("self_check") or {}
-    if check and (check.get("suspect") or not args.quiet):  # a suspect run says so, always
+    # a suspect run says so, always, and so does a box whose settings make figures unstable
+    if check and (check.get("suspect") or check.get("settings") or not args.quiet):
         console.console.print(summary_line(check), markup=False, highlight=False)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0

@@ -3,6 +3,7 @@ the run's progress (the consoles themselves: terminal.py)."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -85,6 +86,7 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
     pools = ", ".join(f"{format_size(p.page_bytes)}: {p.free}/{p.total} free"
                       for p in inventory.hugepages.pools)
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")
+    print_settings(inventory)
     _print_gpus(inventory)
     console.print("[bold]block devices[/] " + ("; ".join(d.text for d in inventory.block)
                                                or "none in /sys/block"), markup=True)
@@ -94,6 +96,23 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
         print_regions(regions)
 
     print_availability(availability)
+
+
+def print_settings(inventory: HostInventory) -> None:
+    """The box's own settings (probe/settings.py), one line each, then the ones that make
+    figures unstable with the command that fixes each (never changed by nearlocal)."""
+    from nearlocal.probe.settings import describe_settings, unstable_settings
+
+    box = inventory.box_settings.to_dict()
+    console.print("[bold]box settings[/] [dim](what moves every figure; nearlocal never changes "
+                  "them: docs/running.md, Prepare a box)[/]")
+    for label, text in describe_settings(box):
+        console.print(f"  {label}: {text}", markup=False, highlight=False)
+    findings = unstable_settings(box)
+    if not findings:
+        console.print("  no setting here makes figures unstable", markup=False, highlight=False)
+    for line in findings:
+        console.print(f"  [yellow]unstable[/] {escape(line)}", highlight=False)
 
 
 def print_regions(regions: dict[str, str | None]) -> None:

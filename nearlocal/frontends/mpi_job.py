@@ -263,6 +263,11 @@ class _RankStore:
         if self.store is not None:
             self.store.add_host_failure(reason)
 
+    def add_busy(self, record: dict) -> None:
+        """Rank 0's record only, as its host probes: the run's `busy` describes one host."""
+        if self.store is not None:
+            self.store.add_busy(record)
+
 
 def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:

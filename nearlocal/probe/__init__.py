@@ -22,6 +22,7 @@ from nearlocal.probe.hugepages import HugePages, probe_hugepages
 from nearlocal.probe.numa import NumaNode, probe_numa
 from nearlocal.probe.pci import PciDevice, probe_pci_memory
 from nearlocal.probe.rdma import RdmaInfo, probe_rdma
+from nearlocal.probe.settings import BoxSettings, probe_settings
 from nearlocal.sysroot import SysRoot
 
 
@@ -42,6 +43,8 @@ class HostInventory:
     extra: dict = field(default_factory=dict)
     pci_memory: list[PciDevice] = field(default_factory=list)  # BARs `pcibar:` can map
     rdma: RdmaInfo = field(default_factory=RdmaInfo)  # RDMA devices (the rdma-* methods)
+    # governor, boost, SMT, THP, NUMA balancing, C-states, isolated CPUs (probe/settings.py)
+    box_settings: BoxSettings = field(default_factory=BoxSettings)
 
     @property
     def cpuless_nodes(self) -> frozenset[int]:
@@ -123,4 +126,5 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         block=probe_block(root),
         pci_memory=probe_pci_memory(root),
         rdma=probe_rdma(root),
+        box_settings=probe_settings(root),
     )

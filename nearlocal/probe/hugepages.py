@@ -7,6 +7,14 @@ from dataclasses import dataclass
 
 from nearlocal.sysroot import SysRoot
 
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+
+
+def selected_mode(text: str | None) -> str | None:
+    """The bracketed value of a sysfs choice file (`always [madvise] never` -> madvise)."""
+    selected = re.search(r"\[([\w+]+)\]", text or "")
+    return selected.group(1) if selected else None
+
 
 @dataclass
 class HugePagePool:
@@ -35,6 +43,5 @@ def probe_hugepages(root: SysRoot) -> HugePages:
                 total=root.read_int(f"{base}/{entry}/nr_hugepages", 0, base=10) or 0,
                 free=root.read_int(f"{base}/{entry}/free_hugepages", 0, base=10) or 0,
             ))
-    thp = root.read("/sys/kernel/mm/transparent_hugepage/enabled")
-    selected = re.search(r"\[(\w+)\]", thp or "")
-    return HugePages(sorted(pools, key=lambda p: p.page_bytes), selected.group(1) if selected else None)
+    return HugePages(sorted(pools, key=lambda p: p.page_bytes),
+                     selected_mode(root.read(f"{THP_DIR}/enabled")))

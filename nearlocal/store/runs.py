@@ -165,6 +165,10 @@ class Store:
         """Why the host probes ended before the run did (their readings so far are kept)."""
         self.meta.setdefault("host_probe", {"probes": {}, "passes": []})["failure"] = reason
 
+    def add_busy(self, record: dict) -> None:
+        """How busy the box was while the run measured (engine/busy.py), kept in run.json."""
+        self.meta["busy"] = record
+
     def finish(self, interrupted: bool = False, derive=None, **meta) -> Path:
         """Parquet files, then run.json saying complete (or not, when interrupted); partial/ goes
         last, so a failure anywhere before leaves a run `load()` still reads. `derive(meta,

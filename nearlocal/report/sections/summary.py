@@ -200,9 +200,15 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
     """The report's first lines: one per non-local region with its headline ratios to local
     DRAM (or one saying only local DRAM was measured), PASS / FAIL where acceptance verdicts
     exist, the GPU path, and what the run could not measure."""
-    suspect = (data.meta.get("self_check") or {}).get("suspect") or []
+    from nearlocal.engine.selfcheck import settings_of
+
+    check = data.meta.get("self_check") or {}
+    suspect = check.get("suspect") or []
     lines = [f"These figures are suspect: {'; '.join(suspect)} (the run's self-check)."] \
         if suspect else []
+    settings = settings_of(check)
+    lines += [f"This box's settings make figures unstable: {'; '.join(settings)} (the run's "
+              "self-check; docs/running.md, Prepare a box)."] if settings else []
     lines += [headline_text(h) for h in headlines(df)] or [only_local_text(data.meta)]
     lines += [acceptance_text(a) for a in acceptance_of(data)]
     gpu = _pool_and_local_to_gpu(df)

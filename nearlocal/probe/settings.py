@@ -1,0 +1,319 @@
+"""The box's own settings that move every figure: the CPU frequency governor and its limits,
+turbo / boost, SMT and thread siblings, transparent huge pages, automatic NUMA balancing, the
+idle states (C-states) enabled, isolated CPUs and the kernel command line's flags for them.
+
+A VM hides most of these (a guest has no cpufreq); bare metal brings them, and a stock server's
+defaults (powersave, turbo, deep C-states) make bandwidth and latency figures read low and
+spread. `probe_settings` reads them through `SysRoot`; anything the kernel does not expose is
+None ("not exposed"), never an error. `unstable_settings` is the one place that judges them: it
+reads the plain dict form (a live probe's `to_dict()` or a stored run's inventory) and returns
+one line per setting that makes figures unstable, each with the command an operator runs.
+nearlocal never changes a setting itself (docs/running.md, "Prepare a box").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from nearlocal.probe.hugepages import THP_DIR, selected_mode
+from nearlocal.sysroot import SysRoot, parse_cpulist
+
+NOT_EXPOSED = "not exposed"
+CPU_DIR = "/sys/devices/system/cpu"
+# An idle state whose exit latency is over this many us is "deep": an idle core (and, once all
+# of a package's cores are idle, its uncore and memory path) takes that long to answer again.
+# `cpupower idle-set -D 10` disables exactly these; C1 / C1E / POLL / a guest's haltpoll stay.
+DEEP_CSTATE_US = 10
+# Governors that pin the clock at its top (userspace is whatever someone set: said, not judged)
+STEADY_GOVERNORS = ("performance",)
+# Flags of /proc/cmdline that decide what the settings are (the rest is not recorded)
+CMDLINE_FLAGS = (
+    "mitigations", "isolcpus", "nohz_full", "nohz", "rcu_nocbs", "irqaffinity", "nosmt",
+    "intel_idle.max_cstate", "processor.max_cstate", "idle", "intel_pstate", "amd_pstate",
+    "cpufreq.default_governor", "transparent_hugepage", "default_hugepagesz", "hugepagesz",
+    "hugepages", "numa_balancing",
+)
+
+
+@dataclass(frozen=True)
+class IdleState:
+    name: str
+    latency_us: int | None
+    disabled: bool
+
+
+@dataclass(frozen=True)
+class CpuSettings:
+    """One CPU's frequency policy and idle states (None: not exposed on this box)."""
+
+    cpu: int
+    governor: str | None = None
+    driver: str | None = None
+    min_khz: int | None = None
+    max_khz: int | None = None
+    cur_khz: int | None = None
+    hw_max_khz: int | None = None  # cpuinfo_max_freq: what the part can reach
+    siblings: list[int] = field(default_factory=list)  # topology/thread_siblings_list
+    idle: list[IdleState] = field(default_factory=list)
+
+    @property
+    def deepest_idle(self) -> IdleState | None:
+        """The enabled idle state with the longest exit latency (the last one listed on a tie)."""
+        enabled = [s for s in self.idle if not s.disabled]
+        return max(reversed(enabled), key=lambda s: s.latency_us or 0, default=None)
+
+
+@dataclass(frozen=True)
+class BoxSettings:
+    cpus: list[CpuSettings] = field(default_factory=list)  # every online CPU
+    boost: bool | None = None  # turbo / boost on; None: not exposed
+    boost_source: str | None = None  # the file it was read from
+    pstate: dict[str, str] = field(default_factory=dict)  # intel_pstate / amd_pstate: status
+    smt_active: bool | None = None
+    smt_control: str | None = None  # on, off, forceoff, notsupported, notimplemented
+    thp_enabled: str | None = None  # the bracketed value of transparent_hugepage/enabled
+    thp_defrag: str | None = None
+    numa_balancing: int | None = None  # /proc/sys/kernel/numa_balancing (0 off, 1 on, 2 tiering)
+    idle_driver: str | None = None
+    isolated: list[int] | None = None
+    nohz_full: list[int] | None = None
+    cmdline: dict[str, str] = field(default_factory=dict)  # the relevant flags only
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def cpulist_text(cpus: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3,8" (the kernel's cpulist format; parse_cpulist reads it)."""
+    parts: list[str] = []
+    ordered = sorted(set(cpus))
+    start = prev = None
+    for cpu in [*ordered, None]:
+        if cpu is not None and prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    return ",".join(parts)
+
+
+def _cpus(root: SysRoot, path: str) -> list[int] | None:
+    text = root.read(path)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
+def _cpu_settings(root: SysRoot, cpu: int) -> CpuSettings:
+    base = f"{CPU_DIR}/cpu{cpu}"
+    freq = f"{base}/cpufreq"
+    idle = []
+    for entry in root.listdir(f"{base}/cpuidle"):
+        if entry.startswith("state"):
+            where = f"{base}/cpuidle/{entry}"
+            idle.append((int(entry[5:]) if entry[5:].isdigit() else 0, IdleState(
+                name=root.read(f"{where}/name") or entry,
+                latency_us=root.read_int(f"{where}/latency", base=10),
+                disabled=bool(root.read_int(f"{where}/disable", 0, base=10)))))
+    return CpuSettings(
+        cpu=cpu, governor=root.read(f"{freq}/scaling_governor"),
+        driver=root.read(f"{freq}/scaling_driver"),
+        min_khz=root.read_int(f"{freq}/scaling_min_freq", base=10),
+        max_khz=root.read_int(f"{freq}/scaling_max_freq", base=10),
+        cur_khz=root.read_int(f"{freq}/scaling_cur_freq", base=10),
+        hw_max_khz=root.read_int(f"{freq}/cpuinfo_max_freq", base=10),
+        siblings=_cpus(root, f"{base}/topology/thread_siblings_list") or [],
+        idle=[state for _, state in sorted(idle, key=lambda pair: pair[0])])
+
+
+def _boost(root: SysRoot) -> tuple[bool | None, str | None]:
+    """Turbo / boost: the global cpufreq switch (acpi-cpufreq, amd-pstate), intel_pstate's
+    no_turbo (inverted), else a policy's own boost file (newer amd-pstate); None: not exposed."""
+    for path, inverted in ((f"{CPU_DIR}/cpufreq/boost", False),
+                           (f"{CPU_DIR}/intel_pstate/no_turbo", True)):
+        value = root.read_int(path, base=10)
+        if value is not None:
+            return (value == 0) if inverted else (value != 0), path
+    for policy in root.listdir(f"{CPU_DIR}/cpufreq"):
+        value = root.read_int(f"{CPU_DIR}/cpufreq/{policy}/boost", base=10)
+        if policy.startswith("policy") and value is not None:
+            return value != 0, f"{CPU_DIR}/cpufreq/{policy}/boost"
+    return None, None
+
+
+def _cmdline(text: str | None) -> dict[str, str]:
+    """The relevant flags of the kernel command line (before a `--`: the rest is init's);
+    a flag given twice (hugepagesz=, hugepages=) keeps every value, comma-joined."""
+    flags: dict[str, str] = {}
+    for token in (text or "").split():
+        if token == "--":
+            break
+        key, _, value = token.partition("=")
+        if key in CMDLINE_FLAGS:
+            flags[key] = f"{flags[key]},{value}" if key in flags else value
+    return flags
+
+
+def probe_settings(root: SysRoot) -> BoxSettings:
+    online = _cpus(root, f"{CPU_DIR}/online")
+    if not online:
+        online = sorted(int(name[3:]) for name in root.listdir(CPU_DIR)
+                        if name.startswith("cpu") and name[3:].isdigit())
+    cpus = [_cpu_settings(root, cpu) for cpu in online]
+    boost, source = _boost(root)
+    pstate = {name: status for name in ("intel_pstate", "amd_pstate")
+              if (status := root.read(f"{CPU_DIR}/{name}/status")) is not None}
+    active = root.read_int(f"{CPU_DIR}/smt/active", base=10)
+    return BoxSettings(
+        cpus=cpus, boost=boost, boost_source=source, pstate=pstate,
+        smt_active=None if active is None else active != 0,
+        smt_control=root.read(f"{CPU_DIR}/smt/control"),
+        thp_enabled=selected_mode(root.read(f"{THP_DIR}/enabled")),
+        thp_defrag=selected_mode(root.read(f"{THP_DIR}/defrag")),
+        numa_balancing=root.read_int("/proc/sys/kernel/numa_balancing", base=10),
+        idle_driver=root.read(f"{CPU_DIR}/cpuidle/current_driver"),
+        isolated=_cpus(root, f"{CPU_DIR}/isolated"),
+        nohz_full=_cpus(root, f"{CPU_DIR}/nohz_full"),
+        cmdline=_cmdline(root.read("/proc/cmdline")))
+
+
+# ------------------------------------------------------------------ read back from plain data
+
+
+def _groups(cpus: list[dict], key) -> dict[object, list[int]]:
+    """CPUs grouped by a value of theirs (in the order first seen)."""
+    groups: dict[object, list[int]] = {}
+    for entry in cpus:
+        groups.setdefault(key(entry), []).append(int(entry.get("cpu", 0)))
+    return groups
+
+
+def _deepest(entry: dict) -> dict | None:
+    enabled = [s for s in entry.get("idle") or [] if isinstance(s, dict) and not s.get("disabled")]
+    return max(reversed(enabled), key=lambda s: s.get("latency_us") or 0, default=None)
+
+
+def _mhz(khz: object) -> str:
+    return f"{int(khz) / 1000:.0f}" if isinstance(khz, int | float) else "?"
+
+
+def _chosen(box: dict, cpus: list[int] | None) -> list[dict]:
+    entries = [e for e in box.get("cpus") or [] if isinstance(e, dict)]
+    if cpus is None:
+        return entries
+    wanted = set(cpus)
+    return [e for e in entries if e.get("cpu") in wanted] or entries
+
+
+def describe_settings(box: dict, thp_pools: str | None = None) -> list[tuple[str, str]]:
+    """(label, text) per setting, compact over all CPUs ("performance on 0-63"), for the probe
+    printer; plain ASCII (LANG=C, piped to a file)."""
+    entries = _chosen(box, None)
+    lines: list[tuple[str, str]] = []
+    governors = _groups(entries, lambda e: e.get("governor"))
+    if not entries or set(governors) == {None}:
+        lines.append(("governor", f"{NOT_EXPOSED} (no cpufreq: a guest, or no driver loaded)"))
+    else:
+        drivers = sorted({str(e.get("driver")) for e in entries if e.get("driver")})
+        lines.append(("governor", "; ".join(
+            f"{g or NOT_EXPOSED} on {cpulist_text(c)}" for g, c in governors.items())
+            + (f" (driver {', '.join(drivers)})" if drivers else "")))
+        limits = _groups(entries, lambda e: (e.get("min_khz"), e.get("max_khz"), e.get("hw_max_khz")))
+        lines.append(("frequency", "; ".join(
+            f"{_mhz(lo)}-{_mhz(hi)} MHz (part's max {_mhz(hw)}) on {cpulist_text(c)}"
+            for (lo, hi, hw), c in limits.items())))
+        current = [e.get("cur_khz") for e in entries if isinstance(e.get("cur_khz"), int)]
+        if current:
+            lines.append(("current", f"{_mhz(min(current))}-{_mhz(max(current))} MHz now "
+                          f"over {len(current)} CPUs"))
+    boost = box.get("boost")
+    pstate = box.get("pstate") or {}
+    lines.append(("turbo/boost", (NOT_EXPOSED if boost is None else
+                                  f"{'on' if boost else 'off'} ({box.get('boost_source')})")
+                  + "".join(f"; {name} {status}" for name, status in pstate.items())))
+    siblings = sorted({tuple(e.get("siblings") or []) for e in entries if len(e.get("siblings") or []) > 1})
+    smt = box.get("smt_active")
+    lines.append(("SMT", (NOT_EXPOSED if smt is None else ("on" if smt else "off"))
+                  + (f" (control {box.get('smt_control')})" if box.get("smt_control") else "")
+                  + (f"; siblings {' '.join(cpulist_text(list(s)) for s in siblings[:8])}"
+                     + (f" and {len(siblings) - 8} more pairs" if len(siblings) > 8 else "")
+                     if siblings else "; no CPU shares its core")))
+    thp = box.get("thp_enabled")
+    lines.append(("THP", (NOT_EXPOSED if thp is None else
+                          f"enabled {thp}, defrag {box.get('thp_defrag') or NOT_EXPOSED}")
+                  + (f"; hugetlb {thp_pools}" if thp_pools else "")))
+    balancing = box.get("numa_balancing")
+    lines.append(("NUMA balancing", NOT_EXPOSED if balancing is None else
+                  f"{'off' if balancing == 0 else 'on'} ({balancing})"))
+    deepest = _groups(entries, lambda e: (lambda s: None if s is None else
+                                          (s.get("name"), s.get("latency_us")))(_deepest(e)))
+    if not entries or set(deepest) == {None}:
+        lines.append(("C-states", f"{NOT_EXPOSED} (no cpuidle states)"))
+    else:
+        lines.append(("C-states", "deepest enabled " + "; ".join(
+            f"{name} ({latency if latency is not None else '?'} us) on {cpulist_text(c)}"
+            if state is not None else f"none on {cpulist_text(c)}"
+            for state, c in deepest.items() for name, latency in [state or (None, None)])
+            + (f" (driver {box['idle_driver']})" if box.get("idle_driver") else "")))
+    isolated, nohz = box.get("isolated"), box.get("nohz_full")
+    lines.append(("isolated CPUs", (NOT_EXPOSED if isolated is None else
+                                    cpulist_text(isolated) or "none")
+                  + "; nohz_full " + (NOT_EXPOSED if nohz is None else cpulist_text(nohz) or "none")))
+    cmdline = box.get("cmdline") or {}
+    lines.append(("kernel command line", " ".join(
+        f"{k}={v}" if v else k for k, v in cmdline.items()) or "none of the flags that matter here"))
+    return lines
+
+
+def unstable_settings(box: dict | None, cpus: list[int] | None = None) -> list[str]:
+    """The one verdict on the box's settings: a line per setting that makes figures unstable
+    or not what they say, with the command that fixes it. `box`: BoxSettings' dict form (a run's
+    `inventory.box_settings`; None or {}: a run stored before settings were read: no line);
+    `cpus`: the CPUs the run may use (None: all). A setting not exposed is no finding."""
+    if not isinstance(box, dict) or not box:
+        return []
+    entries = _chosen(box, cpus)
+    lines = []
+    for governor, on in _groups(entries, lambda e: e.get("governor")).items():
+        if governor is not None and governor not in STEADY_GOVERNORS:
+            lines.append(f"governor {governor} on CPU {cpulist_text(on)}: the core clock follows "
+                         "the load, so bandwidth figures may read low and spread; "
+                         "`cpupower frequency-set -g performance`")
+    if box.get("boost"):
+        source = str(box.get("boost_source") or "")
+        fix = ("`echo 1 > /sys/devices/system/cpu/intel_pstate/no_turbo`" if "no_turbo" in source
+               else "`echo 0 > /sys/devices/system/cpu/cpufreq/boost`" if source.endswith("cpufreq/boost")
+               else f"`echo 0 > {source}` on every policy")
+        lines.append("turbo/boost on: the core clock moves with temperature and with how many "
+                     f"cores are busy, so figures drift between runs and cases; {fix}")
+    thp = box.get("thp_enabled")
+    if thp == "never":
+        lines.append("THP never: no transparent huge pages at all, so `dram:thp` cases are skipped "
+                     "and numpy's buffers get 4 KiB pages (large chases and loads read TLB misses "
+                     "a box with THP does not); "
+                     "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled`")
+    elif thp == "always":
+        lines.append("THP always: plain `dram` regions (meant as 4 KiB pages) get 2 MiB pages "
+                     "when the fault or khugepaged finds them, so large cases read a mix of page "
+                     "sizes that moves from process to process and during a run; "
+                     "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled`")
+    if box.get("numa_balancing"):
+        lines.append("automatic NUMA balancing on: the kernel unmaps pages to sample them and "
+                     "migrates them between nodes under a run (a pool region's pages may move to "
+                     "local memory); `echo 0 > /proc/sys/kernel/numa_balancing`")
+    deep = _groups([e for e in entries if (s := _deepest(e)) is not None
+                    and (s.get("latency_us") or 0) > DEEP_CSTATE_US],
+                   lambda e: (_deepest(e) or {}).get("name"))
+    for name, on in deep.items():
+        latency = max((_deepest(e) or {}).get("latency_us") or 0 for e in entries
+                      if e.get("cpu") in on)
+        lines.append(f"deep C-state {name} ({latency} us to wake) enabled on CPU "
+                     f"{cpulist_text(on)}: an idle core, and a package whose cores all idle, "
+                     "answer late, so latency figures spread; `cpupower idle-set -D "
+                     f"{DEEP_CSTATE_US}`")
+    return lines
