@@ -104,3 +104,37 @@ def cxl_box(root: Path, dsa_enabled: bool = True, cpuinfo: str = CPUINFO) -> Pat
     write(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "500")
     write(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
     return root
+
+
+def untuned_settings(root: Path, governor: str = "powersave", boost: str = "1",
+                     thp: str = "always madvise [never]", cpus: int = 2) -> Path:
+    """A stock server's settings on `cpus` CPUs (the kernel's ABI: cpufreq, cpuidle, smt,
+    transparent_hugepage, numa_balancing, cmdline): `governor` on every CPU under acpi-cpufreq,
+    the global boost switch `boost`, THP `thp`, NUMA balancing on, C6 (133 us) enabled, SMT
+    on with CPUs 2k and 2k+1 siblings, CPU 1 isolated."""
+    cpu = "/sys/devices/system/cpu"
+    write(root, f"{cpu}/online", f"0-{cpus - 1}")
+    for n in range(cpus):
+        write(root, f"{cpu}/cpu{n}/cpufreq/scaling_governor", governor)
+        write(root, f"{cpu}/cpu{n}/cpufreq/scaling_driver", "acpi-cpufreq")
+        write(root, f"{cpu}/cpu{n}/cpufreq/scaling_min_freq", "800000")
+        write(root, f"{cpu}/cpu{n}/cpufreq/scaling_max_freq", "3800000")
+        write(root, f"{cpu}/cpu{n}/cpufreq/scaling_cur_freq", str(1200000 + 100000 * n))
+        write(root, f"{cpu}/cpu{n}/cpufreq/cpuinfo_max_freq", "3800000")
+        pair = n - n % 2
+        write(root, f"{cpu}/cpu{n}/topology/thread_siblings_list", f"{pair}-{pair + 1}")
+        for index, (name, latency) in enumerate([("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]):
+            write(root, f"{cpu}/cpu{n}/cpuidle/state{index}/name", name)
+            write(root, f"{cpu}/cpu{n}/cpuidle/state{index}/latency", str(latency))
+            write(root, f"{cpu}/cpu{n}/cpuidle/state{index}/disable", "0")
+    write(root, f"{cpu}/cpufreq/boost", boost)
+    write(root, f"{cpu}/smt/active", "1")
+    write(root, f"{cpu}/smt/control", "on")
+    write(root, f"{cpu}/cpuidle/current_driver", "intel_idle")
+    write(root, f"{cpu}/isolated", "1")
+    write(root, "/sys/kernel/mm/transparent_hugepage/enabled", thp)
+    write(root, "/sys/kernel/mm/transparent_hugepage/defrag", "always defer [madvise] never")
+    write(root, "/proc/sys/kernel/numa_balancing", "1")
+    write(root, "/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 mitigations=off isolcpus=1 "
+                                 "hugepagesz=1G hugepages=4 hugepagesz=2M hugepages=512 quiet -- nohz_full=9")
+    return root

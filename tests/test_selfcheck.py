@@ -68,7 +68,9 @@ def test_the_report_leads_with_a_suspect_run(tmp_path):
     assert main(["run", "--method", "load", "--size", "4KiB", "--budget", "0.02",
                  "--processes", "2", "--out", str(out), "--quiet"]) == 0
     run = load(next(out.iterdir()))
-    assert run.meta["self_check"]["suspect"] == []
+    # physics passes; whether the box was busy is the box's (another test may share the CPUs)
+    assert all(check["ok"] for name, check in run.meta["self_check"]["checks"].items()
+               if name != "busy")
     meta = {**run.meta, "run_id": None, "self_check": {"checks": {}, "suspect": ["made up"]}}
     store = Store.create(tmp_path / "other", meta)
     for _, row in run.cases.iterrows():
