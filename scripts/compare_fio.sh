@@ -36,6 +36,7 @@
 #
 #   bash scripts/compare_fio.sh        ROUNDS=5 RUNTIME=3 MEDIUM=file|zram|ram PAGES="2M 4K"
 set -euo pipefail
+source "$(dirname "$0")/venv.sh" && nearlocal_on_path  # the checkout's .venv, when there
 ROUNDS=${ROUNDS:-5}
 RUNTIME=${RUNTIME:-3}
 MEDIUM=${MEDIUM:-file}

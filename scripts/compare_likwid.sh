@@ -4,6 +4,7 @@
 # when the CPU has it, else avx. Both count only the bytes of the stream (no RFO, no write-allocate).
 # Runs the pairs alternately ROUNDS times and prints GB/s for each.
 set -euo pipefail
+source "$(dirname "$0")/venv.sh" && nearlocal_on_path  # the checkout's .venv, when there
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/nearlocal-likwid}
 command -v likwid-bench >/dev/null || { echo "install likwid (apt-get install likwid)" >&2; exit 2; }

@@ -8,6 +8,7 @@
 #     (1 GB = 10^9 bytes for both; likwid splits it over the 2 threads, as nearlocal does).
 # Pairs run alternately ROUNDS times; the medians and ratios are printed at the end.
 set -euo pipefail
+source "$(dirname "$0")/venv.sh" && nearlocal_on_path  # the checkout's .venv, when there
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/nearlocal-mlc}
 SIZE=$((1 << 30))

@@ -13,6 +13,7 @@
 #
 #   RESULTS=results/RUN DEVICE=mlx5_0 SIZES="16384" ITERS=1000 bash scripts/compare_perftest.sh
 set -uo pipefail
+source "$(dirname "$0")/venv.sh" && nearlocal_on_path  # the checkout's .venv, when there
 RESULTS=${RESULTS:?RESULTS=<a stored run with rdma-write / rdma-read rows>}
 DEVICE=${DEVICE:-}
 SIZES=${SIZES:-16384}

@@ -2,8 +2,8 @@
 # Code CI (docs/ci.md), a regression gate that holds on a shared box: the baseline's code (a checkout at BASE)
 # and this checkout's measure the same cases in turns, pass by pass (`nearlocal run --take-turns`),
 # so both see one host; then `nearlocal compare` judges this checkout's run against the
-# baseline's. Both trees run on the Python environment nearlocal is installed in (`scripts/main.sh`
-# installs it), each tree's own code first on the path.
+# baseline's. Both trees run on this checkout's .venv (`scripts/main.sh` makes it; $PYTHON or the
+# python3 on PATH where there is none), each tree's own code first on the path.
 #
 #   bash scripts/take_turns.sh BASE [nearlocal run options]     e.g. ../base --suite quick
 #
@@ -20,6 +20,7 @@ shift
 cd "$(dirname "$0")/.."
 cand=$PWD
 store=${NEARLOCAL_STORE:-results}
+source scripts/venv.sh && nearlocal_on_path
 python=${PYTHON:-python3}
 meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
 trap 'rm -rf "$meet"' EXIT  # the meeting place and the runs' logs (shown when a run fails)

@@ -2,6 +2,8 @@
 # virtual environment in the checkout, never in a system interpreter (a stock Debian 12 or
 # Ubuntu 24.04 python3 refuses `pip install` by PEP 668; Ubuntu 22.04's is 3.10).
 #
+#   nearlocal_on_path     a script run from anywhere (compare_*.sh, take_turns.sh): the
+#                         checkout's venv first on PATH when it has one (main.sh made it).
 #   nearlocal_venv SPEC   makes (or reuses) $NEARLOCAL_VENV (default .venv), installs SPEC
 #                         (".", ".[test]") into it unless this pyproject.toml is already
 #                         installed there with that spec, and puts its bin/ first on PATH.
@@ -104,4 +106,12 @@ nearlocal_venv() {
     _nl_fail "$venv has no pip (made by uv?) and uv is not on PATH: remove $venv or put uv on PATH"
   fi
   echo "$stamp" >> "$VIRTUAL_ENV/nearlocal-installed"
+}
+
+nearlocal_on_path() {
+  local venv
+  venv="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/${NEARLOCAL_VENV:-.venv}"
+  if [ -x "$venv/bin/python" ]; then
+    export VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH"
+  fi
 }

@@ -120,8 +120,8 @@ def test_a_venv_already_there_is_reused_without_installing(tmp_path):
                            text=True).stdout.split()[0]
     (venv / "nearlocal-installed").write_text(f".[test] {cksum}\n")
     done = subprocess.run(
-        ["bash", "-c", f"set -euo pipefail; source scripts/venv.sh; nearlocal_venv .; "
-                       f"echo \"$VIRTUAL_ENV\"; command -v python"],
+        ["bash", "-c", "set -euo pipefail; source scripts/venv.sh; nearlocal_venv .; "
+                       "echo \"$VIRTUAL_ENV\"; command -v python"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, "NEARLOCAL_VENV": str(venv), "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ commands after it."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from dataclasses import replace
@@ -124,3 +125,68 @@ def test_a_readme_run_line_then_runs_show_and_report(tmp_path, capsys, monkeypat
     assert "dram:thp" in out and run_id in out
     assert (tmp_path / "report.html").exists() and (tmp_path / "report.md").exists()
     assert "wrote report.html" in out and "wrote report.md" in out
+
+
+def parser_options() -> list[tuple[str, argparse.Action, str]]:
+    """(command, option, its help as printed) for every option of every subcommand."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}".strip())
+                continue
+            lazy = getattr(action, "lazy_help", None)
+            found.append((command, action, lazy() if lazy else action.help or ""))
+
+    walk(build_parser(), "")
+    return found
+
+
+def same_default(stated: str, default: object) -> bool:
+    """A default as a help text or a page says it ("./results", "0.5 s", "5%%") against the
+    parser's own."""
+    stated = stated.strip().removeprefix("./").removesuffix(" s").replace("%", "").strip()
+    default = str(default).replace("%", "").strip()
+    try:
+        return float(stated) == float(default)
+    except ValueError:
+        return stated == default
+
+
+def test_every_default_a_help_text_states_is_the_parsers():
+    """A help text's "(default X)" is the default the parser applies: read from the parser,
+    never from a copy (accept's --processes once said 0.03 s and 16 where the code had moved to
+    0.015 s and 32; those rules are now worded from the engine's constants)."""
+    wrong = []
+    for command, action, text in parser_options():
+        if action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+            continue
+        stated = re.search(r"\(default[: ]+([^;,):]+)", text)  # the option's own: the first
+        if stated and not same_default(stated := stated.group(1), action.default):
+            wrong.append(f"{command} {action.option_strings[0]}: help says {stated!r}, "
+                         f"parser {action.default!r}")
+    assert wrong == []
+
+
+def test_every_default_the_pages_state_is_the_parsers():
+    """README and docs: "`--FLAG` ... (default X)" names a default some command applies to that
+    flag, and the worker-process rule they quote is the engine's."""
+    from nearlocal.engine import runner
+
+    defaults: dict[str, set] = {}
+    for _, action, _ in parser_options():
+        for flag in action.option_strings:
+            defaults.setdefault(flag, set()).add(action.default)
+    text = "\n".join(page.read_text() for page in PAGES)
+    stated = re.findall(r"`(--[a-z-]+)[^`]*`[^`.;]{0,40}?\(default ([^;,)]+)\)", text)
+    wrong = [f"{flag}: the pages say {value!r}, the parser {sorted(map(str, defaults[flag]))}"
+             for flag, value in stated
+             if flag in defaults and not any(same_default(value, d) for d in defaults[flag])]
+    assert len(stated) >= 2 and wrong == []
+    rule = re.findall(r"one per (\d+(?:\.\d+)?) s of `--budget`", text)
+    first_look = re.findall(r"first look[^.]*?in up to (\d+)", text)
+    assert rule and first_look
+    assert {float(x) for x in rule} == {runner.MIN_PROCESS_BUDGET_S}
+    assert {int(x) for x in first_look} == {runner.FIRST_LOOK_PROCESSES}

@@ -97,6 +97,16 @@ def default_processes(budget_s: float) -> int:
     return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
 
 
+def default_processes_text(for_gate: bool) -> str:
+    """The default above in words, for the --processes help texts of `run` and `accept` (from
+    these constants, so the help cannot drift from the code)."""
+    if not for_gate:
+        return f"one per {MIN_PROCESS_BUDGET_S:g} s of --budget, at most {FIRST_LOOK_PROCESSES}"
+    return (f"one per {MIN_PROCESS_BUDGET_S:g} s of --budget, at most {MAX_AUTO_PROCESSES}, then "
+            f"up to {SETTLING_FACTOR}x that for a case whose processes disagree by over "
+            f"{SETTLED_SPREAD:.0%}")
+
+
 def process_spread(samples: list[np.ndarray]) -> float:
     """Robust SD of the log process medians (IQR / 1.349): one process drawn on a busy host
     does not move it. NaN with fewer than 4 processes or a median at or below 0."""

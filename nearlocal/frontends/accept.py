@@ -83,6 +83,13 @@ def _accept(args) -> int:
     return 0 if all(v.passed for v in verdicts) else 1
 
 
+def _processes_help() -> str:
+    from nearlocal.engine.runner import default_processes_text
+
+    return ("worker processes per case (default: the spec's [run] processes, else as `nearlocal "
+            f"run --for-gate`: {default_processes_text(True)})")
+
+
 def register(sub) -> None:
     parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
     parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
@@ -92,9 +99,7 @@ def register(sub) -> None:
                                          "`nearlocal probe` lists, e.g. numa:2 or devdax:/dev/dax0.0")
     parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
-    parser.add_argument("--processes", type=int, default=None,
-                        help="worker processes per case (default: the spec's [run] processes, "
-                             "else as `nearlocal run`: one per 0.03 s of budget, at most 16)")
+    parser.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     parser.add_argument("--junit", help="also write a JUnit XML report here")

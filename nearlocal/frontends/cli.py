@@ -64,6 +64,14 @@ def _patterns_help() -> str:
             + ", ".join(pattern_kinds_help()))
 
 
+def _processes_help() -> str:
+    from nearlocal.engine.runner import default_processes_text
+
+    return ("worker processes per case, in passes over all cases, sharing the budget (default: "
+            f"a first look gets {default_processes_text(False)}; with --for-gate "
+            f"{default_processes_text(True)})")
+
+
 def _threads_help() -> str:
     from nearlocal.core.methods import methods_with_param
 
@@ -236,11 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", default="0.5", help="time budget per case (default 0.5 s)")
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
-    run.add_argument("--processes", type=int, default=None,
-                     help="worker processes per case, in passes over all cases, sharing the "
-                          "budget (default: a first look gets one per 0.015 s of --budget, at "
-                          "most 8; with --for-gate at most 32, then up to 4x that for a case "
-                          "whose processes disagree by over 10%%)")
+    run.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
     from nearlocal.gate.modes import MODES, modes_help
 
     run.add_argument("--for-gate", choices=tuple(MODES), metavar="MODE",
