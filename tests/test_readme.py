@@ -190,3 +190,12 @@ def test_every_default_the_pages_state_is_the_parsers():
     assert rule and first_look
     assert {float(x) for x in rule} == {runner.MIN_PROCESS_BUDGET_S}
     assert {int(x) for x in first_look} == {runner.FIRST_LOOK_PROCESSES}
+
+
+def test_the_running_page_names_every_suite():
+    """docs/running.md's list of suites is the registry's (it once lacked storage, rack, rdma)."""
+    from nearlocal.core.suites import SUITES, get_suite
+
+    get_suite("quick")  # importing the method modules declares their suites
+    listed = (ROOT / "docs" / "running.md").read_text().split("Suites (`--suite`):")[1].split("\n\n")[0]
+    assert [name for name in SUITES if f"`{name}`" not in listed] == []
