@@ -9,6 +9,8 @@
 #     pools, stores); most tests wait on the processes they start. `-n 0` runs them in one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv.sh
+nearlocal_venv '.[test]'  # first: a box that cannot make it says so before apt-get runs
 if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "scripts/test.sh: installing chromium with apt-get for the browser test" \
@@ -16,7 +18,5 @@ if [ "${NEARLOCAL_NO_APT:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
     echo "warning: could not install chromium; the HTML report browser test will be skipped" >&2
 fi
-source scripts/venv.sh
-nearlocal_venv '.[test]'
 python -m ruff check nearlocal tests bench
 python -m pytest -q -n 2 --dist loadfile "$@"
