@@ -8,9 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nearlocal.kernels.timer import calibrate, clock_step
-from tests.boxes import TRUE_STEPS, Box, recorded_boxes
+from tests.boxes import TRUE_STEPS, Box, comb_trace, fine_trace, recorded_boxes
 
 BOXES = recorded_boxes()
 
@@ -56,6 +58,39 @@ def test_a_comb_that_jitters_by_a_tick_is_read_as_its_teeth():
     dense = np.rint(rng.normal(60, 6, 20000))
     dense = dense[(dense < 58) | (dense > 60)]  # a hole in a 1-tick bulk is no comb
     assert clock_step(dense)[0] == 1.0
+
+
+# The ranges real boxes show, and the kinds none recorded shows (issue 47). A fine clock: a 1- or
+# 2-tick TSC, its empty interval 20-400 ticks in one to three dense runs (two or three paths
+# through the fences), each run 6-16 values at the step with 10-60 % of the bulk, one value maybe
+# missing from the middle of the first, interrupts 0-5 % of the readings.
+FINE_RUN = st.tuples(st.integers(20, 400), st.integers(6, 16), st.floats(0.1, 0.6))
+
+
+@settings(max_examples=150, deadline=None)
+@given(step=st.sampled_from([1, 2]), runs=st.lists(FINE_RUN, min_size=1, max_size=3),
+       missing=st.one_of(st.none(), st.integers(2, 3)), outliers=st.floats(0.0, 0.05),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_fine_clock_is_read_as_its_step_whatever_its_clusters(step, runs, missing, outliers, seed):
+    runs = [(first - first % step, length, share) for first, length, share in runs]
+    trace = fine_trace(np.random.default_rng(seed), step, runs, missing, outliers)
+    assert clock_step(trace)[0] == step
+
+
+# A scaled TSC (AMD and TCG guests: ~24-26 ticks): a step of 12-40 ticks, maybe fractional, the
+# empty interval 1-3 steps at its lowest and 1-4 teeth above it, maybe a tooth at zero (TCG
+# reads 1 tick for 0 steps), no jitter, a tick of it, or TCG's; interrupts 0-5 %.
+@settings(max_examples=150, deadline=None)
+@given(step=st.floats(12.0, 40.0), lowest=st.integers(1, 3), teeth=st.integers(1, 4),
+       zero=st.booleans(), jitter=st.sampled_from(["none", "tick", "tcg"]),
+       outliers=st.floats(0.0, 0.05), seed=st.integers(0, 2**32 - 1))
+def test_a_scaled_clock_is_read_as_its_teeth(step, lowest, teeth, zero, jitter, outliers, seed):
+    steps = [*([0] if zero else []), *range(lowest, lowest + teeth)]
+    if np.gcd.reduce(np.diff(steps)) != 1:  # one tooth, or 0 and 2 alone: they tell no step
+        steps.append(lowest + teeth)
+    trace = comb_trace(np.random.default_rng(seed), step, steps, jitter, outliers)
+    # readings are whole ticks: a tooth one step out tells the step to within a tick
+    assert clock_step(trace)[0] == pytest.approx(step, abs=1.0)
 
 
 @pytest.mark.parametrize("box", BOXES, ids=lambda box: box.name)

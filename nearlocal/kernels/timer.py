@@ -21,6 +21,14 @@ from nearlocal.kernels import cpu
 CALIBRATION_REPS = 20000
 BULK_QUANTILES = (0.02, 0.98)  # the central mass the step is read from
 MIN_VALUE_SHARE = 0.002  # a value seen in fewer than 0.2 % of the bulk's readings is a straggler
+# A scaled TSC's tooth: what one count of steps reads, within a tick or two of k x step (TCG
+# guest: k x 26 - 1 and k x 26; AMD KVM guest: k x 26 exactly). A run of values wider than this
+# is a fine clock's.
+COMB_TOOTH_SPAN = 2
+COMB_GAP_WIDTHS = 4  # teeth lie at least this many tooth widths (+1 tick) apart
+MAX_LOWEST_TOOTH = 3  # the lowest tooth above zero lies at most this many steps out
+MAX_FINE_STEP = 8  # a fine clock's step is read up to this many ticks
+FINE_RESIDUE_SHARE = 0.99  # of the bulk's readings in one residue class mod the step
 EVIDENCE_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 EVIDENCE_VALUES = 32  # the bulk's most frequent values kept as evidence
 
@@ -72,22 +80,24 @@ def _values(ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ticks, values[keep], counts[keep]
 
 
-def _comb_step(values: np.ndarray, counts: np.ndarray) -> float | None:
-    """The step of the teeth when the bulk's values form a comb (teeth narrower than half the
-    gaps between them, as a scaled TSC that jitters by a tick gives); None otherwise."""
-    gaps = np.diff(values)
-    kinds = np.unique(gaps)
-    if kinds.size < 2:
-        return None
-    split = int(np.argmax(kinds[1:] / kinds[:-1]))  # the largest jump in gap size
-    within = kinds[split]
-    teeth = np.split(np.arange(values.size), np.flatnonzero(gaps > within) + 1)
+def _groups(values: np.ndarray) -> list[np.ndarray]:
+    """The bulk's values in runs: neighbours at most COMB_TOOTH_SPAN ticks apart share a run
+    (a fine clock's dense bulk, or one tooth of a scaled TSC's comb)."""
+    return np.split(np.arange(values.size), np.flatnonzero(np.diff(values) > COMB_TOOTH_SPAN) + 1)
+
+
+def _comb_step(values: np.ndarray, counts: np.ndarray, teeth: list[np.ndarray]) -> float | None:
+    """The step of a scaled TSC's comb, or None where the runs are no comb. Teeth: runs each at
+    most COMB_TOOTH_SPAN wide (the caller's test), far apart against their width, and sitting at
+    whole multiples of one step from zero within that width, the lowest above zero at most
+    MAX_LOWEST_TOOTH steps out (an empty interval costs a few of a scaled TSC's ~24-tick steps;
+    clusters of a fine clock that happen to sit apart fit no such comb)."""
     if len(teeth) < 2:
         return None
-    widths = [values[t[-1]] - values[t[0]] for t in teeth]
+    widths = np.array([values[t[-1]] - values[t[0]] for t in teeth], np.float64)
     centres = np.array([np.average(values[t], weights=counts[t]) for t in teeth])
     spacing = np.diff(centres)
-    if spacing.min() <= 2 * max(widths):  # no clear comb: a dense bulk with a hole in it
+    if spacing.min() < COMB_GAP_WIDTHS * (widths.max() + 1):
         return None
     multiples = np.maximum(np.rint(spacing / spacing.min()), 1.0)
     rough = float(spacing.sum() / multiples.sum())
@@ -98,27 +108,47 @@ def _comb_step(values: np.ndarray, counts: np.ndarray) -> float | None:
     mass = np.array([counts[t].sum() for t in teeth], np.float64)
     k = np.rint(centres / rough)
     used = k >= 1
-    if not used.any():
-        return rough
-    return float((mass[used] * k[used] * centres[used]).sum() / (mass[used] * k[used] ** 2).sum())
+    if not used.any() or k[used].min() > MAX_LOWEST_TOOTH:
+        return None
+    step = float((mass[used] * k[used] * centres[used]).sum() / (mass[used] * k[used] ** 2).sum())
+    if np.any(np.abs(centres - np.rint(centres / step) * step) > widths / 2 + 1.0):
+        return None  # a tooth off the comb: these runs are a fine clock's clusters
+    return step
+
+
+def _fine_step(values: np.ndarray, counts: np.ndarray) -> float:
+    """A fine clock's step: the largest d (up to MAX_FINE_STEP) for which the bulk's readings
+    all fall in one residue class mod d (an Intel guest's readings are all even: 2), read from
+    every value, so a value missing from the bulk or clusters far apart do not move it."""
+    total = counts.sum()
+    for step in range(MAX_FINE_STEP, 1, -1):
+        mass = np.bincount(values.astype(np.int64) % step, weights=counts, minlength=step)
+        if mass.max() >= FINE_RESIDUE_SHARE * total:
+            return float(step)
+    return 1.0
 
 
 def clock_step(ticks: np.ndarray) -> tuple[float, str]:
     """(the TSC's step in ticks, how it was found) from repeated readings of one short interval.
-    Read from the bulk: a comb's tooth spacing, else the typical spacing of its distinct values
-    (1 or 2 ticks on a fine clock); with one value only in the bulk, the greatest common divisor
+    Read from the bulk: a comb's step where its teeth sit at whole multiples of one, else the
+    largest step whose residue class holds the bulk's values (1 or 2 ticks on a fine clock);
+    with one value only in the bulk, the greatest common divisor
     of every distinct reading's distance from it (a coarse clock that never jittered); 1 tick
     when nothing tells."""
     return _step_of(*_values(ticks))
 
 
 def _step_of(ticks: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tuple[float, str]:
-    """clock_step on readings already split into the bulk's values and counts."""
+    """clock_step on readings already split into the bulk's values and counts. A run wider than
+    a tooth (several values at a fine spacing) is a fine clock whatever the gaps between runs:
+    two paths through the fences give a bare-metal bulk two clusters, never a comb."""
     if values.size >= 2:
-        comb = _comb_step(values, counts)
-        if comb is not None:
-            return comb, "comb: spacing of the bulk's teeth"
-        return float(np.median(np.diff(values))), "spacing of the bulk's distinct values"
+        runs = _groups(values)
+        if all(values[r[-1]] - values[r[0]] <= COMB_TOOTH_SPAN for r in runs):
+            comb = _comb_step(values, counts, runs)
+            if comb is not None:
+                return comb, "comb: teeth at whole multiples of the step"
+        return _fine_step(values, counts), "one residue class of the bulk's values"
     distinct = np.unique(ticks)
     if values.size == 1 and distinct.size >= 2:
         step = int(np.gcd.reduce(np.abs(distinct - values[0]).astype(np.int64)))
