@@ -24,8 +24,10 @@ source scripts/venv.sh && nearlocal_on_path
 python=${PYTHON:-python3}
 meet=$(mktemp -d "${TMPDIR:-/tmp}/nearlocal-turns.XXXXXX")
 trap 'rm -rf "$meet"' EXIT  # the meeting place and the runs' logs (shown when a run fails)
-nearlocal() {  # nearlocal from the checkout $1 (its command line before and since frontends/)
-    PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -c 'import sys
+nearlocal() {  # nearlocal from the checkout $1 (its command line before and since frontends/):
+    # -P: python -c would put the current directory (this checkout) first on the path, ahead
+    # of PYTHONPATH, and the baseline's run would import the candidate's code
+    PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$python" -P -c 'import sys
 try:
     from nearlocal.frontends.cli import main
 except ImportError:
@@ -63,5 +65,9 @@ for _ in 1 2; do
     fi
 done
 echo "baseline run $(stored "$meet/base.log"), candidate run $(stored "$meet/cand.log")" >&2
+trees=()  # compare checks each run measured its own tree's code, where both runs say which
+if grep -qs '"code":' "$store/$(stored "$meet/base.log")/run.json"; then
+    trees=(--trees "$base" "$cand")
+fi
 nearlocal "$cand" compare "$(stored "$meet/base.log")" "$(stored "$meet/cand.log")" --out "$store" \
-    --mode code
+    --mode code "${trees[@]}"

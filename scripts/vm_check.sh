@@ -138,7 +138,12 @@ stage "devices"
 # --- boot and run; the guest writes $WORK/out/booted first, then its results ----------------
 start_guest() {  # NAME CPUS MEMORY COMMAND; QEMU options from GUEST_OPTS; its rwdir is $WORK/NAME
   local name=$1 cpus=$2 memory=$3 command=$4
-  mkdir -p "$WORK/$name"
+  mkdir -p "$WORK/$name/scripts"
+  # the guest reads its script before the image is mounted, through the host's root over 9p;
+  # a checkout under /tmp or /var/tmp is not there (the guest's own tmpfs): run a copy from the
+  # guest's rwdir
+  cp "$REPO/scripts/vm_mount.sh" "$REPO"/scripts/vm_*guest.sh "$WORK/$name/scripts/"
+  command=${command//"$REPO/scripts/"/"$WORK/$name/scripts/"}
   (cd "$WORK" && exec timeout -k 10 "$GUEST_LIMIT" "$VNG" -r "$KERNEL" --qemu "$(command -v "$QEMU")" --force-9p --disable-kvm \
     --disable-microvm --cpus "$cpus" --memory "$memory" --rwdir "$WORK/$name" \
     --append="iomem=relaxed" --qemu-opts="${GUEST_OPTS[*]}" \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -147,3 +148,58 @@ def test_take_turns_script_refuses_a_base_that_is_no_checkout(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "BASE is a checkout of nearlocal" in done.stderr
+
+
+SLOWER_LOAD = ("        acc ^= read_range(src, frags[i, 0], frags[i, 2])\n",
+               "        acc ^= read_range(src, frags[i, 0], frags[i, 2])\n"
+               "        for _ in range(4000):  # a dependent chain: ~16 k cycles a fragment\n"
+               "            acc = acc * np.uint64(6364136223846793005) + np.uint64(1442695040888963407)\n")
+
+
+def checkout_copy(root: Path, where: Path, change: tuple[str, str] | None = None) -> Path:
+    """A tree with this checkout's code (no git, no venv), its load kernel changed if asked."""
+    shutil.copytree(root, where, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "results", "tests", "docs", "examples", "__pycache__", ".*cache",
+        ".hypothesis", "*.egg-info"))
+    if change is not None:
+        kernel = where / "nearlocal" / "kernels" / "cpu.py"
+        text = kernel.read_text()
+        assert text.count(change[0]) == 1
+        kernel.write_text(text.replace(*change))
+    return where
+
+
+def test_take_turns_measures_each_tree_with_its_own_code(tmp_path):
+    """Code CI compares two trees' code: a candidate whose load kernel was made ~10x slower reads
+    `slower`, exit 1, and each run says which tree its code came from (python -c once put the
+    candidate's checkout first on the baseline's path: both sides measured the candidate)."""
+    root = Path(__file__).resolve().parent.parent
+    base = checkout_copy(root, tmp_path / "base")
+    cand = checkout_copy(root, tmp_path / "cand", SLOWER_LOAD)
+    store = tmp_path / "store"
+    env = {**os.environ, "NEARLOCAL_STORE": str(store), "PYTHON": sys.executable,
+           "TMPDIR": str(tmp_path)}
+    done = subprocess.run(["bash", str(cand / "scripts" / "take_turns.sh"), str(base),
+                           "--method", "load", "--size", "64KiB", "--processes", "4",
+                           "--budget", "0.2"], capture_output=True, text=True, env=env,
+                          cwd=cand, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "load/dram/wb/64KiB" in done.stdout and "slower" in done.stdout
+    metas = {json.loads((run / "run.json").read_text())["turns"]["arm"]:
+             json.loads((run / "run.json").read_text()) for run in store.iterdir()}
+    assert metas[0]["code"]["path"] == str(base) and metas[1]["code"]["path"] == str(cand)
+
+
+def test_compare_refuses_runs_whose_code_came_from_another_tree(tmp_path, capsys):
+    from nearlocal.frontends.cli import main
+
+    store = tmp_path / "store"
+    assert main(["run", "--method", "load", "--size", "4KiB", "--budget", "0.02", "--out",
+                 str(store), "--quiet"]) == 0
+    capsys.readouterr()
+    here = str(Path(__file__).resolve().parent.parent)
+    assert main(["compare", "latest", "latest", "--out", str(store), "--trees", here, here]) in (0, 1)
+    capsys.readouterr()
+    assert main(["compare", "latest", "latest", "--out", str(store), "--trees", str(tmp_path), here]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"measured the code of {here}, not {tmp_path}" in err

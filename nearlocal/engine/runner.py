@@ -129,6 +129,29 @@ def processes_to_settle(samples: list[np.ndarray], processes: int, max_processes
     return int(min(max_processes, math.ceil(processes * (spread / SETTLED_SPREAD) ** 2)))
 
 
+def code_origin() -> dict:
+    """Which tree this process's nearlocal came from: the directory holding the package, its
+    git commit and whether its files differ from it (code CI runs two trees in turns, and a
+    run that imported the other's code measured the wrong one: compare --trees checks)."""
+    import subprocess
+    from pathlib import Path
+
+    import nearlocal
+
+    tree = Path(nearlocal.__file__).resolve().parent.parent
+    origin: dict = {"path": str(tree)}
+    try:
+        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+        if commit.returncode == 0:
+            dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "nearlocal"],
+                                   capture_output=True, text=True, timeout=10)
+            origin.update(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip()))
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout: the path says it
+        pass
+    return origin
+
+
 def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
     """What run.json records about how a run was made: versions, command line, settings, host."""
     import importlib
@@ -145,7 +168,7 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
         "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
                      "min_samples": rule.min_samples, "max_samples": rule.max_samples,
                      "allow_write": settings.allow_write},
-        "host_id": inventory.host_id, "inventory": inventory.to_dict(),
+        "host_id": inventory.host_id, "inventory": inventory.to_dict(), "code": code_origin(),
         **({"clock": settings.clock.to_dict(settings.tsc_hz)} if settings.clock is not None else {}),
         **extra,
     }

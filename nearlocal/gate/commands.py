@@ -29,6 +29,21 @@ def parse_percent(text: str) -> float:
         raise UsageError(f"malformed threshold {text!r}: give a percentage such as 5%") from None
 
 
+def check_trees(trees: list[str], runs: tuple) -> None:
+    """`--trees BASE CAND`: each run's code came from the checkout named for it (run.json
+    `code`): a baseline run that imported the candidate's code (python -c puts the current
+    directory first on the path) compares the candidate with itself."""
+    named = [str(Path(tree).resolve()) for tree in trees]
+    for role, tree, run in zip(("baseline", "candidate"), named, runs, strict=True):
+        came = (run.meta.get("code") or {}).get("path")
+        if came is None:
+            raise UsageError(f"--trees: the {role} run {run.run_id} does not say which tree its "
+                             "code came from (stored before runs did)")
+        if str(Path(came).resolve()) != tree:
+            raise UsageError(f"--trees: the {role} run {run.run_id} measured the code of {came}, "
+                             f"not {tree}")
+
+
 def _compare(args) -> int:
     from nearlocal.gate.identity import host_note
     from nearlocal.gate.render import append_job_summary, write_output
@@ -45,6 +60,8 @@ def _compare(args) -> int:
     base = load(base_ref, root)
     base.require_complete("the base of a comparison", args.allow_incomplete)
     cand.require_complete("the candidate of a comparison", args.allow_incomplete)
+    if args.trees:
+        check_trees(args.trees, (base, cand))
     note = host_note(base.meta, cand.meta, args.cross_host, (base.run_id, cand.run_id))
     incomplete = [f"run {r.run_id} is INCOMPLETE ({r.incomplete})" for r in (base, cand)
                   if r.incomplete]  # only with --allow-incomplete: said in every format
@@ -113,6 +130,10 @@ def register(sub) -> None:
                              f"error (default {HISTORY_RUNS}; 0: none)")
     parser.add_argument("--seed", type=non_negative_int, default=0,
                         help="bootstrap seed for one-process runs (default 0)")
+    parser.add_argument("--trees", nargs=2, metavar=("BASE", "CAND"),
+                        help="the checkouts the two runs' code must come from (run.json `code`; "
+                             "scripts/take_turns.sh names them): exit 2 where a run measured "
+                             "another tree's code")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="compare an incomplete (interrupted or killed) run anyway")
     parser.set_defaults(func=_compare)
