@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nearlocal.probe import cache
 
@@ -51,3 +53,56 @@ def test_a_fake_trees_probe_keeps_cpuids_llc_even_when_it_says_hypervisor(tmp_pa
     cpu = probe(SysRoot(root), gpu=False).cpu
     assert cpu.has("hypervisor")
     assert cpu.llc_bytes == cpu.cpuid_llc_bytes == 107520 * 1024 and cpu.llc_source == "cpuid"
+
+
+# --- cache classes that hold between runs (store/boxes.py, engine.plan.settle_llc) -------------
+
+def test_the_store_holds_the_llc_its_cases_are_classified_by(tmp_path):
+    from nearlocal.store.boxes import llc_file, settled_llc
+
+    assert settled_llc(tmp_path, "vm", 4 * MIB)[0] == 4 * MIB  # the first reading
+    llc, how = settled_llc(tmp_path, "vm", 8 * MIB)  # within 2x: held
+    assert llc == 4 * MIB and how.startswith("held") and "4, 8" in how
+    assert settled_llc(tmp_path, "vm", 2 * MIB)[0] == 4 * MIB
+    assert settled_llc(tmp_path, "other", 2 * MIB)[0] == 2 * MIB  # another box its own
+    llc, how = settled_llc(tmp_path, "vm", 32 * MIB)  # left the band: the largest kept
+    assert llc == 32 * MIB and how.startswith("moved")
+    llc_file(tmp_path).write_text("{not json")  # damaged: begins again, says nothing wrong
+    assert settled_llc(tmp_path, "vm", 8 * MIB)[0] == 8 * MIB
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=st.sampled_from([1, 2, 4, 8, 16, 32]),
+       moves=st.lists(st.floats(0.5, 2.0), min_size=1, max_size=12))
+def test_readings_within_the_band_never_reclassify(tmp_path_factory, first, moves):
+    """However the probe moves within 2x of the LLC held, the LLC held does not move."""
+    from nearlocal.store.boxes import settled_llc
+
+    root = tmp_path_factory.mktemp("store")
+    held = settled_llc(root, "vm", first * MIB)[0]
+    for move in moves:
+        assert settled_llc(root, "vm", int(first * MIB * move))[0] == held
+
+
+def test_two_runs_whose_probes_read_4_and_8_mib_classify_every_case_alike(tmp_path, monkeypatch):
+    """The development VM's probe read 2, 4 and 8 MiB on one day: the quick suite's rows keep
+    their llc_resident / reaches_memory between two such runs in one store."""
+    from dataclasses import replace
+
+    from nearlocal.core.suites import suite_cases
+    from nearlocal.engine.plan import plan_entries, settle_llc
+    from nearlocal.probe import probe
+
+    box = probe(calibrate=False, gpu=False)
+    classes = []
+    for reading in (4 * MIB, 8 * MIB):
+        inventory = replace(box, cpu=replace(box.cpu, measured_llc_bytes=reading))
+        settled = settle_llc(inventory, tmp_path)
+        assert "cases classified by 4 MiB" in settled.cpu.llc_source
+        classes.append({entry.case.id: (entry.row.get("llc_resident"), entry.row.get("reaches_memory"))
+                        for entry in plan_entries(suite_cases("quick", settled), settled)})
+    assert classes[0] == classes[1] and any(llc for llc, _ in classes[0].values())
+    raw = [{entry.case.id: entry.row.get("reaches_memory") for entry in plan_entries(
+        suite_cases("quick", inventory), inventory)} for inventory in (
+        replace(box, cpu=replace(box.cpu, measured_llc_bytes=r)) for r in (4 * MIB, 8 * MIB))]
+    assert raw[0] != raw[1]  # each run's own probe would have re-classified the 4 MiB cases

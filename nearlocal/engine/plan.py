@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase, SkipKind
@@ -36,7 +37,7 @@ MAX_PROCESSES = 100
 REFUSED_WHEN_ALL = frozenset({SkipKind.CANNOT_HOLD, SkipKind.READ_ONLY})
 
 __all__ = ["MAX_PROCESSES", "Plan", "PlanEntry", "Refuse", "Run", "RunSettings", "Skip",
-           "SkipKind", "check_processes", "plan_cases"]
+           "SkipKind", "check_processes", "plan_cases", "settle_llc"]
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,22 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
     row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
                    inventory.cpu.l2_bytes, specs)
     return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row, specs), row)
+
+
+def settle_llc(inventory: HostInventory, root: Path) -> HostInventory:
+    """The inventory with the LLC its cases are classified by held steady for this box by the
+    store at `root` (store/boxes.py): a VM's measured LLC moves between runs, and a case's
+    `llc_resident` / `reaches_memory` must not move with it. cpuid's LLC (bare metal) stands."""
+    cpu = inventory.cpu
+    if not cpu.measured_llc_bytes:
+        return inventory
+    from nearlocal.store.boxes import settled_llc
+
+    box = f"{inventory.hostname} | {cpu.model} | cpuid LLC {cpu.cpuid_llc_bytes} | L2 {cpu.l2_bytes}"
+    llc, how = settled_llc(root, box, cpu.measured_llc_bytes)
+    settled = replace(cpu, measured_llc_bytes=llc,
+                      llc_source=f"{cpu.llc_source}; cases classified by {llc >> 20} MiB: {how}")
+    return replace(inventory, cpu=settled)
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

@@ -27,12 +27,12 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
     measured as run's are)."""
-    from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.engine.plan import RunSettings, plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
     from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
 
-    inventory = probe()
+    inventory = settle_llc(probe(), out)  # cache classes held for this box
     check_pool(spec, inventory)
     settings = RunSettings.from_options(budget or spec.budget, spec.ci,
                                         processes or spec.processes, allow_write=allow_write,

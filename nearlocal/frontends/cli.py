@@ -113,7 +113,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from nearlocal.engine.plan import plan_cases
+    from nearlocal.engine.plan import plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
     from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(args)
     settings = run_settings(args)
     check_output("--json", args.json)  # before measuring, not after
-    inventory = probe()
+    inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
