@@ -14,9 +14,10 @@ mkdir -p "$OUT"
 printf "%-10s %-18s %10s %10s\n" method "likwid kernel" "nearlocal" "likwid"
 for round in $(seq "$ROUNDS"); do
   pairs=("nt-store:store_mem_$isa" "store:store_$isa" "load:load_$isa")
-  # where the CPU has AVX-512, likwid's 256-bit load kernel too: its two load kernels differ by
-  # more than nearlocal differs from either (docs/timing.md), so one alone says little
-  [ "$isa" = avx512 ] && pairs+=("load:load_avx")
+  # where the CPU has AVX-512, likwid's 256-bit load and store kernels too: its two load
+  # kernels differ by more than nearlocal differs from either (docs/timing.md), so one alone
+  # says little; nearlocal's store is 256-bit (AVX2) where numba vectorizes it so
+  [ "$isa" = avx512 ] && pairs+=("load:load_avx" "store:store_avx")
   for pair in "${pairs[@]}"; do
     method=${pair%%:*}; kernel=${pair#*:}
     lk=$(likwid-bench -t "$kernel" -w S0:1GB:1 2>/dev/null | awk '/^MByte\/s:/ {print $2 / 1000}')

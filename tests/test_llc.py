@@ -58,17 +58,24 @@ def test_a_fake_trees_probe_keeps_cpuids_llc_even_when_it_says_hypervisor(tmp_pa
 # --- cache classes that hold between runs (store/boxes.py, engine.plan.settle_llc) -------------
 
 def test_the_store_holds_the_llc_its_cases_are_classified_by(tmp_path):
-    from nearlocal.store.boxes import llc_file, settled_llc
+    from nearlocal.store.boxes import keep_llc, llc_file, settled_llc
 
-    assert settled_llc(tmp_path, "vm", 4 * MIB)[0] == 4 * MIB  # the first reading
-    llc, how = settled_llc(tmp_path, "vm", 8 * MIB)  # within 2x: held
+    def settle(box: str, reading: int) -> tuple[int, str]:
+        llc, how, records = settled_llc(tmp_path, box, reading)
+        keep_llc(tmp_path, records)
+        return llc, how
+
+    assert settle("vm", 4 * MIB)[0] == 4 * MIB  # the first reading
+    llc, how = settle("vm", 8 * MIB)  # within 2x: held
     assert llc == 4 * MIB and how.startswith("held") and "4, 8" in how
-    assert settled_llc(tmp_path, "vm", 2 * MIB)[0] == 4 * MIB
-    assert settled_llc(tmp_path, "other", 2 * MIB)[0] == 2 * MIB  # another box its own
-    llc, how = settled_llc(tmp_path, "vm", 32 * MIB)  # left the band: the largest kept
+    assert settle("vm", 2 * MIB)[0] == 4 * MIB
+    assert settle("other", 2 * MIB)[0] == 2 * MIB  # another box its own
+    llc, how = settle("vm", 32 * MIB)  # left the band: the largest kept
     assert llc == 32 * MIB and how.startswith("moved")
     llc_file(tmp_path).write_text("{not json")  # damaged: begins again, says nothing wrong
-    assert settled_llc(tmp_path, "vm", 8 * MIB)[0] == 8 * MIB
+    assert settle("vm", 8 * MIB)[0] == 8 * MIB
+    settled_llc(tmp_path, "vm", 64 * MIB)  # not kept: a refused run leaves the store alone
+    assert settle("vm", 8 * MIB)[0] == 8 * MIB
 
 
 @settings(max_examples=200, deadline=None)
@@ -76,12 +83,15 @@ def test_the_store_holds_the_llc_its_cases_are_classified_by(tmp_path):
        moves=st.lists(st.floats(0.5, 2.0), min_size=1, max_size=12))
 def test_readings_within_the_band_never_reclassify(tmp_path_factory, first, moves):
     """However the probe moves within 2x of the LLC held, the LLC held does not move."""
-    from nearlocal.store.boxes import settled_llc
+    from nearlocal.store.boxes import keep_llc, settled_llc
 
     root = tmp_path_factory.mktemp("store")
-    held = settled_llc(root, "vm", first * MIB)[0]
+    held, _, records = settled_llc(root, "vm", first * MIB)
+    keep_llc(root, records)
     for move in moves:
-        assert settled_llc(root, "vm", int(first * MIB * move))[0] == held
+        llc, _, records = settled_llc(root, "vm", int(first * MIB * move))
+        keep_llc(root, records)
+        assert llc == held
 
 
 def test_two_runs_whose_probes_read_4_and_8_mib_classify_every_case_alike(tmp_path, monkeypatch):
@@ -97,7 +107,8 @@ def test_two_runs_whose_probes_read_4_and_8_mib_classify_every_case_alike(tmp_pa
     classes = []
     for reading in (4 * MIB, 8 * MIB):
         inventory = replace(box, cpu=replace(box.cpu, measured_llc_bytes=reading))
-        settled = settle_llc(inventory, tmp_path)
+        settled, keep = settle_llc(inventory, tmp_path)
+        keep()
         assert "cases classified by 4 MiB" in settled.cpu.llc_source
         classes.append({entry.case.id: (entry.row.get("llc_resident"), entry.row.get("reaches_memory"))
                         for entry in plan_entries(suite_cases("quick", settled), settled)})

@@ -17,6 +17,7 @@ import pytest
 from nearlocal.engine import turns as turns_module
 from nearlocal.engine.turns import Turns, parse_turn, slot_arm
 from nearlocal.errors import UsageError
+from nearlocal.store.runs import list_runs
 
 
 def test_slots_go_round_by_round_every_other_round_reversed():
@@ -135,7 +136,7 @@ def test_take_turns_script_runs_both_checkouts_in_turns_and_compares(tmp_path):
     assert done.returncode in (0, 1), done.stderr  # 1 would be a verdict, not a failure
     # the case is listed when it changed or is ambiguous, else counted among the `same`
     assert "load/dram/wb/4KiB" in done.stdout or "1 same" in done.stdout, done.stdout
-    metas = [json.loads((run / "run.json").read_text()) for run in store.iterdir()]
+    metas = [json.loads((run / "run.json").read_text()) for run in list_runs(store)]
     assert sorted(meta["turns"]["arm"] for meta in metas) == [0, 1]
     assert all(meta["turns"]["arms"] == 2 for meta in metas)
     assert all(meta["for_gate"] == "code" for meta in metas)  # runs made for code CI
@@ -186,7 +187,7 @@ def test_take_turns_measures_each_tree_with_its_own_code(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "load/dram/wb/64KiB" in done.stdout and "slower" in done.stdout
     metas = {json.loads((run / "run.json").read_text())["turns"]["arm"]:
-             json.loads((run / "run.json").read_text()) for run in store.iterdir()}
+             json.loads((run / "run.json").read_text()) for run in list_runs(store)}
     assert metas[0]["code"]["path"] == str(base) and metas[1]["code"]["path"] == str(cand)
 
 

@@ -32,7 +32,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
 
-    inventory = settle_llc(probe(), out)  # cache classes held for this box
+    inventory, keep_llc = settle_llc(probe(), out)  # cache classes held for this box
     check_pool(spec, inventory)
     settings = RunSettings.from_options(budget or spec.budget, spec.ci,
                                         processes or spec.processes, allow_write=allow_write,
@@ -45,6 +45,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                         f"accept:{spec.path.name}", kind="accept",
                         spec=str(spec.path.resolve()), processes=settings.processes,
                         pool=spec.pool or None)
+    keep_llc()  # this run measures: its LLC reading is kept for the box
     path, interrupted = measure_into(plan, out, meta)
     if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
         raise interrupted

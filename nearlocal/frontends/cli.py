@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(args)
     settings = run_settings(args)
     check_output("--json", args.json)  # before measuring, not after
-    inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
+    inventory, keep_llc = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
@@ -154,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
+    keep_llc()  # this run measures: its LLC reading is kept for the box
     path, interrupted = measure_into(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     from nearlocal.store import load
 

@@ -38,12 +38,12 @@ def _records(path: Path) -> dict:
     return records if isinstance(records, dict) else {}
 
 
-def settled_llc(root: Path, box: str, reading: int) -> tuple[int, str]:
-    """(the LLC to classify this run's cases by, how it was decided) from this run's `reading`
-    (bytes) and the readings the store kept for `box` (hostname, CPU, cpuid's caches); the
-    record is updated. A store that cannot be written keeps classifying by what it holds."""
-    path = llc_file(root)
-    records = _records(path)
+def settled_llc(root: Path, box: str, reading: int) -> tuple[int, str, dict]:
+    """(the LLC to classify this run's cases by, how it was decided, the record to keep) from
+    this run's `reading` (bytes) and the readings the store kept for `box` (hostname, CPU,
+    cpuid's caches). Nothing is written: `keep_llc` writes the record once the run measures (a
+    refused run leaves the store as it was)."""
+    records = _records(llc_file(root))
     entry = records.get(box) if isinstance(records.get(box), dict) else {}
     readings = [int(r) for r in entry.get("readings", []) if isinstance(r, int) and r > 0]
     readings = [*readings, int(reading)][-KEPT:]
@@ -59,10 +59,13 @@ def settled_llc(root: Path, box: str, reading: int) -> tuple[int, str]:
         how = (f"moved: this run's {reading / MIB:g} MiB left the {BAND:g}x band around "
                f"{held / MIB:g} MiB; the largest reading kept")
     records[box] = {"readings": readings, "llc": llc}
-    try:
-        with safeio.writing("the box's kept LLC readings", path.parent):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        safeio.write_output("the box's kept LLC readings", path, json.dumps(records, indent=1))
-    except UsageError:
-        how += " (the store could not keep this reading)"
-    return llc, f"{how}; readings kept (MiB): {seen}"
+    return llc, f"{how}; readings kept (MiB): {seen}", records
+
+
+def keep_llc(root: Path, records: dict) -> None:
+    """Write the records settled_llc made; a store that cannot take them is said in one line
+    (UsageError), as any write into the store is."""
+    path = llc_file(root)
+    with safeio.writing("the box's kept LLC readings", path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    safeio.write_output("the box's kept LLC readings", path, json.dumps(records, indent=1))
