@@ -26,6 +26,7 @@ import pytest
 
 from nearlocal.frontends.cli import main
 from nearlocal.store import load
+from nearlocal.store.runs import list_runs
 from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
@@ -757,7 +758,7 @@ def test_a_run_into_a_full_store_or_json_says_what_was_kept(full_store, tmp_path
                             "--quiet", "--json", str(full_store / "rows.json"),
                             "--out", str(elsewhere)], capsys, "ENOSPC")
     assert "the run is stored in" in err, err
-    (stored,) = elsewhere.iterdir()
+    (stored,) = list_runs(elsewhere)
     assert load(stored).complete
 
 
@@ -1088,5 +1089,5 @@ def test_sigterm_to_the_process_group_ends_every_worker_quietly(tmp_path, when):
     err = (seen + err).decode(errors="replace")
     assert process.returncode in (0, 143), err  # 0: it had finished before the signal came
     assert "Traceback" not in err and "SystemExit" not in err and "BrokenPipe" not in err, err
-    (run,) = tmp_path.iterdir()
+    (run,) = list_runs(tmp_path)
     assert load(run).meta.get("interrupted") in (True, False)

@@ -288,6 +288,7 @@ def test_the_clock_measured_here_has_a_step_and_an_overhead():
 def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
+    from nearlocal.store.runs import list_runs
 
     out = tmp_path / "store"
     code = main(["run", "--method", "nt-copy", "--method", "nt-store", "--size", "16KiB",
@@ -296,7 +297,7 @@ def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
     code = main(["run", "--method", "nt-copy", "--size", "16KiB", "--out", str(out),
                  "--budget", "0.02", "--quiet"])
     assert code == 0
-    rows = {row.case_id: row for run in sorted(p for p in out.iterdir() if p.is_dir())
+    rows = {row.case_id: row for run in sorted(list_runs(out))
             for row in load(str(run)).cases.itertuples()}
     back_to_back = rows["nt-copy/dram/wb/16KiB/drain=none"]
     assert back_to_back.status == "ok" and back_to_back.bytes_moved == 16384

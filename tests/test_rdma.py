@@ -261,13 +261,14 @@ def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path,
                                                                        monkeypatch):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
+    from nearlocal.store.runs import list_runs
 
     _no_mpi(monkeypatch)
     monkeypatch.setattr("nearlocal.probe.probe_rdma", lambda root: probe_rdma(
         SysRoot(tmp_path / "none")))
     assert main(["run", "--method", "rdma-write,rdma-read,rdma-rpc", "--size", "64B",
                  "--budget", "0.01", "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    (run,) = [load(p) for p in (tmp_path / "out").iterdir()]
+    (run,) = [load(p) for p in list_runs(tmp_path / "out")]
     assert set(run.cases["status"]) == {"skipped"} and len(run.cases) == 3
     assert run.cases["reason"].str.contains("/sys/class/infiniband does not exist").all()
 

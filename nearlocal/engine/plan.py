@@ -215,21 +215,30 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
     return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row, specs), row)
 
 
-def settle_llc(inventory: HostInventory, root: Path) -> tuple[HostInventory, Callable[[], None]]:
+def settle_llc(inventory: HostInventory, root: Path) -> tuple[HostInventory, Callable[[], str]]:
     """(the inventory with the LLC its cases are classified by held steady for this box by the
-    store at `root`, the call that keeps this run's reading there once it measures; store/boxes.py):
-    a VM's measured LLC moves between runs, and a case's `llc_resident` / `reaches_memory` must
-    not move with it. cpuid's LLC (bare metal) stands and nothing is kept."""
+    store at `root`, the call that keeps this run's reading there once it is stored: "" or why it
+    could not; store/boxes.py): a VM's measured LLC moves between runs, and a case's
+    `llc_resident` / `reaches_memory` must not move with it. cpuid's LLC (bare metal) stands and
+    nothing is kept."""
     cpu = inventory.cpu
     if not cpu.measured_llc_bytes:
-        return inventory, lambda: None
+        return inventory, str
     from nearlocal.store.boxes import keep_llc, settled_llc
 
     box = f"{inventory.hostname} | {cpu.model} | cpuid LLC {cpu.cpuid_llc_bytes} | L2 {cpu.l2_bytes}"
     llc, how, records = settled_llc(root, box, cpu.measured_llc_bytes)
     settled = replace(cpu, measured_llc_bytes=llc,
                       llc_source=f"{cpu.llc_source}; cases classified by {llc >> 20} MiB: {how}")
-    return replace(inventory, cpu=settled), lambda: keep_llc(root, records)
+
+    def keep() -> str:
+        try:
+            keep_llc(root, records)
+        except UsageError as exc:  # the run is stored: the next one classifies as this did
+            return f"note: {exc}"
+        return ""
+
+    return replace(inventory, cpu=settled), keep
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

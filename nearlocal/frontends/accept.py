@@ -45,10 +45,14 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                         f"accept:{spec.path.name}", kind="accept",
                         spec=str(spec.path.resolve()), processes=settings.processes,
                         pool=spec.pool or None)
-    keep_llc()  # this run measures: its LLC reading is kept for the box
     path, interrupted = measure_into(plan, out, meta)
     if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
         raise interrupted
+    kept = keep_llc()  # a run stored whole: its LLC reading is the box's
+    if kept:
+        from nearlocal.terminal import err_console
+
+        err_console.print(kept, markup=False, highlight=False)
     return path
 
 

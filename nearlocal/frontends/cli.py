@@ -154,11 +154,11 @@ def _run(args: argparse.Namespace) -> int:
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
-    keep_llc()  # this run measures: its LLC reading is kept for the box
     path, interrupted = measure_into(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     from nearlocal.store import load
 
     run = load(path)
+    kept = "" if interrupted else keep_llc()  # a run stored whole: its LLC reading is the box's
     if args.json:  # an OSError names the stored run (note_kept in Store.finish)
         write_output("--json", args.json, json_records(
             run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
@@ -169,6 +169,10 @@ def _run(args: argparse.Namespace) -> int:
     if check and (check.get("suspect") or check.get("settings") or not args.quiet):
         console.console.print(summary_line(check), markup=False, highlight=False)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
+    if kept:
+        from nearlocal.terminal import err_console
+
+        err_console.print(kept, markup=False, highlight=False)
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 
 
