@@ -108,3 +108,41 @@ def test_a_cupy_the_driver_cannot_run_is_told_the_extra_for_the_driver(monkeypat
     assert reason.startswith("no GPU: CUDA runtime unusable (CUDARuntimeError: status 35)")
     assert "cupy is built for CUDA 13 and the NVIDIA driver is 550.127.05" in reason
     assert reason.endswith("pip install 'nearlocal[cuda12]'")
+
+
+def test_an_nvml_error_other_than_no_such_link_is_said(monkeypatch):
+    """NVML answering a link with an error other than "no such link" (a GPU lost, no
+    permission) may hide a real link: the probe says so instead of counting it absent."""
+    remotes = {0: ["00000000:2C:00.0"], 1: ["00000000:1B:00.0"]}
+    nvml = _fake_pynvml(remotes)
+    answer = nvml.nvmlDeviceGetNvLinkState
+
+    def state(handle, link):
+        if handle == 1 and link == 0:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return answer(handle, link)
+
+    nvml.nvmlDeviceGetNvLinkState = state
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    info = GpuInfo(devices=[GpuDevice(i, "Fake", 1 << 30, "9.0", pci_bus_id=BUS[i])
+                            for i in range(2)])
+    reason = _probe_nvml(info)
+    assert reason is not None and "GPU 1 link 0: RuntimeError: NVML_ERROR_GPU_IS_LOST" in reason
+    assert "counts may be short" in reason and info.nvlink_links == [[0, 1], [0, 0]]
+
+
+def test_cuda_bindings_missing_and_broken_are_told_apart(monkeypatch, tmp_path):
+    from nearlocal.probe.gpu import _missing_parts
+
+    (tmp_path / "bindings").mkdir()  # installed, and its import fails: the cause is told
+    (tmp_path / "bindings" / "__init__.py").write_text(
+        "raise OSError('libnvJitLink.so.13: cannot open shared object file')\n")
+    package = types.ModuleType("cuda")
+    package.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, "cuda", package)
+    monkeypatch.delitem(sys.modules, "cuda.bindings", raising=False)
+    (broken,) = [part for part in _missing_parts(13, GpuInfo()) if "cuda-bindings" in part]
+    assert broken.startswith("cuda-bindings does not import (OSError: libnvJitLink.so.13")
+    monkeypatch.setitem(sys.modules, "cuda", None)  # not installed at all
+    (missing,) = [part for part in _missing_parts(13, GpuInfo()) if "cuda-bindings" in part]
+    assert missing.startswith("cuda-bindings (cuda-memcpy-batch api=bindings): pip install")

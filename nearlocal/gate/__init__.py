@@ -4,4 +4,4 @@ Two questions, one model each (docs/ci.md): code CI asks "did my code get slower
 moves are noise), box CI asks "did this box get slower?" (the host's moves are findings).
 Stages hand plain data on: samples (what each case measured) -> model (each case's log ratio,
 its standard error) -> verdict (the one place a verdict is assigned) -> render (printers).
-The package reads the store and the harness's vocabulary; no front end."""
+The package reads the store and the engine's vocabulary; no front end."""

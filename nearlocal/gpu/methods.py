@@ -75,8 +75,10 @@ def _needs_batch(inventory: HostInventory) -> str | None:
                 f"{inventory.gpu.runtime_version}, driver {inventory.gpu.driver_version})")
     try:
         from cuda.bindings import runtime
-    except Exception:
-        return "cuda-bindings is not importable (pip install nearlocal[cuda12] or [cuda13])"
+    except Exception as exc:  # absent, or installed and broken: its own words say which
+        return (f"cuda-bindings is not importable ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}; pip install nearlocal[cuda12] "
+                "or [cuda13])")
     if not hasattr(runtime, "cudaMemcpyBatchAsync"):
         return "this cuda-bindings has no cudaMemcpyBatchAsync (needs >= 12.8)"
     return None

@@ -176,9 +176,12 @@ def _missing_parts(major: int, info: GpuInfo) -> list[str]:
     missing = []
     try:
         import cuda.bindings  # noqa: F401
-    except Exception:
+    except ModuleNotFoundError:
         missing.append(f"cuda-bindings (cuda-memcpy-batch api=bindings): pip install "
                        f"'cuda-bindings=={major}.*'")
+    except Exception as exc:  # installed, and broken: the cause, not only "missing"
+        missing.append(f"cuda-bindings does not import ({_one_line(exc)}): pip install "
+                       f"--force-reinstall 'cuda-bindings=={major}.*'")
     if info.nvml and "not importable" in info.nvml:
         missing.append("nvidia-ml-py (PCIe link and NVLink fields): pip install nvidia-ml-py")
     try:
@@ -226,6 +229,19 @@ def _probe_compile(cupy, info: GpuInfo) -> None:
                       f"a newer NVRTC of cupy's CUDA: {nvrtc_pip(cupy_cuda_major(cupy))}")
 
 
+# NVML's answers for a link index a GPU does not have (NVML_ERROR_INVALID_ARGUMENT) or a GPU
+# without NVLink (NVML_ERROR_NOT_SUPPORTED); any other error may hide a real link
+NO_SUCH_LINK = {2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED"}
+
+
+def _no_such_link(exc: Exception) -> bool:
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        return code in NO_SUCH_LINK
+    text = str(exc).upper().replace(" ", "_")
+    return any(name in text for name in NO_SUCH_LINK.values())
+
+
 def _probe_nvml(info: GpuInfo) -> str | None:
     """Fill PCIe and NVLink fields from NVML; return why not when NVML is unusable."""
     try:
@@ -237,6 +253,7 @@ def _probe_nvml(info: GpuInfo) -> str | None:
     except Exception as exc:
         return f"nvmlInit failed ({exc})"
     try:
+        unreadable: list[str] = []
         by_bus = {_norm_bus_id(d.pci_bus_id): d.index for d in info.devices if d.pci_bus_id}
         count = len(info.devices)
         info.nvlink_links = [[0] * count for _ in range(count)]
@@ -257,8 +274,10 @@ def _probe_nvml(info: GpuInfo) -> str | None:
                 try:
                     if not pynvml.nvmlDeviceGetNvLinkState(handle, link):
                         continue
-                except Exception:
-                    continue  # no such link (or no NVLink at all)
+                except Exception as exc:
+                    if not _no_such_link(exc):  # the link may be there: say so, do not drop it
+                        unreadable.append(f"GPU {device.index} link {link}: {_one_line(exc)}")
+                    continue
                 device.nvlink_active += 1
                 try:
                     remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
@@ -269,6 +288,10 @@ def _probe_nvml(info: GpuInfo) -> str | None:
                     info.nvlink_links[device.index][peer] += 1
                 else:
                     device.nvswitch_links += 1  # the far end is not one of our GPUs
+        if unreadable:
+            more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+            return (f"NVML could not read NVLink state ({unreadable[0]}{more}): the NVLink "
+                    "counts may be short")
         return None
     finally:
         with contextlib.suppress(Exception):
