@@ -126,8 +126,7 @@ def _host(config: pytest.Config) -> BenchHost:
         inventory = probe()
         if config.getoption("nearlocal_save") or config.getoption("nearlocal_baseline"):
             # a session stored or judged: cache classes held for this box, as `run` holds them
-            inventory, keep_llc = settle_llc(inventory, Path(config.getoption("nearlocal_out")))
-            keep_llc()  # the session measures: its reading is kept (where the store takes it)
+            inventory = settle_llc(inventory, Path(config.getoption("nearlocal_out")))
         config.stash[_HOST] = BenchHost(
             inventory, allow_write=config.getoption("nearlocal_allow_write"),
             target_rel_ci=config.getoption("nearlocal_ci") / 100,

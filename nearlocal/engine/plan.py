@@ -215,30 +215,24 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
     return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row, specs), row)
 
 
-def settle_llc(inventory: HostInventory, root: Path) -> tuple[HostInventory, Callable[[], str]]:
-    """(the inventory with the LLC its cases are classified by held steady for this box by the
-    store at `root`, the call that keeps this run's reading there once it is stored: "" or why it
-    could not; store/boxes.py): a VM's measured LLC moves between runs, and a case's
-    `llc_resident` / `reaches_memory` must not move with it. cpuid's LLC (bare metal) stands and
-    nothing is kept."""
+def settle_llc(inventory: HostInventory, root: Path) -> HostInventory:
+    """The inventory with the LLC its cases are classified by held steady for this box by the
+    store at `root` (store/boxes.py: the store's latest run of the box, unless this run's probe
+    left the 2x band around it): a VM's measured LLC moves between runs, and a case's
+    `llc_resident` / `reaches_memory` must not move with it. The readings go into this run's
+    inventory (run.json), which is all the next run reads. cpuid's LLC (bare metal) stands."""
     cpu = inventory.cpu
     if not cpu.measured_llc_bytes:
-        return inventory, str
-    from nearlocal.store.boxes import keep_llc, settled_llc
+        return inventory
+    import dataclasses
 
-    box = f"{inventory.hostname} | {cpu.model} | cpuid LLC {cpu.cpuid_llc_bytes} | L2 {cpu.l2_bytes}"
-    llc, how, records = settled_llc(root, box, cpu.measured_llc_bytes)
-    settled = replace(cpu, measured_llc_bytes=llc,
-                      llc_source=f"{cpu.llc_source}; cases classified by {llc >> 20} MiB: {how}")
+    from nearlocal.store.boxes import box_key, settled_llc
 
-    def keep() -> str:
-        try:
-            keep_llc(root, records)
-        except UsageError as exc:  # the run is stored: the next one classifies as this did
-            return f"note: {exc}"
-        return ""
-
-    return replace(inventory, cpu=settled), keep
+    box = box_key({"hostname": inventory.hostname, "cpu": dataclasses.asdict(cpu)})
+    llc, readings, how = settled_llc(root, box, cpu.measured_llc_bytes)
+    settled = replace(cpu, measured_llc_bytes=llc, llc_readings=readings,
+                      llc_source=f"{cpu.llc_source}; cases classified by {llc / 2**20:g} MiB: {how}")
+    return replace(inventory, cpu=settled)
 
 
 def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSettings,

@@ -32,7 +32,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
 
-    inventory, keep_llc = settle_llc(probe(), out)  # cache classes held for this box
+    inventory = settle_llc(probe(), out)  # cache classes held for this box
     check_pool(spec, inventory)
     settings = RunSettings.from_options(budget or spec.budget, spec.ci,
                                         processes or spec.processes, allow_write=allow_write,
@@ -48,11 +48,6 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     path, interrupted = measure_into(plan, out, meta)
     if interrupted:  # Ctrl-C / SIGTERM: what was measured is stored, marked interrupted
         raise interrupted
-    kept = keep_llc()  # a run stored whole: its LLC reading is the box's
-    if kept:
-        from nearlocal.terminal import err_console
-
-        err_console.print(kept, markup=False, highlight=False)
     return path
 
 

@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(args)
     settings = run_settings(args)
     check_output("--json", args.json)  # before measuring, not after
-    inventory, keep_llc = settle_llc(probe(), Path(args.out))  # cache classes held for this box
+    inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
     from nearlocal.rack.methods import refuse_without_mpi
 
@@ -158,7 +158,6 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.store import load
 
     run = load(path)
-    kept = "" if interrupted else keep_llc()  # a run stored whole: its LLC reading is the box's
     if args.json:  # an OSError names the stored run (note_kept in Store.finish)
         write_output("--json", args.json, json_records(
             run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
@@ -169,10 +168,6 @@ def _run(args: argparse.Namespace) -> int:
     if check and (check.get("suspect") or check.get("settings") or not args.quiet):
         console.console.print(summary_line(check), markup=False, highlight=False)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
-    if kept:
-        from nearlocal.terminal import err_console
-
-        err_console.print(kept, markup=False, highlight=False)
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 
 

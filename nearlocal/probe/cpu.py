@@ -65,6 +65,8 @@ class CpuInfo:
     # LLC size in use was found
     measured_llc_bytes: int | None = None
     llc_source: str = "cpuid"
+    # the measured readings a run's LLC rests on, its own last (engine.plan.settle_llc)
+    llc_readings: list[int] = field(default_factory=list)
 
     def has(self, flag: str) -> bool:
         return self.flags.get(flag, False)
