@@ -13,7 +13,9 @@
 # for this distribution (apt or dnf), exit 2. A venv made by uv (no pip in it) is installed into
 # with uv.
 
-NEARLOCAL_MIN_PYTHON=(3 11)
+# the oldest Python nearlocal runs on: pyproject.toml's requires-python, read here, not copied
+read -r -a NEARLOCAL_MIN_PYTHON < <(sed -n 's/^requires-python = ">=\([0-9]*\)\.\([0-9]*\)".*/\1 \2/p' \
+  "$(dirname "${BASH_SOURCE[0]}")/../pyproject.toml")
 
 _nl_fail() {  # one line, exit 2: the set-up cannot go on, and says what to do
   echo "error: $*" >&2

@@ -45,7 +45,7 @@ def test_the_probe_reads_each_setting(untuned):
     assert (cpu0.governor, cpu0.driver, cpu0.min_khz, cpu0.max_khz, cpu0.cur_khz) == (
         "powersave", "acpi-cpufreq", 800000, 3800000, 1200000)
     assert cpu0.siblings == [0, 1] and [s.name for s in cpu0.idle] == ["POLL", "C1", "C1E", "C6"]
-    assert cpu0.deepest_idle.name == "C6" and cpu0.deepest_idle.latency_us == 133
+    assert (cpu0.idle[-1].name, cpu0.idle[-1].latency_us, cpu0.idle[-1].disabled) == ("C6", 133, False)
     assert box.boost is True and box.boost_source.endswith("cpufreq/boost")
     assert (box.smt_active, box.smt_control) == (True, "on")
     assert (box.thp_enabled, box.thp_defrag, box.numa_balancing) == ("never", "madvise", 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,13 +59,18 @@ def test_a_fake_trees_probe_keeps_cpuids_llc_even_when_it_says_hypervisor(tmp_pa
 
 # --- cache classes that hold between runs (store/boxes.py, engine.plan.settle_llc) -------------
 
+@functools.cache
+def _probed():
+    from nearlocal.probe import probe
+
+    return probe(calibrate=False, gpu=False)
+
+
 def _box(reading: int):
     """This box as probed, its VM probe reading `reading` bytes of usable LLC."""
     from dataclasses import replace
 
-    from nearlocal.probe import probe
-
-    box = _box.probed = getattr(_box, "probed", None) or probe(calibrate=False, gpu=False)
+    box = _probed()
     return replace(box, cpu=replace(box.cpu, measured_llc_bytes=reading))
 
 

@@ -122,17 +122,22 @@ def test_a_finished_group_leaves_the_directory_to_the_next(tmp_path):
         assert state["pids"] == {"0": os.getpid()}
 
 
+def take_turns(cand: Path, base: Path, store: Path, *options: str) -> subprocess.CompletedProcess:
+    """The candidate checkout's scripts/take_turns.sh BASE, as the README gives it, run from
+    the candidate, its runs in `store` and its meeting place beside it."""
+    env = {**os.environ, "NEARLOCAL_STORE": str(store), "PYTHON": sys.executable,
+           "TMPDIR": str(store.parent)}
+    return subprocess.run(["bash", str(cand / "scripts" / "take_turns.sh"), str(base), *options],
+                          capture_output=True, text=True, env=env, cwd=cand, timeout=900)
+
+
 def test_take_turns_script_runs_both_checkouts_in_turns_and_compares(tmp_path):
     """scripts/take_turns.sh BASE: two real runs (this checkout as both baseline and candidate)
     taking turns, stored with the group's facts, then compare's Markdown naming the case."""
     root = Path(__file__).resolve().parent.parent
     store = tmp_path / "store"
-    env = {**os.environ, "NEARLOCAL_STORE": str(store), "PYTHON": sys.executable,
-           "TMPDIR": str(tmp_path)}
-    done = subprocess.run(["bash", str(root / "scripts" / "take_turns.sh"), str(root),
-                           "--method", "load", "--size", "4KiB", "--processes", "2",
-                           "--budget", "0.1"], capture_output=True, text=True, env=env,
-                          timeout=600)
+    done = take_turns(root, root, store, "--method", "load", "--size", "4KiB", "--processes", "2",
+                      "--budget", "0.1")
     assert done.returncode in (0, 1), done.stderr  # 1 would be a verdict, not a failure
     # the case is listed when it changed or is ambiguous, else counted among the `same`
     assert "load/dram/wb/4KiB" in done.stdout or "1 same" in done.stdout, done.stdout
@@ -178,12 +183,8 @@ def test_take_turns_measures_each_tree_with_its_own_code(tmp_path):
     base = checkout_copy(root, tmp_path / "base")
     cand = checkout_copy(root, tmp_path / "cand", SLOWER_LOAD)
     store = tmp_path / "store"
-    env = {**os.environ, "NEARLOCAL_STORE": str(store), "PYTHON": sys.executable,
-           "TMPDIR": str(tmp_path)}
-    done = subprocess.run(["bash", str(cand / "scripts" / "take_turns.sh"), str(base),
-                           "--method", "load", "--size", "64KiB", "--processes", "4",
-                           "--budget", "0.2"], capture_output=True, text=True, env=env,
-                          cwd=cand, timeout=900)
+    done = take_turns(cand, base, store, "--method", "load", "--size", "64KiB", "--processes", "4",
+                      "--budget", "0.2")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "load/dram/wb/64KiB" in done.stdout and "slower" in done.stdout
     metas = {json.loads((run / "run.json").read_text())["turns"]["arm"]:

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from nearlocal.sysroot import SysRoot
 
-SAMPLE_S = 0.05  # how often the recorder looks where the run's threads run
+# how often the recorder looks where the run's threads run: it wakes in the run's parent while
+# workers time, so seldom (a run long enough to judge, MIN_TICKS, gets a few samples at least)
+SAMPLE_S = 0.2
 # /proc/stat's per-CPU columns: user nice system idle iowait irq softirq steal guest guest_nice.
 # guest and guest_nice are already counted in user and nice: never added again.
 BUSY_COLUMNS = (0, 1, 2, 5, 6)  # user, nice, system, irq, softirq
@@ -160,9 +162,6 @@ class BusyRecorder:
     def track(self, pid: int | None) -> None:
         if pid is not None:
             self._pids.add(pid)
-
-    def untrack(self, pid: int | None) -> None:
-        self._pids.discard(pid)
 
     def _sample(self) -> None:
         me = threading.get_native_id()

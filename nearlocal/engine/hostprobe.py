@@ -250,10 +250,6 @@ class HostProber:
             for fact in self.facts.values():
                 fact["overhead_ticks"] = float(overhead_ticks)
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid
-
     def _reply(self, timeout_s: float, doing: str) -> tuple | None:
         deadline = time.monotonic() + timeout_s
         while self._open:

@@ -57,12 +57,6 @@ class CpuSettings:
     siblings: list[int] = field(default_factory=list)  # topology/thread_siblings_list
     idle: list[IdleState] = field(default_factory=list)
 
-    @property
-    def deepest_idle(self) -> IdleState | None:
-        """The enabled idle state with the longest exit latency (the last one listed on a tie)."""
-        enabled = [s for s in self.idle if not s.disabled]
-        return max(reversed(enabled), key=lambda s: s.latency_us or 0, default=None)
-
 
 @dataclass(frozen=True)
 class BoxSettings:
@@ -194,6 +188,7 @@ def _groups(cpus: list[dict], key) -> dict[object, list[int]]:
 
 
 def _deepest(entry: dict) -> dict | None:
+    """The enabled idle state with the longest exit latency (the last one listed on a tie)."""
     enabled = [s for s in entry.get("idle") or [] if isinstance(s, dict) and not s.get("disabled")]
     return max(reversed(enabled), key=lambda s: s.get("latency_us") or 0, default=None)
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from nearlocal.errors import UsageError
-from nearlocal.store.runs import list_runs
+from nearlocal.store.runs import list_runs, read_meta
 
 BAND = 2.0
 KEPT = 16  # readings kept per box
@@ -44,10 +44,10 @@ def _held(root: Path, box: str) -> tuple[int | None, list[int]]:
         return None, []
     for path in reversed(runs[-LOOKED_AT:]):
         try:
-            meta = json.loads((path / "run.json").read_text())
-        except (OSError, ValueError):
+            meta = read_meta(path)
+        except UsageError:
             continue  # a damaged run is no evidence
-        inventory = meta.get("inventory") if isinstance(meta, dict) else None
+        inventory = meta.get("inventory")
         if box_key(inventory) != box:
             continue
         cpu = inventory["cpu"]
