@@ -68,7 +68,7 @@ def test_same_code_reruns_stay_quiet():
     alarms = []
     for pair in range(40):
         result = compare_runs(synthetic_run(2 * pair), synthetic_run(2 * pair + 1))
-        assert all(c.processes == "5/5" for c in result.cases)
+        assert all(c.placements == "5/5" for c in result.cases)
         alarms.append(result.exit_code)
     assert sum(alarms) == 0
 
@@ -102,7 +102,7 @@ def test_one_method_slower_is_flagged_and_nothing_else():
 
 def test_fewer_than_two_processes_fall_back_to_the_whole_run_model():
     result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=5))
-    assert all(c.processes == "" and c.detail["unit"] == "samples" for c in result.cases)
+    assert all(c.placements == "" and c.detail["unit"] == "samples" for c in result.cases)
 
 
 def test_ratio_and_interval_are_of_the_process_medians():
@@ -114,7 +114,7 @@ def test_ratio_and_interval_are_of_the_process_medians():
     assert case.base_median_ns == pytest.approx(math.exp(logs["b"]))
     assert case.ratio == pytest.approx(math.exp(logs["c"] - logs["b"]))
     assert case.ci_low < case.ratio < case.ci_high
-    assert case.processes == "5/5"
+    assert case.placements == "5/5"
 
 
 def test_benjamini_hochberg_matches_the_step_up_rule():
@@ -135,18 +135,27 @@ def test_default_processes_follow_the_budget():
 
 
 def test_run_with_processes_tags_every_sample(tmp_path):
-    """A real run: 2 worker processes per case, the samples of each tagged, the row pooling both."""
+    """A real run: 2 worker processes per case drawing 3 placements each, the samples of each
+    tagged by process and placement, the row pooling all six, the gate counting placements."""
     assert main(["run", "--method", "load", "--method", "store", "--size", "4KiB",
-                 "--processes", "2", "--budget", "0.04", "--quiet", "--out", str(tmp_path)]) == 0
+                 "--processes", "2", "--placements", "3", "--budget", "0.06", "--quiet",
+                 "--out", str(tmp_path)]) == 0
     run = load("latest", tmp_path)
     assert run.meta["processes"] == 2
     for row in run.cases.to_dict("records"):
         samples = run.samples[run.samples["case_id"] == row["case_id"]]
         assert set(samples["process"]) == {0, 1}
-        assert row["processes"] == 2 and row["n_samples"] == len(samples)
+        pairs = set(zip(samples["process"], samples["placement"], strict=True))
+        assert pairs == {(0, 0), (0, 1), (0, 2), (1, 3), (1, 4), (1, 5)}
+        assert row["processes"] == 2 and row["placements"] == 6
+        assert row["n_samples"] == len(samples)
         assert row["median_ns"] == pytest.approx(float(np.median(samples["ns"])))
+        facts = row["info"]["placements"]  # what each placement could see, named by process
+        assert [(f["process"], f["placement"]) for f in facts] == [(k, p) for k in (0, 1)
+                                                                  for p in range(3)]
+        assert all(f["region_offset"] is not None and f["median_ns"] > 0 for f in facts)
     result = compare_runs(run, run)
-    assert all(c.processes == "2/2" for c in result.cases) and result.exit_code == 0
+    assert all(c.placements == "6/6" for c in result.cases) and result.exit_code == 0
 
 
 def test_bad_process_count_is_a_usage_error(tmp_path, capsys):
@@ -248,7 +257,9 @@ def _runner(tmp_path, processes, **kwargs):
     from nearlocal.store import Store
 
     inventory = probe(gpu=False)
-    settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False)
+    # one placement a process: these tests count a method's openings per process
+    settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False,
+                              placements=1)
     store = Store.create(tmp_path / "store", {"host_id": inventory.host_id})
     return Runner(inventory, settings, store, processes=processes, **kwargs), store
 
@@ -294,10 +305,11 @@ def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
     rule = StoppingRule(budget_s=0.5, target_rel_ci=0.01, min_samples=30)
     # each process alone has too few samples for the rule; together they settle the median
     results = [({"converged": False, "timer_overhead_ns": 20.0, "clock_resolution_ns": 1.0},
-                np.zeros(20), 100 + rng.normal(0, 1, 20)) for _ in range(16)]
+                np.zeros(20), 100 + rng.normal(0, 1, 20), np.zeros(20, np.int32)) for _ in range(16)]
     row = _pooled(results, 64, rule)
     assert row["converged"] is True and row["processes_converged"] == 0 and row["processes"] == 16
-    noisy = [({"converged": True}, np.zeros(40), 100 * rng.lognormal(0, 0.5, 40)) for _ in range(2)]
+    noisy = [({"converged": True}, np.zeros(40), 100 * rng.lognormal(0, 0.5, 40), np.zeros(40, np.int32))
+             for _ in range(2)]
     assert _pooled(noisy, 64, rule)["converged"] is False
 
 
@@ -336,7 +348,9 @@ def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_metho
 
 
 def test_how_many_processes_a_case_needs():
-    from nearlocal.engine.runner import SETTLED_SPREAD, process_spread, processes_to_settle
+    from nearlocal.core.sampling import SETTLED_SPREAD
+    from nearlocal.core.sampling import log_spread as process_spread
+    from nearlocal.engine.runner import processes_to_settle
 
     def processes(levels):
         return [np.full(50, level) for level in levels]
@@ -390,7 +404,7 @@ def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(
     case = next(c for c in compare_runs(base, cand).cases if c.case_id == CASES[0])
     assert case.verdict == "ambiguous"
     assert advice in case.note
-    assert case.processes == f"{processes}/{processes}"
+    assert case.placements == f"{processes}/{processes}"
 
 
 def turn_taking_runs(seed: int, factor: float, group: str | None = "g1", processes: int = 32,
@@ -425,7 +439,7 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
     assert paired.paired and paired.head_line() == "code CI, paired: the runs took turns"
     assert all(c.detail["unit"] == "pairs" for c in paired.cases)
     assert paired.counts()["slower"] == len(CASES)
-    assert all(c.processes == "32/32 (32 paired)" for c in paired.cases)
+    assert all(c.placements == "32/32 (32 paired)" for c in paired.cases)
     assert all(c.cand_median_ns == pytest.approx(c.base_median_ns * c.ratio) for c in paired.cases)
     unpaired = compare_runs(*turn_taking_runs(7, 1.3, group=None))
     assert not unpaired.paired and "unpaired" in unpaired.head_line()

@@ -28,7 +28,7 @@ import numpy as np
 
 from nearlocal.bench import MARKERS
 from nearlocal.core.cases import Case
-from nearlocal.core.sampling import StoppingRule, relative_half_width
+from nearlocal.core.sampling import DEFAULT_PLACEMENTS, StoppingRule, relative_half_width
 from nearlocal.core.suites import get_suite, suite_cases
 from nearlocal.engine.worker import WorkerSettings, measure, open_case
 from nearlocal.errors import UsageError
@@ -67,9 +67,10 @@ class BenchHost:
     allow_write: bool = False
     target_rel_ci: float = 0.01
     processes: int = 1  # worker processes per case (--nearlocal-processes); 1: in this process
-    # what the session measured, (row, raw, ns) per case: the run --nearlocal-save stores and
-    # --nearlocal-baseline judges
-    measured: list[tuple[dict, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    placements: int = DEFAULT_PLACEMENTS  # drawn per process (--nearlocal-placements)
+    # what the session measured, (row, raw, ns, process, placement) per case: the run
+    # --nearlocal-save stores and --nearlocal-baseline judges
+    measured: list[tuple] = field(default_factory=list, repr=False)
     # the plan's entry of every generated test's case, by case id (suite_params plans them)
     planned: dict[str, Any] = field(default_factory=dict, repr=False)
     _clock: Any = field(default=None, repr=False)
@@ -81,7 +82,7 @@ class BenchHost:
     def settings(self, rule: StoppingRule) -> WorkerSettings:
         """What a worker of a run with this session's clock and box would measure with."""
         return WorkerSettings(rule, self.inventory.tsc_hz, self.allow_write, clock=self.clock,
-                              inventory=self.inventory)
+                              inventory=self.inventory, placements=self.placements)
 
     @property
     def clock(self) -> Any:
@@ -170,14 +171,17 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
             benchmark.pedantic(opened.session.sample, args=(1,))
         return row
     if host.processes > 1:
-        row, raw, ns = _in_processes(entry, stopping_rule(benchmark, host), host)
+        row, raw, ns, process, placement = _in_processes(entry, stopping_rule(benchmark, host), host)
     else:  # in pytest's own process, by the worker's own measure(): the same row as run's
-        measured, raw, ns = measure(entry.resolved, host.settings(stopping_rule(benchmark, host)))
+        measured, raw, ns, placement = measure(entry.resolved,
+                                               host.settings(stopping_rule(benchmark, host)))
         measured.pop("chosen", None)
         row.update(measured, processes=1)
+        process = np.zeros(len(ns), np.int32)
     row["host_id"] = host.inventory.host_id
     row["rel_ci_half_width"] = _finite(relative_half_width(ns))
-    host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64)))
+    host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64),
+                          process, placement))
 
     clock = KernelClock()
     seconds = iter((np.asarray(ns, dtype=np.float64) * 1e-9).tolist())
@@ -192,10 +196,10 @@ class _Collected:
     """The store a bench case's runner writes to: the one row and its samples, kept here."""
 
     def __init__(self) -> None:
-        self.found: tuple[dict, np.ndarray | None, np.ndarray | None] | None = None
+        self.found: tuple | None = None
 
-    def add_case(self, row: dict, raw=None, ns=None, process=None) -> None:
-        self.found = (row, raw, ns)
+    def add_case(self, row: dict, raw=None, ns=None, process=None, placement=None) -> None:
+        self.found = (row, raw, ns, process, placement)
 
     def add_host_reading(self, *args) -> None:
         pass
@@ -206,17 +210,19 @@ class _Collected:
 
 def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any]:
     """The case measured as `nearlocal run --processes K` measures it (the runner, K fresh
-    worker processes sharing the budget, the session's one clock): (row, raw, ns)."""
+    worker processes sharing the budget, the session's one clock): (row, raw, ns, process,
+    placement), the last two per sample."""
     from nearlocal.engine.runner import Runner
 
     collected = _Collected()
     runner = Runner(host.inventory, host.settings(rule), collected, processes=host.processes,
                     probe_host=False)
     runner.run([entry])
-    row, raw, ns = collected.found or ({"status": "failed", "reason": "not measured"}, None, None)
+    row, raw, ns, process, placement = collected.found or (
+        {"status": "failed", "reason": "not measured"}, None, None, None, None)
     if row.get("status") != "ok" or ns is None:
         raise RuntimeError(f"{entry.case.id}: {row.get('status')}: {row.get('reason')}")
-    return row, raw, ns
+    return row, raw, ns, process, placement
 
 
 def _finite(value: float) -> float | None:
@@ -240,9 +246,9 @@ def store_session(host: BenchHost, root: Path, suite: str) -> Path:
     meta = run_metadata(host.inventory, host.settings(rule), suite, kind="bench",
                         command=["pytest", *sys.argv[1:]], processes=host.processes)
     store = Store.create(root, meta)
-    for row, raw, ns in host.measured:
+    for row, raw, ns, process, placement in host.measured:
         store.add_case({key: value for key, value in row.items()
-                        if key not in ("host_id", "rel_ci_half_width")}, raw, ns)
+                        if key not in ("host_id", "rel_ci_half_width")}, raw, ns, process, placement)
     return store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted=False)
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nearlocal.bench import DEFAULT_PROCESSES, MARKERS
+from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
 from nearlocal.errors import UsageError
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="worker processes each case is measured in, sharing its budget "
                          f"(default {DEFAULT_PROCESSES}; 1: in this process): a process "
                          "draws page placement once, so one process is one draw of it")
+    group.addoption("--nearlocal-placements", type=int, default=DEFAULT_PLACEMENTS,
+                    help=PLACEMENTS_HELP.replace("%", "%%"))
     group.addoption("--nearlocal-allow-write", action="store_true",
                     help="allow writing to devdax: regions and existing files")
     group.addoption("--nearlocal-out", default="results",
@@ -95,6 +98,10 @@ def _check_options(config: pytest.Config) -> None:
         check_suite(config.getoption("nearlocal_suite"))
     except UsageError as exc:
         raise UsageError(f"--nearlocal-suite: {exc}") from None
+    from nearlocal.engine.plan import check_placements, check_processes
+
+    check_processes(config.getoption("nearlocal_processes"), "--nearlocal-processes")
+    check_placements(config.getoption("nearlocal_placements"), "--nearlocal-placements")
     ci = config.getoption("nearlocal_ci")
     if not 0 < ci < 100:
         raise UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
@@ -130,7 +137,8 @@ def _host(config: pytest.Config) -> BenchHost:
         config.stash[_HOST] = BenchHost(
             inventory, allow_write=config.getoption("nearlocal_allow_write"),
             target_rel_ci=config.getoption("nearlocal_ci") / 100,
-            processes=config.getoption("nearlocal_processes"))
+            processes=config.getoption("nearlocal_processes"),
+            placements=config.getoption("nearlocal_placements"))
     return config.stash[_HOST]
 
 

@@ -13,6 +13,18 @@ from nearlocal.lazy import lazy_import
 
 np = lazy_import("numpy")
 
+# Page placements (fresh mappings of a case's region and peer, held at once) each worker
+# process draws of a case: one process's pages are one draw (a 16 KiB nt-store read 180 ns in
+# some processes and 260-280 ns in others on the 2-vCPU VM), so a figure stands on processes x
+# placements draws. Every front end's default (run, accept, pytest bench/); engine/worker.py
+# draws them.
+DEFAULT_PLACEMENTS = 2
+MAX_PLACEMENTS = 16
+PLACEMENTS_HELP = (f"page placements each worker process draws of a case (fresh mappings of its "
+                   f"region and peer, held at once, each with its share of the process's budget) "
+                   f"where both are anonymous memory and fit in a quarter of what is available; "
+                   f"else one (default {DEFAULT_PLACEMENTS})")
+
 if TYPE_CHECKING:
     from nearlocal.core.methods import Session
 
@@ -61,6 +73,28 @@ def summarize(ns: np.ndarray, bytes_moved: int) -> dict:
         "ci_high_ns": ci_high,
         "gbps": bytes_moved / median if median > 0 and bytes_moved > 0 else math.nan,
     }
+
+
+# Draws (processes, placements) of one case whose log medians spread (log_spread) by more than
+# this disagree: the runner settles such a case with more processes (run for a gate), and the
+# report marks a row whose placements disagree, its figure a mix of fast and slow draws
+SETTLED_SPREAD = 0.10
+
+
+def draws_disagree(spread: float) -> bool:
+    """Whether a case's draws disagree (NaN, too few draws to tell: no)."""
+    return bool(spread > SETTLED_SPREAD)
+
+
+def log_spread(groups: list[np.ndarray]) -> float:
+    """Robust SD of the log medians of groups of samples (IQR / 1.349): how much a case's figure
+    moves from one draw (a worker process, a page placement) to the next; one draw on a busy
+    host does not move it. NaN with fewer than 4 groups or a median at or below 0."""
+    medians = np.array([np.median(ns) for ns in groups if len(ns)])
+    if medians.size < 4 or not np.all(medians > 0):
+        return math.nan
+    q25, q75 = np.percentile(np.log(medians), [25, 75])
+    return float((q75 - q25) / 1.349)
 
 
 def relative_half_width(ns: np.ndarray) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase, SkipKind
 from nearlocal.core.patterns import parse_pattern
-from nearlocal.core.sampling import StoppingRule
+from nearlocal.core.sampling import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, StoppingRule
 from nearlocal.engine.runner import (
     FIRST_LOOK_PROCESSES,
     SETTLING_FACTOR,
@@ -37,7 +37,7 @@ MAX_PROCESSES = 100
 REFUSED_WHEN_ALL = frozenset({SkipKind.CANNOT_HOLD, SkipKind.READ_ONLY})
 
 __all__ = ["MAX_PROCESSES", "Plan", "PlanEntry", "Refuse", "Run", "RunSettings", "Skip",
-           "SkipKind", "check_processes", "plan_cases", "settle_llc"]
+           "SkipKind", "check_placements", "check_processes", "plan_cases", "settle_llc"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,11 @@ def check_processes(processes: object, option: str = "--processes") -> None:
         raise UsageError(f"{option} must be between 1 and {MAX_PROCESSES}, got {processes}")
 
 
+def check_placements(placements: object, option: str = "--placements") -> None:
+    if type(placements) is not int or not 1 <= placements <= MAX_PLACEMENTS:
+        raise UsageError(f"{option} must be between 1 and {MAX_PLACEMENTS}, got {placements}")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """How a run measures, validated once here (UsageError naming the option): the per-case
@@ -82,6 +87,7 @@ class RunSettings:
     cpus: str | None = None
     allow_write: bool = False
     for_gate: bool = False
+    placements: int = DEFAULT_PLACEMENTS  # drawn per process where a case's regions allow
     max_processes: int = field(default=0, init=False, compare=False)  # processes given: no more
 
     def __post_init__(self) -> None:
@@ -96,6 +102,7 @@ class RunSettings:
             object.__setattr__(self, "processes",
                                auto if self.for_gate else min(auto, FIRST_LOOK_PROCESSES))
         check_processes(self.processes)
+        check_placements(self.placements)
         object.__setattr__(self, "max_processes",
                            self.processes * (SETTLING_FACTOR if settle else 1))
 
@@ -103,16 +110,16 @@ class RunSettings:
     def from_options(cls, budget: str, ci: float = 1.0, processes: int | None = None,
                      threads: str | None = None, cpus: str | None = None,
                      allow_write: bool = False, budget_option: str = "--budget",
-                     for_gate: bool = False) -> RunSettings:
+                     for_gate: bool = False, placements: int = DEFAULT_PLACEMENTS) -> RunSettings:
         return cls(parse_budget(budget, budget_option), ci, processes, threads, cpus, allow_write,
-                   for_gate)
+                   for_gate, placements)
 
     def worker_settings(self, inventory: HostInventory, clock=None) -> WorkerSettings:
         """What each worker gets: the stopping rule, the run's clock (None: the runner
         calibrates it) and the run's inventory."""
         rule = StoppingRule(budget_s=self.budget_s, target_rel_ci=self.ci_percent / 100)
         return WorkerSettings(rule=rule, tsc_hz=inventory.tsc_hz, allow_write=self.allow_write,
-                              clock=clock, inventory=inventory)
+                              clock=clock, inventory=inventory, placements=self.placements)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase
 from nearlocal.core.patterns import Pattern, parse_pattern
-from nearlocal.core.sampling import StoppingRule, summarize
+from nearlocal.core.sampling import SETTLED_SPREAD, StoppingRule, draws_disagree, log_spread, summarize
 from nearlocal.engine.children import start_child, start_fork_server
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
@@ -40,7 +40,6 @@ MAX_AUTO_PROCESSES = 32
 MIN_PROCESS_BUDGET_S = 0.015
 # A case whose process medians spread (robust SD of their logs) by more than SETTLED_SPREAD gets
 # processes in proportion to its variance, up to SETTLING_FACTOR times the default (auto only)
-SETTLED_SPREAD = 0.10
 SETTLING_FACTOR = 4
 # Worker processes per case of a run made for no gate (a first look at a box): enough to see
 # one process's draw of page placement against others', without the gate's 32 and settling.
@@ -107,24 +106,14 @@ def default_processes_text(for_gate: bool) -> str:
             f"{SETTLED_SPREAD:.0%}")
 
 
-def process_spread(samples: list[np.ndarray]) -> float:
-    """Robust SD of the log process medians (IQR / 1.349): one process drawn on a busy host
-    does not move it. NaN with fewer than 4 processes or a median at or below 0."""
-    medians = np.array([np.median(ns) for ns in samples if len(ns)])
-    if medians.size < 4 or not np.all(medians > 0):
-        return math.nan
-    q25, q75 = np.percentile(np.log(medians), [25, 75])
-    return float((q75 - q25) / 1.349)
-
-
 def processes_to_settle(samples: list[np.ndarray], processes: int, max_processes: int) -> int:
     """How many processes a case needs, from its first `processes` ones' samples: as many as
     bring the standard error of its location to what a case spread by SETTLED_SPREAD gets from
     `processes` (K (spread / SETTLED_SPREAD)^2), at most `max_processes`. On the 2-vCPU VM a
     chase of 256 KiB or 4 MiB (the L2 and the L3 shared with co-tenants) and a 16 MiB load
     spread by 20-70 % over processes; 32 processes left a 1.3x slowdown of them `ambiguous`."""
-    spread = process_spread(samples)
-    if max_processes <= processes or not spread > SETTLED_SPREAD:
+    spread = log_spread(samples)
+    if max_processes <= processes or not draws_disagree(spread):
         return processes
     return int(min(max_processes, math.ceil(processes * (spread / SETTLED_SPREAD) ** 2)))
 
@@ -432,8 +421,8 @@ class Runner:
                 compiled += int(reply[1])
         self.events.compiling(len(chosen), len(chosen), "", compiled)
 
-    def _measure(self, case: ResolvedCase,
-                 chosen: dict | None = None) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    def _measure(self, case: ResolvedCase, chosen: dict | None = None
+                 ) -> tuple[dict, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
         """One process's measurement; `chosen`: what the case's first process chose from its
         timing (passes per sample, ...), which every later one takes (None: this is the first)."""
         self._sent = math.nan
@@ -441,11 +430,11 @@ class Runner:
         # what this process's part cost the tool: request to reply (NaN: no worker to ask)
         wall = {"wall_s": time.perf_counter() - self._sent}
         if isinstance(message, dict):  # crashed or timed out
-            return {**message, **wall}, None, None
+            return {**message, **wall}, None, None, None
         if message[0] == "failed":
-            return {"status": "failed", "reason": message[1], **wall}, None, None
-        _, row, raw, ns = message
-        return {**row, **wall}, raw, ns
+            return {"status": "failed", "reason": message[1], **wall}, None, None, None
+        _, row, raw, ns, placement = message
+        return {**row, **wall}, raw, ns, placement
 
     def run(self, entries: Sequence[PlanEntry]) -> list[dict]:
         """`entries`: a plan's (engine.plan: each case checked and resolved once; its verdicts
@@ -458,15 +447,16 @@ class Runner:
         chosen: dict[int, dict] = {}  # case index -> what its first process chose (passes, ...)
 
         def finish(index: int, row: dict, results: list) -> None:
-            raw = ns = tags = None
+            raw = ns = tags = placements = None
             if results:
                 row.update(_pooled(results, row["bytes_moved"], self.settings.rule))
-                raw = np.concatenate([r for _, r, _ in results])
-                ns = np.concatenate([n for _, _, n in results])
+                raw = np.concatenate([r for _, r, _, _ in results])
+                ns = np.concatenate([n for _, _, n, _ in results])
                 tags = np.concatenate([np.full(len(n), i, np.int32)
-                                       for i, (_, _, n) in enumerate(results)])
+                                       for i, (_, _, n, _) in enumerate(results)])
+                placements = global_placements([p for _, _, _, p in results])
             pending.pop(index, None)
-            self.store.add_case(row, raw, ns, tags)
+            self.store.add_case(row, raw, ns, tags, placements)
             rows.append(row)
             self.events.finished(row)
 
@@ -496,7 +486,7 @@ class Runner:
                     elif index not in pending or needed[index] <= process:
                         continue  # skipped, failed in an earlier process, or settled
                     row, results = pending[index]
-                    result, raw, ns = self._measure(case, chosen.get(index))
+                    result, raw, ns, placement = self._measure(case, chosen.get(index))
                     if result["status"] != "ok":
                         self.events.measured(case.id, True)
                         if needed[index] > 1:
@@ -506,10 +496,10 @@ class Runner:
                         continue
                     # what the first process chose from its timing, every later one takes
                     chosen.setdefault(index, dict(result.pop("chosen", None) or {}))
-                    results.append((result, raw, ns))
+                    results.append((result, raw, ns, placement))
                     if process == self.processes - 1:
                         needed[index] = processes_to_settle(
-                            [n for _, _, n in results], self.processes, self.max_processes)
+                            [n for _, _, n, _ in results], self.processes, self.max_processes)
                         if needed[index] > self.processes:
                             self.events.settle(case.id, needed[index] - self.processes)
                     self.events.measured(case.id, False)  # after on_settle: progress counts those
@@ -577,19 +567,38 @@ class Runner:
 
 
 
-def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray]], bytes_moved: int,
+def global_placements(per_process: list[np.ndarray]) -> np.ndarray:
+    """Each sample's placement numbered across the case's processes (process k's placements
+    follow process k-1's): the gate's unit, one draw of pages."""
+    out, offset = [], 0
+    for local in per_process:
+        local = np.asarray(local, np.int32)
+        out.append(local + offset)
+        offset += int(local.max()) + 1 if local.size else 0
+    return np.concatenate(out) if out else np.array([], np.int32)
+
+
+def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray, np.ndarray]], bytes_moved: int,
             rule: StoppingRule) -> dict:
     """One row from each process's result: statistics over all samples; converged when the
     pooled samples meet the stopping rule (the row's median is theirs; each process has only
     budget / K, and how many met the rule alone is `processes_converged`); the coarsest clock
-    resolution."""
+    resolution; the placements of every process (their count, spread and facts, each fact
+    naming its process)."""
     if len(results) == 1:
         return {**results[0][0], "processes": 1}
-    rows = [r for r, _, _ in results]
-    ns = np.concatenate([n for _, _, n in results])
+    rows = [r for r, _, _, _ in results]
+    ns = np.concatenate([n for _, _, n, _ in results])
+    placement = global_placements([p for _, _, _, p in results])
     overheads = [r["timer_overhead_ns"] for r in rows if r.get("timer_overhead_ns") is not None]
     resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
+    facts = [{"process": k, **fact} for k, r in enumerate(rows)
+             for fact in (r.get("info") or {}).get("placements", [])]
+    info = {**(rows[-1].get("info") or {}), **({"placements": facts} if facts else {})}
     return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(results),
+            "placements": int(np.unique(placement).size),
+            "placement_spread": log_spread([ns[placement == p] for p in np.unique(placement)]),
+            "info": info,
             "converged": bool(rule.converged(ns)),
             "processes_converged": sum(bool(r.get("converged")) for r in rows),
             "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),

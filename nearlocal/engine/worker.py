@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,14 +25,25 @@ from nearlocal.core.methods import (
 )
 from nearlocal.core.methods import chosen as chosen_by
 from nearlocal.core.patterns import Pattern
-from nearlocal.core.sampling import StoppingRule, run_trials, summarize
+from nearlocal.core.sampling import (
+    DEFAULT_PLACEMENTS,
+    StoppingRule,
+    log_spread,
+    run_trials,
+    summarize,
+)
 from nearlocal.engine.children import ignore_interrupts
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, region_kind
+from nearlocal.regions.placement import describe_placement
 
 if TYPE_CHECKING:
     from nearlocal.kernels.timer import ClockCalibration
+
+# Placements are held at once only while all of them take at most this share of the memory
+# available (else one a process: the kernel would hand a released placement's pages back)
+PLACEMENT_MEMORY_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ class WorkerSettings:
     clock: ClockCalibration | None = None
     # the box as the parent probed it, once per run: sessions read it instead of probing again
     inventory: HostInventory | None = None
+    placements: int = DEFAULT_PLACEMENTS  # drawn per process where the case's regions allow
 
     @property
     def overhead_ticks(self) -> float:
@@ -87,6 +99,7 @@ class OpenCase:
     pattern: Pattern
     region: MappedRegion
     session: Session
+    peer: MappedRegion
     peer_bytes: int = 0  # what was mapped of the peer (one line for a method that never uses it)
 
     @property
@@ -102,12 +115,14 @@ def resolved(case: Case | ResolvedCase) -> ResolvedCase:
 @contextmanager
 def open_case(case: Case | ResolvedCase, tsc_hz: float, overhead_ticks: float, allow_write: bool,
               inventory: HostInventory | None = None,
-              quantum_ticks: float = 1.0, chosen: dict | None = None) -> Iterator[OpenCase]:
+              quantum_ticks: float = 1.0, chosen: dict | None = None,
+              keep: contextlib.ExitStack | None = None) -> Iterator[OpenCase]:
     """Map the case's region and peer and open its method's session; all closed on exit.
     Shared by the worker process and the in-process pytest-benchmark front end. `case`: as the
     plan resolved it (nothing of it is parsed again here). `inventory`: the run's (sessions
     that need the box's NUMA nodes or DSA queues read it); `chosen`: what the case's first
-    process chose (SessionContext.chosen)."""
+    process chose (SessionContext.chosen); `keep`: the mappings stay until it closes (the
+    session still closes here), so the next open of the case lands on other pages."""
     facts = resolved(case)
     case, method = facts.case, facts.case.method_entry
     # a write: scattered pieces land in the region, packed in the peer
@@ -116,39 +131,76 @@ def open_case(case: Case | ResolvedCase, tsc_hz: float, overhead_ticks: float, a
     region_size, peer_size = facts.spans
     for spec, size in ((region_spec, region_size), (peer_spec, peer_size)):
         check_capacity(spec, size)  # again here: free memory may have gone since planning
-    region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
-    try:
+    with contextlib.ExitStack() as own:
+        mappings = keep if keep is not None else own
+        region = region_kind(region_spec).open(region_spec, region_size, case.attr, allow_write)
+        mappings.callback(region.close)
         # the peer is a region too: a user's file there is written only with --allow-write
         peer = region_kind(peer_spec).open(peer_spec, peer_size, "wb", allow_write)
-        try:
-            src, dst = (region, peer) if case.access == "read" else (peer, region)
-            ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
-                                 dict(facts.params), inventory, quantum_ticks, chosen)
-            session = method.open_session(ctx)
-            try:
-                yield OpenCase(case, pattern, region, session, peer_size)
-            finally:
-                session.close()
-        finally:
-            peer.close()
-    finally:
-        region.close()
+        mappings.callback(peer.close)
+        src, dst = (region, peer) if case.access == "read" else (peer, region)
+        ctx = SessionContext(case, pattern, src, dst, tsc_hz, overhead_ticks,
+                             dict(facts.params), inventory, quantum_ticks, chosen)
+        session = method.open_session(ctx)
+        own.callback(session.close)
+        yield OpenCase(case, pattern, region, session, peer, peer_size)
+
+
+def placements_held(case: Case | ResolvedCase, placements: int) -> int:
+    """How many placements one process draws of `case`: `placements` when both its region and
+    its peer map fresh anonymous pages (RegionKind.fresh_pages) and all of them fit at once in
+    PLACEMENT_MEMORY_SHARE of the memory available now (a placement is held while the next is
+    mapped, else the kernel hands the same pages back); else 1, as a named file or device maps
+    the same pages however often it is opened."""
+    from nearlocal.regions.host import memory_available
+
+    facts = resolved(case)
+    if placements <= 1 or not all(region_kind(spec).fresh_pages for spec in (facts.region, facts.peer)):
+        return 1
+    available = memory_available()
+    if available is None or placements * sum(facts.spans) > PLACEMENT_MEMORY_SHARE * available:
+        return 1
+    return placements
 
 
 def measure(case: Case | ResolvedCase, settings: WorkerSettings,
-            chosen: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+            chosen: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """One process's measurement of `case` on the run's clock: (the row's measured fields, raw
-    samples, ns). What every front end measures with: a worker process for `run` and `accept`,
-    pytest's own process for `pytest bench/`. `chosen`: what the case's first process chose
-    (None: this is the first); the row's `chosen` is what this process measured with."""
-    with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
-                   settings.inventory, settings.quantum_ticks, chosen) as opened:
-        raw, ns, elapsed, converged = run_trials(opened.session, settings.rule)
-        moved = opened.case.method_entry.bytes_moved(opened.pattern)
-        row = {"status": "ok", "reason": "", "clock": opened.session.clock,
-               "converged": converged, "elapsed_s": elapsed,
-               "ops_per_sample": ops_per_sample(opened.session), "info": opened.info,
-               "chosen": chosen_by(opened.session), **summarize(ns, moved)}
+    samples, ns, the placement of each sample). What every front end measures with: a worker
+    process for `run` and `accept`, pytest's own process for `pytest bench/`. The process draws
+    `placements_held` placements (fresh mappings of region and peer, each held while the next
+    is drawn), each with its share of the budget, its own warm-up and its facts
+    (regions/placement.py) in the row's info `placements`. `chosen`: what the case's first
+    process chose (None: this is the first; then the first placement chooses for the rest); the
+    row's `chosen` is what this process measured with."""
+    count = placements_held(case, settings.placements)
+    rule = replace(settings.rule, budget_s=settings.rule.budget_s / count) if count > 1 \
+        else settings.rule
+    raws, nss, tags, facts, converged, elapsed = [], [], [], [], [], 0.0
+    with contextlib.ExitStack() as held:
+        for placement in range(count):
+            with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
+                           settings.inventory, settings.quantum_ticks, chosen,
+                           keep=held if count > 1 else None) as opened:
+                raw, ns, seconds, done = run_trials(opened.session, rule)
+                chosen = chosen if chosen is not None else chosen_by(opened.session)
+                session, info = opened.session, opened.info
+                facts.append({"placement": placement,
+                              "median_ns": float(np.median(ns)) if len(ns) else None,
+                              **describe_placement({"region": opened.region.array,
+                                                    "peer": opened.peer.array})})
+            raws.append(np.asarray(raw, np.float64))
+            nss.append(np.asarray(ns, np.float64))
+            tags.append(np.full(len(ns), placement, np.int32))
+            converged.append(done)
+            elapsed += seconds
+    raw, ns = np.concatenate(raws), np.concatenate(nss)
+    moved = opened.case.method_entry.bytes_moved(opened.pattern)
+    row = {"status": "ok", "reason": "", "clock": session.clock,
+           "converged": rule.converged(ns) if count > 1 else converged[0], "elapsed_s": elapsed,
+           "ops_per_sample": ops_per_sample(session), "info": {**info, "placements": facts},
+           "chosen": chosen_by(session), "placements": count,
+           "placement_spread": log_spread(nss), **summarize(ns, moved)}
     clock = settings.clock
     if row["clock"] == "tsc" and clock is not None:  # the run's one clock
         row.update(timer_overhead_ns=clock.overhead_ticks * 1e9 / settings.tsc_hz,
@@ -157,7 +209,7 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     else:  # a session on another clock (CUDA events) states its own overhead and resolution
         row.update(timer_overhead_ns=row["info"].get("timer_overhead_ns"),
                    clock_resolution_ns=row["info"].get("clock_resolution_ns"))
-    return row, raw, ns
+    return row, raw, ns, np.concatenate(tags)
 
 
 def sample_steps(raw: np.ndarray, clock) -> float:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
 from nearlocal.report.accept import (
     Spec,
     check_pool,
@@ -21,7 +22,7 @@ from nearlocal.units import parse_budget
 
 
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
-                  processes: int | None = None) -> Path:
+                  processes: int | None = None, placements: int = DEFAULT_PLACEMENTS) -> Path:
     """Run exactly the spec's cases through the plan stage and the runner, as `nearlocal run`
     does; returns the run path. Cases this box cannot run (a missing node, a CPU flag) are stored
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
@@ -37,7 +38,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     settings = RunSettings.from_options(budget or spec.budget, spec.ci,
                                         processes or spec.processes, allow_write=allow_write,
                                         budget_option="--budget" if budget else "budget",
-                                        for_gate=True)  # a verdict, as a gate's
+                                        for_gate=True,  # a verdict, as a gate's
+                                        placements=placements)
     # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
     # a spec whose every case writes to memory not allowed: its requirements fail, not measured
     plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
@@ -55,10 +57,11 @@ def _accept(args) -> int:
     from nearlocal.terminal import console
 
     spec = parse_spec(args.spec, args.region, args.peer)
-    if args.processes is not None:
-        from nearlocal.engine.plan import check_processes
+    from nearlocal.engine.plan import check_placements, check_processes
 
+    if args.processes is not None:
         check_processes(args.processes)
+    check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
     for option, path in (("--junit", args.junit), ("--json", args.json)):
@@ -67,7 +70,8 @@ def _accept(args) -> int:
         run = load(args.run, Path(args.out))
     else:
         run = load(measure_cases(spec, Path(args.out), args.budget,
-                                 args.allow_write or spec.allow_write, args.processes))
+                                 args.allow_write or spec.allow_write, args.processes,
+                                 args.placements))
         console.print(f"stored {run.path}")
     verdicts = judge(spec, run)
     print_verdicts(spec, run, verdicts)
@@ -100,6 +104,8 @@ def register(sub) -> None:
     parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
     parser.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
+    parser.add_argument("--placements", type=int, default=DEFAULT_PLACEMENTS,
+                        help=PLACEMENTS_HELP.replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     parser.add_argument("--junit", help="also write a JUnit XML report here")

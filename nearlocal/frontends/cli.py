@@ -11,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
 from nearlocal.errors import UsageError
 from nearlocal.frontends.selection import (
     json_records,
@@ -245,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ci", type=float, default=1.0,
                      help="stop when the median's 95%% CI half-width is within this %% (default 1)")
     run.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
+    run.add_argument("--placements", type=int, default=DEFAULT_PLACEMENTS,
+                     help=PLACEMENTS_HELP.replace("%", "%%"))
     from nearlocal.gate.modes import MODES, modes_help
 
     run.add_argument("--for-gate", choices=tuple(MODES), metavar="MODE",

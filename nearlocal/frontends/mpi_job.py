@@ -248,11 +248,12 @@ class _RankStore:
     def __init__(self, job: World, hosts: list[dict], store=None):
         self.job, self.hosts, self.store = job, hosts, store
 
-    def add_case(self, row: dict, raw=None, ns=None, process=None) -> None:
+    def add_case(self, row: dict, raw=None, ns=None, process=None, placement=None) -> None:
         if self.store is not None:
-            self.store.add_case(_tagged(row, self.hosts, 0), raw, ns, process)
+            self.store.add_case(_tagged(row, self.hosts, 0), raw, ns, process, placement)
         else:
-            self.job.send(("row", row, raw, ns, process), 0, START_TIMEOUT_S, "sending a row")
+            self.job.send(("row", row, raw, ns, process, placement), 0, START_TIMEOUT_S,
+                          "sending a row")
 
     def add_host_reading(self, pass_index: int, readings: dict, facts: dict) -> None:
         """Rank 0's host probes only: the run's probes describe one host."""
@@ -368,8 +369,8 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
         message = job.recv(rank, per_message, "measuring its cases")
         if message[0] == "done":
             return
-        _, row, raw, ns, process = message
-        store.add_case(_tagged(row, hosts, rank), raw, ns, process)
+        _, row, raw, ns, process, placement = message
+        store.add_case(_tagged(row, hosts, rank), raw, ns, process, placement)
 
 
 def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):

@@ -194,7 +194,7 @@ class RunProgress:
                 return
             settling = index == self.processes and self.settling
             if settling:
-                from nearlocal.engine.runner import SETTLED_SPREAD
+                from nearlocal.core.sampling import SETTLED_SPREAD
 
                 self._line(f"{_duration(now - self.started)}: "
                            f"{plural(len(self.settling), 'case')} whose {self.processes} processes "

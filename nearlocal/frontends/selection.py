@@ -145,10 +145,11 @@ def json_records(cases, columns: list[str] | None = None) -> str:
 
 
 def run_settings(args: argparse.Namespace):
-    """`run`'s --budget, --ci, --processes, --threads, --cpus, --allow-write and --for-gate,
-    checked once."""
+    """`run`'s --budget, --ci, --processes, --placements, --threads, --cpus, --allow-write and
+    --for-gate, checked once."""
     from nearlocal.engine.plan import RunSettings
 
     return RunSettings.from_options(args.budget, args.ci, args.processes, args.threads,
                                     args.cpus, args.allow_write,
-                                    for_gate=getattr(args, "for_gate", None) is not None)
+                                    for_gate=getattr(args, "for_gate", None) is not None,
+                                    placements=args.placements)

@@ -1,7 +1,9 @@
 """What each case measured in both runs, as plain data for the model (gate/model.py).
 
-The unit is one worker process: its samples' median (in log), since most of the noise between
-runs of the same code is drawn once per process (page placement, code layout, co-tenants).
+The unit is one page placement: its samples' median (in log), since most of the noise between
+runs of the same code is drawn once per placement or per process (page placement, code layout,
+co-tenants). A worker process draws several placements of a case (engine/worker.py); in runs
+stored before that, each process drew one, and the unit is the process.
 Both runs are put on one timer-overhead correction (the smaller estimate: a different estimate
 is no change in the code), and each median may be off by the clock's step (run.json's `clock`,
 per row `clock_resolution_ns`; older rows: the overhead), divided by the operations a sample's
@@ -19,7 +21,8 @@ from nearlocal.store.schema import ops_per_sample
 np = lazy_import("numpy")
 pd = lazy_import("pandas")
 
-MIN_PROCESSES = 2  # worker processes each run needs for a case before its processes are the unit
+MIN_PROCESSES = 2  # worker processes a host probe needs before its processes are the unit
+MIN_PLACEMENTS = 2  # placements each run needs for a case before its placements are the unit
 
 
 @dataclass
@@ -35,16 +38,17 @@ class CaseInput:
     problem: str = ""  # why no ratio is judged ("" when one is)
     base_ns: np.ndarray | None = None  # samples on the common overhead correction
     cand_ns: np.ndarray | None = None
-    base_logs: np.ndarray | None = None  # log median of each worker process (>= 2 processes)
+    base_logs: np.ndarray | None = None  # log median of each placement (>= 2 placements)
     cand_logs: np.ndarray | None = None
     step_ns: float = math.nan  # the clock's step per operation (nan: the row states none)
     resolution_ns: float = math.nan  # what a median cannot resolve: the step, else the overhead
-    unsettled: str = ""  # the run(s) whose stopping rule was not met (one-process runs only)
+    unsettled: str = ""  # the run(s) whose stopping rule was not met (one-placement runs only)
+    most_processes: bool = False  # both runs had at least the most --processes gives
     reaches_memory: bool = True
     llc_resident: bool = False
 
     @property
-    def by_processes(self) -> bool:
+    def by_placements(self) -> bool:
         return self.base_logs is not None and self.cand_logs is not None
 
 
@@ -89,22 +93,25 @@ def layer_flags(base_row: dict, cand_row: dict) -> tuple[bool, bool]:
 
 
 def _samples_by_case(run: RunData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per case: the samples' ns and the worker process that took each (0 in older runs)."""
+    """Per case: the samples' ns and the placement each was taken on (store.load gives older
+    runs one placement a process)."""
     samples = run.samples
     if samples.empty:
         return {}
+    unit = "placement" if "placement" in samples else "process"  # a RunData built by hand
     return {str(cid): (group["ns"].to_numpy(dtype=np.float64),
-                       group["process"].to_numpy(dtype=np.int64))
+                       group[unit].to_numpy(dtype=np.int64))
             for cid, group in samples.groupby("case_id", sort=False)}
 
 
-def process_log_medians(ns: np.ndarray, process: np.ndarray) -> np.ndarray | None:
-    """The log median of each process's samples, in process order; None with fewer than 2
-    processes or a median at or below 0 (below the clock's resolution)."""
-    tags = np.unique(process)
-    if tags.size < MIN_PROCESSES:
+def placement_log_medians(ns: np.ndarray, placement: np.ndarray) -> np.ndarray | None:
+    """The log median of each placement's samples, in placement order (process by process, so
+    placement k of two runs that took turns was measured in the same round); None with fewer
+    than MIN_PLACEMENTS or a median at or below 0 (below the clock's resolution)."""
+    tags = np.unique(placement)
+    if tags.size < MIN_PLACEMENTS:
         return None
-    medians = np.array([np.median(ns[process == tag]) for tag in tags])
+    medians = np.array([np.median(ns[placement == tag]) for tag in tags])
     return np.log(medians) if np.all(medians > 0) else None
 
 
@@ -136,9 +143,13 @@ def _case_input(case_id: str, base_row: dict, cand_row: dict,
     if case.base_median_ns <= 0 or case.cand_median_ns <= 0:
         case.problem = "a median is 0: below the clock's resolution"
         return case
-    case.base_logs = process_log_medians(base_ns, base_proc)
-    case.cand_logs = process_log_medians(cand_ns, cand_proc)
-    if not case.by_processes:
+    case.base_logs = placement_log_medians(base_ns, base_proc)
+    case.cand_logs = placement_log_medians(cand_ns, cand_proc)
+    from nearlocal.engine.plan import MAX_PROCESSES
+
+    case.most_processes = min(number(base_row, "processes"), number(cand_row, "processes")) \
+        >= MAX_PROCESSES
+    if not case.by_placements:
         case.base_logs = case.cand_logs = None
         case.unsettled = " and ".join(
             name for name, row in (("base", base_row), ("candidate", cand_row))

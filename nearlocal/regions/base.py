@@ -96,6 +96,10 @@ class RegionKind:
     # and the MPI job share it without a copy; a private kind (dram, numa:N) is shared through
     # a memfd copy
     shared_mapping: bool = False
+    # every open maps memory the kernel picks afresh and nothing names (anonymous RAM): several
+    # opens held at once in one process are several page placements (engine/worker.py draws
+    # them); a named file or device maps the same pages however often it is opened
+    fresh_pages: bool = False
     # pytest markers its cases carry in `pytest bench/` ("cxl": a pool's cases, `-m cxl`)
     markers: tuple[str, ...] = ()
 

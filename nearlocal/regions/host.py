@@ -551,14 +551,14 @@ register_region_kind(RegionKind(
     summary="private anonymous local memory (optionally huge pages, optionally bound to a node)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: ["dram", "dram:thp", "dram:2M"], capacity=_dram_capacity,
-    pool_class="local",
+    pool_class="local", fresh_pages=True,
 ))
 register_region_kind(RegionKind(
     name="numa", syntax="numa:N", family="host", attrs=frozenset({"wb"}),
     summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
-    capacity=_dram_capacity, pool_class=_numa_pool_class, markers=("cxl",),
+    capacity=_dram_capacity, pool_class=_numa_pool_class, markers=("cxl",), fresh_pages=True,
 ))
 def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
     from nearlocal.regions.devices import devdax_uc_unavailable

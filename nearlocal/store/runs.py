@@ -134,10 +134,11 @@ class Store:
                                            "fix that and run again"))
 
     def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
-                 process: np.ndarray | None = None) -> None:
+                 process: np.ndarray | None = None, placement: np.ndarray | None = None) -> None:
         """Samples first, then the row: a row on disk always has its samples (the row's rename
         is what makes a case part of the run). process: per sample, which of the run's worker
-        processes took it (default all 0)."""
+        processes took it (default all 0); placement: which of the case's page placements it
+        was taken on, numbered across processes (default: one a process)."""
         name = f"{self._added:06d}"
         self._added += 1
         samples = self.partial / f"{name}.npz"
@@ -145,9 +146,10 @@ class Store:
             if ns is not None and len(ns):
                 tags = np.zeros(len(ns), np.int32) if process is None \
                     else np.asarray(process, np.int32)
+                drawn = tags if placement is None else np.asarray(placement, np.int32)
                 packed = io.BytesIO()
                 np.savez(packed, raw=np.asarray(raw, dtype=np.float64),
-                         ns=np.asarray(ns, dtype=np.float64), process=tags)
+                         ns=np.asarray(ns, dtype=np.float64), process=tags, placement=drawn)
                 safeio.atomic_write_bytes(samples, packed.getvalue())  # fsynced like the row
             safeio.atomic_write_bytes(self.partial / f"{name}.json", json.dumps(row, default=str).encode())
         except OSError as exc:
@@ -201,7 +203,7 @@ class Store:
 def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
     """The rows and samples a run has written to partial/ so far (a row whose JSON or samples
     file is unreadable, e.g. cut short by a kill, is left out: it was not finished)."""
-    rows, raws, nss, tags, ids = [], [], [], [], []
+    rows, raws, nss, tags, drawn, ids = [], [], [], [], [], []
     for path in sorted(partial.glob("[0-9]*.json")):
         try:
             row = json.loads(path.read_text())
@@ -210,8 +212,9 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
                 with np.load(samples) as data:
                     raw, ns = data["raw"], data["ns"]
                     tag = data["process"] if "process" in data else np.zeros(len(ns), np.int32)
+                    placed = data.get("placement", tag)
             else:
-                raw = ns = tag = None
+                raw = ns = tag = placed = None
         except (OSError, ValueError, KeyError, EOFError):
             continue
         if not isinstance(row, dict) or not isinstance(row.get("case_id"), str):
@@ -225,6 +228,7 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
             raws.append(raw)
             nss.append(ns)
             tags.append(tag)
+            drawn.append(placed)
             ids.append((row["case_id"], len(ns)))
     samples = pd.DataFrame({
         "case_id": pd.Series([cid for cid, n in ids for _ in range(n)], dtype="string"),
@@ -232,6 +236,7 @@ def _read_partial(partial: Path) -> tuple[list[dict], pd.DataFrame]:
         "raw": np.concatenate(raws) if raws else np.array([], float),
         "ns": np.concatenate(nss) if nss else np.array([], float),
         "process": np.concatenate(tags) if tags else np.array([], np.int32),
+        "placement": np.concatenate(drawn) if drawn else np.array([], np.int32),
     })[SAMPLE_COLUMNS]
     return rows, samples
 
@@ -455,10 +460,15 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
         meta = {**meta, "n_cases": len(rows)}
     if "process" not in samples:  # schema version 1: one worker process per case
         samples["process"] = np.zeros(len(samples), np.int32)
+    if "placement" not in samples:  # before placements were drawn: one a process
+        samples["placement"] = samples["process"].to_numpy(np.int32)
     for column in CASE_COLUMNS:
         if column not in cases:
             cases[column] = None
     cases["info"] = [_info(value) for value in cases["info"]]
+    # rows before placements were drawn: one a process (and one a row before processes)
+    drawn = pd.to_numeric(cases["processes"], errors="coerce").fillna(1)
+    cases["placements"] = pd.to_numeric(cases["placements"], errors="coerce").fillna(drawn)
     cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
     # rows stored before they carried these facts: from the registries as they are now

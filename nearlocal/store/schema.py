@@ -14,7 +14,11 @@ core's L2 and below the LLC's size: the host's LLC state moves it); older rows h
 compare takes them as not. Then `sample_steps` (how many steps of the run's clock one sample
 spans: its median less the timer overhead, over the step; NaN for other clocks and older rows).
 Then `wall_s`: what measuring the case cost the tool, its processes' wall time from request to
-reply (mapping regions, laying rings, warm-up and trials; NaN in older rows)."""
+reply (mapping regions, laying rings, warm-up and trials; NaN in older rows). Then `placements`
+(the page placements a row's samples were taken on, over all its processes: engine/worker.py)
+and `placement_spread` (the robust SD of their log medians), and `placement` in samples (which
+placement took each sample, numbered across the case's processes); older runs load with one
+placement a process (placement = process) and NaN spread."""
 
 
 SCHEMA_VERSION = 3
@@ -27,9 +31,9 @@ CASE_COLUMNS = [
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
-    "reaches_memory", "llc_resident", "sample_steps", "wall_s",
+    "reaches_memory", "llc_resident", "sample_steps", "wall_s", "placements", "placement_spread",
 ]
-SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process"]
+SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process", "placement"]
 
 # Info keys by which rows stored before `ops_per_sample` was a column said how many operations
 # one sample's ns is divided by (chase hops, RPC requests per throughput batch).
@@ -131,9 +135,9 @@ RUN_META_FIELDS = {
 TEXT_COLUMNS = ("case_id", "suite", "method", "family", "region", "region_kind", "attr", "pattern",
                 "peer", "access", "params", "state", "status", "reason", "clock")
 COUNT_COLUMNS = ("size_bytes", "fragment_count", "fragment_bytes", "bytes_moved", "n_samples",
-                 "processes")
+                 "processes", "placements")
 NUMBER_COLUMNS = tuple(c for c in CASE_COLUMNS
-                       if c.endswith("_ns") or c in ("gbps", "elapsed_s", "wall_s"))
+                       if c.endswith("_ns") or c in ("gbps", "elapsed_s", "wall_s", "placement_spread"))
 CASE_ROW_FIELDS = {**dict.fromkeys(TEXT_COLUMNS, TEXT), **dict.fromkeys(COUNT_COLUMNS, INTEGER),
                    **dict.fromkeys(NUMBER_COLUMNS, NUMBER), "converged": BOOL, "info": ANY}
 BASELINE_FIELDS = {"run": TEXT, "host_id": TEXT, "hostname": TEXT, "set": TEXT,

@@ -3,8 +3,11 @@ skipped cases, and the papers' reference figures."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from nearlocal.core.sampling import draws_disagree
 from nearlocal.report.model import Cell, Column, RunInfo, Section, Table, keyed_table
 from nearlocal.report.papers import figures
 from nearlocal.report.registry import Inputs, register_frames_section, register_section
@@ -90,6 +93,18 @@ def _unconverged_text(group: pd.DataFrame, target: float | None) -> str:
     return "; ".join(parts)
 
 
+def _mixed_text(group: pd.DataFrame) -> str:
+    """Cases whose page placements disagree: their patterns, how far apart, over how many."""
+    patterns = ", ".join(dict.fromkeys(group.sort_values("size_bytes")["pattern"]))
+    low, high = group["spread"].min() * 100, group["spread"].max() * 100
+    drawn = pd.to_numeric(group["placements"], errors="coerce").dropna()
+    over = f" over {int(drawn.min())}–{int(drawn.max())}" if len(drawn) and drawn.min() != drawn.max() \
+        else (f" over {int(drawn.max())}" if len(drawn) else "")
+    return (f"{patterns}; placement medians spread {low:.0f}–{high:.0f}% (robust SD){over} "
+            "placements: the figure mixes fast and slow page placements (`nearlocal show --json` "
+            "lists each placement's median, CPU and offsets)")
+
+
 def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame],
                      data: list[RunData]) -> Section:
     section = Section("failures", "Failed and unconverged cases",
@@ -106,6 +121,11 @@ def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame],
         unconverged = df[df["ok"] & converged.notna() & (converged.astype("boolean") == False)]  # noqa: E712
         for method, group in unconverged.groupby("method", sort=True):  # one line per method
             cells[(f"{method}: {len(group)} not converged",)] = [_unconverged_text(group, target)]
+        spread = pd.to_numeric(df["placement_spread"], errors="coerce") if "placement_spread" in df \
+            else pd.Series(math.nan, index=df.index)
+        mixed = df[df["ok"] & spread.map(draws_disagree)].assign(spread=spread)
+        for method, group in mixed.groupby("method", sort=True):
+            cells[(f"{method}: {len(group)} placements disagree",)] = [_mixed_text(group)]
         per_run.append(cells)
     for run, df in zip(runs, frames, strict=True):
         name = f"run {run.label}" if len(runs) > 1 else "this run"
