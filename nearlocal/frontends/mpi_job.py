@@ -41,7 +41,7 @@ class Plan:
 
     def plain(self) -> list:
         """The plan's entries of ordinary (not rack) cases, as the runner takes them."""
-        from nearlocal.rack.methods import is_rack
+        from nearlocal.rack.framework import is_rack
 
         return [e for e in self.planned.entries if not is_rack(e.case)]
 
@@ -107,7 +107,7 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
 def _plan(args: argparse.Namespace, inventory) -> Plan:
     from nearlocal.engine.plan import Refuse, plan_cases
     from nearlocal.frontends.selection import run_settings, selected_cases
-    from nearlocal.rack.methods import is_rack, shares_pool
+    from nearlocal.rack.framework import is_rack, shares_pool
 
     settings = run_settings(args)
     if args.json and not Path(args.json).resolve().parent.is_dir():
@@ -143,7 +143,7 @@ def _first_problem(answers: list[dict]) -> str | None:
 def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
     """Bytes to map of each region the rack cases use: the shared pools, or (shared=False) the
     regions each rank maps for itself (RDMA registers them)."""
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     sizes: dict[str, int] = {}
     for case in plan.cases:
@@ -273,7 +273,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
     from nearlocal.engine.runner import Runner, run_metadata
     from nearlocal.frontends import console
-    from nearlocal.rack.methods import is_rack
+    from nearlocal.rack.framework import is_rack
     from nearlocal.store import load
     from nearlocal.store.runs import Store
 
@@ -374,7 +374,7 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
 
 def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
     from nearlocal.core.patterns import parse_pattern
-    from nearlocal.rack.methods import RackContext
+    from nearlocal.rack.framework import RackContext
 
     params = dict(case.effective_params)
     return RackContext(job, case, parse_pattern(case.pattern), pools[case.region],
@@ -401,7 +401,7 @@ def _run_part(ctx) -> tuple[str, object]:
     """This rank's part of a rack case: ("ok", result) or ("failed", one line)."""
     import traceback
 
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     try:
         return "ok", RACK_METHODS[ctx.case.method].run(ctx)
@@ -413,7 +413,7 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
                lost: dict, waiting: list) -> None:
     from nearlocal.core.sampling import summarize
     from nearlocal.engine.runner import describe
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     method = RACK_METHODS[case.method]
     base = _planned_row(plan, case) or describe(
