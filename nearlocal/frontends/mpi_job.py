@@ -37,7 +37,7 @@ class Plan:
     settings: object
     processes: int
     case_timeout_s: float
-    planned: object = None  # the engine.plan.Plan of the cases (verdicts asked once)
+    planned: object = None  # the engine.plan.Plan of the cases (each case decided once)
 
     def plain(self) -> list:
         """The plan's entries of ordinary (not rack) cases, as the runner takes them."""
@@ -114,8 +114,8 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     planned = plan_cases(selected_cases(args, inventory), inventory, settings)
     for entry in planned.entries:
-        if isinstance(entry.verdict, Refuse):
-            raise UsageError(entry.verdict.error)
+        if isinstance(entry.decision, Refuse):
+            raise UsageError(entry.decision.error)
         if is_rack(entry.case) and entry.reason and shares_pool(entry.case):
             raise UsageError(f"pool {entry.case.region}: {entry.reason}")  # every host has it
     return Plan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
