@@ -14,7 +14,8 @@ from nearlocal.core.patterns import parse_pattern
 from nearlocal.core.suites import suite_cases
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
-from nearlocal.gpu.methods import layer_stream_summary, regular_strides
+from nearlocal.gpu.copy_sessions import regular_strides
+from nearlocal.gpu.layerstream import layer_stream_summary
 from nearlocal.gpu.suites import GPU_PATTERNS, MAPPED_HOST, SERVING_PATTERNS
 from nearlocal.probe import probe
 from nearlocal.probe.gpu import GpuDevice, GpuInfo

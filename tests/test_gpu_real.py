@@ -151,10 +151,10 @@ def test_gather_kernel_widths_for_real(width):
 
 @pytest.mark.parametrize("api", ["driver", "bindings"])
 def test_memcpy_batch_for_real(api):
-    from nearlocal.gpu.methods import _needs_batch
+    from nearlocal.gpu.needs import needs_batch
     from nearlocal.probe import probe
 
-    reason = _needs_batch(probe(calibrate=False))
+    reason = needs_batch(probe(calibrate=False))
     if reason:
         pytest.skip(reason)
     row = _measure(Case("cuda-memcpy-batch", "pinned", "wb", "1024x160B", peer="gpu:0",

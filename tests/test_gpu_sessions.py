@@ -204,7 +204,7 @@ def test_e2e_rows_never_launch_the_blocking_kernel(fake_cupy, spins, method):
 
 
 def test_kernel_e2e_reads_the_pieces_the_host_wrote_in_pinned_memory(fake_cupy, monkeypatch):
-    from nearlocal.gpu.methods import KernelSession
+    from nearlocal.gpu.kernel_sessions import KernelSession
 
     writes = []
     real = KernelSession.decide
@@ -220,7 +220,7 @@ def test_batch_calls_the_driver_with_arrays_built_once(fake_cupy, monkeypatch):
     the call (a stand-in that reads them as the driver would and copies)."""
     import ctypes
 
-    import nearlocal.gpu.methods as gpu_methods
+    from nearlocal.gpu import bindings, copy_sessions
 
     seen = []
 
@@ -228,18 +228,18 @@ def test_batch_calls_the_driver_with_arrays_built_once(fake_cupy, monkeypatch):
         read = lambda p: np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(p))  # noqa: E731
         for d, s, n in zip(read(dsts), read(srcs), read(sizes), strict=True):
             ctypes.memmove(int(d), int(s), int(n))
-        seen.append((count, gpu_methods._DriverAttrs.from_address(attrs).srcAccessOrder,
+        seen.append((count, bindings.DriverAttrs.from_address(attrs).srcAccessOrder,
                      num_attrs))
         return 0
 
-    monkeypatch.setattr(gpu_methods, "driver_memcpy_batch", lambda: (driver, None))
+    monkeypatch.setattr(copy_sessions, "driver_memcpy_batch", lambda: (driver, None))
     row = _run(Case("cuda-memcpy-batch", "pinned", "wb", "5x40B@64B", peer="gpu:0"))
-    assert seen and set(seen) == {(5, gpu_methods.SRC_ACCESS_ORDER_STREAM, 1)}
+    assert seen and set(seen) == {(5, bindings.SRC_ACCESS_ORDER_STREAM, 1)}
     assert row["info"]["batch_api"].startswith("driver")
 
 
 def test_kernel_check_covers_the_device_path_too(fake_cupy, monkeypatch):
-    from nearlocal.gpu.methods import KernelSession
+    from nearlocal.gpu.kernel_sessions import KernelSession
 
     monkeypatch.setattr(KernelSession, "enqueue_range", lambda self, lo, hi, marks=None: None)
     with pytest.raises(RuntimeError, match="gather-kernel moved wrong bytes: fragment 0"):
@@ -250,12 +250,12 @@ def test_kernel_check_covers_the_device_path_too(fake_cupy, monkeypatch):
 def test_batch_driver_call_with_wrong_bytes_fails_the_case(fake_cupy, monkeypatch):
     """A driver cuMemcpyBatchAsync that returns success but moves nothing fails the check with
     its error; nothing switches to cuda-bindings behind it."""
-    import nearlocal.gpu.methods as gpu_methods
+    from nearlocal.gpu import copy_sessions
 
     calls = []
-    monkeypatch.setattr(gpu_methods, "driver_memcpy_batch",
+    monkeypatch.setattr(copy_sessions, "driver_memcpy_batch",
                         lambda: (lambda *args: calls.append(args) or 0, None))
-    monkeypatch.setattr(gpu_methods.BatchSession, "_bindings_setup",
+    monkeypatch.setattr(copy_sessions.BatchSession, "_bindings_setup",
                         lambda self, pageable: pytest.fail("fell back to cuda-bindings"))
     with pytest.raises(RuntimeError, match="cuda-memcpy-batch moved wrong bytes: fragment 0"):
         measure(Case("cuda-memcpy-batch", "pinned", "wb", "5x40B@64B", peer="gpu:0"),
@@ -264,7 +264,7 @@ def test_batch_driver_call_with_wrong_bytes_fails_the_case(fake_cupy, monkeypatc
 
 
 def test_a_whole_call_list_is_not_copied_inside_the_interval(fake_cupy):
-    from nearlocal.gpu.methods import _calls
+    from nearlocal.gpu.copy_sessions import _calls
 
     calls = [(1, 2, 3), (4, 5, 6), (7, 8, 9)]
     assert _calls(calls, 0, 3) is calls
@@ -370,7 +370,7 @@ def test_layer_stream_times_its_compute_pass_after_the_timer_is_calibrated(fake_
                                                                           monkeypatch):
     """The compute-only pass is a queued interval: it needs the blocking kernel's calibration
     (its wait and the empty interval removed), so it is measured after it, not in setup."""
-    from nearlocal.gpu.methods import LayerStreamSession
+    from nearlocal.gpu.layerstream import LayerStreamSession
     from nearlocal.gpu.timing import EventTimer
 
     order = []

@@ -43,7 +43,7 @@ def plugin(monkeypatch):
 
 def test_one_probe_and_one_check_per_case_in_a_run(tmp_path, monkeypatch):
     """`nearlocal run --method load`: the box is probed once (suites, threads, the runner use
-    that inventory) and each case's skip verdict is asked once. No worker is started: every
+    that inventory) and each case's skip decision is asked once. No worker is started: every
     request to one fails the case at once."""
     import nearlocal.probe as probe
     from nearlocal.engine import runner
@@ -68,15 +68,15 @@ def test_skip_kinds_decide_what_a_run_refuses():
     settings = RunSettings(0.02, processes=1)
     huge = plan_cases([Case("load", "dram", pattern=f"{2**45}B")], inventory, settings)
     (entry,) = huge.entries
-    assert isinstance(entry.verdict, Skip) and entry.verdict.kind is SkipKind.CANNOT_HOLD
+    assert isinstance(entry.decision, Skip) and entry.decision.kind is SkipKind.CANNOT_HOLD
     with pytest.raises(Exception, match="cannot hold"):
         huge.refuse_bad_input()
     fine = plan_cases([Case("load", "dram", pattern="4KiB"), Case("load", "numa:99")], inventory,
                       settings)
-    assert isinstance(fine.entries[0].verdict, Run) and fine.entries[0].row["size_bytes"] == 4096
-    assert isinstance(fine.entries[1].verdict, Refuse)
+    assert isinstance(fine.entries[0].decision, Run) and fine.entries[0].row["size_bytes"] == 4096
+    assert isinstance(fine.entries[1].decision, Refuse)
     accepted = fine.refused_as_skipped()
-    assert accepted.entries[1].verdict.kind is SkipKind.NOT_ON_BOX
+    assert accepted.entries[1].decision.kind is SkipKind.NOT_ON_BOX
     accepted.refuse_bad_input()  # one case runs: nothing to refuse
 
 

@@ -240,7 +240,7 @@ def _no_mpi(monkeypatch) -> None:
 
 
 def test_an_rdma_method_without_mpi_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
-    from nearlocal.rack.methods import refuse_without_mpi
+    from nearlocal.rack.framework import refuse_without_mpi
 
     _no_mpi(monkeypatch)
     _device(tmp_path)  # a host with an active device: only MPI is missing

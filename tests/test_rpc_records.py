@@ -301,7 +301,7 @@ def test_signal_landing_inside_fork_is_not_lost():
     # signal would be ignored too: this test is about Ctrl-C as an interactive run gets it
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        signals = faults._Signals()
+        signals = faults.StopSignals()
         with pytest.raises(KeyboardInterrupt), signals:  # re-delivered once the run cleaned up
             child = faults._child(lambda: 0)
             status = os.waitpid(child, 0)[1]

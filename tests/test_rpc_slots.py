@@ -110,11 +110,11 @@ def test_bad_ring_and_pattern_input():
 
 
 def test_bad_rpc_parameters_are_usage_errors():
-    from nearlocal.rpc.methods import _int_param, _pick_cpus
+    from nearlocal.rpc.methods import _pick_cpus, int_param
 
     with pytest.raises(UsageError, match="qd='many' is not a whole number"):
-        _int_param({"qd": "many"}, "qd", 1)
-    assert _int_param({"client_cpu": "auto"}, "client_cpu", 3) == 3
+        int_param({"qd": "many"}, "qd", 1)
+    assert int_param({"client_cpu": "auto"}, "client_cpu", 3) == 3
     allowed = sorted(os.sched_getaffinity(0))
     with pytest.raises(UsageError, match=r"client_cpu=\d+ is not a CPU this process may run on"):
         _pick_cpus({"client_cpu": str(max(allowed) + 1000)})

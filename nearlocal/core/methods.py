@@ -180,8 +180,10 @@ class Method:
 METHODS: dict[str, Method] = {}
 PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
 
-# Modules that declare methods (and suites); each appends itself here. NEARLOCAL_PLUGINS
-# (comma-separated module names) adds third-party ones.
+# The modules that declare nearlocal's own methods (and suites), a fixed list: a new family adds
+# its module here, and load_methods() imports them in this order (the order methods are listed
+# and declared). Third-party modules are named in NEARLOCAL_PLUGINS (comma-separated), never
+# added to this list.
 METHOD_MODULES: list[str] = ["nearlocal.cpu.methods",
                               "nearlocal.cpu.chase", "nearlocal.engine.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",

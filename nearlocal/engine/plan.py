@@ -2,10 +2,10 @@
 `pytest bench/` and the MPI job start measuring.
 
 Each entry is a resolved case: its pattern parsed once, its effective params, the bytes it maps,
-the row facts every row of it carries (`runner.describe`) and one verdict: Run, Skip(kind,
+the row facts every row of it carries (`runner.describe`) and one decision: Run, Skip(kind,
 reason) (this box cannot run it: stored as a skipped row) or Refuse(error) (bad input: exit 2).
 What the front ends decide from a plan (a run of only too-large cases is refused) is decided from
-the skip kinds, never from a reason's text. The runner takes the verdicts as they are: nothing
+the skip kinds, never from a reason's text. The runner takes the decisions as they are: nothing
 is asked twice.
 """
 
@@ -36,8 +36,8 @@ MAX_PROCESSES = 100
 # writes to a read-only file system): the user asked for something the box cannot take.
 REFUSED_WHEN_ALL = frozenset({SkipKind.CANNOT_HOLD, SkipKind.READ_ONLY})
 
-__all__ = ["MAX_PROCESSES", "Plan", "PlanEntry", "Refuse", "Run", "RunSettings", "Skip",
-           "SkipKind", "check_placements", "check_processes", "plan_cases", "settle_llc"]
+__all__ = ["MAX_PROCESSES", "CaseDecision", "Plan", "PlanEntry", "Refuse", "Run", "RunSettings",
+           "Skip", "SkipKind", "check_placements", "check_processes", "plan_cases", "settle_llc"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Refuse:
     error: str
 
 
-Verdict = Run | Skip | Refuse
+CaseDecision = Run | Skip | Refuse  # what the plan decided for one case
 
 
 def check_processes(processes: object, option: str = "--processes") -> None:
@@ -125,7 +125,7 @@ class RunSettings:
 @dataclass
 class PlanEntry:
     case: Case
-    verdict: Verdict
+    decision: CaseDecision
     # the case resolved once (pattern, regions, params, spans, row facts): what its worker
     # gets; None only for a case refused as bad input
     resolved: ResolvedCase | None = None
@@ -133,15 +133,15 @@ class PlanEntry:
 
     @property
     def runs(self) -> bool:
-        return isinstance(self.verdict, Run)
+        return isinstance(self.decision, Run)
 
     @property
     def reason(self) -> str | None:
         """What a row of a case that does not run says (None for one that runs)."""
-        if isinstance(self.verdict, Skip):
-            return self.verdict.reason
-        if isinstance(self.verdict, Refuse):
-            return self.verdict.error
+        if isinstance(self.decision, Skip):
+            return self.decision.reason
+        if isinstance(self.decision, Refuse):
+            return self.decision.error
         return None
 
 
@@ -174,14 +174,14 @@ class Plan:
         that is bad input; a selection whose every case the box cannot hold; a selection whose
         every case writes to memory the user did not allow."""
         for entry in self.entries:
-            if isinstance(entry.verdict, Refuse):
-                raise UsageError(entry.verdict.error)
-        kinds = [entry.verdict.kind if isinstance(entry.verdict, Skip) else None
+            if isinstance(entry.decision, Refuse):
+                raise UsageError(entry.decision.error)
+        kinds = [entry.decision.kind if isinstance(entry.decision, Skip) else None
                  for entry in self.entries]
         if not kinds:
             return
         if all(kind in REFUSED_WHEN_ALL for kind in kinds):  # e.g. --size 1TiB on shm:
-            raise UsageError(self.entries[0].verdict.reason)
+            raise UsageError(self.entries[0].decision.reason)
         if all(kind is SkipKind.NEEDS_ALLOW_WRITE for kind in kinds):
             raise UsageError("every selected case writes to memory you did not allow: pass "
                              "--allow-write to write to "
@@ -190,8 +190,8 @@ class Plan:
     def refused_as_skipped(self) -> Plan:
         """Refused cases as skipped rows (kind NOT_ON_BOX): how `accept` stores a requirement
         the box cannot take (numa:7 on a one-node box is not measured, not a bad spec)."""
-        entries = [replace(entry, verdict=Skip(SkipKind.NOT_ON_BOX, entry.verdict.error))
-                   if isinstance(entry.verdict, Refuse) else entry for entry in self.entries]
+        entries = [replace(entry, decision=Skip(SkipKind.NOT_ON_BOX, entry.decision.error))
+                   if isinstance(entry.decision, Refuse) else entry for entry in self.entries]
         return replace(self, entries=entries)
 
 
@@ -216,10 +216,10 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
             row = {}
         return PlanEntry(case, Refuse(str(exc)), row=row)
     found = case_rules.skip(case, inventory, allow_write, pattern, specs)
-    verdict = Skip(*found) if found else Run()
+    decision = Skip(*found) if found else Run()
     row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
                    inventory.cpu.l2_bytes, specs)
-    return PlanEntry(case, verdict, case_rules.resolve(case, pattern, row, specs), row)
+    return PlanEntry(case, decision, case_rules.resolve(case, pattern, row, specs), row)
 
 
 def settle_llc(inventory: HostInventory, root: Path) -> HostInventory:

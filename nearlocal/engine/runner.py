@@ -437,7 +437,7 @@ class Runner:
         return {**row, **wall}, raw, ns, placement
 
     def run(self, entries: Sequence[PlanEntry]) -> list[dict]:
-        """`entries`: a plan's (engine.plan: each case checked and resolved once; its verdicts
+        """`entries`: a plan's (engine.plan: each case checked and resolved once; its decisions
         are used as they are). Skipped cases are stored as they come; runnable ones after their
         last process (a failure in any process fails the case). Interrupted, what was measured
         is stored."""

@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     check_output("--json", args.json)  # before measuring, not after
     inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
-    from nearlocal.rack.methods import refuse_without_mpi
+    from nearlocal.rack.framework import refuse_without_mpi
 
     plan = plan_cases(cases, inventory, settings,
                       check_selection=lambda chosen: refuse_without_mpi(chosen, inventory))

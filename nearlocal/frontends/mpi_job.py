@@ -37,11 +37,11 @@ class Plan:
     settings: object
     processes: int
     case_timeout_s: float
-    planned: object = None  # the engine.plan.Plan of the cases (verdicts asked once)
+    planned: object = None  # the engine.plan.Plan of the cases (each case decided once)
 
     def plain(self) -> list:
         """The plan's entries of ordinary (not rack) cases, as the runner takes them."""
-        from nearlocal.rack.methods import is_rack
+        from nearlocal.rack.framework import is_rack
 
         return [e for e in self.planned.entries if not is_rack(e.case)]
 
@@ -107,15 +107,15 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
 def _plan(args: argparse.Namespace, inventory) -> Plan:
     from nearlocal.engine.plan import Refuse, plan_cases
     from nearlocal.frontends.selection import run_settings, selected_cases
-    from nearlocal.rack.methods import is_rack, shares_pool
+    from nearlocal.rack.framework import is_rack, shares_pool
 
     settings = run_settings(args)
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
     planned = plan_cases(selected_cases(args, inventory), inventory, settings)
     for entry in planned.entries:
-        if isinstance(entry.verdict, Refuse):
-            raise UsageError(entry.verdict.error)
+        if isinstance(entry.decision, Refuse):
+            raise UsageError(entry.decision.error)
         if is_rack(entry.case) and entry.reason and shares_pool(entry.case):
             raise UsageError(f"pool {entry.case.region}: {entry.reason}")  # every host has it
     return Plan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
@@ -143,7 +143,7 @@ def _first_problem(answers: list[dict]) -> str | None:
 def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
     """Bytes to map of each region the rack cases use: the shared pools, or (shared=False) the
     regions each rank maps for itself (RDMA registers them)."""
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     sizes: dict[str, int] = {}
     for case in plan.cases:
@@ -274,7 +274,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
     from nearlocal.engine.runner import Runner, run_metadata
     from nearlocal.frontends import console
-    from nearlocal.rack.methods import is_rack
+    from nearlocal.rack.framework import is_rack
     from nearlocal.store import load
     from nearlocal.store.runs import Store
 
@@ -375,7 +375,7 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
 
 def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
     from nearlocal.core.patterns import parse_pattern
-    from nearlocal.rack.methods import RackContext
+    from nearlocal.rack.framework import RackContext
 
     params = dict(case.effective_params)
     return RackContext(job, case, parse_pattern(case.pattern), pools[case.region],
@@ -402,7 +402,7 @@ def _run_part(ctx) -> tuple[str, object]:
     """This rank's part of a rack case: ("ok", result) or ("failed", one line)."""
     import traceback
 
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     try:
         return "ok", RACK_METHODS[ctx.case.method].run(ctx)
@@ -414,7 +414,7 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
                lost: dict, waiting: list) -> None:
     from nearlocal.core.sampling import summarize
     from nearlocal.engine.runner import describe
-    from nearlocal.rack.methods import RACK_METHODS
+    from nearlocal.rack.framework import RACK_METHODS
 
     method = RACK_METHODS[case.method]
     base = _planned_row(plan, case) or describe(

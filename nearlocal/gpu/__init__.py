@@ -5,6 +5,8 @@ mapped host memory and NVLink peer copies.
 
 Nothing here imports cupy or compiles a kernel at import time: `kernels` holds the CUDA C source
 and its numpy host side (work split, references; tested on any machine, the source also by nvcc
-and by g++ through a CPU shim), `regions` and `methods` import cupy only inside a worker that
-runs a GPU case. numba-cuda is not used.
+and by g++ through a CPU shim), `regions` and the sessions (`session`, `copy_sessions`,
+`kernel_sessions`, `layerstream`) import cupy only inside a worker that runs a GPU case; `methods`
+registers the methods, `needs` says why one cannot run here, `bindings` calls the driver through
+ctypes. numba-cuda is not used.
 """

@@ -77,7 +77,7 @@ def _round_up(value: int, align: int) -> int:
     return (max(value, 1) + align - 1) // align * align
 
 
-def _no_gpu(inventory: HostInventory) -> str | None:
+def no_gpu(inventory: HostInventory) -> str | None:
     if not inventory.gpu.devices:
         return inventory.gpu.reason or "no GPU"
     return None
@@ -97,7 +97,7 @@ def _validate_gpu(spec: RegionSpec, inventory: HostInventory) -> None:
 
 
 def _gpu_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    reason = _no_gpu(inventory)
+    reason = no_gpu(inventory)
     if reason:
         return reason
     try:
@@ -194,7 +194,7 @@ def _validate_registered(spec: RegionSpec, inventory: HostInventory) -> None:
 
 
 def _registered_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    reason = _no_gpu(inventory)
+    reason = no_gpu(inventory)
     if reason:
         return reason
     try:
@@ -263,7 +263,7 @@ register_region_kind(RegionKind(
     name="pinned", syntax="pinned", family="host", attrs=frozenset({"wb"}),
     summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy)",
     validate=lambda spec, inventory: None,
-    unavailable=lambda spec, inventory: _no_gpu(inventory), open=_open_pinned,
+    unavailable=lambda spec, inventory: no_gpu(inventory), open=_open_pinned,
     instances=lambda inventory: ["pinned"], pool_class="local",
 ))
 register_region_kind(RegionKind(

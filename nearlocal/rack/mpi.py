@@ -48,6 +48,15 @@ def in_mpi_job() -> bool:
     return launched_size() > 1 and any(name in os.environ for name in RANK_VARIABLES)
 
 
+WITHOUT_MPI = ("the rack methods run across the hosts of an MPI job: launch `mpiexec -n N "
+               "nearlocal run --suite rack` (pip install 'nearlocal[mpi]')")
+
+
+def needs_mpi(inventory) -> str | None:
+    """Outside an MPI job a rack case is skipped with this reason (e.g. in the `all` suite)."""
+    return None if in_mpi_job() else WITHOUT_MPI
+
+
 @dataclass
 class World:
     """COMM_WORLD with deadlines. Objects are pickled (plain data between ranks)."""

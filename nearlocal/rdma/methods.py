@@ -23,7 +23,7 @@ from nearlocal.core.suites import Suite, register_suite
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.probe import verbs  # ctypes only: libibverbs is loaded when a case runs
-from nearlocal.rack.methods import RackContext, RackMethod, RackRow, register_rack
+from nearlocal.rack.framework import RackContext, RackMethod, RackRow, register_rack
 from nearlocal.rack.mpi import in_mpi_job
 from nearlocal.rdma.requests import SGE_VARIANTS, build_chain, plan_requests, sge_limit
 

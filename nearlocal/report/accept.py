@@ -130,7 +130,10 @@ class Spec:
 
 
 @dataclass
-class Verdict:
+class RequirementResult:
+    """One requirement judged on a run: passed or not, the figure measured and the margin, or
+    why it was not measured (its verdict in the table, JUnit and --json)."""
+
     requirement: Requirement
     passed: bool
     measured: float = math.nan
@@ -513,7 +516,7 @@ def _seconds(rows: dict[str, dict], *cases: Case | None) -> float:
     return total
 
 
-def judge(spec: Spec, run: RunData) -> list[Verdict]:
+def judge(spec: Spec, run: RunData) -> list[RequirementResult]:
     records = run.cases.to_dict("records")
     rows = {key: r for r in records if (key := _normalised_id(r))}
     rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
@@ -533,7 +536,7 @@ def judge(spec: Spec, run: RunData) -> list[Verdict]:
     return verdicts
 
 
-def _derived_verdict(req: Requirement, inputs) -> Verdict:
+def _derived_verdict(req: Requirement, inputs) -> RequirementResult:
     """A what-if figure judged like a case's: only this box's rows stand for it."""
     from nearlocal.whatif.serving import path_figures, shape_of
 
@@ -543,22 +546,23 @@ def _derived_verdict(req: Requirement, inputs) -> Verdict:
     rows = tuple(dict.fromkeys(r for t in path.terms for r in t.rows))
     if not path.complete:
         missing = "; ".join(f"{t.hop} {t.source}" for t in path.terms if t.ns is None)
-        return Verdict(req, False, reason=f"not measured: {derived.path}: {missing}", rows=rows)
+        return RequirementResult(req, False, reason=f"not measured: {derived.path}: {missing}",
+                                 rows=rows)
     measured = getattr(path, req.metric)
     if measured is None or not math.isfinite(float(measured)):
         what = ("give whatif a layer_compute_us" if req.metric == "pipelined_ns" else
                 "the run's figure is zero")
-        return Verdict(req, False, reason=f"not measured: {derived.path} has no {req.metric} "
-                                          f"({what})", rows=rows)
+        return RequirementResult(req, False, reason=f"not measured: {derived.path} has no "
+                                 f"{req.metric} ({what})", rows=rows)
     measured = float(measured)
     if req.is_max:
         passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
     else:
         passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
-    return Verdict(req, passed, measured, margin, rows=rows)
+    return RequirementResult(req, passed, measured, margin, rows=rows)
 
 
-def _verdict(req: Requirement, rows: dict[str, dict]) -> Verdict:
+def _verdict(req: Requirement, rows: dict[str, dict]) -> RequirementResult:
     """One requirement judged on the run's rows (a missing or unmeasured case fails, saying why)."""
     measured, reason = _value(rows, req.case, req.metric)
     if not reason and req.reference is not None:
@@ -568,12 +572,12 @@ def _verdict(req: Requirement, rows: dict[str, dict]) -> Verdict:
         if not reason and not math.isfinite(measured):
             reason = f"not measured: reference {req.reference.id} has a zero {req.metric}"
     if reason:
-        return Verdict(req, False, reason=reason)
+        return RequirementResult(req, False, reason=reason)
     if req.is_max:
         passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
     else:
         passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
-    return Verdict(req, passed, measured, margin)
+    return RequirementResult(req, passed, measured, margin)
 
 
 def _format(value: float, req: Requirement) -> str:
@@ -620,7 +624,7 @@ def check_pool(spec: Spec, inventory) -> None:
 # ---------------------------------------------------------------- output
 
 
-def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
+def print_verdicts(spec: Spec, run: RunData, verdicts: list[RequirementResult]) -> None:
     from rich.table import Table
 
     from nearlocal.terminal import console
@@ -646,7 +650,7 @@ def print_verdicts(spec: Spec, run: RunData, verdicts: list[Verdict]) -> None:
                           markup=False, highlight=False)
 
 
-def reasons(verdicts: list[Verdict]) -> dict[str, list[int]]:
+def reasons(verdicts: list[RequirementResult]) -> dict[str, list[int]]:
     """Each distinct not-measured reason with the (1-based) numbers of the requirements it
     failed: one line per reason, however many requirements share it."""
     found: dict[str, list[int]] = {}
@@ -656,7 +660,7 @@ def reasons(verdicts: list[Verdict]) -> dict[str, list[int]]:
     return found
 
 
-def render_junit(spec: Spec, run: RunData, verdicts: list[Verdict]) -> str:
+def render_junit(spec: Spec, run: RunData, verdicts: list[RequirementResult]) -> str:
     failed = sum(not v.passed for v in verdicts)
     suite = ET.Element("testsuite", name=f"nearlocal accept {spec.path.name}", tests=str(len(verdicts)),
                        failures=str(failed), errors="0", skipped="0",

@@ -88,10 +88,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Interrupted(Exception):
-    """A stop signal arrived; raised only at the injector's own check points (see _Signals)."""
+    """A stop signal arrived; raised only at the injector's own check points (see StopSignals)."""
 
 
-class _Signals:
+class StopSignals:
     """Ctrl-C / SIGTERM during a fault run are noted, not raised where they land: one landing in
     the middle of os.fork() (its at-fork handlers swallow exceptions: the run went on to its full
     duration) or inside a region's creation would lose the interrupt or strand the shm file. The
@@ -102,7 +102,7 @@ class _Signals:
         self.pending: int | None = None
         self.saved: dict[int, object] = {}
 
-    def __enter__(self) -> _Signals:
+    def __enter__(self) -> StopSignals:
         with contextlib.suppress(ValueError):  # not the main thread: signals stay as they are
             for signum in STOP_SIGNALS:
                 self.saved[signum] = signal.signal(signum, self._note)
@@ -161,7 +161,7 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _warm_up(protocol: int) -> None:
+def warm_up(protocol: int) -> None:
     """Compile (or load) every kernel before forking, so children start at once."""
     layout = rec.Layout(2, 64, 1, 4)
     raw = np.zeros(layout.nbytes + 64, np.uint8)
@@ -202,7 +202,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     """Run the injector on config.region; returns the report (see module docstring).
 
     Everything it creates (the region's file, the children) is gone when it returns or raises,
-    also after Ctrl-C or SIGTERM (re-delivered once the cleanup is done, see _Signals)."""
+    also after Ctrl-C or SIGTERM (re-delivered once the cleanup is done, see StopSignals)."""
     from nearlocal.regions import parse_region, region_kind
 
     config.check()
@@ -217,8 +217,8 @@ def run_faults(config: FaultConfig, tsc_hz: float,
         raise UsageError(f"the fault run writes to {config.region}, which may hold someone's "
                          "data: pass --allow-write")
     _check_room(spec, layout.nbytes)
-    with _Signals() as signals:
-        _warm_up(protocol)
+    with StopSignals() as signals:
+        warm_up(protocol)
         signals.check()  # a Ctrl-C during the compile: stop before creating the region
         try:
             region = kind.open(spec, layout.nbytes, "wb", True)
@@ -226,14 +226,14 @@ def run_faults(config: FaultConfig, tsc_hz: float,
             raise UsageError(f"cannot map the {layout.nbytes:,} bytes of the record store in "
                              f"{config.region}: {exc.strerror or exc}") from None
         try:
-            return _inject(config, layout, region, tsc_hz, protocol, signals, on_progress)
+            return inject(config, layout, region, tsc_hz, protocol, signals, on_progress)
         finally:
             region.close()
 
 
-def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, protocol: int,
-            signals: _Signals, on_progress: Callable[[dict], None] | None,
-            readers_elsewhere: Callable[[], None] | None = None) -> dict:
+def inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, protocol: int,
+           signals: StopSignals, on_progress: Callable[[dict], None] | None,
+           readers_elsewhere: Callable[[], None] | None = None) -> dict:
     """The run itself, on an open region (closed by the caller). readers_elsewhere: the readers
     are other processes (the rack's other hosts), started by calling it once the store is
     written, instead of forked children."""
@@ -263,7 +263,7 @@ def _inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, prot
         if readers_elsewhere is not None:
             readers_elsewhere()
         for reader in range(config.readers if readers_elsewhere is None else 0):
-            readers.append(_child(lambda reader=reader: _reader(
+            readers.append(_child(lambda reader=reader: run_reader(
                 raw, words, layout, reader, config, timeout_ticks, tsc_hz, protocol)))
         epoch = 0
         fault = 0
@@ -359,9 +359,9 @@ def _write_after_loss(store: rec.RecordStore, config: FaultConfig, epoch: int) -
     return check >= judged
 
 
-def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
-            config: FaultConfig, timeout_ticks: np.uint64, tsc_hz: float, protocol: int,
-            recheck: bool = True) -> int:
+def run_reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
+               config: FaultConfig, timeout_ticks: np.uint64, tsc_hz: float, protocol: int,
+               recheck: bool = True) -> int:
     """A reader process: reads in slices of READ_SLICE_S with READ_GAP_S asleep in between (a
     reader is a client, not a spinner; on a small box it leaves the CPUs to the writer), until
     told to stop or the run's time is long over."""
@@ -379,7 +379,7 @@ def _reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
     return 0
 
 
-def _await_owner(store: rec.RecordStore, writer: int, epoch: int, signals: _Signals,
+def _await_owner(store: rec.RecordStore, writer: int, epoch: int, signals: StopSignals,
                  timeout_s: float = 30.0) -> bool:
     """Wait until the new writer has published its epoch: faults hit a running owner."""
     deadline = time.monotonic() + timeout_s
@@ -392,7 +392,7 @@ def _await_owner(store: rec.RecordStore, writer: int, epoch: int, signals: _Sign
 
 
 def _await_detection(store: rec.RecordStore, config: FaultConfig, epoch: int,
-                     signals: _Signals) -> bool:
+                     signals: StopSignals) -> bool:
     """Wait until every reader has judged this epoch's owner lost (or give up: a miss; a
     detection later than the bound but within twice it counts as late, not missed)."""
     deadline = time.monotonic() + max(20 * config.lease_s, 2.0, 2 * config.detect_bound_s)

@@ -51,7 +51,7 @@ register_pattern_kind("rpc", parse_rpc_pattern,
                       "rpc:SLOTSxSIZE, a ring of request/response slots (rpc-* methods)")
 
 
-def _int_param(params: dict, name: str, default: int) -> int:
+def int_param(params: dict, name: str, default: int) -> int:
     text = str(params.get(name, "auto"))
     if text == "auto":
         return default
@@ -63,8 +63,8 @@ def _int_param(params: dict, name: str, default: int) -> int:
 
 def _pick_cpus(params: dict) -> tuple[int, int]:
     allowed = sorted(os.sched_getaffinity(0))
-    client = _int_param(params, "client_cpu", allowed[0])
-    server = _int_param(params, "server_cpu", next((c for c in allowed if c != client), client))
+    client = int_param(params, "client_cpu", allowed[0])
+    server = int_param(params, "server_cpu", next((c for c in allowed if c != client), client))
     for name, cpu in (("client_cpu", client), ("server_cpu", server)):
         if cpu not in allowed:
             raise UsageError(f"{name}={cpu} is not a CPU this process may run on: "
@@ -78,11 +78,11 @@ def _pick_cpus(params: dict) -> tuple[int, int]:
 def _check_params(params: dict) -> None:
     """Parameter values a session would refuse, refused before the run (exit 2)."""
     protocol_code(str(params.get("protocol", "flush")))
-    if "qd" in params and _int_param(params, "qd", 1) < 1:
+    if "qd" in params and int_param(params, "qd", 1) < 1:
         raise UsageError(f"--param qd={params['qd']} is not valid: use 1 to the ring's slots")
     allowed = sorted(os.sched_getaffinity(0))
     for name in ("client_cpu", "server_cpu"):
-        cpu = _int_param(params, name, allowed[0])
+        cpu = int_param(params, name, allowed[0])
         if cpu not in allowed:  # refused before the run, not a failed row
             raise UsageError(f"--param {name}={cpu} is not a CPU this process may run on: "
                              f"{', '.join(map(str, allowed))}")
@@ -92,13 +92,13 @@ def _check_case(params: dict, pattern: Pattern) -> None:
     """qd's limit is the ring's slots, which the pattern gives."""
     slots_count = pattern.axes.get("slots")
     if "qd" in params and slots_count is not None and \
-            _int_param(params, "qd", 1) > int(slots_count):
+            int_param(params, "qd", 1) > int(slots_count):
         raise UsageError(f"--param qd={params['qd']} is deeper than the ring of "
                          f"{int(slots_count)} slots in {pattern.text!r}: use 1 to "
                          f"{int(slots_count)}")
 
 
-def _check_pattern(pattern: Pattern) -> None:
+def check_rpc_pattern(pattern: Pattern) -> None:
     """The ring's shape comes from the pattern: any other pattern is bad input, refused before
     the run (exit 2), not a failed row per case."""
     if pattern.axes.get("slots") is None:
@@ -137,10 +137,10 @@ class RpcSession:
         self.throughput = throughput
         protocol = str(ctx.params.get("protocol", "flush"))
         self.protocol = protocol_code(protocol)
-        _check_pattern(ctx.pattern)
+        check_rpc_pattern(ctx.pattern)
         self.slots = int(ctx.pattern.axes["slots"])
         message_bytes = int(ctx.pattern.axes["message_bytes"])
-        self.qd = _int_param(ctx.params, "qd", 1) if throughput else 1
+        self.qd = int_param(ctx.params, "qd", 1) if throughput else 1
         if not 1 <= self.qd <= self.slots:
             raise UsageError(f"queue depth {self.qd} is not valid for a ring of {self.slots} "
                              f"slots: use 1 to {self.slots}")
@@ -197,7 +197,7 @@ def _request_bytes(pattern: Pattern) -> int:
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
 _COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
-           "check_params": _check_params, "check_pattern": _check_pattern,
+           "check_params": _check_params, "check_pattern": check_rpc_pattern,
            "check_case": _check_case,
            "sample_bytes": lambda pattern: _request_bytes(pattern),
            "measures": "operation"}  # one RPC, not a transfer of the slot ring

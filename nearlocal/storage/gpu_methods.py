@@ -25,7 +25,8 @@ import numpy as np
 
 from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
 from nearlocal.errors import UsageError
-from nearlocal.gpu import methods as gpu_methods
+from nearlocal.gpu.needs import needs_gpu
+from nearlocal.gpu.session import GpuSession, check_params
 from nearlocal.kernels.cuda import MEMCPY_HOST_TO_DEVICE
 from nearlocal.storage.methods import PARAM_DEFAULTS, FileParams
 
@@ -56,7 +57,7 @@ def _drop_pages(fd: int) -> None:
     os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
 
 
-class _FileToGpuBase(gpu_methods.GpuSession):
+class _FileToGpuBase(GpuSession):
     """Shared by both methods: the file region, the byte check against the file, the row."""
 
     synchronous = True  # the host does the reads: events around them, never queued behind a spin
@@ -263,11 +264,11 @@ class GdsSession(_FileToGpuBase):
 
 
 def _needs_gds(inventory) -> str | None:
-    return gpu_methods._needs_gpu(inventory) or kvikio_or_reason()[1]
+    return needs_gpu(inventory) or kvikio_or_reason()[1]
 
 
 def _check_file_gpu(params: dict) -> None:
-    gpu_methods.check_params(params)
+    check_params(params)
     FileParams.parse({k: v for k, v in params.items() if k in PARAM_DEFAULTS}, write=False)
 
 
@@ -277,7 +278,7 @@ register_method(Method(
     summary="file -> pinned bounce buffer -> gpu:K: file-read's engine fills pinned memory, "
             "then cudaMemcpyAsync (the CPU-offload reload path)",
     open_session=FileToGpuSession, region_families=frozenset({"storage"}),
-    peer_families=frozenset({"gpu"}), cpu_flags=("rdtscp",), needs=gpu_methods._needs_gpu,
+    peer_families=frozenset({"gpu"}), cpu_flags=("rdtscp",), needs=needs_gpu,
     params={**PARAM_DEFAULTS, "timing": "device"}, markers=("gpu", "storage"),
     check_params=_check_file_gpu, delivery=Delivery("storage", "per-fragment"),
 ))
@@ -288,6 +289,6 @@ register_method(Method(
             "into gpu:K (cuFile)",
     open_session=GdsSession, region_families=frozenset({"storage"}),
     peer_families=frozenset({"gpu"}), needs=_needs_gds, params={"timing": "device"},
-    markers=("gpu", "storage"), check_params=gpu_methods.check_params,
+    markers=("gpu", "storage"), check_params=check_params,
     delivery=Delivery("storage", "per-fragment"),
 ))

@@ -1,24 +1,30 @@
-"""The column contract between the runner, the store and every report (schema version 3).
+"""The column contract between the runner, the store and every report.
+
+`SCHEMA_VERSION` is the stamp a run's run.json carries (`schema_version`). It was last raised to 3;
+the columns added since did not raise it, and loading never looks at it: `load()` goes by the
+columns a run has, filling or deriving those it lacks, so a run stored by any earlier version
+still loads.
 
 Version 2 added `processes` to cases (how many worker processes a row's samples come from) and
 `process` to samples (which of them took each sample); version-1 runs load with process 0.
 Version 3 added `pool_class` (the region's POOL_CLASSES key, declared by its region kind) and
 `effective_params` (JSON: the method's defaults with the case's params over them); older runs
-derive both at load (core/rows.py: `pool_class_column`, `effective_params_text`). Then `peer_pool_class` (the
-peer's POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"); rows
-without them derive them at load (`pool_class_column`, `measures_column`). Then
-`reaches_memory` (the case's accesses reach memory: the method is not cacheable, the region is
-not write-back, or its span fills the LLC or exceeds it); older rows have none, and compare
-takes them as reaching memory. Then `llc_resident` (cacheable and write-back, its span over the
-core's L2 and below the LLC's size: the host's LLC state moves it); older rows have none, and
-compare takes them as not. Then `sample_steps` (how many steps of the run's clock one sample
-spans: its median less the timer overhead, over the step; NaN for other clocks and older rows).
-Then `wall_s`: what measuring the case cost the tool, its processes' wall time from request to
-reply (mapping regions, laying rings, warm-up and trials; NaN in older rows). Then `placements`
-(the page placements a row's samples were taken on, over all its processes: engine/worker.py)
-and `placement_spread` (the robust SD of their log medians), and `placement` in samples (which
-placement took each sample, numbered across the case's processes); older runs load with one
-placement a process (placement = process) and NaN spread."""
+derive both at load (core/rows.py: `pool_class_column`, `effective_params_text`).
+
+Added since, still stamped 3 (each absent from older rows): `peer_pool_class` (the peer's
+POOL_CLASSES key) and `measures` (Method.measures: "transfer" or "operation"), derived at load
+(`pool_class_column`, `measures_column`); `reaches_memory` (the case's accesses reach memory: the
+method is not cacheable, the region is not write-back, or its span fills the LLC or exceeds it),
+which compare takes as reaching memory where it is absent; `llc_resident` (cacheable and
+write-back, its span over the core's L2 and below the LLC's size: the host's LLC state moves it),
+taken as not where absent; `sample_steps` (how many steps of the run's clock one sample spans: its
+median less the timer overhead, over the step; NaN for other clocks and older rows); `wall_s`
+(what measuring the case cost the tool, its processes' wall time from request to reply: mapping
+regions, laying rings, warm-up and trials; NaN in older rows); `placements` (the page placements
+a row's samples were taken on, over all its processes: engine/worker.py) and `placement_spread`
+(the robust SD of their log medians), with `placement` in samples (which placement took each
+sample, numbered across the case's processes): older runs load with one placement a process
+(placement = process) and NaN spread."""
 
 
 SCHEMA_VERSION = 3

@@ -1,7 +1,8 @@
 """The report's "Rack" section: an MPI run's hosts side by side, cross-host RPC beside B15,
 aggregate bandwidth beside B12 (each host alone and while the others load the pool), the
 handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
-report.rows; the figures were computed when the rows were made (rack.methods)."""
+report.rows; the figures were computed when the rows were made (each rack method's `rows`,
+nearlocal/rack/)."""
 
 from __future__ import annotations
 
