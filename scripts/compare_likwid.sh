@@ -53,3 +53,10 @@ if len(loads) == 2:
     print(f"load: likwid's kernels span {low:.2f}-{high:.2f} GB/s ({high / low - 1:+.1%}); "
           f"nearlocal's {ours:.2f} GB/s lies {where}")
 PY
+# The load's two loop shapes and two statistics in one process over one buffer (scripts/
+# load_shapes.c), with and without THP: what a gap between nearlocal's load and likwid's is made of.
+if [ "$isa" = avx512 ] && command -v gcc >/dev/null; then
+  gcc -O2 -mavx512f -o "$OUT/load_shapes" "$(dirname "$0")/load_shapes.c"
+  echo "load_shapes (4 KiB pages):"; "$OUT/load_shapes"
+  echo "load_shapes (THP):"; "$OUT/load_shapes" thp
+fi
