@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, error_line
 from nearlocal.lazy import lazy_import
 from nearlocal.store.schema import (
     CASE_COLUMNS,
@@ -353,8 +353,9 @@ def survey_run(path: Path) -> tuple[dict, str]:
         if file.exists():
             try:
                 names = pq.read_schema(file).names
-            except Exception:  # truncated, zero bytes, not Parquet
-                return meta, f"damaged: {name} is not a readable Parquet file"
+            except Exception as exc:  # truncated, zero bytes, not Parquet
+                return meta, (f"damaged: {name} is not a readable Parquet file "
+                              f"({error_line(exc)})")
             missing = [column for column in required if column not in names]
             if missing:
                 return meta, f"damaged: {name} lacks {', '.join(missing)}"
@@ -415,8 +416,8 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     except Exception as exc:  # truncated, zero bytes, not Parquet: pyarrow raises several kinds
         size = path.stat().st_size if path.exists() else 0
         what = "empty (0 bytes)" if not size else "not a readable Parquet file"
-        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise UsageError(f"run {path.parent} is damaged: {path.name} is {what} ({detail})") from None
+        raise UsageError(f"run {path.parent} is damaged: {path.name} is {what} "
+                         f"({error_line(exc)})") from None
     missing = [column for column in required if column not in frame]
     if missing:
         raise UsageError(f"run {path.parent} is damaged: {path.name} lacks the column"
