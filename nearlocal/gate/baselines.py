@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, error_line
 from nearlocal.gate.identity import host_differences, host_id
 from nearlocal.gate.samples import row_ops
 from nearlocal.lazy import lazy_import
@@ -80,6 +80,15 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
     return path
 
 
+def history_note(unread: list[str]) -> str:
+    """One line naming the past baselines left out of the noise estimate, each with its error."""
+    if not unread:
+        return ""
+    return (f"history: {len(unread)} past baseline run{'s' if len(unread) > 1 else ''} could "
+            "not be read and left out of the noise estimate (a narrower floor): "
+            + "; ".join(unread))
+
+
 def baseline_for(cand_meta: dict, root: Path) -> str:
     """The run recorded as the baseline of the candidate's hardware."""
     found = _baseline_record(root, cand_meta)
@@ -92,11 +101,13 @@ def baseline_for(cand_meta: dict, root: Path) -> str:
     return str(found[1]["run"])
 
 
-def history_noise(root: Path, cand: RunData,
-                  limit: int = HISTORY_RUNS) -> tuple[dict[str, float], int]:
+def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS,
+                  unread: list[str] | None = None) -> tuple[dict[str, float], int]:
     """Per case, the SD of the log median over the runs that have been this hardware's
     baseline (the candidate excluded); cases with under MIN_HISTORY such runs get none.
-    Returns ({case_id: sd}, runs used)."""
+    Returns ({case_id: sd}, runs used). A past baseline that cannot be loaded (removed,
+    damaged) is left out and, when `unread` is given, said there with its error: fewer runs
+    make a narrower noise floor, which the comparison must not hide."""
     found = _baseline_record(root, cand.meta)
     if found is None:
         return {}, 0
@@ -107,8 +118,10 @@ def history_noise(root: Path, cand: RunData,
             break
         try:
             run = load(ref, root)
-        except UsageError:
-            continue  # a baseline run deleted from the store
+        except UsageError as exc:  # removed from the store, or damaged
+            if unread is not None:
+                unread.append(f"{ref} ({error_line(exc, 300)})")
+            continue
         if run.path.resolve() == cand.path.resolve() or host_differences(run.meta, cand.meta):
             continue
         used += 1
