@@ -5,6 +5,7 @@ run's draw of page placement and co-tenants moves a case)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -65,9 +66,6 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
     path = found[0] if found else folder / f"{key}.json"
     if not found and path.exists():  # damaged: refused (its history is not ours to drop)
         read_baseline(path)
-    with safeio.writing("baseline", folder):
-        folder.mkdir(parents=True, exist_ok=True)
-    safeio.check_output("baseline", path)
     inside = run.path.resolve().parent == Path(root).resolve()
     name = run.run_id if inside else str(run.path.resolve())
     previous = [found[1]["run"], *found[1].get("history", [])] if found else []
@@ -76,8 +74,28 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
               "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "history": [r for r in dict.fromkeys(previous) if r != name][:HISTORY_RUNS],
               "meta": {"inventory": run.meta.get("inventory", {})}}
-    safeio.write_output("baseline", path, json.dumps(record, indent=1, default=str))
+    made = _absent_folders(folder)
+    try:
+        with safeio.writing("baseline", folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        safeio.check_output("baseline", path)
+        safeio.write_output("baseline", path, json.dumps(record, indent=1, default=str))
+    except BaseException:  # a full disk, say: no empty baselines folder is left behind
+        for folder_made in made:
+            with contextlib.suppress(OSError):  # rmdir: only while still empty
+                folder_made.rmdir()
+        raise
     return path
+
+
+def _absent_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, deepest first: what mkdir -p makes."""
+    absent = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        absent.append(candidate)
+    return absent
 
 
 def history_note(unread: list[str]) -> str:
