@@ -21,3 +21,10 @@ def naming(subject: str) -> Iterator[None]:
         if subject in text:
             raise
         raise type(exc)(f"{subject}: {text}") from None
+
+
+def error_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception's own text as one line (its first, cut at `limit`): what a message that
+    skips or refuses something keeps of the cause."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

@@ -632,6 +632,31 @@ def test_a_baselines_folder_that_is_no_folder_is_one_line(tmp_path, capsys, moun
     assert main(["compare", "a", "a", "--out", str(tmp_path)]) == 0  # history: none, no error
 
 
+def test_a_baseline_that_cannot_be_written_leaves_no_empty_folder(tmp_path):
+    """Issue 49: `baseline set` made `baselines/` and then failed to write its record (a full
+    disk), leaving an empty folder. A file-size limit (RLIMIT_FSIZE) makes the write fail for
+    real, as a full disk would (EFBIG), on any box and user; the record's folder goes with it."""
+    import resource
+    import signal
+
+    make_run(tmp_path, [row("load")], run_id="a")
+
+    def limit_file_sizes() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "nearlocal", "baseline", "set", "a", "--out", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+             "PYTHONDONTWRITEBYTECODE": "1"}, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, preexec_fn=limit_file_sizes)
+    assert done.returncode == 2, done
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1 and "EFBIG" in err, err  # the OS's own error, one line
+    assert not (tmp_path / "baselines").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no temporary file either
+
+
 # ------------------------------------------------------------------ files the OS says no to
 
 MOUNTS: list[Path] = []
@@ -748,6 +773,7 @@ def test_a_full_file_system_is_one_line_with_the_errno(full_store, capsys, argv)
     # issue 37: no partial output, no plots without their report, no temporary file
     assert not [p for p in outputs if p.exists()]
     assert not list(full_store.glob("*.png")) and not list(full_store.glob(".*"))
+    assert not (full_store / "baselines").exists()  # issue 49: no empty folder left either
 
 
 def test_a_run_into_a_full_store_or_json_says_what_was_kept(full_store, tmp_path, capsys):

@@ -227,6 +227,30 @@ def test_past_baselines_spread_widens_a_case_that_jumps_between_runs(tmp_path, c
     assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--history", "0"]) == 1
 
 
+def test_a_past_baseline_that_cannot_be_read_is_said_with_its_error(tmp_path, capsys):
+    """A damaged history run narrows the noise floor: the comparison names it and why, in
+    every format, and judges on the runs that remain."""
+    runs = [make_run(tmp_path, _samples(seed)) for seed in range(4)]
+    for run in runs:
+        assert main(["baseline", "set", run, "--out", str(tmp_path)]) == 0
+    (tmp_path / runs[1] / "cases.parquet").write_bytes(b"")  # a disk that filled, say
+    cand = make_run(tmp_path, _samples(9))
+    capsys.readouterr()
+    assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["history_runs"] == 3
+    assert (f"history: 1 past baseline run could not be read and left out of the noise "
+            f"estimate (a narrower floor): {runs[1]} (run ") in report["host_note"]
+    assert "cases.parquet is empty (0 bytes)" in report["host_note"]
+    assert main(["compare", "baseline", cand, "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert f"{runs[1]} (run " in table and "cases.parquet is empty" in table
+    assert main(["compare", "baseline", cand, "--out", str(tmp_path), "--format", "junit"]) == 0
+    properties = {p.get("name"): p.get("value")
+                  for p in ET.fromstring(capsys.readouterr().out).iter("property")}
+    assert runs[1] in properties["note"] and "cases.parquet is empty" in properties["note"]
+
+
 def test_runs_without_samples_and_a_zero_median_give_no_ratio(tmp_path):
     store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
     row = describe(Case("load", "dram", "wb", "64"))

@@ -130,6 +130,48 @@ def test_ctrl_c_before_the_first_case_is_an_interrupted_run(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     for path in out.glob("*/run.json"):
         assert load(path.parent.name, out).meta["interrupted"]
+    assert all((path / "run.json").exists() for path in out.iterdir())  # no half-started run
+
+
+def test_sigterm_as_the_run_starts_leaves_no_run_without_its_run_json(tmp_path, capsys):
+    """Issue 49: a SIGTERM the moment the run's directory appears (partial/ made, run.json not
+    yet written) left a directory no command listed or read. Now either nothing is left or an
+    interrupted run that every command reads."""
+    out = tmp_path / "r"
+    process = _start_run(out)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*/partial")) and process.poll() is None and time.monotonic() < deadline:
+        pass  # no sleep: the signal lands before run.json is written, as a CI runner's may
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    _reap_group(process)
+    assert process.returncode == 143, (process.returncode, err)
+    assert "Traceback" not in err, err
+    left = list(out.iterdir())
+    assert all((path / "run.json").exists() for path in left), [
+        sorted(p.name for p in path.iterdir()) for path in left]
+    for path in left:
+        assert load(path.name, out).meta["interrupted"]
+
+
+def test_a_run_killed_before_its_run_json_is_listed_and_named(tmp_path, capsys):
+    """A SIGKILL (or power loss) between Store.create's mkdir of partial/ and its run.json leaves
+    the directory as made here: `runs` lists it with its id and start, `show` names it, and
+    neither reads it as a run."""
+    out = tmp_path / "r"
+    make_run(out, [row("load")], run_id="20260101T000000-good")
+    (out / "20260102T030405-c0ffee" / "partial").mkdir(parents=True)
+    assert main(["runs", "--out", str(out)]) == 0
+    listed = capsys.readouterr().out
+    line = next(line for line in listed.splitlines() if "c0ffee" in line)
+    assert "2026-01-02T03:04:05+0000" in line and "no: stopped before it started" in line, line
+    assert " run " not in line  # its kind is not known without its run.json
+    assert main(["show", "20260102T030405-c0ffee", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nearlocal: error: run 20260102T030405-c0ffee was stopped before it "
+                          "started (no run.json): nothing measured; remove it with rm -r ")
+    assert "\n" not in err
+    assert load("latest", out).run_id == "20260101T000000-good"  # never taken for a run
 
 
 def test_a_reader_gone_from_a_rich_table_is_exit_141(tmp_path):

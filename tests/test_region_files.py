@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,104 @@ def test_no_fallocate_support_falls_back_to_a_sparse_file(tmp_path, monkeypatch)
     finally:
         region.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_a_killed_runs_shm_object_is_its_own_leftover_and_a_users_is_left_alone():
+    """Issue 49: on a file system without user xattrs (/dev/shm before Linux 6.6) an object a
+    SIGKILLed run had published carried no record of its maker: the next run refused it as the
+    user's (exit 2) and nothing removed it. The object is made under its owner link (which names
+    its maker) and published from it, so at every kill point what is left names a dead maker.
+    Made here as the code leaves it at two kill points, without xattrs; a user's object beside
+    is still refused and untouched."""
+    from nearlocal.core.cases import Case, unavailable
+    from nearlocal.probe import probe
+    from nearlocal.regions.base import owner_link_name
+
+    dead, tag = _dead_pid(), f"i49-{os.getpid()}"
+    ours, users = Path(f"/dev/shm/nearlocal-{tag}"), Path(f"/dev/shm/nearlocal-{tag}-users")
+    made = owner_link_name(ours, dead)  # killed after publishing: the object and its owner link
+    made.write_bytes(b"\1" * 8192)
+    os.link(made, ours)
+    unpublished = owner_link_name(ours, dead)  # killed before publishing: its hidden name only
+    unpublished.write_bytes(b"\1" * 8192)
+    users.write_bytes(b"mine" * 2048)  # the user's own object, no record of nearlocal
+    beside_users = owner_link_name(users, dead)  # a dead run's unpublished try at the same name
+    beside_users.write_bytes(b"\1" * 8192)
+    inventory = probe()
+    try:
+        spec = parse_region(f"shm:{ours.name}")
+        assert not region_kind(spec).user_owned(spec)
+        assert unavailable(Case("store", f"shm:{ours.name}", pattern="4KiB"), inventory,
+                           False) is None
+        region = region_kind(spec).open(spec, 8192, "wb", False)
+        try:
+            assert region.info["owned"] and not made.exists() and not unpublished.exists()
+        finally:
+            region.close()
+        assert not ours.exists() and not list(Path("/dev/shm").glob(f".{ours.name}.*"))
+        user_spec = parse_region(f"shm:{users.name}")
+        assert region_kind(user_spec).user_owned(user_spec)
+        assert "--allow-write" in unavailable(Case("store", f"shm:{users.name}", pattern="4KiB"),
+                                              inventory, False)
+        region = region_kind(user_spec).open(user_spec, 8192, "wb", False)
+        try:
+            assert not region.info["owned"]
+        finally:
+            region.close()
+        assert users.read_bytes() == b"mine" * 2048 and not beside_users.exists()
+    finally:
+        for path in (ours, made, unpublished, users, beside_users):
+            path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def ramfs(tmp_path) -> Path:
+    """A ramfs: a file system that keeps no user xattrs (root only; skipped elsewhere)."""
+    mount = tmp_path / "ramfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], capture_output=True,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a ramfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_region_of_a_sigkilled_process_is_replaced_where_no_xattr_is_kept(ramfs):
+    """The same for real: a process holding a file: region it made is SIGKILLed; on a file
+    system without user xattrs the next open still knows the file as a dead run's."""
+    path = ramfs / "pool.bin"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from nearlocal.regions import parse_region, region_kind\n"
+         f"spec = parse_region('file:{path}')\n"
+         "region = region_kind(spec).open(spec, 8192, 'wb', False)\n"
+         "print('open', flush=True)\ntime.sleep(120)\n"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+    finally:
+        holder.kill()
+        holder.wait()
+    spec = parse_region(f"file:{path}")
+    assert path.exists() and not region_kind(spec).user_owned(spec)
+    region = _open(path, 8192)
+    try:
+        assert region.info["owned"]
+        names = sorted(p.name for p in ramfs.iterdir())
+        assert names[-1] == "pool.bin" and len(names) == 2, names  # the old owner link is gone
+    finally:
+        region.close()
+    assert list(ramfs.iterdir()) == []
 
 
 def _open_dram(size: int):

@@ -404,6 +404,31 @@ def test_acceptance_verdicts_of_the_host_follow_the_region_lines(tmp_path):
     assert not any("FAIL" in line for line in build_report([other_host]).sections[0].lead)
 
 
+def test_a_later_accept_run_that_cannot_be_judged_is_said_before_the_older_verdict(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[requirement]]\nname = "load 16 KiB within 1 us"\n'
+                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1us"\n')
+    store = tmp_path / "store"
+    accept_meta = {"suite": "accept:spec.toml", "spec": str(spec)}
+    host = CPU_ONLY_INVENTORY | {"host_id": "abc123"}
+    for run_id in ("20260101T000000-old", "20260102T000000-new"):
+        make_run(store, [row("load", "dram", median=500.0)], host, run_id=run_id, meta=accept_meta)
+    (store / "20260102T000000-new" / "cases.parquet").write_bytes(b"not parquet")
+    make_run(store, [row("load", "dram", median=500.0)], host, run_id="20260103T000000-odd")
+    (store / "20260103T000000-odd" / "run.json").write_text("{")  # its kind cannot be told
+    run = load(make_run(store, cpu_only_rows(), host, run_id="20260104T000000-run"))
+    lead = build_report([run]).sections[0].lead
+    skipped, older, odd = lead[1:4]
+    assert skipped.startswith("Acceptance spec.toml (run 20260102T000000-new): not judged: the "
+                              "run is damaged: cases.parquet is not a readable Parquet file (")
+    assert "magic bytes" in skipped  # pyarrow's own words for it, on the same line
+    assert skipped.endswith("the verdict shown is the older run 20260101T000000-old's.")
+    assert older == "PASS: spec.toml, all 1 requirements (run 20260101T000000-old)."
+    assert odd.startswith("Acceptance (run 20260103T000000-odd): not judged: the run is damaged: "
+                          "run.json is not JSON (")
+    assert all("\n" not in line for line in lead)
+
+
 def test_a_median_below_the_clock_step_is_no_figure():
     from nearlocal.report.fmt import _time
 

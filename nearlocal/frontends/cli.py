@@ -175,11 +175,11 @@ def _run(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from nearlocal.store.runs import list_runs, require_store, survey_run
+    from nearlocal.store.runs import list_runs, require_store, survey_run, unstarted
     from nearlocal.store.schema import run_kind
     from nearlocal.terminal import identifier_column, print_table
 
-    paths = list_runs(require_store(Path(args.out)))
+    paths = list_runs(require_store(Path(args.out)), include_unstarted=True)
     table = Table(title=f"runs in {args.out}", title_justify="left")
     identifier_column(table, "run", [p.name for p in paths])
     for column in ("kind", "suite", "started", "cases", "complete", "host"):
@@ -187,7 +187,8 @@ def _runs(args: argparse.Namespace) -> int:
     for path in paths:
         meta, state = survey_run(path)  # a damaged run is listed and marked, never fatal
         inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else {}
-        table.add_row(path.name, run_kind(meta) if meta else "", str(meta.get("suite", "")),
+        kind = run_kind(meta) if meta and not unstarted(path) else ""  # unknown: no run.json
+        table.add_row(path.name, kind, str(meta.get("suite", "")),
                       str(meta.get("started", "")),
                       str(meta.get("n_cases", "")), "yes" if not state else f"no: {state}",
                       str(inventory.get("hostname", "")))

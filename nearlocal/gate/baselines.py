@@ -5,13 +5,14 @@ run's draw of page placement and co-tenants moves a case)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, error_line
 from nearlocal.gate.identity import host_differences, host_id
 from nearlocal.gate.samples import row_ops
 from nearlocal.lazy import lazy_import
@@ -65,9 +66,6 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
     path = found[0] if found else folder / f"{key}.json"
     if not found and path.exists():  # damaged: refused (its history is not ours to drop)
         read_baseline(path)
-    with safeio.writing("baseline", folder):
-        folder.mkdir(parents=True, exist_ok=True)
-    safeio.check_output("baseline", path)
     inside = run.path.resolve().parent == Path(root).resolve()
     name = run.run_id if inside else str(run.path.resolve())
     previous = [found[1]["run"], *found[1].get("history", [])] if found else []
@@ -76,8 +74,37 @@ def set_baseline(ref: str, root: Path, allow_incomplete: bool = False) -> Path:
               "set": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "history": [r for r in dict.fromkeys(previous) if r != name][:HISTORY_RUNS],
               "meta": {"inventory": run.meta.get("inventory", {})}}
-    safeio.write_output("baseline", path, json.dumps(record, indent=1, default=str))
+    made = _absent_folders(folder)
+    try:
+        with safeio.writing("baseline", folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        safeio.check_output("baseline", path)
+        safeio.write_output("baseline", path, json.dumps(record, indent=1, default=str))
+    except BaseException:  # a full disk, say: no empty baselines folder is left behind
+        for folder_made in made:
+            with contextlib.suppress(OSError):  # rmdir: only while still empty
+                folder_made.rmdir()
+        raise
     return path
+
+
+def _absent_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, deepest first: what mkdir -p makes."""
+    absent = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        absent.append(candidate)
+    return absent
+
+
+def history_note(unread: list[str]) -> str:
+    """One line naming the past baselines left out of the noise estimate, each with its error."""
+    if not unread:
+        return ""
+    return (f"history: {len(unread)} past baseline run{'s' if len(unread) > 1 else ''} could "
+            "not be read and left out of the noise estimate (a narrower floor): "
+            + "; ".join(unread))
 
 
 def baseline_for(cand_meta: dict, root: Path) -> str:
@@ -92,11 +119,13 @@ def baseline_for(cand_meta: dict, root: Path) -> str:
     return str(found[1]["run"])
 
 
-def history_noise(root: Path, cand: RunData,
-                  limit: int = HISTORY_RUNS) -> tuple[dict[str, float], int]:
+def history_noise(root: Path, cand: RunData, limit: int = HISTORY_RUNS,
+                  unread: list[str] | None = None) -> tuple[dict[str, float], int]:
     """Per case, the SD of the log median over the runs that have been this hardware's
     baseline (the candidate excluded); cases with under MIN_HISTORY such runs get none.
-    Returns ({case_id: sd}, runs used)."""
+    Returns ({case_id: sd}, runs used). A past baseline that cannot be loaded (removed,
+    damaged) is left out and, when `unread` is given, said there with its error: fewer runs
+    make a narrower noise floor, which the comparison must not hide."""
     found = _baseline_record(root, cand.meta)
     if found is None:
         return {}, 0
@@ -107,8 +136,10 @@ def history_noise(root: Path, cand: RunData,
             break
         try:
             run = load(ref, root)
-        except UsageError:
-            continue  # a baseline run deleted from the store
+        except UsageError as exc:  # removed from the store, or damaged
+            if unread is not None:
+                unread.append(f"{ref} ({error_line(exc, 300)})")
+            continue
         if run.path.resolve() == cand.path.resolve() or host_differences(run.meta, cand.meta):
             continue
         used += 1

@@ -14,6 +14,7 @@ from nearlocal.gate.baselines import (
     baseline_for,
     baseline_records,
     history_noise,
+    history_note,
     set_baseline,
 )
 from nearlocal.gate.modes import DEFAULT_MODE, MODES, modes_help
@@ -65,8 +66,9 @@ def _compare(args) -> int:
     note = host_note(base.meta, cand.meta, args.cross_host, (base.run_id, cand.run_id))
     incomplete = [f"run {r.run_id} is INCOMPLETE ({r.incomplete})" for r in (base, cand)
                   if r.incomplete]  # only with --allow-incomplete: said in every format
-    note = "; ".join(filter(None, [note, *incomplete]))
-    history, used = history_noise(root, cand, args.history) if args.history else ({}, 0)
+    unread: list[str] = []
+    history, used = history_noise(root, cand, args.history, unread) if args.history else ({}, 0)
+    note = "; ".join(filter(None, [note, *incomplete, history_note(unread)]))
     result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
                           history, used, mode)
     write_output(result, args.format, args.output)

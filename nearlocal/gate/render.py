@@ -126,7 +126,8 @@ def render_junit(result: Comparison) -> str:
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     properties = ET.SubElement(suite, "properties")
     for name, value in (("mode", result.mode), ("paired", str(result.paired).lower()),
-                        ("head", result.head_line())):
+                        ("head", result.head_line()),
+                        *([("note", result.host_note)] if result.host_note else [])):
         ET.SubElement(properties, "property", name=name, value=value)
     for c in result.sorted_cases():
         ratio, ci, p = _ratio_text(c)

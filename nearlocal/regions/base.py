@@ -8,7 +8,12 @@ never branches on the kind.
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
+import re
+import secrets
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,24 +196,70 @@ def files_to_create(specs: Iterable[RegionSpec]) -> list[Path]:
 
 
 CREATED_XATTR = "user.nearlocal.created"  # "<hostname>:<pid>" of the process that made the file
+# The hidden name a file nearlocal creates is made under and keeps while in use (a second link to
+# it): `.<name>.nearlocal-<pid>-<host tag>-<nonce>`. It names its maker from the file's first
+# moment, on every file system (tmpfs before Linux 6.6, ramfs, NFS keep no user xattrs).
+OWNER_LINK = re.compile(r"\.nearlocal-(\d+)-([0-9a-f]{6})-[0-9a-f]{5}$")
+
+
+def host_tag() -> str:
+    """This host in an owner link's name: a short hash of its node name."""
+    return hashlib.sha1(os.uname().nodename.encode()).hexdigest()[:6]
+
+
+def owner_link_name(path: Path, pid: int | None = None) -> Path:
+    """Where a new file for `path` is made (O_EXCL) and kept linked while its maker uses it."""
+    return path.with_name(f".{path.name}.nearlocal-{os.getpid() if pid is None else pid}-"
+                          f"{host_tag()}-{secrets.token_hex(3)[:5]}")
+
+
+def hidden_names(path: Path) -> list[Path]:
+    """The owner links and temporary names nearlocal made for `path` (its own or a dead run's)."""
+    return list(path.parent.glob(f".{glob.escape(path.name)}.nearlocal-*"))
+
+
+def maker_of(path: Path) -> tuple[bool, int] | None:
+    """(made on this host, pid) of the nearlocal process that made the regular file at `path`:
+    its creation xattr, else its own name when it is an owner link, else an owner link to the
+    same file beside it. None: no record of nearlocal making it (a user's file)."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    try:
+        host, _, pid = os.getxattr(path, CREATED_XATTR, follow_symlinks=False).decode() \
+            .rpartition(":")
+        if pid.isdigit():
+            return host == os.uname().nodename, int(pid)
+    except (OSError, UnicodeDecodeError):
+        pass
+    for link in [path, *hidden_names(path)]:
+        named = OWNER_LINK.search(link.name)
+        if named is None:
+            continue
+        try:
+            linked = os.lstat(link)
+        except OSError:
+            continue
+        if (linked.st_dev, linked.st_ino) == (found.st_dev, found.st_ino):
+            return named[2] == host_tag(), int(named[1])
+    return None
 
 
 def made_by_nearlocal(path: Path) -> bool:
-    """The file carries nearlocal's creation mark (a file the user made in the meantime does not)."""
-    try:
-        os.getxattr(path, CREATED_XATTR, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
+    """The file carries a record of nearlocal making it (a file the user made meanwhile does not)."""
+    return maker_of(path) is not None
 
 
 def remove_leftovers(paths: list[Path]) -> None:
-    """Remove what a dead worker created at these paths (and its temporary names, which carry a
-    random suffix of nearlocal's), unless a live process holds it (another run made it since:
+    """Remove what a dead worker created at these paths (and its hidden names, which carry a
+    suffix of nearlocal's), unless a live process holds it (another run made it since:
     nearlocal's files carry a shared flock). A file at the path itself goes only if it carries
-    nearlocal's creation mark: one the user put there meanwhile is never removed."""
+    a record of nearlocal making it: one the user put there meanwhile is never removed."""
     for path in paths:
-        temps = list(path.parent.glob(f".{path.name}.nearlocal-*"))
+        temps = hidden_names(path)
         for found in [path, *temps]:
             if not found.is_file() or found.is_symlink() or _locked(found):
                 continue

@@ -11,7 +11,6 @@ import mmap
 import os
 import re
 import stat
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +25,9 @@ from nearlocal.regions.base import (
     MappedRegion,
     RegionKind,
     RegionSpec,
+    hidden_names,
+    maker_of,
+    owner_link_name,
     register_region_kind,
 )
 from nearlocal.regions.mapping import _dax_arg, map_region
@@ -375,23 +377,30 @@ def _maker() -> str:
 
 
 def _left_by_a_dead_run(path: Path) -> bool:
-    """True for a file nearlocal created (its xattr says so) whose maker, on this host, is dead
-    and holds no lock: a SIGKILLed run's leftover, not a user's file, so it may be replaced."""
-    try:
-        if os.path.islink(path):
-            return False
-        host, _, pid = os.getxattr(path, CREATED_XATTR).decode().rpartition(":")
-    except (OSError, UnicodeDecodeError):
-        return False
-    if host != os.uname().nodename or not pid.isdigit() or _held_by_a_run(path):
+    """True for a file nearlocal created (its xattr or owner link says so) whose maker, on this
+    host, is dead and holds no lock: a SIGKILLed run's leftover, not a user's file, so it may be
+    replaced."""
+    maker = maker_of(path)
+    if maker is None or not maker[0] or _held_by_a_run(path):
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(maker[1], 0)
     except ProcessLookupError:
         return True
     except OSError:
         return False
     return False  # its maker is alive (a pid reused is alive too: left alone)
+
+
+def clear_dead_leftovers(path: Path) -> None:
+    """Remove what killed runs left for this name: the file at it with its owner link, and the
+    hidden names of files they never published (each holds its memory on a tmpfs). A user's file
+    (no record of nearlocal making it) and a live run's are left alone."""
+    if _left_by_a_dead_run(path):
+        path.unlink(missing_ok=True)
+    for hidden in hidden_names(path):
+        if _left_by_a_dead_run(hidden):
+            hidden.unlink(missing_ok=True)
 
 
 def _file_creates(spec: RegionSpec) -> Path:
@@ -463,16 +472,19 @@ def _reserve(fd: int, length: int, path: Path) -> None:
 def create_file(path: Path, prepare: Callable[[int], T],
                 discard: Callable[[T], None] = lambda prepared: None) -> tuple[int, T, Callable[[], None]]:
     """Create a new file at `path` as nearlocal's own (file:, shm: and storage: regions): made
-    under a temporary name (O_EXCL, no link followed), marked as a live run's (a shared flock held
-    until it is removed, the creation xattr), `prepare(fd)`d (filled, mapped), then published
-    with a hard link that never replaces what appeared meanwhile (`discard(prepared)` if that
-    fails). Returns (fd, what prepare returned, remove): remove() unlinks only the file made here,
-    whatever has the name now is left alone otherwise, and closes fd."""
-    temp = path.with_name(f".{path.name}.nearlocal-{uuid.uuid4().hex[:8]}")
+    under its owner link (O_EXCL, no link followed; the name says which process on which host
+    made it, so the file is never without that record, whatever the file system keeps), marked
+    as a live run's (a shared flock held until it is removed; the creation xattr where the file
+    system keeps one), `prepare(fd)`d (filled, mapped), then published with a hard link that
+    never replaces what appeared meanwhile (`discard(prepared)` if that fails). The owner link
+    stays while the file does: a SIGKILL at any point leaves only what `clear_dead_leftovers`
+    knows as a dead run's. Returns (fd, what prepare returned, remove): remove() unlinks only the
+    file made here (whatever has the name now is left alone), then its owner link, and closes fd."""
+    temp = owner_link_name(path)
     fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # held until removed: marks the file as a live run's
-        with contextlib.suppress(OSError):  # a file system without user xattrs: no stale marker
+        with contextlib.suppress(OSError):  # a file system without user xattrs: the link says it
             os.setxattr(fd, CREATED_XATTR, _maker().encode())
         identity = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
         prepared = prepare(fd)
@@ -483,17 +495,16 @@ def create_file(path: Path, prepare: Callable[[int], T],
             raise
     except BaseException:
         os.close(fd)
+        temp.unlink(missing_ok=True)  # never published: nothing of it is left
         raise
-    finally:
-        temp.unlink(missing_ok=True)  # on every path: the name is published (linked) or dropped
 
     def remove() -> None:
         try:
-            found = os.lstat(path)
-            if (found.st_dev, found.st_ino) == identity:
-                path.unlink()
-        except OSError:
-            pass
+            for name in (path, temp):  # the name first: a file without its owner link is a user's
+                with contextlib.suppress(OSError):
+                    found = os.lstat(name)
+                    if (found.st_dev, found.st_ino) == identity:
+                        name.unlink()
         finally:
             os.close(fd)
 
@@ -511,8 +522,7 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if path.is_symlink() and not path.exists():
         raise UsageError(f"{path} is a dangling symbolic link: nearlocal neither follows nor "
                          "replaces it")
-    if _left_by_a_dead_run(path):  # its maker was killed before removing it: nearlocal's own
-        path.unlink(missing_ok=True)
+    clear_dead_leftovers(path)  # its maker was killed before removing it: nearlocal's own
     if os.path.lexists(path):
         in_use = None if allow_write else in_use_reason(path, spec)
         if in_use:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.errors import UsageError
+from nearlocal.errors import UsageError, error_line
 from nearlocal.lazy import lazy_import
 from nearlocal.store.schema import (
     CASE_COLUMNS,
@@ -111,11 +111,18 @@ class Store:
         try:
             (path / "partial").mkdir()
             store._write_meta()
-        except OSError as exc:  # a full disk before the first case: nothing measured to keep
+        except BaseException as exc:  # a full disk, Ctrl-C or SIGTERM before the run started:
+            # nothing measured to keep, so nothing is left (a directory without run.json is
+            # no run any command reads)
+            with contextlib.suppress(OSError):
+                (path / "run.json").unlink(missing_ok=True)
             for leftover in (path / "partial", path):
                 with contextlib.suppress(OSError):
                     leftover.rmdir()
-            raise UsageError(f"cannot start run {path}: {exc.strerror}") from None
+            if isinstance(exc, OSError):
+                raise UsageError(f"cannot start run {path}: "
+                                 f"{safeio.os_error_text(exc)}") from None
+            raise
         return store
 
     def _write_meta(self) -> None:
@@ -282,12 +289,37 @@ def _run_order(path: Path) -> tuple[str, int, str]:
     return stamp, changed, path.name
 
 
-def list_runs(root: Path = DEFAULT_ROOT) -> list[Path]:
+def unstarted(path: Path) -> bool:
+    """A run directory `Store.create` began and was killed in (SIGKILL, power loss) before its
+    run.json was written: partial/ and no run.json. Nothing was measured in it."""
+    return (path / "partial").is_dir() and not (path / "run.json").exists()
+
+
+def started_from_id(run_id: str) -> str:
+    """When a run began, as run.json's `started` spells it, read from its id (UTC); "" for an
+    id nearlocal did not make."""
+    try:
+        when = time.strptime(run_id.partition("-")[0], "%Y%m%dT%H%M%S")
+    except ValueError:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%S+0000", when)
+
+
+def unstarted_state(path: Path) -> str:
+    """What `runs` and `show` say of an unstarted run directory."""
+    return (f"stopped before it started (no run.json): nothing measured; remove it with "
+            f"rm -r {path}")
+
+
+def list_runs(root: Path = DEFAULT_ROOT, include_unstarted: bool = False) -> list[Path]:
+    """The store's runs, oldest first; with `include_unstarted` also the directories of runs
+    killed before they started (`unstarted`), which only `nearlocal runs` lists."""
     root = Path(root)
     if not root.is_dir():
         return []
     try:
-        return sorted((p for p in root.iterdir() if (p / "run.json").is_file()), key=_run_order)
+        return sorted((p for p in root.iterdir() if (p / "run.json").is_file()
+                       or (include_unstarted and unstarted(p))), key=_run_order)
     except OSError as exc:  # no permission to list it, an I/O error
         raise UsageError(f"cannot read results directory {root}: "
                          f"{safeio.os_error_text(exc)}") from None
@@ -347,7 +379,10 @@ def run_state(path: Path, meta: dict) -> str:
 
 def survey_run(path: Path) -> tuple[dict, str]:
     """(run.json, "" or why the run is incomplete or damaged) without reading it all: what
-    `nearlocal runs` lists. A damaged run comes back as ({}, "damaged: ...")."""
+    `nearlocal runs` lists. A damaged run comes back as ({}, "damaged: ..."), one killed before
+    it started as ({"run_id", "started"}, "stopped before it started ...")."""
+    if unstarted(path):
+        return {"run_id": path.name, "started": started_from_id(path.name)}, unstarted_state(path)
     try:
         meta = read_meta(path)
     except UsageError as exc:
@@ -358,8 +393,9 @@ def survey_run(path: Path) -> tuple[dict, str]:
         if file.exists():
             try:
                 names = pq.read_schema(file).names
-            except Exception:  # truncated, zero bytes, not Parquet
-                return meta, f"damaged: {name} is not a readable Parquet file"
+            except Exception as exc:  # truncated, zero bytes, not Parquet
+                return meta, (f"damaged: {name} is not a readable Parquet file "
+                              f"({error_line(exc)})")
             missing = [column for column in required if column not in names]
             if missing:
                 return meta, f"damaged: {name} lacks {', '.join(missing)}"
@@ -404,6 +440,9 @@ def resolve_run(ref: str | Path | None, root: Path = DEFAULT_ROOT) -> Path:
         return path
     if (Path(root) / str(ref) / "run.json").is_file():
         return Path(root) / str(ref)
+    for named in (path, Path(root) / str(ref)):
+        if str(ref) and unstarted(named):
+            raise UsageError(f"run {named.name} was {unstarted_state(named)}")
     matches = [p for p in list_runs(root) if p.name.startswith(str(ref))] if str(ref) else []
     if len(matches) == 1:  # a unique prefix of a run id, as `nearlocal runs` lists them
         return matches[0]
@@ -420,8 +459,8 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     except Exception as exc:  # truncated, zero bytes, not Parquet: pyarrow raises several kinds
         size = path.stat().st_size if path.exists() else 0
         what = "empty (0 bytes)" if not size else "not a readable Parquet file"
-        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise UsageError(f"run {path.parent} is damaged: {path.name} is {what} ({detail})") from None
+        raise UsageError(f"run {path.parent} is damaged: {path.name} is {what} "
+                         f"({error_line(exc)})") from None
     missing = [column for column in required if column not in frame]
     if missing:
         raise UsageError(f"run {path.parent} is damaged: {path.name} lacks the column"

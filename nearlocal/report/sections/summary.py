@@ -135,49 +135,76 @@ def only_local_text(meta: dict) -> str:
 class Acceptance:
     """A stored `nearlocal accept` run judged again against its spec."""
 
-    spec: str
+    spec: str  # the spec file's name ("" where the run's run.json is too damaged to say)
     run_id: str
     passed: int
     failed: tuple[str, ...]  # the failed requirements, each with what it measured or why
-    problem: str = ""  # the spec could not be read again
+    problem: str = ""  # why it has no verdict: the spec could not be read again, the run is
+    # damaged or incomplete
 
 
 def acceptance_of(run: RunData) -> list[Acceptance]:
     """The verdicts that exist for this run's host: the run itself when it is an accept run,
-    else the latest accept run per spec in the same store from the same host."""
-    from nearlocal.errors import UsageError
-    from nearlocal.report import accept
+    else the latest accept run per spec in the same store from the same host. A later accept
+    run that cannot be judged (damaged, incomplete) is said, with why, before the older verdict
+    shown in its place: never an older PASS standing silently for it."""
+    from nearlocal.errors import UsageError, error_line
     from nearlocal.store.runs import list_runs, load, survey_run
 
     def is_accept(meta: dict) -> bool:
         return bool(meta.get("spec")) or meta.get("kind") == "accept"
 
-    candidates = [run] if is_accept(run.meta) else []
-    if not candidates and run.path is not None:
-        latest: dict[str, Path] = {}
-        for path in list_runs(Path(run.path).parent):
-            meta, state = survey_run(path)
-            if is_accept(meta) and not state and meta.get("host_id") == run.meta.get("host_id"):
-                latest[str(meta.get("spec"))] = path  # run ids sort by start time
-        candidates = []
-        for path in latest.values():
-            try:
-                candidates.append(load(path))
-            except UsageError:
-                continue
-    out = []
-    for candidate in candidates:
-        name = Path(str(candidate.meta.get("spec", "?"))).name
-        try:
-            spec = accept.parse_spec(candidate.meta["spec"])
-            verdicts = accept.judge(spec, candidate)
-        except (UsageError, OSError, KeyError) as exc:
-            out.append(Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}"))
-            continue
-        failed = tuple(f"{v.requirement.name} ({_missed(accept, v)})" for v in verdicts
-                       if not v.passed)
-        out.append(Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed))
+    if is_accept(run.meta) or run.path is None:
+        return [_judged(run)] if is_accept(run.meta) else []
+    per_spec: dict[str, list[tuple[int, Path, str]]] = {}  # oldest first, with why not whole
+    unreadable: list[tuple[int, Path, str]] = []  # run.json damaged: kind and host unknown
+    for order, path in enumerate(list_runs(Path(run.path).parent)):  # run ids sort by start
+        meta, state = survey_run(path)
+        if not meta:
+            unreadable.append((order, path, state))
+        elif is_accept(meta) and meta.get("host_id") == run.meta.get("host_id"):
+            per_spec.setdefault(str(meta.get("spec")), []).append((order, path, state))
+    out: list[Acceptance] = []
+    shown: list[int] = []  # the judged runs' places in the store's order
+    for spec, found in per_spec.items():
+        skipped: list[tuple[str, str]] = []  # (run id, why), newest first
+        judged = None
+        for order, path, state in reversed(found):
+            if not state:
+                try:
+                    judged = _judged(load(path))
+                except UsageError as exc:
+                    skipped.append((path.name, error_line(exc, 400)))
+                    continue
+                shown.append(order)
+                break
+            skipped.append((path.name, "the run is " + (state if state.startswith("damaged")
+                                                       else f"incomplete ({state})")))
+        instead = f"; the verdict shown is the older run {judged.run_id}'s" if judged else ""
+        out += [Acceptance(Path(spec).name, run_id, 0, (), f"not judged: {why}{instead}")
+                for run_id, why in skipped]
+        out += [judged] if judged else []
+    if shown:  # a damaged run.json names no kind: said when it is later than a verdict shown
+        out += [Acceptance("", path.name, 0, (), f"not judged: the run is {state}; if it was a "
+                           "later accept run, its verdict is missing here")
+                for order, path, state in unreadable if order > min(shown)]
     return out
+
+
+def _judged(candidate: RunData) -> Acceptance:
+    """A stored accept run judged again against its spec as the spec reads now."""
+    from nearlocal.errors import UsageError
+    from nearlocal.report import accept
+
+    name = Path(str(candidate.meta.get("spec", "?"))).name
+    try:
+        spec = accept.parse_spec(candidate.meta["spec"])
+        verdicts = accept.judge(spec, candidate)
+    except (UsageError, OSError, KeyError) as exc:
+        return Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}")
+    failed = tuple(f"{v.requirement.name} ({_missed(accept, v)})" for v in verdicts
+                   if not v.passed)
+    return Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed)
 
 
 def _missed(accept, verdict) -> str:
@@ -189,7 +216,7 @@ def _missed(accept, verdict) -> str:
 
 def acceptance_text(a: Acceptance) -> str:
     if a.problem:
-        return f"Acceptance {a.spec} (run {a.run_id}): {a.problem}."
+        return f"Acceptance{' ' + a.spec if a.spec else ''} (run {a.run_id}): {a.problem}."
     if not a.failed:
         return f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
     return (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements failed "
