@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -374,9 +375,9 @@ def test_file_write_on_a_read_only_file_system_is_one_line_and_exit_2(folder):
     mount_point.mkdir()
     if not unshare or subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode:
         pytest.skip("unshare -rm (user and mount namespaces) is not allowed here")
-    nearlocal = shutil.which("nearlocal")
-    if not nearlocal:
-        pytest.skip("the nearlocal script is not on PATH")
+    # this interpreter and this checkout: a `nearlocal` on PATH may be another Python's (a shim)
+    nearlocal = f"{sys.executable} -m nearlocal"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for target, flags in ((mount_point / "new.bin", []), (mount_point / "old.bin",
                                                           ["--allow-write"])):
         script = (f"mount -t tmpfs -o size=8m tmpfs {mount_point} && "
@@ -385,7 +386,7 @@ def test_file_write_on_a_read_only_file_system_is_one_line_and_exit_2(folder):
                   f"{nearlocal} run --method file-write --region storage:{target} --size 64KiB "
                   f"--out {folder}/results --quiet {' '.join(flags)}")
         done = subprocess.run([unshare, "-rm", "sh", "-c", script], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, env=env)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "read-only file system" in lines[0], done.stderr
