@@ -34,6 +34,38 @@ WESTMERE_CPUINFO = "".join(
     f"(Nehalem-C)\nflags\t\t: {WESTMERE_FLAGS}\n\n" for cpu in range(2))
 
 
+# The flags and model of the recorded boxes (tests/fixtures/boxes/README.md; lscpu / cpuinfo read
+# there): the Intel KVM guest (family 6 model 207, Emerald Rapids class: movdir64b and movdiri, no
+# enqcmd) and the AMD EPYC KVM guest (Zen 4: AVX-512, clflushopt, clwb, no movdir64b).
+EMERALD_RAPIDS_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+    "sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc cpuid "
+    "tsc_known_freq pni pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt "
+    "tsc_deadline_timer aes xsave avx f16c rdrand hypervisor lahf_lm abm 3dnowprefetch cpuid_fault "
+    "fsgsbase tsc_adjust bmi1 hle avx2 smep bmi2 erms invpcid rtm avx512f avx512dq rdseed adx smap "
+    "avx512ifma clflushopt clwb avx512cd sha_ni avx512bw avx512vl xsaveopt xsavec xgetbv1 xsaves "
+    "avx_vnni avx512_bf16 arat avx512vbmi umip avx512_vbmi2 gfni vaes vpclmulqdq avx512_vnni "
+    "avx512_bitalg avx512_vpopcntdq rdpid cldemote movdiri movdir64b fsrm serialize tsxldtrk "
+    "avx512_fp16 arch_capabilities")
+EMERALD_RAPIDS_CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+    f"model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: {EMERALD_RAPIDS_FLAGS}\n\n"
+    for cpu in range(2))
+EPYC_ZEN4_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+    "sse2 ht syscall nx mmxext fxsr_opt pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology "
+    "nonstop_tsc cpuid extd_apicid tsc_known_freq pni pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 "
+    "x2apic movbe popcnt tsc_deadline_timer aes xsave avx f16c rdrand hypervisor lahf_lm cmp_legacy "
+    "cr8_legacy abm sse4a misalignsse 3dnowprefetch osvw topoext cpuid_fault vmmcall fsgsbase "
+    "tsc_adjust bmi1 avx2 smep bmi2 erms invpcid avx512f avx512dq rdseed adx smap avx512ifma "
+    "clflushopt clwb avx512cd sha_ni avx512bw avx512vl xsaveopt xsavec xgetbv1 xsaves avx512_bf16 "
+    "clzero xsaveerptr arat avx512vbmi umip avx512_vbmi2 gfni vaes vpclmulqdq avx512_vnni "
+    "avx512_bitalg avx512_vpopcntdq rdpid fsrm")
+EPYC_ZEN4_CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+    f"model name\t: AMD EPYC\nflags\t\t: {EPYC_ZEN4_FLAGS}\n\n" for cpu in range(2))
+
+
 def cxl_box(root: Path, dsa_enabled: bool = True, cpuinfo: str = CPUINFO) -> Path:
     """Two CPUs on node 0, a CPU-less 64 GiB node 1 (CXL in system-ram mode), one CXL memdev,
     decoder and region, a 16 GiB device-dax instance, one DSA device with a dedicated WQ.

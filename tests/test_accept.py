@@ -160,8 +160,18 @@ max_ratio_to = { size = "160KiB" }
 
 
 def test_example_specs_parse():
-    for path in EXAMPLES.glob("*.toml"):
-        assert parse_spec(path).requirements
+    """Every example spec parses into requirements, and every one the README and docs name is
+    among them (an empty or moved examples folder fails, not passes)."""
+    import re
+
+    root = EXAMPLES.parent.parent
+    named = {match for doc in (root / "README.md", *sorted((root / "docs").glob("*.md")))
+             for match in re.findall(r"examples/acceptance/([\w.-]+\.toml)", doc.read_text())}
+    found = {path.name for path in EXAMPLES.glob("*.toml")}
+    assert named >= {"local-dram.toml", "beluga-cxl.toml", "serving-gpu.toml"}, named
+    assert found >= named, named - found
+    for name in sorted(found):
+        assert parse_spec(EXAMPLES / name).requirements, name
 
 
 def test_without_a_run_it_measures_exactly_the_cases_the_spec_needs(tmp_path, capsys):

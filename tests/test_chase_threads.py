@@ -4,6 +4,7 @@ aggregate bandwidth from declared bytes), loaded-chase (traffic runs and is coun
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,11 +25,26 @@ from nearlocal.errors import UsageError
 from nearlocal.kernels.chase import WORDS_PER_LINE, build_ring, random_order, time_chase, walk
 from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
-from tests.fakesys import cxl_box
+from tests.fakesys import cxl_box, write
 
 CPUS = sorted(os.sched_getaffinity(0))
 TSC_HZ = 1e9
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
+OTHER_NODE_CPUS = [4096, 4097]  # CPUs of a second node, which this process never runs on
+
+
+def live_cpus_box(root: Path) -> Path:
+    """The fake CXL box laid around this box's CPUs: every CPU this process may use is node 0's,
+    node 2 has two others (OTHER_NODE_CPUS), node 1 is the CPU-less pool. Whatever CPU the test
+    runs on, `dram` faults its pages on node 0, so the CPUs chosen near it are known."""
+    cxl_box(root)
+    write(root, "/sys/devices/system/node/node0/cpulist", ",".join(map(str, CPUS)))
+    write(root, "/sys/devices/system/node/node0/distance", "10 21 20")
+    write(root, "/sys/devices/system/node/node1/distance", "21 10 30")
+    write(root, "/sys/devices/system/node/node2/cpulist", "{}-{}".format(*OTHER_NODE_CPUS))
+    write(root, "/sys/devices/system/node/node2/meminfo", "Node 2 MemTotal:       1000000 kB")
+    write(root, "/sys/devices/system/node/node2/distance", "20 30 10")
+    return root
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 1000, 4097])
@@ -126,8 +142,6 @@ def test_choose_cpus_from_the_regions_node(tmp_path):
     root = SysRoot(cxl_box(tmp_path))
     assert choose_cpus("numa:1", "all", "", root, {0, 1}) == [0, 1]  # CPU-less: nearest node
     assert choose_cpus("dram:node=0", "1", "", root, {0, 1}) == [0]
-    if set(CPUS) <= {0, 1}:  # dram: the node this process runs on (node 0 of the fake box)
-        assert choose_cpus("dram", "all", "", root, {0, 1}) == [0, 1]
     assert choose_cpus("dram", "2", "1,0", root, {0, 1}) == [1, 0]
     with pytest.raises(UsageError, match="3 threads need 3 distinct CPUs"):
         choose_cpus("numa:1", "3", "", root, {0, 1})
@@ -135,6 +149,19 @@ def test_choose_cpus_from_the_regions_node(tmp_path):
         choose_cpus("dram", "1", "5", root, {0, 1})
     with pytest.raises(UsageError, match="malformed --threads"):
         choose_cpus("dram", "0", "", root, {0, 1})
+
+
+def test_dram_threads_run_on_the_node_this_process_runs_on(tmp_path):
+    """dram's pages are where the worker runs: its threads take that node's CPUs, never every
+    CPU the process may use (the other node's here), and a CPU-less node lends its nearest."""
+    root = SysRoot(live_cpus_box(tmp_path))
+    allowed = {*CPUS, *OTHER_NODE_CPUS}
+    assert choose_cpus("dram", "all", "", root, allowed) == CPUS
+    assert choose_cpus("dram", "1", "", root, allowed) == CPUS[:1]
+    assert choose_cpus("numa:2", "all", "", root, allowed) == OTHER_NODE_CPUS
+    assert choose_cpus("numa:1", "all", "", root, allowed) == CPUS  # nearest: node 0
+    with pytest.raises(UsageError, match=f"{len(CPUS) + 1} threads need"):
+        choose_cpus("dram", str(len(CPUS) + 1), "", root, allowed)
 
 
 def test_apply_thread_args_keeps_threadable_methods():
@@ -150,7 +177,8 @@ def test_apply_thread_args_keeps_threadable_methods():
         apply_thread_args(cases, "2", "a-b")
 
 
-def _threaded_ctx(pattern_size: int, threads: str, cpus: str = "") -> SessionContext:
+def _threaded_ctx(pattern_size: int, threads: str, cpus: str = "",
+                  inventory=None) -> SessionContext:
     from nearlocal.core.patterns import parse_pattern
     from nearlocal.regions import parse_region
     from nearlocal.regions.base import MappedRegion
@@ -163,7 +191,7 @@ def _threaded_ctx(pattern_size: int, threads: str, cpus: str = "") -> SessionCon
     spec = parse_region("dram")
     return SessionContext(case, parse_pattern(str(pattern_size)), MappedRegion(spec, "wb", src, True),
                           MappedRegion(spec, "wb", dst, True), TSC_HZ, 0.0,
-                          {**get_method("load").params, **case.param_dict})
+                          {**get_method("load").params, **case.param_dict}, inventory)
 
 
 def test_aggregate_bandwidth_is_declared_bytes_over_first_start_to_last_end():
@@ -210,20 +238,24 @@ def test_barrier_starts_every_thread_together():
 
 
 @two_cpus
-def test_threaded_session_runs_on_distinct_cpus():
-    ctx = _threaded_ctx(1 << 16, "2")
+def test_threaded_session_runs_on_distinct_cpus(tmp_path):
+    """Two threads on dram, in a run whose inventory puts every CPU of this process on one node
+    (whatever the box's own shape): the node's first two CPUs, one thread each."""
+    inventory = probe(SysRoot(live_cpus_box(tmp_path)), calibrate=False, gpu=False)
+    ctx = _threaded_ctx(1 << 16, "2", inventory=inventory)
     session = ThreadedSession("load", ctx)
     _, ns = session.sample(5)
     assert len(ns) == 5 and (ns > 0).all()
-    assert session.info["threads"] == 2 and len(set(session.info["cpus"])) == 2
+    assert session.info["threads"] == 2 and session.info["cpus"] == CPUS[:2]
     assert sum(r["bytes"] for r in session.info["per_thread"]) == 1 << 16
 
 
 @two_cpus
 def test_loaded_chase_counts_traffic_while_it_chases():
     load_methods()
-    case = Case("loaded-chase", "dram", pattern="1MiB",
-                params=(("hops", "2000"), ("threads", "2"), ("burst", "4KiB")))
+    case = Case("loaded-chase", "dram", pattern="1MiB",  # two CPUs named: any box's shape
+                params=(("hops", "2000"), ("threads", "2"), ("cpus", f"{CPUS[0]},{CPUS[1]}"),
+                        ("burst", "4KiB")))
     with open_case(case, TSC_HZ, 0.0, allow_write=False) as opened:
         assert (opened.session.progress > 0).all()  # traffic runs before the chase starts
         for _ in range(200):  # on a loaded box the traffic thread may sit out a short batch
@@ -232,6 +264,7 @@ def test_loaded_chase_counts_traffic_while_it_chases():
                 break
         info = opened.info
     assert (ns > 0).all() and info["traffic_threads"] == 1
+    assert info["chase_cpu"] == CPUS[0] and info["cpus"] == CPUS[:2]
     assert info["share_bytes"] == 512 * 1024 and info["ring_lines"] == 8192
     assert info["traffic_gbps"] > 0  # bursts finished while the chase was timing were counted
 
@@ -262,15 +295,17 @@ def test_threaded_row_through_the_cli(tmp_path):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
 
+    cpus = f"{CPUS[0]},{CPUS[1]}"  # named: dram's node may hold one CPU on another box
     assert main(["run", "--method", "nt-store", "--method", "chase", "--size", "1MiB",
-                 "--threads", "2", "--budget", "0.05", "--out", str(tmp_path), "--quiet"]) == 0
+                 "--threads", "2", "--cpus", cpus, "--budget", "0.05", "--out", str(tmp_path),
+                 "--quiet"]) == 0
     run = load(None, tmp_path)
     assert list(run.cases["method"]) == ["nt-store"]  # chase has no multi-thread form
     row = run.cases.iloc[0]
-    assert row["status"] == "ok" and row["case_id"] == "nt-store/dram/wb/1MiB/threads=2"
+    assert row["status"] == "ok" and row["case_id"] == f"nt-store/dram/wb/1MiB/cpus={cpus}/threads=2"
     assert row["gbps"] == pytest.approx(row["bytes_moved"] / row["median_ns"])
     assert [t["bytes"] for t in row["info"]["per_thread"]] == [512 * 1024] * 2
-    assert len(set(row["info"]["cpus"])) == 2
+    assert list(row["info"]["cpus"]) == CPUS[:2]
 
 
 def test_page_size_the_row_states():

@@ -263,47 +263,180 @@ def test_suite_cases_are_what_the_verdict_expects():
     assert len(ids) == len(set(ids)) > 50 and any(i.startswith("gather-kernel") for i in ids)
 
 
+def _no_cupy(tmp_path: Path) -> Path:
+    """A folder that, first on PYTHONPATH, makes `import cupy` fail as on a box without a CUDA
+    stack: the no-GPU path, taken on every box (one with a GPU too)."""
+    folder = tmp_path / "no-cupy"
+    (folder / "cupy").mkdir(parents=True)
+    (folder / "cupy" / "__init__.py").write_text(
+        "raise ImportError('cupy hidden by the test: a box without a GPU')\n")
+    return folder
+
+
 def test_gpu_check_without_a_gpu_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--out",
-                             str(tmp_path)], capture_output=True, text=True, timeout=300)
-    if "nothing measured" not in result.stdout:
-        pytest.skip("this box has a GPU")
-    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
-    assert result.stdout.strip().count("\n") == 0
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": f"{_no_cupy(tmp_path)}{os.pathsep}{ROOT}"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.stdout == ("gpu_check.py: nothing measured: no GPU: ImportError: cupy hidden by "
+                             "the test: a box without a GPU\n")
+    assert not (tmp_path / "out" / "report.md").exists()
 
 
 # --- gpu_check.sh -------------------------------------------------------------------------------
 
-def test_step_caps_leave_room_in_the_total():
-    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
-    total = int(re.search(r'TOTAL_S="\$\{TOTAL_S:-(\d+)\}"', text).group(1))
-    tail = int(re.search(r"^TAIL_S=(\d+)$", text, re.M).group(1))
-    steps = re.search(r"^STEPS=\((.*?)\)", text, re.M | re.S).group(1).split()
-    caps = {name: int(cap) for name, cap in (s.split(":") for s in steps)}
-    assert sum(caps.values()) + tail <= total
-    for name in caps:  # every step the script runs has a cap, and every cap a step
-        assert re.search(rf"step {re.escape(name)} ", text), name
-    for variable in ("CUPY_CACHE_DIR", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR"):
-        assert f"{variable}=" in text
-    assert "set -uo pipefail" in text and "bash -o pipefail -c" in text
+# the environment every step of the script sees, each under its scratch folder but the flags
+SCRATCH_VARIABLES = ("TMPDIR", "CUPY_CACHE_DIR", "NUMBA_CACHE_DIR", "CUDA_CACHE_PATH",
+                     "XDG_CACHE_HOME", "MPLCONFIGDIR", "NEARLOCAL_STORAGE")
+STUB_PYTHON = """#!{python}
+\"\"\"gpu_check.sh's PYTHON in these tests: records each call (its arguments, environment and
+what it finds on disk) and answers as a GPU box whose steps all pass would, but whatif_check.py,
+which fails (exit 5), and the preflight, which exits STUB_PREFLIGHT_RC.\"\"\"
+import json, os, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+out = Path(os.environ["OUT"])
+storage = Path(os.environ.get("NEARLOCAL_STORAGE") or "/nonexistent")
+record = {{"args": args, "cwd": os.getcwd(),
+          "env": {{name: os.environ.get(name) for name in {variables!r} +
+                  ("PYTHONDONTWRITEBYTECODE", "NEARLOCAL_REAL_GPU", "PYTHONPATH")}},
+          "storage": [storage.stat().st_size, storage.stat().st_ino, storage.stat().st_mtime_ns]
+                     if storage.exists() else None,
+          "stale_outputs": sorted(p.name for p in out.glob("*") if p.is_file())}}
+with open(os.environ["STUB_CALLS"], "a") as calls:
+    calls.write(json.dumps(record) + "\\n")
+if args[:1] == ["scripts/gpu_preflight.py"] and "--gate" in args:
+    print("2 GPU(s) (stub); cupy stub, NVRTC stub: nearlocal's module compiled")
+elif args[:1] == ["scripts/gpu_preflight.py"]:
+    sys.exit(int(os.environ.get("STUB_PREFLIGHT_RC", "0")))
+elif args[:1] == ["scripts/gpu_check.py"] and "--partial" in args:
+    (out / "report.md").write_text("# stub report from rows.jsonl\\n")
+elif args[:1] == ["scripts/whatif_check.py"]:
+    sys.exit(5)
+elif args[:3] == ["-m", "nearlocal", "probe"]:
+    print("{{}}")
+"""
 
 
-def test_gpu_check_sh_wiring_of_issue_40():
-    """What the GPU branch of the script does (it cannot run here): the suites in one worker
-    process each, their storage file made once in the scratch folder, a check step that ended
-    without its report gets one from its rows, the verdict names each suite's cases."""
-    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
-    assert text.count("--processes 1") == 2
-    assert 'NEARLOCAL_STORAGE="$SCRATCH/' in text and '> "$NEARLOCAL_STORAGE"' in text
-    assert "scripts/gpu_check.py --out \"$OUT\" --partial" in text
-    assert '--suite "gpu=$WORK/suite-gpu.json"' in text
-    assert '--suite "swiftcache=$WORK/suite-swiftcache.json"' in text
-    assert '"$OUT/rows.jsonl"' in text  # removed at the start with the other outputs
+def _run_sh_with_stub_python(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess,
+                                                                   list[dict], Path]:
+    """gpu_check.sh with PYTHON a stub that records each call: the script's own wiring (steps,
+    caps, environment, files) runs as on a GPU box, in seconds, with nothing measured."""
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PYTHON.format(python=sys.executable, variables=SCRATCH_VARIABLES))
+    stub.chmod(0o755)
+    out, tmp, calls = tmp_path / "out", tmp_path / "tmp", tmp_path / "calls.jsonl"
+    tmp.mkdir()
+    out.mkdir()
+    for stale in ("steps.txt", "report.md", "gpu_check.json", "rows.jsonl", "whatif.md"):
+        (out / stale).write_text("from an earlier check\n")
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
+                            text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "OUT": str(out), "TMPDIR": str(tmp),
+                                 "PYTHON": str(stub), "STUB_CALLS": str(calls), **env})
+    records = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+    return result, records, out
+
+
+def _caps_total_and_tail() -> tuple[int, int]:
+    """The script's own sum of its step caps and its packing-up time, as its refusal says them."""
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "TOTAL_S": "1"}, timeout=60)
+    found = re.search(r"the step caps add up to (\d+) s, more than TOTAL_S=1 s less (\d+) s",
+                      result.stderr)
+    assert result.returncode == 2 and found, result.stderr
+    return int(found.group(1)), int(found.group(2))
+
+
+STEP_NAMES = ["preflight", "probe", "tests", "check", "suite-gpu", "whatif", "whatif-check",
+              "suite-swiftcache", "suites-verdict", "bench-gpu"]
+
+
+def test_gpu_check_sh_runs_every_step_under_its_cap_in_its_scratch_folder(tmp_path):
+    """The GPU branch of the script, its interpreter a stub: every step runs in order under a
+    cap of its own (the caps add up to the script's total), a failed step fails the check but
+    not the steps after it, every step's caches and temporary files are in one scratch folder
+    that is gone at the end, and the outputs of an earlier check are removed before any step."""
+    caps_total, tail = _caps_total_and_tail()
+    result, records, out = _run_sh_with_stub_python(tmp_path,
+                                                    TOTAL_S=str(caps_total + tail + 3600))
+    assert result.returncode == 1, result.stdout + result.stderr  # whatif-check failed
+    log = (out / "log.txt").read_text()
+    caps = dict(re.findall(r"^=== (\S+) \(timeout (\d+) s\)$", log, re.M))
+    assert list(caps) == STEP_NAMES
+    assert all(int(cap) > 0 for cap in caps.values()) and sum(map(int, caps.values())) == caps_total
+    steps = (out / "steps.txt").read_text().splitlines()
+    verdicts = [re.match(r"=== (\S+): (.*) in \d+ s$", line) for line in steps
+                if line.startswith("=== ")]
+    assert [(m.group(1), m.group(2)) for m in verdicts] == [
+        (name, "FAILED (exit 5)" if name == "whatif-check" else "ok") for name in STEP_NAMES]
+    assert "2 GPU(s) (stub)" in steps[2]  # the gate's line, after the probe
+    # every earlier output removed before the first step (log.txt: this check's, being written)
+    assert records[0]["stale_outputs"] == ["log.txt"]
+    scratch = {Path(r["env"]["TMPDIR"]).parent for r in records}
+    assert len(scratch) == 1 and scratch.pop().parent == tmp_path / "tmp"
+    for record in records:
+        assert record["cwd"] == str(ROOT)
+        env = record["env"]
+        top = Path(env["TMPDIR"]).parent
+        assert all(Path(env[name]).parent == top for name in SCRATCH_VARIABLES), env
+        assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["NEARLOCAL_REAL_GPU"] == "1"
+        assert env["PYTHONPATH"].split(":")[:2] == [str(top / "site"), str(ROOT)]
+    assert list((tmp_path / "tmp").iterdir()) == []  # the scratch folder is gone
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
+                                                     "steps.txt"]
+
+
+def test_gpu_check_sh_wiring_of_issue_40(tmp_path):
+    """What the GPU branch of the script hands each step: the suites in one worker process
+    each, their storage file made once in the scratch folder before them, a check step that
+    ended without its report gets one from its rows, the verdict names each suite's JSON."""
+    caps_total, tail = _caps_total_and_tail()
+    _, records, out = _run_sh_with_stub_python(tmp_path, TOTAL_S=str(caps_total + tail + 3600))
+    commands = [r["args"] for r in records]
+    check = commands.index(["scripts/gpu_check.py", "--out", str(out)])
+    assert commands[check + 1] == ["scripts/gpu_check.py", "--out", str(out), "--partial"]
+    assert (out / "report.md").read_text() == "# stub report from rows.jsonl\n"
+    work = out / "work"
+    suites = [(i, c) for i, c in enumerate(commands) if c[:4] == ["-m", "nearlocal", "run", "--suite"]]
+    assert [c[4] for _, c in suites] == ["gpu", "swiftcache"]
+    for _, command in suites:
+        assert command[5:7] == ["--processes", "1"]
+        assert command[command.index("--json") + 1] == str(work / f"suite-{command[4]}.json")
+    storage = [records[i]["storage"] for i, _ in suites]
+    assert storage[0] is not None and storage[0][0] == 64 << 20
+    assert storage[0] == storage[1]  # the same file, never rewritten
+    assert all(r["storage"] is None for r in records[:2])  # made after the probe, by the script
+    verdict = next(c for c in commands if "--suites-only" in c)
+    assert verdict == ["scripts/gpu_check.py", "--out", str(out), "--suites-only",
+                       "--suite", f"gpu={work}/suite-gpu.json",
+                       "--suite", f"swiftcache={work}/suite-swiftcache.json"]
+
+
+def test_gpu_check_sh_a_failed_preflight_skips_every_later_step(tmp_path):
+    """The preflight's own failure (exit 1, not the no-CUDA-stack 3) reaches the script through
+    its pipe to tee: every step after it is skipped with that reason; and a total of
+    exactly the caps and the packing-up time is accepted."""
+    caps_total, tail = _caps_total_and_tail()
+    result, records, out = _run_sh_with_stub_python(tmp_path, TOTAL_S=str(caps_total + tail),
+                                                    STUB_PREFLIGHT_RC="1")
+    assert result.returncode == 1 and "step caps add up" not in result.stderr
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert steps[0].startswith("=== preflight: FAILED (exit 1)")
+    skipped = "(the preflight failed: nearlocal cannot import what it needs (see above))"
+    assert steps[1:] == [f"=== {name}: skipped {skipped}" for name in STEP_NAMES[1:]]
+    assert [r["args"][:3] for r in records] == [["scripts/gpu_preflight.py", "--wheels",
+                                                 str(ROOT / "wheels")]]
+    assert (out / "report.md").read_text().startswith("# nearlocal GPU check\n\nNot run: the "
+                                                      "preflight failed")
 
 
 def test_gpu_check_sh_refuses_caps_beyond_the_total(tmp_path):
+    """One second short of the caps and the packing-up time: refused before anything is made."""
+    caps_total, tail = _caps_total_and_tail()
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
-                            text=True, env={"PATH": "/usr/bin:/bin", "TOTAL_S": "100",
+                            text=True, env={"PATH": "/usr/bin:/bin", "TOTAL_S": str(caps_total + tail - 1),
                                             "OUT": str(tmp_path / "out")}, timeout=60)
     assert result.returncode == 2 and "step caps add up to" in result.stderr
     assert not (tmp_path / "out").exists()
@@ -414,21 +547,22 @@ def test_preflight_gate_reads_the_probe(tmp_path):
 
 
 def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
-    """The dry run on a CPU box: preflight and probe run, every GPU step is skipped with the
-    probe's reason, no traceback, five files at most in $OUT, the scratch folder removed."""
-    if importlib.util.find_spec("cupy") is not None:
-        pytest.skip("cupy is importable here: the check would run for real")
+    """The dry run, as on a CPU box (cupy unimportable, on any box): preflight and probe run,
+    every GPU step is skipped with the probe's reason, no traceback, four files in $OUT, the
+    scratch folder removed; the default TOTAL_S holds the caps (not refused)."""
     out, tmp = tmp_path / "out", tmp_path / "tmp"
     tmp.mkdir()
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
-           "TMPDIR": str(tmp), "PYTHON": sys.executable, "NEARLOCAL_WHEELS": str(tmp_path / "none")}
+           "TMPDIR": str(tmp), "PYTHON": sys.executable, "NEARLOCAL_WHEELS": str(tmp_path / "none"),
+           "PYTHONPATH": str(_no_cupy(tmp_path))}
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True,
                             text=True, env=env, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 1 and "Traceback" not in log
     steps = (out / "steps.txt").read_text().splitlines()
     assert steps[0].startswith("=== preflight: ok") and steps[1].startswith("=== probe: ok")
-    assert steps[2].startswith("GPU steps skipped: no GPU")
+    assert steps[2].startswith("GPU steps skipped: no GPU: cupy is not importable (ImportError: "
+                               "cupy hidden by the test")
     skipped = [line for line in steps if ": skipped (no GPU" in line]
     assert len(skipped) == 8  # tests, check, two suites, whatif, its check, the verdict, bench
     assert "Not run: no GPU" in (out / "report.md").read_text()

@@ -282,12 +282,30 @@ def test_pinned_staging_is_freed_when_it_has_no_device_pointer(fake_cupy, monkey
     assert runtime.host_allocs == {}
 
 
+class _HostClock:
+    """The host clock EventTimer reads (time.perf_counter_ns), moved only by the enqueues: each
+    takes exactly `enqueue_ns`, so what the timer learns of the host is the test's choice."""
+
+    def __init__(self, enqueue_ns: int):
+        self.now, self.enqueue_ns = 0, enqueue_ns
+
+    def perf_counter_ns(self) -> int:
+        return self.now
+
+    def enqueue(self) -> None:
+        self.now += self.enqueue_ns
+
+
 def test_the_spin_shrinks_again_after_intervals_in_time(fake_cupy, monkeypatch):
     """One slow host moment doubles the spin; SHRINK_AFTER intervals in time halve it again,
-    down to what the enqueues needed, so it does not stay at MAX_SPIN_NS (issue 24)."""
+    down to what the enqueues needed (twice the slowest, plus MIN_SPIN_NS), so it does not stay
+    at MAX_SPIN_NS (issue 24)."""
+    from nearlocal.gpu import timing
     from nearlocal.gpu.timing import MAX_SPIN_NS, MIN_SPIN_NS, SHRINK_AFTER, EventTimer
     from nearlocal.kernels.cuda import compiled
 
+    clock = _HostClock(enqueue_ns=5_000)
+    monkeypatch.setattr(timing, "time", clock)
     late = {"n": 12}  # the host is late 12 times in a row, then always in time
 
     def done(self):
@@ -298,18 +316,22 @@ def test_the_spin_shrinks_again_after_intervals_in_time(fake_cupy, monkeypatch):
     timer = EventTimer(fake_cupy, fake_cupy.cuda.Stream(), compiled(fake_cupy),
                        np.zeros(1, np.uint64).ctypes.data)
     for _ in range(2):  # ATTEMPTS late tries each: the spin doubles to the ceiling
-        timer.queued(lambda: None)
+        timer.queued(clock.enqueue)
     assert timer.spin_ns == timer.max_spin_ns == MAX_SPIN_NS
     for _ in range(SHRINK_AFTER - 1):
-        timer.queued(lambda: None)
+        timer.queued(clock.enqueue)
     assert timer.spin_ns == MAX_SPIN_NS and timer.spin_shrinks == 0
-    timer.queued(lambda: None)
+    timer.queued(clock.enqueue)
     assert timer.spin_ns == MAX_SPIN_NS // 2 and timer.spin_shrinks == 1
+    needed = 2 * clock.enqueue_ns + MIN_SPIN_NS
+    halvings = 0
+    while MAX_SPIN_NS >> (halvings + 1) > needed:
+        halvings += 1
     for _ in range(SHRINK_AFTER * 20):
-        timer.queued(lambda: None)
-    assert MIN_SPIN_NS <= timer.spin_ns < MAX_SPIN_NS // 100  # a fake enqueue takes microseconds
+        timer.queued(clock.enqueue)
+    assert timer.spin_ns == needed  # halved each SHRINK_AFTER, then held at what was needed
     info = timer.info()
-    assert info["spin_max_ns"] == MAX_SPIN_NS and info["spin_shrinks"] > 10
+    assert info["spin_max_ns"] == MAX_SPIN_NS and info["spin_shrinks"] == halvings + 1
 
 
 def test_each_interval_loses_the_cost_of_an_empty_interval_of_its_kind(fake_cupy, monkeypatch):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import numba
 import numpy as np
 import pytest
@@ -65,10 +69,8 @@ def test_store_kernels_write_exactly_the_fragments(kernel, drain):
 
 
 @pytest.mark.parametrize("drain", [True, False])
-@pytest.mark.parametrize("kernel", [cpu.time_memcpy, cpu.time_movdir64b, cpu.time_nt_copy])
+@pytest.mark.parametrize("kernel", [cpu.time_memcpy, cpu.time_nt_copy])  # movdir64b: below
 def test_copy_kernels_copy_every_fragment(kernel, drain):
-    if kernel is cpu.time_movdir64b and not CPU.has("movdir64b"):
-        pytest.skip("CPU lacks movdir64b: the kernel must not even be compiled here")
     src, dst = _buffers()
     _run(kernel, src, dst, drain=drain)
     expected = np.zeros(SIZE, np.uint8)
@@ -270,12 +272,108 @@ def test_read_loop_is_not_deleted():
     assert "vpxor" in text or "pxor" in text or "vxorps" in text
 
 
-def test_movdir64b_kernel_contains_movdir64b_where_supported():
-    if not CPU.has("movdir64b"):
-        pytest.skip("CPU lacks movdir64b")
-    src, dst = _buffers()
-    _run(cpu.time_movdir64b, src, dst, reps=1)
-    assert "movdir64b" in _mnemonics(cpu.time_movdir64b)
+MOVDIR64B_RUN = """
+import ctypes, json, sys
+import numpy as np
+emulator = ctypes.CDLL(sys.argv[1])
+emulator.nl_emu_dst.restype = emulator.nl_emu_src.restype = ctypes.c_uint64
+emulator.nl_emu_dst.argtypes = emulator.nl_emu_src.argtypes = [ctypes.c_long]
+emulator.nl_emu_logged.restype = emulator.nl_emu_refused.restype = ctypes.c_long
+assert emulator.nl_emu_install() == 0
+from nearlocal.kernels import cpu
+frags = np.array(json.loads(sys.argv[2]), np.int64)
+src = np.random.default_rng(7).integers(0, 256, int(sys.argv[3]), dtype=np.uint8)
+dst = np.zeros(src.size, np.uint8)
+samples = np.zeros(int(sys.argv[4]), np.uint64)
+cpu.time_movdir64b(src, dst, frags, samples, np.zeros(1, np.uint64), True, 1)
+stores = [(emulator.nl_emu_dst(i) - dst.ctypes.data, emulator.nl_emu_src(i) - src.ctypes.data)
+          for i in range(emulator.nl_emu_logged())]
+asm = "\\n".join(cpu.time_movdir64b.inspect_asm().values())
+print(json.dumps({"stores": stores, "refused": emulator.nl_emu_refused(), "dst_base": dst.ctypes.data,
+                  "asm_has_movdir64b": "movdir64b" in asm, "timed": bool(samples.all()),
+                  "src": src.tolist(), "dst": dst.tolist()}))
+"""
+
+
+def _movdir64b_lines(frags: np.ndarray, dst_base: int) -> list[tuple[int, int]]:
+    """(dst offset, src offset) of each 64-byte direct store a pass makes, in order: every whole
+    line of each fragment's destination that is 64-byte aligned in memory (the ragged head and
+    tail are ordinary stores), from the source bytes at the same place in the fragment."""
+    lines = []
+    for src_off, dst_off, length in frags.tolist():
+        first = dst_off + (-(dst_base + dst_off)) % 64
+        lines += [(at, src_off + at - dst_off) for at in range(first, dst_off + length - 63, 64)]
+    return lines
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="cc builds the movdir64b emulator")
+def test_movdir64b_kernel_stores_each_aligned_line_once_per_pass(tmp_path):
+    """time_movdir64b compiled for this CPU plus movdir64b, as on the Intel boxes that have it
+    (the recorded Emerald Rapids guest), and run: where this CPU lacks the instruction (every AMD
+    box) a SIGILL handler does what it does and logs it (tests/movdir64b_emulator.c). The kernel
+    holds the instruction, every pass issues it once for each 64-byte aligned whole line of each
+    fragment, from the matching source bytes, never at a misaligned address, and the ragged ends
+    are copied by ordinary stores: the destination holds exactly the fragments' bytes."""
+    import json
+    import subprocess
+    import sys
+
+    import llvmlite.binding as llvm
+
+    library = tmp_path / "movdir64b_emulator.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(library),
+                    str(Path(__file__).with_name("movdir64b_emulator.c"))], check=True,
+                   timeout=120)
+    features = llvm.get_host_cpu_features()
+    features["movdir64b"] = True
+    env = {**os.environ, "NUMBA_CPU_NAME": llvm.get_host_cpu_name(),
+           "NUMBA_CPU_FEATURES": features.flatten(), "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    reps = 3
+    done = subprocess.run([sys.executable, "-c", MOVDIR64B_RUN, str(library),
+                           json.dumps(FRAGS.tolist()), str(SIZE), str(reps)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["asm_has_movdir64b"] and result["timed"] and result["refused"] == 0
+    src, dst = np.array(result["src"], np.uint8), np.array(result["dst"], np.uint8)
+    expected = np.zeros(SIZE, np.uint8)
+    for s, d, n in FRAGS:
+        expected[d:d + n] = src[s:s + n]
+    np.testing.assert_array_equal(dst, expected)
+    stores = [tuple(store) for store in result["stores"]]
+    if CPU.has("movdir64b"):  # the instruction ran itself
+        assert stores == []
+    else:
+        lines = _movdir64b_lines(FRAGS, result["dst_base"])
+        assert len(lines) > 64 and stores == lines * reps
+
+
+def test_movdir64b_is_offered_where_the_cpu_has_it_and_gated_elsewhere(tmp_path):
+    """The recorded Intel guest (movdir64b) plans the case to run; the recorded AMD guest and a
+    Westmere plan it skipped, naming the flag: a skipped case never reaches a worker, so the
+    kernel is never compiled for a CPU that lacks the instruction (LLVM would abort)."""
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import get_method, load_methods
+    from nearlocal.engine.plan import plan_entries
+    from nearlocal.probe import probe
+    from tests.fakesys import EMERALD_RAPIDS_CPUINFO, EPYC_ZEN4_CPUINFO, WESTMERE_CPUINFO, cxl_box
+
+    load_methods()
+    assert "movdir64b" in get_method("movdir64b").cpu_flags
+    cases = [Case("movdir64b", "dram", "wb", size, peer="dram") for size in ("64B", "16KiB")]
+    for name, cpuinfo, model in (("intel", EMERALD_RAPIDS_CPUINFO, None),
+                                 ("amd", EPYC_ZEN4_CPUINFO, "AMD EPYC"),
+                                 ("westmere", WESTMERE_CPUINFO, "Westmere E56xx/L56xx/X56xx")):
+        inventory = probe(SysRoot(cxl_box(tmp_path / name, cpuinfo=cpuinfo)), calibrate=False,
+                          gpu=False)
+        assert inventory.cpu.has("movdir64b") is (model is None), name
+        for entry in plan_entries(cases, inventory):
+            if model is None:
+                assert entry.runs and entry.resolved is not None, (name, entry.reason)
+            else:
+                assert not entry.runs, name
+                assert entry.reason.startswith(f"CPU lacks movdir64b ({model}"), entry.reason
 
 
 def test_the_clock_measured_here_has_a_step_and_an_overhead():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from nearlocal.core import cases as case_rules
 from nearlocal.core.suites import suite_cases
 from nearlocal.engine.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
@@ -42,12 +45,48 @@ def test_a_second_socket_is_a_numa_region(tmp_path):
     assert pool_regions(inventory, lambda _: 2) == ["devdax:/dev/dax0.0", "numa:1", "numa:0"]
 
 
-def test_one_node_box_says_so_in_one_line():
+def one_node_box(root: Path) -> Path:
+    """The CXL box without its pool: one node with CPUs and memory, no CXL, no device-dax."""
+    cxl_box(root)
+    for path in ("sys/devices/system/node/node1", "sys/bus/dax", "sys/bus/cxl", "dev/dax0.0"):
+        target = root / path
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    write(root, "/sys/devices/system/node/node0/distance", "10")
+    return root
+
+
+def test_one_node_box_says_so_in_one_line(tmp_path):
+    inventory = probe(SysRoot(one_node_box(tmp_path)), calibrate=False, gpu=False)
+    assert len(inventory.numa) == 1 and not inventory.dax
+    assert pool_regions(inventory, node0) == []
+    assert pool_note(inventory, node0) == ("this box has 1 NUMA node and no device-dax pool: quick "
+                                           "measures local memory only (nothing to compare it "
+                                           "with)")
+    cases = quick_pool_cases(inventory, node0)
+    assert cases and {(c.method, c.region) for c in cases} == {("chase", "dram")}
+
+
+def test_this_boxs_note_names_what_its_probe_found():
+    """Whatever box runs this: the note is one line naming exactly the pool regions its probe
+    lists, or saying there are none, and quick reads exactly those (chase on dram always)."""
+    from nearlocal.cpu.threads import local_node
+
     inventory = probe(calibrate=False, gpu=False)
-    if len(inventory.numa) == 1 and not inventory.dax:
-        note = pool_note(inventory)
-        assert "\n" not in note and "local memory only" in note
-        assert not [c for c in quick_pool_cases(inventory) if c.method != "chase"]
+    node = local_node(inventory.numa)  # read once: the process may move between CPUs
+
+    def here(_inventory):
+        return node
+
+    regions = pool_regions(inventory, here)
+    note = pool_note(inventory, here)
+    assert "\n" not in note
+    if regions:
+        assert note == "quick also measures non-local memory: " + ", ".join(regions)
+    else:
+        assert note.endswith("quick measures local memory only (nothing to compare it with)")
+        assert f"this box has {len(inventory.numa)} NUMA node" in note
+    read = {c.region for c in quick_pool_cases(inventory, here) if c.method != "chase"}
+    assert read == set(regions)
     assert any(c.method == "chase" and c.region == "dram" for c in suite_cases("quick"))
 
 

@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from nearlocal.probe import probe
 from nearlocal.probe.block import filesystem_of, probe_block
 from nearlocal.report.tables import build_report
 from nearlocal.storage import uring
-from nearlocal.storage.methods import resident_fraction
+from nearlocal.storage.methods import resident_fraction, resident_pages
 from nearlocal.store import load
 from nearlocal.sysroot import SysRoot
 from tests.report_fixtures import make_run, row
@@ -144,13 +145,118 @@ def test_the_ring_records_the_setup_flags_the_kernel_took():
         ring.close()
 
 
-def test_warm_reads_fill_the_page_cache_and_cold_ones_drop_it(direct_folder):
-    path = direct_folder / "user.bin"
+def test_warm_reads_fill_the_page_cache(folder):
+    path = folder / "user.bin"
     _user_file(path)
     _, warm = _read_into_peer(Case("file-read", f"storage:{path}", pattern="128x20KiB@20KiB",
                                    params=(("cache", "warm"),)))
     assert warm["page_cache_resident"] > 0.99  # of the span the pattern reads
-    _drop(path)  # what cache=cold does before every sample (after an fsync here)
+
+
+# cache=warm / cold over a 32 MiB file: the pattern reads 16 pages in its first 128 KiB; its last
+# MiB is never read, and beyond any readahead (read_ahead_kb is 128 KiB to 8 MiB)
+COLD_FILE_BYTES, COLD_PATTERN = 32 << 20, "16x4KiB@8KiB"
+FAR = slice((31 << 20) // 4096, (32 << 20) // 4096)  # pages of the last MiB
+READ = slice(0, 32, 2)  # the pages the pattern reads
+
+
+def _pages(path: Path) -> np.ndarray:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return resident_pages(fd, path.stat().st_size)
+    finally:
+        os.close(fd)
+
+
+def _warm_far_end(path: Path) -> None:
+    """Bring the file's last MiB into the page cache, as another reader of the file would."""
+    with open(path, "rb") as file:
+        file.seek(FAR.start * 4096)
+        file.read()
+    assert _pages(path)[FAR].all()
+
+
+def _device_read_bytes() -> int:
+    """Bytes this process (all its threads) had the block layer fetch (/proc/self/io)."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError as exc:
+        pytest.skip(f"no per-process I/O accounting here (/proc/self/io: {exc.strerror})")
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("read_bytes")))
+
+
+def _cold_ready_files(folder: Path) -> tuple[Path, Path]:
+    """The measured file and a bystander, written back so their clean pages can be dropped;
+    skipped where the file system keeps every page (tmpfs: fadvise DONTNEED drops nothing)."""
+    files = folder / "user.bin", folder / "bystander.bin"
+    for path in files:
+        _user_file(path, COLD_FILE_BYTES)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if _pages(files[0]).any():
+        pytest.skip(f"{filesystem_of(folder).fstype} at {folder} keeps a file's pages after "
+                    f"fadvise DONTNEED: cache=cold cannot drop them there")
+    return files
+
+
+ENGINES = [(("engine", "threads"), ("qd", "1")), (("engine", "threads"), ("qd", "4")),
+           (("engine", "io_uring"), ("qd", "4"))]
+
+
+@pytest.mark.parametrize("params", ENGINES)
+def test_cold_reads_drop_the_files_pages_before_every_sample(folder, params):
+    """cache=cold, the method's parameter: before each sample this file's pages are dropped,
+    so every sample's reads go to the device (its pages were gone), the pages it read are
+    cached after it (dropped before the reads, not after), a part of the file it never reads
+    that another reader cached is gone again after each sample, and another file's pages stay."""
+    if dict(params)["engine"] == "io_uring" and uring.unavailable():
+        pytest.skip(uring.unavailable())
+    path, bystander = _cold_ready_files(folder)
+    data = path.read_bytes()
+    _warm_far_end(bystander)
+    case = Case("file-read", f"storage:{path}", pattern=COLD_PATTERN,
+                params=(("cache", "cold"), *params))
+    pattern_bytes = parse_pattern(COLD_PATTERN).total_bytes
+    with open_case(case, TSC_HZ, 0.0, allow_write=False) as opened:
+        session = opened.session
+        assert opened.info["cache"] == "cold" and "pages dropped" in opened.info["timed"]
+        for _ in range(3):
+            _warm_far_end(path)
+            before = _device_read_bytes()
+            session.sample(1)
+            assert _device_read_bytes() - before >= pattern_bytes  # none of it was cached
+            pages = _pages(path)
+            assert not pages[FAR].any()  # the whole file's pages dropped ...
+            assert pages[READ].all()  # ... before the sample read its own back in
+        before = _device_read_bytes()
+        session.sample(4)
+        assert _device_read_bytes() - before >= 4 * pattern_bytes  # dropped before each of 4
+        got = session.ctx.dst.array.copy()
+    assert np.array_equal(got[:pattern_bytes], _expected(data, COLD_PATTERN))
+    assert _pages(bystander)[FAR].all()  # this file only, never the box's caches
+
+
+@pytest.mark.parametrize("params", ENGINES)
+def test_warm_reads_keep_the_files_pages(folder, params):
+    """cache=warm on the same file: the untimed first pass caches the pattern's pages, the
+    samples then fetch nothing from the device, and nothing cached is dropped."""
+    if dict(params)["engine"] == "io_uring" and uring.unavailable():
+        pytest.skip(uring.unavailable())
+    path, _ = _cold_ready_files(folder)
+    case = Case("file-read", f"storage:{path}", pattern=COLD_PATTERN,
+                params=(("cache", "warm"), *params))
+    with open_case(case, TSC_HZ, 0.0, allow_write=False) as opened:
+        assert _pages(path)[READ].all()  # the untimed pass
+        _warm_far_end(path)
+        before = _device_read_bytes()
+        opened.session.sample(4)
+        assert _device_read_bytes() - before < parse_pattern(COLD_PATTERN).total_bytes
+        pages = _pages(path)
+        assert pages[FAR].all() and pages[READ].all()
 
 
 def test_unaligned_direct_reads_are_refused_naming_the_request(direct_folder):
@@ -269,9 +375,9 @@ def test_file_write_on_a_read_only_file_system_is_one_line_and_exit_2(folder):
     mount_point.mkdir()
     if not unshare or subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode:
         pytest.skip("unshare -rm (user and mount namespaces) is not allowed here")
-    nearlocal = shutil.which("nearlocal")
-    if not nearlocal:
-        pytest.skip("the nearlocal script is not on PATH")
+    # this interpreter and this checkout: a `nearlocal` on PATH may be another Python's (a shim)
+    nearlocal = f"{sys.executable} -m nearlocal"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for target, flags in ((mount_point / "new.bin", []), (mount_point / "old.bin",
                                                           ["--allow-write"])):
         script = (f"mount -t tmpfs -o size=8m tmpfs {mount_point} && "
@@ -280,7 +386,7 @@ def test_file_write_on_a_read_only_file_system_is_one_line_and_exit_2(folder):
                   f"{nearlocal} run --method file-write --region storage:{target} --size 64KiB "
                   f"--out {folder}/results --quiet {' '.join(flags)}")
         done = subprocess.run([unshare, "-rm", "sh", "-c", script], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, env=env)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "read-only file system" in lines[0], done.stderr

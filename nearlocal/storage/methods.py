@@ -101,13 +101,19 @@ def check_aligned(reqs: np.ndarray, align: int, base: int) -> None:
 
 
 def resident_fraction(fd: int, length: int) -> float:
-    """Share of [0, length) of the file in the page cache (mincore on a read-only mapping: the
-    file is never written)."""
+    """Share of [0, length) of the file in the page cache."""
+    pages = resident_pages(fd, length)
+    return float(pages.mean()) if pages.size else 0.0
+
+
+def resident_pages(fd: int, length: int) -> np.ndarray:
+    """Per page of [0, length) of the file, whether it is in the page cache (mincore on a
+    read-only mapping: the file is never written)."""
     import ctypes
     import mmap
 
     if length <= 0:
-        return 0.0
+        return np.zeros(0, bool)
     page = mmap.PAGESIZE
     buf = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ)
     try:
@@ -120,7 +126,7 @@ def resident_fraction(fd: int, length: int) -> float:
         del view
         if rc != 0:
             raise OSError(ctypes.get_errno(), "mincore failed")
-        return float((np.frombuffer(vec, np.uint8) & 1).sum()) / pages
+        return (np.frombuffer(vec, np.uint8) & 1).astype(bool)
     finally:
         buf.close()
 
