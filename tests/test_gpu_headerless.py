@@ -117,7 +117,7 @@ def test_the_probe_says_headers_are_missing_exactly_when_pathfinder_finds_none(
                                        *SMALL)),
 ])
 def test_gpu_sessions_run_without_headers(headerless, method, region, access, params):
-    row, _raw, ns = measure(Case(method, region, "wb", "3x40B", peer="gpu:0", access=access,
+    row, _raw, ns, _placement = measure(Case(method, region, "wb", "3x40B", peer="gpu:0", access=access,
                                  params=params), SETTINGS, 0.0)
     assert row["n_samples"] == len(ns) >= 1 and np.all(ns >= 0)
     assert headerless.cuda.function.Module.loaded  # the kernels came from NVRTC directly

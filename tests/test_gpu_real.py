@@ -25,7 +25,7 @@ SETTINGS = WorkerSettings(StoppingRule(budget_s=0.02, min_samples=5, max_samples
 
 
 def _measure(case: Case) -> dict:
-    row, _, ns = measure(case, SETTINGS, 0.0)
+    row, _, ns, _ = measure(case, SETTINGS, 0.0)
     assert row["n_samples"] == len(ns) > 0 and (ns >= 0).all() and row["median_ns"] > 0
     return row
 

@@ -47,7 +47,7 @@ def spins(monkeypatch):
 
 
 def _run(case: Case) -> dict:
-    row, _raw, ns = measure(case, SETTINGS, 0.0)
+    row, _raw, ns, _placement = measure(case, SETTINGS, 0.0)
     assert row["n_samples"] == len(ns) >= 1 and np.all(ns >= 0)
     return row
 
@@ -370,7 +370,7 @@ def known_overheads(monkeypatch):
 ])
 def test_rows_subtract_the_empty_interval_of_their_kind(fake_cupy, known_overheads, method,
                                                         region, pattern, kind, per_sample):
-    row, raw_ms, ns = measure(Case(method, region, "wb", pattern, peer="gpu:0"), SETTINGS, 0.0)
+    row, raw_ms, ns, _placement = measure(Case(method, region, "wb", pattern, peer="gpu:0"), SETTINGS, 0.0)
     info = row["info"]
     assert info["timer_overhead_kind"].startswith(kind)
     assert info["timer_overhead_ns"] == (3.0 if kind == "unqueued" else 500.0)

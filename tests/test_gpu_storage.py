@@ -103,7 +103,7 @@ def test_file_read_gpu_through_the_worker_gives_a_row(fake_cupy, tmp_path):
     _user_file(path)
     case = Case("file-read-gpu", f"storage:{path}", pattern="8x8KiB", peer="gpu:0",
                 params=(("cache", "cold"),))
-    row, _raw, ns = measure(case, SETTINGS, 0.0)
+    row, _raw, ns, _placement = measure(case, SETTINGS, 0.0)
     assert row["clock"] == "cuda-event" and row["n_samples"] == len(ns) >= 3
     assert row["info"]["timer_overhead_kind"].startswith("unqueued empty interval")
 
