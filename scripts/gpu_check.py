@@ -103,7 +103,7 @@ def _row(method: str, pattern: str, access: str = "read", **params: str) -> dict
     case = Case(method, "pinned", "wb", pattern, peer="gpu:0", access=access,
                 params=tuple(params.items()))
     try:
-        row, _, _ = measure(case, SETTINGS, 0.0)
+        row, _, _, _ = measure(case, SETTINGS, 0.0)
     except Exception as exc:  # a failed cell is shown as failed, the table goes on
         out = {"case": case.id, "error": _one_line(exc, 300)}
     else:
