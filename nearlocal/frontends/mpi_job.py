@@ -412,13 +412,13 @@ def _run_part(ctx) -> tuple[str, object]:
 
 def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, store,
                lost: dict, waiting: list) -> None:
+    from nearlocal.core.rows import row_facts
     from nearlocal.core.sampling import summarize
-    from nearlocal.engine.runner import describe
     from nearlocal.rack.framework import RACK_METHODS
 
     method = RACK_METHODS[case.method]
-    base = _planned_row(plan, case) or describe(
-        case, plan.inventory.cpuless_nodes, None, plan.inventory.cpu.llc_bytes,
+    base = _planned_row(plan, case) or row_facts(
+        case, plan.inventory.cpuless_nodes, plan.inventory.cpu.llc_bytes,
         plan.inventory.cpu.l2_bytes)
     skipped = _skipped(plan, case)
     if lost or job.size < method.min_ranks or skipped:
