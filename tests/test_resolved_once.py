@@ -1,7 +1,8 @@
 """A case is resolved once, by the plan: the resolved case (method looked up, pattern and regions
-parsed, params merged, spans, row facts) is what the runner sends its worker, and the worker
-parses nothing of it again. The run's clock is calibrated once. Counted by wrapping the resolvers
-wherever a module imported them."""
+parsed, params merged, spans, bytes moved) is what the runner sends its worker, and the worker
+parses and computes nothing of it again; the row facts are derived once, by the plan, and stay in
+the parent. The run's clock is calibrated once. Counted by wrapping the resolvers wherever a
+module imported them."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ from collections import Counter
 import pytest
 
 from nearlocal.core.cases import Case, ResolvedCase, resolve
+from nearlocal.core.methods import Method
 
 
-def count_calls(monkeypatch, module: str, name: str) -> Counter:
-    """Every call of `module.name`, through any module that imported it, counted by first arg."""
+def _first_arg(args: tuple) -> str:
+    return str(args[0]) if args else ""
+
+
+def count_calls(monkeypatch, module: str, name: str, key=_first_arg) -> Counter:
+    """Every call of `module.name`, through any module that imported it, counted by `key(args)`
+    (the first argument as text)."""
     original = getattr(sys.modules[module], name)
     calls: Counter = Counter()
 
     def counted(*args, **kwargs):
-        calls[str(args[0]) if args else ""] += 1
+        calls[key(args)] += 1
         return original(*args, **kwargs)
 
     for loaded in list(sys.modules.values()):
@@ -29,11 +36,31 @@ def count_calls(monkeypatch, module: str, name: str) -> Counter:
     return calls
 
 
+def count_derived(monkeypatch) -> tuple[Counter, Counter]:
+    """Calls of Case.spans and Method.bytes_moved, counted by the case's pattern text."""
+    spans, moved = Counter(), Counter()
+    original_spans, original_moved = Case.spans, Method.bytes_moved
+
+    def counted_spans(case, pattern=None):
+        spans[case.pattern] += 1
+        return original_spans(case, pattern)
+
+    def counted_moved(method, pattern):
+        moved[pattern.text] += 1
+        return original_moved(method, pattern)
+
+    monkeypatch.setattr(Case, "spans", counted_spans)
+    monkeypatch.setattr(Method, "bytes_moved", counted_moved)
+    return spans, moved
+
+
 def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tmp_path,
                                                                                 monkeypatch):
     """The plan and the runner of `run --method load --size 4KiB,64KiB --processes 2`: each
     case's method looked up once, its parameters merged once, its pattern and each region or
-    peer parsed once; one clock; resolved cases to the worker."""
+    peer parsed once, its spans, bytes moved and row facts derived once; one clock; resolved
+    cases to the worker, without the row facts (the runner builds rows, the worker never reads
+    them)."""
     import nearlocal.kernels.timer  # noqa: F401  (loaded: its measure_clock is wrapped)
     from nearlocal.engine import runner
     from nearlocal.engine.plan import RunSettings, plan_cases
@@ -59,6 +86,9 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     patterns = count_calls(monkeypatch, "nearlocal.core.patterns", "parse_pattern")
     regions = count_calls(monkeypatch, "nearlocal.regions.base", "parse_region")
     clocks = count_calls(monkeypatch, "nearlocal.kernels.timer", "measure_clock")
+    facts = count_calls(monkeypatch, "nearlocal.core.rows", "row_facts",
+                        key=lambda args: args[0].case.pattern)
+    spans, moved = count_derived(monkeypatch)
     plan = plan_cases(cases, inventory, RunSettings(0.02, processes=2))
     store = Store.create(tmp_path, {"suite": "t"})
     runner.Runner(inventory, plan.worker_settings(), store, processes=2,
@@ -68,21 +98,33 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     assert sum(clocks.values()) == 1
     assert methods == Counter({"load": 2})  # each case's method looked up once, when made
     assert merges == Counter({"4KiB": 1, "64KiB": 1})  # its parameters merged once
+    assert spans == moved == facts == Counter({"4KiB": 1, "64KiB": 1})
+    assert all(b"reaches_memory" not in pickle.dumps(message) for message in sent)
     assert sent and all(isinstance(message[1], ResolvedCase) for message in sent)
     assert {message[1].case.pattern for message in sent if message[0] == "measure"} == {
         "4KiB", "64KiB"}
     assert all(message[1].params["drain"] == "none" for message in sent if message[0] == "measure")
 
 
-def test_the_worker_opens_a_resolved_case_without_parsing_it_again(monkeypatch):
-    from nearlocal.engine.worker import open_case
+def test_the_worker_measures_a_resolved_case_without_deriving_it_again(monkeypatch):
+    """What a worker does with a plan's case (open it, measure it): no pattern or region parsed,
+    no spans or bytes moved computed again."""
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.worker import WorkerSettings, measure, open_case
+    from nearlocal.kernels.timer import measure_clock
 
     case = resolve(Case("load", "dram", "wb", "1024x160B"))
+    settings = WorkerSettings(StoppingRule(budget_s=0.01, min_samples=3), 1e9, False,
+                              clock=measure_clock(), placements=2)
     patterns = count_calls(monkeypatch, "nearlocal.core.patterns", "parse_pattern")
     regions = count_calls(monkeypatch, "nearlocal.regions.base", "parse_region")
+    spans, moved = count_derived(monkeypatch)
     with open_case(case, 1e9, 0.0, False) as opened:
         assert opened.pattern.count == 1024 and opened.region.spec == case.region
-    assert not patterns and not regions
+    row, _, ns, _ = measure(case, settings)
+    assert row["status"] == "ok" and len(ns)
+    assert row["gbps"] > 0  # from the resolved case's bytes moved
+    assert not patterns and not regions and not spans and not moved
 
 
 @pytest.mark.parametrize("text", ["16KiB", "1024x160B@4KiB"])
@@ -91,6 +133,7 @@ def test_a_resolved_case_carries_what_the_worker_needs(text):
     facts = resolve(case)
     assert facts.pattern.text == text and facts.region.kind == "dram"
     assert facts.params["drain"] == "none" and facts.spans == case.spans(facts.pattern)
+    assert facts.bytes_moved == case.method_entry.bytes_moved(facts.pattern)
     assert facts.case.method_entry.name == "memcpy"  # looked up: it stays behind when pickled
     sent = pickle.loads(pickle.dumps(facts))
     assert sent.case == case and sent.case.id == case.id and sent.params == facts.params

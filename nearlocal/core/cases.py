@@ -207,9 +207,11 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
 
 
 def skip(case: Case, inventory: HostInventory, allow_write: bool,
-         pattern: Pattern | None = None, specs: Specs | None = None) -> tuple[SkipKind, str] | None:
+         pattern: Pattern | None = None, specs: Specs | None = None,
+         spans: tuple[int, int] | None = None) -> tuple[SkipKind, str] | None:
     """(kind, reason) when this case cannot run here, or None. Never compiles or touches
-    memory. `pattern`, `specs`: the case's, already parsed."""
+    memory. `pattern`, `specs`, `spans`: the case's, already parsed and computed (a resolved
+    case's)."""
     method = case.method_entry
     reason = method.unavailable(inventory)
     if reason:
@@ -231,7 +233,8 @@ def skip(case: Case, inventory: HostInventory, allow_write: bool,
     reason = attribute_unavailable(spec, case.attr)
     if reason:
         return SkipKind.UNAVAILABLE, reason
-    for one, size in zip((spec, peer), case.spans(pattern), strict=True):
+    spans = spans if spans is not None else case.spans(pattern)
+    for one, size in zip((spec, peer), spans, strict=True):
         reason = capacity_problem(one, size)  # refused before anything is created
         if reason:
             return SkipKind.CANNOT_HOLD, reason

@@ -213,7 +213,7 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
     except UsageError as exc:
         return PlanEntry(case, Refuse(str(exc)), row=_refused_row(case, inventory, pattern, specs))
     resolved = case_rules.resolve(case, pattern, specs)  # spans and bytes moved, once
-    found = case_rules.skip(case, inventory, allow_write, pattern, specs)
+    found = case_rules.skip(case, inventory, allow_write, pattern, specs, resolved.spans)
     decision = Skip(*found) if found else Run()
     return PlanEntry(case, decision, resolved, _facts(resolved, inventory))
 
