@@ -137,3 +137,40 @@ def test_a_resolved_case_carries_what_the_worker_needs(text):
     assert facts.case.method_entry.name == "memcpy"  # looked up: it stays behind when pickled
     sent = pickle.loads(pickle.dumps(facts))
     assert sent.case == case and sent.case.id == case.id and sent.params == facts.params
+
+
+def test_an_mpi_job_resolves_each_case_once_per_rank_and_rack_ranks_get_rank_0s(tmp_path):
+    """`mpiexec -n 2 nearlocal run --suite rack-test-once` (a plain case and two rack cases):
+    each rank plans the command line on its own host (the job checks it on every host), so
+    each case's pattern is parsed and its spans and row facts derived once per rank, there.
+    Nothing is parsed or derived after the plan, in any rank or worker: a rack case's ranks are
+    sent rank 0's resolved case, and its rows start from rank 0's row facts."""
+    import os
+
+    from nearlocal.store import load
+    from tests.test_rack import MPIEXEC, NEARLOCAL, TINY, mpirun
+
+    if MPIEXEC is None:
+        pytest.skip("mpi4py and an MPI (pip install 'nearlocal[mpi]') are not installed")
+    counts, out = tmp_path / "counts.tsv", tmp_path / "out"
+    proc = mpirun(["-n", "2", *NEARLOCAL, "run", "--suite", "rack-test-once", "--out", str(out),
+                   *TINY], cwd=tmp_path,
+                  env={"NEARLOCAL_PLUGINS": "tests.rack_plugin,tests.count_plugin",
+                       "NEARLOCAL_TEST_COUNTS": str(counts),
+                       "NEARLOCAL_TEST_RACK_POOL": f"shm:nearlocal-test-once-{os.getpid()}"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = load(None, out)
+    assert set(run.cases["status"]) == {"ok"}, run.cases[["case_id", "status", "reason"]]
+    calls: dict[str, Counter] = {"parse": Counter(), "spans": Counter(), "row_facts": Counter()}
+    for line in counts.read_text().splitlines():
+        rank, what, key = line.split("\t")
+        calls[what][(rank, key)] += 1
+    ids = {case_id.rsplit("/rank=", 1)[0] for case_id in run.cases["case_id"]}
+    patterns = set(run.cases["pattern"])
+    assert len(ids) == len(patterns) == 3
+    assert calls["parse"] == Counter({(rank, text): 1 for rank in "01" for text in patterns})
+    assert calls["spans"] == calls["row_facts"] == Counter(
+        {(rank, case_id): 1 for rank in "01" for case_id in ids})
+    rack = run.cases[run.cases["method"].str.startswith("rack-")]
+    assert set(rack["rank"]) == {0, 1}  # every rank measured its part of them
+    assert rack["reaches_memory"].all() and rack["bytes_moved"].notna().all()  # rank 0's facts
