@@ -29,5 +29,15 @@ def _two() -> list[Case]:
     ]
 
 
+def _once() -> list[Case]:
+    return [
+        Case("load", "dram", "wb", "4KiB"),
+        Case("rack-handoff", POOL, "wb", "64x160B"),
+        Case("rack-aggregate", POOL, "wb", "256KiB", access="read"),
+    ]
+
+
 register_suite(Suite("rack-test", "every rack method once, small (3 ranks)", [_three]))
 register_suite(Suite("rack-test-two", "RPC throughput, handoff, the negative control", [_two]))
+register_suite(Suite("rack-test-once", "a plain case and two rack cases, each its own pattern "
+                     "(test_resolved_once counts what resolving them costs)", [_once]))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from nearlocal.core.cases import Case
+from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import summarize
-from nearlocal.engine.runner import describe
 from nearlocal.frontends.cli import main
 from nearlocal.report.accept import parse_spec
 from nearlocal.store import Store, load
@@ -33,11 +33,11 @@ def run(tmp_path) -> str:
     store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
     for case_id, median in MEDIANS.items():
         method, region, attr, pattern = case_id.split("/")
-        row = describe(Case(method, region, attr, pattern))
+        row = row_facts(Case(method, region, attr, pattern))
         ns = np.full(50, median)
         row.update(status="ok", reason="", converged=True, **summarize(ns, row["bytes_moved"]))
         store.add_case(row, ns, ns)
-    store.add_case({**describe(Case("load", "numa:1", "wb", "64KiB")), "status": "skipped",
+    store.add_case({**row_facts(Case("load", "numa:1", "wb", "64KiB")), "status": "skipped",
                     "reason": "NUMA node 1 does not exist"})
     return store.finish().name
 

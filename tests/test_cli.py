@@ -74,13 +74,24 @@ def test_reads_of_a_user_file_run_without_allow_write_and_never_write(tmp_path):
     assert existing.read_bytes() == b"\3" * 8192
 
 
-def test_run_lands_in_the_store_with_json(tmp_path):
+def test_run_lands_in_the_store_with_json(tmp_path, monkeypatch):
+    """The rows `run` prints and writes with --json are the runner's own, which are the rows
+    stored: the run is not read back from the store to show them."""
+    import nearlocal.store
+    import nearlocal.store.runs
+    from nearlocal.frontends.selection import json_records
+    from nearlocal.store.schema import JSON_COLUMNS
+
     out, json_path = tmp_path / "store", tmp_path / "rows.json"
+    loads = []
+    for module in (nearlocal.store, nearlocal.store.runs):
+        monkeypatch.setattr(module, "load", lambda *a, **k: loads.append(a) or load(*a, **k))
     code = main(["run", "--method", "load", "--method", "movdir64b", "--attr", "wb",
                  "--attr", "uc", "--size", "64,16KiB", "--out", str(out), "--json",
                  str(json_path), *TINY])
-    assert code == 0
+    assert code == 0 and not loads
     run = load(None, out)
+    assert json.loads(json_path.read_text()) == json.loads(json_records(run.cases, JSON_COLUMNS))
     assert run.meta["complete"] and run.meta["schema_version"] == SCHEMA_VERSION
     assert run.meta["inventory"]["cpu"]["model"]
     cases = run.cases.set_index("case_id")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from nearlocal.core.cases import Case
+from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import summarize
-from nearlocal.engine.runner import describe
 from nearlocal.frontends.cli import main
 from nearlocal.gate.identity import host_differences
 from nearlocal.gate.model import bootstrap_medians
@@ -38,13 +38,13 @@ def make_run(root: Path, samples: dict[str, np.ndarray], host_id: str = "host-a"
                                 "inventory": {**(inventory or INVENTORY), "host_id": host_id}})
     for case_id, ns in samples.items():
         method, region, attr, pattern = case_id.split("/")
-        row = describe(Case(method, region, attr, pattern))
+        row = row_facts(Case(method, region, attr, pattern))
         row.update(status="ok", reason="", converged=converged, clock="tsc",
                    timer_overhead_ns=overhead_ns, **summarize(ns, row["bytes_moved"]))
         store.add_case(row, ns * 2.0, ns)
     for case_id, reason in (skipped or {}).items():
         method, region, attr, pattern = case_id.split("/")
-        store.add_case({**describe(Case(method, region, attr, pattern)), "status": "skipped",
+        store.add_case({**row_facts(Case(method, region, attr, pattern)), "status": "skipped",
                         "reason": reason})
     return store.finish().name
 
@@ -253,7 +253,7 @@ def test_a_past_baseline_that_cannot_be_read_is_said_with_its_error(tmp_path, ca
 
 def test_runs_without_samples_and_a_zero_median_give_no_ratio(tmp_path):
     store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
-    row = describe(Case("load", "dram", "wb", "64"))
+    row = row_facts(Case("load", "dram", "wb", "64"))
     row.update(status="ok", reason="", median_ns=0.0, n_samples=10)
     store.add_case(row)  # summary only, as imported from a file saved without rounds
     run = load(store.finish())

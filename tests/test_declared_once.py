@@ -3,6 +3,8 @@ ordered-word intrinsics of uint64 flags and uint32 ring indices."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -74,15 +76,29 @@ def test_a_method_declares_whether_the_caches_may_serve_it():
     assert declared.cacheable
 
 
-def test_a_rack_row_says_whether_it_reaches_memory_from_the_boxs_caches():
-    """The MPI job takes the plan's row facts (described with the LLC's size), not a second
-    description without cache sizes that said `reaches_memory` of every rack row."""
+def test_a_rack_row_starts_from_its_plan_entrys_row_facts(tmp_path, monkeypatch):
+    """The MPI job builds a rack case's rows from rank 0's plan entry (its row facts, described
+    with the box's cache sizes, and its decision), with no description of its own: here a rack
+    case planned outside an MPI job, skipped, stored with the plan's facts."""
     from types import SimpleNamespace
 
-    from nearlocal.frontends.mpi_job import _planned_row
+    from nearlocal.core.cases import Case
+    from nearlocal.engine.plan import RunSettings, Skip, plan_cases
+    from nearlocal.frontends.mpi_job import _rack_case
+    from nearlocal.store import Store, load
 
-    case = object()
-    entry = SimpleNamespace(case=case, row={"reaches_memory": False, "llc_resident": True})
-    plan = SimpleNamespace(planned=SimpleNamespace(entries=[entry]))
-    assert _planned_row(plan, case) == {"reaches_memory": False, "llc_resident": True}
-    assert _planned_row(SimpleNamespace(planned=None), case) == {}
+    for name in list(os.environ):  # planned outside MPI: the rack case is skipped
+        if name.startswith(("OMPI_", "PMIX_", "PMI_")) or name == "SLURM_NTASKS":
+            monkeypatch.delenv(name)
+    case = Case("rack-aggregate", "shm:nearlocal-test-never-mapped", "wb", "256KiB", access="read")
+    planned = plan_cases([case], probe(calibrate=False, gpu=False), RunSettings(0.02))
+    (entry,) = planned.entries
+    assert isinstance(entry.decision, Skip)
+    store = Store.create(tmp_path, {"suite": "t"})
+    hosts = [{"rank": 0, "hostname": "h", "host_id": "i"}]
+    _rack_case(SimpleNamespace(size=1), entry, SimpleNamespace(planned=planned), hosts, {}, store,
+               {}, [0])
+    (_, row), = load(store.finish(ended="now")).cases.iterrows()
+    assert row["status"] == "skipped" and row["reason"] == entry.reason
+    for column in ("reaches_memory", "llc_resident", "bytes_moved", "pool_class", "size_bytes"):
+        assert row[column] == entry.row[column], column

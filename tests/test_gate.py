@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from nearlocal.core.cases import Case
+from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import summarize
-from nearlocal.engine.runner import describe
 from nearlocal.frontends.cli import main
 from nearlocal.gate.verdict import compare_runs
 from nearlocal.store import Store, load
@@ -39,7 +39,7 @@ def make_run(root: Path, levels: dict[str, float], seed: int, *, processes: int 
         method, region, attr, pattern = case_id.split("/")
         ns = np.concatenate([level * rng.lognormal(0, sigma) * rng.lognormal(0, 0.01, n)
                              for _ in range(processes)])
-        row = describe(Case(method, region, attr, pattern))
+        row = row_facts(Case(method, region, attr, pattern))
         row.update(status="ok", reason="", converged=True, clock="tsc", processes=processes,
                    timer_overhead_ns=overhead_ns, clock_resolution_ns=step_ns,
                    elapsed_s=elapsed_s, info=info or {}, **summarize(ns, row["bytes_moved"]))

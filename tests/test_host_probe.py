@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from nearlocal.core.cases import Case
+from nearlocal.core.rows import row_facts
 from nearlocal.engine import hostprobe
 from nearlocal.engine.hostprobe import (
     HOST_PROBES,
@@ -23,7 +24,6 @@ from nearlocal.engine.hostprobe import (
     probe_ring,
     ring_sizes,
 )
-from nearlocal.engine.runner import describe
 from nearlocal.frontends.cli import main
 from nearlocal.gate.hostmoves import HostMove, excusing, host_moves, yardsticks
 from nearlocal.gate.render import render_markdown
@@ -174,7 +174,7 @@ def test_a_run_in_one_process_walks_no_probe(tmp_path):
     ("load", "4KiB", 0, True),  # the LLC unknown: taken as reaching memory
 ])
 def test_a_row_says_whether_its_case_reaches_memory(method, size, llc, reaches):
-    assert describe(Case(method, "dram", "wb", size), llc_bytes=llc)["reaches_memory"] is reaches
+    assert row_facts(Case(method, "dram", "wb", size), llc_bytes=llc)["reaches_memory"] is reaches
 
 
 @pytest.mark.parametrize("attr", ["uc", "wc"])
@@ -182,7 +182,7 @@ def test_a_case_in_a_mapping_that_bypasses_the_caches_reaches_memory(attr):
     """A plain load of 4 MiB lives in a 32 MiB L3 when write-back; uncacheable or
     write-combining, every access goes to memory (seen: a default run's uc and wc rows said
     llc_resident)."""
-    row = describe(Case("load", "dram", attr, "4MiB"), llc_bytes=32 * MIB, l2_bytes=512 << 10)
+    row = row_facts(Case("load", "dram", attr, "4MiB"), llc_bytes=32 * MIB, l2_bytes=512 << 10)
     assert row["reaches_memory"] is True
     assert row["llc_resident"] is False
 
@@ -198,7 +198,7 @@ def test_a_case_in_a_mapping_that_bypasses_the_caches_reaches_memory(attr):
     ("chase", "4MiB", 0, False),  # the L2 unknown: not said
 ])
 def test_a_row_says_whether_its_case_lives_in_the_llc(method, size, l2, resident):
-    row = describe(Case(method, "dram", "wb", size), llc_bytes=32 * MIB, l2_bytes=l2)
+    row = row_facts(Case(method, "dram", "wb", size), llc_bytes=32 * MIB, l2_bytes=l2)
     assert row["llc_resident"] is resident
 
 

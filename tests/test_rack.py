@@ -39,14 +39,15 @@ def _env() -> dict:
             "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
-def mpirun(*contexts: list[str], cwd: Path, mpi: tuple[str, ...] = (),
-           timeout: int = 400) -> subprocess.CompletedProcess:
-    """mpiexec with one or more app contexts (MPMD: `-n 1 A : -n 1 B`)."""
+def mpirun(*contexts: list[str], cwd: Path, mpi: tuple[str, ...] = (), timeout: int = 400,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """mpiexec with one or more app contexts (MPMD: `-n 1 A : -n 1 B`); `env`: variables set
+    over the tests' own."""
     command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", *mpi]
     for index, context in enumerate(contexts):
         command += ([":"] if index else []) + context
-    return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(command, cwd=cwd, env={**_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _errors(proc: subprocess.CompletedProcess) -> list[str]:

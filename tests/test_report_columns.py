@@ -10,7 +10,7 @@ from pathlib import Path
 import nearlocal
 from nearlocal.core.cases import Case
 from nearlocal.core.methods import METHODS, load_methods
-from nearlocal.engine.runner import describe
+from nearlocal.core.rows import row_facts
 from nearlocal.regions.base import REGION_KINDS
 from nearlocal.store import load
 from tests.report_fixtures import make_run, row
@@ -18,10 +18,10 @@ from tests.report_fixtures import make_run, row
 REPORT = Path(nearlocal.__file__).parent / "report"
 
 
-def test_describe_states_the_peer_class_and_what_the_figure_measures():
-    chase = describe(Case(method="chase", region="dram", pattern="16KiB", access="read"))
+def test_row_facts_state_the_peer_class_and_what_the_figure_measures():
+    chase = row_facts(Case(method="chase", region="dram", pattern="16KiB", access="read"))
     assert chase["measures"] == "operation" and chase["peer_pool_class"] == "local"
-    copy = describe(Case(method="load", region="numa:1", pattern="16KiB", access="read"),
+    copy = row_facts(Case(method="load", region="numa:1", pattern="16KiB", access="read"),
                     frozenset({1}))
     assert copy["measures"] == "transfer" and copy["pool_class"] == "cxl-node"
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nearlocal.core.cases import Case
-from nearlocal.engine.runner import describe
+from nearlocal.core.rows import row_facts
 from nearlocal.regions.base import POOL_CLASSES, REGION_KINDS, pool_class_of
 from nearlocal.store import Store, load
 
@@ -40,7 +40,7 @@ def test_every_region_kind_declares_a_known_class():
 
 
 def test_a_row_carries_its_pool_class_and_effective_params():
-    row = describe(Case("load", "numa:1", "wb", "4KiB", params=(("drain", "none"),)),
+    row = row_facts(Case("load", "numa:1", "wb", "4KiB", params=(("drain", "none"),)),
                    frozenset({1}))
     assert row["pool_class"] == "cxl-node"
     params = json.loads(row["effective_params"])
@@ -52,7 +52,7 @@ def test_a_run_stored_before_schema_3_derives_both_at_load(tmp_path):
     meta = {"suite": "quick", "inventory": {"numa": [{"node": 0, "cpus": [0]},
                                                      {"node": 1, "cpus": []}]}}
     store = Store.create(tmp_path / "r", meta)
-    old = {k: v for k, v in describe(Case("load", "numa:1", "wb", "4KiB")).items()
+    old = {k: v for k, v in row_facts(Case("load", "numa:1", "wb", "4KiB")).items()
            if k not in ("pool_class", "effective_params")}
     store.add_case({**old, "status": "skipped", "reason": "old row"})
     run = load(store.finish(ended="now"))

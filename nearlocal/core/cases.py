@@ -136,9 +136,10 @@ class Case:
 @dataclass(frozen=True, eq=False)
 class ResolvedCase:
     """A case with every fact about it derived once, by the plan: its pattern and both regions
-    parsed, the method's parameters merged with the case's, the bytes it maps, the facts its
-    row carries. This is what travels to the worker (pickled: no text is parsed there again);
-    its row facts are the start of the case's row."""
+    parsed, the method's parameters merged with the case's, the bytes it maps and the bytes one
+    sample moves. This is what travels to the worker and to an MPI job's ranks (pickled: no text
+    is parsed there again). Its row facts (core/rows.py) are not part of it: they stay with the
+    plan's entry in the parent, which alone builds rows."""
 
     case: Case
     pattern: Pattern  # as given; a write's worker swaps it (scattered pieces land in the region)
@@ -146,7 +147,7 @@ class ResolvedCase:
     peer: RegionSpec
     params: dict  # the method's defaults, then the case's own
     spans: tuple[int, int]  # bytes mapped in (region, peer)
-    row: dict = field(default_factory=dict)  # describe(): the columns every row of it has
+    bytes_moved: int  # what one sample moves (Method.bytes_moved): GB/s is derived from it
 
     @property
     def id(self) -> str:
@@ -161,16 +162,15 @@ def parse_specs(case: Case) -> Specs:
     return parse_region(case.region), parse_region(case.peer)
 
 
-def resolve(case: Case, pattern: Pattern | None = None, row: dict | None = None,
-            specs: Specs | None = None) -> ResolvedCase:
-    """`case` resolved (`pattern`, `specs`: already parsed; `row`: its row facts, when
-    described)."""
+def resolve(case: Case, pattern: Pattern | None = None, specs: Specs | None = None) -> ResolvedCase:
+    """`case` resolved (`pattern`, `specs`: already parsed): its spans and bytes moved are
+    computed here, once."""
     from nearlocal.core.patterns import parse_pattern
 
     pattern = pattern if pattern is not None else parse_pattern(case.pattern)
     region, peer = specs if specs is not None else parse_specs(case)
     return ResolvedCase(case, pattern, region, peer, dict(case.effective_params),
-                        case.spans(pattern), row or {})
+                        case.spans(pattern), case.method_entry.bytes_moved(pattern))
 
 
 def validate(case: Case, inventory: HostInventory, pattern: Pattern | None = None,
@@ -207,9 +207,11 @@ def unavailable(case: Case, inventory: HostInventory, allow_write: bool) -> str 
 
 
 def skip(case: Case, inventory: HostInventory, allow_write: bool,
-         pattern: Pattern | None = None, specs: Specs | None = None) -> tuple[SkipKind, str] | None:
+         pattern: Pattern | None = None, specs: Specs | None = None,
+         spans: tuple[int, int] | None = None) -> tuple[SkipKind, str] | None:
     """(kind, reason) when this case cannot run here, or None. Never compiles or touches
-    memory. `pattern`, `specs`: the case's, already parsed."""
+    memory. `pattern`, `specs`, `spans`: the case's, already parsed and computed (a resolved
+    case's)."""
     method = case.method_entry
     reason = method.unavailable(inventory)
     if reason:
@@ -231,7 +233,8 @@ def skip(case: Case, inventory: HostInventory, allow_write: bool,
     reason = attribute_unavailable(spec, case.attr)
     if reason:
         return SkipKind.UNAVAILABLE, reason
-    for one, size in zip((spec, peer), case.spans(pattern), strict=True):
+    spans = spans if spans is not None else case.spans(pattern)
+    for one, size in zip((spec, peer), spans, strict=True):
         reason = capacity_problem(one, size)  # refused before anything is created
         if reason:
             return SkipKind.CANNOT_HOLD, reason

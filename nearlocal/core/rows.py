@@ -1,11 +1,54 @@
-"""Facts a row carries that rows stored by older versions lack, derived from the registries as
-they are now: the store fills them in when it loads such a run (store/runs.py); a new row has
-them from its case (engine.runner.describe). The only place the store's data meets a registry."""
+"""A row's facts, in one place. `row_facts` gives the columns every row of a case has whatever
+happened to it (sizes, fragments, bytes moved, pool classes, whether it reaches memory, ...): the
+plan calls it once per case (engine/plan.py) and every row of the case starts from it. The rest
+derive the same facts for rows stored by older versions, from the registries as they are now:
+the store fills them in when it loads such a run (store/runs.py). The only place the store's
+data meets a registry."""
 
 from __future__ import annotations
 
+from nearlocal.core.cases import Case, ResolvedCase, resolve
 from nearlocal.core.methods import METHODS, load_methods
+from nearlocal.params import encode_params
 from nearlocal.regions.base import POOL_CLASSES, pool_class_of
+
+
+def row_facts(case: Case | ResolvedCase, cpuless_nodes: frozenset[int] = frozenset(),
+              llc_bytes: int = 0, l2_bytes: int = 0) -> dict:
+    """The columns a row has whatever happened to the case. `case`: as the plan resolved it
+    (pattern, regions, spans and bytes moved are taken as they are; a bare case, from a test or
+    a library caller, is resolved here); `cpuless_nodes` from the inventory (what makes numa:N a
+    CXL node); `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory);
+    `l2_bytes`: the core's L2 (0, unknown: no case is said to live in the LLC). A case reaches
+    memory (`reaches_memory`) when its method is not cacheable, its region is not write-back (an
+    uncacheable or write-combining mapping bypasses the caches), or its footprint fills the LLC
+    or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
+    and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
+    (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
+    resolved = case if isinstance(case, ResolvedCase) else resolve(case)
+    case, pattern = resolved.case, resolved.pattern
+    method = case.method_entry
+    # a copy's footprint is its region and its peer (a method that never touches it maps a line)
+    footprint = sum(resolved.spans)
+    reaches_memory = not method.cacheable or case.attr != "wb" or footprint >= llc_bytes
+    llc_resident = not reaches_memory and 0 < l2_bytes < footprint
+    return {
+        **case.to_dict(),
+        "pool_class": pool_class_of(resolved.region, cpuless_nodes),
+        "effective_params": encode_params(dict(resolved.params)),
+        "family": method.family,
+        "region_kind": resolved.region.kind,
+        "state": method.state,
+        "size_bytes": pattern.total_bytes,
+        "fragment_count": pattern.count,
+        "fragment_bytes": pattern.fragment_bytes,
+        "bytes_moved": resolved.bytes_moved,
+        **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
+        "peer_pool_class": pool_class_of(resolved.peer, cpuless_nodes),
+        "measures": method.measures,
+        "reaches_memory": bool(reaches_memory),
+        "llc_resident": bool(llc_resident),
+    }
 
 
 def effective_params_text(method: str, params: object) -> str:

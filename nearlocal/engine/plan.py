@@ -1,9 +1,10 @@
 """The plan stage: selected cases + the probed box -> a Plan, the one way `run`, `accept`,
 `pytest bench/` and the MPI job start measuring.
 
-Each entry is a resolved case: its pattern parsed once, its effective params, the bytes it maps,
-the row facts every row of it carries (`runner.describe`) and one decision: Run, Skip(kind,
-reason) (this box cannot run it: stored as a skipped row) or Refuse(error) (bad input: exit 2).
+Each entry is a resolved case: its pattern parsed once, its effective params, the bytes it maps
+and moves, the row facts every row of it carries (`core.rows.row_facts`, derived here and nowhere
+after) and one decision: Run, Skip(kind, reason) (this box cannot run it: stored as a skipped row)
+or Refuse(error) (bad input: exit 2).
 What the front ends decide from a plan (a run of only too-large cases is refused) is decided from
 the skip kinds, never from a reason's text. The runner takes the decisions as they are: nothing
 is asked twice.
@@ -18,13 +19,13 @@ from pathlib import Path
 
 from nearlocal.core import cases as case_rules
 from nearlocal.core.cases import Case, ResolvedCase, SkipKind
-from nearlocal.core.patterns import parse_pattern
+from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, StoppingRule
 from nearlocal.engine.runner import (
     FIRST_LOOK_PROCESSES,
     SETTLING_FACTOR,
     default_processes,
-    describe,
 )
 from nearlocal.engine.worker import WorkerSettings
 from nearlocal.errors import UsageError
@@ -126,10 +127,11 @@ class RunSettings:
 class PlanEntry:
     case: Case
     decision: CaseDecision
-    # the case resolved once (pattern, regions, params, spans, row facts): what its worker
-    # gets; None only for a case refused as bad input
+    # the case resolved once (pattern, regions, params, spans, bytes moved): what its worker
+    # and an MPI job's ranks get; None only for a case refused as bad input
     resolved: ResolvedCase | None = None
-    row: dict = field(default_factory=dict)  # describe(): the columns every row of it has
+    # row_facts(): the columns every row of it has, kept here in the parent (no worker reads them)
+    row: dict = field(default_factory=dict)
 
     @property
     def runs(self) -> bool:
@@ -209,17 +211,28 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
         specs = case_rules.parse_specs(case)
         case_rules.validate(case, inventory, pattern, specs)
     except UsageError as exc:
-        try:  # the columns a skipped row of it would have (accept stores one), where they exist
-            row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
-                           inventory.cpu.l2_bytes, specs)
-        except (UsageError, ValueError, KeyError):
-            row = {}
-        return PlanEntry(case, Refuse(str(exc)), row=row)
-    found = case_rules.skip(case, inventory, allow_write, pattern, specs)
+        return PlanEntry(case, Refuse(str(exc)), row=_refused_row(case, inventory, pattern, specs))
+    resolved = case_rules.resolve(case, pattern, specs)  # spans and bytes moved, once
+    found = case_rules.skip(case, inventory, allow_write, pattern, specs, resolved.spans)
     decision = Skip(*found) if found else Run()
-    row = describe(case, inventory.cpuless_nodes, pattern, inventory.cpu.llc_bytes,
-                   inventory.cpu.l2_bytes, specs)
-    return PlanEntry(case, decision, case_rules.resolve(case, pattern, row, specs), row)
+    return PlanEntry(case, decision, resolved, _facts(resolved, inventory))
+
+
+def _facts(resolved: ResolvedCase, inventory: HostInventory) -> dict:
+    return row_facts(resolved, inventory.cpuless_nodes, inventory.cpu.llc_bytes,
+                     inventory.cpu.l2_bytes)
+
+
+def _refused_row(case: Case, inventory: HostInventory, pattern: Pattern | None,
+                 specs: case_rules.Specs | None) -> dict:
+    """The columns a skipped row of a refused case would have (accept stores one), where its
+    pattern and regions parsed; {} where they did not (nothing is parsed again for them)."""
+    if pattern is None or specs is None:
+        return {}
+    try:
+        return _facts(case_rules.resolve(case, pattern, specs), inventory)
+    except (UsageError, ValueError, KeyError):
+        return {}
 
 
 def settle_llc(inventory: HostInventory, root: Path) -> HostInventory:

@@ -13,17 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nearlocal.core import cases as case_rules
-from nearlocal.core.cases import Case, ResolvedCase
-from nearlocal.core.patterns import Pattern, parse_pattern
+from nearlocal.core.cases import ResolvedCase
 from nearlocal.core.sampling import SETTLED_SPREAD, StoppingRule, draws_disagree, log_spread, summarize
 from nearlocal.engine.children import start_child, start_fork_server
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
-from nearlocal.params import encode_params
 from nearlocal.probe import HostInventory
 from nearlocal.regions import files_to_create, remove_leftovers
-from nearlocal.regions.base import pool_class_of
 from nearlocal.store.runs import Store
 
 if TYPE_CHECKING:
@@ -160,44 +156,6 @@ def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str,
         "host_id": inventory.host_id, "inventory": inventory.to_dict(), "code": code_origin(),
         **({"clock": settings.clock.to_dict(settings.tsc_hz)} if settings.clock is not None else {}),
         **extra,
-    }
-
-
-def describe(case: Case, cpuless_nodes: frozenset[int] = frozenset(),
-             pattern: Pattern | None = None, llc_bytes: int = 0, l2_bytes: int = 0,
-             specs: case_rules.Specs | None = None) -> dict:
-    """The columns a row has whatever happened to the case; `cpuless_nodes` from the inventory
-    (what makes numa:N a CXL node); `pattern`: the case's, already parsed (the plan's);
-    `llc_bytes`: the last-level cache's size (0, unknown: every case reaches memory); `l2_bytes`:
-    the core's L2 (0, unknown: no case is said to live in the LLC). A case reaches memory
-    (`reaches_memory`) when its method is not cacheable, its region is not write-back (an
-    uncacheable or write-combining mapping bypasses the caches), or its footprint fills the LLC
-    or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
-    and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
-    (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
-    method = case.method_entry
-    pattern = pattern if pattern is not None else parse_pattern(case.pattern)
-    region, peer = specs if specs is not None else case_rules.parse_specs(case)
-    # a copy's footprint is its region and its peer (a method that never touches it maps a line)
-    footprint = sum(case.spans(pattern))
-    reaches_memory = not method.cacheable or case.attr != "wb" or footprint >= llc_bytes
-    llc_resident = not reaches_memory and 0 < l2_bytes < footprint
-    return {
-        **case.to_dict(),
-        "pool_class": pool_class_of(region, cpuless_nodes),
-        "effective_params": encode_params(dict(case.effective_params)),
-        "family": method.family,
-        "region_kind": region.kind,
-        "state": method.state,
-        "size_bytes": pattern.total_bytes,
-        "fragment_count": pattern.count,
-        "fragment_bytes": pattern.fragment_bytes,
-        "bytes_moved": method.bytes_moved(pattern),
-        **{k: v for k, v in pattern.axes.items() if k not in ("fragment_count", "fragment_bytes")},
-        "peer_pool_class": pool_class_of(peer, cpuless_nodes),
-        "measures": method.measures,
-        "reaches_memory": bool(reaches_memory),
-        "llc_resident": bool(llc_resident),
     }
 
 

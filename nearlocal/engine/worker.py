@@ -173,6 +173,7 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     (regions/placement.py) in the row's info `placements`. `chosen`: what the case's first
     process chose (None: this is the first; then the first placement chooses for the rest); the
     row's `chosen` is what this process measured with."""
+    case = resolved(case)
     count = placements_held(case, settings.placements)
     rule = replace(settings.rule, budget_s=settings.rule.budget_s / count) if count > 1 \
         else settings.rule
@@ -195,12 +196,11 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
             converged.append(done)
             elapsed += seconds
     raw, ns = np.concatenate(raws), np.concatenate(nss)
-    moved = opened.case.method_entry.bytes_moved(opened.pattern)
     row = {"status": "ok", "reason": "", "clock": session.clock,
            "converged": rule.converged(ns) if count > 1 else converged[0], "elapsed_s": elapsed,
            "ops_per_sample": ops_per_sample(session), "info": {**info, "placements": facts},
            "chosen": chosen_by(session), "placements": count,
-           "placement_spread": log_spread(nss), **summarize(ns, moved)}
+           "placement_spread": log_spread(nss), **summarize(ns, case.bytes_moved)}
     clock = settings.clock
     if row["clock"] == "tsc" and clock is not None:  # the run's one clock
         row.update(timer_overhead_ns=clock.overhead_ticks * 1e9 / settings.tsc_hz,

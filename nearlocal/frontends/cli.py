@@ -118,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.engine.runner import run_metadata
     from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
-    from nearlocal.frontends.measure import measure_into
+    from nearlocal.frontends.measure import measure_run
     from nearlocal.probe import probe
     from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.safeio import check_output, write_output
@@ -155,16 +155,23 @@ def _run(args: argparse.Namespace) -> int:
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
         console.console.print(meta["pool"])
-    path, interrupted = measure_into(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
-    from nearlocal.store import load
+    measured = measure_run(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
+    path, interrupted, meta = measured.path, measured.interrupted, measured.meta
+    if measured.rows is not None:  # the rows just stored, as the store's table holds them
+        from nearlocal.store.runs import cases_frame
 
-    run = load(path)
+        cases = cases_frame(measured.rows)
+    else:  # interrupted: the stored run has every row it kept
+        from nearlocal.store import load
+
+        run = load(path)
+        meta, cases = run.meta, run.cases
     if args.json:  # an OSError names the stored run (note_kept in Store.finish)
         write_output("--json", args.json, json_records(
-            run.cases, [c for c in JSON_COLUMNS if c in run.cases]))
+            cases, [c for c in JSON_COLUMNS if c in cases]))
     if not args.quiet:
-        console.print_run(run.meta, run.cases)
-    check = run.meta.get("self_check") or {}
+        console.print_run(meta, cases)
+    check = meta.get("self_check") or {}
     # a suspect run says so, always, and so does a box whose settings make figures unstable
     if check and (check.get("suspect") or check.get("settings") or not args.quiet):
         console.console.print(summary_line(check), markup=False, highlight=False)

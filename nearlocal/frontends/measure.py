@@ -4,6 +4,7 @@ engine's Runner measures; this shows it and takes turns)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from nearlocal.engine import runner
@@ -11,19 +12,38 @@ from nearlocal.engine.plan import Plan
 from nearlocal.frontends.progress import RunProgress
 
 
+@dataclass
+class MeasuredRun:
+    """A run just measured and stored: where, whether an interrupt stopped it, its run.json as
+    stored (the self-check included) and the rows the runner returned, in the order stored (None
+    when it was interrupted: then only the stored run has every row it kept)."""
+
+    path: Path
+    interrupted: KeyboardInterrupt | None
+    meta: dict
+    rows: list[dict] | None
+
+
 def measure_into(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
                  turns=None) -> tuple[Path, KeyboardInterrupt | None]:
+    """`measure_run`'s path and interrupt, for a front end that reads the stored run back."""
+    measured = measure_run(plan, out, meta, quiet=quiet, turns=turns)
+    return measured.path, measured.interrupted
+
+
+def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
+                turns=None) -> MeasuredRun:
     """`run`'s and `accept`'s one way to measure: a new run in the store under `out` with
     `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
-    Returns the run's path and the interrupt that stopped it (None: complete); a Ctrl-C even
-    before the first case is an interrupted run, stored."""
+    A Ctrl-C even before the first case is an interrupted run, stored."""
     from nearlocal.engine.selfcheck import checked
     from nearlocal.store.runs import Store
 
     store = None
+    rows = None
     try:
         store = Store.create(out, meta)
-        interrupted = measure(plan, store, quiet=quiet, turns=turns)
+        interrupted, rows = measure(plan, store, quiet=quiet, turns=turns)
     except BaseException as exc:
         if turns is not None:  # the other arms go on without this one
             turns.finish()
@@ -32,15 +52,17 @@ def measure_into(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
         interrupted = exc  # before measure's own handler: still an interrupted run, stored
     path = store.finish(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         interrupted=bool(interrupted), derive=checked)
-    return path, interrupted
+    return MeasuredRun(path, interrupted, store.meta, rows)
 
 
 def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = True,
-            case_timeout_s: float | None = None, turns=None) -> KeyboardInterrupt | None:
+            case_timeout_s: float | None = None, turns=None
+            ) -> tuple[KeyboardInterrupt | None, list[dict] | None]:
     """Run the plan into `store` with run's progress display; the store is left open. Returns
-    the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored.
-    `turns` (engine.turns.Turns): each pass waits for this arm's slot of a turn-taking group,
-    and the arm is done when this returns or raises."""
+    the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored; and
+    the rows the runner returned (None when interrupted). `turns` (engine.turns.Turns): each
+    pass waits for this arm's slot of a turn-taking group, and the arm is done when this
+    returns or raises."""
     settings = plan.settings
     worker = plan.worker_settings()
     try:  # a Ctrl-C anywhere in here, even before the first case, is an interrupted run
@@ -55,13 +77,13 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
                                       case_timeout_s=case_timeout_s,
                                       processes=settings.processes, compile_first=compile_first,
                                       max_processes=settings.max_processes)
-            measuring.run(plan.entries)
+            rows = measuring.run(plan.entries)
     except KeyboardInterrupt as exc:
-        return exc
+        return exc, None
     finally:
         if turns is not None:
             turns.finish()
-    return None
+    return None, rows
 
 
 class _TakingTurns:

@@ -4,8 +4,10 @@ Every rank probes its own host and checks the command line there; rank 0 gathers
 either refuses the run for every rank (one line naming the host, exit 2: a missing pool, another
 nearlocal version, --threads beyond a host's CPUs) or goes on. The pool is opened under the same
 name on every host and proven to be one memory (rank 0 writes a random token, every rank reads
-it back). Ordinary cases are measured host by host (each host alone, by the usual runner); rack
-cases on every rank at once. Rank 0 stores ONE run: every rank's rows with `host` and `rank`
+it back). Ordinary cases are measured host by host (each host alone, by the usual runner, from its
+own plan); rack cases on every rank at once, each rank given the case as rank 0's plan resolved it
+(its pattern and params: nothing is parsed or described again on a rank), rank 0 building the
+rows from its plan's row facts. Rank 0 stores ONE run: every rank's rows with `host` and `rank`
 columns, every host's inventory in run.json. A rank that dies or stops answering leaves the run
 stored and marked incomplete, naming it.
 """
@@ -44,6 +46,12 @@ class Plan:
         from nearlocal.rack.framework import is_rack
 
         return [e for e in self.planned.entries if not is_rack(e.case)]
+
+    def rack(self) -> list:
+        """The plan's entries of rack cases: resolved case, row facts and decision each."""
+        from nearlocal.rack.framework import is_rack
+
+        return [e for e in self.planned.entries if is_rack(e.case)]
 
 
 def run_job(args: argparse.Namespace) -> int:
@@ -146,11 +154,12 @@ def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
     from nearlocal.rack.framework import RACK_METHODS
 
     sizes: dict[str, int] = {}
-    for case in plan.cases:
-        if case.method in RACK_METHODS and RACK_METHODS[case.method].shared_pool == shared \
-                and not _skipped(plan, case):
-            need = RACK_METHODS[case.method].pool_bytes(case, size)
-            sizes[case.region] = max(sizes.get(case.region, 4096), -(-need // 4096) * 4096)
+    for entry in plan.rack():
+        method = RACK_METHODS[entry.case.method]
+        if method.shared_pool == shared and entry.runs:
+            need = method.pool_bytes(entry.resolved, size)
+            region = entry.case.region
+            sizes[region] = max(sizes.get(region, 4096), -(-need // 4096) * 4096)
     return sizes
 
 
@@ -289,7 +298,6 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     lost: dict[int, str] = {}
     waiting = [0]  # the rank rank 0 is waiting on (named if the launcher ends the job)
     plain = [c for c in plan.cases if not is_rack(c)]
-    rack = [c for c in plan.cases if is_rack(c)]
     try:
         if plain:
             for rank in range(job.size):
@@ -303,8 +311,8 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
                     _collect_plain(job, rank, store, hosts, plan, len(plain))
                 except RankLost as exc:
                     lost[rank] = _lost_line(exc, hosts)
-        for case in rack:
-            _rack_case(job, case, plan, hosts, pools, store, lost, waiting)
+        for entry in plan.rack():
+            _rack_case(job, entry, plan, hosts, pools, store, lost, waiting)
     except KeyboardInterrupt:  # SIGTERM from the launcher: a rank died (no ULFM)
         why = _who_died(hosts, waiting[0])
         store.meta["incomplete_reason"] = f"the launcher ended the job: {why}"
@@ -373,29 +381,14 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
         store.add_case(_tagged(row, hosts, rank), raw, ns, process, placement)
 
 
-def _rack_context(job: World, case, plan: Plan, hosts: list[dict], pools: dict):
-    from nearlocal.core.patterns import parse_pattern
+def _rack_context(job: World, resolved, plan: Plan, hosts: list[dict], pools: dict):
+    """What this rank's part of a rack case gets, from the case as rank 0's plan resolved it."""
     from nearlocal.rack.framework import RackContext
 
-    params = dict(case.effective_params)
-    return RackContext(job, case, parse_pattern(case.pattern), pools[case.region],
+    return RackContext(job, resolved.case, resolved.pattern, pools[resolved.case.region],
                        [h["host_id"] for h in hosts], [h["hostname"] for h in hosts],
-                       plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule, params,
-                       plan.case_timeout_s)
-
-
-def _skipped(plan: Plan, case) -> str:
-    """Why rank 0's plan skips this rack case on this box ("" when it runs): an rdma-* case on
-    a host without an RDMA device is a skipped row with probe's reason."""
-    entries = plan.planned.entries if plan.planned is not None else []
-    return next((e.reason or "" for e in entries if e.case == case), "")
-
-
-def _planned_row(plan: Plan, case) -> dict:
-    """The row facts rank 0's plan described for this case (with the box's cache sizes, so
-    `reaches_memory` is the case's, not every rack row's); {} where the plan has no entry."""
-    entries = plan.planned.entries if plan.planned is not None else []
-    return dict(next((e.row for e in entries if e.case == case and e.row), {}))
+                       plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule,
+                       dict(resolved.params), plan.case_timeout_s)
 
 
 def _run_part(ctx) -> tuple[str, object]:
@@ -410,25 +403,25 @@ def _run_part(ctx) -> tuple[str, object]:
         return "failed", traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
-def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, store,
+def _rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, store,
                lost: dict, waiting: list) -> None:
+    """One rack case on every rank: `entry`, rank 0's plan's, gives the resolved case every rank
+    is sent and the row facts (described with this box's cache sizes) each row starts from."""
     from nearlocal.core.sampling import summarize
-    from nearlocal.engine.runner import describe
     from nearlocal.rack.framework import RACK_METHODS
 
+    case = entry.case
     method = RACK_METHODS[case.method]
-    base = _planned_row(plan, case) or describe(
-        case, plan.inventory.cpuless_nodes, None, plan.inventory.cpu.llc_bytes,
-        plan.inventory.cpu.l2_bytes)
-    skipped = _skipped(plan, case)
+    base = dict(entry.row)
+    skipped = entry.reason or ""  # an rdma-* case on a host without an RDMA device: probe's reason
     if lost or job.size < method.min_ranks or skipped:
         why = skipped or (f"needs every rank, and {'; '.join(lost.values())}" if lost else
                           f"needs at least {method.min_ranks} ranks, the job has {job.size}")
         store.add_case({**_tagged(base, hosts, 0), "status": "skipped", "reason": why})
         return
     for rank in range(1, job.size):
-        job.send(("rack", case.to_dict()), rank, START_TIMEOUT_S, "starting a rack case")
-    ctx = _rack_context(job, case, plan, hosts, pools)
+        job.send(("rack", entry.resolved), rank, START_TIMEOUT_S, "starting a rack case")
+    ctx = _rack_context(job, entry.resolved, plan, hosts, pools)
     results: list = [None] * job.size
     failures = []
     try:
@@ -463,7 +456,6 @@ def _rack_case(job: World, case, plan: Plan, hosts: list[dict], pools: dict, sto
 
 def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
     """Ranks 1..N-1: measure what rank 0 asks, send it the results, until it says stop."""
-    from nearlocal.core.cases import Case
     from nearlocal.engine.runner import Runner
 
     patience = (len(plan.cases) + 2) * (plan.case_timeout_s * plan.processes + 120) * job.size
@@ -479,9 +471,8 @@ def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
             Runner(plan.inventory, plan.settings, _RankStore(job, hosts),
                    case_timeout_s=plan.case_timeout_s, processes=plan.processes).run(plan.plain())
             job.send(("done",), 0, START_TIMEOUT_S, "ending its cases")
-        elif message[0] == "rack":
-            case = Case.from_dict(message[1])
-            reply = _run_part(_rack_context(job, case, plan, hosts, pools))
+        elif message[0] == "rack":  # rank 0's resolved case: nothing of it is parsed here
+            reply = _run_part(_rack_context(job, message[1], plan, hosts, pools))
             job.send(reply, 0, START_TIMEOUT_S, "sending a rack result")
 
 

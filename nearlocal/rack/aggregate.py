@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 
-from nearlocal.core.cases import Case
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import summarize
 from nearlocal.errors import UsageError
@@ -16,10 +15,8 @@ from nearlocal.rack.framework import RackContext, RackRow
 AGGREGATE_SIZE = "16MiB"
 
 
-def slice_bytes(case: Case) -> int:
-    from nearlocal.core.patterns import parse_pattern
-
-    return -(-parse_pattern(case.pattern).total_bytes // 4096) * 4096
+def slice_bytes(pattern: Pattern) -> int:
+    return -(-pattern.total_bytes // 4096) * 4096
 
 
 def check_contiguous(pattern: Pattern) -> None:
@@ -45,7 +42,7 @@ def _timed_passes(ctx: RackContext, kernel, src, dst, frags, seconds: float) -> 
 def aggregate_run(ctx: RackContext) -> dict:
     from nearlocal.kernels.cpu import time_load, time_store
 
-    size = slice_bytes(ctx.case)
+    size = slice_bytes(ctx.pattern)
     offset = ctx.rank * size
     scratch = np.zeros(64, np.uint8)
     pool = ctx.pool.array

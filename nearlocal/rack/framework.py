@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nearlocal.core.cases import Case
+from nearlocal.core.cases import Case, ResolvedCase
 from nearlocal.core.methods import Delivery, Method, register_method
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import StoppingRule
@@ -22,8 +22,9 @@ from nearlocal.rpc.protocols import protocol_code
 
 @dataclass
 class RackContext:
-    """What every rank's part of a rack case gets: the world, the pool (mapped on this host at
-    the same name), every rank's host id and name, this host's clock."""
+    """What every rank's part of a rack case gets: the world, the case as rank 0's plan resolved
+    it (its pattern and merged params; nothing of it is parsed on a rank), the pool (mapped on
+    this host at the same name), every rank's host id and name, this host's clock."""
 
     world: World
     case: Case
@@ -79,7 +80,8 @@ class RackMethod:
     name: str
     run: Callable[[RackContext], dict]  # every rank, at once
     rows: Callable[[RackContext, list[dict]], list[RackRow]]  # rank 0, from every rank's result
-    pool_bytes: Callable[[Case, int], int]  # bytes of the pool the case uses, for N ranks
+    # bytes of the pool the case uses, for N ranks (from the plan's resolved case: its pattern)
+    pool_bytes: Callable[[ResolvedCase, int], int]
     min_ranks: int = 2
     # False: each rank maps its own region by the case's name (RDMA registers it), no token
     # proves it is one memory

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from nearlocal.core.cases import Case
+from nearlocal.core.cases import ResolvedCase
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import run_trials
 from nearlocal.lazy import lazy_import
@@ -29,15 +29,13 @@ def _record_shape(pattern: Pattern) -> tuple[int, int]:
     return len(lengths), int(-(-int(lengths.max()) // 64) * 64)
 
 
-def _handoff_layout(case: Case, ranks: int) -> rec.Layout:
-    from nearlocal.core.patterns import parse_pattern
-
-    records, record_bytes = _record_shape(parse_pattern(case.pattern))
+def _handoff_layout(pattern: Pattern, ranks: int) -> rec.Layout:
+    records, record_bytes = _record_shape(pattern)
     return rec.Layout(records, record_bytes, max(ranks - 1, 1), 1)
 
 
-def handoff_bytes(case: Case, ranks: int) -> int:
-    return kernels.CONTROL_BYTES + _handoff_layout(case, ranks).nbytes
+def handoff_bytes(resolved: ResolvedCase, ranks: int) -> int:
+    return kernels.CONTROL_BYTES + _handoff_layout(resolved.pattern, ranks).nbytes
 
 
 class _HandoffWriter:
@@ -75,7 +73,7 @@ def _flag_roundtrips(writer: _HandoffWriter, seconds: float) -> np.ndarray:
 
 def handoff_run(ctx: RackContext) -> dict:
     code = protocol_code(str(ctx.params.get("protocol", "flush")))
-    layout = _handoff_layout(ctx.case, ctx.size)
+    layout = _handoff_layout(ctx.pattern, ctx.size)
     raw = ctx.pool.array
     control = raw[:kernels.CONTROL_BYTES]
     cwords = control.view(np.uint64)

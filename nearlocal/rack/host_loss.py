@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nearlocal.core.cases import Case
+from nearlocal.core.cases import Case, ResolvedCase
+from nearlocal.core.patterns import Pattern
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.rack.framework import RackContext, RackRow
@@ -19,25 +20,22 @@ rec = lazy_import("nearlocal.rpc.records")
 HOSTLOSS_RECORDS = 2  # few records: readers and the writer meet on them often (faults' negative test)
 
 
-def _fault_config(ctx_or_case, ranks: int):
+def _fault_config(case: Case, pattern: Pattern, ranks: int):
     from nearlocal.rpc.faults import FaultConfig
     from nearlocal.units import parse_size
 
-    case = ctx_or_case if isinstance(ctx_or_case, Case) else ctx_or_case.case
     params = {**HOSTLOSS_PARAMS, **case.param_dict}
-    from nearlocal.core.patterns import parse_pattern
-
     return FaultConfig(region=case.region, kills=int(params["kills"]),
                        duration_s=parse_duration(params["duration"]),
                        lease_s=parse_duration(params["lease"]), readers=max(ranks - 1, 1),
                        records=int(params["records"]),
-                       record_bytes=parse_size(str(parse_pattern(case.pattern).total_bytes)),
+                       record_bytes=parse_size(str(pattern.total_bytes)),
                        protocol=params["protocol"], freeze_every=0, corrupt_every=7,
                        grace_s=parse_duration(params["grace"]), allow_write=True)
 
 
-def _hostloss_layout(case: Case, ranks: int) -> rec.Layout:
-    config = _fault_config(case, ranks)
+def _hostloss_layout(case: Case, pattern: Pattern, ranks: int) -> rec.Layout:
+    config = _fault_config(case, pattern, ranks)
     epochs = 2 * config.kills + 64
     return rec.Layout(config.records, config.record_bytes, config.readers, epochs)
 
@@ -45,8 +43,8 @@ def _hostloss_layout(case: Case, ranks: int) -> rec.Layout:
 def hostloss_run(ctx: RackContext) -> dict:
     from nearlocal.rpc import faults
 
-    config = _fault_config(ctx, ctx.size)
-    layout = _hostloss_layout(ctx.case, ctx.size)
+    config = _fault_config(ctx.case, ctx.pattern, ctx.size)
+    layout = _hostloss_layout(ctx.case, ctx.pattern, ctx.size)
     code = protocol_code(config.protocol)
     writer_rank = ctx.size - 1
     recheck = str(ctx.params.get("recheck", "on")) == "on"
@@ -93,8 +91,8 @@ def hostloss_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
     return [RackRow(writer_rank, ns, ns, info, failed, extra)]
 
 
-def hostloss_bytes(case: Case, ranks: int) -> int:
-    return _hostloss_layout(case, ranks).nbytes
+def hostloss_bytes(resolved: ResolvedCase, ranks: int) -> int:
+    return _hostloss_layout(resolved.case, resolved.pattern, ranks).nbytes
 
 
 def check_hostloss(params: dict) -> None:

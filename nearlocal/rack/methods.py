@@ -23,12 +23,13 @@ from nearlocal.rack.host_loss import (
 from nearlocal.rack.remote_rpc import check_qd, message_pair, ring_bytes, rpc_rows, rpc_run
 from nearlocal.rpc.methods import check_rpc_pattern
 
-register_rack(RackMethod("rack-rpc-roundtrip", lambda ctx: rpc_run(ctx, False), rpc_rows, ring_bytes),
+register_rack(RackMethod("rack-rpc-roundtrip", lambda ctx: rpc_run(ctx, False), rpc_rows,
+                         lambda resolved, ranks: ring_bytes(resolved.pattern)),
           "rpc-roundtrip across hosts: the client on each rank k >= 1 in turn, the server on "
           "rank 0, the ring in the pool", {"protocol": "flush"}, check_pattern=check_rpc_pattern,
           sample_bytes=message_pair)
 register_rack(RackMethod("rack-rpc-throughput", lambda ctx: rpc_run(ctx, True), rpc_rows,
-                     ring_bytes),
+                     lambda resolved, ranks: ring_bytes(resolved.pattern)),
           "rpc-throughput across hosts: qd requests in flight from rank k to one server "
           "thread on rank 0 (Mops = 1000 / median_ns)", {"protocol": "flush", "qd": "1"},
           check_params=check_qd, check_pattern=check_rpc_pattern, sample_bytes=message_pair)
@@ -36,7 +37,7 @@ register_rack(RackMethod("rack-handoff", handoff_run, handoff_rows, handoff_byte
           "rank 0 publishes records (single writer, records.py), every other rank looks them "
           "up, copies and checks them: announce -> usable", {"protocol": "flush"})
 register_rack(RackMethod("rack-aggregate", aggregate_run, aggregate_rows,
-                     lambda case, ranks: ranks * slice_bytes(case), min_ranks=1),
+                     lambda resolved, ranks: ranks * slice_bytes(resolved.pattern), min_ranks=1),
           "every rank reads (or writes) its own slice of the pool, alone in turn, then all at "
           "once from one barrier: total GB/s and each host's share", {},
           check_pattern=check_contiguous, accesses=("read", "write"))

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from nearlocal.core.cases import Case
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import run_trials
 from nearlocal.errors import UsageError
@@ -47,10 +46,8 @@ class _RackRpcClient(RpcSession):
         sync.publish_flag(self.words, slots.W_STOP, np.uint64(1), self.protocol)
 
 
-def ring_bytes(case: Case, ranks: int) -> int:
-    from nearlocal.core.patterns import parse_pattern
-
-    axes = parse_pattern(case.pattern).axes
+def ring_bytes(pattern: Pattern) -> int:
+    axes = pattern.axes
     return slots.layout(int(axes["slots"]), int(axes["message_bytes"]))[2]
 
 
@@ -68,7 +65,7 @@ def rpc_run(ctx: RackContext, throughput: bool) -> dict:
     protocol = str(ctx.params.get("protocol", "flush"))
     code = protocol_code(protocol)
     raw = ctx.pool.array
-    words = raw[:ring_bytes(ctx.case, ctx.size)].view(np.uint64)
+    words = raw[:ring_bytes(ctx.pattern)].view(np.uint64)
     result: dict = {"clients": {}, "server": {}}
     for client in range(1, ctx.size):
         ctx.barrier(f"before rank {client}'s RPC client")

@@ -378,14 +378,14 @@ def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 # --- registration ----------------------------------------------------------------------------
 
 register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
                          host_needs=host_needs),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-write"), cpu_flags=CPU_FLAGS,
               stores_in_region=True, delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
-                         lambda case, ranks: _region_bytes(_parse(case)), shared_pool=False,
+                         lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
                          host_needs=host_needs),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
@@ -393,18 +393,12 @@ register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
               cpu_flags=CPU_FLAGS, stores_in_region=True,
               delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
-                         lambda case, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
+                         lambda resolved, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
               "RDMA-written back, both sides polling memory", {"device": ""}, needs=_needs,
               check_pattern=_check_rpc_pattern, check_case=_check_case("rdma-rpc"),
               sample_bytes=lambda pattern: 2 * pattern.total_bytes, cpu_flags=CPU_FLAGS,
               stores_in_region=True)
-
-
-def _parse(case: Case) -> Pattern:
-    from nearlocal.core.patterns import parse_pattern
-
-    return parse_pattern(case.pattern)
 
 
 def _rdma_cases() -> list[Case]:
