@@ -169,9 +169,26 @@ def test_a_run_killed_before_its_run_json_is_listed_and_named(tmp_path, capsys):
     assert main(["show", "20260102T030405-c0ffee", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("nearlocal: error: run 20260102T030405-c0ffee was stopped before it "
-                          "started (no run.json): nothing measured; remove it with rm -r ")
+                          "started (no run.json): nothing measured; `nearlocal runs "
+                          "--remove-unstarted")
     assert "\n" not in err
     assert load("latest", out).run_id == "20260101T000000-good"  # never taken for a run
+    # removable with the tool: only once it is older than a run's own start could be, and
+    # never a directory holding anything but partial/
+    young = out / "20260103T000000-beef00"
+    (young / "partial").mkdir(parents=True)
+    foreign = out / "20260104T000000-f00d00"
+    (foreign / "partial").mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    old = time.time() - 3600
+    for path in (out / "20260102T030405-c0ffee", foreign):
+        os.utime(path, (old, old))
+    assert main(["runs", "--out", str(out), "--remove-unstarted"]) == 0
+    listed = capsys.readouterr().out
+    assert "removed" in listed and "c0ffee" in listed
+    assert not (out / "20260102T030405-c0ffee").exists()
+    assert young.exists() and (foreign / "notes.txt").read_text() == "mine"
+    assert load("latest", out).run_id == "20260101T000000-good"
 
 
 def test_a_reader_gone_from_a_rich_table_is_exit_141(tmp_path):

@@ -182,10 +182,22 @@ def _run(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from nearlocal.store.runs import list_runs, require_store, survey_run, unstarted
+    from nearlocal.store.runs import (
+        list_runs,
+        remove_unstarted,
+        require_store,
+        survey_run,
+        unstarted,
+    )
     from nearlocal.store.schema import run_kind
-    from nearlocal.terminal import identifier_column, print_table
+    from nearlocal.terminal import console, identifier_column, print_table
 
+    if args.remove_unstarted:
+        removed = remove_unstarted(require_store(Path(args.out)))
+        for path in removed:
+            console.print(f"removed {path} (stopped before it started: nothing measured)")
+        if not removed:
+            console.print("no run stopped before it started")
     paths = list_runs(require_store(Path(args.out)), include_unstarted=True)
     table = Table(title=f"runs in {args.out}", title_justify="left")
     identifier_column(table, "run", [p.name for p in paths])
@@ -275,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list stored runs")
     runs.add_argument("--out", default="results")
+    runs.add_argument("--remove-unstarted", action="store_true",
+                      help="first remove the runs killed before they started (no run.json, "
+                           "nothing measured, over a minute old), then list")
     runs.set_defaults(func=_runs)
 
     show = sub.add_parser("show", help="print one run")

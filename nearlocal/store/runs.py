@@ -307,8 +307,35 @@ def started_from_id(run_id: str) -> str:
 
 def unstarted_state(path: Path) -> str:
     """What `runs` and `show` say of an unstarted run directory."""
-    return (f"stopped before it started (no run.json): nothing measured; remove it with "
-            f"rm -r {path}")
+    return ("stopped before it started (no run.json): nothing measured; `nearlocal runs "
+            f"--remove-unstarted --out {path.parent}` removes it")
+
+
+# A run's own Store.create writes run.json a moment after partial/: a directory younger than
+# this may be a run starting now, in another process, and is left alone
+UNSTARTED_AGE_S = 60.0
+
+
+def remove_unstarted(root: Path) -> list[Path]:
+    """Remove the store's run directories killed before they started (`unstarted`, older than
+    UNSTARTED_AGE_S, holding nothing but partial/ and its files): what `runs` lists as
+    stopped before it started. Returns what was removed; an OSError is one line."""
+    import shutil
+
+    removed = []
+    for path in list_runs(root, include_unstarted=True):
+        if not unstarted(path):
+            continue
+        try:
+            if time.time() - path.stat().st_mtime < UNSTARTED_AGE_S:
+                continue
+            if any(p.name != "partial" for p in path.iterdir()):
+                continue  # something nearlocal did not put there: not ours to remove
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise UsageError(f"cannot remove {path}: {safeio.os_error_text(exc)}") from None
+        removed.append(path)
+    return removed
 
 
 def list_runs(root: Path = DEFAULT_ROOT, include_unstarted: bool = False) -> list[Path]:
