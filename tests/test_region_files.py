@@ -15,19 +15,24 @@ from nearlocal.errors import UsageError
 from nearlocal.regions import host, parse_region, region_kind
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path) -> Path:
-    """A 2 MiB tmpfs (root only; skipped where mounting is not permitted)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mount)],
+def _mounted(where: Path, fstype: str, *options: str):
+    """A fresh file system of `fstype` mounted at `where` for the test (root only; skipped where
+    mounting is not permitted), unmounted after it."""
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", fstype, *options, fstype, str(where)],
                           capture_output=True, check=False)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        pytest.skip(f"cannot mount a {fstype} here: {done.stderr.decode().strip()}")
     try:
-        yield mount
+        yield where
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Path:
+    """A 2 MiB tmpfs."""
+    yield from _mounted(tmp_path / "tmpfs", "tmpfs", "-o", "size=2M")
 
 
 def _open(path: Path, size: int):
@@ -139,17 +144,8 @@ def test_a_killed_runs_shm_object_is_its_own_leftover_and_a_users_is_left_alone(
 
 @pytest.fixture
 def ramfs(tmp_path) -> Path:
-    """A ramfs: a file system that keeps no user xattrs (root only; skipped elsewhere)."""
-    mount = tmp_path / "ramfs"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], capture_output=True,
-                          check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a ramfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    """A ramfs: a file system that keeps no user xattrs."""
+    yield from _mounted(tmp_path / "ramfs", "ramfs")
 
 
 def test_a_region_of_a_sigkilled_process_is_replaced_where_no_xattr_is_kept(ramfs):
