@@ -9,11 +9,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from nearlocal.acceptance.spec import parse_spec
 from nearlocal.core.cases import Case
 from nearlocal.core.sampling import summarize
 from nearlocal.engine.runner import describe
 from nearlocal.frontends.cli import main
-from nearlocal.report.accept import parse_spec
 from nearlocal.store import Store, load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"

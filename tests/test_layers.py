@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                   "availability"}),
     ("store", {"store"}),
     ("engine", {"engine"}),
-    ("judging", {"gate", "whatif", "report"}),  # report and accept use whatif
+    ("judging", {"gate", "whatif", "acceptance", "report"}),  # acceptance uses whatif, report both
     ("front ends", {"frontends", "bench", "__main__"}),  # bench: the pytest front end
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}

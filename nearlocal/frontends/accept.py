@@ -1,5 +1,5 @@
 """`nearlocal accept SPEC`: measure the spec's cases as `run` does (the same engine call:
-frontends/measure.py), or take a stored run, and judge it (report/accept.py: the spec, the
+frontends/measure.py), or take a stored run, and judge it (nearlocal/acceptance/: the spec, the
 verdicts, their JUnit and table)."""
 
 from __future__ import annotations
@@ -8,15 +8,10 @@ import json
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.acceptance.judge import judge
+from nearlocal.acceptance.render import print_verdicts, render_junit
+from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
-from nearlocal.report.accept import (
-    Spec,
-    check_pool,
-    judge,
-    parse_spec,
-    print_verdicts,
-    render_junit,
-)
 from nearlocal.store.runs import load
 from nearlocal.units import parse_budget
 

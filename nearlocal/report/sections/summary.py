@@ -145,8 +145,9 @@ class Acceptance:
 def acceptance_of(run: RunData) -> list[Acceptance]:
     """The verdicts that exist for this run's host: the run itself when it is an accept run,
     else the latest accept run per spec in the same store from the same host."""
+    from nearlocal.acceptance.judge import judge
+    from nearlocal.acceptance.spec import parse_spec
     from nearlocal.errors import UsageError
-    from nearlocal.report import accept
     from nearlocal.store.runs import list_runs, load, survey_run
 
     def is_accept(meta: dict) -> bool:
@@ -169,22 +170,23 @@ def acceptance_of(run: RunData) -> list[Acceptance]:
     for candidate in candidates:
         name = Path(str(candidate.meta.get("spec", "?"))).name
         try:
-            spec = accept.parse_spec(candidate.meta["spec"])
-            verdicts = accept.judge(spec, candidate)
+            spec = parse_spec(candidate.meta["spec"])
+            verdicts = judge(spec, candidate)
         except (UsageError, OSError, KeyError) as exc:
             out.append(Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}"))
             continue
-        failed = tuple(f"{v.requirement.name} ({_missed(accept, v)})" for v in verdicts
+        failed = tuple(f"{v.requirement.name} ({_missed(v)})" for v in verdicts
                        if not v.passed)
         out.append(Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed))
     return out
 
 
-def _missed(accept, verdict) -> str:
+def _missed(verdict) -> str:
     """Why a requirement failed: its reason (not measured), else measured against the bound."""
+    from nearlocal.acceptance.render import bound_text, figure_text
+
     req = verdict.requirement
-    return verdict.reason or (f"measured {accept._format(verdict.measured, req)}, bound "
-                              f"{accept.bound_text(req)}")
+    return verdict.reason or f"measured {figure_text(verdict.measured, req)}, bound {bound_text(req)}"
 
 
 def acceptance_text(a: Acceptance) -> str:
