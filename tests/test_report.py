@@ -384,6 +384,7 @@ def test_shm_only_runs_say_no_pool_was_measured(tmp_path):
 
 
 def test_acceptance_verdicts_of_the_host_follow_the_region_lines(tmp_path):
+    """An accept run without kept verdicts (tests/test_accept.py: those that keep them)."""
     spec = tmp_path / "spec.toml"
     spec.write_text('title = "t"\n'
                     '[[requirement]]\nname = "load 16 KiB within 1 us"\n'
@@ -399,6 +400,9 @@ def test_acceptance_verdicts_of_the_host_follow_the_region_lines(tmp_path):
     assert lead[0].startswith("Only local DRAM was measured")
     assert lead[1].startswith("FAIL: spec.toml, 1 of 2 requirements failed (run "
                               "20260101T000000-acc): load 16 KiB within 1 ns (measured 500.0 ns")
+    # an accept run stored before verdicts were kept in it: judged again, and said so
+    assert lead[1].endswith("Judged again from the spec file as it reads now: the run kept no "
+                            "verdicts (accepted before accept stored them).")
     other_host = load(make_run(tmp_path / "other", cpu_only_rows(),
                                CPU_ONLY_INVENTORY | {"host_id": "zzz"}))
     assert not any("FAIL" in line for line in build_report([other_host]).sections[0].lead)

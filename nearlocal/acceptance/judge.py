@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from nearlocal.acceptance.spec import Requirement, Spec
+from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord, now
 from nearlocal.core.cases import Case
 from nearlocal.errors import UsageError
 from nearlocal.store.runs import RunData
@@ -15,7 +16,7 @@ from nearlocal.store.runs import RunData
 @dataclass
 class RequirementResult:
     """One requirement judged on a run: passed or not, the figure measured and the margin, or
-    why it was not measured (its verdict in the table, JUnit and --json)."""
+    why it was not measured (`record()`: its verdict in run.json, the table, JUnit and --json)."""
 
     requirement: Requirement
     passed: bool
@@ -25,15 +26,19 @@ class RequirementResult:
     seconds: float = 0.0  # wall time spent measuring its case (and reference)
     rows: tuple[str, ...] = ()  # a derived figure's: the case ids it came from
 
-    def to_dict(self) -> dict:
+    def record(self) -> VerdictRecord:
+        """As plain data: what run.json keeps and every printer prints."""
         r = self.requirement
-        return {"requirement": r.name, "case": r.subject, "metric": r.metric, "bound": r.bound,
-                "kind": r.kind, "reference": r.reference.id if r.reference else None,
-                "measured": None if math.isnan(self.measured) else self.measured,
-                "margin": None if math.isnan(self.margin) else self.margin,
-                "passed": self.passed, "reason": self.reason, "seconds": self.seconds,
-                "derived_from": list(self.rows)}
+        return VerdictRecord(r.name, r.subject, r.metric, r.kind, r.bound, self.passed,
+                             self.measured, self.margin, self.reason,
+                             r.reference.id if r.reference else None, r.derived is not None,
+                             self.seconds, self.rows)
 
+
+def acceptance_record(spec: Spec, run: RunData, results: list[RequirementResult]) -> AcceptanceRecord:
+    """The spec's verdicts on the run, judged now, as the record the run keeps."""
+    return AcceptanceRecord(str(spec.path.resolve()), spec.sha256, spec.title, spec.pool,
+                            spec.peer, now(), tuple(r.record() for r in results), run.run_id)
 
 
 def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:

@@ -42,6 +42,7 @@ is bad input (exit 2, naming what `probe` lists), not a failed requirement.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import tomllib
@@ -119,6 +120,7 @@ class Spec:
     processes: int | None = None  # None: default_processes(budget), as `nearlocal run` does
     pool: str = ""  # the region under test ("" when the spec names none)
     peer: str = "dram"
+    sha256: str = ""  # of the file as read: which spec a stored verdict was judged by
 
     def cases(self) -> list[Case]:
         found = [c for r in self.requirements for c in (r.case, r.reference, *r.measure)
@@ -404,7 +406,8 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     --peer) replace the spec's pool and peer."""
     path = Path(path)
     try:  # bounded: a regular file of at most MAX_INPUT_BYTES, nested at most MAX_DEPTH
-        text = safeio.read_input(path, "spec").decode()
+        raw = safeio.read_input(path, "spec")
+        text = raw.decode()
         data = safeio.parse_nested(tomllib.loads, text)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a TOML file (binary, not UTF-8 text)") from None
@@ -453,7 +456,7 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     tables = _aim(tables, targets)
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
     return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write,
-                processes, targets["pool"], targets["peer"])
+                processes, targets["pool"], targets["peer"], hashlib.sha256(raw).hexdigest())
 
 
 # ---------------------------------------------------------------- the box it is aimed at

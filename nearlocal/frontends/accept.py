@@ -1,16 +1,16 @@
 """`nearlocal accept SPEC`: measure the spec's cases as `run` does (the same engine call:
 frontends/measure.py), or take a stored run, and judge it (nearlocal/acceptance/: the spec, the
-verdicts, their JUnit and table)."""
+verdicts, their JUnit and table) and keep the verdicts in that run's run.json."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.acceptance.judge import judge
-from nearlocal.acceptance.render import print_verdicts, render_junit
+from nearlocal.acceptance.judge import acceptance_record, judge
+from nearlocal.acceptance.render import print_verdicts, render_json, render_junit
 from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
+from nearlocal.acceptance.verdicts import store_acceptance
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
 from nearlocal.store.runs import load
 from nearlocal.units import parse_budget
@@ -68,18 +68,31 @@ def _accept(args) -> int:
                                  args.allow_write or spec.allow_write, args.processes,
                                  args.placements))
         console.print(f"stored {run.path}")
-    verdicts = judge(spec, run)
-    print_verdicts(spec, run, verdicts)
+    record = acceptance_record(spec, run, judge(spec, run))
+    print_verdicts(record)
     if run.incomplete:
         console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
     if args.junit:  # an OSError is one line naming the file, the errno and the stored run
-        safeio.write_output("--junit", args.junit, render_junit(spec, run, verdicts))
+        safeio.write_output("--junit", args.junit, render_junit(record))
     if args.json:
-        safeio.write_output("--json", args.json, json.dumps(
-            {"spec": str(spec.path), "run": run.run_id,
-             "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
-    return 0 if all(v.passed for v in verdicts) else 1
+        safeio.write_output("--json", args.json, render_json(record))
+    _keep(run, record)  # after the files asked for: a full disk is then their one line
+    return 0 if record.passed else 1
+
+
+def _keep(run, record) -> None:
+    """The verdicts go into the run they judged, for the report to read; a run that cannot keep
+    them (still being written, not writable) is said, and the verdict stands."""
+    from nearlocal.errors import UsageError
+    from nearlocal.terminal import console, err_console
+
+    try:
+        where = store_acceptance(run, record)
+    except UsageError as exc:
+        err_console.print(f"verdicts not kept in the run: {exc}", markup=False, highlight=False)
+        return
+    console.print(f"verdicts kept in {where}", markup=False, highlight=False)
 
 
 def _processes_help() -> str:

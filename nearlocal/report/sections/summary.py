@@ -132,70 +132,100 @@ def only_local_text(meta: dict) -> str:
 
 
 @dataclass(frozen=True)
-class Acceptance:
-    """A stored `nearlocal accept` run judged again against its spec."""
+class AcceptanceLine:
+    """One spec's verdicts on a run of this host, as the report's lead states them."""
 
-    spec: str
+    spec: str  # the spec file's name, with the pool it was aimed at
     run_id: str
     passed: int
     failed: tuple[str, ...]  # the failed requirements, each with what it measured or why
-    problem: str = ""  # the spec could not be read again
+    problem: str = ""  # no verdicts kept, and the spec cannot be read again
+    judged_again: bool = False  # no verdicts kept (accepted before they were): judged now
 
 
-def acceptance_of(run: RunData) -> list[Acceptance]:
-    """The verdicts that exist for this run's host: the run itself when it is an accept run,
-    else the latest accept run per spec in the same store from the same host."""
-    from nearlocal.acceptance.judge import judge
-    from nearlocal.acceptance.spec import parse_spec
+def _is_accept(meta: dict) -> bool:
+    return bool(meta.get("spec")) or meta.get("kind") == "accept"
+
+
+def acceptance_of(run: RunData) -> list[AcceptanceLine]:
+    """The verdicts kept for this run's host, as `nearlocal accept` stored them in the runs it
+    judged (never judged again from a spec file that may have changed since): the run's own,
+    else the latest per spec and pool among the same store's runs of the same host. An accept
+    run stored before verdicts were kept has none: it is judged again from its spec file, and
+    the line says so."""
+    from nearlocal.acceptance.verdicts import AcceptanceRecord, stored_acceptance
     from nearlocal.errors import UsageError
     from nearlocal.store.runs import list_runs, load, survey_run
 
-    def is_accept(meta: dict) -> bool:
-        return bool(meta.get("spec")) or meta.get("kind") == "accept"
-
-    candidates = [run] if is_accept(run.meta) else []
-    if not candidates and run.path is not None:
-        latest: dict[str, Path] = {}
-        for path in list_runs(Path(run.path).parent):
-            meta, state = survey_run(path)
-            if is_accept(meta) and not state and meta.get("host_id") == run.meta.get("host_id"):
-                latest[str(meta.get("spec"))] = path  # run ids sort by start time
-        candidates = []
-        for path in latest.values():
-            try:
-                candidates.append(load(path))
-            except UsageError:
-                continue
-    out = []
-    for candidate in candidates:
-        name = Path(str(candidate.meta.get("spec", "?"))).name
-        try:
-            spec = parse_spec(candidate.meta["spec"])
-            verdicts = judge(spec, candidate)
-        except (UsageError, OSError, KeyError) as exc:
-            out.append(Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}"))
+    own = stored_acceptance(run.meta, run.run_id)
+    if own:
+        return [_line(record) for record in own]
+    if _is_accept(run.meta):
+        return [_judged_again(run)]
+    if run.path is None:
+        return []
+    latest: dict[tuple[str, str], AcceptanceRecord | Path] = {}
+    for path in list_runs(Path(run.path).parent):  # oldest first: the latest wins
+        meta, state = survey_run(path)
+        if state or meta.get("host_id") != run.meta.get("host_id"):
             continue
-        failed = tuple(f"{v.requirement.name} ({_missed(v)})" for v in verdicts
-                       if not v.passed)
-        out.append(Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed))
+        kept = stored_acceptance(meta, str(meta.get("run_id") or path.name))
+        latest.update((record.key, record) for record in kept)
+        if not kept and _is_accept(meta):
+            latest[(str(meta.get("spec")), str(meta.get("pool") or ""))] = path
+    out = []
+    for found in latest.values():
+        if isinstance(found, AcceptanceRecord):
+            out.append(_line(found))
+            continue
+        try:
+            out.append(_judged_again(load(found)))
+        except UsageError:
+            continue
     return out
 
 
-def _missed(verdict) -> str:
-    """Why a requirement failed: its reason (not measured), else measured against the bound."""
-    from nearlocal.acceptance.render import bound_text, figure_text
-
-    req = verdict.requirement
-    return verdict.reason or f"measured {figure_text(verdict.measured, req)}, bound {bound_text(req)}"
+def _name(spec: str, pool: str) -> str:
+    return Path(spec).name + (f" (pool {pool})" if pool else "")
 
 
-def acceptance_text(a: Acceptance) -> str:
+def _line(record, judged_again: bool = False) -> AcceptanceLine:
+    from nearlocal.acceptance.render import missed_text
+
+    failed = tuple(f"{v.requirement} ({missed_text(v)})" for v in record.failed)
+    return AcceptanceLine(_name(record.spec, record.pool), record.run_id,
+                          len(record.verdicts) - len(failed), failed, judged_again=judged_again)
+
+
+def _judged_again(run: RunData) -> AcceptanceLine:
+    """An accept run that kept no verdicts, judged from its spec file as it reads now (aimed at
+    the pool the run was measured for)."""
+    from nearlocal.acceptance.judge import acceptance_record, judge
+    from nearlocal.acceptance.spec import parse_spec
+    from nearlocal.errors import UsageError
+
+    spec, pool = str(run.meta.get("spec") or "?"), str(run.meta.get("pool") or "")
+    try:
+        parsed = parse_spec(run.meta["spec"], pool or None)
+        record = acceptance_record(parsed, run, judge(parsed, run))
+    except (UsageError, OSError, KeyError) as exc:
+        return AcceptanceLine(_name(spec, pool), run.run_id, 0, (),
+                              f"no verdicts kept, and its spec cannot be judged again: {exc}")
+    return _line(record, judged_again=True)
+
+
+def acceptance_text(a: AcceptanceLine) -> str:
     if a.problem:
         return f"Acceptance {a.spec} (run {a.run_id}): {a.problem}."
     if not a.failed:
-        return f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
-    return (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements failed "
-            f"(run {a.run_id}): " + "; ".join(a.failed) + ".")
+        text = f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
+    else:
+        text = (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements "
+                f"failed (run {a.run_id}): " + "; ".join(a.failed) + ".")
+    if a.judged_again:
+        text += (" Judged again from the spec file as it reads now: the run kept no verdicts "
+                 "(accepted before accept stored them).")
+    return text
 
 
 def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> list[str]:
