@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nearlocal"
 # Lowest first. A top-level module is its own unit, named by its file.
 LAYERS: list[tuple[str, set[str]]] = [
     ("utilities", {"__init__", "errors", "units", "params", "lazy", "sysroot", "safeio",
-                   "terminal"}),  # __init__: the version
+                   "terminal", "reporters"}),  # __init__: the version
     ("kernels", {"kernels"}),  # compiled code: the probe measures with it too
     ("probe", {"probe"}),
     ("regions", {"regions"}),

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord
+from nearlocal.reporters import JUnitCase, junit_xml
 from nearlocal.units import format_ns
 
 
@@ -81,24 +80,16 @@ def render_json(record: AcceptanceRecord) -> str:
 
 
 def render_junit(record: AcceptanceRecord) -> str:
-    verdicts = record.verdicts
+    """A test case per requirement (its time what measuring its cases took), failed where it
+    failed, its figure against the bound (or why not measured) as the detail; the run as a
+    property."""
     spec = Path(record.spec)
-    suite = ET.Element("testsuite", name=f"nearlocal accept {spec.name}", tests=str(len(verdicts)),
-                       failures=str(len(record.failed)), errors="0", skipped="0",
-                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=record.run_id)
-    for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname=f"nearlocal.accept.{spec.stem}",
-                             name=v.requirement, time=f"{v.seconds:.3f}")
+    cases = []
+    for v in record.verdicts:
         detail = (v.reason or f"measured {figure_text(v.measured, v)}, "
                   f"bound {bound_text(v)}, margin {v.margin:+.1%}")
         if v.derived_from:
             detail += f"; derived from rows {', '.join(v.derived_from)}"
-        if v.passed:
-            ET.SubElement(case, "system-out").text = detail
-        else:
-            ET.SubElement(case, "failure", message=detail, type="requirement").text = detail
-    root = ET.Element("testsuites")
-    root.append(suite)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        cases.append(JUnitCase(v.requirement, f"nearlocal.accept.{spec.stem}", v.seconds, detail,
+                               "passed" if v.passed else "failed", "requirement"))
+    return junit_xml(f"nearlocal accept {spec.name}", cases, [("run", record.run_id)])
