@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import IO
 
 from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord
-from nearlocal.reporters import JUnitCase, junit_xml
+from nearlocal.reporters import ConsoleReporter, JUnitCase, Reporters, TextReporter, junit_xml
 from nearlocal.units import format_ns
 
 
@@ -38,10 +39,15 @@ def missed_text(verdict: VerdictRecord) -> str:
                               f"{bound_text(verdict)}")
 
 
-def print_verdicts(record: AcceptanceRecord) -> None:
+def print_verdicts(record: AcceptanceRecord, file: IO[str] | None = None) -> None:
+    """The verdicts as a table, the counts, each not-measured reason once and the rows derived
+    figures came from; on stdout's console, or as plain text into `file`."""
     from rich.table import Table
 
-    from nearlocal.terminal import console
+    from nearlocal.terminal import console as stdout_console
+    from nearlocal.terminal import file_console
+
+    console = stdout_console if file is None else file_console(file)
 
     verdicts = record.verdicts
     table = Table(title=f"{record.title}: run {record.run_id}", title_justify="left")
@@ -93,3 +99,10 @@ def render_junit(record: AcceptanceRecord) -> str:
         cases.append(JUnitCase(v.requirement, f"nearlocal.accept.{spec.stem}", v.seconds, detail,
                                "passed" if v.passed else "failed", "requirement"))
     return junit_xml(f"nearlocal accept {spec.name}", cases, [("run", record.run_id)])
+
+
+# accept's formats: the table on the terminal (the default), the others each an option --NAME PATH
+ACCEPT_FORMATS: Reporters[AcceptanceRecord] = Reporters("accept")
+ACCEPT_FORMATS.register(ConsoleReporter("table", "the verdicts as a table", print_verdicts))
+ACCEPT_FORMATS.register(TextReporter("junit", "also write a JUnit XML report here", render_junit))
+ACCEPT_FORMATS.register(TextReporter("json", "also write the verdicts as JSON here", render_json))

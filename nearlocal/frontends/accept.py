@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nearlocal import safeio
 from nearlocal.acceptance.judge import acceptance_record, judge
-from nearlocal.acceptance.render import print_verdicts, render_json, render_junit
+from nearlocal.acceptance.render import ACCEPT_FORMATS
 from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
 from nearlocal.acceptance.verdicts import store_acceptance
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
@@ -59,8 +59,8 @@ def _accept(args) -> int:
     check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
-    for option, path in (("--junit", args.junit), ("--json", args.json)):
-        safeio.check_output(option, path)
+    for reporter in ACCEPT_FORMATS.others():
+        safeio.check_output(f"--{reporter.name}", getattr(args, reporter.name))
     if args.run:
         run = load(args.run, Path(args.out))
     else:
@@ -69,14 +69,13 @@ def _accept(args) -> int:
                                  args.placements))
         console.print(f"stored {run.path}")
     record = acceptance_record(spec, run, judge(spec, run))
-    print_verdicts(record)
+    ACCEPT_FORMATS.default.show(record)
     if run.incomplete:
         console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
-    if args.junit:  # an OSError is one line naming the file, the errno and the stored run
-        safeio.write_output("--junit", args.junit, render_junit(record))
-    if args.json:
-        safeio.write_output("--json", args.json, render_json(record))
+    for reporter in ACCEPT_FORMATS.others():  # an OSError: one line naming the file and errno
+        if getattr(args, reporter.name):
+            reporter.write(record, getattr(args, reporter.name), f"--{reporter.name}")
     _keep(run, record)  # after the files asked for: a full disk is then their one line
     return 0 if record.passed else 1
 
@@ -116,6 +115,6 @@ def register(sub) -> None:
                         help=PLACEMENTS_HELP.replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
-    parser.add_argument("--junit", help="also write a JUnit XML report here")
-    parser.add_argument("--json", help="also write the verdicts as JSON here")
+    for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH
+        parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
     parser.set_defaults(func=_accept)

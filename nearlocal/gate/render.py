@@ -3,18 +3,14 @@ only lay out what gate/verdict.py decided; the mode's line comes first in every 
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import sys
 
-from nearlocal import safeio
 from nearlocal.gate.verdict import VERDICT_ORDER, CaseComparison, Comparison
-from nearlocal.reporters import JUnitCase, junit_xml
+from nearlocal.reporters import ConsoleReporter, JUnitCase, Reporters, TextReporter, junit_xml
 from nearlocal.units import format_ns
 
 CHANGE_VERDICTS = ("slower", "faster")  # what a job summary lists
-FORMATS = ("table", "markdown", "json", "junit")
 
 
 def _ratio_text(c: CaseComparison) -> tuple[str, str, str]:
@@ -136,20 +132,25 @@ def render_junit(result: Comparison) -> str:
                       ("head", result.head_line())], time_digits=9)
 
 
+def render_json(result: Comparison) -> str:
+    return json.dumps(result.to_dict(), indent=1) + "\n"
+
+
+# compare's --format choices, in this order; the first is the default
+COMPARE_FORMATS: Reporters[Comparison] = Reporters("compare")
+COMPARE_FORMATS.register(ConsoleReporter(
+    "table", "a table on a terminal, full-width Markdown in a pipe or CI log", render_table))
+COMPARE_FORMATS.register(TextReporter("markdown", "Markdown, for a pull request or a file",
+                                      render_markdown))
+COMPARE_FORMATS.register(TextReporter("json", "every case's figures and verdict", render_json))
+COMPARE_FORMATS.register(TextReporter("junit", "JUnit XML for CI: slower cases fail",
+                                      render_junit))
+
+
 def write_output(result: Comparison, fmt: str, output: str | None) -> None:
     """To stdout, or to `output` whole or not at all (a full disk leaves no partial file)."""
-    if fmt == "table" and not output:
-        render_table(result)
-        return
-    if fmt == "table":
-        buffer = io.StringIO()
-        render_table(result, buffer)
-        text = buffer.getvalue()
-    else:
-        text = {"markdown": render_markdown,
-                "json": lambda r: json.dumps(r.to_dict(), indent=1) + "\n",
-                "junit": render_junit}[fmt](result)
+    reporter = COMPARE_FORMATS[fmt]
     if output:
-        safeio.write_output("--output", output, text)
+        reporter.write(result, output, "--output")
     else:
-        sys.stdout.write(text)
+        reporter.show(result)
