@@ -82,6 +82,12 @@ console = _Console()
 err_console = _Console(stderr=True)
 
 
+def file_console(file: IO[str]) -> Console:
+    """A console printing into a file as into a pipe: no colour, whole lines, tables as Markdown
+    (what a reporter's text is when it is not shown on the terminal)."""
+    return _Console(file=file, force_terminal=False, color_system=None, highlight=False)
+
+
 def print_table(table: Table, target: Console | None = None) -> None:
     """Print a table; when the output is not a terminal (a pipe, a CI log) it has no width to
     respect, so the table is a Markdown table at its natural width: one line per row, every

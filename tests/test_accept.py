@@ -9,11 +9,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from nearlocal.acceptance.spec import parse_spec
 from nearlocal.core.cases import Case
 from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import summarize
 from nearlocal.frontends.cli import main
-from nearlocal.report.accept import parse_spec
 from nearlocal.store import Store, load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "acceptance"
@@ -254,3 +254,91 @@ def test_a_plain_size_has_one_spelling_in_a_case_id():
     ids = {Case("load", "dram", pattern=p).id for p in ("16384", "16KiB", "16 KiB", "16k")}
     assert ids == {"load/dram/wb/16KiB"}
     assert Case("load", "dram", pattern="1024x160B").pattern == "1024x160B"
+
+
+# ---------------------------------------------------------------- verdicts kept in the run
+
+TWO_REQUIREMENTS = """
+[[requirement]]
+name = "warm 16 KiB load within 3us"
+case = { method = "load", size = "16KiB" }
+max = "3us"
+[[requirement]]
+name = "warm 16 KiB load under 50 ns"
+case = { method = "load", size = "16KiB" }
+max = 50
+"""
+
+
+def _report_lead(tmp_path: Path, run: str, capsys) -> str:
+    capsys.readouterr()
+    assert main(["report", run, "--out", str(tmp_path)]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_verdicts_are_kept_in_the_run_and_the_report_reads_them(tmp_path, run, capsys):
+    import hashlib
+    import json
+
+    spec = Path(_spec(tmp_path, TWO_REQUIREMENTS))
+    assert _accept(tmp_path, str(spec), run) == 1
+    assert f"verdicts kept in {tmp_path / run / 'run.json'}" in capsys.readouterr().out
+    (kept,) = json.loads((tmp_path / run / "run.json").read_text())["acceptance"]
+    assert kept["spec"] == str(spec.resolve())
+    assert kept["spec_sha256"] == hashlib.sha256(spec.read_bytes()).hexdigest()
+    assert [(v["requirement"], v["case"], v["measured"], v["bound"], v["passed"], v["reason"])
+            for v in kept["verdicts"]] == [
+        ("warm 16 KiB load within 3us", "load/dram/wb/16KiB", 100.0, 3000.0, True, ""),
+        ("warm 16 KiB load under 50 ns", "load/dram/wb/16KiB", 100.0, 50.0, False, "")]
+    report = _report_lead(tmp_path, run, capsys)
+    assert ("FAIL: spec.toml, 1 of 2 requirements failed (run " f"{run}): warm 16 KiB load "
+            "under 50 ns (measured 100.0 ns, bound median_ns <= 50.0 ns).") in report
+    assert "Judged again" not in report
+    spec.write_text(TWO_REQUIREMENTS.replace("max = 50", "max = 500"))  # would pass now
+    assert _report_lead(tmp_path, run, capsys) == report
+    spec.unlink()
+    assert _report_lead(tmp_path, run, capsys) == report
+
+
+def test_a_report_of_another_run_of_the_host_shows_the_latest_kept_verdicts(tmp_path, run,
+                                                                            capsys):
+    from nearlocal.report.tables import build_report
+
+    spec = _spec(tmp_path, TWO_REQUIREMENTS)
+    assert _accept(tmp_path, spec, run) == 1
+    passing = tmp_path / "passing.toml"
+    passing.write_text(TWO_REQUIREMENTS.replace("max = 50", "max = 500"))
+    assert _accept(tmp_path, str(passing), run) == 0
+    Path(spec).write_text(passing.read_text())
+    assert _accept(tmp_path, spec, run) == 0  # the same spec and pool: its entry replaced
+    assert _accept(tmp_path, spec, run, "--region", "dram") == 0  # another pool: one more
+    Path(spec).unlink()
+    store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
+    store.add_case({**row_facts(Case("load", "dram", "wb", "1KiB")), "status": "skipped",
+                    "reason": "not this time"})
+    plain = load(store.finish())
+    lead = build_report([plain]).sections[0].lead
+    assert [line.split(",")[0] for line in lead if line.startswith(("PASS", "FAIL"))] == \
+        ["PASS: passing.toml", "PASS: spec.toml", "PASS: spec.toml (pool dram)"]
+
+
+def test_damaged_kept_verdicts_are_one_line(tmp_path, run, capsys):
+    import json
+
+    meta_path = tmp_path / run / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "acceptance": [{"verdicts": [{"passed": "yes"}]}]}))
+    assert main(["report", run, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "field acceptance[0].verdicts[0].passed is a string 'yes', expected true or false" in err
+
+
+def test_a_run_still_being_written_is_not_amended(tmp_path):
+    from nearlocal.errors import UsageError
+    from nearlocal.store.runs import update_run_meta
+
+    store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
+    with pytest.raises(UsageError, match="is not finished"):
+        update_run_meta(store.path, "acceptance", lambda old: [])
+    assert "acceptance" not in load(store.path).meta

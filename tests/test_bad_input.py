@@ -271,7 +271,7 @@ def test_a_spec_size_matches_the_stored_case_however_spelled(tmp_path, capsys):
     spec = tmp_path / "spec.toml"
     spec.write_text('[[requirement]]\ncase = { method = "load", size = 16384, access = "read" }\n'
                     'max = "1us"\n')
-    from nearlocal.report.accept import parse_spec
+    from nearlocal.acceptance.spec import parse_spec
 
     assert parse_spec(spec).requirements[0].case.pattern == "16KiB"
     assert main(["accept", str(spec), "r", "--out", str(tmp_path)]) == 0

@@ -269,7 +269,7 @@ def test_not_measured_reasons_print_one_line_each(tmp_path, accept_run, capsys):
 
 
 def test_beluga_example_names_its_pool_once():
-    from nearlocal.report.accept import parse_spec
+    from nearlocal.acceptance.spec import parse_spec
 
     spec = parse_spec(EXAMPLES / "beluga-cxl.toml", region="devdax:/dev/dax0.0")
     assert spec.pool == "devdax:/dev/dax0.0"

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nearlocal"
 # Lowest first. A top-level module is its own unit, named by its file.
 LAYERS: list[tuple[str, set[str]]] = [
     ("utilities", {"__init__", "errors", "units", "params", "lazy", "sysroot", "safeio",
-                   "terminal"}),  # __init__: the version
+                   "terminal", "reporters"}),  # __init__: the version
     ("kernels", {"kernels"}),  # compiled code: the probe measures with it too
     ("probe", {"probe"}),
     ("regions", {"regions"}),
@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                   "availability"}),
     ("store", {"store"}),
     ("engine", {"engine"}),
-    ("judging", {"gate", "whatif", "report"}),  # report and accept use whatif
+    ("judging", {"gate", "whatif", "acceptance", "report"}),  # acceptance uses whatif, report both
     ("front ends", {"frontends", "bench", "__main__"}),  # bench: the pytest front end
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}

@@ -1,22 +1,17 @@
 """`nearlocal accept SPEC`: measure the spec's cases as `run` does (the same engine call:
-frontends/measure.py), or take a stored run, and judge it (report/accept.py: the spec, the
-verdicts, their JUnit and table)."""
+frontends/measure.py), or take a stored run, and judge it (nearlocal/acceptance/: the spec, the
+verdicts, their JUnit and table) and keep the verdicts in that run's run.json."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.acceptance.judge import acceptance_record, judge
+from nearlocal.acceptance.render import ACCEPT_FORMATS
+from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
+from nearlocal.acceptance.verdicts import store_acceptance
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
-from nearlocal.report.accept import (
-    Spec,
-    check_pool,
-    judge,
-    parse_spec,
-    print_verdicts,
-    render_junit,
-)
 from nearlocal.store.runs import load
 from nearlocal.units import parse_budget
 
@@ -64,8 +59,8 @@ def _accept(args) -> int:
     check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
-    for option, path in (("--junit", args.junit), ("--json", args.json)):
-        safeio.check_output(option, path)
+    for reporter in ACCEPT_FORMATS.others():
+        safeio.check_output(f"--{reporter.name}", getattr(args, reporter.name))
     if args.run:
         run = load(args.run, Path(args.out))
     else:
@@ -73,18 +68,30 @@ def _accept(args) -> int:
                                  args.allow_write or spec.allow_write, args.processes,
                                  args.placements))
         console.print(f"stored {run.path}")
-    verdicts = judge(spec, run)
-    print_verdicts(spec, run, verdicts)
+    record = acceptance_record(spec, run, judge(spec, run))
+    ACCEPT_FORMATS.default.show(record)
     if run.incomplete:
         console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
-    if args.junit:  # an OSError is one line naming the file, the errno and the stored run
-        safeio.write_output("--junit", args.junit, render_junit(spec, run, verdicts))
-    if args.json:
-        safeio.write_output("--json", args.json, json.dumps(
-            {"spec": str(spec.path), "run": run.run_id,
-             "verdicts": [v.to_dict() for v in verdicts]}, indent=1))
-    return 0 if all(v.passed for v in verdicts) else 1
+    for reporter in ACCEPT_FORMATS.others():  # an OSError: one line naming the file and errno
+        if getattr(args, reporter.name):
+            reporter.write(record, getattr(args, reporter.name), f"--{reporter.name}")
+    _keep(run, record)  # after the files asked for: a full disk is then their one line
+    return 0 if record.passed else 1
+
+
+def _keep(run, record) -> None:
+    """The verdicts go into the run they judged, for the report to read; a run that cannot keep
+    them (still being written, not writable) is said, and the verdict stands."""
+    from nearlocal.errors import UsageError
+    from nearlocal.terminal import console, err_console
+
+    try:
+        where = store_acceptance(run, record)
+    except UsageError as exc:
+        err_console.print(f"verdicts not kept in the run: {exc}", markup=False, highlight=False)
+        return
+    console.print(f"verdicts kept in {where}", markup=False, highlight=False)
 
 
 def _processes_help() -> str:
@@ -108,6 +115,6 @@ def register(sub) -> None:
                         help=PLACEMENTS_HELP.replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
-    parser.add_argument("--junit", help="also write a JUnit XML report here")
-    parser.add_argument("--json", help="also write the verdicts as JSON here")
+    for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH
+        parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
     parser.set_defaults(func=_accept)

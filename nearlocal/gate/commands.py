@@ -106,7 +106,7 @@ def _baseline(args) -> int:
 
 
 def register(sub) -> None:
-    from nearlocal.gate.render import FORMATS
+    from nearlocal.gate.render import COMPARE_FORMATS
     from nearlocal.gate.verdict import DEFAULT_ALPHA
 
     parser = sub.add_parser("compare", help="compare two runs case by case; exit 1 on a regression")
@@ -121,9 +121,9 @@ def register(sub) -> None:
                         help="smallest change that counts (default 5%%)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help="chance that unchanged code reads any case slower (default 0.01)")
-    parser.add_argument("--format", choices=FORMATS, default="table",
-                        help="table (default): a table on a terminal, full-width Markdown in a "
-                             "pipe or CI log; markdown, json or junit for files")
+    parser.add_argument("--format", choices=COMPARE_FORMATS.names,
+                        default=COMPARE_FORMATS.default.name,
+                        help=COMPARE_FORMATS.help().replace("%", "%%"))
     parser.add_argument("--output", help="write the report to this file instead of stdout")
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")

@@ -3,19 +3,14 @@ only lay out what gate/verdict.py decided; the mode's line comes first in every 
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import sys
-import time
-import xml.etree.ElementTree as ET
 
-from nearlocal import safeio
 from nearlocal.gate.verdict import VERDICT_ORDER, CaseComparison, Comparison
+from nearlocal.reporters import ConsoleReporter, JUnitCase, Reporters, TextReporter, junit_xml
 from nearlocal.units import format_ns
 
 CHANGE_VERDICTS = ("slower", "faster")  # what a job summary lists
-FORMATS = ("table", "markdown", "json", "junit")
 
 
 def _ratio_text(c: CaseComparison) -> tuple[str, str, str]:
@@ -118,49 +113,45 @@ def append_job_summary(result: Comparison, path: str) -> None:
                           f"{exc.strerror}", markup=False)
 
 
+JUNIT_OUTCOMES = {"slower": "failed", "missing": "skipped", "new": "skipped"}  # else passed
+
+
 def render_junit(result: Comparison) -> str:
-    counts = result.counts()
-    suite = ET.Element("testsuite", name=f"nearlocal compare {result.base} -> {result.candidate}",
-                       tests=str(len(result.cases)), failures=str(counts["slower"]), errors="0",
-                       skipped=str(counts["missing"] + counts["new"]),
-                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    properties = ET.SubElement(suite, "properties")
-    for name, value in (("mode", result.mode), ("paired", str(result.paired).lower()),
-                        ("head", result.head_line()),
-                        *([("note", result.host_note)] if result.host_note else [])):
-        ET.SubElement(properties, "property", name=name, value=value)
+    """A test case per case (its time the candidate's median), failed where slower, skipped where
+    missing or new; the mode, pairing, head line and any note on the host as properties."""
+    cases = []
     for c in result.sorted_cases():
         ratio, ci, p = _ratio_text(c)
         seconds = c.cand_median_ns / 1e9 if math.isfinite(c.cand_median_ns) else 0.0
-        case = ET.SubElement(suite, "testcase", classname=f"nearlocal.compare.{c.method or 'case'}",
-                             name=c.case_id, time=f"{seconds:.9f}")
-        detail = f"{c.verdict}: ratio {ratio} CI {ci} p {p}" + (f"; {c.note}" if c.note else "")
-        if c.verdict == "slower":
-            ET.SubElement(case, "failure", message=detail, type="regression").text = detail
-        elif c.verdict in ("missing", "new"):
-            ET.SubElement(case, "skipped", message=detail)
-        else:
-            ET.SubElement(case, "system-out").text = detail
-    root = ET.Element("testsuites")
-    root.append(suite)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        cases.append(JUnitCase(c.case_id, f"nearlocal.compare.{c.method or 'case'}", seconds,
+                               f"{c.verdict}: ratio {ratio} CI {ci} p {p}"
+                               + (f"; {c.note}" if c.note else ""),
+                               JUNIT_OUTCOMES.get(c.verdict, "passed"), "regression"))
+    return junit_xml(f"nearlocal compare {result.base} -> {result.candidate}", cases,
+                     [("mode", result.mode), ("paired", str(result.paired).lower()),
+                      ("head", result.head_line()),
+                      *([("note", result.host_note)] if result.host_note else [])], time_digits=9)
+
+
+def render_json(result: Comparison) -> str:
+    return json.dumps(result.to_dict(), indent=1) + "\n"
+
+
+# compare's --format choices, in this order; the first is the default
+COMPARE_FORMATS: Reporters[Comparison] = Reporters("compare")
+COMPARE_FORMATS.register(ConsoleReporter(
+    "table", "a table on a terminal, full-width Markdown in a pipe or CI log", render_table))
+COMPARE_FORMATS.register(TextReporter("markdown", "Markdown, for a pull request or a file",
+                                      render_markdown))
+COMPARE_FORMATS.register(TextReporter("json", "every case's figures and verdict", render_json))
+COMPARE_FORMATS.register(TextReporter("junit", "JUnit XML for CI: slower cases fail",
+                                      render_junit))
 
 
 def write_output(result: Comparison, fmt: str, output: str | None) -> None:
     """To stdout, or to `output` whole or not at all (a full disk leaves no partial file)."""
-    if fmt == "table" and not output:
-        render_table(result)
-        return
-    if fmt == "table":
-        buffer = io.StringIO()
-        render_table(result, buffer)
-        text = buffer.getvalue()
-    else:
-        text = {"markdown": render_markdown,
-                "json": lambda r: json.dumps(r.to_dict(), indent=1) + "\n",
-                "junit": render_junit}[fmt](result)
+    reporter = COMPARE_FORMATS[fmt]
     if output:
-        safeio.write_output("--output", output, text)
+        reporter.write(result, output, "--output")
     else:
-        sys.stdout.write(text)
+        reporter.show(result)

@@ -9,22 +9,17 @@ from pathlib import Path
 from nearlocal import safeio
 
 
-def _output_path(text: str | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    """Checked before anything is read: a directory, a FIFO, a missing or unwritable directory,
-    a name too long are one line (safeio.check_output)."""
-    return safeio.check_output(option, text)
-
-
 def _report(args: argparse.Namespace) -> int:
-    from nearlocal.report.render_html import write_html
-    from nearlocal.report.render_markdown import write_markdown
-    from nearlocal.report.render_terminal import print_report
+    from nearlocal.report.formats import REPORT_FORMATS
     from nearlocal.report.tables import build_report
     from nearlocal.store import load
     from nearlocal.terminal import console
 
-    html = _output_path(args.html, "--html", (".html", ".htm"))
-    markdown = _output_path(args.markdown, "--markdown", (".md",))
+    # each file checked before anything is read: a directory, a FIFO, a missing or unwritable
+    # directory, a name too long are one line
+    files = {reporter: safeio.check_output(f"--{reporter.name}", getattr(args, reporter.name))
+             for reporter in REPORT_FORMATS.others()}
+    files = {reporter: path for reporter, path in files.items() if path is not None}
     reference = args.reference
     if reference:  # an unknown box is one line before anything is read
         from nearlocal.store import resolve_run
@@ -40,26 +35,26 @@ def _report(args: argparse.Namespace) -> int:
             console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): its "
                           f"figures cover only the {len(run.cases)} cases it stored[/]")
     report = build_report(data, reference)
-    if not args.quiet and not (html or markdown):  # writing a file prints where, nothing more
-        print_report(report, console)
-    if html:  # written whole or not at all; an OSError: one line with the errno
-        console.print(f"wrote {write_html(report, html)}")
-    if markdown:
-        files = write_markdown(report, markdown)
-        console.print(f"wrote {files[0]}" + (f" and {len(files) - 1} PNG plots beside it"
-                                             if len(files) > 1 else ""))
+    if not args.quiet and not files:  # writing a file prints where, nothing more
+        REPORT_FORMATS.default.show(report)
+    for reporter, path in files.items():  # each whole or not at all; an OSError: one line
+        written = reporter.write(report, path, f"--{reporter.name}")
+        console.print(f"wrote {written[0]}" + (f" and {len(written) - 1} PNG plots beside it"
+                                               if len(written) > 1 else ""))
     return 0
 
 
 def register(subparsers) -> None:
+    from nearlocal.report.formats import REPORT_FORMATS
+
     parser = subparsers.add_parser(
         "report", help="the papers' figures beside stored runs: terminal, Markdown, HTML",
         description="Mirror Beluga's and SwiftCache's tables with this box's medians. Several "
                     "runs become side-by-side columns (box A vs box B, before vs after).")
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run ids or run directories (default: the latest run)")
-    parser.add_argument("--html", help="write one self-contained HTML file (plots inline)")
-    parser.add_argument("--markdown", help="write Markdown, with PNG plots beside it")
+    for reporter in REPORT_FORMATS.others():  # --html PATH, --markdown PATH
+        parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     parser.add_argument("--reference",
                         help="the Serving section fills the hops a run lacks from this reference "

@@ -51,9 +51,8 @@ def _section(section: Section, stem: str, folder: Path, plots: dict[Path, bytes]
     return "\n".join(parts)
 
 
-def write_markdown(report: Report, path: Path) -> list[Path]:
-    """Writes PATH and its PNG plots (PATH's stem + plot name), all or none (a full disk);
-    returns every file written, PATH first."""
+def markdown(report: Report, path: Path) -> tuple[str, dict[Path, bytes]]:
+    """The Markdown for PATH and its PNG plots (PATH's stem + plot name, beside it)."""
     path = Path(path)
     plots: dict[Path, bytes] = {}
     runs = ", ".join(f"{r.run_id} ({r.host})" for r in report.runs)
@@ -62,5 +61,12 @@ def write_markdown(report: Report, path: Path) -> list[Path]:
             f"this box measured. Latency cells: median (10th–90th percentile); {NOT_CONVERGED} = "
             "the median's confidence interval did not reach its target within the budget.", ""]
     body += [_section(s, path.stem, path.parent, plots) for s in report.sections]
-    written = safeio.write_outputs("--markdown", {**plots, path: "\n".join(body).encode()})
+    return "\n".join(body), plots
+
+
+def write_markdown(report: Report, path: Path, option: str = "--markdown") -> list[Path]:
+    """Writes PATH and its PNG plots (PATH's stem + plot name), all or none (a full disk);
+    returns every file written, PATH first."""
+    text, plots = markdown(report, path)
+    written = safeio.write_outputs(option, {**plots, Path(path): text.encode()})
     return [written[-1], *written[:-1]]

@@ -19,6 +19,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,6 +386,33 @@ def read_meta(path: Path) -> dict:
     if problem:
         raise UsageError(f"run {Path(path).name} is damaged: run.json {problem}")
     return data
+
+
+def update_run_meta(path: Path, field: str, update: Callable[[object], object]) -> dict:
+    """Set one field of a finished run's run.json to `update(its value now)`: what was judged of
+    the run afterwards (accept's verdicts). Atomic, and checked against RUN_META_FIELDS as
+    read_meta checks it, so it never writes what load() would call damaged; the run directory
+    keeps its time, so amending a run does not make it `latest`. A run still being written (no
+    cases.parquet: its Store writes run.json again at the end), damaged or not writable is a
+    one-line UsageError. Returns the new run.json."""
+    path = Path(path)
+    meta = read_meta(path)
+    if not (path / "cases.parquet").exists():
+        raise UsageError(f"run {path.name} is not finished ({run_state(path, meta)}): its "
+                         "run.json is left as it is")
+    meta[field] = update(meta.get(field))
+    problem = shape_problem(meta, RUN_META_FIELDS)
+    if problem:  # the caller's value, not the file: a bug, not bad input
+        raise ValueError(f"run {path.name}: {field} would leave run.json damaged: {problem}")
+    try:
+        times = path.stat()
+        safeio.atomic_write_bytes(path / "run.json",
+                                  json.dumps(meta, indent=2, default=str).encode())
+    except OSError as exc:
+        raise UsageError(f"cannot update run {path}: {safeio.os_error_text(exc)}") from None
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    return meta
 
 
 def run_state(path: Path, meta: dict) -> str:

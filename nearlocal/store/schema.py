@@ -137,6 +137,13 @@ RUN_META_FIELDS = {
                  "max_samples": INTEGER, "allow_write": BOOL},
     "machine_info": Map(ANY), "commit_info": Map(ANY),
     "inventory": INVENTORY_FIELDS,
+    # `nearlocal accept`'s verdicts on the run, one entry per spec and pool (acceptance/verdicts.py)
+    "acceptance": [{"spec": TEXT, "spec_sha256": TEXT, "title": TEXT, "pool": TEXT, "peer": TEXT,
+                    "judged": TEXT, "verdicts": [{
+                        "requirement": TEXT, "case": TEXT, "metric": TEXT, "kind": TEXT,
+                        "bound": NUMBER, "reference": TEXT, "derived": BOOL, "measured": NUMBER,
+                        "margin": NUMBER, "passed": BOOL, "reason": TEXT, "seconds": NUMBER,
+                        "derived_from": [TEXT]}]}],
 }
 TEXT_COLUMNS = ("case_id", "suite", "method", "family", "region", "region_kind", "attr", "pattern",
                 "peer", "access", "params", "state", "status", "reason", "clock")

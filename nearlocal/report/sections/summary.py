@@ -132,95 +132,127 @@ def only_local_text(meta: dict) -> str:
 
 
 @dataclass(frozen=True)
-class Acceptance:
-    """A stored `nearlocal accept` run judged again against its spec."""
+class AcceptanceLine:
+    """One spec's verdicts on a run of this host, as the report's lead states them."""
 
-    spec: str  # the spec file's name ("" where the run's run.json is too damaged to say)
+    spec: str  # the spec file's name, with the pool it was aimed at
     run_id: str
     passed: int
     failed: tuple[str, ...]  # the failed requirements, each with what it measured or why
-    problem: str = ""  # why it has no verdict: the spec could not be read again, the run is
-    # damaged or incomplete
+    problem: str = ""  # why no verdict: the run is damaged or incomplete, or it kept none and
+    # its spec cannot be read again
+    judged_again: bool = False  # no verdicts kept (accepted before they were): judged now
 
 
-def acceptance_of(run: RunData) -> list[Acceptance]:
-    """The verdicts that exist for this run's host: the run itself when it is an accept run,
-    else the latest accept run per spec in the same store from the same host. A later accept
-    run that cannot be judged (damaged, incomplete) is said, with why, before the older verdict
-    shown in its place: never an older PASS standing silently for it."""
+def _is_accept(meta: dict) -> bool:
+    return bool(meta.get("spec")) or meta.get("kind") == "accept"
+
+
+def acceptance_of(run: RunData) -> list[AcceptanceLine]:
+    """The verdicts kept for this run's host, as `nearlocal accept` stored them in the runs it
+    judged (never judged again from a spec file that may have changed since): the run's own,
+    else the latest per spec and pool among the same store's runs of the same host. An accept
+    run stored before verdicts were kept has none: it is judged again from its spec file, and
+    the line says so. A later accept run that cannot be read (damaged, incomplete) is said, with
+    why, before the older verdict shown in its place: never an older PASS standing silently for
+    it; so is a later run whose run.json is too damaged to tell its kind."""
+    from nearlocal.acceptance.verdicts import AcceptanceRecord, stored_acceptance
     from nearlocal.errors import UsageError, error_line
     from nearlocal.store.runs import list_runs, load, survey_run
 
-    def is_accept(meta: dict) -> bool:
-        return bool(meta.get("spec")) or meta.get("kind") == "accept"
-
-    if is_accept(run.meta) or run.path is None:
-        return [_judged(run)] if is_accept(run.meta) else []
-    per_spec: dict[str, list[tuple[int, Path, str]]] = {}  # oldest first, with why not whole
-    unreadable: list[tuple[int, Path, str]] = []  # run.json damaged: kind and host unknown
-    for order, path in enumerate(list_runs(Path(run.path).parent)):  # run ids sort by start
+    own = stored_acceptance(run.meta, run.run_id)
+    if own:
+        return [_line(record) for record in own]
+    if _is_accept(run.meta):
+        return [_judged_again(run)]
+    if run.path is None:
+        return []
+    latest: dict[tuple[str, str], tuple[int, AcceptanceRecord | Path]] = {}
+    skipped: dict[tuple[str, str], list[tuple[str, str]]] = {}  # newer than the latest, unread
+    unreadable: list[tuple[int, str, str]] = []  # run.json damaged: kind and host unknown
+    for order, path in enumerate(list_runs(Path(run.path).parent)):  # oldest first
         meta, state = survey_run(path)
         if not meta:
-            unreadable.append((order, path, state))
-        elif is_accept(meta) and meta.get("host_id") == run.meta.get("host_id"):
-            per_spec.setdefault(str(meta.get("spec")), []).append((order, path, state))
-    out: list[Acceptance] = []
-    shown: list[int] = []  # the judged runs' places in the store's order
-    for spec, found in per_spec.items():
-        skipped: list[tuple[str, str]] = []  # (run id, why), newest first
-        judged = None
-        for order, path, state in reversed(found):
-            if not state:
-                try:
-                    judged = _judged(load(path))
-                except UsageError as exc:
-                    skipped.append((path.name, error_line(exc, 400)))
-                    continue
+            unreadable.append((order, path.name, state))
+            continue
+        if meta.get("host_id") != run.meta.get("host_id"):
+            continue
+        key = (str(meta.get("spec")), str(meta.get("pool") or ""))
+        if state:
+            if _is_accept(meta):
+                skipped.setdefault(key, []).append((path.name, "the run is " + (
+                    state if state.startswith("damaged") else f"incomplete ({state})")))
+            continue
+        kept = stored_acceptance(meta, str(meta.get("run_id") or path.name))
+        for record in kept:
+            latest[record.key] = (order, record)
+            skipped.pop(record.key, None)
+        if not kept and _is_accept(meta):
+            latest[key] = (order, path)
+            skipped.pop(key, None)
+    out, shown = [], []
+    for key in dict.fromkeys([*latest, *skipped]):
+        line = None
+        if key in latest:
+            order, found = latest[key]
+            try:
+                line = _line(found) if isinstance(found, AcceptanceRecord) \
+                    else _judged_again(load(found))
                 shown.append(order)
-                break
-            skipped.append((path.name, "the run is " + (state if state.startswith("damaged")
-                                                       else f"incomplete ({state})")))
-        instead = f"; the verdict shown is the older run {judged.run_id}'s" if judged else ""
-        out += [Acceptance(Path(spec).name, run_id, 0, (), f"not judged: {why}{instead}")
-                for run_id, why in skipped]
-        out += [judged] if judged else []
+            except UsageError as exc:
+                skipped.setdefault(key, []).append((found.name, error_line(exc, 400)))
+        instead = f"; the verdict shown is the older run {line.run_id}'s" if line else ""
+        out += [AcceptanceLine(_name(*key), run_id, 0, (), f"not judged: {why}{instead}")
+                for run_id, why in reversed(skipped.get(key, []))]
+        out += [line] if line else []
     if shown:  # a damaged run.json names no kind: said when it is later than a verdict shown
-        out += [Acceptance("", path.name, 0, (), f"not judged: the run is {state}; if it was a "
-                           "later accept run, its verdict is missing here")
-                for order, path, state in unreadable if order > min(shown)]
+        out += [AcceptanceLine("", run_id, 0, (), f"not judged: the run is {state}; if it was a "
+                               "later accept run, its verdict is missing here")
+                for order, run_id, state in unreadable if order > min(shown)]
     return out
 
 
-def _judged(candidate: RunData) -> Acceptance:
-    """A stored accept run judged again against its spec as the spec reads now."""
+def _name(spec: str, pool: str) -> str:
+    return Path(spec).name + (f" (pool {pool})" if pool else "")
+
+
+def _line(record, judged_again: bool = False) -> AcceptanceLine:
+    from nearlocal.acceptance.render import missed_text
+
+    failed = tuple(f"{v.requirement} ({missed_text(v)})" for v in record.failed)
+    return AcceptanceLine(_name(record.spec, record.pool), record.run_id,
+                          len(record.verdicts) - len(failed), failed, judged_again=judged_again)
+
+
+def _judged_again(run: RunData) -> AcceptanceLine:
+    """An accept run that kept no verdicts, judged from its spec file as it reads now (aimed at
+    the pool the run was measured for)."""
+    from nearlocal.acceptance.judge import acceptance_record, judge
+    from nearlocal.acceptance.spec import parse_spec
     from nearlocal.errors import UsageError
-    from nearlocal.report import accept
 
-    name = Path(str(candidate.meta.get("spec", "?"))).name
+    spec, pool = str(run.meta.get("spec") or "?"), str(run.meta.get("pool") or "")
     try:
-        spec = accept.parse_spec(candidate.meta["spec"])
-        verdicts = accept.judge(spec, candidate)
+        parsed = parse_spec(run.meta["spec"], pool or None)
+        record = acceptance_record(parsed, run, judge(parsed, run))
     except (UsageError, OSError, KeyError) as exc:
-        return Acceptance(name, candidate.run_id, 0, (), f"cannot judge it again: {exc}")
-    failed = tuple(f"{v.requirement.name} ({_missed(accept, v)})" for v in verdicts
-                   if not v.passed)
-    return Acceptance(name, candidate.run_id, len(verdicts) - len(failed), failed)
+        return AcceptanceLine(_name(spec, pool), run.run_id, 0, (),
+                              f"no verdicts kept, and its spec cannot be judged again: {exc}")
+    return _line(record, judged_again=True)
 
 
-def _missed(accept, verdict) -> str:
-    """Why a requirement failed: its reason (not measured), else measured against the bound."""
-    req = verdict.requirement
-    return verdict.reason or (f"measured {accept._format(verdict.measured, req)}, bound "
-                              f"{accept.bound_text(req)}")
-
-
-def acceptance_text(a: Acceptance) -> str:
+def acceptance_text(a: AcceptanceLine) -> str:
     if a.problem:
-        return f"Acceptance{' ' + a.spec if a.spec else ''} (run {a.run_id}): {a.problem}."
+        return f"Acceptance {a.spec + ' ' if a.spec else ''}(run {a.run_id}): {a.problem}."
     if not a.failed:
-        return f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
-    return (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements failed "
-            f"(run {a.run_id}): " + "; ".join(a.failed) + ".")
+        text = f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
+    else:
+        text = (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements "
+                f"failed (run {a.run_id}): " + "; ".join(a.failed) + ".")
+    if a.judged_again:
+        text += (" Judged again from the spec file as it reads now: the run kept no verdicts "
+                 "(accepted before accept stored them).")
+    return text
 
 
 def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> list[str]:

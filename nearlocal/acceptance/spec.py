@@ -1,4 +1,4 @@
-"""`nearlocal accept SPEC.toml [RUN]`: hardware acceptance against a TOML list of requirements.
+"""An acceptance spec: a TOML list of requirements on a run (`nearlocal accept SPEC.toml [RUN]`).
 
     pool = "numa:1"            # optional: the region under test, named once ({pool} below)
     peer = "dram"              # optional: the other side of its transfers ({peer} below)
@@ -42,19 +42,17 @@ is bad input (exit 2, naming what `probe` lists), not a failed requirement.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
-import time
 import tomllib
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nearlocal import safeio
 from nearlocal.core.cases import Case
 from nearlocal.errors import UsageError
-from nearlocal.store.runs import RunData
-from nearlocal.units import format_ns, parse_budget, parse_duration
+from nearlocal.units import parse_budget, parse_duration
 from nearlocal.whatif import Request
 
 TIME_METRICS = ("median_ns", "p10_ns", "p90_ns", "p99_ns", "min_ns", "mean_ns", "max_ns")
@@ -122,34 +120,12 @@ class Spec:
     processes: int | None = None  # None: default_processes(budget), as `nearlocal run` does
     pool: str = ""  # the region under test ("" when the spec names none)
     peer: str = "dram"
+    sha256: str = ""  # of the file as read: which spec a stored verdict was judged by
 
     def cases(self) -> list[Case]:
         found = [c for r in self.requirements for c in (r.case, r.reference, *r.measure)
                  if c is not None]
         return list(dict.fromkeys(found))
-
-
-@dataclass
-class RequirementResult:
-    """One requirement judged on a run: passed or not, the figure measured and the margin, or
-    why it was not measured (its verdict in the table, JUnit and --json)."""
-
-    requirement: Requirement
-    passed: bool
-    measured: float = math.nan
-    margin: float = math.nan  # fraction of the bound still to spare (negative: missed by)
-    reason: str = ""
-    seconds: float = 0.0  # wall time spent measuring its case (and reference)
-    rows: tuple[str, ...] = ()  # a derived figure's: the case ids it came from
-
-    def to_dict(self) -> dict:
-        r = self.requirement
-        return {"requirement": r.name, "case": r.subject, "metric": r.metric, "bound": r.bound,
-                "kind": r.kind, "reference": r.reference.id if r.reference else None,
-                "measured": None if math.isnan(self.measured) else self.measured,
-                "margin": None if math.isnan(self.margin) else self.margin,
-                "passed": self.passed, "reason": self.reason, "seconds": self.seconds,
-                "derived_from": list(self.rows)}
 
 
 # ---------------------------------------------------------------- parsing
@@ -430,7 +406,8 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     --peer) replace the spec's pool and peer."""
     path = Path(path)
     try:  # bounded: a regular file of at most MAX_INPUT_BYTES, nested at most MAX_DEPTH
-        text = safeio.read_input(path, "spec").decode()
+        raw = safeio.read_input(path, "spec")
+        text = raw.decode()
         data = safeio.parse_nested(tomllib.loads, text)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a TOML file (binary, not UTF-8 text)") from None
@@ -479,126 +456,10 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     tables = _aim(tables, targets)
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
     return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write,
-                processes, targets["pool"], targets["peer"])
+                processes, targets["pool"], targets["peer"], hashlib.sha256(raw).hexdigest())
 
 
-# ---------------------------------------------------------------- judging
-
-
-def _value(rows: dict[str, dict], case: Case, metric: str) -> tuple[float, str]:
-    row = rows.get(case.id)
-    if row is None:
-        return math.nan, f"not measured: {case.id} is not in the run"
-    if row.get("status") != "ok":
-        return math.nan, f"not measured: {case.id}: {row.get('reason') or row.get('status')}"
-    value = row.get(metric)
-    if value is None or not math.isfinite(float(value)):
-        return math.nan, f"not measured: {case.id} has no {metric}"
-    return float(value), ""
-
-
-def _normalised_id(row: dict) -> str | None:
-    """The row's case id as a Case spells it today (runs stored before sizes were spelled once
-    kept `--pattern 16384` as 16384); None when the row is not a case."""
-    try:
-        return Case.from_dict(row).id
-    except (UsageError, KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def _seconds(rows: dict[str, dict], *cases: Case | None) -> float:
-    """Wall time the run spent on these cases (elapsed_s over every worker process)."""
-    total = 0.0
-    for case in cases:
-        value = (rows.get(case.id) or {}).get("elapsed_s") if case is not None else None
-        if value is not None and math.isfinite(float(value)):
-            total += float(value)
-    return total
-
-
-def judge(spec: Spec, run: RunData) -> list[RequirementResult]:
-    records = run.cases.to_dict("records")
-    rows = {key: r for r in records if (key := _normalised_id(r))}
-    rows.update({str(r["case_id"]): r for r in records})  # the stored id wins
-    verdicts = []
-    inputs = None
-    for req in spec.requirements:
-        if req.derived is not None:
-            if inputs is None:  # the run's hops fitted once for every derived requirement
-                from nearlocal.whatif import inputs_of
-
-                inputs = inputs_of(run)
-            verdicts.append(_derived_verdict(req, inputs))
-            verdicts[-1].seconds = _seconds(rows, *req.measure)
-            continue
-        verdicts.append(_verdict(req, rows))
-        verdicts[-1].seconds = _seconds(rows, req.case, req.reference)
-    return verdicts
-
-
-def _derived_verdict(req: Requirement, inputs) -> RequirementResult:
-    """A what-if figure judged like a case's: only this box's rows stand for it."""
-    from nearlocal.whatif.serving import path_figures, shape_of
-
-    derived = req.derived
-    path = path_figures(derived.path, derived.request, shape_of(derived.request),
-                        inputs.measured)
-    rows = tuple(dict.fromkeys(r for t in path.terms for r in t.rows))
-    if not path.complete:
-        missing = "; ".join(f"{t.hop} {t.source}" for t in path.terms if t.ns is None)
-        return RequirementResult(req, False, reason=f"not measured: {derived.path}: {missing}",
-                                 rows=rows)
-    measured = getattr(path, req.metric)
-    if measured is None or not math.isfinite(float(measured)):
-        what = ("give whatif a layer_compute_us" if req.metric == "pipelined_ns" else
-                "the run's figure is zero")
-        return RequirementResult(req, False, reason=f"not measured: {derived.path} has no "
-                                 f"{req.metric} ({what})", rows=rows)
-    measured = float(measured)
-    if req.is_max:
-        passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
-    else:
-        passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
-    return RequirementResult(req, passed, measured, margin, rows=rows)
-
-
-def _verdict(req: Requirement, rows: dict[str, dict]) -> RequirementResult:
-    """One requirement judged on the run's rows (a missing or unmeasured case fails, saying why)."""
-    measured, reason = _value(rows, req.case, req.metric)
-    if not reason and req.reference is not None:
-        ref, reason = _value(rows, req.reference, req.metric)
-        reason = reason.replace("not measured:", "not measured: reference", 1)
-        measured = measured / ref if ref > 0 else math.nan
-        if not reason and not math.isfinite(measured):
-            reason = f"not measured: reference {req.reference.id} has a zero {req.metric}"
-    if reason:
-        return RequirementResult(req, False, reason=reason)
-    if req.is_max:
-        passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
-    else:
-        passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
-    return RequirementResult(req, passed, measured, margin)
-
-
-def _format(value: float, req: Requirement) -> str:
-    if math.isnan(value):
-        return "-"
-    if req.reference is not None:
-        return f"{value:.3f}x"
-    if req.metric == "requests_per_s":
-        return f"{value:.3g} req/s"
-    return f"{value:.2f} GB/s" if req.metric == "gbps" else format_ns(value)
-
-
-def bound_text(req: Requirement) -> str:
-    sign = "<=" if req.is_max else ">="
-    text = f"{req.metric} {sign} {_format(req.bound, req)}"
-    if req.derived is not None:
-        return f"{text} ({req.derived.id})"
-    return text + (f" of {req.reference.id}" if req.reference is not None else "")
-
-
-# ---------------------------------------------------------------- running
+# ---------------------------------------------------------------- the box it is aimed at
 
 
 def check_pool(spec: Spec, inventory) -> None:
@@ -618,66 +479,3 @@ def check_pool(spec: Spec, inventory) -> None:
             raise UsageError(f"{spec.path.name}: the {role} {text} is not on this box ({exc}); "
                              f"probe lists {', '.join(region_instances(inventory))}: aim the spec "
                              f"at one with {option}") from None
-
-
-
-# ---------------------------------------------------------------- output
-
-
-def print_verdicts(spec: Spec, run: RunData, verdicts: list[RequirementResult]) -> None:
-    from rich.table import Table
-
-    from nearlocal.terminal import console
-
-    table = Table(title=f"{spec.title}: run {run.run_id}", title_justify="left")
-    for column in ("requirement", "measured", "bound", "verdict", "margin"):
-        table.add_column(column, justify="right" if column in ("measured", "margin") else "left")
-    for v in verdicts:
-        verdict = "[green]pass[/]" if v.passed else "[red]fail: not measured[/]" if v.reason \
-            else "[red]fail[/]"
-        margin = "-" if math.isnan(v.margin) else f"{v.margin:+.1%}"
-        table.add_row(v.requirement.name, _format(v.measured, v.requirement),
-                      bound_text(v.requirement), verdict, margin)
-    console.print(table)
-    failed = sum(not v.passed for v in verdicts)
-    console.print(f"{len(verdicts) - failed} passed, {failed} failed")
-    for reason, numbers in reasons(verdicts).items():
-        console.print(f"  {reason} (requirement{'s' if len(numbers) > 1 else ''} "
-                      f"{', '.join(map(str, numbers))})", markup=False, highlight=False)
-    for number, v in enumerate(verdicts, 1):
-        if v.rows:
-            console.print(f"  requirement {number} derived from rows {', '.join(v.rows)}",
-                          markup=False, highlight=False)
-
-
-def reasons(verdicts: list[RequirementResult]) -> dict[str, list[int]]:
-    """Each distinct not-measured reason with the (1-based) numbers of the requirements it
-    failed: one line per reason, however many requirements share it."""
-    found: dict[str, list[int]] = {}
-    for number, v in enumerate(verdicts, 1):
-        if v.reason:
-            found.setdefault(v.reason, []).append(number)
-    return found
-
-
-def render_junit(spec: Spec, run: RunData, verdicts: list[RequirementResult]) -> str:
-    failed = sum(not v.passed for v in verdicts)
-    suite = ET.Element("testsuite", name=f"nearlocal accept {spec.path.name}", tests=str(len(verdicts)),
-                       failures=str(failed), errors="0", skipped="0",
-                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=run.run_id)
-    for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname=f"nearlocal.accept.{spec.path.stem}",
-                             name=v.requirement.name, time=f"{v.seconds:.3f}")
-        detail = (v.reason or f"measured {_format(v.measured, v.requirement)}, "
-                  f"bound {bound_text(v.requirement)}, margin {v.margin:+.1%}")
-        if v.rows:
-            detail += f"; derived from rows {', '.join(v.rows)}"
-        if v.passed:
-            ET.SubElement(case, "system-out").text = detail
-        else:
-            ET.SubElement(case, "failure", message=detail, type="requirement").text = detail
-    root = ET.Element("testsuites")
-    root.append(suite)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,180 @@
+"""What every command's output formats share, as google/benchmark's BenchmarkReporter: each
+format is a `Reporter` of one command's model (the report, a comparison, an acceptance) that
+gives the whole output as text, shows it on stdout or writes it to a file; a command's formats
+are a `Reporters` registry by name, which its --format choices or per-format file options come
+from. The renderers stay where they are (report/render_*.py, gate/render.py,
+acceptance/render.py): a reporter wraps one. And the one JUnit XML writer, to which the gate's
+comparison and acceptance's verdicts map their results (CI reads both the same way). A utility
+below every layer that reports."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Generic, Protocol, TypeVar
+
+from nearlocal import safeio
+from nearlocal.errors import UsageError
+
+M = TypeVar("M")
+M_in = TypeVar("M_in", contravariant=True)
+
+
+class Reporter(Protocol[M_in]):
+    """One output format of a command's model."""
+
+    @property
+    def name(self) -> str:
+        """The format's name: a --format choice, or the option --NAME PATH."""
+
+    @property
+    def help(self) -> str:
+        """What the format is, for --help."""
+
+    def report(self, model: M_in) -> str:
+        """The whole output as text."""
+
+    def show(self, model: M_in) -> None:
+        """On stdout (a terminal's table in colour)."""
+
+    def write(self, model: M_in, path: Path, option: str) -> list[Path]:
+        """To PATH whole or not at all (files beside it too: a report's plots), PATH first;
+        `option` names it in a one-line error."""
+
+
+@dataclass(frozen=True)
+class TextReporter(Generic[M]):
+    """A format whose output is one text (Markdown, JSON, JUnit XML, HTML): on stdout as it is,
+    in a file whole; `writer` where the file has others beside it."""
+
+    name: str
+    help: str
+    render: Callable[[M], str]
+    writer: Callable[[M, Path, str], list[Path]] | None = None
+
+    def report(self, model: M) -> str:
+        return self.render(model)
+
+    def show(self, model: M) -> None:
+        sys.stdout.write(self.report(model))
+
+    def write(self, model: M, path: Path, option: str = "--output") -> list[Path]:
+        if self.writer is not None:
+            return self.writer(model, Path(path), option)
+        return [safeio.write_output(option, path, self.report(model))]
+
+
+@dataclass(frozen=True)
+class ConsoleReporter(Generic[M]):
+    """A format printed on a console (rich tables): in colour on a terminal, full-width Markdown
+    tables in a pipe or a log, plain text in a file. `printer(model, file)`: None is stdout's own
+    console."""
+
+    name: str
+    help: str
+    printer: Callable[[M, IO[str] | None], None]
+
+    def report(self, model: M) -> str:
+        buffer = io.StringIO()
+        self.printer(model, buffer)
+        return buffer.getvalue()
+
+    def show(self, model: M) -> None:
+        self.printer(model, None)
+
+    def write(self, model: M, path: Path, option: str = "--output") -> list[Path]:
+        return [safeio.write_output(option, path, self.report(model))]
+
+
+class Reporters(Generic[M]):
+    """One command's formats by name, in the order registered; the first is the default (what
+    the command prints when no other is asked for)."""
+
+    def __init__(self, command: str):
+        self.command = command
+        self._formats: dict[str, Reporter[M]] = {}
+
+    def register(self, reporter: Reporter[M]) -> Reporter[M]:
+        if reporter.name in self._formats:
+            raise ValueError(f"{self.command} has a format {reporter.name!r} already")
+        self._formats[reporter.name] = reporter
+        return reporter
+
+    def __getitem__(self, name: str) -> Reporter[M]:
+        try:
+            return self._formats[name]
+        except KeyError:
+            raise UsageError(f"{self.command} has no format {name!r} (valid: "
+                             f"{', '.join(self.names)})") from None
+
+    def __iter__(self) -> Iterator[Reporter[M]]:
+        return iter(self._formats.values())
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._formats)
+
+    @property
+    def default(self) -> Reporter[M]:
+        return next(iter(self._formats.values()))
+
+    def others(self) -> list[Reporter[M]]:
+        """Every format but the default: those a command writes to a file when asked."""
+        return list(self._formats.values())[1:]
+
+    def help(self) -> str:
+        """`NAME (default): what; NAME: what; ...` for a --format option's help."""
+        return "; ".join(f"{r.name}{' (default)' if r is self.default else ''}: {r.help}"
+                         for r in self)
+
+OUTCOMES = ("passed", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class JUnitCase:
+    """One test case: passed (its detail in system-out), failed (a failure whose message and text
+    are the detail) or skipped (a skipped element whose message is the detail)."""
+
+    name: str
+    classname: str
+    seconds: float
+    detail: str
+    outcome: str = "passed"
+    failure_type: str = ""  # the failure's type: what kind of failure CI is told it is
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
+
+
+def junit_xml(suite: str, cases: Sequence[JUnitCase], properties: Sequence[tuple[str, str]] = (),
+              time_digits: int = 3) -> str:
+    """One <testsuite> in <testsuites>, its counts from the cases' outcomes, stamped now (local
+    time, as JUnit readers expect); `time_digits`: the decimals of each case's seconds."""
+    element = ET.Element("testsuite", name=suite, tests=str(len(cases)),
+                         failures=str(sum(c.outcome == "failed" for c in cases)), errors="0",
+                         skipped=str(sum(c.outcome == "skipped" for c in cases)),
+                         timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if properties:
+        listed = ET.SubElement(element, "properties")
+        for name, value in properties:
+            ET.SubElement(listed, "property", name=name, value=value)
+    for case in cases:
+        node = ET.SubElement(element, "testcase", classname=case.classname, name=case.name,
+                             time=f"{case.seconds:.{time_digits}f}")
+        if case.outcome == "failed":
+            ET.SubElement(node, "failure", message=case.detail,
+                          type=case.failure_type).text = case.detail
+        elif case.outcome == "skipped":
+            ET.SubElement(node, "skipped", message=case.detail)
+        else:
+            ET.SubElement(node, "system-out").text = case.detail
+    root = ET.Element("testsuites")
+    root.append(element)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
