@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nearlocal.core import cases as case_rules
 from nearlocal.core.suites import suite_cases
-from nearlocal.engine.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
+from nearlocal.cpu.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
 from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write

@@ -147,7 +147,7 @@ class Method:
     cacheable: bool | None = None
     # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
     suites: tuple[str, ...] = ()
-    # what it measures on the pool regions (engine/pool.py): "read" (quick's pool rows),
+    # what it measures on the pool regions (cpu/pool.py): "read" (quick's pool rows),
     # "bandwidth" (mlc's peak with every CPU), "latency" (idle latency), "loaded-latency"
     pool_roles: frozenset[str] = frozenset()
     # what one sample's time is (a row's `measures`): "transfer", moving the pattern's bytes
@@ -185,7 +185,7 @@ PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
 # and declared). Third-party modules are named in NEARLOCAL_PLUGINS (comma-separated), never
 # added to this list.
 METHOD_MODULES: list[str] = ["nearlocal.cpu.methods",
-                              "nearlocal.cpu.chase", "nearlocal.engine.pool",
+                              "nearlocal.cpu.chase", "nearlocal.cpu.pool",
                               "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
                               "nearlocal.dsa.methods", "nearlocal.gpu.methods",
                               "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",

@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 
         turns = Turns.open(args.take_turns, args.turn)
         meta["turns"] = turns.facts()
-    from nearlocal.engine.pool import pool_note
+    from nearlocal.cpu.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
     if args.suite in ("quick", "mlc", "all") and not args.quiet:
