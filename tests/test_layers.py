@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nearlocal"
 # Lowest first. A top-level module is its own unit, named by its file.
 LAYERS: list[tuple[str, set[str]]] = [
     ("utilities", {"__init__", "errors", "units", "params", "lazy", "sysroot", "safeio",
-                   "terminal"}),  # __init__: the version
+                   "terminal", "plugins"}),  # __init__: the version; plugins: the groups' loader
     ("kernels", {"kernels"}),  # compiled code: the probe measures with it too
     ("probe", {"probe"}),
     ("regions", {"regions"}),
