@@ -182,3 +182,28 @@ def test_entry_points_plug_in_no_module_above_the_families():
     assert entry_point_problems(tables) == []
     assert entry_point_problems({"nearlocal.methods": {"99-pool": "nearlocal.engine.plan"}}) == [
         "nearlocal.methods: 99-pool = nearlocal.engine.plan (engine) is outside core .. families"]
+
+
+def private_imports(source: str, module: str) -> list[str]:
+    """`from nearlocal.X.y import _name` in `source` (the text of `module`) where X is another
+    package: a name kept private to its package, used from outside it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.startswith("nearlocal.") and unit_of(node.module) != unit_of(module):
+            found += [f"{module} imports {node.module}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_crosses_a_package():
+    """What two packages share is public in the lower one: a private name imported from another
+    package is an interface nobody declared."""
+    crossing = [line for path in sorted(ROOT.rglob("*.py"))
+                for line in private_imports(path.read_text(), module_name(path))]
+    assert crossing == [], "\n".join(crossing)
+    assert private_imports("from nearlocal.regions.host import _fill, fill\n",
+                           "nearlocal.gpu.regions") == [
+        "nearlocal.gpu.regions imports nearlocal.regions.host._fill"]
+    assert private_imports("from nearlocal.regions.host import _fill\n",
+                           "nearlocal.regions.interleave") == []  # within its package

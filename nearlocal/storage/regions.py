@@ -27,7 +27,7 @@ from nearlocal.regions.base import (
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.host import _left_by_a_dead_run, create_file, in_use_reason, user_owned_file
+from nearlocal.regions.host import create_file, in_use_reason, left_by_a_dead_run, user_owned_file
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def _fill(fd: int, length: int, path: Path) -> None:
 def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegion:
     path = storage_path(spec)
     length = max(size, 1)
-    if _left_by_a_dead_run(path):
+    if left_by_a_dead_run(path):
         path.unlink(missing_ok=True)
     if os.path.lexists(path):
         if path.is_symlink() and not path.exists():
