@@ -1,6 +1,7 @@
 """Facts a row carries that rows stored by older versions lack, derived from the registries as
 they are now: the store fills them in when it loads such a run (store/runs.py); a new row has
-them from its case (engine.runner.describe). The only place the store's data meets a registry."""
+them from its case (engine.runner.describe). The only place the store's data meets a registry,
+and only for a row that lacks a fact: loading a current run imports no method or region module."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def pool_class_column(stored: list, regions: list, inventory: object) -> list[st
 
 def measures_column(stored: list, methods: list) -> list[str]:
     """Rows' `measures` (Method.measures): the stored column, else what the method declares now
-    ("transfer" for a method no longer registered)."""
-    load_methods()
-    return [value if value in ("transfer", "operation")
-            else getattr(METHODS.get(str(method)), "measures", "transfer")
+    ("transfer" for a method no longer registered). The method modules are loaded only for a
+    row that lacks it: reading a current run imports none."""
+    known = ("transfer", "operation")
+    if any(value not in known for value in stored):
+        load_methods()
+    return [value if value in known else getattr(METHODS.get(str(method)), "measures", "transfer")
             for value, method in zip(stored, methods, strict=True)]
