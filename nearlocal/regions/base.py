@@ -134,6 +134,7 @@ def pool_class_of(region: str | RegionSpec, cpuless_nodes: frozenset[int] = froz
 
 REGION_KINDS: dict[str, RegionKind] = {}
 
+
 def load_providers() -> None:
     """Import every module that declares region kinds once: the entry-point group
     plugins.REGION_GROUP (nearlocal's own in its pyproject.toml, a third party's in its own
