@@ -25,7 +25,7 @@ from nearlocal.core.methods import Method, SessionContext, register_method
 from nearlocal.core.suites import QUICK_SIZES, Suite, extend_suite, register_suite
 from nearlocal.cpu.chase import ChaseSession
 from nearlocal.cpu.methods import CpuSession
-from nearlocal.engine.pool import CHASE_SIZES
+from nearlocal.cpu.pool import CHASE_SIZES
 from nearlocal.kernels.chase import time_chase
 from nearlocal.kernels.cpu import _begin, _between, load_pass
 from nearlocal.kernels.intrinsics import tsc_end

@@ -396,7 +396,7 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     same file without the marker is the user's and needs --allow-write."""
     from nearlocal.core.cases import Case, unavailable
     from nearlocal.probe import probe
-    from nearlocal.regions.host import CREATED_XATTR, _left_by_a_dead_run
+    from nearlocal.regions.host import CREATED_XATTR, left_by_a_dead_run
 
     path = tmp_path / "left.bin"
     path.write_bytes(b"\0" * 8192)
@@ -409,9 +409,9 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
         os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{dead}".encode())
     except OSError:
         pytest.skip("no user xattrs on this file system")
-    assert _left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
+    assert left_by_a_dead_run(path) and unavailable(case, inventory, False) is None
     os.setxattr(path, CREATED_XATTR, f"{os.uname().nodename}:{os.getpid()}".encode())
-    assert not _left_by_a_dead_run(path)  # its maker is alive
+    assert not left_by_a_dead_run(path)  # its maker is alive
 
 
 # ================================================================== issue 20, by cause class

@@ -1,10 +1,16 @@
 """The packages form layers (docs/architecture.md): each imports only from its own layer and the
 layers below it, so the import graph between packages has no cycle. Every import counts, those
-inside functions (lazy) too; only `if TYPE_CHECKING:` blocks are left out."""
+inside functions (lazy) too; only `if TYPE_CHECKING:` blocks are left out. A module named in a
+string is a load by name and counts as an import of it (`importlib.import_module("x")`,
+`lazy_import("x")`, a registry's list of modules). An entry point of pyproject.toml's groups is a
+module plugged into a registry (nearlocal/plugins.py loads it; the registry names none): it must
+sit from the registry's layer up to the method families', since whatever it imports is loaded
+wherever the registry is used. No private name (`_x`) is imported across packages."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -15,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nearlocal"
 # Lowest first. A top-level module is its own unit, named by its file.
 LAYERS: list[tuple[str, set[str]]] = [
     ("utilities", {"__init__", "errors", "units", "params", "lazy", "sysroot", "safeio",
-                   "terminal", "reporters"}),  # __init__: the version
+                   "terminal", "reporters", "plugins"}),  # __init__: the version; plugins: the groups' loader
     ("kernels", {"kernels"}),  # compiled code: the probe measures with it too
     ("probe", {"probe"}),
     ("regions", {"regions"}),
@@ -39,12 +45,30 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@cache
+def all_modules() -> frozenset[str]:
+    return frozenset(module_name(path) for path in ROOT.rglob("*.py"))
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+
+
 def imported(path: Path) -> set[str]:
     """Every nearlocal module `path` imports, lazily or not, outside `if TYPE_CHECKING:`."""
-    tree = ast.parse(path.read_text())
+    return imported_by(path.read_text(), module_name(path), path.name == "__init__.py")
+
+
+def imported_by(source: str, module: str, is_package: bool = False) -> set[str]:
+    """Every nearlocal module `source` (the text of `module`) imports or names in a string."""
+    tree = ast.parse(source)
     hidden = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
               and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    hidden |= _docstrings(tree)
+    package = module if is_package else module.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(tree):
         if id(node) in hidden:
@@ -57,6 +81,8 @@ def imported(path: Path) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
             found |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Constant) and node.value in all_modules():
+            found.add(node.value)  # loaded by name: import_module, lazy_import, a registry's list
     return {m for m in found if m == "nearlocal" or m.startswith("nearlocal.")}
 
 
@@ -100,3 +126,84 @@ def test_no_cycle_through(unit):
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append((nxt, (*path, nxt)))
+
+
+def test_a_module_named_in_a_string_is_an_import_of_it():
+    """A load by name is an import the `import` statements do not show: core naming a module of
+    the engine in a list, or loading one with import_module / lazy_import, is an upward load."""
+    source = ('import importlib\n'
+              'from nearlocal.lazy import lazy_import\n'
+              'MODULES = ["nearlocal.cpu.methods"]\n'
+              'def load():\n'
+              '    """Named here, in a docstring only: nearlocal.report.tables"""\n'
+              '    importlib.import_module("nearlocal.engine.plan")\n'
+              '    return lazy_import("nearlocal.store.runs")\n')
+    assert imported_by(source, "nearlocal.core.example") == {
+        "nearlocal.lazy", "nearlocal.lazy.lazy_import", "nearlocal.cpu.methods",
+        "nearlocal.engine.plan", "nearlocal.store.runs"}
+
+
+# The entry-point groups of nearlocal/plugins.py: (the layer of the registry that loads the group,
+# the highest layer a module plugged into it may sit in). The registry names no module; the
+# plugged-in module imports the registry (an edge the tests above count), and everything it
+# imports is loaded wherever the registry is used (a store's load, a worker), so it may sit no
+# higher than the method families.
+ENTRY_POINT_GROUPS = {"nearlocal.region_kinds": ("regions", "families"),
+                      "nearlocal.methods": ("core", "families")}
+LAYER_NAMED = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+
+
+def entry_point_problems(tables: dict[str, dict[str, str]]) -> list[str]:
+    """What breaks the rule above in pyproject.toml's `[project.entry-points]` tables."""
+    problems = []
+    for group, entries in tables.items():
+        if not group.startswith("nearlocal"):
+            continue  # another tool's group (pytest11): loaded by that tool, from outside
+        if group not in ENTRY_POINT_GROUPS:
+            problems.append(f"group {group}: no rule here (ENTRY_POINT_GROUPS)")
+            continue
+        lowest, highest = (LAYER_NAMED[name] for name in ENTRY_POINT_GROUPS[group])
+        for name, value in entries.items():
+            module = value.partition(":")[0].strip()
+            if module not in all_modules():
+                problems.append(f"{group}: {name} = {module}: no such module")
+            elif not lowest <= LAYER_OF[unit_of(module)] <= highest:
+                problems.append(f"{group}: {name} = {module} ({LAYERS[LAYER_OF[unit_of(module)]][0]})"
+                                f" is outside {' .. '.join(ENTRY_POINT_GROUPS[group])}")
+    return problems
+
+
+def test_entry_points_plug_in_no_module_above_the_families():
+    from nearlocal import plugins
+
+    assert set(plugins.GROUPS) == set(ENTRY_POINT_GROUPS)
+    pyproject = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
+    tables = pyproject["project"]["entry-points"]
+    assert entry_point_problems(tables) == []
+    assert entry_point_problems({"nearlocal.methods": {"99-pool": "nearlocal.engine.plan"}}) == [
+        "nearlocal.methods: 99-pool = nearlocal.engine.plan (engine) is outside core .. families"]
+
+
+def private_imports(source: str, module: str) -> list[str]:
+    """`from nearlocal.X.y import _name` in `source` (the text of `module`) where X is another
+    package: a name kept private to its package, used from outside it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.startswith("nearlocal.") and unit_of(node.module) != unit_of(module):
+            found += [f"{module} imports {node.module}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_crosses_a_package():
+    """What two packages share is public in the lower one: a private name imported from another
+    package is an interface nobody declared."""
+    crossing = [line for path in sorted(ROOT.rglob("*.py"))
+                for line in private_imports(path.read_text(), module_name(path))]
+    assert crossing == [], "\n".join(crossing)
+    assert private_imports("from nearlocal.regions.host import _fill, fill\n",
+                           "nearlocal.gpu.regions") == [
+        "nearlocal.gpu.regions imports nearlocal.regions.host._fill"]
+    assert private_imports("from nearlocal.regions.host import _fill\n",
+                           "nearlocal.regions.interleave") == []  # within its package

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from nearlocal import plugins
 from nearlocal.core import cases as case_rules
 from nearlocal.core import methods as method_registry
 from nearlocal.core.cases import Case, SkipKind
@@ -23,13 +24,13 @@ from tests.report_fixtures import make_run, row
 PLUGIN = "unwarmed-load"
 
 
-def load_plugin(monkeypatch, module: str) -> None:
-    """`module` loaded the way a user's plugin is: NEARLOCAL_PLUGINS, read when the registry
-    loads (the caller unregisters what it declared)."""
+def load_plugin(monkeypatch, module: str, load=method_registry.load_methods) -> None:
+    """`module` loaded the way a user's plugin is: NEARLOCAL_PLUGINS, read when a registry
+    first loads (`load`; the caller unregisters what it declared)."""
     monkeypatch.setenv("NEARLOCAL_PLUGINS", module)
-    monkeypatch.setattr(method_registry, "_loaded", False)
+    monkeypatch.setattr(plugins, "_loaded", set())
     sys.modules.pop(module, None)
-    method_registry.load_methods()
+    load()
 
 
 @pytest.fixture
@@ -152,9 +153,9 @@ def test_a_plugin_cpu_method_gets_threads_from_its_one_file(plugin, tmp_path):
 
 @pytest.fixture
 def plugin_region(monkeypatch):
-    from nearlocal.regions import REGION_KINDS
+    from nearlocal.regions import REGION_KINDS, load_providers
 
-    load_plugin(monkeypatch, "tests.plugin_region")
+    load_plugin(monkeypatch, "tests.plugin_region", load_providers)  # no method looked up first
     yield REGION_KINDS["scratch"]
     REGION_KINDS.pop("scratch", None)
     sys.modules.pop("tests.plugin_region", None)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from nearlocal.core import cases as case_rules
-from nearlocal.core.suites import suite_cases
-from nearlocal.engine.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
+from nearlocal.core.suites import Suite, extend_suite, get_suite, register_suite, suite_cases
+from nearlocal.cpu.pool import mlc_cases, pool_note, pool_regions, quick_pool_cases
 from nearlocal.probe import probe
 from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write
@@ -110,3 +112,42 @@ def test_local_node_is_the_node_of_the_cpu_named(tmp_path):
     assert local_node(inventory.numa, cpu=70) == 2
     assert local_node(root=SysRoot(root), cpu=70) == 2
     assert local_node(inventory.numa, cpu=500) is None
+
+
+@pytest.mark.parametrize("suite, compares", [("quick", True), ("mlc", True), ("all", True),
+                                             ("dsa", False), ("rpc", False), ("kv", False)])
+def test_a_suite_says_whether_its_run_compares_the_pool(suite, compares, tmp_path, monkeypatch,
+                                                         capsys):
+    """`Suite.compares_pool`, set where the suite is declared, decides whether `nearlocal run`
+    prints what local memory is compared with. No worker starts: every case fails at once."""
+    from nearlocal.engine import runner
+    from nearlocal.frontends.cli import main
+
+    assert get_suite(suite).compares_pool is compares
+    monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: {
+        "status": "failed", "reason": "no worker in this test"})
+    assert main(["run", "--suite", suite, "--method", "load", "--size", "4KiB", "--region", "dram",
+                 "--budget", "0.02", "--processes", "1", "--out", str(tmp_path)]) == 0
+    note = pool_note(probe(calibrate=False, gpu=False), suite=suite)
+    assert (note[:40] in capsys.readouterr().out) is compares
+
+
+def test_only_a_joinable_suite_takes_parts_from_other_families():
+    """quick is declared once, joinable: the DSA, pool and serving rows join it from their
+    families; a suite not declared joinable refuses a part, even one that came first."""
+    from nearlocal.core import suites
+
+    quick = get_suite("quick")
+    assert quick.joinable and quick_pool_cases in quick.all_parts()
+    assert quick.parts == [suites._quick]  # declared once, in core/suites.py
+    with pytest.raises(ValueError, match="not joinable"):
+        extend_suite("rpc", lambda: [])
+    extend_suite("test-only-later", lambda: [])  # a part may come before its suite's declaration
+    try:
+        with pytest.raises(ValueError, match="not joinable"):
+            register_suite(Suite("test-only-later", "test only", []))
+        later = register_suite(Suite("test-only-later", "test only", [], joinable=True))
+        assert len(later.all_parts()) == 1
+    finally:
+        suites.SUITES.pop("test-only-later", None)
+        suites._JOINED.pop("test-only-later", None)

@@ -69,7 +69,7 @@ def test_an_interrupted_fill_removes_the_published_file(tmp_path, monkeypatch):
     def interrupted(array):
         raise SystemExit(143)  # what SIGTERM raises in a worker
 
-    monkeypatch.setattr(host, "_fill_owned", interrupted)
+    monkeypatch.setattr(host, "fill_owned", interrupted)
     with pytest.raises(SystemExit):
         _open(tmp_path / "pool.bin", 8192)
     assert list(tmp_path.iterdir()) == []

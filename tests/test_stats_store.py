@@ -116,3 +116,35 @@ def test_an_unfinished_run_keeps_its_cases_on_disk(tmp_path):
     with pytest.raises(UsageError, match=r"incomplete.*--allow-incomplete"):
         run.require_complete("a baseline")
     run.require_complete("a baseline", allow_incomplete=True)
+
+
+def test_reading_a_run_imports_no_method_or_region_module_unless_a_row_lacks_a_fact(tmp_path):
+    """A current run's rows carry every fact (pool_class, measures, effective_params): load()
+    imports none of the registries' modules. A row stored before a fact existed gets it from
+    the registry as it is now, which is loaded for that."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nearlocal import plugins
+    from tests.report_fixtures import make_run, row
+
+    current = row("chase")
+    current.update(pool_class="local", peer_pool_class="local", measures="operation",
+                   effective_params='{"drain": "before"}')
+    old = row("chase")  # no pool_class, measures, effective_params: derived at load
+    code = ("import sys\n"
+            "from nearlocal.store import load\n"
+            "run = load(sys.argv[1])\n"
+            "print(','.join(run.cases['measures']), run.cases['pool_class'][0])\n"
+            "print(' '.join(m for m in sys.modules if m.startswith('nearlocal.')))\n")
+    modules = {m for group in plugins.GROUPS for m in plugins.own_modules(group)}
+    root = Path(__file__).resolve().parent.parent
+    for rows, loads in (([current], False), ([old], True)):
+        path = make_run(tmp_path / str(loads), rows)
+        done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=root, text=True,
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        derived, imported = done.stdout.splitlines()
+        assert derived == "operation local"
+        assert bool(modules & set(imported.split())) is loads

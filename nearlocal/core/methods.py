@@ -7,7 +7,6 @@ A method's `open_session(ctx)` runs in the worker and returns a Session whose `s
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -147,7 +146,7 @@ class Method:
     cacheable: bool | None = None
     # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
     suites: tuple[str, ...] = ()
-    # what it measures on the pool regions (engine/pool.py): "read" (quick's pool rows),
+    # what it measures on the pool regions (cpu/pool.py): "read" (quick's pool rows),
     # "bandwidth" (mlc's peak with every CPU), "latency" (idle latency), "loaded-latency"
     pool_roles: frozenset[str] = frozenset()
     # what one sample's time is (a row's `measures`): "transfer", moving the pattern's bytes
@@ -180,17 +179,9 @@ class Method:
 METHODS: dict[str, Method] = {}
 PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
 
-# The modules that declare nearlocal's own methods (and suites), a fixed list: a new family adds
-# its module here, and load_methods() imports them in this order (the order methods are listed
-# and declared). Third-party modules are named in NEARLOCAL_PLUGINS (comma-separated), never
-# added to this list.
-METHOD_MODULES: list[str] = ["nearlocal.cpu.methods",
-                              "nearlocal.cpu.chase", "nearlocal.engine.pool",
-                              "nearlocal.workloads.kv_methods", "nearlocal.rpc.methods",
-                              "nearlocal.dsa.methods", "nearlocal.gpu.methods",
-                              "nearlocal.storage.methods", "nearlocal.storage.gpu_methods",
-                              "nearlocal.rack.methods", "nearlocal.rdma.methods"]
-_loaded = False
+# The modules that declare methods (and their suites) are found, never named here: each is
+# listed in the entry-point group plugins.METHOD_GROUP, nearlocal's own in its pyproject.toml,
+# in the order methods are listed and declared; NEARLOCAL_PLUGINS adds more (plugins.py).
 
 
 def register_method(method: Method) -> Method:
@@ -201,29 +192,11 @@ def register_method(method: Method) -> Method:
 
 
 def load_methods() -> dict[str, Method]:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import os
+    """Every method: the modules of the method group imported once (nearlocal.plugins)."""
+    from nearlocal.plugins import METHOD_GROUP, load_group
 
-        for module in METHOD_MODULES:
-            importlib.import_module(module)
-        for module in os.environ.get("NEARLOCAL_PLUGINS", "").split(","):
-            if module.strip():
-                _load_plugin(module.strip())
+    load_group(METHOD_GROUP)
     return METHODS
-
-
-def _load_plugin(module: str) -> None:
-    """A module NEARLOCAL_PLUGINS names. One that cannot be imported, or fails as it registers
-    (a method declared twice...), is bad input: one line naming it (UsageError, exit 2)."""
-    from nearlocal.errors import UsageError
-
-    try:
-        importlib.import_module(module)
-    except Exception as exc:  # the plugin's own code: whatever it raises
-        raise UsageError(f"NEARLOCAL_PLUGINS: plugin {module!r} did not load: "
-                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def methods_joining(suite: str) -> list[str]:

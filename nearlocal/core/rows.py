@@ -3,7 +3,8 @@ happened to it (sizes, fragments, bytes moved, pool classes, whether it reaches 
 plan calls it once per case (engine/plan.py) and every row of the case starts from it. The rest
 derive the same facts for rows stored by older versions, from the registries as they are now:
 the store fills them in when it loads such a run (store/runs.py). The only place the store's
-data meets a registry."""
+data meets a registry, and only for a row that lacks a fact: loading a current run imports no
+method or region module."""
 
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def pool_class_column(stored: list, regions: list, inventory: object) -> list[st
 
 def measures_column(stored: list, methods: list) -> list[str]:
     """Rows' `measures` (Method.measures): the stored column, else what the method declares now
-    ("transfer" for a method no longer registered)."""
-    load_methods()
-    return [value if value in ("transfer", "operation")
-            else getattr(METHODS.get(str(method)), "measures", "transfer")
+    ("transfer" for a method no longer registered). The method modules are loaded only for a
+    row that lacks it: reading a current run imports none."""
+    known = ("transfer", "operation")
+    if any(value not in known for value in stored):
+        load_methods()
+    return [value if value in known else getattr(METHODS.get(str(method)), "measures", "transfer")
             for value, method in zip(stored, methods, strict=True)]

@@ -16,7 +16,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from nearlocal.kernels.intrinsics import I8, I32, I64, _ptr
+from nearlocal.kernels.intrinsics import I8, I32, I64, to_ptr
 
 I16 = ir.IntType(16)
 _WIDTHS = {8: (I8, types.uint8), 16: (I16, types.uint16), 32: (I32, types.uint32),
@@ -39,7 +39,7 @@ def _load(bits: int, ordering: str | None):
             return None
 
         def codegen(context, builder, signature, args):
-            ptr = _ptr(builder, _u64(builder, args[0], addr), llty)
+            ptr = to_ptr(builder, _u64(builder, args[0], addr), llty)
             if ordering is None:
                 return builder.load(ptr, align=1)
             return builder.load_atomic(ptr, ordering, align=bits // 8)
@@ -57,7 +57,7 @@ def _store(bits: int, ordering: str | None):
             return None
 
         def codegen(context, builder, signature, args):
-            ptr = _ptr(builder, _u64(builder, args[0], addr), llty)
+            ptr = to_ptr(builder, _u64(builder, args[0], addr), llty)
             val = _u64(builder, args[1], value)
             val = builder.trunc(val, llty) if bits < 64 else val
             if ordering is None:
@@ -89,7 +89,7 @@ def touch_write(typingctx, addr):
         return None
 
     def codegen(context, builder, signature, args):
-        ptr = _ptr(builder, _u64(builder, args[0], addr), I8)
+        ptr = to_ptr(builder, _u64(builder, args[0], addr), I8)
         builder.atomic_rmw("add", ptr, ir.Constant(I8, 0), "monotonic")
         return context.get_dummy_value()
 
@@ -103,8 +103,8 @@ def copy64(typingctx, dst, src):
         return None
 
     def codegen(context, builder, signature, args):
-        to = _ptr(builder, _u64(builder, args[0], dst), I8)
-        frm = _ptr(builder, _u64(builder, args[1], src), I8)
+        to = to_ptr(builder, _u64(builder, args[0], dst), I8)
+        frm = to_ptr(builder, _u64(builder, args[1], src), I8)
         cgutils.raw_memcpy(builder, to, frm, ir.Constant(I64, 64), 1)
         return context.get_dummy_value()
 
@@ -125,8 +125,8 @@ def movdir64b(typingctx, portal, desc):
 
     def codegen(context, builder, signature, args):
         fn = _x86("llvm.x86.movdir64b", ir.VoidType(), [I8.as_pointer(), I8.as_pointer()])(builder)
-        builder.call(fn, [_ptr(builder, _u64(builder, args[0], portal), I8),
-                          _ptr(builder, _u64(builder, args[1], desc), I8)])
+        builder.call(fn, [to_ptr(builder, _u64(builder, args[0], portal), I8),
+                          to_ptr(builder, _u64(builder, args[1], desc), I8)])
         return context.get_dummy_value()
 
     return types.void(portal, desc), codegen
@@ -141,8 +141,8 @@ def enqcmd(typingctx, portal, desc):
 
     def codegen(context, builder, signature, args):
         fn = _x86("llvm.x86.enqcmd", I8, [I8.as_pointer(), I8.as_pointer()])(builder)
-        return builder.call(fn, [_ptr(builder, _u64(builder, args[0], portal), I8),
-                                 _ptr(builder, _u64(builder, args[1], desc), I8)])
+        return builder.call(fn, [to_ptr(builder, _u64(builder, args[0], portal), I8),
+                                 to_ptr(builder, _u64(builder, args[1], desc), I8)])
 
     return types.uint8(portal, desc), codegen
 
@@ -155,7 +155,7 @@ def umonitor(typingctx, addr):
 
     def codegen(context, builder, signature, args):
         fn = _x86("llvm.x86.umonitor", ir.VoidType(), [I8.as_pointer()])(builder)
-        builder.call(fn, [_ptr(builder, _u64(builder, args[0], addr), I8)])
+        builder.call(fn, [to_ptr(builder, _u64(builder, args[0], addr), I8)])
         return context.get_dummy_value()
 
     return types.void(addr), codegen

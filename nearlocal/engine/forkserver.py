@@ -16,9 +16,9 @@ from nearlocal.engine.children import ignore_interrupts
 
 ignore_interrupts()  # launched with SIGINT held (children.py): Ctrl-C is the runner's
 
-from nearlocal.core.methods import METHOD_MODULES  # noqa: E402
+from nearlocal.plugins import METHOD_GROUP, own_modules  # noqa: E402
 
-for _module in METHOD_MODULES:
+for _module in own_modules(METHOD_GROUP):  # nearlocal's own: a third party's loads in the child
     with contextlib.suppress(Exception):  # the worker imports it again and reports the error
         importlib.import_module(_module)
 

@@ -150,10 +150,11 @@ def _run(args: argparse.Namespace) -> int:
 
         turns = Turns.open(args.take_turns, args.turn)
         meta["turns"] = turns.facts()
-    from nearlocal.engine.pool import pool_note
+    from nearlocal.core.suites import get_suite
+    from nearlocal.cpu.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
-    if args.suite in ("quick", "mlc", "all") and not args.quiet:
+    if get_suite(args.suite).compares_pool and not args.quiet:
         console.console.print(meta["pool"])
     measured = measure_run(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     path, interrupted, meta = measured.path, measured.interrupted, measured.meta

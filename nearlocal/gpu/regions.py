@@ -28,7 +28,7 @@ from nearlocal.regions.base import (
     region_kind,
     register_region_kind,
 )
-from nearlocal.regions.host import _FILL_BLOCK, _fill_owned
+from nearlocal.regions.host import FILL_BLOCK, fill_owned
 
 HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
 HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
@@ -118,7 +118,7 @@ def _open_gpu(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Mapp
         array = cp.empty(nbytes, dtype=cp.uint8)
         # the same non-zero pattern host regions get, so copies move real data; made on the host
         # and copied in (a cupy elementwise kernel would need the CUDA headers to compile)
-        fill_device(cp, int(array.data.ptr), nbytes, _FILL_BLOCK)
+        fill_device(cp, int(array.data.ptr), nbytes, FILL_BLOCK)
         cp.cuda.Device(index).synchronize()
     access = GpuAccess("device", None, int(array.data.ptr), nbytes, index)
 
@@ -164,7 +164,7 @@ def _open_pinned(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
     runtime = cp.cuda.runtime
     nbytes = _round_up(size, PAD)
     pointer, device_pointer, array = alloc_mapped(runtime, nbytes)
-    _fill_owned(array)
+    fill_owned(array)
 
     def close() -> None:
         runtime.freeHost(pointer)

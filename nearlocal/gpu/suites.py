@@ -2,7 +2,7 @@
 and the shapes serving moves: qwen2.5-32b's flash-attn and cross-layer blocks, a 64 MiB layer)
 and `swiftcache` (NVLink peer copies and the layer stream, S2-S3). On a box without GPUs every
 case is a skipped row with its reason. `gpu_cases` / `swiftcache_cases` are public so other suites
-(a `beluga` suite, say) can take them in with `extend_suite`."""
+(a `beluga` suite, say) can take them in as parts."""
 
 from __future__ import annotations
 
@@ -80,5 +80,6 @@ register_suite(Suite("gpu", "host <-> GPU: cudaMemcpy per fragment vs one gather
                      "kernel, batched and 2-D copies, zero-copy (Beluga B9-B11, B14); serving's "
                      "qwen2.5-32b blocks and a 64 MiB layer",
                      [gpu_cases]))
+# joinable: S2's reload from an SSD joins it from storage/methods.py
 register_suite(Suite("swiftcache", "GPU <-> GPU over NVLink: peer copies and kernels, the "
-                     "layer stream (SwiftCache S2-S3)", [swiftcache_cases]))
+                     "layer stream (SwiftCache S2-S3)", [swiftcache_cases], joinable=True))

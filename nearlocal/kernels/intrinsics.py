@@ -104,7 +104,8 @@ def _data_address(context, builder, arrty, value) -> ir.Value:
     return builder.ptrtoint(array.data, I64)
 
 
-def _ptr(builder: ir.IRBuilder, address: ir.Value, pointee: ir.Type) -> ir.Value:
+def to_ptr(builder: ir.IRBuilder, address: ir.Value, pointee: ir.Type) -> ir.Value:
+    """An integer address as a pointer to `pointee` (DSA's intrinsics build on it too)."""
     return builder.inttoptr(address, pointee.as_pointer())
 
 
@@ -175,17 +176,17 @@ def _read_intrinsic(nontemporal: bool):
             acc = cgutils.alloca_once_value(builder, ir.Constant(I64, 0))
 
             def line(off):
-                load = builder.load(_ptr(builder, builder.add(address, off), VEC), align=LINE)
+                load = builder.load(to_ptr(builder, builder.add(address, off), VEC), align=LINE)
                 if nontemporal:
                     _nontemporal(builder, load)
                 builder.store(builder.xor(builder.load(vec_acc), load), vec_acc)
 
             def word(off):
-                value = builder.load(_ptr(builder, builder.add(address, off), I64), align=8)
+                value = builder.load(to_ptr(builder, builder.add(address, off), I64), align=8)
                 builder.store(builder.xor(builder.load(acc), value), acc)
 
             def byte(off):
-                value = builder.zext(builder.load(_ptr(builder, builder.add(address, off), I8)), I64)
+                value = builder.zext(builder.load(to_ptr(builder, builder.add(address, off), I8)), I64)
                 builder.store(builder.xor(builder.load(acc), value), acc)
 
             _emit_ranged(builder, address, args[2], line, word, byte)
@@ -225,17 +226,17 @@ def _write_intrinsic(nontemporal: bool, writeback: bool):
 
             def line(off):
                 target = builder.add(address, off)
-                store = builder.store(line_value, _ptr(builder, target, VEC), align=LINE)
+                store = builder.store(line_value, to_ptr(builder, target, VEC), align=LINE)
                 if nontemporal:
                     _nontemporal(builder, store)
 
             def word(off):
-                store = builder.store(word_value, _ptr(builder, builder.add(address, off), I64), align=8)
+                store = builder.store(word_value, to_ptr(builder, builder.add(address, off), I64), align=8)
                 if nontemporal:
                     _nontemporal(builder, store)
 
             def byte(off):
-                builder.store(builder.trunc(word_value, I8), _ptr(builder, builder.add(address, off), I8))
+                builder.store(builder.trunc(word_value, I8), to_ptr(builder, builder.add(address, off), I8))
 
             _emit_ranged(builder, address, args[2], line, word, byte)
             if writeback:  # every line the range touches, once (head and tail lines included)
@@ -260,7 +261,7 @@ def _emit_flush_lines(builder: ir.IRBuilder, fn, address: ir.Value, nbytes: ir.V
     empty = builder.icmp_unsigned("==", nbytes, c(0))
     count = builder.select(empty, c(0), count)
     _counted_loop(builder, count, lambda i: builder.call(
-        fn, [_ptr(builder, builder.add(first, builder.shl(i, c(6))), I8)]))
+        fn, [to_ptr(builder, builder.add(first, builder.shl(i, c(6))), I8)]))
 
 
 def _flush_intrinsic(llvm_name: str):
@@ -298,7 +299,7 @@ def _copy_intrinsic(kind: str):
             to = builder.add(_data_address(context, builder, dst, args[0]), args[1])
             frm = builder.add(_data_address(context, builder, src, args[2]), args[3])
             if kind == "memcpy":
-                cgutils.raw_memcpy(builder, _ptr(builder, to, I8), _ptr(builder, frm, I8), args[4], 1)
+                cgutils.raw_memcpy(builder, to_ptr(builder, to, I8), to_ptr(builder, frm, I8), args[4], 1)
                 return context.get_dummy_value()
             if kind == "movdir64b":
                 movdir64b = cgutils.get_or_insert_function(
@@ -308,23 +309,23 @@ def _copy_intrinsic(kind: str):
                 )
 
                 def line(off):
-                    builder.call(movdir64b, [_ptr(builder, builder.add(to, off), I8),
-                                             _ptr(builder, builder.add(frm, off), I8)])
+                    builder.call(movdir64b, [to_ptr(builder, builder.add(to, off), I8),
+                                             to_ptr(builder, builder.add(frm, off), I8)])
             else:  # the source may sit at any alignment: unaligned vector loads, aligned nt stores
                 def line(off):
-                    value = builder.load(_ptr(builder, builder.add(frm, off), VEC), align=1)
-                    store = builder.store(value, _ptr(builder, builder.add(to, off), VEC), align=LINE)
+                    value = builder.load(to_ptr(builder, builder.add(frm, off), VEC), align=1)
+                    store = builder.store(value, to_ptr(builder, builder.add(to, off), VEC), align=LINE)
                     _nontemporal(builder, store)
 
             def word(off):
-                value = builder.load(_ptr(builder, builder.add(frm, off), I64), align=1)
-                store = builder.store(value, _ptr(builder, builder.add(to, off), I64), align=8)
+                value = builder.load(to_ptr(builder, builder.add(frm, off), I64), align=1)
+                store = builder.store(value, to_ptr(builder, builder.add(to, off), I64), align=8)
                 if kind == "nt":
                     _nontemporal(builder, store)
 
             def byte(off):
-                value = builder.load(_ptr(builder, builder.add(frm, off), I8))
-                builder.store(value, _ptr(builder, builder.add(to, off), I8))
+                value = builder.load(to_ptr(builder, builder.add(frm, off), I8))
+                builder.store(value, to_ptr(builder, builder.add(to, off), I8))
 
             _emit_ranged(builder, to, args[4], line, word, byte)
             return context.get_dummy_value()

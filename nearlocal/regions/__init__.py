@@ -1,4 +1,6 @@
-"""Region providers; importing this package registers every kind."""
+"""Regions: the kinds' registry (base.py) and nearlocal's providers. Importing this package registers
+no kind: `load_providers()` (called by every lookup) imports the modules of the entry-point group
+nearlocal.region_kinds (nearlocal/plugins.py)."""
 
 from nearlocal.regions.base import (
     ATTRIBUTES,

@@ -139,23 +139,14 @@ def pool_class_of(region: str | RegionSpec, cpuless_nodes: frozenset[int] = froz
 
 REGION_KINDS: dict[str, RegionKind] = {}
 
-# The modules that declare region kinds, imported by name on first use (a registry that loads its
-# providers, so that base imports none of them).
-_PROVIDER_MODULES = ["nearlocal.regions.host", "nearlocal.regions.interleave", "nearlocal.regions.devices",
-                     "nearlocal.gpu.regions", "nearlocal.storage.regions"]
-_loaded = False
-
 
 def load_providers() -> None:
-    """Import every provider module once (GPU providers add themselves to _PROVIDER_MODULES)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    import importlib
+    """Import every module that declares region kinds once: the entry-point group
+    plugins.REGION_GROUP (nearlocal's own in its pyproject.toml, a third party's in its own
+    distribution) and NEARLOCAL_PLUGINS, so base names none of them (nearlocal.plugins)."""
+    from nearlocal.plugins import REGION_GROUP, load_group
 
-    for module in _PROVIDER_MODULES:
-        importlib.import_module(module)
+    load_group(REGION_GROUP)
 
 
 def register_region_kind(kind: RegionKind) -> RegionKind:

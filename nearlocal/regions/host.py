@@ -67,18 +67,20 @@ def _round_up(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
-_FILL_BLOCK = (np.arange(1 << 20, dtype=np.uint64) * 0x9E3779B1 >> 13).astype(np.uint8) | 1
+# The non-zero pattern nearlocal fills memory it owns with (GPU memory too: gpu/regions.py)
+FILL_BLOCK = (np.arange(1 << 20, dtype=np.uint64) * 0x9E3779B1 >> 13).astype(np.uint8) | 1
 
 
-def _fill_owned(array: np.ndarray) -> None:
+def fill_owned(array: np.ndarray) -> None:
     """Fault in memory nearlocal owns with a non-zero pattern (an untouched page reads the zero page)."""
-    block = _FILL_BLOCK.size
+    block = FILL_BLOCK.size
     for start in range(0, array.size, block):
         chunk = array[start:start + block]
-        chunk[:] = _FILL_BLOCK[:chunk.size]
+        chunk[:] = FILL_BLOCK[:chunk.size]
 
 
-def _mbind(buf: mmap.mmap, length: int, node: int) -> None:
+def mbind_buffer(buf: mmap.mmap, length: int, node: int) -> None:
+    """Bind the first `length` bytes of a mapping to one NUMA node (mbind_range)."""
     mbind_range(ctypes.addressof(ctypes.c_char.from_buffer(buf)), length, node)
 
 
@@ -95,7 +97,9 @@ def mbind_range(address: int, length: int, node: int) -> None:
 
 # --- dram and numa:N: private anonymous memory, optionally huge pages, optionally bound -------
 
-def _dram_options(spec: RegionSpec) -> dict:
+def dram_options(spec: RegionSpec) -> dict:
+    """A dram / numa:N spec's options: `pages` (4K, 2M, thp) and `node` (int or None); bad
+    input -> UsageError."""
     options: dict = {"pages": "4K", "node": None}
     if spec.kind == "numa":
         options["node"] = spec.arg
@@ -116,7 +120,7 @@ def _dram_options(spec: RegionSpec) -> dict:
 
 
 def _validate_dram(spec: RegionSpec, inventory: HostInventory) -> None:
-    node = _dram_options(spec)["node"]
+    node = dram_options(spec)["node"]
     nodes = [n.node for n in inventory.numa]
     if node is not None and node not in nodes:
         raise UsageError(f"NUMA node {node} does not exist in {spec.text!r}: this box has nodes "
@@ -124,7 +128,7 @@ def _validate_dram(spec: RegionSpec, inventory: HostInventory) -> None:
 
 
 def _dram_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
-    options = _dram_options(spec)
+    options = dram_options(spec)
     if options["pages"] == "2M":
         pool = inventory.hugepages.pool(HUGE_2M)
         if pool is None or pool.free == 0:
@@ -147,7 +151,7 @@ def _free_hugetlb_bytes() -> int | None:
 def _dram_capacity(spec: RegionSpec) -> tuple[int, str] | None:
     """What a new anonymous region can take now: free 2 MiB pages, or the node's free memory,
     or MemAvailable (less headroom: nearlocal fills every page it maps)."""
-    options = _dram_options(spec)
+    options = dram_options(spec)
     if options["pages"] == "2M":  # this process's idle mappings are its own to reuse
         free = _free_hugetlb_bytes()
         return (free + _IDLE.idle_bytes(hugetlb=True), "the 2 MiB hugetlb pool") \
@@ -229,7 +233,7 @@ _IDLE = _IdleMappings()
 
 
 def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
-    options = _dram_options(spec)
+    options = dram_options(spec)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     length = max(size, 1)
     if options["pages"] == "2M":
@@ -245,12 +249,12 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     if options["pages"] == "thp":
         buf.madvise(mmap.MADV_HUGEPAGE)
     if options["node"] is not None:
-        _mbind(buf, length, options["node"])
+        mbind_buffer(buf, length, options["node"])
     region = map_region(spec, attr, buf, size, True,
                      {"pages": options["pages"], "node": options["node"], "owned": True,
                       "memtype": "write-back (anonymous RAM)"},
                      release=_IDLE.releaser(length, flags) if reusable else None)
-    _fill_owned(region.array)
+    fill_owned(region.array)
     return region
 
 
@@ -376,7 +380,7 @@ def _maker() -> str:
     return f"{os.uname().nodename}:{os.getpid()}"
 
 
-def _left_by_a_dead_run(path: Path) -> bool:
+def left_by_a_dead_run(path: Path) -> bool:
     """True for a file nearlocal created (its xattr or owner link says so) whose maker, on this
     host, is dead and holds no lock: a SIGKILLed run's leftover, not a user's file, so it may be
     replaced."""
@@ -396,10 +400,10 @@ def clear_dead_leftovers(path: Path) -> None:
     """Remove what killed runs left for this name: the file at it with its owner link, and the
     hidden names of files they never published (each holds its memory on a tmpfs). A user's file
     (no record of nearlocal making it) and a live run's are left alone."""
-    if _left_by_a_dead_run(path):
+    if left_by_a_dead_run(path):
         path.unlink(missing_ok=True)
     for hidden in hidden_names(path):
-        if _left_by_a_dead_run(hidden):
+        if left_by_a_dead_run(hidden):
             hidden.unlink(missing_ok=True)
 
 
@@ -417,7 +421,7 @@ def in_use_reason(path: Path, spec: RegionSpec) -> str | None:
 
 def user_owned_file(path: Path) -> bool:
     """A file that is there and not a dead run's leftover is the user's (a dangling link too)."""
-    return os.path.lexists(path) and not _left_by_a_dead_run(path)
+    return os.path.lexists(path) and not left_by_a_dead_run(path)
 
 
 def _file_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
@@ -541,7 +545,7 @@ def _open_file(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     region = map_region(spec, attr, buf, size, True, {"path": str(path), "owned": True},
                      cleanup=remove)
     try:
-        _fill_owned(region.array)
+        fill_owned(region.array)
     except BaseException:  # e.g. SIGTERM (SystemExit) mid-fill: the published file goes too
         region.close()
         raise

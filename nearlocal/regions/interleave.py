@@ -197,14 +197,14 @@ def map_files(paths: list[str], size: int, writable: bool,
 
 
 def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
-    from nearlocal.regions.host import _fill_owned
+    from nearlocal.regions.host import fill_owned
 
     kind, values = targets(spec)
     info: dict = {"interleave": values, "chunk_bytes": CHUNK, "owned": kind == "node"}
     if kind == "node":
         address, unmap = map_nodes(values, size)
         array = _array(address, size, True)
-        _fill_owned(array)
+        fill_owned(array)
         chunks = chunk_map(size, len(values))
         found = page_nodes([address + offset for offset, _, _ in chunks])
         expected = [values[target] for _, target, _ in chunks]

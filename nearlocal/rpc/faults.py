@@ -183,12 +183,12 @@ def _check_room(spec, nbytes: int) -> None:
     through a memfd copy of the store (rpc.shared.share) in 4 KiB pages on the region's node, or
     in ordinary memory: where that is the region's own memory, it has to hold both copies."""
     from nearlocal.regions import check_capacity, parse_region, region_kind
-    from nearlocal.regions.host import _dram_options
+    from nearlocal.regions.host import dram_options
 
     if region_kind(spec).shared_mapping:
         check_capacity(spec, nbytes)
         return
-    options = _dram_options(spec) if spec.kind in ("dram", "numa") else {"pages": "", "node": None}
+    options = dram_options(spec) if spec.kind in ("dram", "numa") else {"pages": "", "node": None}
     if options["pages"] in ("4K", "thp"):  # the memfd lands in the same memory as the region
         check_capacity(spec, 2 * nbytes)
         return

@@ -47,7 +47,7 @@ def share(region: MappedRegion, nbytes: int) -> SharedMemory:
     if is_shared(region):
         handle = {"region": region.spec.text, "size": int(region.array.size), "attr": region.attr}
         return SharedMemory(region.array[:nbytes], handle, {"shared_by": "region"})
-    from nearlocal.regions.host import _mbind  # the provider's own node binding
+    from nearlocal.regions.host import mbind_buffer  # the provider's own node binding
 
     fd = os.memfd_create("nearlocal-shared", os.MFD_CLOEXEC)
     try:
@@ -55,7 +55,7 @@ def share(region: MappedRegion, nbytes: int) -> SharedMemory:
         buf = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED)
         node = region.info.get("node")
         if node is not None:
-            _mbind(buf, nbytes, int(node))
+            mbind_buffer(buf, nbytes, int(node))
     except BaseException:
         os.close(fd)
         raise

@@ -355,13 +355,12 @@ def _swiftcache_part() -> list:
 
 
 def _register_suites() -> None:
-    import nearlocal.gpu.suites  # noqa: F401 - declares swiftcache, which S2's reload cases join
     from nearlocal.core.suites import Suite, extend_suite, register_suite
 
     register_suite(Suite("storage", "file-read / file-write on a storage:PATH file (default "
                          "./.nearlocal-storage, env NEARLOCAL_STORAGE): O_DIRECT vs page cache, "
                          "qd 1..32, 1 MiB reads, 128x20KiB, a dense KV block", [_storage_suite]))
-    extend_suite("swiftcache", _swiftcache_part)
+    extend_suite("swiftcache", _swiftcache_part)  # S2's reload from an SSD (gpu/suites.py)
 
 
 _register_suites()

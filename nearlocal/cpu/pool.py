@@ -97,4 +97,4 @@ def __getattr__(name: str) -> tuple[str, ...]:
 extend_suite("quick", quick_pool_cases)
 register_suite(Suite("mlc", "what Intel MLC measures first, per region: idle latency (chase), "
                      "peak bandwidth with every CPU of the node, loaded-latency curve",
-                     [mlc_cases]))
+                     [mlc_cases], compares_pool=True))

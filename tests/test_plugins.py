@@ -1,0 +1,152 @@
+"""The registries find their modules through entry-point groups (nearlocal/plugins.py): nearlocal's
+own from the pyproject.toml beside the package (a checkout, an editable install whose metadata is
+stale) or from an installed wheel's metadata; NEARLOCAL_PLUGINS is read once for both registries."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from nearlocal import plugins
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_source_trees_table_is_what_the_registries_load():
+    """In a checkout the table comes from its pyproject.toml (the venv's metadata may be another
+    tree's or older): every module it lists exists, in the order of the names' ranks."""
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    for group in plugins.GROUPS:
+        listed = plugins.own_modules(group)
+        assert listed == [table[group][name] for name in sorted(table[group])]
+        assert listed and all(importlib.util.find_spec(module) for module in listed)
+    assert plugins.own_modules(plugins.METHOD_GROUP)[0] == "nearlocal.cpu.methods"
+
+
+def test_an_installed_wheel_reads_its_own_table_from_its_metadata(tmp_path, monkeypatch):
+    """No pyproject.toml beside the package (a wheel ships none): the distribution's metadata."""
+    info = tmp_path / "nearlocal-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nearlocal\nVersion: 9.9\n")
+    (info / "entry_points.txt").write_text("[nearlocal.methods]\n20-b = x.b\n10-a = x.a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "PYPROJECT", tmp_path / "pyproject.toml")
+    assert plugins.own_modules(plugins.METHOD_GROUP) == ["x.a", "x.b"]
+    assert plugins.own_modules(plugins.REGION_GROUP) == []
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_a_plugins_region_kind_exists_before_any_method_is_looked_up():
+    """NEARLOCAL_PLUGINS is read by both registries: a region lookup alone loads the plugin, and
+    the built-in methods still come first (the plugin loads after every group)."""
+    done = _python("import sys\n"
+                   "from nearlocal.regions import parse_region\n"
+                   "from nearlocal.core.methods import METHODS, load_methods\n"
+                   "print(parse_region('scratch').kind)\n"
+                   "print(list(load_methods())[0], list(METHODS)[-1])\n",
+                   NEARLOCAL_PLUGINS="tests.plugin_region,tests.plugin_method")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["scratch", "load", "unwarmed-load"]
+
+
+# A third party's distribution, as pip would install it: its modules and a *.dist-info naming
+# them in nearlocal's entry-point groups. Nothing of nearlocal is edited or told about it.
+DEMO_REGIONS = '''
+import mmap
+
+from nearlocal.regions import RegionKind, map_region, register_region_kind
+
+
+def _open(spec, size, attr, allow_write):
+    buf = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return map_region(spec, attr, buf, size, True, {"memtype": "write-back (a plugin's memory)"})
+
+
+register_region_kind(RegionKind(
+    name="demoscratch", syntax="demoscratch", family="host", attrs=frozenset({"wb"}),
+    summary="private anonymous memory (an installed plugin's region kind)",
+    validate=lambda spec, inventory: None, unavailable=lambda spec, inventory: None, open=_open,
+    instances=lambda inventory: ["demoscratch"], pool_class="local",
+))
+'''
+DEMO_METHODS = '''
+from dataclasses import replace
+
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import get_method, register_method
+from nearlocal.core.suites import Suite, register_suite
+
+register_method(replace(get_method("load"), name="demo-load", suites=(), pool_roles=frozenset(),
+                        summary="load, as an installed plugin's method"))
+register_suite(Suite("demo", "an installed plugin's suite",
+                     [lambda: [Case("demo-load", "demoscratch", "wb", "4KiB")]]))
+'''
+
+
+def _demo_distribution(root: Path) -> Path:
+    root.mkdir()
+    (root / "nearlocal_demo_regions.py").write_text(DEMO_REGIONS)
+    (root / "nearlocal_demo_methods.py").write_text(DEMO_METHODS)
+    info = root / "nearlocal_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nearlocal-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[nearlocal.region_kinds]\ndemo = nearlocal_demo_regions\n\n"
+        "[nearlocal.methods]\ndemo = nearlocal_demo_methods\n")
+    return root
+
+
+def _nearlocal(args: list[str], plugin_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(plugin_path)}
+    env.pop("NEARLOCAL_PLUGINS", None)
+    return subprocess.run([sys.executable, "-m", "nearlocal", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_an_installed_distribution_adds_a_method_a_region_kind_and_a_suite(tmp_path):
+    """Its entry points are all it takes: probe lists its region and method, `run --help` its
+    suite, and a run of its suite measures its method on its region in a worker process."""
+    import json
+
+    path = _demo_distribution(tmp_path / "site")
+    probed = _nearlocal(["probe", "--json"], path)
+    assert probed.returncode == 0, probed.stderr
+    listed = json.loads(probed.stdout)
+    assert {"region": "demoscratch", "mappable": True, "reason": ""} in listed["regions"]
+    assert any(row["method"] == "demo-load" and row["region"] == "demoscratch" and row["runnable"]
+               for row in listed["availability"])
+    helped = _nearlocal(["run", "--help"], path)
+    words = " ".join(helped.stdout.split())  # argparse wraps the help
+    assert helped.returncode == 0 and "demo = an installed plugin's suite" in words
+    assert "demo-load" in words and "demoscratch" in words
+    ran = _nearlocal(["run", "--suite", "demo", "--budget", "0.02", "--processes", "1", "--quiet",
+                      "--out", str(tmp_path / "store")], path)
+    assert ran.returncode == 0, ran.stderr
+    from nearlocal.store import load
+
+    (row,) = load("latest", tmp_path / "store").cases.to_dict("records")
+    assert (row["method"], row["region"], row["status"]) == ("demo-load", "demoscratch", "ok")
+
+
+def test_an_installed_plugin_that_does_not_load_is_one_line_naming_it(tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "nearlocal_broken.py").write_text("raise RuntimeError('broken at import')\n")
+    info = root / "nearlocal_broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nearlocal-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[nearlocal.methods]\nbroken = nearlocal_broken\n")
+    done = _nearlocal(["run", "--method", "load", "--size", "4KiB", "--out", str(tmp_path / "s")],
+                      root)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert ("nearlocal.methods: entry point 'broken' of nearlocal-broken did not load: "
+            "RuntimeError: broken at import") in done.stderr
+    assert not (tmp_path / "s").exists()
