@@ -109,6 +109,12 @@ def to_ptr(builder: ir.IRBuilder, address: ir.Value, pointee: ir.Type) -> ir.Val
     return builder.inttoptr(address, pointee.as_pointer())
 
 
+# The name numba's on-disk caches written before the rename refer to (a cached kernel's pickled
+# intrinsics): without it a box upgraded in place fails to load those caches instead of
+# recompiling them
+_ptr = to_ptr
+
+
 def _nontemporal(builder: ir.IRBuilder, instruction) -> None:
     instruction.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(I32, 1)]))
 
