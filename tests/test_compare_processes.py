@@ -68,7 +68,7 @@ def test_same_code_reruns_stay_quiet():
     alarms = []
     for pair in range(40):
         result = compare_runs(synthetic_run(2 * pair), synthetic_run(2 * pair + 1))
-        assert all(c.placements == "5/5" for c in result.cases)
+        assert all(c.processes == "5/5" for c in result.cases)
         alarms.append(result.exit_code)
     assert sum(alarms) == 0
 
@@ -102,7 +102,7 @@ def test_one_method_slower_is_flagged_and_nothing_else():
 
 def test_fewer_than_two_processes_fall_back_to_the_whole_run_model():
     result = compare_runs(synthetic_run(1, processes=1), synthetic_run(2, processes=5))
-    assert all(c.placements == "" and c.detail["unit"] == "samples" for c in result.cases)
+    assert all(c.processes == "" and c.detail["unit"] == "samples" for c in result.cases)
 
 
 def test_ratio_and_interval_are_of_the_process_medians():
@@ -114,7 +114,7 @@ def test_ratio_and_interval_are_of_the_process_medians():
     assert case.base_median_ns == pytest.approx(math.exp(logs["b"]))
     assert case.ratio == pytest.approx(math.exp(logs["c"] - logs["b"]))
     assert case.ci_low < case.ratio < case.ci_high
-    assert case.placements == "5/5"
+    assert case.processes == "5/5"
 
 
 def test_benjamini_hochberg_matches_the_step_up_rule():
@@ -136,7 +136,8 @@ def test_default_processes_follow_the_budget():
 
 def test_run_with_processes_tags_every_sample(tmp_path):
     """A real run: 2 worker processes per case drawing 3 placements each, the samples of each
-    tagged by process and placement, the row pooling all six, the gate counting placements."""
+    tagged by process and placement, the row pooling all six, the gate's unit the process (the
+    mean of its placements' log medians), the placements behind it said."""
     assert main(["run", "--method", "load", "--method", "store", "--size", "4KiB",
                  "--processes", "2", "--placements", "3", "--budget", "0.06", "--quiet",
                  "--out", str(tmp_path)]) == 0
@@ -155,7 +156,8 @@ def test_run_with_processes_tags_every_sample(tmp_path):
                                                                   for p in range(3)]
         assert all(f["region_offset"] is not None and f["median_ns"] > 0 for f in facts)
     result = compare_runs(run, run)
-    assert all(c.placements == "6/6" for c in result.cases) and result.exit_code == 0
+    assert all(c.processes == "2/2 (6/6 placements)" for c in result.cases)
+    assert result.exit_code == 0
 
 
 def test_bad_process_count_is_a_usage_error(tmp_path, capsys):
@@ -404,7 +406,7 @@ def test_an_undecided_case_is_told_more_processes_only_where_more_are_to_be_had(
     case = next(c for c in compare_runs(base, cand).cases if c.case_id == CASES[0])
     assert case.verdict == "ambiguous"
     assert advice in case.note
-    assert case.placements == f"{processes}/{processes}"
+    assert case.processes == f"{processes}/{processes}"
 
 
 def turn_taking_runs(seed: int, factor: float, group: str | None = "g1", processes: int = 32,
@@ -439,7 +441,7 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
     assert paired.paired and paired.head_line() == "code CI, paired: the runs took turns"
     assert all(c.detail["unit"] == "pairs" for c in paired.cases)
     assert paired.counts()["slower"] == len(CASES)
-    assert all(c.placements == "32/32 (32 paired)" for c in paired.cases)
+    assert all(c.processes == "32/32 (32 paired)" for c in paired.cases)
     assert all(c.cand_median_ns == pytest.approx(c.base_median_ns * c.ratio) for c in paired.cases)
     unpaired = compare_runs(*turn_taking_runs(7, 1.3, group=None))
     assert not unpaired.paired and "unpaired" in unpaired.head_line()

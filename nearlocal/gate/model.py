@@ -1,13 +1,12 @@
 """Each case's log ratio (candidate / base) and its standard error: the one model, per unit.
 
-- Page placements (runs with 2 or more a case, the default: each worker process draws
-  --placements of them; runs before that, one a process): the ratio of the 10 % trimmed means
-  of the placement log medians (Yuen's two-sample estimator, so one placement drawn while the
-  host was busy does not move it), its standard error from the Winsorized variances.
-- Pairs (the runs took turns, `run --take-turns`): placement k of one run and placement k of
-  the other were measured in the same round, so the ratio is the trimmed mean of the pairs' log
+- Worker processes (runs made with 2 or more a case, the default): the ratio of the 10 %
+  trimmed means of the process log medians (Yuen's two-sample estimator, so one process drawn
+  while the host was busy does not move it), its standard error from the Winsorized variances.
+- Pairs (the runs took turns, `run --take-turns`): process k of one run and process k of the
+  other were measured in the same round, so the ratio is the trimmed mean of the pairs' log
   differences (Yuen's one-sample estimator) and the host's state, shared by a pair, cancels.
-- Samples (runs with one placement a case: `--processes 1 --placements 1`): the ratio of the medians,
+- Samples (runs with one process a case: schema 1, `--processes 1`): the ratio of the medians,
   its error a bootstrap of each median widened by the run-to-run noise all such cases show
   together (Qn, the robust scatter of their log ratios: no case order enters).
 Either way the error is at least the case's spread over this host's past baselines (--history).
@@ -25,7 +24,7 @@ from nearlocal.lazy import lazy_import
 np = lazy_import("numpy")
 scipy_stats = lazy_import("scipy.stats")
 
-PROCESS_TRIM = 0.1  # share of placements trimmed from each end of a run's (Yuen's estimator)
+PROCESS_TRIM = 0.1  # share of processes trimmed from each end of a run's (Yuen's estimator)
 N_BOOTSTRAP = 4000
 MIN_CASES_FOR_RUN_NOISE = 8  # one-process cases needed before their run-to-run noise is known
 # Degrees of freedom of the Student t of one-process cases' run noise: fitted on 28 pairs of
@@ -45,9 +44,9 @@ class Estimate:
     df: float  # degrees of freedom of its t
     base_ns: float  # the figures the ratio is of (the trimmed geometric means, or medians)
     cand_ns: float
-    unit: str  # "placements", "pairs" or "samples"
-    placements: str = ""  # "base/candidate" placements ("32/32 (32 paired)" for pairs)
-    spread: float = math.nan  # SD of one unit's log figure (a placement's median, a pair)
+    unit: str  # "processes", "pairs" or "samples"
+    processes: str = ""  # "base/candidate" worker processes ("32/32 (32 paired)" for pairs)
+    spread: float = math.nan  # SD of one unit's log figure (a process median, a pair)
     most_processes: bool = False  # both runs had at least the most --processes gives
     noise_unknown: bool = False  # one-process cases too few to know the run-to-run noise
 
@@ -86,22 +85,32 @@ def bootstrap_medians(values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     return (draw(n // 2) + draw(n // 2 + 1)) / 2
 
 
-def _by_placements(case: CaseInput, paired: bool) -> Estimate:
+def _by_processes(case: CaseInput, paired: bool) -> Estimate:
+    from nearlocal.engine.plan import MAX_PROCESSES
+
     nb, nc = case.base_logs.size, case.cand_logs.size
     mean_b, var_b, h_b = trimmed_location(case.base_logs)
     mean_c, var_c, h_c = trimmed_location(case.cand_logs)
-    most = case.most_processes
+    most = min(nb, nc) >= MAX_PROCESSES
     if paired:
         n = min(nb, nc)  # settling gives each run its own count: the pairs are the common ones
         mean, variance, h = trimmed_location(case.cand_logs[:n] - case.base_logs[:n])
         base_ns = math.exp(mean_b)
         return Estimate(mean, math.sqrt(variance / h), h - 1, base_ns, base_ns * math.exp(mean),
-                        "pairs", f"{nb}/{nc} ({n} paired)", math.sqrt(variance), most)
+                        "pairs", f"{nb}/{nc} ({n} paired{_drawn(case, nb, nc, ', ')})",
+                        math.sqrt(variance), most)
     df = h_b + h_c - 2
     pooled = ((h_b - 1) * var_b + (h_c - 1) * var_c) / df
     return Estimate(mean_c - mean_b, math.sqrt(pooled * (1 / h_b + 1 / h_c)), df,
-                    math.exp(mean_b), math.exp(mean_c), "placements", f"{nb}/{nc}",
+                    math.exp(mean_b), math.exp(mean_c), "processes",
+                    f"{nb}/{nc}" + (f" ({_drawn(case, nb, nc)})" if _drawn(case, nb, nc) else ""),
                     math.sqrt(pooled), most)
+
+
+def _drawn(case: CaseInput, nb: int, nc: int, lead: str = "") -> str:
+    """The placements behind the processes' figures, where a process drew more than one."""
+    base, cand = case.placements
+    return f"{lead}{base}/{cand} placements" if base > nb or cand > nc else ""
 
 
 def _bootstrap_se(case: CaseInput, seed: int) -> float:
@@ -134,13 +143,13 @@ def estimate_cases(cases: list[CaseInput], paired: bool, history: dict[str, floa
     """An estimate per judged case (those without a `problem`), and the one-process cases' run
     noise (0 when none). history: per case, the SD of one run's log figure over past baselines
     (a ratio spans two runs: sqrt(2) times it is a floor on its error)."""
-    single = [c for c in cases if not c.by_placements]
+    single = [c for c in cases if not c.by_processes]
     tau = run_noise([math.log(c.cand_median_ns / c.base_median_ns) for c in single])
     estimates = []
     for case in cases:
         floor = math.sqrt(2) * history.get(case.case_id, 0.0)
-        if case.by_placements:
-            est = _by_placements(case, paired)
+        if case.by_processes:
+            est = _by_processes(case, paired)
             est.sd = max(est.sd, floor)
         else:
             est = Estimate(math.log(case.cand_median_ns / case.base_median_ns),

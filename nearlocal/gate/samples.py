@@ -1,9 +1,14 @@
 """What each case measured in both runs, as plain data for the model (gate/model.py).
 
-The unit is one page placement: its samples' median (in log), since most of the noise between
-runs of the same code is drawn once per placement or per process (page placement, code layout,
-co-tenants). A worker process draws several placements of a case (engine/worker.py); in runs
-stored before that, each process drew one, and the unit is the process.
+The unit is one worker process: the mean of the log medians of the page placements it drew
+(engine/worker.py; one a process in runs stored before placements), since most of the noise
+between runs of the same code is drawn once per process or per placement (page placement, code
+layout, co-tenants). Placements are not units of their own: measured on the 2-vCPU VM (quick
+run, 8 processes x 2 placements, 105 cases), the process means of the placement log medians
+varied 3x more than independent placements would make them (variance 5.8e-4 against 1.9e-4 =
+the within-process 3.7e-4 over 2): half the variance is drawn once per process, so two
+placements of one process are not two draws, and counting them as such would understate every
+ratio's error by ~1.2x. A process's placements average away the placement part of its noise.
 Both runs are put on one timer-overhead correction (the smaller estimate: a different estimate
 is no change in the code), and each median may be off by the clock's step (run.json's `clock`,
 per row `clock_resolution_ns`; older rows: the overhead), divided by the operations a sample's
@@ -21,8 +26,7 @@ from nearlocal.store.schema import ops_per_sample
 np = lazy_import("numpy")
 pd = lazy_import("pandas")
 
-MIN_PROCESSES = 2  # worker processes a host probe needs before its processes are the unit
-MIN_PLACEMENTS = 2  # placements each run needs for a case before its placements are the unit
+MIN_PROCESSES = 2  # worker processes each run needs for a case before its processes are the unit
 
 
 @dataclass
@@ -38,17 +42,17 @@ class CaseInput:
     problem: str = ""  # why no ratio is judged ("" when one is)
     base_ns: np.ndarray | None = None  # samples on the common overhead correction
     cand_ns: np.ndarray | None = None
-    base_logs: np.ndarray | None = None  # log median of each placement (>= 2 placements)
+    base_logs: np.ndarray | None = None  # log median of each worker process (>= 2 processes)
     cand_logs: np.ndarray | None = None
     step_ns: float = math.nan  # the clock's step per operation (nan: the row states none)
     resolution_ns: float = math.nan  # what a median cannot resolve: the step, else the overhead
-    unsettled: str = ""  # the run(s) whose stopping rule was not met (one-placement runs only)
-    most_processes: bool = False  # both runs had at least the most --processes gives
+    unsettled: str = ""  # the run(s) whose stopping rule was not met (one-process runs only)
+    placements: tuple[int, int] = (0, 0)  # (base, candidate) page placements behind the figures
     reaches_memory: bool = True
     llc_resident: bool = False
 
     @property
-    def by_placements(self) -> bool:
+    def by_processes(self) -> bool:
         return self.base_logs is not None and self.cand_logs is not None
 
 
@@ -93,26 +97,31 @@ def layer_flags(base_row: dict, cand_row: dict) -> tuple[bool, bool]:
 
 
 def _samples_by_case(run: RunData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per case: the samples' ns and the placement each was taken on (store.load gives older
-    runs one placement a process)."""
+    """Per case: the samples' ns and a tag per sample naming its process and placement
+    (process x 2^20 + placement; store.load gives older runs one placement a process, and a
+    RunData built by hand without placements has one too)."""
     samples = run.samples
     if samples.empty:
         return {}
-    unit = "placement" if "placement" in samples else "process"  # a RunData built by hand
-    return {str(cid): (group["ns"].to_numpy(dtype=np.float64),
-                       group[unit].to_numpy(dtype=np.int64))
-            for cid, group in samples.groupby("case_id", sort=False)}
+    placement = samples["placement"] if "placement" in samples else samples["process"]
+    tags = (samples["process"].to_numpy(np.int64) << 20) + placement.to_numpy(np.int64)
+    return {str(cid): (samples["ns"].to_numpy(np.float64)[rows], tags[rows])
+            for cid, rows in samples.groupby("case_id", sort=False).indices.items()}
 
 
-def placement_log_medians(ns: np.ndarray, placement: np.ndarray) -> np.ndarray | None:
-    """The log median of each placement's samples, in placement order (process by process, so
-    placement k of two runs that took turns was measured in the same round); None with fewer
-    than MIN_PLACEMENTS or a median at or below 0 (below the clock's resolution)."""
-    tags = np.unique(placement)
-    if tags.size < MIN_PLACEMENTS:
+def process_log_medians(ns: np.ndarray, tags: np.ndarray) -> np.ndarray | None:
+    """Per process, in process order: the mean of the log medians of its placements' samples
+    (`tags`: process x 2^20 + placement). None with fewer than 2 processes or a median at or
+    below 0 (below the clock's resolution)."""
+    placements = np.unique(tags)
+    processes = placements >> 20
+    if np.unique(processes).size < MIN_PROCESSES:
         return None
-    medians = np.array([np.median(ns[placement == tag]) for tag in tags])
-    return np.log(medians) if np.all(medians > 0) else None
+    medians = np.array([np.median(ns[tags == tag]) for tag in placements])
+    if not np.all(medians > 0):
+        return None
+    logs = np.log(medians)
+    return np.array([logs[processes == p].mean() for p in np.unique(processes)])
 
 
 def _case_input(case_id: str, base_row: dict, cand_row: dict,
@@ -143,13 +152,10 @@ def _case_input(case_id: str, base_row: dict, cand_row: dict,
     if case.base_median_ns <= 0 or case.cand_median_ns <= 0:
         case.problem = "a median is 0: below the clock's resolution"
         return case
-    case.base_logs = placement_log_medians(base_ns, base_proc)
-    case.cand_logs = placement_log_medians(cand_ns, cand_proc)
-    from nearlocal.engine.plan import MAX_PROCESSES
-
-    case.most_processes = min(number(base_row, "processes"), number(cand_row, "processes")) \
-        >= MAX_PROCESSES
-    if not case.by_placements:
+    case.base_logs = process_log_medians(base_ns, base_proc)
+    case.cand_logs = process_log_medians(cand_ns, cand_proc)
+    case.placements = (int(np.unique(base_proc).size), int(np.unique(cand_proc).size))
+    if not case.by_processes:
         case.base_logs = case.cand_logs = None
         case.unsettled = " and ".join(
             name for name, row in (("base", base_row), ("candidate", cand_row))

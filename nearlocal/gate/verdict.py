@@ -54,7 +54,7 @@ class CaseComparison:
     p_value: float = math.nan  # Benjamini-Hochberg-adjusted p of "beyond the threshold"
     n_base: int = 0
     n_cand: int = 0
-    placements: str = ""  # "base/candidate" page placements when they were the unit
+    processes: str = ""  # "base/candidate" worker processes when they were the unit
     note: str = ""  # one short clause; the details are in `detail` (--format json)
     detail: dict = field(default_factory=dict)
 
@@ -202,7 +202,7 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     """The verdict of one case (the rules in this module's docstring), assigned once."""
     result = CaseComparison(case.case_id, "ambiguous", case.method, est.base_ns, est.cand_ns,
                             math.exp(est.log_ratio), n_base=case.n_base, n_cand=case.n_cand,
-                            p_value=p, placements=est.placements if est.unit != "samples" else "",
+                            p_value=p, processes=est.processes if est.unit != "samples" else "",
                             detail={"unit": est.unit, "log_sd": est.sd, "df": est.df,
                                     "unit_spread": est.spread, "clock_step_ns": case.step_ns})
     low, high = _log_bounds(est, case.resolution_ns)
@@ -246,7 +246,7 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
 def _next_step(est: Estimate, mode: Mode) -> str:
     """What narrows an undecided case: taking turns (code CI, runs that did not), more
     processes (unless both runs had the most a run gives)."""
-    turns = est.unit == "placements" and mode.host_moves == "noise"
+    turns = est.unit == "processes" and mode.host_moves == "noise"
     if est.most_processes:
         return " at the most processes" + (": take turns" if turns else "")
     return ": take turns or more --processes" if turns else ": more --processes"
