@@ -36,6 +36,8 @@ def test_placements_are_drawn_only_where_an_open_maps_fresh_pages(inventory, tmp
     fresh = _resolved(inventory, Case("load", "dram", "wb", "64KiB"))
     named = _resolved(inventory, Case("load", f"file:{tmp_path / 'region'}", "wb", "64KiB"))
     assert placements_held(fresh, 4) == 4
+    assert placements_held(fresh, 4, llc_bytes=1 << 20) == 4
+    assert placements_held(fresh, 4, llc_bytes=32 << 10) == 1  # beyond the LLC: one is many pages
     assert placements_held(fresh, 1) == 1
     assert placements_held(named, 4) == 1  # a file maps the same pages however often it is opened
     # too large to hold them all at once: one, as a released placement's pages come back

@@ -22,8 +22,8 @@ DEFAULT_PLACEMENTS = 2
 MAX_PLACEMENTS = 16
 PLACEMENTS_HELP = (f"page placements each worker process draws of a case (fresh mappings of its "
                    f"region and peer, held at once, each with its share of the process's budget) "
-                   f"where both are anonymous memory and fit in a quarter of what is available; "
-                   f"else one (default {DEFAULT_PLACEMENTS})")
+                   f"where both are anonymous memory, within the LLC, and fit in a quarter of "
+                   f"what is available; else one (default {DEFAULT_PLACEMENTS})")
 
 if TYPE_CHECKING:
     from nearlocal.core.methods import Session

@@ -146,16 +146,21 @@ def open_case(case: Case | ResolvedCase, tsc_hz: float, overhead_ticks: float, a
         yield OpenCase(case, pattern, region, session, peer, peer_size)
 
 
-def placements_held(case: Case | ResolvedCase, placements: int) -> int:
+def placements_held(case: Case | ResolvedCase, placements: int, llc_bytes: int | None = None) -> int:
     """How many placements one process draws of `case`: `placements` when both its region and
-    its peer map fresh anonymous pages (RegionKind.fresh_pages) and all of them fit at once in
-    PLACEMENT_MEMORY_SHARE of the memory available now (a placement is held while the next is
-    mapped, else the kernel hands the same pages back); else 1, as a named file or device maps
-    the same pages however often it is opened."""
+    its peer map fresh anonymous pages (RegionKind.fresh_pages), their span is within the LLC
+    (`llc_bytes`; None: not known) and all of them fit at once in PLACEMENT_MEMORY_SHARE of the
+    memory available now (a placement is held while the next is mapped, else the kernel hands
+    the same pages back); else 1. A named file or device maps the same pages however often it
+    is opened; a span beyond the LLC already covers more pages than any cache set or DRAM bank
+    holds, so one placement of it is an average over many (the 1 GiB chase's ring took 2 s to
+    lay a placement on the VM, which a second one would double for nothing)."""
     from nearlocal.regions.host import memory_available
 
     facts = resolved(case)
     if placements <= 1 or not all(region_kind(spec).fresh_pages for spec in (facts.region, facts.peer)):
+        return 1
+    if llc_bytes and sum(facts.spans) > llc_bytes:
         return 1
     available = memory_available()
     if available is None or placements * sum(facts.spans) > PLACEMENT_MEMORY_SHARE * available:
@@ -174,7 +179,8 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     process chose (None: this is the first; then the first placement chooses for the rest); the
     row's `chosen` is what this process measured with."""
     case = resolved(case)
-    count = placements_held(case, settings.placements)
+    llc = settings.inventory.cpu.llc_bytes if settings.inventory is not None else None
+    count = placements_held(case, settings.placements, llc)
     rule = replace(settings.rule, budget_s=settings.rule.budget_s / count) if count > 1 \
         else settings.rule
     raws, nss, tags, facts, converged, elapsed = [], [], [], [], [], 0.0
