@@ -49,14 +49,15 @@ if len(loads) == 2:
     theirs = {k: statistics.median(p[1] for p in pairs) for k, pairs in loads.items()}
     low, high = min(theirs.values()), max(theirs.values())
     where = ("between likwid's two load kernels" if low <= ours <= high else
-             "outside likwid's two load kernels: look at the page size and the interval")
+             "outside likwid's two load kernels: see load_shapes below and docs/timing.md "
+             "(on a VM the buffer's pages move one thread's load bandwidth more than the loop)")
     print(f"load: likwid's kernels span {low:.2f}-{high:.2f} GB/s ({high / low - 1:+.1%}); "
           f"nearlocal's {ours:.2f} GB/s lies {where}")
 PY
 # The load's two loop shapes and two statistics in one process over one buffer (scripts/
-# load_shapes.c), with and without THP: what a gap between nearlocal's load and likwid's is made of.
+# load_shapes.c), the buffer faulted page by page (likwid's way), with MAP_POPULATE (nearlocal's)
+# and with THP: what a gap between nearlocal's load and likwid's is made of.
 if [ "$isa" = avx512 ] && command -v gcc >/dev/null; then
   gcc -O2 -mavx512f -o "$OUT/load_shapes" "$(dirname "$0")/load_shapes.c"
-  echo "load_shapes (4 KiB pages):"; "$OUT/load_shapes"
-  echo "load_shapes (THP):"; "$OUT/load_shapes" thp
+  for how in touch populate thp; do "$OUT/load_shapes" "$how"; done
 fi

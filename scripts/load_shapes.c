@@ -4,9 +4,11 @@
 //   nearlocal: 4 x 64-byte loads a trip, each xor-ed into one accumulator (kernels/intrinsics.py)
 // Each shape runs REPS whole passes, alternating, each pass timed with rdtscp; printed: GB/s from
 // the median pass and from the mean pass (likwid's figure is bytes / mean time), and the share of
-// the buffer THP backs (madvise'd with `thp`, as likwid's allocator does not).
+// the buffer THP backs. How the buffer is got: `touch` (default) faults it page by page with a
+// memset, as likwid's first-touch initialisation does; `populate` maps it with MAP_POPULATE (the
+// kernel faults it all in one call), as nearlocal's dram region does; `thp` madvises huge pages.
 // Build and run: gcc -O2 -mavx512f -o /tmp/load_shapes scripts/load_shapes.c &&
-//                /tmp/load_shapes [thp]   (scripts/compare_likwid.sh does so where gcc is)
+//                /tmp/load_shapes [touch|populate|thp]   (compare_likwid.sh runs all three)
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,9 +62,11 @@ static double huge_share(const char *p) {
 }
 
 int main(int argc, char **argv) {
-    int thp = argc > 1 && !strcmp(argv[1], "thp");
+    const char *how = argc > 1 ? argv[1] : "touch";
+    int thp = !strcmp(how, "thp"), populate = !strcmp(how, "populate");
     size_t len = (BYTES + (2UL << 20)) & ~((2UL << 20) - 1);
-    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED) { perror("mmap"); return 2; }
     if (thp) madvise(p, len, MADV_HUGEPAGE);
     memset(p, 1, len);
@@ -79,7 +83,7 @@ int main(int argc, char **argv) {
     }
     (void)sink;
     const char *names[2] = {"likwid shape (loads unused)", "nearlocal shape (loads xor-ed)"};
-    printf("buffer %.0f%% THP\n", 100 * huge_share(p));
+    printf("buffer %s, %.0f%% THP\n", how, 100 * huge_share(p));
     for (int s = 0; s < 2; s++) {
         double mean = 0;
         for (int r = 0; r < REPS; r++) mean += ticks[s][r] / REPS;

@@ -152,9 +152,11 @@ def placements_held(case: Case | ResolvedCase, placements: int, llc_bytes: int |
     (`llc_bytes`; None: not known) and all of them fit at once in PLACEMENT_MEMORY_SHARE of the
     memory available now (a placement is held while the next is mapped, else the kernel hands
     the same pages back); else 1. A named file or device maps the same pages however often it
-    is opened; a span beyond the LLC already covers more pages than any cache set or DRAM bank
-    holds, so one placement of it is an average over many (the 1 GiB chase's ring took 2 s to
-    lay a placement on the VM, which a second one would double for nothing)."""
+    is opened. A span beyond the LLC is drawn once a process: a second placement of it costs as
+    much as measuring it (laying the 1 GiB chase's ring took 2 s a placement on the VM; the
+    quick run went from 48 s to 80 s), and the case's K processes draw it K times. Its
+    placement does matter in a VM (one process's own load kernel read three 1 GB buffers at
+    20.3-27.5 GB/s on the 2-vCPU guest, by the order they were mapped: docs/timing.md)."""
     from nearlocal.regions.host import memory_available
 
     facts = resolved(case)

@@ -97,20 +97,12 @@ def _by_processes(case: CaseInput, paired: bool) -> Estimate:
         mean, variance, h = trimmed_location(case.cand_logs[:n] - case.base_logs[:n])
         base_ns = math.exp(mean_b)
         return Estimate(mean, math.sqrt(variance / h), h - 1, base_ns, base_ns * math.exp(mean),
-                        "pairs", f"{nb}/{nc} ({n} paired{_drawn(case, nb, nc, ', ')})",
-                        math.sqrt(variance), most)
+                        "pairs", f"{nb}/{nc} ({n} paired)", math.sqrt(variance), most)
     df = h_b + h_c - 2
     pooled = ((h_b - 1) * var_b + (h_c - 1) * var_c) / df
     return Estimate(mean_c - mean_b, math.sqrt(pooled * (1 / h_b + 1 / h_c)), df,
-                    math.exp(mean_b), math.exp(mean_c), "processes",
-                    f"{nb}/{nc}" + (f" ({_drawn(case, nb, nc)})" if _drawn(case, nb, nc) else ""),
+                    math.exp(mean_b), math.exp(mean_c), "processes", f"{nb}/{nc}",
                     math.sqrt(pooled), most)
-
-
-def _drawn(case: CaseInput, nb: int, nc: int, lead: str = "") -> str:
-    """The placements behind the processes' figures, where a process drew more than one."""
-    base, cand = case.placements
-    return f"{lead}{base}/{cand} placements" if base > nb or cand > nc else ""
 
 
 def _bootstrap_se(case: CaseInput, seed: int) -> float:

@@ -66,7 +66,8 @@ def render_table(result: Comparison, file=None) -> None:
         verdict = f"[{colours[c.verdict]}]{c.verdict}[/]" if target.is_terminal else c.verdict
         table.add_row(verdict, c.case_id, format_ns(c.base_median_ns),
                       format_ns(c.cand_median_ns), ratio, ci, p,
-                      (f"{c.n_base}/{c.n_cand}" + (f" in {c.processes} proc" if c.processes else ""))
+                      (f"{c.n_base}/{c.n_cand}" + (f" in {c.processes} proc" if c.processes else "")
+                      + (f" ({c.placements} placements)" if c.placements else ""))
                       if c.n_base else "-", c.note)
     if listed:
         print_table(table, target)

@@ -55,6 +55,7 @@ class CaseComparison:
     n_base: int = 0
     n_cand: int = 0
     processes: str = ""  # "base/candidate" worker processes when they were the unit
+    placements: str = ""  # "base/candidate" page placements behind them, where a process drew more
     note: str = ""  # one short clause; the details are in `detail` (--format json)
     detail: dict = field(default_factory=dict)
 
@@ -203,6 +204,7 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     result = CaseComparison(case.case_id, "ambiguous", case.method, est.base_ns, est.cand_ns,
                             math.exp(est.log_ratio), n_base=case.n_base, n_cand=case.n_cand,
                             p_value=p, processes=est.processes if est.unit != "samples" else "",
+                            placements=_drawn(case) if est.unit != "samples" else "",
                             detail={"unit": est.unit, "log_sd": est.sd, "df": est.df,
                                     "unit_spread": est.spread, "clock_step_ns": case.step_ns})
     low, high = _log_bounds(est, case.resolution_ns)
@@ -241,6 +243,13 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     else:
         result.note = f"spread {est.spread:.0%}" + _next_step(est, fam.mode)
     return result
+
+
+def _drawn(case: CaseInput) -> str:
+    """The placements behind the processes' figures, where some process drew more than one."""
+    processes = (case.base_logs.size, case.cand_logs.size) if case.by_processes else (0, 0)
+    more = any(drawn > count for drawn, count in zip(case.placements, processes, strict=True))
+    return f"{case.placements[0]}/{case.placements[1]}" if more else ""
 
 
 def _next_step(est: Estimate, mode: Mode) -> str:
