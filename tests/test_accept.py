@@ -27,6 +27,17 @@ MEDIANS = {  # ns
     "load/dram/wb/64KiB": 600.0,
 }
 
+TWO_REQUIREMENTS = """
+[[requirement]]
+name = "warm 16 KiB load within 3us"
+case = { method = "load", size = "16KiB" }
+max = "3us"
+[[requirement]]
+name = "warm 16 KiB load under 50 ns"
+case = { method = "load", size = "16KiB" }
+max = 50
+"""
+
 
 @pytest.fixture
 def run(tmp_path) -> str:
@@ -65,14 +76,7 @@ def test_absolute_and_ratio_bounds(tmp_path, run, capsys):
     spec = _spec(tmp_path, """
 [defaults]
 region = "dram"
-[[requirement]]
-name = "warm 16 KiB load within 3us"
-case = { method = "load", size = "16KiB" }
-max = "3us"
-[[requirement]]
-name = "warm 16 KiB load under 50 ns"
-case = { method = "load", size = "16KiB" }
-max = 50
+""" + TWO_REQUIREMENTS + """
 [[requirement]]
 name = "64 MiB nt-store at 30 GB/s"
 case = { method = "nt-store", size = "64MiB" }
@@ -258,16 +262,6 @@ def test_a_plain_size_has_one_spelling_in_a_case_id():
 
 # ---------------------------------------------------------------- verdicts kept in the run
 
-TWO_REQUIREMENTS = """
-[[requirement]]
-name = "warm 16 KiB load within 3us"
-case = { method = "load", size = "16KiB" }
-max = "3us"
-[[requirement]]
-name = "warm 16 KiB load under 50 ns"
-case = { method = "load", size = "16KiB" }
-max = 50
-"""
 
 
 def _report_lead(tmp_path: Path, run: str, capsys) -> str:

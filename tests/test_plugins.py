@@ -59,24 +59,8 @@ def test_a_plugins_region_kind_exists_before_any_method_is_looked_up():
 
 # A third party's distribution, as pip would install it: its modules and a *.dist-info naming
 # them in nearlocal's entry-point groups. Nothing of nearlocal is edited or told about it.
-DEMO_REGIONS = '''
-import mmap
-
-from nearlocal.regions import RegionKind, map_region, register_region_kind
-
-
-def _open(spec, size, attr, allow_write):
-    buf = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return map_region(spec, attr, buf, size, True, {"memtype": "write-back (a plugin's memory)"})
-
-
-register_region_kind(RegionKind(
-    name="demoscratch", syntax="demoscratch", family="host", attrs=frozenset({"wb"}),
-    summary="private anonymous memory (an installed plugin's region kind)",
-    validate=lambda spec, inventory: None, unavailable=lambda spec, inventory: None, open=_open,
-    instances=lambda inventory: ["demoscratch"], pool_class="local",
-))
-'''
+DEMO_REGIONS = (Path(__file__).parent / "plugin_region.py").read_text().replace(
+    '"scratch"', '"demoscratch"')  # tests/plugin_region.py's kind, renamed: a distribution's own
 DEMO_METHODS = '''
 from dataclasses import replace
 
