@@ -308,11 +308,20 @@ def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
     # each process alone has too few samples for the rule; together they settle the median
     results = [({"converged": False, "timer_overhead_ns": 20.0, "clock_resolution_ns": 1.0},
                 np.zeros(20), 100 + rng.normal(0, 1, 20), np.zeros(20, np.int32)) for _ in range(16)]
-    row = _pooled(results, 64, rule)
+    row = _pooled(*_stacked(results), 64, rule)
     assert row["converged"] is True and row["processes_converged"] == 0 and row["processes"] == 16
     noisy = [({"converged": True}, np.zeros(40), 100 * rng.lognormal(0, 0.5, 40), np.zeros(40, np.int32))
              for _ in range(2)]
-    assert _pooled(noisy, 64, rule)["converged"] is False
+    assert _pooled(*_stacked(noisy), 64, rule)["converged"] is False
+
+
+def _stacked(results: list[tuple]) -> tuple:
+    """Per-process (row, raw, ns, placement) results as _pooled takes them: the rows, all ns,
+    and each sample's placement numbered across processes (engine.runner.global_placements)."""
+    from nearlocal.engine.runner import global_placements
+
+    return ([r for r, _, _, _ in results], np.concatenate([n for _, _, n, _ in results]),
+            global_placements([p for _, _, _, p in results]))
 
 
 def test_trimmed_location_is_yuens_and_ignores_one_busy_process():

@@ -105,3 +105,23 @@ def test_pytest_bench_and_run_draw_the_same_placements_by_default(tmp_path):
     (bench,) = [b for b in json.loads(out.read_text())["benchmarks"]
                 if b["name"].endswith("[load-dram-wb-4KiB]")]
     assert run_row["placements"] == bench["extra_info"]["placements"] == 2 * DEFAULT_PLACEMENTS
+
+
+def test_placement_facts_read_the_mapping_that_holds_each_buffer():
+    """One smaps read for every buffer: a mapping kept off huge pages reads 0, an address no
+    mapping holds reads None, an array with no host address (a GPU's) is left out."""
+    import mmap
+
+    from nearlocal.regions.placement import HUGE, _huge_shares, describe_placement
+
+    buf = mmap.mmap(-1, 4 * HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.madvise(mmap.MADV_NOHUGEPAGE)
+    small = np.frombuffer(buf, np.uint8)
+    small[:] = 1
+    facts = describe_placement({"region": small, "peer": small[HUGE:], "gpu": object()})
+    assert facts["region_huge_share"] == facts["peer_huge_share"] == 0.0
+    assert facts["peer_offset"] == (small.ctypes.data + HUGE) % HUGE
+    assert not any(key.startswith("gpu") for key in facts)
+    assert _huge_shares([0]) == {0: None}  # page 0 is never mapped
+    del small, facts
+    buf.close()

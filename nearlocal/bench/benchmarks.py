@@ -1,11 +1,12 @@
 """pytest-benchmark glue for `pytest --pyargs nearlocal.bench` (and `pytest bench/`): the same
 cases as `nearlocal run`, measured through the same phases (warm-up, trials until the stopping
 rule), in DEFAULT_PROCESSES worker processes by the run's own runner (`--nearlocal-processes K`;
-1: in this process), and handed to pytest-benchmark as one round per kernel repetition. One
-process is one draw of page placement: on the 2-vCPU AMD VM a 16 KiB nt-store read 180 ns in
-some processes and 260-280 ns in others, so two one-process sessions of unchanged code read
-1.44x apart with 10 ns IQRs; with K = 8 four sessions read 180-270 ns, each pair within the wider
-session's IQR.
+1: in this process), each drawing `--nearlocal-placements` page placements as `run` does
+(engine/worker.py), and handed to pytest-benchmark as one round per kernel repetition. A
+process's pages were once its one draw of page placement: on the 2-vCPU AMD VM a 16 KiB nt-store
+read 180 ns in some processes and 260-280 ns in others, so two one-process sessions of unchanged
+code read 1.44x apart with 10 ns IQRs; with K = 8 four sessions read 180-270 ns, each pair within
+the wider session's IQR; with 8 x 2 placements three sessions read as `run` did (180.2 ns).
 
 pytest-benchmark times a round as `timer()` after the call minus `timer()` before it. Here the
 timer is a `KernelClock` that only moves when a round's target advances it by that repetition's

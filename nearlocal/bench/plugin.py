@@ -12,10 +12,11 @@ its options and markers and does nothing else until a test asks for `nearlocal_c
 method registry, the suite check and `--nearlocal-baseline` load then, once). A bad option is
 pytest's one `ERROR:` line and exit 4, raised after collection, before anything is measured.
 
-Each case is measured in `--nearlocal-processes` worker processes (default 8): one process is
-one draw of page placement. `--nearlocal-save` stores the session as a run of kind `bench`;
-`--nearlocal-baseline RUN` judges it against a stored run with compare's own model and fails the
-session with pytest's summary line and the list of slower cases, never a traceback.
+Each case is measured in `--nearlocal-processes` worker processes (default 8), each drawing
+`--nearlocal-placements` page placements of it (as `nearlocal run` draws them).
+`--nearlocal-save` stores the session as a run of kind `bench`; `--nearlocal-baseline RUN` judges
+it against a stored run with compare's own model and fails the session with pytest's summary
+line and the list of slower cases, never a traceback.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default 1); --benchmark-max-time is the per-case budget")
     group.addoption("--nearlocal-processes", type=int, default=DEFAULT_PROCESSES,
                     help="worker processes each case is measured in, sharing its budget "
-                         f"(default {DEFAULT_PROCESSES}; 1: in this process): a process "
-                         "draws page placement once, so one process is one draw of it")
+                         f"(default {DEFAULT_PROCESSES}; 1: in this process), each drawing "
+                         "--nearlocal-placements page placements of it")
     group.addoption("--nearlocal-placements", type=int, default=DEFAULT_PLACEMENTS,
                     help=PLACEMENTS_HELP.replace("%", "%%"))
     group.addoption("--nearlocal-allow-write", action="store_true",

@@ -407,12 +407,13 @@ class Runner:
         def finish(index: int, row: dict, results: list) -> None:
             raw = ns = tags = placements = None
             if results:
-                row.update(_pooled(results, row["bytes_moved"], self.settings.rule))
                 raw = np.concatenate([r for _, r, _, _ in results])
                 ns = np.concatenate([n for _, _, n, _ in results])
                 tags = np.concatenate([np.full(len(n), i, np.int32)
                                        for i, (_, _, n, _) in enumerate(results)])
                 placements = global_placements([p for _, _, _, p in results])
+                row.update(_pooled([r for r, _, _, _ in results], ns, placements,
+                                   row["bytes_moved"], self.settings.rule))
             pending.pop(index, None)
             self.store.add_case(row, raw, ns, tags, placements)
             rows.append(row)
@@ -527,7 +528,7 @@ class Runner:
 
 def global_placements(per_process: list[np.ndarray]) -> np.ndarray:
     """Each sample's placement numbered across the case's processes (process k's placements
-    follow process k-1's): the gate's unit, one draw of pages."""
+    follow process k-1's): one draw of pages each, whose medians give the row's spread."""
     out, offset = [], 0
     for local in per_process:
         local = np.asarray(local, np.int32)
@@ -536,26 +537,25 @@ def global_placements(per_process: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(out) if out else np.array([], np.int32)
 
 
-def _pooled(results: list[tuple[dict, np.ndarray, np.ndarray, np.ndarray]], bytes_moved: int,
+def _pooled(rows: list[dict], ns: np.ndarray, placement: np.ndarray, bytes_moved: int,
             rule: StoppingRule) -> dict:
-    """One row from each process's result: statistics over all samples; converged when the
+    """One row from each process's row and all their samples (`ns`, each sample's `placement`
+    numbered across processes): statistics over all samples; converged when the
     pooled samples meet the stopping rule (the row's median is theirs; each process has only
     budget / K, and how many met the rule alone is `processes_converged`); the coarsest clock
     resolution; the placements of every process (their count, spread and facts, each fact
     naming its process)."""
-    if len(results) == 1:
-        return {**results[0][0], "processes": 1}
-    rows = [r for r, _, _, _ in results]
-    ns = np.concatenate([n for _, _, n, _ in results])
-    placement = global_placements([p for _, _, _, p in results])
+    if len(rows) == 1:
+        return {**rows[0], "processes": 1}
+    drawn = np.unique(placement)
     overheads = [r["timer_overhead_ns"] for r in rows if r.get("timer_overhead_ns") is not None]
     resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
     facts = [{"process": k, **fact} for k, r in enumerate(rows)
              for fact in (r.get("info") or {}).get("placements", [])]
     info = {**(rows[-1].get("info") or {}), **({"placements": facts} if facts else {})}
-    return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(results),
-            "placements": int(np.unique(placement).size),
-            "placement_spread": log_spread([ns[placement == p] for p in np.unique(placement)]),
+    return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(rows),
+            "placements": int(drawn.size),
+            "placement_spread": log_spread([ns[placement == p] for p in drawn]),
             "info": info,
             "converged": bool(rule.converged(ns)),
             "processes_converged": sum(bool(r.get("converged")) for r in rows),

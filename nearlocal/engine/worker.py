@@ -185,15 +185,16 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     count = placements_held(case, settings.placements, llc)
     rule = replace(settings.rule, budget_s=settings.rule.budget_s / count) if count > 1 \
         else settings.rule
-    raws, nss, tags, facts, converged, elapsed = [], [], [], [], [], 0.0
+    raws, nss, tags, facts, elapsed = [], [], [], [], 0.0
     with contextlib.ExitStack() as held:
         for placement in range(count):
             with open_case(case, settings.tsc_hz, settings.overhead_ticks, settings.allow_write,
                            settings.inventory, settings.quantum_ticks, chosen,
                            keep=held if count > 1 else None) as opened:
-                raw, ns, seconds, done = run_trials(opened.session, rule)
+                raw, ns, seconds, converged = run_trials(opened.session, rule)
                 chosen = chosen if chosen is not None else chosen_by(opened.session)
-                session, info = opened.session, opened.info
+                # what the session says of itself, read while it is open (the same every placement)
+                clock, info, ops = opened.session.clock, opened.info, ops_per_sample(opened.session)
                 facts.append({"placement": placement,
                               "median_ns": float(np.median(ns)) if len(ns) else None,
                               **describe_placement({"region": opened.region.array,
@@ -201,13 +202,13 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
             raws.append(np.asarray(raw, np.float64))
             nss.append(np.asarray(ns, np.float64))
             tags.append(np.full(len(ns), placement, np.int32))
-            converged.append(done)
             elapsed += seconds
     raw, ns = np.concatenate(raws), np.concatenate(nss)
-    row = {"status": "ok", "reason": "", "clock": session.clock,
-           "converged": rule.converged(ns) if count > 1 else converged[0], "elapsed_s": elapsed,
-           "ops_per_sample": ops_per_sample(session), "info": {**info, "placements": facts},
-           "chosen": chosen_by(session), "placements": count,
+    row = {"status": "ok", "reason": "", "clock": clock,
+           # several placements: converged when their pooled samples meet the whole rule
+           "converged": settings.rule.converged(ns) if count > 1 else converged,
+           "elapsed_s": elapsed, "ops_per_sample": ops, "info": {**info, "placements": facts},
+           "chosen": chosen, "placements": count,
            "placement_spread": log_spread(nss), **summarize(ns, case.bytes_moved)}
     clock = settings.clock
     if row["clock"] == "tsc" and clock is not None:  # the run's one clock

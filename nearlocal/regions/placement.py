@@ -8,7 +8,6 @@ which may decide a placement, is not visible from here."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import struct
@@ -29,33 +28,37 @@ def running_cpu() -> int | None:
         return None
 
 
-def _huge_share(address: int, nbytes: int) -> float | None:
-    """Share of the mapping holding `address` that huge pages back (smaps' AnonHugePages and
-    the hugetlb fields over its Rss); None when smaps is unreadable or the mapping not found."""
+def _huge_shares(addresses: list[int]) -> dict[int, float | None]:
+    """Per address: the share of the mapping holding it that huge pages back (smaps'
+    AnonHugePages and the hugetlb fields over its Rss), from one read of smaps; None where smaps
+    is unreadable or no mapping holds the address."""
+    fields: dict[int, dict[str, int]] = {}
     try:
         with open("/proc/self/smaps") as smaps:
-            inside = found = False
-            fields: dict[str, int] = {}
+            holding: list[int] = []  # the addresses the mapping being read holds
             for line in smaps:
                 head = line.split(None, 1)[0]
                 if "-" in head and not head.endswith(":"):
-                    if inside:
-                        break
                     start, _, end = head.partition("-")
-                    inside = int(start, 16) <= address < int(end, 16)
-                    found = found or inside
-                elif inside and head.endswith(":"):
+                    low, high = int(start, 16), int(end, 16)
+                    holding = [a for a in addresses if low <= a < high]
+                    for address in holding:
+                        fields[address] = {}
+                elif holding and head.endswith(":"):
                     parts = line.split()
                     if len(parts) >= 3 and parts[1].isdigit():
-                        fields[head[:-1]] = int(parts[1])
+                        for address in holding:
+                            fields[address][head[:-1]] = int(parts[1])
     except (OSError, ValueError):
-        return None
-    if not found:
-        return None
-    rss = fields.get("Rss", 0)
-    huge = (fields.get("AnonHugePages", 0) + fields.get("ShmemPmdMapped", 0)
-            + fields.get("Shared_Hugetlb", 0) + fields.get("Private_Hugetlb", 0))
-    return min(1.0, huge / rss) if rss else 0.0
+        return dict.fromkeys(addresses)
+
+    def share(found: dict[str, int]) -> float:
+        huge = (found.get("AnonHugePages", 0) + found.get("ShmemPmdMapped", 0)
+                + found.get("Shared_Hugetlb", 0) + found.get("Private_Hugetlb", 0))
+        return min(1.0, huge / found["Rss"]) if found.get("Rss") else 0.0
+
+    return {address: share(fields[address]) if address in fields else None
+            for address in addresses}
 
 
 def _contiguous_share(address: int, nbytes: int) -> float | None:
@@ -80,14 +83,16 @@ def describe_placement(buffers: dict[str, object]) -> dict:
     """What this process can see of one placement: `buffers` maps a name (region, peer) to a
     host array (numpy); arrays without a host address (a GPU's) are left out."""
     facts: dict = {"cpu": running_cpu()}
+    found = {}
     for name, array in buffers.items():
         address = getattr(getattr(array, "ctypes", None), "data", None)
         nbytes = int(getattr(array, "nbytes", 0) or 0)
-        if not isinstance(address, int) or not nbytes:
-            continue
+        if isinstance(address, int) and nbytes:
+            found[name] = (address, nbytes)
+    shares = _huge_shares([address for address, _ in found.values()])
+    for name, (address, nbytes) in found.items():
         facts[f"{name}_offset"] = address % HUGE
-        with contextlib.suppress(ValueError):
-            facts[f"{name}_huge_share"] = _huge_share(address, nbytes)
+        facts[f"{name}_huge_share"] = shares[address]
         facts[f"{name}_contiguous"] = _contiguous_share(address, nbytes)
     facts["pid"] = os.getpid()
     return facts

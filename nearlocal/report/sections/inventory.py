@@ -3,8 +3,6 @@ skipped cases, and the papers' reference figures."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from nearlocal.core.sampling import draws_disagree
@@ -121,8 +119,7 @@ def section_failures(runs: list[RunInfo], frames: list[pd.DataFrame],
         unconverged = df[df["ok"] & converged.notna() & (converged.astype("boolean") == False)]  # noqa: E712
         for method, group in unconverged.groupby("method", sort=True):  # one line per method
             cells[(f"{method}: {len(group)} not converged",)] = [_unconverged_text(group, target)]
-        spread = pd.to_numeric(df["placement_spread"], errors="coerce") if "placement_spread" in df \
-            else pd.Series(math.nan, index=df.index)
+        spread = pd.to_numeric(df["placement_spread"], errors="coerce")  # load() fills it: NaN
         mixed = df[df["ok"] & spread.map(draws_disagree)].assign(spread=spread)
         for method, group in mixed.groupby("method", sort=True):
             cells[(f"{method}: {len(group)} placements disagree",)] = [_mixed_text(group)]
