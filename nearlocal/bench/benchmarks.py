@@ -209,7 +209,7 @@ class _Collected:
         pass
 
 
-def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any]:
+def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any, Any, Any]:
     """The case measured as `nearlocal run --processes K` measures it (the runner, K fresh
     worker processes sharing the budget, the session's one clock): (row, raw, ns, process,
     placement), the last two per sample."""
@@ -236,7 +236,7 @@ def _finite(value: float) -> float | None:
 def store_session(host: BenchHost, root: Path, suite: str) -> Path:
     """The session's measured cases as a run of kind `bench` under `root` (the store `nearlocal
     compare`, `show` and `report` read): rows and raw samples as `nearlocal run` stores them,
-    one worker process (the pytest process) per case."""
+    each sample tagged with the process and placement that took it."""
     import time
 
     from nearlocal.engine.runner import run_metadata

@@ -156,7 +156,7 @@ def placements_held(case: Case | ResolvedCase, placements: int, llc_bytes: int |
     much as measuring it (laying the 1 GiB chase's ring took 2 s a placement on the VM; the
     quick run went from 48 s to 80 s), and the case's K processes draw it K times. Its
     placement does matter in a VM (one process's own load kernel read three 1 GB buffers at
-    20.3-27.5 GB/s on the 2-vCPU guest, by the order they were mapped: docs/timing.md)."""
+    20.6-27.5 GB/s on the 2-vCPU guest: docs/timing.md)."""
     from nearlocal.regions.host import memory_available
 
     facts = resolved(case)
