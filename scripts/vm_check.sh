@@ -10,7 +10,8 @@
 # Installs what it needs (qemu-system-x86, linux-image-amd64, ndctl from Debian; virtme-ng from
 # PyPI) unless --no-install. Prints its stage times. A missing qemu or kernel, or a guest that
 # does not boot within NEARLOCAL_VM_BOOT_S (default 300 s): one line, exit 2. It leaves no QEMU
-# process and no file behind (its work folder is removed, its QEMU killed by PID).
+# process and no file behind (its work folder is removed, its QEMU killed by PID;
+# NEARLOCAL_VM_KEEP=DIR copies the guests' folders and logs there first, backing files aside).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BOOT_LIMIT=${NEARLOCAL_VM_BOOT_S:-300}
@@ -52,6 +53,11 @@ cleanup() {
     [ "$pid" != $$ ] && kill -KILL "$pid" 2>/dev/null
   done
   for pid in "${QEMU_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  if [ -n "${NEARLOCAL_VM_KEEP:-}" ]; then  # the guests' folders and logs, for a look afterwards
+    mkdir -p "$NEARLOCAL_VM_KEEP" && (cd "$WORK" && tar -cf - --exclude='*.img' --exclude=nearlocal.img \
+      --exclude=stage --exclude=venv --exclude='pool0' --exclude=rackpool \
+      --exclude='nvdimm0' --exclude='cxl-*' --exclude='ivshmem0' . 2>/dev/null) | tar -C "$NEARLOCAL_VM_KEEP" -xf - 2>/dev/null
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -64,8 +70,10 @@ if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   command -v ndctl >/dev/null && command -v cxl >/dev/null || need="$need ndctl"
   command -v mke2fs >/dev/null || need="$need e2fsprogs"
   dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"  # virtme-ng's initramfs
-  # the RDMA stage: libibverbs + the rxe provider, rdma (iproute2), ibv_devinfo, perftest
-  for pkg in rdma-core ibverbs-providers ibverbs-utils perftest iproute2; do
+  # the RDMA stages: libibverbs + the rxe provider, rdma (iproute2), ibv_devinfo, perftest; the
+  # two-host stage's ssh (mpiexec starts the other host's ranks through it)
+  for pkg in rdma-core ibverbs-providers ibverbs-utils perftest iproute2 openssh-server openssh-client \
+      slurmctld slurmd slurm-client; do
     dpkg -s $pkg >/dev/null 2>&1 || need="$need $pkg"
   done
   if [ -n "$need" ]; then
@@ -268,6 +276,123 @@ else
   [ $rdma_rc = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
   stage "rdma guest: facts checked"
   [ $rc = 0 ] && rc=$rdma_rc
+fi
+# --- two hosts (scripts/vm_hosts_guest.sh, facts: scripts/vm_hosts.py): two guests, one pool
+# (a host file as an nvdimm, device-dax), one network between their QEMUs (a socket netdev on
+# 127.0.0.1: nothing else is reached), each its hostname, address, sshd and soft-RoCE on its NIC.
+# Guest A launches `mpiexec --hostfile` over ssh as a cluster does: bad input across the hosts,
+# then `nearlocal run --suite pool-vs-rdma` (pool rows, rack rows, RDMA rows between the two
+# kernels: one run), then rack-host-loss with B's whole QEMU killed by the host.
+hosts_missing() {
+  local why
+  why=$(rdma_missing) && [ -n "$why" ] && { echo "$why"; return; }
+  [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null \
+    || { echo "sshd / ssh are missing (apt-get install openssh-server openssh-client)"; return; }
+}
+if [ "${NEARLOCAL_VM_HOSTS:-1}" != 1 ]; then
+  echo "vm_check: two hosts: skipped (NEARLOCAL_VM_HOSTS=0)"
+elif why=$(hosts_missing) && [ -n "$why" ]; then
+  echo "vm_check: two hosts: skipped: $why"
+else
+  truncate -s 512M "$WORK/rackpool"
+  mkdir -p "$WORK/hosts-ssh" "$WORK/hosts-a" "$WORK/hosts-b"
+  ssh-keygen -q -t ed25519 -N '' -C nearlocal-rig -f "$WORK/hosts-ssh/id" \
+    && ssh-keygen -q -t ed25519 -N '' -C nearlocal-rig -f "$WORK/hosts-ssh/host" \
+    || fail "ssh-keygen could not make the two hosts' keys"
+  for guest in hosts-a hosts-b; do  # the guest sees its own folder, not the host's $WORK
+    cp -r "$WORK/hosts-ssh" "$WORK/$guest/ssh"
+    cp "$WORK/out/mounts" "$WORK/$guest/mounts"
+    if [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/$guest/"
+    elif [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/$guest/numba-cache.tar"
+    fi  # the main guest's kernels; running this stage alone, a cache it left (developing it)
+  done
+  # Slurm, where Debian's packages are installed (or can be): slurmctld on A, slurmd on both, the
+  # same hostnames; auth/none: two guests on one host's loopback link, no munge key to share
+  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v salloc >/dev/null; then
+    for guest in hosts-a hosts-b; do
+      cat >"$WORK/$guest/slurm.conf" <<EOF
+ClusterName=nearlocal-rig
+SlurmctldHost=nlhost-a(10.78.0.1)
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SchedulerType=sched/builtin
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation=/tmp/nl-slurm/state
+SlurmdSpoolDir=/tmp/nl-slurm/spool
+SlurmctldPidFile=/tmp/nl-slurm/slurmctld.pid
+SlurmdPidFile=/tmp/nl-slurm/slurmd.pid
+SlurmctldLogFile=/tmp/nl-slurm/slurmctld.log
+SlurmdLogFile=/tmp/nl-slurm/slurmd.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+SlurmdParameters=config_overrides
+NodeName=nlhost-a NodeAddr=10.78.0.1 CPUs=2 State=UNKNOWN
+NodeName=nlhost-b NodeAddr=10.78.0.2 CPUs=2 State=UNKNOWN
+PartitionName=rack Nodes=nlhost-a,nlhost-b Default=YES MaxTime=INFINITE State=UP
+EOF
+    done
+  else
+    echo "vm_check: two hosts: Slurm: skipped: slurmctld / slurmd / salloc are not installed (apt-get install slurmctld slurmd slurm-client)"
+  fi
+  PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  host_opts() {  # ROLE NETDEV: one guest of the two: the pool, the image, its NIC on the link
+    GUEST_OPTS=(
+      -machine nvdimm=on -m 1536M,slots=2,maxmem=4G
+      -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/rackpool,size=512M,align=2M"
+      -device nvdimm,id=nvdimm0,memdev=pool
+      -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+      -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+      -netdev "socket,id=rack,$2" -device "virtio-net-pci,netdev=rack,mac=52:54:00:4e:4c:0$1"
+    )
+  }
+  [ -n "${NEARLOCAL_VM_HOSTS_DIAG:-}" ] && : >"$WORK/hosts-a/diag"  # DIAG
+  HOSTS_LIMIT=${NEARLOCAL_VM_HOSTS_S:-2400}
+  host_opts 1 "listen=127.0.0.1:$PORT"
+  start_guest hosts-a 2 1536M "bash $REPO/scripts/vm_hosts_guest.sh a $WORK/hosts-a $WORK/hosts-a/mounts $WORK/hosts-a/ssh"
+  HOST_A=$RUNNER
+  await_file "$WORK/hosts-a/namespace-ready" "$BOOT_LIMIT" "$HOST_A" "guest A (nlhost-a) making the pool device-dax"
+  stage "two hosts: A booted, pool devdax"
+  host_opts 2 "connect=127.0.0.1:$PORT"
+  start_guest hosts-b 2 1536M "bash $REPO/scripts/vm_hosts_guest.sh b $WORK/hosts-b $WORK/hosts-b/mounts $WORK/hosts-b/ssh"
+  HOST_B=$RUNNER
+  await_file "$WORK/hosts-b/booted" "$BOOT_LIMIT" "$HOST_B" "guest B's (nlhost-b) boot"
+  stage "two hosts: B booted"
+  waited=0
+  while kill -0 "$HOST_A" 2>/dev/null; do  # relay the guests' signals, kill B when A asks
+    sleep 1; waited=$((waited + 1))
+    for signal in "$WORK"/hosts-a/to-b-* "$WORK"/hosts-b/to-a-*; do
+      [ -e "$signal" ] || continue
+      name=${signal##*/to-?-}
+      case $signal in */hosts-a/*) mv "$signal" "$WORK/hosts-b/$name" ;; *) mv "$signal" "$WORK/hosts-a/$name" ;; esac
+    done
+    for guest in hosts-a hosts-b; do
+      for done_stage in "$WORK/$guest"/stage-*; do
+        [ -e "$done_stage" ] && { stage "two hosts: ${guest#hosts-}: $(cat "$done_stage")"; rm -f "$done_stage"; }
+      done
+    done
+    if [ -e "$WORK/hosts-a/kill-b" ] && [ ! -e "$WORK/hosts-b/killed.json" ]; then
+      qemu_b=$(pgrep -f -- "^$(command -v "$QEMU") .*$WORK/hosts-b" | head -1)
+      [ -n "$qemu_b" ] && kill -KILL "$qemu_b"
+      echo "{\"pid\": ${qemu_b:-null}, \"at_s\": $waited}" >"$WORK/hosts-b/killed.json"
+    fi
+    [ "$waited" -ge "$HOSTS_LIMIT" ] && { kill -KILL "$HOST_A" 2>/dev/null; break; }
+  done
+  wait "$HOST_A" 2>/dev/null
+  : >"$WORK/hosts-b/stop"  # B ends on its own where it was not killed
+  for _ in $(seq 60); do kill -0 "$HOST_B" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$HOST_B" 2>/dev/null; wait "$HOST_B" 2>/dev/null
+  [ -e "$WORK/hosts-a/done" ] || { tail -20 "$WORK/hosts-a.log" >&2; fail "guest A (nlhost-a) stopped before it finished (limit $HOSTS_LIMIT s, NEARLOCAL_VM_HOSTS_S); its last lines are above"; }
+  "$PY" "$REPO/scripts/vm_hosts.py" "$WORK/hosts-a" "$WORK/hosts-b"
+  hosts_rc=$?
+  [ $hosts_rc = 0 ] || { echo "vm_check: guest A's run, last lines:" >&2; tail -n 20 "$WORK/hosts-a/run.err" >&2; }
+  stage "two hosts: facts checked"
+  [ $rc = 0 ] && rc=$hosts_rc
 fi
 [ "${NEARLOCAL_VM_PAIR:-1}" = 1 ] || { echo "vm_check: two guests: skipped (NEARLOCAL_VM_PAIR=0)"; exit $rc; }
 

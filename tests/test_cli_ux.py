@@ -168,3 +168,17 @@ def test_a_param_overrides_the_suites_value_and_equal_cases_merge():
         ["run", "--suite", "rpc", "--param", "protocol=coherent"]))
     assert {c.param_dict.get("protocol") for c in cases} == {"coherent"}
     assert len({c.id for c in cases}) == len(cases)
+
+
+def test_region_aims_only_a_suites_pool_cases():
+    """pool-vs-rdma: --region moves the pool's transfers and the rack cases to the pool named; the
+    RDMA rows stay on each host's own DRAM (Suite.pool_region). A suite without a pool region
+    (rdma) has --region replace every case's region."""
+    pool = _cases("--suite", "pool-vs-rdma", "--region", "devdax:/dev/dax0.0")
+    rdma = [c for c in pool if c.method.startswith("rdma-")]
+    others = [c for c in pool if not c.method.startswith("rdma-")]
+    assert rdma and {c.region for c in rdma} == {"dram"}
+    assert others and {c.region for c in others} == {"devdax:/dev/dax0.0"}
+    assert {c.method for c in others} >= {"memcpy", "nt-store", "load", "rack-host-loss"}
+    moved = _cases("--suite", "rdma", "--region", "numa:0")
+    assert {c.region for c in moved} == {"numa:0"}

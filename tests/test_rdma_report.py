@@ -90,3 +90,30 @@ def test_rack_section_has_the_rdma_rpc_beside_the_pools(tmp_path):
     rpc = next(r for r in table.rows if str(r[0]).startswith("rdma-rpc"))
     assert rpc[3].median_ns == 8000.0
     assert rpc[8] == pytest.approx(8000 / figure("B15").value("RDMA RC RPC round trip").ns())
+
+
+def test_lines_measured_on_an_emulated_box_say_so(tmp_path):
+    """A run of two TCG guests (the rig's two-host stage): every line's note says the figures
+    are an emulated box's, from the inventory of the host that measured the row."""
+    from tests.report_fixtures import INVENTORY
+
+    tcg = {**INVENTORY, "cpu": {**INVENTORY.get("cpu", {}), "model": "QEMU TCG CPU version 2.5+"}}
+    rows = _rows()
+    for data in rows:
+        data["host"] = "nlhost-a"
+    meta = {"mpi": {"ranks": 2, "hosts": [{"rank": 0, "hostname": "nlhost-a"},
+                                         {"rank": 1, "hostname": "nlhost-b"}]},
+            "host_inventories": {"0": tcg, "1": tcg}}
+    table = build_report([load(make_run(tmp_path, rows, meta=meta))]).section("rdma").table
+    notes = [r[7] for r in table.rows]
+    assert notes and all("emulated box (QEMU TCG CPU version 2.5+)" in n for n in notes)
+    plain = build_report([load(make_run(tmp_path / "real", _rows()))]).section("rdma").table
+    assert not any("emulated" in r[7] for r in plain.rows)
+
+
+def test_emulation_note_names_tcg_a_vm_or_nothing():
+    from nearlocal.probe.cpu import emulation_note
+
+    assert "no memory timing" in emulation_note({"model": "QEMU TCG CPU version 2.5+"})
+    assert "virtual machine" in emulation_note({"model": "AMD EPYC", "flags": {"hypervisor": True}})
+    assert emulation_note({"model": "AMD EPYC", "flags": {"hypervisor": False}}) == ""

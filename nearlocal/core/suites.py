@@ -33,6 +33,10 @@ class Suite:
     compares_pool: bool = False
     # other families add parts to it with `extend_suite` (quick: DSA, pool and serving rows)
     joinable: bool = False
+    # the region its pool cases stand on: `--region` aims those at the pool named and leaves its
+    # other cases where they are (pool-vs-rdma: the RDMA rows stay on each host's own DRAM).
+    # "" (most suites): --region replaces every case's region
+    pool_region: str = ""
 
     def all_parts(self) -> list[Callable[..., list[Case]]]:
         """Its own parts, then those other families joined to it, in the order they joined."""

@@ -85,7 +85,7 @@ def selected_cases(args: argparse.Namespace, inventory=None):
     suite's regions and patterns."""
     from nearlocal.core.cases import Case
     from nearlocal.core.methods import get_method
-    from nearlocal.core.suites import suite_cases
+    from nearlocal.core.suites import get_suite, suite_cases
     from nearlocal.units import format_size, parse_size
 
     cases = suite_cases(args.suite, inventory)
@@ -113,11 +113,16 @@ def selected_cases(args: argparse.Namespace, inventory=None):
     templates += [Case(m, r, "wb", p) for m in methods if m not in in_suite
                   for r in dict.fromkeys(c.region for c in cases)
                   for p in dict.fromkeys(c.pattern for c in cases)]
+    pool = get_suite(args.suite).pool_region
+
+    def aimed(case: Case) -> list[str]:  # --region moves a suite's pool cases only, where it has one
+        return regions if regions and (not pool or case.region == pool) else [case.region]
+
     return list(dict.fromkeys(
         Case(t.method, r, a, p, peer=peer, access=t.access,
              params=tuple({**t.param_dict, **params}.items()), suite=args.suite)
         for t in templates
-        for r, a, p, peer in itertools.product(regions or [t.region], attrs or ["wb"],
+        for r, a, p, peer in itertools.product(aimed(t), attrs or ["wb"],
                                                patterns or [t.pattern], peers or [t.peer])))
 
 

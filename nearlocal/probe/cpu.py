@@ -42,6 +42,20 @@ def compile_target(environ: Mapping[str, str] = os.environ) -> tuple[str, list[s
     return target, sorted(f.strip()[1:] for f in features.split(",") if f.strip().startswith("+"))
 
 
+def emulation_note(cpu: dict) -> str:
+    """Why a box's memory figures are not a real machine's, from its stored CPU facts (a probe's
+    `cpu` as a dict): "" on bare metal. An emulated CPU (QEMU's TCG names itself in the model
+    string) has no memory timing at all; a virtual machine's figures are the guest's."""
+    model = str(cpu.get("model") or "")
+    if "TCG" in model:
+        return (f"measured on an emulated box ({model}): QEMU's TCG has no memory timing, so "
+                "its figures show that the paths work, never how fast they are")
+    if (cpu.get("flags") or {}).get("hypervisor"):
+        return ("measured in a virtual machine (its CPU reports `hypervisor`): host memory "
+                "figures are the guest's")
+    return ""
+
+
 @dataclass
 class CacheLevel:
     level: int

@@ -14,7 +14,7 @@ HANDOFF_PATTERNS = ("16KiB", "kv:qwen2.5-32b:flash-attn:dense", "1024x160B")
 HOSTLOSS_RECORD = "16KiB"
 
 
-def _rack_cases() -> list[Case]:
+def rack_cases() -> list[Case]:
     cases = []
     for protocol in PROTOCOLS:
         params = (("protocol", protocol),)
@@ -31,4 +31,4 @@ def _rack_cases() -> list[Case]:
 
 register_suite(Suite("rack", "across the hosts of an MPI job on one shared pool: cross-host RPC "
                      "(B15), handoff publish -> usable, aggregate bandwidth (B12), host loss",
-                     [_rack_cases]))
+                     [rack_cases]))

@@ -401,7 +401,7 @@ register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
               stores_in_region=True)
 
 
-def _rdma_cases() -> list[Case]:
+def rdma_cases() -> list[Case]:
     cases = []
     for method, access in (("rdma-write", "write"), ("rdma-read", "read")):
         for pattern in PATTERNS:
@@ -414,4 +414,4 @@ def _rdma_cases() -> list[Case]:
 
 register_suite(Suite("rdma", "RDMA over verbs between two ranks of an MPI job: write / read of "
                      "each fragment pattern (one request per piece, and SGE-batched), an RPC "
-                     "(B1, B2, B13-B15's RDMA side)", [_rdma_cases]))
+                     "(B1, B2, B13-B15's RDMA side)", [rdma_cases]))

@@ -94,9 +94,27 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index, dtype="int64")
     df["ok"] = (df["status"] == "ok").astype(bool)
     df["transfer"] = (df["measures"] == "transfer").astype(bool)  # Method.measures, stored
+    df["emulated"] = _texts(_emulation_notes(run, df), df.index)
     df["contiguous"] = ((df["fragment_count"] <= 1)
                         & ~df["pattern"].map(lambda p: ":" in p).astype(bool) & df["transfer"])
     return df
+
+
+def _emulation_notes(run: RunData, df: pd.DataFrame) -> list[str]:
+    """Each row's box, if it is not a real machine's (probe.cpu.emulation_note): the run's
+    inventory, or in an MPI run the inventory of the host that measured the row."""
+    from nearlocal.probe.cpu import emulation_note
+
+    def note(inventory) -> str:
+        return emulation_note((inventory or {}).get("cpu") or {})
+
+    own = note(run.meta.get("inventory"))
+    ranks = {str(h.get("hostname")): str(h.get("rank"))
+             for h in (run.meta.get("mpi") or {}).get("hosts", [])}
+    inventories = run.meta.get("host_inventories") or {}
+    hosts = df["host"] if "host" in df else [None] * len(df)
+    return [note(inventories.get(ranks.get(str(h), ""))) if str(h) in ranks else own
+            for h in hosts]
 
 
 def stat_of(row) -> Stat | NoValue:

@@ -39,15 +39,12 @@ def __getattr__(name: str):
 
 def inputs_of(run) -> Inputs:
     """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows."""
+    from nearlocal.probe.cpu import emulation_note
     from nearlocal.whatif.fit import fit_run
     from nearlocal.whatif.serving import Inputs
 
     cpu = (run.meta.get("inventory") or {}).get("cpu") or {}
-    flags = cpu.get("flags") or {}
-    emulated = ("measured in a virtual machine (its CPU reports `hypervisor`): host memory "
-                "figures are the guest's, an emulated CPU (TCG) has no memory timing"
-                if flags.get("hypervisor") else "")
-    return Inputs(fit_run(run.cases), run.run_id, emulated)
+    return Inputs(fit_run(run.cases), run.run_id, emulation_note(cpu))
 
 
 def reference_box(name: str, root: Path | None = None):

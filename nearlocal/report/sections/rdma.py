@@ -104,7 +104,9 @@ def _info(row) -> dict:
 
 
 def _note(pool, rdma) -> str:
-    parts = []
+    emulated = next((str(r["emulated"]) for r in (pool, rdma)
+                     if r is not None and r.get("emulated")), "")
+    parts = [emulated] if emulated else []
     if pool is not None:
         parts.append(f"pool: {pool['method']} {pool['path']}")
     info = _info(rdma)

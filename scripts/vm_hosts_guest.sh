@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Runs inside each guest of the VM rig's two-host stage (scripts/vm_check.sh, docs/vm-rig.md step
+# 8): two kernels that share one pool (the same host file as an nvdimm, made device-dax by A) and
+# one network (a QEMU socket netdev between the two QEMUs: local addresses only). Each guest takes
+# its hostname and address, starts sshd (the MPI launcher's way in) and soft-RoCE on its NIC.
+# Guest A is the launch node: it runs every mpiexec with a hostfile naming both guests, as a
+# cluster does. The host relays the guests' signals (a file `to-a-*` / `to-b-*` in one guest's
+# folder is moved into the other's) and kills B's QEMU when A asks (`kill-b`).
+#
+#   vm_hosts_guest.sh ROLE OUT MOUNTS SSH     ROLE a or b; SSH: the keys the host made
+set -u
+ROLE=$1
+OUT=$2
+MOUNTS=$3
+SSH=$4
+n=0
+mark() { n=$((n + 1)); printf '%s\n' "$1" >"$OUT/stage-$(printf %02d $n)"; }
+say() { : >"$OUT/to-$1-$2"; }  # a signal to the other guest (the host moves it there)
+heard() { wait_for "$1" "$OUT/$2" || { log "no '$2' from the other guest within $1 s"; exit 1; }; }
+echo booted >"$OUT/booted"
+source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
+mount_image "$MOUNTS" || exit 1
+[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"
+
+# --- who this guest is: hostname, address (the NIC by its MAC), /etc/hosts -------------------
+declare -A ADDRESS=([a]=10.78.0.1 [b]=10.78.0.2)
+declare -A MAC=([a]=52:54:00:4e:4c:01 [b]=52:54:00:4e:4c:02)
+hostname "nlhost-$ROLE"
+modprobe virtio_net 2>/dev/null
+nic=""
+for _ in $(seq 50); do
+  for dev in /sys/class/net/*; do
+    [ "$(cat "$dev/address" 2>/dev/null)" = "${MAC[$ROLE]}" ] && nic=${dev##*/}
+  done
+  [ -n "$nic" ] && break
+  sleep 0.2
+done
+[ -n "$nic" ] || { log "no NIC with MAC ${MAC[$ROLE]}"; exit 1; }
+ip link set lo up
+ip link set "$nic" mtu 9000  # soft-RoCE's active MTU follows the netdev's: 4096 needs > 4096
+ip addr add "${ADDRESS[$ROLE]}/24" dev "$nic" && ip link set "$nic" up
+printf '127.0.0.1 localhost\n10.78.0.1 nlhost-a\n10.78.0.2 nlhost-b\n' >/tmp/nl-hosts
+mount --bind /tmp/nl-hosts /etc/hosts  # the root is the host's, read-only
+mark "nlhost-$ROLE on $nic ${ADDRESS[$ROLE]}"
+
+# --- sshd: how mpiexec (PRRTE's ssh agent) starts its daemon on the other guest ---------------
+mkdir -p /tmp/nl-ssh /run/sshd
+cp "$SSH"/id "$SSH"/id.pub "$SSH"/host "$SSH"/host.pub /tmp/nl-ssh/
+chmod 600 /tmp/nl-ssh/id /tmp/nl-ssh/host
+cp /tmp/nl-ssh/id.pub /tmp/nl-ssh/authorized_keys
+cat >/tmp/nl-ssh/sshd_config <<EOF
+ListenAddress ${ADDRESS[$ROLE]}
+HostKey /tmp/nl-ssh/host
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AuthorizedKeysFile /tmp/nl-ssh/authorized_keys
+StrictModes no
+UsePAM no
+PidFile /tmp/nl-ssh/sshd.pid
+EOF
+cat >/tmp/nl-ssh/config <<EOF
+Host *
+  IdentityFile /tmp/nl-ssh/id
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  LogLevel ERROR
+  ConnectTimeout 10
+  BatchMode yes
+EOF
+# root's login by key only: the guest's shadow entry for root is locked (sshd without PAM
+# refuses a locked account), so root gets one that holds no password ("*")
+sed 's/^root:[^:]*:/root:*:/' /etc/shadow >/tmp/nl-shadow 2>/dev/null || echo 'root:*:19000:0:99999:7:::' >/tmp/nl-shadow
+grep -q '^root:' /tmp/nl-shadow || echo 'root:*:19000:0:99999:7:::' >>/tmp/nl-shadow
+chmod 600 /tmp/nl-shadow && mount --bind /tmp/nl-shadow /etc/shadow
+# the host's root's ~/.bashrc (read by bash for ssh's commands) is the host's own set-up
+: >/tmp/nl-empty && [ -e /root/.bashrc ] && mount --bind /tmp/nl-empty /root/.bashrc
+/usr/sbin/sshd -f /tmp/nl-ssh/sshd_config -E "$OUT/sshd.log" || { log "sshd did not start"; exit 1; }
+
+# --- the pool: A makes the shared nvdimm device-dax (its info block lands in the shared file),
+# B boots after that and finds the same device-dax -------------------------------------------
+modprobe -a nfit libnvdimm nd_pmem dax_pmem device_dax 2>&1
+if [ "$ROLE" = a ]; then
+  wait_for 60 "/sys/bus/nd/devices/namespace*.0" || { log "no nvdimm namespace"; exit 1; }
+  ns=""
+  for n_ in /sys/bus/nd/devices/namespace*.0; do ns=${n_##*/}; done
+  ndctl create-namespace -f -e "$ns" -m devdax -a 2M >"$OUT/ndctl.json" 2>"$OUT/ndctl.err" \
+    || { log "ndctl create-namespace failed: $(cat "$OUT/ndctl.err")"; exit 1; }
+  echo ready >"$OUT/namespace-ready"
+fi
+wait_for 60 "/dev/dax*" || { log "no /dev/dax*"; exit 1; }
+DAX=""
+for d in /dev/dax*; do DAX=$d; done
+echo "$DAX" >"$OUT/dax"
+modprobe rdma_rxe 2>"$OUT/modprobe.err"
+mark "sshd, $DAX"
+
+rxe() {  # soft-RoCE on this guest's NIC: RC queue pairs between the two guests' kernels
+  rdma link add rxe0 type rxe netdev "$nic" 2>"$OUT/rdma-link.err" || return 1
+  wait_for 30 "/sys/class/infiniband/rxe0/ports/1/gids/1" || return 1
+  ibv_devinfo -v -d rxe0 >"$OUT/ibv_devinfo.txt" 2>&1
+}
+
+slurm_daemons() {  # where the host handed a slurm.conf: slurmctld on A, slurmd on both
+  [ -e "$OUT/slurm.conf" ] || return 1
+  mkdir -p /tmp/nl-slurm/state /tmp/nl-slurm/spool
+  cp "$OUT/slurm.conf" /tmp/nl-slurm/slurm.conf
+  export SLURM_CONF=/tmp/nl-slurm/slurm.conf
+  if [ "$ROLE" = a ]; then
+    slurmctld -f "$SLURM_CONF" >"$OUT/slurmctld.out" 2>&1 || { log "slurmctld did not start"; return 1; }
+  fi
+  slurmd -f "$SLURM_CONF" >"$OUT/slurmd.out" 2>&1 || { log "slurmd did not start"; return 1; }
+}
+
+if [ "$ROLE" = b ]; then
+  say a ready
+  heard 900 add-rxe  # A checks a missing RDMA device on this host first
+  rxe || { log "soft-RoCE on $nic failed: $(cat "$OUT/rdma-link.err")"; exit 1; }
+  say a rxe-ready
+  mark "soft-RoCE rxe0 on $nic"
+  slurm_daemons && mark "slurmd"
+  # until the host kills this QEMU (A's host-loss run) or A is done
+  while [ ! -e "$OUT/stop" ]; do sleep 1; done
+  echo done >"$OUT/done"
+  exit 0
+fi
+
+# --- A: the launch node ----------------------------------------------------------------------
+rxe || { log "soft-RoCE on $nic failed: $(cat "$OUT/rdma-link.err")"; exit 1; }
+heard 900 ready
+printf 'nlhost-a slots=1\nnlhost-b slots=1\n' >"$OUT/hostfile"
+# mpiexec as an operator runs it: a hostfile, one rank per host, the ranks started over ssh
+NL=$VENV/bin/nearlocal
+RUN=(run --budget 0.02 --processes 1 --quiet)
+job() {  # NAME LIMIT_S HOSTFILE ARGS...: one mpiexec as an operator runs it (a hostfile, one
+  # rank per host, the ranks started over ssh); its output, exit code and wall time in OUT
+  local name=$1 limit=$2 hostfile=$3 start rc
+  shift 3
+  start=$(date +%s)
+  timeout -k 10 "$limit" mpiexec --allow-run-as-root --hostfile "$hostfile" -n 2 --map-by node \
+    --prtemca plm_ssh_agent "ssh -F /tmp/nl-ssh/config" -x NUMBA_CACHE_DIR \
+    -x NEARLOCAL_WORKER_START_S "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+  rc=$?
+  echo "$rc $(($(date +%s) - start))" >"$OUT/$name.rc"
+}
+job hostnames 120 "$OUT/hostfile" hostname
+mark "mpiexec --hostfile: $(tr '\n' ' ' <"$OUT/hostnames.out")"
+if [ -e "$OUT/diag" ]; then  # DIAG
+  job diag-mpi4py 300 "$OUT/hostfile" "$PY" -c "import time; t=time.time(); from mpi4py import MPI; c=MPI.COMM_WORLD; print(MPI.Get_processor_name(), c.allgather(c.rank), time.time()-t, flush=True)"
+  mark "diag mpi4py $(cat "$OUT/diag-mpi4py.rc")"
+  ( time "$NL" probe --json >"$OUT/diag-probe.json" ) 2>"$OUT/diag-probe.time"
+  mark "diag probe $(tail -3 "$OUT/diag-probe.time" | tr '\n' ' ')"
+fi  # DIAG
+
+# bad input across hosts: one line from rank 0 naming the host, exit 2, no run stored
+printf 'nlhost-a slots=1\nnlhost-c slots=1\n' >"$OUT/hostfile-unreachable"
+echo "10.78.0.9 nlhost-c" >>/tmp/nl-hosts
+job bad-host 120 "$OUT/hostfile-unreachable" "$NL" "${RUN[@]}" \
+  --suite rack --method rack-rpc-roundtrip --out "$OUT/bad-results"
+: >/tmp/nl-pool-a-only.bin  # a file pool that exists on A, not on B
+job bad-pool 300 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite rack --method rack-rpc-roundtrip \
+  --region file:/tmp/nl-pool-a-only.bin --allow-write --out "$OUT/bad-results"
+job bad-rdma 300 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite rdma --method rdma-write --size 16KiB \
+  --out "$OUT/bad-results"
+mark "bad input: unreachable host, pool on one host, RDMA device on one host"
+say b add-rxe
+heard 300 rxe-ready
+
+# the run: the pool's transfers, the rack suite on the shared device-dax, RDMA between the hosts
+job run 1500 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite pool-vs-rdma \
+  --region "devdax:$DAX" --allow-write --out "$OUT/results"
+mark "mpiexec --hostfile nearlocal run --suite pool-vs-rdma"
+"$NL" show "$(ls -d "$OUT"/results/*/ | tail -1)" >"$OUT/show.txt" 2>&1
+"$NL" report "$(ls -d "$OUT"/results/*/ | tail -1)" --markdown "$OUT/report.md" >/dev/null 2>"$OUT/report.err"
+
+# Slurm: the same launch under a workload manager, `salloc -N 2 mpiexec ...` (PRRTE starts its
+# daemon on the other node through srun inside the allocation, not ssh)
+if slurm_daemons; then
+  for _ in $(seq 120); do
+    [ "$(sinfo -h -N -o %T 2>/dev/null | grep -c -E '^(idle|mixed|allocated)')" = 2 ] && break
+    sleep 1
+  done
+  sinfo -N -l >"$OUT/sinfo.txt" 2>&1
+  start=$(date +%s)
+  timeout -k 10 900 salloc -N 2 -n 2 mpiexec --allow-run-as-root --map-by node \
+    -x NUMBA_CACHE_DIR -x NEARLOCAL_WORKER_START_S "$NL" "${RUN[@]}" --suite pool-vs-rdma \
+    --method memcpy,rack-handoff,rdma-write --size 16KiB --region "devdax:$DAX" --allow-write \
+    --out "$OUT/slurm-results" >"$OUT/slurm.out" 2>"$OUT/slurm.err"
+  echo "$? $(($(date +%s) - start))" >"$OUT/slurm.rc"
+  mark "salloc -N 2 mpiexec nearlocal run (Slurm)"
+fi
+
+# host loss: B's whole kernel goes (the host kills its QEMU) while rack-host-loss runs
+(sleep 1; while ! compgen -G "$OUT/loss-results/*" >/dev/null; do sleep 1; done
+ sleep 20; : >"$OUT/kill-b") &
+job loss 900 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite rack --method rack-host-loss --region "devdax:$DAX" \
+  --allow-write --param kills=1 --param duration=60s --out "$OUT/loss-results"
+mark "rack-host-loss with B's QEMU killed"
+tar -C /tmp -cf "$OUT/numba-cache.tar" numba-cache 2>/dev/null
+umount -R /tmp/nearlocal-image 2>/dev/null
+echo done >"$OUT/done"
