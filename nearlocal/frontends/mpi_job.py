@@ -2,14 +2,17 @@
 
 Every rank probes its own host and checks the command line there; rank 0 gathers the answers and
 either refuses the run for every rank (one line naming the host, exit 2: a missing pool, another
-nearlocal version, --threads beyond a host's CPUs) or goes on. The pool is opened under the same
+nearlocal version, --threads beyond a host's CPUs, an rdma-* case one host would skip and another
+run) or goes on; nothing is stored for a refused run. The pool is opened under the same
 name on every host and proven to be one memory (rank 0 writes a random token, every rank reads
 it back). Ordinary cases are measured host by host (each host alone, by the usual runner, from its
 own plan); rack cases on every rank at once, each rank given the case as rank 0's plan resolved it
 (its pattern and params: nothing is parsed or described again on a rank), rank 0 building the
 rows from its plan's row facts. Rank 0 stores ONE run: every rank's rows with `host` and `rank`
 columns, every host's inventory in run.json. A rank that dies or stops answering leaves the run
-stored and marked incomplete, naming it.
+stored and marked incomplete, naming it: once rank 0's part of a rack case finished it waits the
+method's straggler time (rack/framework.py), and a method's rows_after_loss gives the survivors'
+rows and a lost row for each lost rank (host loss, whose case runs after every other rack case).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What a rack method is and what runs it: each is a `Method` (so `--method`, `probe` and case
 ids work as for any other) and a `RackMethod`: what every rank does (`run`, on every rank at once,
-through the pool), and how rank 0 turns every rank's result into rows (`rows`). The job itself
-(frontends/mpi_job.py) looks methods up in `RACK_METHODS`.
+through the pool), and how rank 0 turns every rank's result into rows (`rows`; `rows_after_loss`
+when a rank was lost during the case). The job itself (frontends/mpi_job.py) looks methods up in
+`RACK_METHODS`.
 """
 
 from __future__ import annotations
