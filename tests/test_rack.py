@@ -380,6 +380,72 @@ def test_host_loss_rows_after_the_writers_host_was_lost():
     assert hostloss_straggler_s(ctx, _reader(told_to_stop=True)) > STRAGGLER_S
 
 
+class _SilentWorld:
+    """Rank 0 of 2 whose rank 1 never answers: records each wait it was given."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        self.waits: list[float] = []
+
+    def send(self, *args) -> None:
+        pass
+
+    def recv(self, source: int, timeout_s: float, what: str):
+        from nearlocal.rack.mpi import RankLost
+
+        self.waits.append(timeout_s)
+        raise RankLost(source, f"did not answer within the deadline while {what}")
+
+
+class _Rows:
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def add_case(self, row: dict, raw=None, ns=None) -> None:
+        self.rows.append(row)
+
+
+def _lost_mid_case(monkeypatch, method: str, own: tuple) -> tuple[_SilentWorld, _Rows, dict]:
+    from types import SimpleNamespace
+
+    import nearlocal.rack.methods  # noqa: F401 - the rack methods registered
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.frontends import mpi_job
+
+    ctx = _loss_context()
+    ctx.rule, ctx.overhead_ticks, ctx.case = StoppingRule(budget_s=0.5), 0.0, \
+        SimpleNamespace(id=f"{method}/x", method=method)
+    monkeypatch.setattr(mpi_job, "_rack_context", lambda *args: ctx)
+    monkeypatch.setattr(mpi_job, "_run_part", lambda ctx: own)
+    job, store, lost = _SilentWorld(), _Rows(), {}
+    entry = SimpleNamespace(case=ctx.case, row={"case_id": f"{method}/x", "bytes_moved": 0},
+                            reason=None, resolved=None)
+    hosts = [{"rank": r, "hostname": f"h{r}", "host_id": f"id{r}"} for r in range(2)]
+    plan = SimpleNamespace(case_timeout_s=120.0)
+    mpi_job._rack_case(job, entry, plan, hosts, {}, store, lost, [0])
+    return job, store, lost
+
+
+def test_a_rank_lost_after_rank_0s_part_is_waited_for_a_bounded_time(monkeypatch):
+    from nearlocal.rack.framework import STRAGGLER_S
+
+    job, store, lost = _lost_mid_case(monkeypatch, "rack-aggregate", ("ok", {}))
+    assert job.waits == [pytest.approx(STRAGGLER_S + 2 * 0.5, abs=1)]  # not the case timeout + 60
+    assert list(lost) == [1] and "rank 1 on host h1 did not answer" in lost[1]
+    (row,) = store.rows  # a method without rows_after_loss: one failed row naming the rank
+    assert row["status"] == "failed" and row["reason"] == lost[1]
+    # rank 0's own part failed: the others may still wait at a barrier, so the whole timeout
+    job, store, _ = _lost_mid_case(monkeypatch, "rack-aggregate", ("failed", "RankLost: ..."))
+    assert job.waits == [pytest.approx(120.0 + 60, abs=1)] and "rank 0: RankLost" in store.rows[0]["reason"]
+    # host loss: a reader never told to stop, its writer overdue: a short wait, two rows
+    job, store, _ = _lost_mid_case(monkeypatch, "rack-host-loss", ("ok", _reader()))
+    from nearlocal.rack.host_loss import OVERDUE_WRITER_S
+
+    assert job.waits == [pytest.approx(OVERDUE_WRITER_S, abs=1)]
+    assert [(r["rank"], r["status"]) for r in store.rows] == [(0, "ok"), (1, "failed")]
+
+
 # --- a whole host lost mid-case (what the VM rig does to the writer's guest) -----------------
 
 MARK = "NEARLOCAL_TEST_MARK"
