@@ -37,7 +37,19 @@ def _once() -> list[Case]:
     ]
 
 
+def _loss() -> list[Case]:
+    """Host loss first in the suite, aggregate after it: the run moves host loss last. Kills
+    enough to run its whole (short) duration: the test stops the writer's rank mid-case."""
+    return [
+        Case("rack-host-loss", POOL, "wb", "4KiB", params=(("kills", "100000"),
+                                                          ("duration", "3s"))),
+        Case("rack-aggregate", POOL, "wb", "256KiB", access="read"),
+    ]
+
+
 register_suite(Suite("rack-test", "every rack method once, small (3 ranks)", [_three]))
 register_suite(Suite("rack-test-two", "RPC throughput, handoff, the negative control", [_two]))
 register_suite(Suite("rack-test-once", "a plain case and two rack cases, each its own pattern "
                      "(test_resolved_once counts what resolving them costs)", [_once]))
+register_suite(Suite("rack-test-loss", "host loss (first, run last) and aggregate: the writer's "
+                     "whole host is stopped mid-case (test_rack.py)", [_loss]))

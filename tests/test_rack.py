@@ -5,14 +5,17 @@ refused for all (exit 2, one line), a dead rank leaving the run stored and incom
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nearlocal.frontends.cli import main
@@ -202,6 +205,34 @@ def test_a_pool_missing_on_one_rank_stops_every_rank(tmp_path):
     assert "pool file:pool.bin does not exist" in errors[0] and "(rank 1)" in errors[0]
     assert os.uname().nodename in errors[0]
     assert not (here / "pool.bin").exists()
+    assert not list((tmp_path / "out").glob("*"))  # nothing half-written: no run stored
+
+
+def _with_rdma_tree(root: Path) -> list[str]:
+    """A rank whose RDMA probe reads the fake tree `root` (the rest of its probe is real)."""
+    return [sys.executable, "-c", "import sys; from pathlib import Path; import nearlocal.probe as "
+            "p; from nearlocal.probe.rdma import probe_rdma; from nearlocal.sysroot import SysRoot; "
+            f"p.probe_rdma = lambda root: probe_rdma(SysRoot(Path({str(root)!r}))); "
+            "from nearlocal.frontends.cli import main; sys.exit(main(sys.argv[1:]))"]
+
+
+@needs_mpi
+def test_an_rdma_device_on_one_host_only_stops_every_rank(tmp_path):
+    """Rank 0 sees an active RDMA device, rank 1 none: the rdma-* case would run on one host
+    and be skipped on the other, so the run is refused (exit 2, one line naming rank 1's host
+    and probe's reason), nothing stored."""
+    from tests.test_rdma import _device
+
+    _device(tmp_path / "with")
+    args = ["run", "--method", "rdma-write", "--size", "16KiB", "--out", str(tmp_path / "out"),
+            *TINY]
+    proc = mpirun(["-n", "1", *_with_rdma_tree(tmp_path / "with"), *args],
+                  ["-n", "1", *_with_rdma_tree(tmp_path / "none"), *args], cwd=tmp_path)
+    errors = _errors(proc)
+    assert proc.returncode == 2 and len(errors) == 1, proc.stdout + proc.stderr
+    assert f"on host {os.uname().nodename} (rank 1): no RDMA device: " in errors[0]
+    assert errors[0].endswith("every rank of an rdma-* case needs an RDMA device"), errors[0]
+    assert not list((tmp_path / "out").glob("*"))
 
 
 @needs_mpi
@@ -246,6 +277,287 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     (_, row), = run.cases[run.cases["method"] == "rack-aggregate"].iterrows()
     assert row["status"] == "failed" and "rank 1" in row["reason"]
     assert not Path(f"/dev/shm/nearlocal-test-rack-dies-{os.getpid()}").exists()
+
+
+# --- bad input across hosts, decided on rank 0 (no MPI needed) -------------------------------
+
+def _answer(rank: int, host: str, skips: dict | None = None) -> dict:
+    return {"rank": rank, "hostname": host, "version": "1", "error": "",
+            "case_ids": ["rdma-write/dram/wb/16KiB", "load/dram/wb/4KiB"], "skips": skips or {}}
+
+
+def test_an_rdma_case_skipped_on_one_host_and_run_on_another_is_refused():
+    from nearlocal.frontends.mpi_job import _first_problem
+
+    why = "no RDMA device: /sys/class/infiniband is empty"
+    skips = {"rdma-write/dram/wb/16KiB": why}
+    assert _first_problem([_answer(0, "a"), _answer(1, "b", skips)]) == (
+        f"on host b (rank 1): {why}: every rank of an rdma-* case needs an RDMA device")
+    assert _first_problem([_answer(0, "a", skips), _answer(1, "b")]).startswith(
+        "on host a (rank 0): no RDMA device")
+    # no host has one: the case stays a skipped row on every host, the run goes ahead
+    assert _first_problem([_answer(0, "a", skips), _answer(1, "b", skips)]) is None
+    assert _first_problem([_answer(0, "a"), _answer(1, "b")]) is None
+
+
+def test_a_pool_one_rank_cannot_map_names_its_host_and_rank(monkeypatch):
+    from nearlocal.errors import UsageError
+    from nearlocal.frontends.mpi_job import _attach
+
+    me = {"hostname": "b", "rank": 1}
+    line = _attach({}, {"devdax:/dev/dax9.9": 4096}, {}, me)  # no such device on this host
+    assert line.startswith("pool devdax:/dev/dax9.9 cannot be mapped on host b (rank 1): "), line
+    assert "/dev/dax9.9" in line.split("(rank 1): ", 1)[1]
+
+    class Refusing:
+        creates = None
+
+        def open(self, spec, size, attr, allow_write):
+            raise UsageError("devdax:/dev/dax0.0 is not a device-dax character device")
+
+    monkeypatch.setattr("nearlocal.regions.region_kind", lambda spec: Refusing())
+    assert _attach({}, {"devdax:/dev/dax0.0": 4096}, {}, me) == (
+        "pool devdax:/dev/dax0.0 cannot be mapped on host b (rank 1): devdax:/dev/dax0.0 is not "
+        "a device-dax character device")
+
+
+def test_a_case_that_may_lose_a_host_runs_after_every_other_rack_case():
+    from types import SimpleNamespace
+
+    from nearlocal.frontends.mpi_job import _rack_order
+
+    methods = ["rack-host-loss", "rack-aggregate", "rdma-write", "rack-handoff"]
+    entries = [SimpleNamespace(case=SimpleNamespace(method=m)) for m in methods]
+    assert [e.case.method for e in _rack_order(entries)] == [
+        "rack-aggregate", "rdma-write", "rack-handoff", "rack-host-loss"]
+
+
+def _loss_context(size: int = 2, recheck: str = "on"):
+    from types import SimpleNamespace
+
+    from nearlocal.core.cases import Case
+    from nearlocal.core.patterns import parse_pattern
+
+    case = Case("rack-host-loss", "shm:x", "wb", "4KiB", params=(("duration", "3s"),
+                                                                 ("recheck", recheck)))
+    return SimpleNamespace(case=case, pattern=parse_pattern("4KiB"), size=size,
+                           hostnames=[f"h{r}" for r in range(size)], host_ids=["x"] * size,
+                           coherent=True, params={"recheck": recheck}, tsc_hz=1e9)
+
+
+def _reader(**changes) -> dict:
+    counters = {"reads": 10, "reads_ok": 8, "retries": 0, "checksum_rejects": 0,
+                "torn_reads": 0, "torn_reads_returned": 0, "stale_detections": 1,
+                "max_read_ms": 0.1, "stale_marked": 0, "fallbacks_stale": 2,
+                "fallbacks_timeout": 0, "fallbacks_corrupt": 0, "told_to_stop": False,
+                "owner_judged_lost": True, "read_s": 15.0}
+    return {"reader": {**counters, **changes}}
+
+
+def test_host_loss_rows_after_the_writers_host_was_lost():
+    from nearlocal.rack.host_loss import hostloss_rows_after_loss, hostloss_straggler_s
+
+    lost = {2: "rank 2 on host h2 did not answer within the deadline while measuring x"}
+    ctx = _loss_context(3)
+    rows = {row.rank: row for row in hostloss_rows_after_loss(
+        ctx, [_reader(), _reader(torn_reads=1), None], lost)}
+    assert rows[0].failed == "" and rows[0].extra["detections"] == 1
+    assert rows[0].info["writer_lost"] and rows[0].info["role"] == "reader"
+    assert rows[1].failed == "torn_reads 1"
+    assert rows[2].failed.startswith("lost: rank 2 on host h2 did not answer")
+    assert "stopped answering during the host-loss case (the writer ran there)" in rows[2].failed
+    missed = hostloss_rows_after_loss(_loss_context(), [_reader(owner_judged_lost=False), None],
+                                      {1: "rank 1 ..."})
+    assert "not judged lost" in missed[0].failed
+    control = hostloss_rows_after_loss(_loss_context(recheck="off"), [_reader(), None],
+                                       {1: "rank 1 ..."})
+    assert "negative control" in control[0].failed
+    # a reader never told to stop: its writer is overdue, rank 0 waits only a little more
+    from nearlocal.rack.framework import STRAGGLER_S
+    from nearlocal.rack.host_loss import OVERDUE_WRITER_S
+
+    assert hostloss_straggler_s(ctx, _reader()) == OVERDUE_WRITER_S
+    assert hostloss_straggler_s(ctx, _reader(told_to_stop=True)) > STRAGGLER_S
+
+
+class _SilentWorld:
+    """Rank 0 of 2 whose rank 1 never answers: records each wait it was given."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        self.waits: list[float] = []
+
+    def send(self, *args) -> None:
+        pass
+
+    def recv(self, source: int, timeout_s: float, what: str):
+        from nearlocal.rack.mpi import RankLost
+
+        self.waits.append(timeout_s)
+        raise RankLost(source, f"did not answer within the deadline while {what}")
+
+
+class _Rows:
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def add_case(self, row: dict, raw=None, ns=None) -> None:
+        self.rows.append(row)
+
+
+def _lost_mid_case(monkeypatch, method: str, own: tuple) -> tuple[_SilentWorld, _Rows, dict]:
+    from types import SimpleNamespace
+
+    import nearlocal.rack.methods  # noqa: F401 - the rack methods registered
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.frontends import mpi_job
+
+    ctx = _loss_context()
+    ctx.rule, ctx.overhead_ticks, ctx.case = StoppingRule(budget_s=0.5), 0.0, \
+        SimpleNamespace(id=f"{method}/x", method=method)
+    monkeypatch.setattr(mpi_job, "_rack_context", lambda *args: ctx)
+    monkeypatch.setattr(mpi_job, "_run_part", lambda ctx: own)
+    job, store, lost = _SilentWorld(), _Rows(), {}
+    entry = SimpleNamespace(case=ctx.case, row={"case_id": f"{method}/x", "bytes_moved": 0},
+                            reason=None, resolved=None)
+    hosts = [{"rank": r, "hostname": f"h{r}", "host_id": f"id{r}"} for r in range(2)]
+    plan = SimpleNamespace(case_timeout_s=120.0)
+    mpi_job._rack_case(job, entry, plan, hosts, {}, store, lost, [0])
+    return job, store, lost
+
+
+def test_a_rank_lost_after_rank_0s_part_is_waited_for_a_bounded_time(monkeypatch):
+    from nearlocal.rack.framework import STRAGGLER_S
+
+    job, store, lost = _lost_mid_case(monkeypatch, "rack-aggregate", ("ok", {}))
+    assert job.waits == [pytest.approx(STRAGGLER_S + 2 * 0.5, abs=1)]  # not the case timeout + 60
+    assert list(lost) == [1] and "rank 1 on host h1 did not answer" in lost[1]
+    (row,) = store.rows  # a method without rows_after_loss: one failed row naming the rank
+    assert row["status"] == "failed" and row["reason"] == lost[1]
+    # rank 0's own part failed: the others may still wait at a barrier, so the whole timeout
+    job, store, _ = _lost_mid_case(monkeypatch, "rack-aggregate", ("failed", "RankLost: ..."))
+    assert job.waits == [pytest.approx(120.0 + 60, abs=1)] and "rank 0: RankLost" in store.rows[0]["reason"]
+    # host loss: a reader never told to stop, its writer overdue: a short wait, two rows
+    job, store, _ = _lost_mid_case(monkeypatch, "rack-host-loss", ("ok", _reader()))
+    from nearlocal.rack.host_loss import OVERDUE_WRITER_S
+
+    assert job.waits == [pytest.approx(OVERDUE_WRITER_S, abs=1)]
+    assert [(r["rank"], r["status"]) for r in store.rows] == [(0, "ok"), (1, "failed")]
+
+
+# --- a whole host lost mid-case (what the VM rig does to the writer's guest) -----------------
+
+MARK = "NEARLOCAL_TEST_MARK"
+
+
+def _rank_processes(mark: str, rank: int) -> dict[int, int]:
+    """pid -> parent pid of every process of `rank` of the job marked `mark` (the rank and the
+    children it forked: they inherit its environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"{MARK}={mark}".encode() in env and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            found[int(entry.name)] = parent
+    return found
+
+
+def _stop_host(mark: str, rank: int) -> list[int]:
+    """SIGSTOP a rank and everything it forked, the rank first (then it forks no more): to the
+    other ranks its host has gone silent, as a killed VM is (no RST, no launcher notice)."""
+    import signal
+
+    stopped: list[int] = []
+    for _ in range(3):  # again: a child forked while the rank was being stopped
+        processes = _rank_processes(mark, rank)
+        roots = [pid for pid, parent in processes.items() if parent not in processes]
+        for pid in [*roots, *processes]:
+            if pid not in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+    return stopped
+
+
+def _epoch(pool: Path) -> int:
+    """The host-loss store's owner epoch (rpc/records.py: magic in word 0, W_EPOCH); 0 before."""
+    from nearlocal.rpc import records as rec
+
+    try:
+        words = np.fromfile(pool, np.uint64, count=rec.W_EPOCH + 1)
+    except (OSError, ValueError):
+        return 0
+    return int(words[rec.W_EPOCH]) if len(words) > rec.W_EPOCH and words[0] == rec.MAGIC else 0
+
+
+@needs_mpi
+def test_the_writers_whole_host_lost_mid_case_leaves_the_readers_row_and_a_lost_row(tmp_path):
+    """The last rank (the writer's host) and its writer processes are SIGSTOPped once owners
+    are being killed: rank 0's reader stops by its own deadline, still judges the owner lost and
+    returns no torn record; rank 0 waits a bounded time, stores its reader's row and a failed
+    row for the lost rank, the run incomplete naming it, and exits (then the test kills the
+    stopped rank). Host loss is first in the suite but runs last: aggregate is measured."""
+    import signal
+
+    mark = f"loss-{os.getpid()}"
+    pool = Path(POOL + "-loss")
+    out = tmp_path / "out"
+    command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2", *NEARLOCAL, "run",
+               "--suite", "rack-test-loss", "--out", str(out), *TINY]
+    env = {**_env(), MARK: mark, "NEARLOCAL_TEST_RACK_POOL": "shm:" + pool.name}
+    job = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        while _epoch(pool) < 2:  # owner 1 killed and judged lost: the case is under way
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0]
+            time.sleep(0.005)
+        stopped = _stop_host(mark, 1)
+        # rank 0: its reader's deadline (duration + the last epoch + margin), then a few seconds
+        # for the writer; the old wait alone was case_timeout_s + 60 = 180 s
+        deadline = time.monotonic() + 170
+        while _rank_processes(mark, 0):
+            assert time.monotonic() < deadline, "rank 0 did not end within its bounded wait"
+            time.sleep(0.2)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            output = job.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            job.kill()
+            output = job.communicate()[0]
+    run = load(None, out)
+    host = os.uname().nodename
+    assert "rank 1" in run.incomplete and host in run.incomplete, (run.incomplete, output)
+    assert run.meta["lost_ranks"] == [1]
+    aggregate = _rows(run, "rack-aggregate")
+    assert sorted(aggregate["rank"]) == [0, 1] and (aggregate["status"] == "ok").all()
+    rows = _rows(run, "rack-host-loss").set_index("rank")
+    reader, lost = rows.loc[0], rows.loc[1]
+    assert reader["status"] == "ok", (reader["reason"], reader["info"])
+    assert reader["detections"] >= 1 and reader["torn_reads"] == 0
+    assert reader["torn_reads_returned"] == 0 and reader["reads_ok"] > 0
+    assert reader["info"]["owner_judged_lost"] and not reader["info"]["told_to_stop"]
+    assert reader["info"]["writer_lost"] and reader["info"]["role"] == "reader"
+    assert lost["status"] == "failed" and lost["info"]["lost"]
+    assert "rank 1" in lost["reason"] and host in lost["reason"]
+    assert "stopped answering during the host-loss case" in lost["reason"]
+    assert not pool.exists()  # rank 0's pool is gone
+    from nearlocal.report.tables import build_report
+
+    frame = build_report([run]).section("rack").table.frame()
+    notes = list(frame[frame["measurement"].str.startswith("host-loss")]["note"])
+    assert any("owner judged lost yes" in n and "torn reads 0" in n for n in notes), notes
+    assert any("rank lost during the case (writer)" in n for n in notes), notes
 
 
 # --- docs/rack.md's commands, and what a log piped to a file holds --------------------------

@@ -2,14 +2,17 @@
 
 Every rank probes its own host and checks the command line there; rank 0 gathers the answers and
 either refuses the run for every rank (one line naming the host, exit 2: a missing pool, another
-nearlocal version, --threads beyond a host's CPUs) or goes on. The pool is opened under the same
+nearlocal version, --threads beyond a host's CPUs, an rdma-* case one host would skip and another
+run) or goes on; nothing is stored for a refused run. The pool is opened under the same
 name on every host and proven to be one memory (rank 0 writes a random token, every rank reads
 it back). Ordinary cases are measured host by host (each host alone, by the usual runner, from its
 own plan); rack cases on every rank at once, each rank given the case as rank 0's plan resolved it
 (its pattern and params: nothing is parsed or described again on a rank), rank 0 building the
 rows from its plan's row facts. Rank 0 stores ONE run: every rank's rows with `host` and `rank`
 columns, every host's inventory in run.json. A rank that dies or stops answering leaves the run
-stored and marked incomplete, naming it.
+stored and marked incomplete, naming it: once rank 0's part of a rack case finished it waits the
+method's straggler time (rack/framework.py), and a method's rows_after_loss gives the survivors'
+rows and a lost row for each lost rank (host loss, whose case runs after every other rack case).
 """
 
 from __future__ import annotations
@@ -98,7 +101,8 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
     from nearlocal.probe import probe
 
     answer = {"rank": rank, "version": __version__, "hostname": socket.gethostname(),
-              "pid": os.getpid(), "host_id": "", "error": "", "case_ids": [], "inventory": {}}
+              "pid": os.getpid(), "host_id": "", "error": "", "case_ids": [], "inventory": {},
+              "skips": {}}
     plan = None
     try:
         inventory = probe()
@@ -106,6 +110,7 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
         answer["inventory"] = inventory.to_dict()
         plan = _plan(args, inventory)
         answer["case_ids"] = [c.id for c in plan.cases]
+        answer["skips"] = _rack_skips(plan)
         answer["cpus"] = len(os.sched_getaffinity(0))
     except UsageError as exc:
         answer["error"] = str(exc)
@@ -130,6 +135,19 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
                 settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 
+def _rack_skips(plan: Plan) -> dict[str, str]:
+    """The rack cases this host cannot run, with probe's reason (an rdma-* case on a host
+    without a usable RDMA device): every host must decide each the same way."""
+    return {entry.case.id: entry.reason for entry in plan.rack() if entry.reason}
+
+
+def _what_it_needs(case_id: str) -> str:
+    if case_id.startswith("rdma-"):
+        return "every rank of an rdma-* case needs an RDMA device"
+    return (f"every rank of {case_id.split('/')[0]} runs its part: every host needs what this one "
+            "lacks")
+
+
 def _first_problem(answers: list[dict]) -> str | None:
     """The one line every rank exits with, or None when every host can run the command."""
     lead = answers[0]
@@ -145,6 +163,12 @@ def _first_problem(answers: list[dict]) -> str | None:
         if answer["case_ids"] != lead["case_ids"]:
             return (f"rank {answer['rank']} on host {answer['hostname']} selected other cases "
                     "than rank 0: every rank must run the same command line")
+    for case_id in lead["case_ids"]:  # skipped on one host, run on another: refused
+        skipping = [a for a in answers if case_id in a.get("skips", {})]
+        if skipping and len(skipping) < len(answers):
+            first = skipping[0]
+            return (f"on host {first['hostname']} (rank {first['rank']}): "
+                    f"{first['skips'][case_id]}: {_what_it_needs(case_id)}")
     return None
 
 
@@ -192,7 +216,7 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
                 flush_written(pools[text].array, 0, TOKEN_WORDS, FLUSH)
                 tokens[text] = token.tolist()
         except (UsageError, OSError) as exc:
-            problem = f"on host {hosts[0]['hostname']} (rank 0): cannot map the pool: {exc}"
+            problem = f"pool {text} cannot be mapped on host {hosts[0]['hostname']} (rank 0): {exc}"
     tokens = job.bcast((tokens, problem), START_TIMEOUT_S, "hearing the pool's token")
     tokens, problem = tokens
     if job.rank and not problem:
@@ -311,7 +335,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
                     _collect_plain(job, rank, store, hosts, plan, len(plain))
                 except RankLost as exc:
                     lost[rank] = _lost_line(exc, hosts)
-        for entry in plan.rack():
+        for entry in _rack_order(plan.rack()):
             _rack_case(job, entry, plan, hosts, pools, store, lost, waiting)
     except KeyboardInterrupt:  # SIGTERM from the launcher: a rank died (no ULFM)
         why = _who_died(hosts, waiting[0])
@@ -342,6 +366,14 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
                           f"{len({h['host_id'] for h in hosts})} host(s))"
                           + (f" (incomplete: {store.meta['incomplete_reason']})" if lost else ""))
     return RANKS_LOST if lost else 0
+
+
+def _rack_order(entries: list) -> list:
+    """The rack cases in the plan's order, those that may lose a host (host loss under the VM
+    rig) after every other: a lost host skips every rack case after it."""
+    from nearlocal.rack.framework import RACK_METHODS
+
+    return sorted(entries, key=lambda entry: RACK_METHODS[entry.case.method].may_lose_host)
 
 
 def _lost_line(exc: RankLost, hosts: list[dict]) -> str:
@@ -406,8 +438,9 @@ def _run_part(ctx) -> tuple[str, object]:
 def _rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, store,
                lost: dict, waiting: list) -> None:
     """One rack case on every rank: `entry`, rank 0's plan's, gives the resolved case every rank
-    is sent and the row facts (described with this box's cache sizes) each row starts from."""
-    from nearlocal.core.sampling import summarize
+    is sent and the row facts (described with this box's cache sizes) each row starts from.
+    Ranks lost during it are added to `lost`: the method's rows_after_loss, where it has one,
+    gives the survivors' rows and one for each lost rank; else one failed row names them."""
     from nearlocal.rack.framework import RACK_METHODS
 
     case = entry.case
@@ -422,26 +455,50 @@ def _rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, st
     for rank in range(1, job.size):
         job.send(("rack", entry.resolved), rank, START_TIMEOUT_S, "starting a rack case")
     ctx = _rack_context(job, entry.resolved, plan, hosts, pools)
-    results: list = [None] * job.size
-    failures = []
-    try:
-        results[0] = _run_part(ctx)
-        for rank in range(1, job.size):
-            waiting[0] = rank
-            results[rank] = job.recv(rank, plan.case_timeout_s + 60, f"measuring {case.id}")
-    except RankLost as exc:
-        line = _lost_line(exc, hosts)
-        if exc.rank > 0:
-            lost[exc.rank] = line
-        store.add_case({**_tagged(base, hosts, 0), "status": "failed", "reason": line})
+    results, gone = _gather_parts(job, method, ctx, plan, hosts, waiting)
+    lost.update(gone)
+    failures = [f"rank {r}: {got[1]}" for r, got in enumerate(results)
+                if got is not None and got[0] != "ok"]
+    if gone and not failures and method.rows_after_loss is not None:
+        _store_rows(method.rows_after_loss(ctx, [None if got is None else got[1]
+                                               for got in results], gone),
+                    ctx, base, hosts, store)
         return
-    failures = [f"rank {r}: {value}" for r, (status, value) in enumerate(results)
-                if status != "ok"]
-    if failures:
+    if gone or failures:
         store.add_case({**_tagged(base, hosts, 0), "status": "failed",
-                        "reason": "; ".join(failures)})
+                        "reason": "; ".join([*gone.values(), *failures])})
         return
-    rows = method.rows(ctx, [value for _, value in results])
+    _store_rows(method.rows(ctx, [value for _, value in results]), ctx, base, hosts, store)
+
+
+def _gather_parts(job: World, method, ctx, plan: Plan, hosts: list[dict],
+                  waiting: list) -> tuple[list, dict[int, str]]:
+    """Rank 0's own part, then every other rank's result: [(status, value) or None for a lost
+    rank], and {lost rank: line}. Once rank 0's part finished, the others get the method's
+    straggler wait (the ranks met at its barriers); after a failure of rank 0's part the others
+    may still be waiting at a barrier, so they get the case's whole timeout."""
+    from nearlocal.rack.framework import straggler_s
+
+    results: list = [None] * job.size
+    results[0] = _run_part(ctx)
+    wait = straggler_s(method, ctx, results[0][1]) if results[0][0] == "ok" \
+        else plan.case_timeout_s + 60
+    deadline = time.monotonic() + wait
+    gone: dict[int, str] = {}
+    for rank in range(1, job.size):
+        waiting[0] = rank
+        try:
+            results[rank] = job.recv(rank, max(deadline - time.monotonic(), 1.0),
+                                     f"measuring {ctx.case.id}")
+        except RankLost as exc:
+            gone[rank] = _lost_line(exc, hosts)
+    return results, gone
+
+
+def _store_rows(rows: list, ctx, base: dict, hosts: list[dict], store) -> None:
+    """A rack case's rows, each with its rank's host columns, statistics and samples."""
+    from nearlocal.core.sampling import summarize
+
     for row in rows:
         stats = summarize(row.ns, base["bytes_moved"]) if len(row.ns) else {"n_samples": 0}
         info = {**row.info, **_host_columns(hosts, row.rank),

@@ -1,7 +1,8 @@
 """What a rack method is and what runs it: each is a `Method` (so `--method`, `probe` and case
 ids work as for any other) and a `RackMethod`: what every rank does (`run`, on every rank at once,
-through the pool), and how rank 0 turns every rank's result into rows (`rows`). The job itself
-(frontends/mpi_job.py) looks methods up in `RACK_METHODS`.
+through the pool), and how rank 0 turns every rank's result into rows (`rows`; `rows_after_loss`
+when a rank was lost during the case). The job itself (frontends/mpi_job.py) looks methods up in
+`RACK_METHODS`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,30 @@ class RackMethod:
     # what the host itself lacks for the method (no RDMA device), MPI aside: a method alone
     # outside MPI on such a host is skipped with this reason, not refused
     host_needs: Callable[[object], str | None] | None = None
+    # rank 0's wait for the other ranks' results once its own part finished (given its result):
+    # None is straggler_s()'s default, STRAGGLER_S plus twice the budget
+    straggler_s: Callable[[RackContext, dict], float] | None = None
+    # rows when some ranks were lost during the case but rank 0's part and every survivor's
+    # finished: (ctx, results with None for a lost rank, {lost rank: line naming it and its host});
+    # None: one failed row naming the lost ranks
+    rows_after_loss: Callable[[RackContext, list, dict[int, str]], list[RackRow]] | None = None
+    # the case may lose a host on purpose (host loss under the VM rig): it runs after every
+    # other rack case of the run, so that nothing else is skipped for it
+    may_lose_host: bool = False
+
+
+# Rank 0's wait, after its own part of a rack case finished, for the others' results. The ranks
+# meet at barriers, so the others finish about when rank 0 does: what is left is a last batch of
+# samples (the budget), pickling and sending. A rank silent that long is lost (its host stopped
+# answering: no RST, no launcher notice); docs/rack.md "Deadlines and lost ranks".
+STRAGGLER_S = 60.0
+
+
+def straggler_s(method: RackMethod, ctx: RackContext, own: dict) -> float:
+    """How long rank 0 waits for the others once its own part finished, with `own` its result."""
+    if method.straggler_s is not None:
+        return method.straggler_s(ctx, own)
+    return STRAGGLER_S + 2 * ctx.rule.budget_s
 
 
 RACK_METHODS: dict[str, RackMethod] = {}

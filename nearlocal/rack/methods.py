@@ -18,7 +18,9 @@ from nearlocal.rack.host_loss import (
     check_hostloss,
     hostloss_bytes,
     hostloss_rows,
+    hostloss_rows_after_loss,
     hostloss_run,
+    hostloss_straggler_s,
 )
 from nearlocal.rack.remote_rpc import check_qd, message_pair, ring_bytes, rpc_rows, rpc_run
 from nearlocal.rpc.methods import check_rpc_pattern
@@ -41,7 +43,9 @@ register_rack(RackMethod("rack-aggregate", aggregate_run, aggregate_rows,
           "every rank reads (or writes) its own slice of the pool, alone in turn, then all at "
           "once from one barrier: total GB/s and each host's share", {},
           check_pattern=check_contiguous, accesses=("read", "write"))
-register_rack(RackMethod("rack-host-loss", hostloss_run, hostloss_rows, hostloss_bytes),
+register_rack(RackMethod("rack-host-loss", hostloss_run, hostloss_rows, hostloss_bytes,
+                         straggler_s=hostloss_straggler_s,
+                         rows_after_loss=hostloss_rows_after_loss, may_lose_host=True),
           "the record store's writer on the last rank is SIGKILLed mid-write; readers on the "
           "other ranks must detect it within the lease, never return a torn record, recompute",
           HOSTLOSS_PARAMS, check_params=check_hostloss, sample_bytes=lambda pattern: 0)

@@ -29,12 +29,16 @@ from nearlocal.errors import UsageError
 from nearlocal.rpc import records as rec
 from nearlocal.rpc.shared import share
 from nearlocal.rpc.slots import set_parent_death_signal
-from nearlocal.rpc.sync import PROTOCOLS, protocol_code, publish_flag
+from nearlocal.rpc.sync import PROTOCOLS, protocol_code, publish_flag, read_flag
 
 WRITER_MIN_RUN_S = 0.0005
 WRITER_MAX_RUN_S = 0.008
 READ_SLICE_S = 0.001
 READ_GAP_S = 0.001
+FROZEN_RELEASE_S = 5.0  # how long a frozen writer gets, once continued, to fence itself and exit
+# how far past the injector's bound (FaultConfig.end_bound_s) a reader goes on reading when it
+# was never told to stop: a writer whose host is gone never tells it (docs/rack.md)
+READER_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,24 @@ class FaultConfig:
         """A reader judges the owner lost once it has seen no heartbeat for `lease`; the bound
         adds a grace for the reader to get the CPU (readers are not real-time processes)."""
         return self.lease_s + (self.grace_s if self.grace_s is not None else self.lease_s)
+
+    @property
+    def detect_wait_s(self) -> float:
+        """How long the injector waits for every reader to judge one owner lost (a miss after)."""
+        return max(20 * self.lease_s, 2.0, 2 * self.detect_bound_s)
+
+    @property
+    def end_bound_s(self) -> float:
+        """By when, from its start, a live injector has told its readers to stop: it starts no
+        epoch after `duration`, and the last one lasts at most the writer's run, a header
+        corruption's pause, the detection wait and a frozen writer's release."""
+        return (self.duration_s + 2 * WRITER_MAX_RUN_S + self.detect_wait_s
+                + (FROZEN_RELEASE_S if self.freeze_every else 0.0))
+
+    @property
+    def reader_deadline_s(self) -> float:
+        """How long a reader reads when no one tells it to stop (its writer's host was lost)."""
+        return self.end_bound_s + READER_MARGIN_S
 
     def check(self) -> None:
         if self.kills < 1:
@@ -263,7 +285,7 @@ def inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, proto
         if readers_elsewhere is not None:
             readers_elsewhere()
         for reader in range(config.readers if readers_elsewhere is None else 0):
-            readers.append(_child(lambda reader=reader: run_reader(
+            readers.append(_child(lambda reader=reader: _reader_process(
                 raw, words, layout, reader, config, timeout_ticks, tsc_hz, protocol)))
         epoch = 0
         fault = 0
@@ -312,7 +334,7 @@ def inject(config: FaultConfig, layout: rec.Layout, region, tsc_hz: float, proto
                 report["kills_mid_write"] += int(store.in_progress(intent))
             elif freeze and status is None:
                 os.kill(writer, signal.SIGCONT)
-                code = _wait(writer, 5)
+                code = _wait(writer, FROZEN_RELEASE_S)
                 if code is None:
                     _reap(writer)
                     report["frozen_writers_killed"] += 1  # went on writing: a fencing failure
@@ -361,21 +383,34 @@ def _write_after_loss(store: rec.RecordStore, config: FaultConfig, epoch: int) -
 
 def run_reader(raw: np.ndarray, words: np.ndarray, layout: rec.Layout, reader: int,
                config: FaultConfig, timeout_ticks: np.uint64, tsc_hz: float, protocol: int,
-               recheck: bool = True) -> int:
-    """A reader process: reads in slices of READ_SLICE_S with READ_GAP_S asleep in between (a
-    reader is a client, not a spinner; on a small box it leaves the CPUs to the writer), until
-    told to stop or the run's time is long over."""
+               recheck: bool = True) -> dict:
+    """A reader: reads in slices of READ_SLICE_S with READ_GAP_S asleep in between (a reader is
+    a client, not a spinner; on a small box it leaves the CPUs to the writer), until told to
+    stop or, when no one tells it (the writer's host is gone), config.reader_deadline_s after
+    it started. Returns how it ended: `told_to_stop`, `owner_judged_lost` (the last owner it
+    saw was judged lost by this reader) and `read_s`."""
     rec.seed_random(config.seed * 1000 + reader)
     local = np.empty(layout.payload_words, np.uint64)
     monitor = np.zeros(4, np.int64)
     slice_ticks = np.uint64(READ_SLICE_S * tsc_hz)
     gap = min(READ_GAP_S, config.lease_s / 10)
-    deadline = time.monotonic() + config.duration_s + 60
+    started = time.monotonic()
+    deadline = started + config.reader_deadline_s
+    stopped = False
     while time.monotonic() < deadline:
         if rec.reader_run(raw, words, layout.reader_base(reader), local, monitor, timeout_ticks,
                           slice_ticks, protocol, recheck):
+            stopped = True
             break
         time.sleep(gap)
+    epoch = int(read_flag(raw, words, rec.W_EPOCH, protocol))
+    return {"told_to_stop": stopped, "owner_judged_lost": bool(epoch and monitor[rec.M_DEAD] == epoch),
+            "read_s": time.monotonic() - started}
+
+
+def _reader_process(*args) -> int:
+    """A forked reader of `nearlocal faults`: run_reader, exit 0 (the parent reads the counters)."""
+    run_reader(*args)
     return 0
 
 
@@ -395,7 +430,7 @@ def _await_detection(store: rec.RecordStore, config: FaultConfig, epoch: int,
                      signals: StopSignals) -> bool:
     """Wait until every reader has judged this epoch's owner lost (or give up: a miss; a
     detection later than the bound but within twice it counts as late, not missed)."""
-    deadline = time.monotonic() + max(20 * config.lease_s, 2.0, 2 * config.detect_bound_s)
+    deadline = time.monotonic() + config.detect_wait_s
     while time.monotonic() < deadline:
         signals.check()
         if all(store.detection_ticks(r, epoch) for r in range(config.readers)):

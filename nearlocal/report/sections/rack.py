@@ -128,6 +128,16 @@ def _cells(row, info: dict, stat, rtt, mops, aggregate, rdma_rtt) -> list[Cell]:
         ratio = total / aggregate.central if total else None
         note = (f"total {total:.2f} GB/s over {info.get('ranks')} ranks, this host's share "
                 f"{share:.0%}" if total and share is not None else note)
+    elif method == RACK_HOST_LOSS and info.get("lost"):
+        note = f"rank lost during the case ({info.get('role')}): {info.get('lost_why')}"
+    elif method == RACK_HOST_LOSS and info.get("role") == "reader":  # the writer's host was lost
+        stat = stat if isinstance(stat, NoValue) else NoValue(info.get("detect_note") or "")
+        note = (f"this reader's counters: detections {_count(row.get('detections'))}, "
+                f"owner judged lost {'yes' if info.get('owner_judged_lost') else 'NO'}, "
+                f"torn reads {_count(row.get('torn_reads'))} "
+                f"(returned {_count(row.get('torn_reads_returned'))}), "
+                f"reads ok {_count(row.get('reads_ok'))}, fallbacks {info.get('fallbacks_stale')} "
+                f"stale; {info.get('fallback', '')}")
     elif method == RACK_HOST_LOSS:
         detect = info.get("detect_ms") or {}
         stat = Stat(detect["median"] * 1e6, detect["min"] * 1e6, detect["p99"] * 1e6) \
