@@ -365,3 +365,296 @@ def test_a_device_that_does_not_exist_is_one_line_exit_2(capsys, monkeypatch):
                  "--budget", "0.01"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "RDMA device 'mlx5_9' does not exist" in err
+
+
+# --- the send/recv RPC and the path MTU ---------------------------------------------------------
+
+def test_case_ids_drop_default_transport_and_mtu():
+    from nearlocal.core.cases import Case
+
+    assert Case("rdma-rpc", "dram", "wb", "64B", params=(
+        ("transport", "write"), ("mtu", "1024"))).id == "rdma-rpc/dram/wb/64B"
+    assert Case("rdma-rpc", "dram", "wb", "64B", params=(
+        ("transport", "send"),)).id == "rdma-rpc/dram/wb/64B/transport=send"
+    assert Case("rdma-write", "dram", "wb", "16KiB", params=(
+        ("sge", "batched"), ("mtu", "4096"))).id == "rdma-write/dram/wb/16KiB/mtu=4096"
+    assert Case("rdma-read", "dram", "wb", "16KiB", access="read", params=(
+        ("sge", "one"), ("mtu", "1024"))).id == "rdma-read/dram/wb/16KiB/sge=one"
+
+
+@pytest.mark.parametrize(("method", "params", "match"), [
+    ("rdma-rpc", {"transport": "recv"}, "transport=recv must be one of write, send"),
+    ("rdma-write", {"mtu": "1000"}, "mtu=1000 must be one of 256, 512, 1024, 2048, 4096"),
+    ("rdma-read", {"mtu": "big"}, "mtu=big must be one of"),
+    ("rdma-rpc", {"mtu": "8192"}, "mtu=8192 must be one of"),
+])
+def test_bad_transport_or_mtu_is_bad_input(tmp_path, monkeypatch, method, params, match):
+    from nearlocal.rdma.methods import _check_case
+
+    _device(tmp_path)
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
+    with pytest.raises(UsageError, match=match):
+        _check_case(method)({"device": "", **params}, parse_pattern("64B"))
+    for mtu in ("256", "512", "1024", "2048", "4096"):
+        _check_case(method)({"device": "", "mtu": mtu}, parse_pattern("64B"))
+    _check_case("rdma-rpc")({"device": "", "transport": "send"}, parse_pattern("64B"))
+
+
+def _rdma_info(active_mtu: int):
+    from nearlocal.probe.rdma import RdmaDevice, RdmaInfo, RdmaPort
+
+    port = RdmaPort(1, "ACTIVE", "Ethernet", 0, [(1, "fe80::1", "RoCE v2")], "nlrdma0",
+                    active_mtu=active_mtu, max_mtu=4096)
+    return RdmaInfo([RdmaDevice("rxe0", [port], {"max_sge": 32, "max_sge_rd": 32,
+                                                  "max_qp_wr": 1 << 20, "max_mr_size": 1 << 40})],
+                    verbs=True)
+
+
+def test_mtu_above_the_ports_active_mtu_says_device_port_and_active_mtu():
+    from types import SimpleNamespace
+
+    from nearlocal.rdma.methods import mtu_needs
+
+    low = SimpleNamespace(rdma=_rdma_info(1024))
+    assert mtu_needs({"mtu": "4096", "device": ""}, low) == (
+        "mtu=4096 is above rxe0 port 1's active MTU 1024: the path MTU cannot exceed it "
+        "(mtu=1024 or less runs here)")
+    assert mtu_needs({"mtu": "1024", "device": ""}, low) is None
+    assert mtu_needs({"mtu": "4096", "device": ""}, SimpleNamespace(rdma=_rdma_info(4096))) is None
+    # unknown active MTU (no port query): the connection checks both ends instead
+    assert mtu_needs({"mtu": "4096", "device": ""}, SimpleNamespace(rdma=_rdma_info(0))) is None
+
+
+def test_the_connection_refuses_a_path_mtu_above_either_end():
+    from nearlocal.rdma.methods import _check_ends
+
+    _check_ends(1024, {0: 4096, 1: 1024})
+    _check_ends(4096, {0: 4096, 1: 0})  # unknown on rank 1: its RTR decides
+    with pytest.raises(RuntimeError, match="mtu=4096 is above rank 1's port active MTU 1024"):
+        _check_ends(4096, {1: 1024, 0: 4096})
+
+
+@pytest.fixture
+def rdma_box(monkeypatch):
+    """This box's inventory with an RDMA device whose port's active MTU the test sets, inside
+    an MPI job as far as the rdma methods can tell."""
+    import dataclasses
+
+    from nearlocal.probe import probe
+
+    base = probe(calibrate=False, gpu=False)
+    monkeypatch.setattr("nearlocal.rdma.methods.in_mpi_job", lambda: True)
+
+    def box(active_mtu: int):
+        info = _rdma_info(active_mtu)
+        monkeypatch.setattr("nearlocal.rdma.methods._devices", lambda: info)
+        return dataclasses.replace(base, rdma=info)
+
+    return box
+
+
+def test_the_suite_holds_the_send_rpc_and_mtu_4096_rows(rdma_box):
+    from nearlocal.core.suites import suite_cases
+
+    ids = {case.id for case in suite_cases("rdma", rdma_box(1024))}
+    assert {"rdma-rpc/dram/wb/64B", "rdma-rpc/dram/wb/64B/transport=send",
+            "rdma-write/dram/wb/16KiB/mtu=4096",
+            "rdma-read/dram/wb/16KiB/mtu=4096"} <= ids
+    assert "rdma-write/dram/wb/16KiB" in ids and "rdma-write/dram/wb/16KiB/sge=one" in ids
+    assert ids == {case.id for case in suite_cases("rdma", rdma_box(4096))}
+
+
+@pytest.mark.parametrize("active_mtu", [1024, 4096])
+def test_in_the_suite_a_port_below_mtu_4096_skips_those_rows_and_runs_the_rest(rdma_box,
+                                                                              active_mtu):
+    from nearlocal.core.suites import suite_cases
+    from nearlocal.engine.plan import RunSettings, Skip, SkipKind, plan_cases
+
+    inventory = rdma_box(active_mtu)
+    plan = plan_cases(suite_cases("rdma", inventory), inventory, RunSettings(0.01))
+    plan.refuse_bad_input()  # never the whole run
+    skipped = {e.case.id: e.decision for e in plan.entries if not e.runs}
+    if active_mtu == 4096:
+        assert not skipped
+        return
+    assert set(skipped) == {"rdma-write/dram/wb/16KiB/mtu=4096",
+                            "rdma-read/dram/wb/16KiB/mtu=4096"}
+    for decision in skipped.values():
+        assert isinstance(decision, Skip) and decision.kind is SkipKind.BEYOND_DEVICE
+        assert "above rxe0 port 1's active MTU 1024" in decision.reason
+    assert len(plan.runnable) == len(plan.entries) - 2
+
+
+def test_an_mtu_the_user_named_above_the_active_mtu_is_one_line_of_bad_input(rdma_box):
+    from nearlocal.core.cases import Case
+    from nearlocal.engine.plan import Refuse, RunSettings, plan_cases
+
+    inventory = rdma_box(1024)
+    cases = [Case("rdma-write", "dram", "wb", "16KiB", params=(("mtu", "4096"),)),
+             Case("rdma-rpc", "dram", "wb", "64B", params=(("mtu", "4096"),))]
+    plan = plan_cases(cases, inventory, RunSettings(0.01))
+    assert all(isinstance(e.decision, Refuse) for e in plan.entries)  # the MPI job raises on it
+    with pytest.raises(UsageError) as refused:
+        plan.refuse_bad_input()
+    assert str(refused.value) == ("mtu=4096 is above rxe0 port 1's active MTU 1024: the path "
+                                  "MTU cannot exceed it (mtu=1024 or less runs here)")
+    assert plan_cases(cases, rdma_box(4096), RunSettings(0.01)).entries[0].runs
+
+
+def test_probe_reads_the_ports_mtus_through_ibv_query_port():
+    class Lib:  # ibv_query_port writing what a provider writes into ibv_port_attr
+        def ibv_query_port(self, context, port, attr):
+            struct.pack_into("III", attr, 0, 4, 5, 3)  # ACTIVE, max 4096, active 1024
+            return 0
+
+    assert verbs.port_attr(Lib(), 1, 1) == {"state": 4, "max_mtu": 4096, "active_mtu": 1024}
+    failing = type("Failing", (), {"ibv_query_port": lambda self, c, p, a: 22})()
+    assert verbs.port_attr(failing, 1, 1) == {}
+
+
+def test_receive_request_layout():
+    from nearlocal.rdma.requests import build_recv
+
+    wr, sge = build_recv(0x10000, 64, 7)
+    assert wr.size == verbs.RECV_WR_BYTES == 32
+    wr_id, nxt, sg_list, num_sge = struct.unpack_from("QQQi", wr, 0)
+    assert (wr_id, nxt, sg_list, num_sge) == (0, 0, sge.ctypes.data, 1)
+    assert struct.unpack_from("QII", sge, 0) == (0x10000, 64, 7)
+
+
+class TwoSided:
+    """A provider for the send/recv RPC: post_send copies the message where the peer's posted
+    receive takes it and queues a receive completion there (`deliver`), post_recv counts the
+    receives posted; poll_cq completes from the CQ asked (SEND_CQ: send completions, RECV_CQ:
+    receive completions). `log` keeps the order of posts; `rnr` counts a message that found no
+    receive posted."""
+
+    SEND_CQ, RECV_CQ = 2, 5
+
+    def __init__(self, deliver):
+        self.deliver, self.log, self.rnr = deliver, [], 0
+        self.posted_recvs, self.recv_done, self.send_done = 0, 0, 0
+        self.post = POST(self._post)
+        self.recv = POST(self._recv)
+        self.poll = POLL(self._poll)
+
+    def _post(self, qp, wr, bad):
+        self.log.append("send")
+        self.send_done += 1
+        self.deliver(self)
+        return 0
+
+    def _recv(self, qp, wr, bad):
+        self.log.append("recv")
+        self.posted_recvs += 1
+        return 0
+
+    def arrive(self) -> None:
+        """A message from the peer lands in this side's posted receive."""
+        if self.posted_recvs == 0:
+            self.rnr += 1
+            return
+        self.posted_recvs -= 1
+        self.recv_done += 1
+
+    def _poll(self, cq, entries, wc):
+        field = "recv_done" if cq == self.RECV_CQ else "send_done"
+        if getattr(self, field):
+            setattr(self, field, getattr(self, field) - 1)
+            ctypes.c_uint32.from_address(wc + verbs.WC_STATUS).value = 0
+            return 1
+        return 0
+
+    def args(self, wc: np.ndarray, bad: np.ndarray) -> tuple:
+        address = lambda f: np.uint64(ctypes.cast(f, ctypes.c_void_p).value)  # noqa: E731
+        return (address(self.post), address(self.recv), address(self.poll), np.uint64(1),
+                np.uint64(self.SEND_CQ), np.uint64(self.RECV_CQ), np.uint64(3), np.uint64(4),
+                np.uint64(bad.ctypes.data), np.uint64(wc.ctypes.data))
+
+
+def test_send_rpc_client_posts_the_replys_receive_before_the_clock_and_polls_it():
+    from nearlocal.rdma import kernels
+
+    request, reply = np.zeros(8, np.uint64), np.zeros(8, np.uint64)
+    request[:7] = np.arange(7, dtype=np.uint64) + 7
+
+    def echo(side):  # the server's reply, sent back at once into the client's receive
+        reply[:] = request
+        side.arrive()
+
+    client = TwoSided(echo)
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    ticks = np.zeros(3, np.uint64)
+    assert kernels.rpc_send_client(*client.args(wc, bad), _at(request, 7), _at(reply, 7),
+                                   np.uint64(100), ticks, np.uint64(1 << 40)) == kernels.OK
+    assert (ticks > 0).all() and reply[7] == 102 and (reply == request).all()
+    assert client.log == ["recv", "send"] * 3 and client.rnr == 0
+    assert client.send_done == 0 and client.recv_done == 0  # every completion reaped
+    # a reply whose sequence is not the request's: said, not timed as a round trip
+    stale = TwoSided(lambda side: side.arrive())
+    got = kernels.rpc_send_client(*stale.args(wc, bad), _at(request, 7), _at(np.zeros(8, np.uint64), 7),
+                                  np.uint64(5), np.zeros(1, np.uint64), np.uint64(1 << 40))
+    assert got == kernels.WRONG_REPLY
+
+
+def test_send_rpc_server_reposts_its_receive_before_the_reply():
+    from nearlocal.rdma import kernels
+
+    slot, reply, client_slot = (np.zeros(8, np.uint64) for _ in range(3))
+
+    def to_client(side):
+        client_slot[:] = reply
+
+    server = TwoSided(to_client)
+    server.posted_recvs = 1  # the first receive, posted by the caller before the barrier
+    wc, bad = np.zeros(verbs.WC_BYTES // 4, np.uint32), np.zeros(1, np.uint64)
+    state = np.zeros(2, np.int64)
+    serve = (*server.args(wc, bad), _at(slot), _at(reply), 8, state, np.uint64(1 << 40),
+             np.uint64(1 << 20))
+    assert kernels.rpc_send_server(*serve) == kernels.IDLE  # nothing arrived
+    slot[:7] = np.arange(7, dtype=np.uint64) + 7
+    slot[7] = 5
+    server.arrive()
+    assert kernels.rpc_send_server(*serve) == kernels.IDLE
+    assert state.tolist() == [5, 1] and (client_slot == slot).all()
+    assert server.log == ["recv", "send"] and server.posted_recvs == 1  # one receive waiting
+    slot[7] = kernels.STOP
+    server.arrive()
+    assert kernels.rpc_send_server(*serve) == kernels.STOPPED and state[1] == 1
+    assert server.log == ["recv", "send"]  # STOP is not answered
+
+
+def test_rpc_rows_say_the_transport_and_what_was_timed():
+    from types import SimpleNamespace
+
+    from nearlocal.rdma.methods import _rpc_rows
+
+    ctx = SimpleNamespace(overhead_ticks=10.0)
+    got = {"raw": np.ones(3), "ns": np.full(3, 8000.0), "echoed": True, "message_bytes": 64,
+           "transport": "send", "device": "rxe0", "port": 1, "path_mtu": 1024,
+           "active_mtu": 1024, "converged": True, "elapsed_s": 0.1}
+    (row,) = _rpc_rows(ctx, [got, {"served": 3}])
+    assert row.info["transport"] == "send" and row.info["path_mtu"] == 1024
+    assert row.info["timed"].startswith("ibv_post_send of the request's SEND -> the reply's "
+                                        "receive completion polled on rank 0's receive CQ")
+    assert row.info["data_check"] == "ok: the last reply equals its request" and not row.failed
+    (write,) = _rpc_rows(ctx, [{**got, "transport": "write", "echoed": False}, {"served": 3}])
+    assert write.info["transport"] == "write" and "sequence word" in write.info["timed"]
+    assert write.failed == "FAILED: the last reply differs from its request"
+
+
+def test_the_mpi_jobs_plan_refuses_a_named_mtu_and_keeps_the_suites_as_skipped_rows(rdma_box):
+    """What each rank of an MPI job decides before the run (frontends/mpi_job.py's _plan): the
+    user's `--param mtu=4096` on a 1024 port is the one-line error every rank exits 2 with; the
+    suite's mtu=4096 rows are skipped rows and the run goes ahead."""
+    from nearlocal.frontends.cli import build_parser
+    from nearlocal.frontends.mpi_job import _plan
+
+    inventory = rdma_box(1024)
+    named = build_parser().parse_args(["run", "--method", "rdma-write", "--size", "16KiB",
+                                       "--param", "mtu=4096"])
+    with pytest.raises(UsageError, match=r"^mtu=4096 is above rxe0 port 1's active MTU 1024"):
+        _plan(named, inventory)
+    suite = _plan(build_parser().parse_args(["run", "--suite", "rdma"]), inventory)
+    skipped = [e for e in suite.planned.entries if not e.runs]
+    assert len(skipped) == 2 and all("active MTU 1024" in e.reason for e in skipped)

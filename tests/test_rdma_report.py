@@ -117,3 +117,21 @@ def test_emulation_note_names_tcg_a_vm_or_nothing():
     assert "no memory timing" in emulation_note({"model": "QEMU TCG CPU version 2.5+"})
     assert "virtual machine" in emulation_note({"model": "AMD EPYC", "flags": {"hypervisor": True}})
     assert emulation_note({"model": "AMD EPYC", "flags": {"hypervisor": False}}) == ""
+
+
+def test_b15_stands_on_the_send_recv_rpc_and_the_rack_section_keeps_both(tmp_path):
+    """B15's RDMA RC RPC is send/recv: the report's B15 line takes the transport=send row where
+    the run has one (even when the RDMA-write RPC is faster); the rack section lists both."""
+    send = row("rdma-rpc", "dram", access="write", size=64, pattern="64B", median=12_000.0,
+               params={"transport": "send"})
+    send["info"] = {"transport": "send", "path_mtu": 1024, "device": "rxe0",
+                    "work_requests_per_sample": 1, "data_check": "ok: the last reply equals its request"}
+    rows = [*_rows(), send]
+    for data in rows:
+        data["host"] = "box"
+    report = build_report([load(make_run(tmp_path, rows))])
+    b15 = _line(report.section("rdma").table, "B15", "64 B metadata RPC round trip")
+    assert b15[4].median_ns == 12_000.0 and "transport send, path MTU 1024" in b15[7]
+    labels = [str(r[0]) for r in report.section("rack").table.rows
+              if str(r[0]).startswith("rdma-rpc")]
+    assert sorted(labels) == ["rdma-rpc 64B send", "rdma-rpc 64B write"]

@@ -19,7 +19,8 @@ PIECES = {"16KiB": (1, 16384), "128x20KiB": (128, 20480), "1024x160B": (1024, 16
 LIMITS = {"max_sge": 32, "max_sge_rd": 32, "max_qp_wr": 1048576, "max_mr_size": 2**64 - 1}
 
 
-def _guest(out: Path, bad_check: str = "", wrong_requests: str = "") -> Path:
+def _guest(out: Path, bad_check: str = "", wrong_requests: str = "", active_mtu: int = 1024,
+           send_rpc: bool = True) -> Path:
     rows = []
     for method in ("rdma-write", "rdma-read"):
         for pattern, (count, size) in PIECES.items():
@@ -36,12 +37,27 @@ def _guest(out: Path, bad_check: str = "", wrong_requests: str = "") -> Path:
                                 "data_check": check, "data_movement_ns": 100.0}
                 data["max_sge"] = 32
                 rows.append(data)
-    rpc = row("rdma-rpc", size=64, pattern="64B")
-    rpc["info"] = {"data_check": "ok: the last reply equals its request", "requests_served": 9}
-    rows.append(rpc)
+    for transport in ("write", "send") if send_rpc else ("write",):
+        rpc = row("rdma-rpc", size=64, pattern="64B",
+                  params={"transport": "send"} if transport == "send" else {})
+        rpc["info"] = {"data_check": "ok: the last reply equals its request", "requests_served": 9,
+                       "transport": transport}
+        rows.append(rpc)
+    for method in ("rdma-write", "rdma-read"):  # the suite's 16 KiB rows at path MTU 4096
+        access = "write" if method == "rdma-write" else "read"
+        if active_mtu >= 4096:
+            data = row(method, access=access, params={"mtu": "4096"})
+            data["info"] = {"sge": "batched", "work_requests_per_sample": 1, "path_mtu": 4096,
+                            "data_check": "ok: equal", "data_movement_ns": 100.0}
+        else:
+            data = row(method, access=access, params={"mtu": "4096"}, status="skipped",
+                       reason=f"mtu=4096 is above rxe0 port 1's active MTU {active_mtu}: the "
+                              f"path MTU cannot exceed it (mtu={active_mtu} or less runs here)")
+        rows.append(data)
     make_run(out / "results", rows)
     port = {"port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "lid": 0,
-            "gids": [[1, "0000:0000:0000:0000:0000:ffff:0a4d:0001", "RoCE v2"]], "netdev": "x"}
+            "gids": [[1, "0000:0000:0000:0000:0000:ffff:0a4d:0001", "RoCE v2"]], "netdev": "x",
+            "active_mtu": active_mtu, "max_mtu": 4096}
     (out / "probe.json").write_text(json.dumps({"inventory": {"rdma": {"devices": [
         {"name": "rxe0", "ports": [port], "limits": LIMITS}], "verbs": True, "reason": ""}}}))
     (out / "run.rc").write_text("0\n")
@@ -52,9 +68,18 @@ def _guest(out: Path, bad_check: str = "", wrong_requests: str = "") -> Path:
     return out
 
 
-def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path):
-    facts, problems = vm_rdma.check(_guest(tmp_path))
-    assert not problems and len(facts) == 2 + 1 + 12 + 1 + 1 + 1
+@pytest.mark.parametrize("active_mtu", [1024, 4096])
+def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path, active_mtu):
+    """Soft-RoCE on a 1500 B netdev (active MTU 1024: the mtu=4096 rows skipped, saying so) or
+    on jumbo frames (4096: they run at that path MTU)."""
+    facts, problems = vm_rdma.check(_guest(tmp_path, active_mtu=active_mtu))
+    assert not problems and len(facts) == 3 + 1 + 12 + 2 + 2 + 1 + 1
+    assert any(f"mtu=4096 (active MTU {active_mtu})" in fact for fact in facts)
+
+
+def test_a_missing_send_rpc_row_is_a_failed_fact(tmp_path):
+    _, problems = vm_rdma.check(_guest(tmp_path, send_rpc=False))
+    assert len(problems) == 1 and "transport=send: 0 rows" in problems[0]
 
 
 @pytest.mark.parametrize("damage", [{"bad_check": "rdma-read 1024x160B batched"},

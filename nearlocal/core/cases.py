@@ -33,6 +33,9 @@ class SkipKind(enum.Enum):
     READ_ONLY = "read-only"  # writes to a region that cannot take them (a read-only fs)
     NEEDS_ALLOW_WRITE = "needs-allow-write"  # writes to user-owned memory without --allow-write
     NOT_ON_BOX = "not-on-box"  # accept: a case the box refused as input (numa:7 on one node)
+    # a parameter beyond what the box's device takes (Method.case_needs: an RDMA path MTU above
+    # the port's active MTU); bad input when every selected case is one (engine/plan.py)
+    BEYOND_DEVICE = "beyond-device"
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,9 @@ def skip(case: Case, inventory: HostInventory, allow_write: bool,
     reason = method.unavailable(inventory)
     if reason:
         return SkipKind.UNAVAILABLE, reason
+    reason = method.case_needs(dict(case.effective_params), inventory) if method.case_needs else None
+    if reason:
+        return SkipKind.BEYOND_DEVICE, reason
     spec, peer = specs if specs is not None else parse_specs(case)
     kind, peer_kind = region_kind(spec), region_kind(peer)
     if kind.family not in method.region_families:

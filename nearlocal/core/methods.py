@@ -128,6 +128,11 @@ class Method:
     check_pattern: Callable[[Pattern], None] | None = None
     # a parameter whose limit comes from the pattern (qd <= a ring's slots) -> UsageError
     check_case: Callable[[dict, Pattern], None] | None = None
+    # why this box's device cannot take one case's parameters (an RDMA path MTU above the port's
+    # active MTU), from its params (defaults merged) and the probed box; None when it can. The
+    # case is a skipped row among others (a suite's), bad input when every case selected is one
+    # (engine/plan.py): the user named it
+    case_needs: Callable[[dict, HostInventory], str | None] | None = None
     # bytes one sample moves when that is not the pattern's total (one RPC of a ring, a round trip)
     sample_bytes: Callable[[Pattern], int] | None = None
     # writes into the region even when it reads it (chase lays its pointer ring there)

@@ -265,4 +265,16 @@ def plan_cases(cases: Iterable[Case], inventory: HostInventory, settings: RunSet
     cases = apply_thread_args(list(cases), settings.threads, settings.cpus, inventory.numa)
     if check_selection is not None:
         check_selection(cases)
-    return Plan(plan_entries(cases, inventory, settings.allow_write), inventory, settings)
+    return Plan(_named_beyond_device(plan_entries(cases, inventory, settings.allow_write)),
+                inventory, settings)
+
+
+def _named_beyond_device(entries: list[PlanEntry]) -> list[PlanEntry]:
+    """A selection whose every case asks the box's device for more than it takes (SkipKind
+    BEYOND_DEVICE: `--param mtu=4096` on a port whose active MTU is 1024) is bad input, the user
+    named it: each such case is refused. Among other cases (a suite's) each stays a skipped row
+    naming why. Decided here, not in one front end, so an MPI job's ranks refuse it too."""
+    if entries and all(isinstance(entry.decision, Skip)
+                       and entry.decision.kind is SkipKind.BEYOND_DEVICE for entry in entries):
+        return [replace(entry, decision=Refuse(entry.decision.reason)) for entry in entries]
+    return entries

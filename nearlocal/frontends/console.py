@@ -61,7 +61,8 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
     rdma = inventory.rdma
     console.print("[bold]RDMA[/] " + ("; ".join(
         f"{d.name}: " + ", ".join(
-            f"port {p.port} {p.state} {p.link_layer} ({len(p.gids)} GIDs"
+            f"port {p.port} {p.state} {p.link_layer}"
+            f"{f' active MTU {p.active_mtu}' if p.active_mtu else ''} ({len(p.gids)} GIDs"
             f"{', ' + p.netdev if p.netdev else ''})" for p in d.ports)
         + (f", max_sge {d.limits['max_sge']}, max_qp_wr {d.limits['max_qp_wr']}, max_mr_size "
            f"{format_size(d.limits['max_mr_size'])}" if "max_sge" in d.limits else "")

@@ -1,5 +1,6 @@
 """RDMA devices (/sys/class/infiniband): ports, link layer, state, GIDs, and the device limits
-(max_sge, max_qp_wr, max_mr_size) from ibv_query_device when libibverbs loads. The rdma-*
+(max_sge, max_qp_wr, max_mr_size) from ibv_query_device and each port's active and max MTU from
+ibv_query_port when libibverbs loads (sysfs has no MTU file for a port). The rdma-*
 methods run on a device with an active port; without one, `reason` says why (probe prints it,
 the runner skips those cases with it)."""
 
@@ -21,6 +22,10 @@ class RdmaPort:
     lid: int
     gids: list[tuple[int, str, str]] = field(default_factory=list)  # index, gid, type ("RoCE v2")
     netdev: str = ""
+    # ibv_query_port's, in bytes (256 .. 4096); 0: not asked (no libibverbs, a fake tree) or
+    # the query failed. A path MTU (the rdma-* `mtu`) above active_mtu cannot run on the port.
+    active_mtu: int = 0
+    max_mtu: int = 0
 
 
 @dataclass
@@ -79,15 +84,20 @@ def probe_rdma(root: SysRoot, query_limits: bool = True) -> RdmaInfo:
     devices = [RdmaDevice(name, _ports(root, name)) for name in names]
     lib = None
     if query_limits and root.is_real():
-        from nearlocal.probe.verbs import load_library
+        from nearlocal.probe.verbs import load_library, query_ports
         from nearlocal.probe.verbs import query_limits as query
 
         lib = load_library()
         for device in devices:
             try:
                 device.limits = query(lib, device.name) if lib else {}
+                mtus = query_ports(lib, device.name, [p.port for p in device.ports]) if lib else {}
             except Exception as exc:  # a device libibverbs cannot open (no provider): say so
                 device.limits = {"error": str(exc)}
+                continue
+            for port in device.ports:
+                port.active_mtu = mtus.get(port.port, {}).get("active_mtu", 0)
+                port.max_mtu = mtus.get(port.port, {}).get("max_mtu", 0)
     verbs = lib is not None if root.is_real() else True  # a fake tree: the library is not asked
     return RdmaInfo(devices, verbs, _reason(root, devices, verbs))
 

@@ -146,7 +146,7 @@ def refuse_without_mpi(cases: list[Case], inventory=None) -> None:
 
 def register_rack(rack: RackMethod, summary: str, params: dict, check_params=None,
                   check_pattern=None, accesses: tuple[str, ...] = ("write",), sample_bytes=None,
-                  needs=needs_mpi, check_case=None,
+                  needs=needs_mpi, check_case=None, case_needs=None,
                   cpu_flags: tuple[str, ...] = ("rdtscp", "clflushopt"),
                   stores_in_region: bool = False, delivery: Delivery | None = None) -> None:
     """A rack method: a `Method` (--method, probe, case ids) and what its ranks do."""
@@ -161,8 +161,8 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
         name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
         needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
-        check_case=check_case, sample_bytes=sample_bytes, stores_in_region=stores_in_region,
-        delivery=delivery))
+        check_case=check_case, case_needs=case_needs, sample_bytes=sample_bytes,
+        stores_in_region=stores_in_region, delivery=delivery))
     RACK_METHODS[rack.name] = rack
 
 

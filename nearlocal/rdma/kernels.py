@@ -1,11 +1,12 @@
-"""The timed loops of the rdma-* methods: compiled code that calls the provider's post_send and
-poll_cq through the function pointers in the device context (probe/verbs.py reads them), with the
-work requests prebuilt in a numpy buffer (chained `next` pointers). Only posting and polling sit
-inside a timed interval, between the same rdtscp-fenced TSC reads as every CPU method.
+"""The timed loops of the rdma-* methods: compiled code that calls the provider's post_send,
+post_recv and poll_cq through the function pointers in the device context (probe/verbs.py reads
+them), with the work requests prebuilt in a numpy buffer (chained `next` pointers). Only posting
+and polling sit inside a timed interval, between the same rdtscp-fenced TSC reads as every CPU
+method.
 
 Addresses (QP, CQ, WR chain, work completion, the RPC's slots) are plain uint64 arguments;
-`post_send` and `poll_cq` are called by an intrinsic that casts the address to the C function's
-type. Memory the provider or the NIC writes (the work completion, a slot) is read by address
+`post_send`, `post_recv` and `poll_cq` are called by an intrinsic that casts the address to the
+C function's type. Memory the provider or the NIC writes (the work completion, a slot) is read by address
 with atomic loads, never through a numpy array: numba marks array arguments `noalias`, so LLVM
 may assume an opaque call does not change them and keep a value read before it.
 """
@@ -20,24 +21,37 @@ from numba.extending import intrinsic
 from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
 
 OK, POST_FAILED, POLL_FAILED, BAD_COMPLETION, TIMEOUT, STOPPED, IDLE = 0, 1, 2, 3, 4, 5, 6
+RECV_POST_FAILED, WRONG_REPLY = 7, 8  # the send/recv RPC's: ibv_post_recv failed; a reply's
+# sequence word is not its request's
 SPINS_PER_CHECK = 256
 WC_STATUS = 8  # ibv_wc.status (verbs.WC_STATUS)
 STOP = np.uint64(0xFFFFFFFFFFFFFFFF)  # the RPC's last sequence: the server returns
 
 
-@intrinsic
-def _post_send(typingctx, fn, qp, wr, bad):
-    """int post_send(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **)"""
-    if not all(isinstance(t, types.Integer) for t in (fn, qp, wr, bad)):
-        return None
+def _post_call(doc: str):
+    """An intrinsic calling `int fn(struct ibv_qp *, WR *, WR **)` at the address `fn`: the
+    shape of both post_send and post_recv."""
+    @intrinsic
+    def post(typingctx, fn, qp, wr, bad):
+        if not all(isinstance(t, types.Integer) for t in (fn, qp, wr, bad)):
+            return None
 
-    def codegen(context, builder, signature, args):
-        i8p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.IntType(32), [i8p, i8p, i8p])
-        target = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.call(target, [builder.inttoptr(a, i8p) for a in args[1:]])
+        def codegen(context, builder, signature, args):
+            i8p = ir.IntType(8).as_pointer()
+            fnty = ir.FunctionType(ir.IntType(32), [i8p, i8p, i8p])
+            target = builder.inttoptr(args[0], fnty.as_pointer())
+            return builder.call(target, [builder.inttoptr(a, i8p) for a in args[1:]])
 
-    return types.int32(fn, qp, wr, bad), codegen
+        return types.int32(fn, qp, wr, bad), codegen
+
+    post.__doc__ = doc
+    return post
+
+
+_post_send = _post_call("int post_send(struct ibv_qp *, struct ibv_send_wr *, "
+                        "struct ibv_send_wr **)")
+_post_recv = _post_call("int post_recv(struct ibv_qp *, struct ibv_recv_wr *, "
+                        "struct ibv_recv_wr **)")
 
 
 @intrinsic
@@ -220,6 +234,88 @@ def rpc_server(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, slot, rep
         if _post_send(post_send, qp, wr_head, bad_addr) != 0:
             return POST_FAILED
         why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        if why != OK:
+            return why
+        state[0] = np.int64(seq)
+        state[1] += 1
+
+
+# --- the send/recv RPC (transport=send): two-sided, B15's RDMA RC RPC -------------------------
+# The QP has a receive CQ of its own: the timed interval polls it for the reply alone, and the
+# request's send completion (its ACK, whose arrival relative to the reply no one orders) is
+# reaped from the send CQ after the clock stops. One CQ would put that completion inside the
+# interval whenever it came first.
+
+
+@njit(cache=True, nogil=True)
+def rpc_send_client(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr, recv_wr,
+                    bad_addr, wc_addr, request_seq, reply_seq, first_seq, samples,
+                    timeout_ticks):
+    """Each sample: the request's sequence word set and the reply's receive posted (untimed:
+    the reply never meets an empty receive queue), then ibv_post_send of a SEND of the request
+    -> the reply's receive completion polled on the receive CQ. After the clock stops: the
+    reply's sequence word checked against the request's, the send completion reaped."""
+    for s in range(samples.size):
+        seq = np.uint64(first_seq + s)
+        _store_u64(request_seq, seq)
+        if _post_recv(post_recv, qp, recv_wr, bad_addr) != 0:
+            return RECV_POST_FAILED
+        t0 = tsc_begin()
+        if _post_send(post_send, qp, send_wr, bad_addr) != 0:
+            return POST_FAILED
+        why = _complete(poll_cq, recv_cq, wc_addr, 1, timeout_ticks)
+        t1 = tsc_end()
+        if why != OK:
+            return why
+        samples[s] = t1 - t0
+        if _load_u64(reply_seq) != seq:
+            return WRONG_REPLY
+        why = _complete(poll_cq, send_cq, wc_addr, 1, timeout_ticks)
+        if why != OK:
+            return why
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def rpc_send_server(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr, recv_wr,
+                    bad_addr, wc_addr, slot, reply, words, state, timeout_ticks, idle_ticks):
+    """Serve requests with a receive always posted into `slot` (the caller posts the first):
+    the receive completion polled -> the request copied into the reply buffer (an echo), the
+    receive re-posted, then a SEND of the reply, its send completion reaped. The receive is
+    re-posted before the reply goes out, so the client's next request (sent only once it has
+    the reply) always finds one: no RNR wait. Returns STOPPED (sequence STOP, not answered),
+    IDLE (no request for idle_ticks: the caller checks its deadline and calls again, the
+    receive still posted), or an error. state[0]: the last sequence served; state[1]: requests
+    served."""
+    last = 8 * (words - 1)
+    while True:
+        spins = 0
+        start = np.uint64(0)
+        while True:
+            n = _poll_cq(poll_cq, recv_cq, 1, wc_addr)
+            if n < 0:
+                return POLL_FAILED
+            if n == 1:
+                break
+            pause()
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                start, passed = deadline_passed(start, idle_ticks)
+                if passed:
+                    return IDLE
+        if _load_u32(wc_addr + WC_STATUS) != 0:
+            return BAD_COMPLETION
+        seq = _load_u64(slot + last)
+        if seq == STOP:
+            return STOPPED
+        for w in range(words - 1):
+            _store_u64(reply + 8 * w, _load_u64(slot + 8 * w))
+        _store_u64(reply + last, seq)
+        if _post_recv(post_recv, qp, recv_wr, bad_addr) != 0:
+            return RECV_POST_FAILED
+        if _post_send(post_send, qp, send_wr, bad_addr) != 0:
+            return POST_FAILED
+        why = _complete(poll_cq, send_cq, wc_addr, 1, timeout_ticks)
         if why != OK:
             return why
         state[0] = np.int64(seq)

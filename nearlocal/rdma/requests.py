@@ -66,3 +66,14 @@ def build_chain(frags: np.ndarray, plan: np.ndarray, local_addr: int, lkey: int,
         struct.pack_into("QI", wrs, at + verbs.WR_REMOTE_ADDR, remote_addr + int(remote_offset),
                          rkey)
     return wrs, sges
+
+
+def build_recv(local_addr: int, length: int, lkey: int) -> tuple[np.ndarray, np.ndarray]:
+    """(receive request, its scatter-gather entry): one `ibv_recv_wr` (next NULL) taking a
+    message of up to `length` bytes at `local_addr`. Both buffers must stay alive while it is
+    posted."""
+    wr = np.zeros(verbs.RECV_WR_BYTES, np.uint8)
+    sge = np.zeros(verbs.SGE_BYTES, np.uint8)
+    struct.pack_into("QII", sge, 0, local_addr, length, lkey)
+    struct.pack_into("QQQi", wr, 0, 0, 0, sge.ctypes.data, 1)
+    return wr, sge

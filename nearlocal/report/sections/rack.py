@@ -47,6 +47,10 @@ def _what(row, params: dict) -> str:
         detail.append(str(params["protocol"]))
     if "qd" in params:
         detail.append(f"qd {params['qd']}")
+    if "transport" in params:  # rdma-rpc: RDMA write + poll, or send/recv
+        detail.append(str(params["transport"]))
+    if str(params.get("mtu", "1024")) != "1024":
+        detail.append(f"path MTU {params['mtu']}")
     if method == "aggregate":
         detail.append(row["access"])
     if params.get("recheck") == "off":

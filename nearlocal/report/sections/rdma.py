@@ -90,10 +90,15 @@ def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
 
 
 def _rdma_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
-    """The RDMA side: the row of the same pattern, SGE-batched first (the best case)."""
+    """The RDMA side: the row of the same pattern, SGE-batched first (the best case); for the
+    RPC the send/recv one first (B15's RDMA RC RPC is send/recv: like for like), else the
+    RDMA-write one."""
     rows = df[(df["method"] == comparison.rdma_method) & _matches(df, comparison.pattern)]
     if rows.empty:
         return None
+    if comparison.rdma_method == RDMA_RPC:
+        send = rows[rows["effective"].map(lambda p: p.get("transport") == "send")]
+        return _fastest(send) if _fastest(send) is not None else _fastest(rows)
     batched = rows[rows["effective"].map(lambda p: p.get("sge", "batched") == "batched")]
     return _fastest(batched) if _fastest(batched) is not None else _fastest(rows)
 
@@ -113,7 +118,9 @@ def _note(pool, rdma) -> str:
     if info.get("work_requests_per_sample") is not None:
         limit = pd.to_numeric(rdma.get("max_sge"), errors="coerce")
         parts.append(f"RDMA: {info['work_requests_per_sample']} WRs per transfer, max_sge "
-                     f"{int(limit) if limit == limit else '?'}, {info.get('device', '?')}")
+                     f"{int(limit) if limit == limit else '?'}, {info.get('device', '?')}"
+                     + (f", transport {info['transport']}" if info.get("transport") else "")
+                     + (f", path MTU {info['path_mtu']}" if info.get("path_mtu") else ""))
     if info.get("sync_share") is not None:
         parts.append(f"data movement {info['data_movement_ns'] / 1e3:.2f} us, synchronisation "
                      f"{info['sync_share']:.0%} (B1: {figure('B1').value('synchronisation share').text()})")
@@ -127,8 +134,9 @@ def section_rdma(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         "rdma", "Pool vs RDMA — Beluga's comparisons on this box (B1, B13, B14, B15)",
         "Both columns are this box's rows: the pool's fastest completed path for the transfer "
         "(the most pool-like region of the run) and the rdma-* row of the same pattern "
-        "(SGE-batched; docs/rdma.md). measured = pool / RDMA; paper = the same ratio from the "
-        "paper's figures (B1's pool side is B7a's 16 KB write).",
+        "(SGE-batched; the RPC by send/recv where the run has it; docs/rdma.md). measured = "
+        "pool / RDMA; paper = the same ratio from the paper's figures (B1's pool side is B7a's "
+        "16 KB write).",
         [figure(i) for i in ("B1", "B13", "B14", "B15", "B7a")])
     if not any(df["method"].str.startswith(RDMA_PREFIX).any() for df in frames):
         section.absent = ("No RDMA rows: launch `mpiexec -n 2 nearlocal run --suite rdma` on a "
