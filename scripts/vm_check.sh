@@ -351,7 +351,6 @@ EOF
       -netdev "socket,id=rack,$2" -device "virtio-net-pci,netdev=rack,mac=52:54:00:4e:4c:0$1"
     )
   }
-  [ -n "${NEARLOCAL_VM_HOSTS_DIAG:-}" ] && : >"$WORK/hosts-a/diag"  # DIAG
   HOSTS_LIMIT=${NEARLOCAL_VM_HOSTS_S:-2400}
   host_opts 1 "listen=127.0.0.1:$PORT"
   start_guest hosts-a 2 1536M "bash $REPO/scripts/vm_hosts_guest.sh a $WORK/hosts-a $WORK/hosts-a/mounts $WORK/hosts-a/ssh"

@@ -196,6 +196,22 @@ def check_report(out: Path, run, fact: Facts) -> None:
              f"whatif: the {name} path's hops come from this run's rows ({', '.join(rows[:4]) or 'none'})")
 
 
+def check_slurm(out: Path, fact: Facts) -> None:
+    """Where the host handed the guests a slurm.conf: `salloc -N 2 mpiexec` stored one run with
+    rows from both hosts, every row ok."""
+    if not (out / "slurm.conf").exists():
+        print("vm_hosts: Slurm: not installed on this host, its job did not run")
+        return
+    rc, wall = _job(out, "slurm")
+    run = _run(out / "slurm-results")
+    hosts = sorted(set(run.cases["host"].dropna())) if run is not None else []
+    statuses = dict(run.cases["status"].value_counts()) if run is not None else {}
+    fact(rc == 0 and hosts == list(HOSTS) and set(statuses) == {"ok"},
+         f"Slurm (slurmctld on nlhost-a, slurmd on both): salloc -N 2 -n 2 mpiexec nearlocal run "
+         f"exits {rc} in {wall} s, rows from {', '.join(hosts) or 'no host'}, {statuses}: "
+         f"{'' if rc == 0 else _text(out / 'slurm.err', 300)}")
+
+
 def check_loss(out_a: Path, out_b: Path, fact: Facts) -> None:
     killed = json.loads(_text(out_b / "killed.json")) if (out_b / "killed.json").exists() else {}
     fact(bool(killed.get("pid")), f"B's QEMU killed by the host during rack-host-loss ({killed})")
@@ -227,6 +243,7 @@ def main(out_a: Path, out_b: Path) -> int:
     run = check_run(out_a, fact)
     if run is not None:
         check_report(out_a, run, fact)
+    check_slurm(out_a, fact)
     check_loss(out_a, out_b, fact)
     for text in fact.held:
         print(f"vm_hosts: ok: {text}")

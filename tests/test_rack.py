@@ -677,3 +677,23 @@ def test_a_pty_that_is_not_our_terminal_is_no_terminal():
     finally:
         os.close(leader), os.close(follower)
     assert not owns_terminal(io.StringIO())
+
+
+def test_mpi_control_plane_stays_on_ob1_unless_the_operator_chose(monkeypatch):
+    """Open MPI picks UCX on a host with an RDMA device and ob1 on one without; such hosts never
+    finish MPI_Init (the rig's two hosts before one had rxe0). world() sets ob1 first, unless the
+    operator set OMPI_MCA_pml."""
+    import sys
+    import types
+
+    from nearlocal.rack import mpi
+
+    comm = types.SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 2)
+    fake = types.ModuleType("mpi4py")
+    fake.MPI = types.SimpleNamespace(COMM_WORLD=comm)
+    monkeypatch.setitem(sys.modules, "mpi4py", fake)
+    monkeypatch.delenv("OMPI_MCA_pml", raising=False)
+    assert mpi.world().size == 2 and os.environ["OMPI_MCA_pml"] == "ob1"
+    monkeypatch.setenv("OMPI_MCA_pml", "ucx")
+    mpi.world()
+    assert os.environ["OMPI_MCA_pml"] == "ucx"

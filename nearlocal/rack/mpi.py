@@ -170,8 +170,18 @@ def _cancel(request) -> None:
         request.Cancel()
 
 
+# MPI is the job's control plane only (phases, endpoints, results, the check's bytes), never
+# inside a timed interval. Open MPI left to itself picks UCX on a host with an RDMA device and
+# ob1 on one without: two hosts that differ (an RDMA device missing on one) then never finish
+# MPI_Init, before nearlocal can name the host. ob1 picks a transport per pair of ranks, so it
+# starts everywhere; an operator's own OMPI_MCA_pml wins.
+CONTROL_PLANE_ENV = {"OMPI_MCA_pml": "ob1"}
+
+
 def world() -> World:
     """The job's world, or a one-line error when mpi4py or an MPI library is missing."""
+    for name, value in CONTROL_PLANE_ENV.items():
+        os.environ.setdefault(name, value)
     try:
         from mpi4py import MPI
     except ImportError as exc:
