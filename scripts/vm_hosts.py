@@ -189,11 +189,12 @@ def check_report(out: Path, run, fact: Facts) -> None:
     from nearlocal.whatif import Request, inputs_of, whatif
 
     paths = {p.path: p for p in whatif(inputs_of(run), Request()).paths}
-    for name in ("pool", "rdma"):
+    for name in ("cxl-pool", "rdma"):  # their host hop; host->gpu needs a GPU, the rig has none
         path = paths.get(name)
-        rows = [r for term in (path.terms if path else []) for r in term.rows]
-        fact(path is not None and bool(rows),
-             f"whatif: the {name} path's hops come from this run's rows ({', '.join(rows[:4]) or 'none'})")
+        hop = path.terms[0] if path and path.terms else None
+        fact(hop is not None and hop.source == "measured" and bool(hop.rows),
+             f"whatif: the {name} path's first hop from this run's rows "
+             f"({hop.way if hop else '-'}: {', '.join(hop.rows[:3]) if hop else 'none'})")
 
 
 def check_slurm(out: Path, fact: Facts) -> None:

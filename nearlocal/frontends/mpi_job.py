@@ -101,7 +101,8 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
     from nearlocal.probe import probe
 
     answer = {"rank": rank, "version": __version__, "hostname": socket.gethostname(),
-              "pid": os.getpid(), "host_id": "", "error": "", "case_ids": [], "inventory": {},
+              "pid": os.getpid(), "host_id": "", "kernel_id": _kernel_id(), "error": "",
+              "case_ids": [], "inventory": {},
               "skips": {}}
     plan = None
     try:
@@ -115,6 +116,23 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
     except UsageError as exc:
         answer["error"] = str(exc)
     return answer, plan
+
+
+def _kernel_id() -> str:
+    """Which host a rank runs on: its running kernel (the boot id, new at every boot). Not the
+    inventory's host_id, which names a kind of hardware: a rack of identical servers shares
+    one, and ranks on two of them are not on one coherent host."""
+    import socket
+
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return f"host {socket.gethostname()}"
+
+
+def _one_kernel(hosts: list[dict]) -> bool:
+    """Every rank on one running kernel: their caches are coherent (one host)."""
+    return len({h["kernel_id"] for h in hosts}) == 1
 
 
 def _plan(args: argparse.Namespace, inventory) -> Plan:
@@ -263,8 +281,8 @@ def _attach(pools: dict, sizes: dict, tokens: dict, me: dict) -> str:
 def _host_columns(hosts: list[dict], rank: int) -> dict:
     """What every row of `rank` says about where it was measured."""
     me = hosts[rank]
-    sharing = [h["rank"] for h in hosts if h["host_id"] == me["host_id"]]
-    coherent = len({h["host_id"] for h in hosts}) == 1
+    sharing = [h["rank"] for h in hosts if h["kernel_id"] == me["kernel_id"]]
+    coherent = _one_kernel(hosts)
     note = "coherent host: every rank on one host" if coherent else (
         f"shares its host with ranks {', '.join(map(str, sharing))}" if len(sharing) > 1 else "")
     return {"host": me["hostname"], "rank": rank, "host_id": me["host_id"], "host_note": note}
@@ -312,10 +330,11 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     from nearlocal.store.runs import Store
 
     meta = run_metadata(plan.inventory, plan.settings, args.suite, processes=plan.processes)
-    coherent = len({h["host_id"] for h in hosts}) == 1
+    coherent = _one_kernel(hosts)
     hosts[0]["pingpong_us"] = pingpong_us  # rows made here carry it (the report's note)
     meta["mpi"] = {"ranks": job.size, "coherent_host": coherent, "pingpong_us": pingpong_us,
-                   "hosts": [{k: h[k] for k in ("rank", "hostname", "host_id", "pid", "version")}
+                   "hosts": [{k: h[k] for k in ("rank", "hostname", "host_id", "kernel_id", "pid",
+                                                "version")}
                              for h in hosts]}
     meta["host_inventories"] = {str(h["rank"]): h["inventory"] for h in hosts}
     store = Store.create(Path(args.out), meta)
@@ -363,7 +382,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     if not args.quiet:
         console.print_run(run.meta, run.cases)
     console.console.print(f"stored {path} ({job.size} ranks on "
-                          f"{len({h['host_id'] for h in hosts})} host(s))"
+                          f"{len({h['kernel_id'] for h in hosts})} host(s))"
                           + (f" (incomplete: {store.meta['incomplete_reason']})" if lost else ""))
     return RANKS_LOST if lost else 0
 
@@ -418,7 +437,7 @@ def _rack_context(job: World, resolved, plan: Plan, hosts: list[dict], pools: di
     from nearlocal.rack.framework import RackContext
 
     return RackContext(job, resolved.case, resolved.pattern, pools[resolved.case.region],
-                       [h["host_id"] for h in hosts], [h["hostname"] for h in hosts],
+                       [h["kernel_id"] for h in hosts], [h["hostname"] for h in hosts],
                        plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule,
                        dict(resolved.params), plan.case_timeout_s)
 

@@ -31,7 +31,7 @@ class RackContext:
     case: Case
     pattern: Pattern
     pool: object  # the MappedRegion of the pool on this host
-    host_ids: list[str]
+    host_ids: list[str]  # each rank's running kernel (boot id): one id, one coherent host
     hostnames: list[str]
     tsc_hz: float
     overhead_ticks: float
