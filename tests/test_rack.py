@@ -695,8 +695,9 @@ def test_mpi_control_plane_stays_on_ob1_unless_the_operator_chose(monkeypatch):
     fake = types.ModuleType("mpi4py")
     fake.MPI = types.SimpleNamespace(COMM_WORLD=comm)
     monkeypatch.setitem(sys.modules, "mpi4py", fake)
-    monkeypatch.delenv("OMPI_MCA_pml", raising=False)
-    assert mpi.world().size == 2 and os.environ["OMPI_MCA_pml"] == "ob1"
-    monkeypatch.setenv("OMPI_MCA_pml", "ucx")
+    pml = next(iter(mpi.CONTROL_PLANE_ENV))  # Open MPI's own spelling, OMPI_MCA_pml
+    monkeypatch.delenv(pml, raising=False)
+    assert mpi.world().size == 2 and os.environ[pml] == "ob1"
+    monkeypatch.setenv(pml, "ucx")
     mpi.world()
-    assert os.environ["OMPI_MCA_pml"] == "ucx"
+    assert os.environ[pml] == "ucx"
