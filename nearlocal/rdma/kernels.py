@@ -204,6 +204,15 @@ def rpc_client(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, request_s
     return OK
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _echo(slot, reply, words, seq):
+    """The RPC's handler: the request (at address `slot`, `words` uint64 words) copied into the
+    reply buffer, its sequence word `seq` last."""
+    for w in range(words - 1):
+        _store_u64(reply + 8 * w, _load_u64(slot + 8 * w))
+    _store_u64(reply + 8 * (words - 1), seq)
+
+
 @njit(cache=True, nogil=True)
 def rpc_server(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, slot, reply, words,
                state, timeout_ticks, idle_ticks):
@@ -228,9 +237,7 @@ def rpc_server(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, slot, rep
                     return IDLE
         if seq == STOP:
             return STOPPED
-        for w in range(words - 1):
-            _store_u64(reply + 8 * w, _load_u64(slot + 8 * w))
-        _store_u64(reply + last, seq)
+        _echo(slot, reply, words, seq)
         if _post_send(post_send, qp, wr_head, bad_addr) != 0:
             return POST_FAILED
         why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
@@ -308,9 +315,7 @@ def rpc_send_server(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr
         seq = _load_u64(slot + last)
         if seq == STOP:
             return STOPPED
-        for w in range(words - 1):
-            _store_u64(reply + 8 * w, _load_u64(slot + 8 * w))
-        _store_u64(reply + last, seq)
+        _echo(slot, reply, words, seq)
         if _post_recv(post_recv, qp, recv_wr, bad_addr) != 0:
             return RECV_POST_FAILED
         if _post_send(post_send, qp, send_wr, bad_addr) != 0:
