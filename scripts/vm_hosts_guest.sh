@@ -106,6 +106,8 @@ slurm_daemons() {  # where the host handed a slurm.conf: slurmctld on A, slurmd 
   mkdir -p /tmp/nl-slurm/state /tmp/nl-slurm/spool
   cp "$OUT/slurm.conf" /tmp/nl-slurm/slurm.conf
   export SLURM_CONF=/tmp/nl-slurm/slurm.conf
+  # slurmd sets up its cgroup plugin whatever the task plugin: the guest's cgroup2 tree
+  mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
   # in the foreground (-D), in the background here: their logs land in OUT
   [ "$ROLE" = a ] && { slurmctld -D -f "$SLURM_CONF" >"$OUT/slurmctld.out" 2>&1 & }
   slurmd -D -f "$SLURM_CONF" >"$OUT/slurmd.out" 2>&1 &
@@ -183,7 +185,8 @@ if slurm_daemons; then
   done
   sinfo -N -l >"$OUT/sinfo.txt" 2>&1
   start=$(date +%s)
-  timeout -k 10 900 salloc -N 2 -n 2 mpiexec --allow-run-as-root --map-by node "${MPI_TRANSPORT[@]}" \
+  # --immediate: a node that never came up is an error within 120 s, not a job left pending
+  timeout -k 10 900 salloc --immediate=120 -N 2 -n 2 mpiexec --allow-run-as-root --map-by node "${MPI_TRANSPORT[@]}" \
     -x NUMBA_CACHE_DIR -x NEARLOCAL_WORKER_START_S "$NL" "${RUN[@]}" --suite pool-vs-rdma \
     --method memcpy,rack-handoff,rdma-write --size 16KiB --region "devdax:$DAX" --allow-write \
     --out "$OUT/slurm-results" >"$OUT/slurm.out" 2>"$OUT/slurm.err"
