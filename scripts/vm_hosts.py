@@ -218,7 +218,8 @@ def check_loss(out_a: Path, out_b: Path, fact: Facts) -> None:
     fact(bool(killed.get("pid")), f"B's QEMU killed by the host during rack-host-loss ({killed})")
     rc, wall = _job(out_a, "loss")
     run = _run(out_a / "loss-results")
-    if not fact(run is not None, f"the host-loss run is stored (mpiexec exit {rc}, {wall} s)"):
+    if not fact(run is not None, f"the host-loss run is stored (mpiexec ended after {wall} s, "
+                                 f"exit {rc}: it does not return once a host is gone)"):
         return
     cases = run.cases
     reason = run.meta.get("incomplete_reason", "")

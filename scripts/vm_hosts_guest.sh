@@ -106,8 +106,13 @@ slurm_daemons() {  # where the host handed a slurm.conf: slurmctld on A, slurmd 
   mkdir -p /tmp/nl-slurm/state /tmp/nl-slurm/spool
   cp "$OUT/slurm.conf" /tmp/nl-slurm/slurm.conf
   export SLURM_CONF=/tmp/nl-slurm/slurm.conf
-  # slurmd sets up its cgroup plugin whatever the task plugin: the guest's cgroup2 tree
-  mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+  # slurmd 22.05 sets up its cgroup plugin whatever the task plugin, and its cgroup/v2 wants
+  # systemd: the guest gets cgroup v1 hierarchies, which it autodetects (a tmpfs root)
+  mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup
+  for controller in cpuset memory freezer devices cpu,cpuacct pids; do
+    mkdir -p "/sys/fs/cgroup/$controller"
+    mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller" 2>>"$OUT/cgroup.err"
+  done
   # in the foreground (-D), in the background here: their logs land in OUT
   [ "$ROLE" = a ] && { slurmctld -D -f "$SLURM_CONF" >"$OUT/slurmctld.out" 2>&1 & }
   slurmd -D -f "$SLURM_CONF" >"$OUT/slurmd.out" 2>&1 &
@@ -195,8 +200,12 @@ if slurm_daemons; then
 fi
 
 # host loss: B's whole kernel goes (the host kills its QEMU) while rack-host-loss runs
+# Once B is gone, rank 0 stores the run and calls MPI_Abort; mpiexec then never returns (its
+# daemon on B cannot be told to stop): it is ended 30 s after the run is stored
 (sleep 1; while ! compgen -G "$OUT/loss-results/*" >/dev/null; do sleep 1; done
- sleep 20; : >"$OUT/kill-b") &
+ sleep 20; : >"$OUT/kill-b"
+ for _ in $(seq 600); do grep -q '^stored ' "$OUT/loss.out" 2>/dev/null && break; sleep 1; done
+ sleep 30; pkill -f "mpiexec .*loss-results") &
 job loss 900 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite rack --method rack-host-loss --region "devdax:$DAX" \
   --allow-write --param kills=500 --param duration=60s --out "$OUT/loss-results"
 mark "rack-host-loss with B's QEMU killed"
