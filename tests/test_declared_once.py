@@ -95,7 +95,7 @@ def test_a_rack_row_starts_from_its_plan_entrys_row_facts(tmp_path, monkeypatch)
     (entry,) = planned.entries
     assert isinstance(entry.decision, Skip)
     store = Store.create(tmp_path, {"suite": "t"})
-    hosts = [{"rank": 0, "hostname": "h", "host_id": "i"}]
+    hosts = [{"rank": 0, "hostname": "h", "host_id": "i", "kernel_id": "k"}]
     _rack_case(SimpleNamespace(size=1), entry, SimpleNamespace(planned=planned), hosts, {}, store,
                {}, [0])
     (_, row), = load(store.finish(ended="now")).cases.iterrows()
