@@ -113,6 +113,8 @@ slurm_daemons() {  # where the host handed a slurm.conf: slurmctld on A, slurmd 
     mkdir -p "/sys/fs/cgroup/$controller"
     mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller" 2>>"$OUT/cgroup.err"
   done
+  mkdir -p /sys/fs/cgroup/systemd  # it stats this one too
+  mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd 2>>"$OUT/cgroup.err"
   # in the foreground (-D), in the background here: their logs land in OUT
   [ "$ROLE" = a ] && { slurmctld -D -f "$SLURM_CONF" >"$OUT/slurmctld.out" 2>&1 & }
   slurmd -D -f "$SLURM_CONF" >"$OUT/slurmd.out" 2>&1 &
