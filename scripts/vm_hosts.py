@@ -43,6 +43,10 @@ def _error_lines(out: Path, name: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("nearlocal: error:")]
 
 
+def _counts(column) -> dict[str, int]:
+    return {str(k): int(v) for k, v in column.value_counts().items()}
+
+
 def _info(value) -> dict:
     if isinstance(value, dict):
         return value
@@ -124,7 +128,7 @@ def check_run(out: Path, fact: Facts):
     per_host = {h: int((pool["host"] == h).sum()) for h in HOSTS}
     fact(len(pool) > 0 and all(per_host.values()) and (pool["status"] == "ok").all(),
          f"the pool's own transfers on the shared device-dax, each host alone: {per_host} rows, "
-         f"status {dict(pool['status'].value_counts())}")
+         f"status {_counts(pool['status'])}")
     rack = cases[cases["method"].str.startswith("rack-")]
     for method in sorted(set(rack["method"])):
         rows = rack[rack["method"] == method]
@@ -206,7 +210,7 @@ def check_slurm(out: Path, fact: Facts) -> None:
     rc, wall = _job(out, "slurm")
     run = _run(out / "slurm-results")
     hosts = sorted(set(run.cases["host"].dropna())) if run is not None else []
-    statuses = dict(run.cases["status"].value_counts()) if run is not None else {}
+    statuses = _counts(run.cases["status"]) if run is not None else {}
     fact(rc == 0 and hosts == list(HOSTS) and set(statuses) == {"ok"},
          f"Slurm (slurmctld on nlhost-a, slurmd on both): salloc -N 2 -n 2 mpiexec nearlocal run "
          f"exits {rc} in {wall} s, rows from {', '.join(hosts) or 'no host'}, {statuses}: "
@@ -232,7 +236,7 @@ def check_loss(out_a: Path, out_b: Path, fact: Facts) -> None:
         fact(row["status"] == "ok" and (row.get("detections") or 0) >= 1
              and row.get("torn_reads") == 0,
              f"nlhost-a's readers: {row['status']} {row['reason'] or ''}, owner loss detected "
-             f"{row.get('detections')} time(s), torn reads {row.get('torn_reads')}")
+             f"{int(row.get('detections') or 0)} time(s), torn reads {row.get('torn_reads'):g}")
     fact(len(lost) == 1 and lost.iloc[0]["status"] != "ok" and "nlhost-b" in str(lost.iloc[0]["reason"]),
          f"the killed host's row says so: {lost.iloc[0]['reason'] if len(lost) else 'no row'}")
 
