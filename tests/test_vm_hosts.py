@@ -1,0 +1,84 @@
+"""scripts/vm_hosts.py, the two-host stage's facts, on synthetic guest output (no QEMU): the
+launch, bad input across hosts (one line from rank 0, exit 2, nothing stored), and host loss
+(the survivor's row ok, the killed host's row saying so, the lost host named)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.report_fixtures import make_run, row
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import vm_hosts
+
+POOL_LINE = ("nearlocal: error: pool file:/tmp/p.bin does not exist on host nlhost-b (rank 1): "
+             "every rank needs the same pool (a shared device or file)")
+RDMA_LINE = ("nearlocal: error: on host nlhost-b (rank 1): no RDMA device: /sys/class/infiniband "
+             "is empty: every rank of an rdma-* case needs an RDMA device")
+
+
+def _job(out: Path, name: str, rc: int, wall: int, err: str = "", text: str = "") -> None:
+    (out / f"{name}.rc").write_text(f"{rc} {wall}\n")
+    (out / f"{name}.err").write_text(err)
+    (out / f"{name}.out").write_text(text)
+
+
+def _launch_and_bad_input(out: Path, pool_err: str = POOL_LINE) -> None:
+    _job(out, "hostnames", 0, 5, text="nlhost-a\nnlhost-b\n")
+    _job(out, "bad-host", 255, 4, "ssh: connect to host nlhost-c port 22: No route to host\n")
+    _job(out, "bad-pool", 2, 35, pool_err + "\n----\nprterun detected ...\n")
+    _job(out, "bad-rdma", 2, 38, RDMA_LINE + "\n")
+
+
+def test_launch_and_bad_input_hold_on_a_good_guest(tmp_path):
+    _launch_and_bad_input(tmp_path)
+    facts = vm_hosts.Facts()
+    vm_hosts.check_launch(tmp_path, facts)
+    vm_hosts.check_bad_input(tmp_path, facts)
+    assert not facts.failed and len(facts.held) == 5
+
+
+def test_a_second_error_line_or_a_stored_run_fails_the_bad_input_facts(tmp_path):
+    _launch_and_bad_input(tmp_path, pool_err=POOL_LINE + "\n" + POOL_LINE)
+    (tmp_path / "bad-results" / "20261205T000000-x").mkdir(parents=True)
+    facts = vm_hosts.Facts()
+    vm_hosts.check_bad_input(tmp_path, facts)
+    assert any(f.startswith("bad-pool: exit 2") for f in facts.failed)
+    assert any("stored nothing (1 run folder" in f for f in facts.failed)
+
+
+def _loss_guest(out_a: Path, out_b: Path, survivor_ok: bool = True) -> None:
+    out_a.mkdir()
+    out_b.mkdir()
+    (out_b / "killed.json").write_text(json.dumps({"pid": 4242, "at_s": 568}))
+    _job(out_a, "loss", 137, 150)
+    lost = ("lost: rank 1 on host nlhost-b did not answer within the deadline while measuring "
+            "rack-host-loss/x: its host stopped answering during the host-loss case")
+    reader = row("rack-host-loss", "devdax:/dev/dax0.0", median=1.0)
+    reader.update(host="nlhost-a", detections=249.0 if survivor_ok else 0.0, torn_reads=0.0,
+                  case_id=reader["case_id"] + "/rank=0")
+    writer = row("rack-host-loss", "devdax:/dev/dax0.0", status="failed", reason=lost)
+    writer.update(host="nlhost-b", case_id=writer["case_id"] + "/rank=1")
+    make_run(out_a / "loss-results", [reader, writer],
+             meta={"incomplete_reason": "ranks lost: rank 1 on host nlhost-b did not answer"})
+
+
+def test_host_loss_facts_hold_and_a_missed_detection_fails_them(tmp_path):
+    _loss_guest(tmp_path / "a", tmp_path / "b")
+    facts = vm_hosts.Facts()
+    vm_hosts.check_loss(tmp_path / "a", tmp_path / "b", facts)
+    assert not facts.failed, facts.failed
+    _loss_guest(tmp_path / "a2", tmp_path / "b2", survivor_ok=False)
+    missed = vm_hosts.Facts()
+    vm_hosts.check_loss(tmp_path / "a2", tmp_path / "b2", missed)
+    assert [f for f in missed.failed if f.startswith("nlhost-a's readers")]
+
+
+def test_without_its_two_folders_it_says_how_to_call_it():
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "vm_hosts.py")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "OUT_A OUT_B" in proc.stderr
