@@ -13,7 +13,7 @@ from tests.report_fixtures import make_run, row
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
-import vm_hosts
+import vm_hosts  # noqa: E402 - a script, found through sys.path
 
 POOL_LINE = ("nearlocal: error: pool file:/tmp/p.bin does not exist on host nlhost-b (rank 1): "
              "every rank needs the same pool (a shared device or file)")
