@@ -84,14 +84,13 @@ def probe_rdma(root: SysRoot, query_limits: bool = True) -> RdmaInfo:
     devices = [RdmaDevice(name, _ports(root, name)) for name in names]
     lib = None
     if query_limits and root.is_real():
-        from nearlocal.probe.verbs import load_library, query_ports
-        from nearlocal.probe.verbs import query_limits as query
+        from nearlocal.probe.verbs import load_library, query_device
 
         lib = load_library()
         for device in devices:
             try:
-                device.limits = query(lib, device.name) if lib else {}
-                mtus = query_ports(lib, device.name, [p.port for p in device.ports]) if lib else {}
+                device.limits, mtus = (query_device(lib, device.name, [p.port for p in device.ports])
+                                       if lib else ({}, {}))
             except Exception as exc:  # a device libibverbs cannot open (no provider): say so
                 device.limits = {"error": str(exc)}
                 continue

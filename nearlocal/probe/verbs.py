@@ -148,22 +148,15 @@ def _open(lib: ctypes.CDLL, name: str) -> int:
                      f"{', '.join(device_names(lib)) or 'none'})")
 
 
-def query_limits(lib: ctypes.CDLL, name: str) -> dict:
-    """ibv_query_device's limits that decide the work requests: max_sge, max_sge_rd, max_qp_wr,
-    max_mr_size, max_cqe."""
+def query_device(lib: ctypes.CDLL, name: str, ports: list[int]) -> tuple[dict, dict[int, dict]]:
+    """One open of the device: ibv_query_device's limits that decide the work requests
+    (max_sge, max_sge_rd, max_qp_wr, max_mr_size, max_cqe), and ibv_query_port's state, max_mtu
+    and active_mtu (MTUs in bytes) of each port named; a port whose query fails is left out
+    (sysfs has no active_mtu file)."""
     context = _open(lib, name)
     try:
-        return _limits(lib, context)
-    finally:
-        lib.ibv_close_device(context)
-
-
-def query_ports(lib: ctypes.CDLL, name: str, ports: list[int]) -> dict[int, dict]:
-    """ibv_query_port's state, max_mtu and active_mtu (MTUs in bytes) of each port named;
-    a port whose query fails is left out (sysfs has no active_mtu file)."""
-    context = _open(lib, name)
-    try:
-        return {port: got for port in ports if (got := port_attr(lib, context, port))}
+        return _limits(lib, context), {port: got for port in ports
+                                       if (got := port_attr(lib, context, port))}
     finally:
         lib.ibv_close_device(context)
 
