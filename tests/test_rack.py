@@ -231,7 +231,7 @@ def test_an_rdma_device_on_one_host_only_stops_every_rank(tmp_path):
     errors = _errors(proc)
     assert proc.returncode == 2 and len(errors) == 1, proc.stdout + proc.stderr
     assert f"on host {os.uname().nodename} (rank 1): no RDMA device: " in errors[0]
-    assert errors[0].endswith("every rank of an rdma-* case needs an RDMA device"), errors[0]
+    assert errors[0].endswith("every rank of rdma-write needs an RDMA device"), errors[0]
     assert not list((tmp_path / "out").glob("*"))
 
 
@@ -292,7 +292,7 @@ def test_an_rdma_case_skipped_on_one_host_and_run_on_another_is_refused():
     why = "no RDMA device: /sys/class/infiniband is empty"
     skips = {"rdma-write/dram/wb/16KiB": why}
     assert _first_problem([_answer(0, "a"), _answer(1, "b", skips)]) == (
-        f"on host b (rank 1): {why}: every rank of an rdma-* case needs an RDMA device")
+        f"on host b (rank 1): {why}: every rank of rdma-write needs an RDMA device")
     assert _first_problem([_answer(0, "a", skips), _answer(1, "b")]).startswith(
         "on host a (rank 0): no RDMA device")
     # no host has one: the case stays a skipped row on every host, the run goes ahead

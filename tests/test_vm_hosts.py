@@ -18,7 +18,7 @@ import vm_hosts  # noqa: E402 - a script, found through sys.path
 POOL_LINE = ("nearlocal: error: pool file:/tmp/p.bin does not exist on host nlhost-b (rank 1): "
              "every rank needs the same pool (a shared device or file)")
 RDMA_LINE = ("nearlocal: error: on host nlhost-b (rank 1): no RDMA device: /sys/class/infiniband "
-             "is empty: every rank of an rdma-* case needs an RDMA device")
+             "is empty: every rank of rdma-write needs an RDMA device")
 
 
 def _job(out: Path, name: str, rc: int, wall: int, err: str = "", text: str = "") -> None:

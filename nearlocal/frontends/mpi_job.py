@@ -160,10 +160,14 @@ def _rack_skips(plan: Plan) -> dict[str, str]:
 
 
 def _what_it_needs(case_id: str) -> str:
-    if case_id.startswith("rdma-"):
-        return "every rank of an rdma-* case needs an RDMA device"
-    return (f"every rank of {case_id.split('/')[0]} runs its part: every host needs what this one "
-            "lacks")
+    """What every host of the job must have for the case, as its rack method declares it."""
+    from nearlocal.rack.framework import RACK_METHODS
+
+    method = case_id.split("/")[0]  # a case id begins with its method
+    needs = RACK_METHODS[method].every_host_needs
+    if needs:
+        return f"every rank of {method} needs {needs}"
+    return f"every rank of {method} runs its part: every host needs what this one lacks"
 
 
 def _first_problem(answers: list[dict]) -> str | None:

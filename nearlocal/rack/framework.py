@@ -90,6 +90,9 @@ class RackMethod:
     # what the host itself lacks for the method (no RDMA device), MPI aside: a method alone
     # outside MPI on such a host is skipped with this reason, not refused
     host_needs: Callable[[object], str | None] | None = None
+    # what host_needs asks of every host, in words ("an RDMA device"): the line that refuses a job
+    # whose hosts differ in it (frontends/mpi_job.py)
+    every_host_needs: str = ""
     # rank 0's wait for the other ranks' results once its own part finished (given its result):
     # None is straggler_s()'s default, STRAGGLER_S plus twice the budget
     straggler_s: Callable[[RackContext, dict], float] | None = None

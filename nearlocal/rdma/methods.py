@@ -41,6 +41,7 @@ DEFAULT_MTU = 1024  # the path MTU every case had before `mtu` (RoCE over a 1500
 MTUS = tuple(verbs.MTU_ENUM)  # 256 .. 4096: the path MTUs verbs.h names
 SUITE_MTU = 4096  # the suite's large-MTU rows (InfiniBand's, RoCE's over jumbo frames)
 TRANSPORTS = ("write", "send")  # rdma-rpc: RDMA write + poll (default), or send/recv
+EVERY_HOST_NEEDS = "an RDMA device"  # the line when one host of the job lacks it
 RDMA_PARAMS = {"sge": "batched", "device": "", "mtu": str(DEFAULT_MTU)}
 RPC_PARAMS = {"device": "", "mtu": str(DEFAULT_MTU), "transport": "write"}
 OPCODES = {"rdma-write": verbs.WR_RDMA_WRITE, "rdma-read": verbs.WR_RDMA_READ}
@@ -483,21 +484,24 @@ def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 
 register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
                          lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
-                         host_needs=host_needs),
+                         host_needs=host_needs,
+                         every_host_needs=EVERY_HOST_NEEDS),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
               "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-write"), case_needs=mtu_needs, cpu_flags=CPU_FLAGS,
               stores_in_region=True, delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
                          lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
-                         host_needs=host_needs),
+                         host_needs=host_needs,
+                         every_host_needs=EVERY_HOST_NEEDS),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
               "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), case_needs=mtu_needs, accesses=("read",),
               cpu_flags=CPU_FLAGS, stores_in_region=True,
               delivery=Delivery("nic", "per-work-request"))
 register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
-                         lambda resolved, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs),
+                         lambda resolved, ranks: 2 * REPLY_OFFSET, shared_pool=False, host_needs=host_needs,
+                         every_host_needs=EVERY_HOST_NEEDS),
               "an RPC over RDMA RC (B15): the request RDMA-written into rank 1's slot, the reply "
               "RDMA-written back, both sides polling memory (transport=send: SEND into a posted "
               "receive each way, receive completions polled)", RPC_PARAMS, needs=_needs,
