@@ -102,6 +102,30 @@ def test_a_run_classifies_by_the_llc_the_boxs_latest_run_held(tmp_path):
     assert other.cpu.measured_llc_bytes == 2 * MIB and "no earlier run" in other.cpu.llc_source
 
 
+def test_an_mpi_jobs_ranks_hold_their_own_boxs_llc_from_rank_0s_store(tmp_path):
+    """A rank on another host has no store: rank 0 reads every host's held LLC from its own
+    (`host_inventories` of the latest MPI run) and each rank settles its box by it."""
+    import json
+    from dataclasses import replace
+
+    from nearlocal.engine.plan import settle_llc
+    from nearlocal.store.boxes import held_llcs
+
+    here = settle_llc(_box(8 * MIB), tmp_path)
+    there = replace(here, hostname="another-host")
+    there = replace(there, cpu=replace(there.cpu, measured_llc_bytes=32 * MIB,
+                                       llc_readings=[32 * MIB]))
+    run = tmp_path / "20261204T210001-abcdef"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"inventory": here.to_dict(), "host_inventories": {
+        "0": here.to_dict(), "1": there.to_dict()}}))
+    held = json.loads(json.dumps(held_llcs(tmp_path)))  # as sent: plain data
+    rank1 = replace(_box(20 * MIB), hostname="another-host")
+    assert settle_llc(rank1, held).cpu.measured_llc_bytes == 32 * MIB  # held, not its 20
+    assert settle_llc(_box(6 * MIB), held).cpu.measured_llc_bytes == 8 * MIB
+    assert settle_llc(_box(6 * MIB), {}).cpu.measured_llc_bytes == 6 * MIB  # no store
+
+
 @settings(max_examples=100, deadline=None)
 @given(first=st.sampled_from([1, 2, 4, 8, 16, 32]),
        moves=st.lists(st.floats(0.5, 2.0), min_size=1, max_size=8))

@@ -249,3 +249,31 @@ def test_idle_hugetlb_mappings_count_as_free_2m_pages_and_are_given_back_for_a_n
     assert huge.closed and not plain.closed and idle.held == 1 << 20  # no 2 MiB page in those
     idle.make_room(64 << 20, host.MAP_HUGETLB)  # nothing of that kind left to give back
     assert not plain.closed
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The smaps VmFlags of the mapping holding an address ('nh': MADV_NOHUGEPAGE, 'hg':
+    MADV_HUGEPAGE)."""
+    start = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            low, high = (int(x, 16) for x in head.split("-"))
+            start = low <= address < high
+        elif head == "VmFlags:" and start:
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize(("text", "flag", "absent"), [("dram", "nh", "hg"), ("dram:thp", "hg", "nh")])
+def test_a_dram_region_asks_for_the_page_size_its_row_says(text, flag, absent):
+    """Plain dram refuses huge pages before any fault (THP `always` would back it with whatever
+    the kernel gives, and the row says 4K); dram:thp asks for them."""
+    spec = parse_region(text)
+    region = region_kind(spec).open(spec, 8 << 20, "wb", False)
+    try:
+        flags = _vm_flags(region.array.ctypes.data)
+        assert flag in flags and absent not in flags
+        assert region.info["pages"] == ("4K" if text == "dram" else "thp")
+    finally:
+        region.close()

@@ -235,21 +235,24 @@ def _refused_row(case: Case, inventory: HostInventory, pattern: Pattern | None,
         return {}
 
 
-def settle_llc(inventory: HostInventory, root: Path) -> HostInventory:
+def settle_llc(inventory: HostInventory, store: Path | dict) -> HostInventory:
     """The inventory with the LLC its cases are classified by held steady for this box by the
-    store at `root` (store/boxes.py: the store's latest run of the box, unless this run's probe
-    left the 2x band around it): a VM's measured LLC moves between runs, and a case's
-    `llc_resident` / `reaches_memory` must not move with it. The readings go into this run's
-    inventory (run.json), which is all the next run reads. cpuid's LLC (bare metal) stands."""
+    store at `store` (store/boxes.py: the store's latest run of the box, unless this run's probe
+    left the 2x band around it), or by what `held_llcs` read from it (an MPI job: rank 0 reads
+    its store and every rank settles its own box by it): a VM's measured LLC moves between
+    runs, and a case's `llc_resident` / `reaches_memory` must not move with it. The readings go
+    into this run's inventory (run.json), which is all the next run reads. cpuid's LLC (bare
+    metal) stands."""
     cpu = inventory.cpu
     if not cpu.measured_llc_bytes:
         return inventory
     import dataclasses
 
-    from nearlocal.store.boxes import box_key, settled_llc
+    from nearlocal.store.boxes import box_key, held_llcs, settled_llc
 
     box = box_key({"hostname": inventory.hostname, "cpu": dataclasses.asdict(cpu)})
-    llc, readings, how = settled_llc(root, box, cpu.measured_llc_bytes)
+    held = store if isinstance(store, dict) else held_llcs(Path(store))
+    llc, readings, how = settled_llc(held, box, cpu.measured_llc_bytes)
     settled = replace(cpu, measured_llc_bytes=llc, llc_readings=readings,
                       llc_source=f"{cpu.llc_source}; cases classified by {llc / 2**20:g} MiB: {how}")
     return replace(inventory, cpu=settled)

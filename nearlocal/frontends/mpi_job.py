@@ -68,7 +68,9 @@ def run_job(args: argparse.Namespace) -> int:
 
 
 def _run_job(job: World, args: argparse.Namespace) -> int:
-    local, plan = _check_here(args, job.rank)
+    held = job.bcast(_held_llcs(args) if job.rank == 0 else None, START_TIMEOUT_S,
+                     "hearing the LLC the store holds for each host")
+    local, plan = _check_here(args, job.rank, held)
     answers = job.gather(local, START_TIMEOUT_S, "checking every host before the run")
     problem = _first_problem(answers) if job.rank == 0 else None
     problem = job.bcast(problem, START_TIMEOUT_S, "hearing whether the run goes ahead")
@@ -92,12 +94,22 @@ def _run_job(job: World, args: argparse.Namespace) -> int:
 
 # --- before the run: every host checks, rank 0 decides --------------------------------------
 
-def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]:
+def _held_llcs(args: argparse.Namespace) -> dict:
+    """Per box, the LLC rank 0's store holds (engine.plan.settle_llc): the ranks on other hosts
+    have no store of their own to read it from."""
+    from nearlocal.store.boxes import held_llcs
+
+    return held_llcs(Path(args.out))
+
+
+def _check_here(args: argparse.Namespace, rank: int, held: dict) -> tuple[dict, Plan | None]:
     """This rank's answer: who it is, and the first problem it found with the command line here
-    (as the line a plain `nearlocal run` would print, exit 2)."""
+    (as the line a plain `nearlocal run` would print, exit 2). Its cases are classified by the
+    LLC the store holds for its box, as a plain run's are."""
     import socket
 
     from nearlocal import __version__
+    from nearlocal.engine.plan import settle_llc
     from nearlocal.probe import probe
 
     answer = {"rank": rank, "version": __version__, "hostname": socket.gethostname(),
@@ -106,7 +118,7 @@ def _check_here(args: argparse.Namespace, rank: int) -> tuple[dict, Plan | None]
               "skips": {}}
     plan = None
     try:
-        inventory = probe()
+        inventory = settle_llc(probe(), held)
         answer["host_id"] = inventory.host_id
         answer["inventory"] = inventory.to_dict()
         plan = _plan(args, inventory)

@@ -293,9 +293,10 @@ def unstable_settings(box: dict | None, cpus: list[int] | None = None) -> list[s
                      "a box with THP does not); "
                      "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled`")
     elif thp == "always":
-        lines.append("THP always: plain `dram` regions (meant as 4 KiB pages) get 2 MiB pages "
-                     "when the fault or khugepaged finds them, so large cases read a mix of page "
-                     "sizes that moves from process to process and during a run; "
+        lines.append("THP always: nearlocal's regions ask for their own page size (plain `dram` "
+                     "refuses huge pages, `dram:thp` asks for them), but every other anonymous "
+                     "buffer (numpy's, the kernels' tables) gets 2 MiB pages where the fault or "
+                     "khugepaged finds them, and khugepaged collapses pages under a run; "
                      "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled`")
     if box.get("numa_balancing"):
         lines.append("automatic NUMA balancing on: the kernel unmaps pages to sample them and "

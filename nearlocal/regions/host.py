@@ -232,6 +232,26 @@ class _IdleMappings:
 _IDLE = _IdleMappings()
 
 
+MADV_POPULATE_WRITE = 23  # Linux 5.14+; the mmap module does not name it
+
+
+def advise_pages(buf: mmap.mmap, pages: str) -> None:
+    """Ask for the page size a row says, before any page is faulted: `thp` asks for huge pages,
+    `4K` refuses them (MADV_NOHUGEPAGE), since THP `always` (Debian's default) would otherwise
+    back a plain region with whatever the kernel gives; hugetlb (`2M`) needs no advice."""
+    if pages == "thp":
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    elif pages == "4K":
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+
+
+def populate(buf: mmap.mmap) -> None:
+    """Fault a fresh mapping in with one call (half the time of a fault per page on a VM), after
+    its advice; a kernel older than 5.14 leaves it to the fill that follows."""
+    with contextlib.suppress(OSError):
+        buf.madvise(MADV_POPULATE_WRITE)
+
+
 def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     options = dram_options(spec)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -243,11 +263,10 @@ def _open_dram(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> Map
     buf = _IDLE.take(length, flags) if reusable else None
     if buf is None:
         _IDLE.make_room(length, flags)
-        # MAP_POPULATE: faulted in by the kernel in one call, half the time of a fault per page
-        # on a VM (a THP or node-bound region is faulted by the fill, after its madvise or mbind)
-        buf = mmap.mmap(-1, length, flags=flags | (mmap.MAP_POPULATE if reusable else 0))
-    if options["pages"] == "thp":
-        buf.madvise(mmap.MADV_HUGEPAGE)
+        buf = mmap.mmap(-1, length, flags=flags)
+        advise_pages(buf, options["pages"])
+        if reusable:
+            populate(buf)
     if options["node"] is not None:
         mbind_buffer(buf, length, options["node"])
     region = map_region(spec, attr, buf, size, True,

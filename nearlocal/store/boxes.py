@@ -36,32 +36,40 @@ def box_key(meta_inventory: dict) -> str | None:
     return json.dumps([meta_inventory.get("hostname"), cpu.get("model"), caches])
 
 
-def _held(root: Path, box: str) -> tuple[int | None, list[int]]:
-    """(the LLC the store's latest run of `box` classified by, the readings it kept)."""
+def held_llcs(root: Path) -> dict[str, tuple[int, list[int]]]:
+    """Per box, (the LLC the store's latest run of it classified by, the readings it kept): a
+    run's own inventory and, in an MPI run, every host's (`host_inventories`), so each rank of
+    the next job holds its own box's LLC. Plain data, sent to the ranks that have no store."""
     try:
         runs = list_runs(root)
     except UsageError:
-        return None, []
+        return {}
+    held: dict[str, tuple[int, list[int]]] = {}
     for path in reversed(runs[-LOOKED_AT:]):
         try:
             meta = read_meta(path)
         except UsageError:
             continue  # a damaged run is no evidence
-        inventory = meta.get("inventory")
-        if box_key(inventory) != box:
-            continue
-        cpu = inventory["cpu"]
-        readings = [r for r in cpu.get("llc_readings") or [] if isinstance(r, int) and r > 0]
-        held = cpu.get("measured_llc_bytes")
-        if readings and isinstance(held, int) and held > 0:
-            return held, readings
-    return None, []
+        others = meta.get("host_inventories")
+        for inventory in [meta.get("inventory"),
+                          *(others.values() if isinstance(others, dict) else [])]:
+            box = box_key(inventory)
+            if box is None or box in held:
+                continue
+            cpu = inventory["cpu"]
+            readings = [r for r in cpu.get("llc_readings") or [] if isinstance(r, int) and r > 0]
+            llc = cpu.get("measured_llc_bytes")
+            if readings and isinstance(llc, int) and llc > 0:
+                held[box] = (llc, readings)
+    return held
 
 
-def settled_llc(root: Path, box: str, reading: int) -> tuple[int, list[int], str]:
+def settled_llc(held_by_box: dict[str, tuple[int, list[int]]], box: str,
+                reading: int) -> tuple[int, list[int], str]:
     """(the LLC to classify this run's cases by, the readings to keep with it, how it was
-    decided) from this run's `reading` (bytes) and the store's latest run of `box`."""
-    held, readings = _held(Path(root), box)
+    decided) from this run's `reading` (bytes) and the store's latest run of `box`
+    (`held_llcs`)."""
+    held, readings = held_by_box.get(box, (None, []))
     readings = [*readings, int(reading)][-KEPT:]
     seen = ", ".join(f"{r / MIB:g}" for r in readings)
     if held is None:
