@@ -10,6 +10,7 @@ import pytest
 from nearlocal.frontends.cli import main
 from nearlocal.regions.base import pool_class_of
 from nearlocal.report.fmt import cell_text
+from nearlocal.report.model import Column
 from nearlocal.report.papers import figure, figures
 from nearlocal.report.render_html import report_html, table_html, write_html
 from nearlocal.report.render_markdown import table_markdown, write_markdown
@@ -227,6 +228,7 @@ def test_markdown_and_html_carry_values_ratios_and_reasons(full, tmp_path):
         assert "DSA is faster from 8KiB up" in text
         assert "no such rows in this run" in text  # the SSD row without file-read rows
         assert "reported by the paper" in text
+        assert "wider than the run" in text  # the legend says what † ±x% means
     assert re.search(r"\| B7a \| nt-store, wb \| 2\.41 us \| 4\.82 us \(4\.34–5\.78\) \| "
                      r"2\.00× \| devdax:/dev/dax0\.0 \|", markdown)
     assert html.count("<svg") == sum(len(s.plots) for s in full.sections)
@@ -343,6 +345,11 @@ def test_the_report_opens_with_how_near_local_is(full, cpu_only):
     assert "64 KiB by cuda-memcpy from devdax:/dev/dax0.0 takes 1.14× the time from pinned" in gpu
     assert "1 failed" in outcome and "no provider on this box can map uncacheable memory (1)" \
         in outcome
+    # what a † means, said where the count is: the interval's width against the run's target
+    assert "1 not converged, marked †: their medians' 95% CIs are ±16% against the ±1% " \
+        "target" in outcome
+    unconverged = Stat(4e6, 3.6e6, 4.8e6, converged=False, rel_ci=0.155)
+    assert cell_text(Column("median", "time"), unconverged) == "4.00 ms (3.60–4.80) † ±16%"
     rows = {(r[0], r[2]): r for r in near.table.rows}
     assert rows[("devdax:/dev/dax0.0", "write")][3:7] == [1, pytest.approx(4.82),
                                                           pytest.approx(4.82), pytest.approx(4.82)]

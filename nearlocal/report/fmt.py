@@ -8,6 +8,9 @@ from nearlocal.report.model import Cell, Collapsed, Column, NoValue, Stat, Table
 from nearlocal.units import format_ns, format_size
 
 NOT_CONVERGED = "†"
+NOT_CONVERGED_MEANS = (f"{NOT_CONVERGED} ±x% = not converged: the median's 95% confidence "
+                       "interval is ±x%, wider than the run's target within the budget; the "
+                       "figure stands, known that closely")
 
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns"))
 
@@ -26,7 +29,10 @@ def _time(stat: Stat) -> str:
         return f"{ns / scale:.{digits}f}"
 
     text = f"{value(stat.median_ns)} {unit} ({value(stat.p10_ns)}–{value(stat.p90_ns)})"
-    return text if stat.converged else f"{text} {NOT_CONVERGED}"
+    if stat.converged:
+        return text
+    width = f" ±{stat.rel_ci * 100:.2g}%" if stat.rel_ci is not None else ""
+    return f"{text} {NOT_CONVERGED}{width}"
 
 
 def _number(value: float, kind: str) -> str:

@@ -24,6 +24,7 @@ class Stat:
     p90_ns: float
     converged: bool = True
     clock_step_ns: float | None = None  # the clock's resolution: figures below it are not figures
+    rel_ci: float | None = None  # the median's 95% CI half-width over the median (its † shows it)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from html import escape
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
+from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, is_reason, numeric
 from nearlocal.report.model import Report, Section, Stat, Table
 from nearlocal.report.plots import caption, svg_text
 
@@ -138,7 +138,7 @@ def report_html(report: Report) -> str:
 <header><h1>nearlocal report</h1>
 <p>{escape(runs)}. The Beluga and SwiftCache papers' figures (as reported by the papers, never
 measured here) beside this box's medians. Latency cells: median (10th–90th percentile);
-{NOT_CONVERGED} = the median's confidence interval did not reach its target.</p></header>
+{escape(NOT_CONVERGED_MEANS)}.</p></header>
 <nav>{nav}</nav>
 <main>
 {"".join(_section(s) for s in report.sections)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nearlocal import safeio
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, numeric
+from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, numeric
 from nearlocal.report.model import Report, Section, Table, header
 from nearlocal.report.plots import caption, png_bytes
 
@@ -58,8 +58,8 @@ def markdown(report: Report, path: Path) -> tuple[str, dict[Path, bytes]]:
     runs = ", ".join(f"{r.run_id} ({r.host})" for r in report.runs)
     body = [f"# nearlocal report: {runs}", "",
             "The papers' figures (as reported by the papers, never measured here) beside what "
-            f"this box measured. Latency cells: median (10th–90th percentile); {NOT_CONVERGED} = "
-            "the median's confidence interval did not reach its target within the budget.", ""]
+            f"this box measured. Latency cells: median (10th–90th percentile); {NOT_CONVERGED_MEANS}.",
+            ""]
     body += [_section(s, path.stem, path.parent, plots) for s in report.sections]
     return "\n".join(body), plots
 

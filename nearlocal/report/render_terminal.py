@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from nearlocal.report.fmt import NOT_CONVERGED, cell_text, collapsed_text, is_reason, numeric
+from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, is_reason, numeric
 from nearlocal.report.model import Report, Section, Table, header
 from nearlocal.terminal import print_table
 
@@ -49,7 +49,6 @@ def print_section(section: Section, console: Console) -> None:
 
 def print_report(report: Report, console: Console) -> None:
     console.print(f"[bold]nearlocal report[/]: papers' figures (reported by the papers) beside "
-                  f"this box's medians; latency cells: median (p10–p90), {NOT_CONVERGED} = not "
-                  "converged")
+                  f"this box's medians; latency cells: median (p10–p90), {NOT_CONVERGED_MEANS}")
     for section in report.sections:
         print_section(section, console)

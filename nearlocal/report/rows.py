@@ -124,7 +124,16 @@ def stat_of(row) -> Stat | NoValue:
     converged = row.get("converged")
     return Stat(float(row["median_ns"]), float(row["p10_ns"]), float(row["p90_ns"]),
                 bool(converged) if converged is not None and converged == converged else True,
-                _clock_step(row))
+                _clock_step(row), relative_ci(row))
+
+
+def relative_ci(row) -> float | None:
+    """The half-width of a row's median's 95% CI over the median (what its † says)."""
+    low, high, median = (pd.to_numeric(row.get(k), errors="coerce")
+                         for k in ("ci_low_ns", "ci_high_ns", "median_ns"))
+    if not all(v == v for v in (low, high, median)) or not median or median <= 0:
+        return None
+    return float((high - low) / 2 / median)
 
 
 def _clock_step(row) -> float | None:

@@ -17,6 +17,7 @@ from nearlocal.report.rows import (
     _best,
     _params_text,
     _with_attr,
+    relative_ci,
     stat_of,
 )
 from nearlocal.report.sections.beluga import _pool_and_local_to_gpu
@@ -282,11 +283,12 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
                      f"{local['src']} (B11; Beluga reports {_ratio_text(paper)}).")
     counts = df["status"].value_counts()
     converged = df["converged"] if "converged" in df else pd.Series(dtype=object)
-    unconverged = int((df["ok"] & converged.notna()
-                       & (converged.astype("boolean") == False)).sum())  # noqa: E712
+    unconverged = df[df["ok"] & converged.notna()
+                     & (converged.astype("boolean") == False)]  # noqa: E712
     skipped = df.loc[df["status"] == "skipped", "reason"].map(_short_reason).value_counts()
-    outcome = (f"{int(counts.get('ok', 0))} cases measured ({unconverged} not converged, "
-               f"marked †), {int(counts.get('failed', 0))} failed, "
+    outcome = (f"{int(counts.get('ok', 0))} cases measured "
+               f"({_unconverged_text(unconverged, data.meta)}), "
+               f"{int(counts.get('failed', 0))} failed, "
                f"{int(counts.get('skipped', 0))} skipped")
     if len(skipped):
         outcome += ": " + ", ".join(f"{reason} ({n})" for reason, n in skipped.head(4).items())
@@ -294,6 +296,20 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
     lines.append(outcome + ".")
     return [f"Run #{run.label} ({run.run_id} on {run.host}): {line}" for line in lines] \
         if multi else lines
+
+
+def _unconverged_text(unconverged: pd.DataFrame, meta: dict) -> str:
+    """What the † rows mean, in the outcome line: how wide their intervals are against the
+    run's target, so a first look's reader knows whether it matters for them."""
+    if unconverged.empty:
+        return "0 not converged"
+    widths = [w for w in (relative_ci(r) for _, r in unconverged.iterrows()) if w is not None]
+    target = (meta.get("settings") or {}).get("target_rel_ci")
+    aim = f" against the ±{target * 100:.2g}% target" if target else ""
+    low, high = (f"{w * 100:.2g}" for w in (min(widths, default=0), max(widths, default=0)))
+    span = (f": their medians' 95% CIs are ±{low if low == high else f'{low}–{high}'}%{aim}, "
+            "each shown beside its †; the figures stand, known that closely" if widths else "")
+    return f"{len(unconverged)} not converged, marked †{span}"
 
 
 NO_NEAR_PAIRS = ("No non-local region (numa:N, devdax:, shm:, file:) was measured at a pattern "
