@@ -249,7 +249,7 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 f"{name}: cuda-memcpy from uncacheable host memory below {b10_below.text()}: "
                 f"slowest median {format_ns(worst['median_ns'])} at {worst['pattern']} "
                 f"({_ratio(worst['median_ns'], b10_latency.ns()):.2f}× the "
-                f"paper's ~{b10_latency.text()})")
+                f"paper's {b10_latency.text()})")
         else:
             section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
                                  f"below {b10_below.text()} (B10 needs a UC pool mapping)")
@@ -296,7 +296,8 @@ def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             pool_cell = stat_of(pool) if pool is not None else NoValue("no pool -> GPU row")
             local_cell = stat_of(local) if local is not None else NoValue("no local -> GPU row")
             cells[(method, f"{fig.value('pool -> GPU').text()} vs "
-                           f"{fig.value('local DRAM -> GPU').text()} ({paper_ratio:.2f}×)")] = [
+                           f"{fig.value('local DRAM -> GPU').text()} (\"near-local\"; "
+                           f"{paper_ratio:.2f}× computed)")] = [
                 pool_cell, pool["src"] if pool is not None else None, local_cell,
                 local["src"] if local is not None else None,
                 _ratio(_ns(pool_cell), _ns(local_cell))]
