@@ -117,3 +117,13 @@ def test_quotes_keep_the_papers_digits_and_qualifiers():
     assert figure("B3").value("256-token superblocks").text() == "13.0 s"
     assert figure("B10").value("below size").text() == "< 24 KB"
     assert figure("B4").value("dual 200 Gbps NIC").text() == "$1,745"
+
+
+def test_the_references_name_the_stated_switch_figure_apart():
+    from nearlocal.report.sections.inventory import section_references
+
+    section = section_references()
+    assert not any("TB/s" in str(cell) for r in section.table.rows for cell in r)
+    (note,) = section.notes
+    assert note.startswith("Stated, not measured (Beluga), so compared with nothing: CXL switch")
+    assert "1 TB/s aggregate" in note and "stated by the vendor/paper" in note
