@@ -30,8 +30,10 @@ def row(method: str, region: str = "dram", *, attr: str = "wb", size: int = 1638
         access: str = "read", peer: str = "dram", median: float | None = 1000.0,
         status: str = "ok", reason: str = "", params: dict | None = None,
         family: str = "cpu", fragments: int = 1, pattern: str | None = None,
-        converged: bool = True) -> dict:
-    """One case row as the runner writes it (median in ns; p10 / p90 at -10% / +20%)."""
+        converged: bool = True, reaches_memory: bool | None = None,
+        llc_resident: bool | None = None) -> dict:
+    """One case row as the runner writes it (median in ns; p10 / p90 at -10% / +20%); the
+    cache facts only where given (None: a row stored before rows carried them)."""
     params = params or {}
     fragment_bytes = size // fragments
     pattern = pattern or (format_size(size) if fragments == 1
@@ -45,6 +47,9 @@ def row(method: str, region: str = "dram", *, attr: str = "wb", size: int = 1638
         "state": "warm", "status": status, "reason": reason, "size_bytes": size,
         "fragment_count": fragments, "fragment_bytes": fragment_bytes, "bytes_moved": size,
     }
+    for name, fact in (("reaches_memory", reaches_memory), ("llc_resident", llc_resident)):
+        if fact is not None:
+            data[name] = fact
     if status == "ok":
         data.update(n_samples=100, converged=converged, min_ns=median * 0.8, median_ns=median,
                     mean_ns=median, p10_ns=median * 0.9, p90_ns=median * 1.2,

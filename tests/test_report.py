@@ -153,7 +153,7 @@ def test_b15_mops_and_ratios(full):
 def test_s2_s3_kv_near_local_failures(full):
     s2 = full.section("s2").table
     ssd = _row(s2, "NVMe SSD")
-    assert ssd[1].startswith("7 GB/s") and "no such rows" in ssd[2].reason  # no file-read row
+    assert ssd[1].startswith("~7 GB/s") and "no such rows" in ssd[2].reason  # no file-read row
     nvlink = s2.rows[0]
     assert nvlink[2] == pytest.approx(450)
     assert nvlink[5] == pytest.approx(450 / 600)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from nearlocal.core.cases import Case
 from nearlocal.core.suites import Suite, register_suite
 
-# Beluga: sparse KV read (1024 x 160 B, B14), a dense block's 128 ~20 KB pieces (B2), 64 KiB (B11)
+# Beluga: sparse KV read (1024 x 160 B, B14), a dense block's 128 20 KB pieces (B2), 64 KiB (B11)
 GPU_PATTERNS = ("1024x160B", "128x20KiB", "64KiB")
 # What serving moves, cut from the shipped qwen2.5-32b (64 layers, 8 KV heads x 128, bf16, TP 1,
 # 16-token blocks: 4096 B a token a layer) so a GPU box's rows feed a reload-time model without

@@ -30,5 +30,5 @@ def rack_cases() -> list[Case]:
 
 
 register_suite(Suite("rack", "across the hosts of an MPI job on one shared pool: cross-host RPC "
-                     "(B15), handoff publish -> usable, aggregate bandwidth (B12), host loss",
+                     "(B15), handoff publish -> usable, aggregate bandwidth, host loss",
                      [rack_cases]))

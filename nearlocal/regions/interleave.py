@@ -1,5 +1,5 @@
 """`interleave:T0,T1,...`: 2 MiB software interleave across NUMA nodes or device-dax devices
-(Beluga B12: +33 % serving throughput with 2 MB interleaving across pool devices).
+(Beluga B12: "2 MB software interleaving across devices (+33.2% serving throughput)").
 
 Chunk i of the region (bytes [i * 2 MiB, (i + 1) * 2 MiB)) lives on target i mod k, at offset
 (i div k) * 2 MiB of it. Targets are all NUMA node numbers (`interleave:0,1`: one anonymous

@@ -223,12 +223,12 @@ def _real_pieces() -> dict[str, int]:
 
 
 def paper_note(count: int, size: int) -> str | None:
-    """Why a paper's quoted shape (Beluga B2 ~20 KB x 128, B14 160 B x 1024) is not what the real
+    """Why a paper's quoted shape (Beluga B2 20 KB x 128, B14 160 B x 1024) is not what the real
     configs give, with the real numbers; None for other shapes."""
     r = _real_pieces()
     if count == r["block_pieces"] and 19_000 <= size <= 21 * 1024:
-        return (f"Beluga B2 quotes {count} pieces of ~20 KB for one Qwen-32B block; that does not "
-                f"follow from Qwen2.5-32B's config: {r['layers']} layers x K, V = "
+        return (f"Beluga B2 quotes {count} non-contiguous 20 KB pieces for one Qwen-32B KV "
+                f"block; that does not follow from Qwen2.5-32B's config: {r['layers']} layers x K, V = "
                 f"{r['block_pieces']} pieces of {r['block_tokens']} tokens x {r['kv_heads']} KV "
                 f"heads x {r['head_dim']} x 2 B = {format_size(r['block_piece'])} at TP 1 "
                 f"({format_size(r['block_piece_tp2'])} at TP 2, "

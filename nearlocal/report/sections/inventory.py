@@ -7,7 +7,7 @@ import pandas as pd
 
 from nearlocal.core.sampling import draws_disagree
 from nearlocal.report.model import Cell, Column, RunInfo, Section, Table, keyed_table
-from nearlocal.report.papers import figures
+from nearlocal.report.papers import figures, stated
 from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.store import RunData
 from nearlocal.units import format_size
@@ -172,6 +172,9 @@ def section_references() -> Section:
             for f in figures().values()]
     section.table = Table([Column("ID"), Column("paper"), Column("what"), Column("figure"),
                            Column("provenance")], rows)
+    section.notes += [f"Stated, not measured ({f.paper.title.split(':')[0]}), so compared with "
+                      f"nothing: {f.what}: \"{f.text}\" ({f.provenance})."
+                      for f in stated().values()]
     return section
 
 

@@ -1,6 +1,7 @@
 """The report's "Rack" section: an MPI run's hosts side by side, cross-host RPC beside B15,
-aggregate bandwidth beside B12 (each host alone and while the others load the pool), the
-handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
+aggregate bandwidth (each host alone and while the others load the pool: compared with nothing
+of the paper's, whose 1 TB/s is its switch box's stated total for up to 16 servers, not a
+measurement), the handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
 report.rows; the figures were computed when the rows were made (each rack method's `rows`,
 nearlocal/rack/)."""
 
@@ -17,13 +18,13 @@ from nearlocal.report.model import (
     Stat,
     keyed_table,
 )
-from nearlocal.report.papers import figure
+from nearlocal.report.papers import figure, statement
 from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import stat_of
 
 RACK_PREFIX = "rack-"
 RACK_RPC_ROUNDTRIP, RACK_RPC_THROUGHPUT = "rack-rpc-roundtrip", "rack-rpc-throughput"  # B15
-RACK_HANDOFF, RACK_AGGREGATE = "rack-handoff", "rack-aggregate"  # B12's aggregate
+RACK_HANDOFF, RACK_AGGREGATE = "rack-handoff", "rack-aggregate"
 RACK_HOST_LOSS = "rack-host-loss"
 RDMA_RPC = "rdma-rpc"  # the RDMA RC RPC between ranks 0 and 1, beside the pool's (B15)
 
@@ -59,10 +60,10 @@ def _what(row, params: dict) -> str:
 
 
 def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
-    b15, b12 = figure("B15"), figure("B12")
+    b15, switch = figure("B15"), statement("beluga-switch")
     rtt, mops = b15.value("64 B round trip"), b15.value("throughput at qd 128")
     rdma_rtt = b15.value("RDMA RC RPC round trip")
-    aggregate = b12.value("aggregate, 16 servers")
+    ceiling = switch.value("aggregate bandwidth")
     section = Section(
         "rack", "Rack — hosts sharing one pool (an MPI job)",
         "One run across the ranks of an MPI job (docs/rack.md): cross-host RPC (client on rank "
@@ -70,8 +71,10 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         f"128, and the RDMA RC RPC (rdma-rpc, server on rank 1) beside B15's {rdma_rtt.text()}; "
         "handoff from the writer's announce to every reader's acknowledgement (usable: "
         "less half the flag round trip); aggregate bandwidth of every rank at once beside "
-        f"each alone and B12's {aggregate.text()}; host loss: the writer killed mid-write.",
-        [b15, b12])
+        "each alone (no × paper: Beluga reports no measured aggregate; its switch box's "
+        f"{ceiling.text()} for {switch.value('servers').text()} servers is a ceiling "
+        f"{switch.provenance}); host loss: the writer killed mid-write.",
+        [b15])
     if not any(("host" in df and df["host"].notna().any()) for df in frames):
         section.absent = ("No MPI run: launch `mpiexec -n N nearlocal run --suite rack` "
                           "(docs/rack.md).")
@@ -85,7 +88,7 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             params = row["effective"]
             stat = stat_of(row)
             key = (_what(row, params), _mpi_rank(row), str(row.get("host") or "-"))
-            cells[key] = _cells(row, info, stat, rtt, mops, aggregate, rdma_rtt)
+            cells[key] = _cells(row, info, stat, rtt, mops, rdma_rtt)
         per_run.append(cells)
     section.table = keyed_table(
         [Column("measurement"), Column("rank"), Column("host")],
@@ -105,7 +108,7 @@ def section_rack(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
-def _cells(row, info: dict, stat, rtt, mops, aggregate, rdma_rtt) -> list[Cell]:
+def _cells(row, info: dict, stat, rtt, mops, rdma_rtt) -> list[Cell]:
     method = row["method"]
     median = stat.median_ns if isinstance(stat, Stat) else None
     usable = ops = gbps = alone = ratio = None
@@ -128,8 +131,7 @@ def _cells(row, info: dict, stat, rtt, mops, aggregate, rdma_rtt) -> list[Cell]:
     elif method == RACK_AGGREGATE:
         gbps, alone = info.get("together_gbps"), info.get("alone_gbps")
         total = info.get("total_gbps")
-        share = info.get("share")
-        ratio = total / aggregate.central if total else None
+        share = info.get("share")  # no × paper: the paper reports no measured aggregate
         note = (f"total {total:.2f} GB/s over {info.get('ranks')} ranks, this host's share "
                 f"{share:.0%}" if total and share is not None else note)
     elif method == RACK_HOST_LOSS and info.get("lost"):

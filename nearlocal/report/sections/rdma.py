@@ -51,8 +51,8 @@ def _paper_ratio(figure_id: str, access: str) -> tuple[float, str]:
         b1, b7a = figure("B1").value("total"), figure("B7a").value()
         return b7a.ns() / b1.ns(), f"B7a {b7a.text()} / B1 {b1.text()}"
     if figure_id == "B13":
-        change = figure("B13").value(f"{access} latency change").central
-        return 1 + change / 100, f"{change:g} %"
+        change = figure("B13").value(f"{access} latency change")
+        return 1 + change.central / 100, f"{access} latency {change.text()}"
     if figure_id == "B14":
         cxl, rdma = figure("B14").value("CXL"), figure("B14").value("RDMA")
         return cxl.ns() / rdma.ns(), f"{cxl.text()} / {rdma.text()}"

@@ -33,8 +33,10 @@ def _reload(path: PathFigures) -> Cell:
 
 def section_serving(inputs: Inputs) -> Section:
     section = Section("serving", "Serving — KV reload per turn over each path",
-                      f"Beluga's B16 request ({REQUEST.model}, {REQUEST.context} tokens, all "
-                      "cached, TP 1, vLLM flash-attn 16-token blocks, scattered) reloaded over "
+                      "Beluga's B16 request as nearlocal models it (the paper gives LV-Eval, "
+                      f">15K-token inputs; {REQUEST.model}, {REQUEST.context} tokens, all "
+                      "cached, TP 1, vLLM flash-attn 16-token blocks, scattered are nearlocal's "
+                      "choices) reloaded over "
                       "each serving path, from path models fitted to this run's rows (`nearlocal "
                       "whatif` for another model or context; docs/whatif.md). A path whose hop "
                       "the run did not measure is incomplete, and says which.",

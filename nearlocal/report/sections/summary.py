@@ -277,10 +277,11 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
     if pairs:
         method, pool, local = pairs[0]
         fig = figure("B11")
-        paper = fig.value("pool -> GPU").ns() / fig.value("local DRAM -> GPU").ns()
+        paper_pool, paper_local = fig.value("pool -> GPU"), fig.value("local DRAM -> GPU")
         lines.append(f"Into the GPU, 64 KiB by {method} from {pool['src']} takes "
                      f"{_ratio_text(pool['median_ns'] / local['median_ns'])} the time from "
-                     f"{local['src']} (B11; Beluga reports {_ratio_text(paper)}).")
+                     f"{local['src']} (B11; Beluga reports {paper_pool.text()} vs "
+                     f"{paper_local.text()}, {_ratio_text(paper_pool.ns() / paper_local.ns())}).")
     counts = df["status"].value_counts()
     converged = df["converged"] if "converged" in df else pd.Series(dtype=object)
     unconverged = df[df["ok"] & converged.notna()

@@ -27,7 +27,7 @@ from nearlocal.report.rows import (
     _refs,
     stat_of,
 )
-from nearlocal.report.sections.beluga import _peak
+from nearlocal.report.sections.beluga import _cache_peak, _peak, cache_peak_text
 
 S2_ROWS = (  # (medium, paper value name or None, paper figure)
     ("NVLink peer GPU (peer-memcpy)", "NVLink", "S2"),
@@ -44,7 +44,8 @@ S3_METHOD = "layer-stream"
 def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     section = Section("s2", "S2 — reload media",
                       "Where a KV cache can be reloaded from, at the best bandwidth measured "
-                      "(any size). The CXL pool row compares with Beluga's per-adapter cap.",
+                      "(any size) by a row that reached memory. The CXL pool row compares with "
+                      "Beluga's per-adapter cap.",
                       _refs("S2", "B12"))
     if not any(df[df["method"].isin(S2_GPU_METHODS)]["ok"].any() for df in frames):
         section.absent = "No GPU reload path measured: " + _absent(
@@ -65,10 +66,12 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         for medium, value_name, fig_id in S2_ROWS:
             paper = figure(fig_id).value(value_name)
             key = (medium, f"{paper.text()} ({fig_id})")
-            peak = _peak(choices[medium])
+            peak = _peak(choices[medium])  # rows that reached memory: a cache is no medium
             if peak is None:
-                rows = choices[medium]
-                why = (f"{rows.iloc[0]['status']}: {rows.iloc[0]['reason']}" if len(rows)
+                rows, cached = choices[medium], _cache_peak(choices[medium])
+                why = (f"no row reached memory (the cache's peak: {cache_peak_text(cached)})"
+                       if cached is not None
+                       else f"{rows.iloc[0]['status']}: {rows.iloc[0]['reason']}" if len(rows)
                        else "no such rows in this run")
                 cells[key] = [NoValue(why), None, None, None]
                 continue
