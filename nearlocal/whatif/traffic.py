@@ -59,9 +59,11 @@ def _count(value: object, line: int, name: str, path: str) -> int:
     return int(value)
 
 
-def read_trace(path: str | os.PathLike, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
-    """A Mooncake JSONL trace, checked line by line: each bad line is named by its number."""
+def read_trace(path: str | os.PathLike, max_bytes: int | None = None) -> Trace:
+    """A Mooncake JSONL trace, checked line by line: each bad line is named by its number.
+    One past `max_bytes` (MAX_TRACE_BYTES) is refused before it is read."""
     where = str(path)
+    max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
     try:
         size = os.stat(path).st_size
     except OSError as exc:
