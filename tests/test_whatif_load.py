@@ -16,8 +16,7 @@ import pytest
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
 from nearlocal.store import load
-from nearlocal.whatif import inputs_of
-from nearlocal.whatif import traffic
+from nearlocal.whatif import inputs_of, traffic
 from nearlocal.whatif.load import (
     Setup,
     processor_sharing,
@@ -26,7 +25,6 @@ from nearlocal.whatif.load import (
     stream_workload,
     trace_workload,
 )
-from nearlocal.whatif.serving import Request
 from nearlocal.whatif.traffic import Contexts, poisson, prefix_hits, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from nearlocal.errors import UsageError
+from nearlocal.units import format_size
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's traces hash the prompt in 512-token blocks
 MAX_TRACE_BYTES = 256 << 20  # a trace past 256 MiB is refused before it is read
@@ -69,19 +70,17 @@ def read_trace(path: str | os.PathLike, max_bytes: int | None = None) -> Trace:
     except OSError as exc:
         raise UsageError(f"--trace {where}: cannot be read ({exc.strerror})") from None
     if size > max_bytes:
-        raise UsageError(f"--trace {where}: {size} bytes is past the {max_bytes >> 20} MiB a "
+        raise UsageError(f"--trace {where}: {format_size(size)} is past the {format_size(max_bytes)} a "
                          "trace may hold (cut it, or simulate a stretch of it)")
     arrivals, inputs, outputs, hashes, offsets = [], [], [], [], [0]
     last = -math.inf
     try:
-        handle = Path(path).open(encoding="utf-8")
+        with Path(path).open(encoding="utf-8") as handle:
+            lines = list(handle)
     except OSError as exc:
         raise UsageError(f"--trace {where}: cannot be read ({exc.strerror})") from None
-    with handle:
-        try:
-            lines = list(handle)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--trace {where}: cannot be read as UTF-8 text ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--trace {where}: cannot be read as UTF-8 text ({exc.reason})") from None
     for number, text in enumerate(lines, 1):
         if not text.strip():
             continue
@@ -180,7 +179,7 @@ def prefix_hits(trace: Trace, capacity_blocks: int | None = None) -> Hits:
             while len(lru) > capacity_blocks:
                 lru.popitem(last=False)
     tokens = np.minimum(hit * TRACE_BLOCK_TOKENS, trace.input_tokens)
-    return Hits(hit, tokens, int(hit.sum()), int(len(trace.hashes)), capacity_blocks)
+    return Hits(hit, tokens, int(hit.sum()), len(trace.hashes), capacity_blocks)
 
 
 # ---------------------------------------------------------------------------------------------
