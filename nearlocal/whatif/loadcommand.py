@@ -32,7 +32,8 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                             "exponential (mean --context); default fixed")
     group.add_argument("--store-capacity", default="unbounded",
                        help="the KV store's capacity (bytes of the model's KV, e.g. 2TiB; LRU "
-                            "over blocks) or unbounded (default: every repeated prefix hits)")
+                            "over blocks) or unbounded, where every repeated prefix hits "
+                            "(default unbounded)")
     group.add_argument("--links", type=int, default=1,
                        help="links (adapters, NICs) the GPUs share; --gpus-per-link GPUs each "
                             "(default 1)")
