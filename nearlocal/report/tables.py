@@ -13,6 +13,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     beluga,
     inventory,
     latency,
+    load,
     rack,
     rdma,
     serving,

@@ -478,3 +478,53 @@ def serve(inputs: Inputs, work: Workload, setup: Setup, request: Request | None 
         work.hit_blocks, work.total_blocks,
         float(hit.sum() / total_tokens) if total_tokens else 0.0, work.store, setup,
         tuple(results), _assumptions(setup, work))
+
+
+# ---------------------------------------------------------------------------------------------
+# One request's shape at shares of a path's own capacity (the report's section)
+
+
+@dataclass(frozen=True)
+class AtShare:
+    """A path under a Poisson stream of one request shape at `share` of what one link carries
+    (its reload alone, back to back): no QPS is assumed, the load is the path's own."""
+
+    share: float
+    qps: float
+    load: PathLoad
+
+
+@dataclass(frozen=True)
+class PathAtShares:
+    path: str
+    what: str
+    missing: str
+    reload_s: float | None  # the request's reload alone on the link
+    shares: tuple[AtShare, ...]
+    rows: tuple[str, ...]
+
+
+def at_shares(inputs: Inputs, request: Request, shares: tuple[float, ...] = (0.5, 0.8),
+              requests: int = 20000, seed: int = 0, reference: ReferenceBox | None = None,
+              samples=None) -> tuple[PathAtShares, ...]:
+    """Each serving path fed `request` as a Poisson stream at each share of its one link's
+    capacity: the reload's P99 wait and TTFT (reload alone: no prefill rate is assumed)."""
+    from nearlocal.whatif.traffic import Contexts, poisson
+
+    out = []
+    hit = np.array([request.cached_tokens])
+    for name in SERVING_PATHS:
+        service = path_service(name, request, inputs, hit, reference, samples)
+        if service.missing:
+            out.append(PathAtShares(name, service.what, service.missing, None, (), ()))
+            continue
+        alone = float(service.reload_s(hit)[0])
+        found = []
+        for share in shares:
+            qps = share / alone
+            stream = poisson(qps, requests, Contexts("fixed", request.context), seed)
+            result = serve(inputs, stream_workload(stream, request.cached),
+                           Setup(paths=(name,), seed=seed), request, reference, samples)
+            found.append(AtShare(share, qps, result.paths[0]))
+        out.append(PathAtShares(name, service.what, "", alone, tuple(found), service.rows))
+    return tuple(out)
