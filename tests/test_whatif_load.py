@@ -285,3 +285,57 @@ def test_a_stream_with_a_store_capacity_is_bad_input(tmp_path, capsys):
     root = _store(tmp_path)
     assert main(["whatif", "--out", str(root), "--qps", "1", "--store-capacity", "1TiB"]) == 2
     assert "--store-capacity needs --trace" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- acceptance
+
+LOAD_SPEC = """
+title = "serving under load"
+[[requirement]]
+name = "P99 TTFT <= 2 s at 4 QPS over CPU offload"
+whatif = {{ path = "cpu-offload", cached = 0.5, qps = 4, requests = 2000, prefill_tokens_per_s = 80000 }}
+metric = "ttft_p99_ns"
+max = "2s"
+[[requirement]]
+name = "capacity >= 5 QPS at P99 TTFT <= 2 s"
+whatif = {{ path = "cpu-offload", qps = 4, requests = 2000, ttft_target = "2s" }}
+metric = "capacity_qps"
+min = {capacity}
+[[requirement]]
+name = "P99 TTFT <= 2 s at 4 QPS over the pool"
+whatif = {{ path = "cxl-pool", qps = 4, requests = 2000 }}
+metric = "ttft_p99_ns"
+max = "2s"
+"""
+
+
+def test_acceptance_on_figures_under_load(tmp_path, capsys):
+    root = _store(tmp_path)
+    spec = tmp_path / "load.toml"
+    spec.write_text(LOAD_SPEC.format(capacity=5))
+    out = tmp_path / "v.json"
+    assert main(["accept", str(spec), H200.name, "--out", str(root), "--json", str(out)]) == 1
+    offload, capacity, pool = json.loads(out.read_text())["verdicts"]
+    assert offload["passed"] and offload["measured"] <= 2e9 and offload["derived_from"]
+    assert "qps=4" in offload["case"]
+    assert capacity["passed"] and capacity["measured"] > 5
+    assert not pool["passed"] and "not measured" in pool["reason"]
+    spec.write_text(LOAD_SPEC.format(capacity=1000))
+    assert main(["accept", str(spec), H200.name, "--out", str(root), "--json", str(out)]) == 1
+    verdicts = json.loads(out.read_text())["verdicts"]
+    assert not verdicts[1]["passed"] and verdicts[1]["measured"] < 1000
+
+
+@pytest.mark.parametrize(("whatif", "metric", "message"), [
+    ('{ path = "cpu-offload" }', "ttft_p99_ns", "needs whatif's qps"),
+    ('{ path = "cpu-offload", qps = 0 }', "ttft_p99_ns", "qps must be a positive number"),
+    ('{ path = "cpu-offload", qps = 4 }', "reload_ns", "go with a load metric"),
+    ('{ path = "cpu-offload", qps = 4 }', "capacity_qps", "needs whatif's ttft_target"),
+    ('{ path = "cpu-offload", qps = 4, link_sharing = "x" }', "ttft_p99_ns", "--link-sharing"),
+])
+def test_a_malformed_load_requirement_is_bad_input(tmp_path, capsys, whatif, metric, message):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(f'[[requirement]]\nwhatif = {whatif}\nmetric = "{metric}"\nmax = "2s"\n')
+    assert main(["accept", str(spec), str(H200)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -528,3 +528,57 @@ def at_shares(inputs: Inputs, request: Request, shares: tuple[float, ...] = (0.5
             found.append(AtShare(share, qps, result.paths[0]))
         out.append(PathAtShares(name, service.what, "", alone, tuple(found), service.rows))
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Acceptance: a load figure of one serving path (acceptance.spec's whatif = { qps = ... })
+
+LOAD_OPTIONS = ("qps", "requests", "contexts", "links", "link_sharing", "seed", "ttft_target")
+LOAD_METRICS = ("ttft_p50_ns", "ttft_p90_ns", "ttft_p99_ns", "capacity_qps")
+
+
+def load_options(options: dict) -> dict:
+    """A requirement's load options checked as the command checks its flags: qps (> 0),
+    requests, contexts, links, link_sharing, seed, ttft_target (a duration)."""
+    from nearlocal.units import parse_duration
+    from nearlocal.whatif.traffic import MAX_STREAM_REQUESTS
+
+    checked = dict(options)
+    for key, kind in (("qps", float), ("requests", int), ("links", int), ("seed", int),
+                      ("contexts", str), ("link_sharing", str)):
+        value = checked.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(
+                value, int | float if kind is float else kind)):
+            raise UsageError(f"whatif: {key} must be {'text' if kind is str else 'a number'}"
+                             f"{' (whole)' if kind is int else ''}, got {value!r}")
+    qps = checked.get("qps")
+    if qps is None:
+        raise UsageError(f"whatif: a load figure needs qps (and may give "
+                         f"{', '.join(LOAD_OPTIONS[1:])})")
+    if not (qps > 0 and math.isfinite(qps)):
+        raise UsageError(f"whatif: qps must be a positive number of requests per second, got "
+                         f"{qps!r}")
+    if not 1 <= checked.get("requests", 10000) <= MAX_STREAM_REQUESTS:
+        raise UsageError(f"whatif: requests must lie in 1..{MAX_STREAM_REQUESTS}")
+    if checked.get("seed", 0) < 0:
+        raise UsageError("whatif: seed must be a whole number >= 0")
+    if "ttft_target" in checked:
+        checked["ttft_target"] = parse_duration(checked["ttft_target"])
+    Setup(checked.get("links", 1), 1, checked.get("link_sharing", "fifo")).check()
+    return checked
+
+
+def derived_load(inputs: Inputs, path: str, request: Request, options: dict,
+                 samples=None) -> PathLoad:
+    """One path under a seeded Poisson stream of `request` (options as load_options gave)."""
+    from nearlocal.whatif.commands import parse_tokens
+    from nearlocal.whatif.traffic import parse_contexts, poisson
+
+    contexts = parse_contexts(options.get("contexts", "fixed"), request.context, parse_tokens)
+    seed = options.get("seed", 0)
+    stream = poisson(float(options["qps"]), options.get("requests", 10000), contexts, seed)
+    setup = Setup(options.get("links", 1), request.gpus_per_link,
+                  options.get("link_sharing", "fifo"), request.prefill_tokens_per_s,
+                  options.get("ttft_target"), (path,), seed)
+    return serve(inputs, stream_workload(stream, request.cached), setup, request,
+                 samples=samples).paths[0]
