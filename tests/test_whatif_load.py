@@ -166,6 +166,10 @@ def test_serving_under_load_is_deterministic_and_names_its_rows():
     assert offload.ttft.p50 <= offload.ttft.p90 <= offload.ttft.p99
     assert offload.prefill.p50 == pytest.approx(8192 / 20000.0)
     assert 0 < offload.link_utilisation < 1 and offload.capacity_qps > 0
+    alone = serve(inputs_of(run), stream_workload(stream, 0.5),
+                  Setup(prefill_tokens_per_s=20000.0, ttft_target_s=2.0, seed=1,
+                        paths=("cpu-offload",)), samples=run.samples)
+    assert alone.paths[0] == offload  # a path's draws do not depend on the paths beside it
     missing = next(p for p in first.paths if p.path == "nvlink")
     assert not missing.complete and "not measured" in missing.missing
     assert any("no contention figure" in a for a in first.assumptions)

@@ -441,7 +441,8 @@ def serve(inputs: Inputs, work: Workload, setup: Setup, request: Request | None 
     prefill = (None if setup.prefill_tokens_per_s is None
                else miss / setup.prefill_tokens_per_s)
     results = []
-    for index, name in enumerate(setup.paths or tuple(SERVING_PATHS)):
+    for name in setup.paths or tuple(SERVING_PATHS):
+        index = list(SERVING_PATHS).index(name)  # a path's draws whichever paths run beside it
         service = path_service(name, request, inputs, hit, reference, samples)
         if service.missing:
             results.append(PathLoad(name, service.what, False, service.missing, None, None, None,
