@@ -122,10 +122,12 @@ def _derived_verdict(req: Requirement, inputs, samples=None) -> RequirementResul
 
 def _load_verdict(req: Requirement, inputs, samples) -> RequirementResult:
     """A figure under load (whatif.load: a seeded Poisson stream over the path), judged alike."""
+    from nearlocal.whatif.commands import parse_tokens
     from nearlocal.whatif.load import derived_load
 
     derived = req.derived
-    path = derived_load(inputs, derived.path, derived.request, dict(derived.load), samples)
+    path = derived_load(inputs, derived.path, derived.request, dict(derived.load), parse_tokens,
+                        samples)
     if not path.complete:
         return RequirementResult(req, False, reason=f"not measured: {derived.path}: "
                                  f"{path.missing.removeprefix('incomplete: ')}", rows=path.rows)

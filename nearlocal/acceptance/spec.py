@@ -358,9 +358,10 @@ def _derived_requirement(index: int, name: str, table: dict, defaults: dict) -> 
                          f"whatif's {', '.join(load)} go with a load metric "
                          f"({', '.join(LOAD_METRICS)})")
     if load:
+        from nearlocal.whatif.commands import parse_tokens
         from nearlocal.whatif.load import load_options
 
-        load = load_options(load)
+        load = load_options(load, parse_tokens)
         if metric == "capacity_qps" and "ttft_target" not in load:
             raise UsageError("metric capacity_qps needs whatif's ttft_target")
     value = table[key]

@@ -13,10 +13,10 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     beluga,
     inventory,
     latency,
-    load,
     rack,
     rdma,
     serving,
+    serving_load,
     summary,
     swiftcache,
 )

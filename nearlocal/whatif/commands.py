@@ -163,7 +163,8 @@ def _whatif(args: argparse.Namespace) -> int:
         return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
     # --trace / --qps: every load option checked and the trace read before the run is
-    prepared = loadcommand.prepare(args, request_of(args)) if loadcommand.wanted(args) else None
+    prepared = (loadcommand.prepare(args, request_of(args), parse_tokens)
+                if loadcommand.wanted(args) else None)
     run = load(args.run, Path(args.out))
     reference = reference_box(args.reference, Path(args.out)) if args.reference else None
     inputs = inputs_of(run)

@@ -538,11 +538,12 @@ LOAD_OPTIONS = ("qps", "requests", "contexts", "links", "link_sharing", "seed", 
 LOAD_METRICS = ("ttft_p50_ns", "ttft_p90_ns", "ttft_p99_ns", "capacity_qps")
 
 
-def load_options(options: dict) -> dict:
+def load_options(options: dict, parse_tokens) -> dict:
     """A requirement's load options checked as the command checks its flags: qps (> 0),
-    requests, contexts, links, link_sharing, seed, ttft_target (a duration)."""
+    requests, contexts (read by `parse_tokens`, the command's), links, link_sharing, seed,
+    ttft_target (a duration)."""
     from nearlocal.units import parse_duration
-    from nearlocal.whatif.traffic import MAX_STREAM_REQUESTS
+    from nearlocal.whatif.traffic import MAX_STREAM_REQUESTS, parse_contexts
 
     checked = dict(options)
     for key, kind in (("qps", float), ("requests", int), ("links", int), ("seed", int),
@@ -565,14 +566,14 @@ def load_options(options: dict) -> dict:
         raise UsageError("whatif: seed must be a whole number >= 0")
     if "ttft_target" in checked:
         checked["ttft_target"] = parse_duration(checked["ttft_target"])
+    parse_contexts(checked.get("contexts", "fixed"), 1, parse_tokens)
     Setup(checked.get("links", 1), 1, checked.get("link_sharing", "fifo")).check()
     return checked
 
 
-def derived_load(inputs: Inputs, path: str, request: Request, options: dict,
+def derived_load(inputs: Inputs, path: str, request: Request, options: dict, parse_tokens,
                  samples=None) -> PathLoad:
     """One path under a seeded Poisson stream of `request` (options as load_options gave)."""
-    from nearlocal.whatif.commands import parse_tokens
     from nearlocal.whatif.traffic import parse_contexts, poisson
 
     contexts = parse_contexts(options.get("contexts", "fixed"), request.context, parse_tokens)

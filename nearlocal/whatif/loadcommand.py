@@ -85,9 +85,9 @@ def _capacity_blocks(text: str, request: Request) -> int | None:
     return capacity // block
 
 
-def workload_of(args: argparse.Namespace, request: Request) -> Workload:
-    """The requests asked for, checked and read (the trace, through its store)."""
-    from nearlocal.whatif.commands import parse_tokens
+def workload_of(args: argparse.Namespace, request: Request, parse_tokens) -> Workload:
+    """The requests asked for, checked and read (the trace, through its store); `parse_tokens`
+    reads a context as the command's --context does."""
     from nearlocal.whatif.load import stream_workload, trace_workload
     from nearlocal.whatif.traffic import parse_contexts, poisson, prefix_hits, read_trace
 
@@ -205,8 +205,8 @@ def run_load(args: argparse.Namespace, prepared: tuple, run, inputs, reference,
     return 0
 
 
-def prepare(args: argparse.Namespace, request: Request) -> tuple:
+def prepare(args: argparse.Namespace, request: Request, parse_tokens) -> tuple:
     """Every load option checked and the workload read, before anything else happens."""
     request.check()
     setup = setup_of(args)
-    return request, setup, workload_of(args, request)
+    return request, setup, workload_of(args, request, parse_tokens)

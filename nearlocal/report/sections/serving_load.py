@@ -17,7 +17,7 @@ SHARES = (0.5, 0.8)
 
 def section_load(inputs: Inputs) -> Section:
     section = Section(
-        "load", "Serving under load — B16's request queueing on each path's link",
+        "serving-load", "Serving under load — B16's request queueing on each path's link",
         f"Beluga's B16 request ({REQUEST.model}, {REQUEST.context} tokens, all cached) arriving "
         "as a seeded Poisson stream at "
         + " and ".join(f"{round(100 * s)} %" for s in SHARES)
@@ -67,4 +67,4 @@ def section_load(inputs: Inputs) -> Section:
     return section
 
 
-register_section("load", 126)(section_load)
+register_section("serving-load", 126)(section_load)
