@@ -416,7 +416,8 @@ def _assumptions(setup: Setup, work: Workload) -> tuple[str, ...]:
                      "box's rows carry one mover (k = 1), so no contention figure is assumed")
     else:
         notes.append("the reloads in flight share a link fairly at the aggregate rate one mover "
-                     "measured (k = 1 rows only: no contention figure is assumed)")
+                     "measured (k = 1 rows only: no contention figure is assumed); the reload "
+                     "wait is what sharing added to a reload alone")
     notes.append(f"requests go to the {setup.links * setup.gpus_per_link} GPUs in turn; "
                  f"{setup.gpus_per_link} GPU(s) share each of the {setup.links} link(s)")
     if setup.prefill_tokens_per_s is None:
