@@ -32,8 +32,8 @@ from tests.report_fixtures import (
 )
 
 SECTION_KEYS = ["near", "idle", "runs", "b7", "b8", "b9", "b11", "b12", "b13", "b15", "rdma", "s2", "s3",
-                "serving", "claims", "near-cases", "threads", "loaded", "rack", "inventory", "failures",
-                "skipped", "references"]
+                "serving", "serving-load", "claims", "near-cases", "threads", "loaded", "rack", "inventory",
+                "failures", "skipped", "references"]
 
 
 @pytest.fixture(scope="module")

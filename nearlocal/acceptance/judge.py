@@ -84,7 +84,7 @@ def judge(spec: Spec, run: RunData) -> list[RequirementResult]:
                 from nearlocal.whatif import inputs_of
 
                 inputs = inputs_of(run)
-            verdicts.append(_derived_verdict(req, inputs))
+            verdicts.append(_derived_verdict(req, inputs, run.samples))
             verdicts[-1].seconds = _seconds(rows, *req.measure)
             continue
         verdicts.append(_verdict(req, rows))
@@ -92,11 +92,13 @@ def judge(spec: Spec, run: RunData) -> list[RequirementResult]:
     return verdicts
 
 
-def _derived_verdict(req: Requirement, inputs) -> RequirementResult:
+def _derived_verdict(req: Requirement, inputs, samples=None) -> RequirementResult:
     """A what-if figure judged like a case's: only this box's rows stand for it."""
     from nearlocal.whatif.serving import path_figures, shape_of
 
     derived = req.derived
+    if derived.load:
+        return _load_verdict(req, inputs, samples)
     path = path_figures(derived.path, derived.request, shape_of(derived.request),
                         inputs.measured)
     rows = tuple(dict.fromkeys(r for t in path.terms for r in t.rows))
@@ -116,6 +118,32 @@ def _derived_verdict(req: Requirement, inputs) -> RequirementResult:
     else:
         passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
     return RequirementResult(req, passed, measured, margin, rows=rows)
+
+
+def _load_verdict(req: Requirement, inputs, samples) -> RequirementResult:
+    """A figure under load (whatif.load: a seeded Poisson stream over the path), judged alike."""
+    from nearlocal.whatif.commands import parse_tokens
+    from nearlocal.whatif.load import derived_load
+
+    derived = req.derived
+    path = derived_load(inputs, derived.path, derived.request, dict(derived.load), parse_tokens,
+                        samples)
+    if not path.complete:
+        return RequirementResult(req, False, reason=f"not measured: {derived.path}: "
+                                 f"{path.missing.removeprefix('incomplete: ')}", rows=path.rows)
+    if req.metric == "capacity_qps":
+        measured = path.capacity_qps
+    else:
+        measured = getattr(path.ttft, req.metric.removeprefix("ttft_").removesuffix("_ns")) * 1e9
+    if measured is None or not math.isfinite(float(measured)):
+        return RequirementResult(req, False, reason=f"not measured: {derived.path} has no "
+                                 f"{req.metric} ({path.capacity})", rows=path.rows)
+    measured = float(measured)
+    if req.is_max:
+        passed, margin = measured <= req.bound, (req.bound - measured) / req.bound
+    else:
+        passed, margin = measured >= req.bound, (measured - req.bound) / req.bound
+    return RequirementResult(req, passed, measured, margin, rows=path.rows)
 
 
 def _verdict(req: Requirement, rows: dict[str, dict]) -> RequirementResult:

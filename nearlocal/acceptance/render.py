@@ -20,7 +20,7 @@ def figure_text(value: float, verdict: VerdictRecord) -> str:
         return "-"
     if verdict.reference is not None:
         return f"{value:.3f}x"
-    if verdict.metric == "requests_per_s":
+    if verdict.metric in ("requests_per_s", "capacity_qps"):
         return f"{value:.3g} req/s"
     return f"{value:.2f} GB/s" if verdict.metric == "gbps" else format_ns(value)
 

@@ -27,6 +27,14 @@ block_tokens, dtype, batch, gpus_per_link, layer_compute_us, prefill_tokens_per_
 serving path). Its figure comes from this box's rows only (no reference box): a path with a hop
 the run did not measure fails as not measured, naming the hop; a verdict names the rows its
 figure came from. `cases` (optional): cases `accept` measures for it when it measures.
+With `qps` (and optionally requests, contexts, links, link_sharing, seed, ttft_target) the
+figure is one under load (whatif.load: a seeded Poisson stream over the path, prefilled at
+prefill_tokens_per_s per GPU when given): metric ttft_p50_ns, ttft_p90_ns, ttft_p99_ns, or
+capacity_qps (with ttft_target), e.g. "P99 TTFT <= 2 s at 4 QPS over the pool":
+
+    whatif = { path = "cxl-pool", qps = 4, prefill_tokens_per_s = 40000 }
+    metric = "ttft_p99_ns"
+    max = "2s"
 
 A case names method, region, attr, size or pattern, peer, access, params. A requirement has one
 bound: `max` / `min` (a duration such as "3us" or a number in the metric's unit), `min_gbps` /
@@ -60,8 +68,13 @@ METRICS = (*TIME_METRICS, "gbps")
 # a derived requirement's figures (whatif.PathFigures' fields): durations, a rate, a bandwidth
 DERIVED_METRICS = {"reload_ns": "time", "pipelined_ns": "time", "requests_per_s": "rate",
                    "gbps": "gbps"}
+# and under load (whatif.load, `whatif = { ..., qps = 4 }`): TTFT percentiles, the capacity
+LOAD_METRICS = {"ttft_p50_ns": "time", "ttft_p90_ns": "time", "ttft_p99_ns": "time",
+                "capacity_qps": "rate"}
+DERIVED_METRICS.update(LOAD_METRICS)
+LOAD_KEYS = ("qps", "requests", "contexts", "links", "link_sharing", "seed", "ttft_target")
 WHATIF_KEYS = ("path", "model", "context", "cached", "tp", "layout", "block_tokens", "dtype",
-               "batch", "gpus_per_link", "layer_compute_us", "prefill_tokens_per_s")
+               "batch", "gpus_per_link", "layer_compute_us", "prefill_tokens_per_s", *LOAD_KEYS)
 CASE_KEYS = ("method", "region", "attr", "size", "pattern", "peer", "access", "params")
 BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_to")
 REQUIREMENT_KEYS = ("name", "case", "whatif", "cases", "metric", *BOUND_KEYS)
@@ -76,6 +89,7 @@ class Derived:
 
     path: str
     request: Request
+    load: tuple[tuple[str, object], ...] = ()  # a load figure's options (qps, ...): whatif.load
 
     @property
     def id(self) -> str:
@@ -84,7 +98,7 @@ class Derived:
         given = {f.name: getattr(r, f.name) for f in fields(r)
                  if f.name not in ("model", "context") and getattr(r, f.name) != f.default}
         return ":".join(["whatif", self.path, r.model, str(r.context),
-                         *(f"{k}={v}" for k, v in given.items())])
+                         *(f"{k}={v}" for k, v in (*given.items(), *self.load))])
 
 
 @dataclass(frozen=True)
@@ -305,7 +319,7 @@ def _request(fields: dict) -> tuple[str, Request]:
     path = fields.get("path")
     if path not in SERVING_PATHS:
         raise UsageError(f"whatif: path must be one of {', '.join(SERVING_PATHS)}, got {path!r}")
-    options = {k: v for k, v in fields.items() if k != "path"}
+    options = {k: v for k, v in fields.items() if k != "path" and k not in LOAD_KEYS}
     if "context" in options:
         options["context"] = parse_tokens(str(options["context"]))
     for key, kind in (("tp", int), ("block_tokens", int), ("gpus_per_link", int), ("batch", int),
@@ -328,6 +342,7 @@ def _derived_requirement(index: int, name: str, table: dict, defaults: dict) -> 
     if not isinstance(table["whatif"], dict):
         raise UsageError("whatif must be a table, e.g. whatif = { path = \"cxl-pool\" }")
     path, request = _request(table["whatif"])
+    load = {k: v for k, v in table["whatif"].items() if k in LOAD_KEYS}
     bounds = [key for key in BOUND_KEYS if key in table]
     if len(bounds) != 1:
         raise UsageError(f"needs exactly one bound of max, min, max_gbps, min_gbps (found "
@@ -338,6 +353,17 @@ def _derived_requirement(index: int, name: str, table: dict, defaults: dict) -> 
         raise UsageError(f"metric {metric!r} is not a derived figure (valid: "
                          f"{', '.join(DERIVED_METRICS)})")
     kind = DERIVED_METRICS[metric]
+    if (metric in LOAD_METRICS) != bool(load):
+        raise UsageError(f"metric {metric} needs whatif's qps" if metric in LOAD_METRICS else
+                         f"whatif's {', '.join(load)} go with a load metric "
+                         f"({', '.join(LOAD_METRICS)})")
+    if load:
+        from nearlocal.whatif.commands import parse_tokens
+        from nearlocal.whatif.load import load_options
+
+        load = load_options(load, parse_tokens)
+        if metric == "capacity_qps" and "ttft_target" not in load:
+            raise UsageError("metric capacity_qps needs whatif's ttft_target")
     value = table[key]
     if kind == "time":
         bound = _duration_ns(value)
@@ -356,7 +382,8 @@ def _derived_requirement(index: int, name: str, table: dict, defaults: dict) -> 
                          "\"memcpy\", pattern = \"64MiB\" }]")
     cases = tuple(_make_case(_merge(defaults, c), f"cases[{i}]") for i, c in enumerate(measure))
     return Requirement(index, name, None, metric, key.removesuffix("_gbps"), bound,
-                       derived=Derived(path, request), measure=cases)
+                       derived=Derived(path, request, tuple(sorted(load.items()))),
+                       measure=cases)
 
 
 def _aim(tree: object, targets: dict[str, str]) -> object:

@@ -16,6 +16,7 @@ from nearlocal.report.sections import (  # noqa: F401 (each registers its sectio
     rack,
     rdma,
     serving,
+    serving_load,
     summary,
     swiftcache,
 )

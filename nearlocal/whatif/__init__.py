@@ -6,6 +6,12 @@ end-to-end claims recomputed (`claims`). From a notebook:
     from nearlocal import whatif
     result = whatif.for_run("latest", whatif.Request(model="llama-3.1-70b", context=32768))
     for path in result.paths: print(path.path, path.reload_ns)
+
+Under load (`traffic`: traces, Poisson streams, the prefix store; `load`: the simulation):
+
+    trace = whatif.read_trace("conversation.jsonl")
+    work = whatif.trace_workload(trace, whatif.prefix_hits(trace))
+    result = whatif.serve(inputs, work, whatif.Setup(prefill_tokens_per_s=40000, ttft_target_s=2))
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ _PUBLIC = {
     "reference_names": "references", "run_reference": "references",
     "Inputs": "serving", "PathFigures": "serving", "Request": "serving", "Whatif": "serving",
     "whatif": "serving",
+    # serving under load (issue 57): requests, the prefix store, the simulation
+    "read_trace": "traffic", "prefix_hits": "traffic", "poisson": "traffic", "Contexts": "traffic",
+    "Setup": "load", "serve": "load", "trace_workload": "load", "stream_workload": "load",
+    "LoadResult": "load", "PathLoad": "load",
 }
 __all__ = [*_PUBLIC, "for_run", "inputs_of", "reference_box"]
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.units import format_ns, format_size
+from nearlocal.whatif import loadcommand
 from nearlocal.whatif.paths import SERVING_PATHS
 from nearlocal.whatif.references import reference_names
 
@@ -161,6 +162,9 @@ def _whatif(args: argparse.Namespace) -> int:
         print(text, end="")
         return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
+    # --trace / --qps: every load option checked and the trace read before the run is
+    prepared = (loadcommand.prepare(args, request_of(args), parse_tokens)
+                if loadcommand.wanted(args) else None)
     run = load(args.run, Path(args.out))
     reference = reference_box(args.reference, Path(args.out)) if args.reference else None
     inputs = inputs_of(run)
@@ -169,6 +173,8 @@ def _whatif(args: argparse.Namespace) -> int:
                          "transfer, RDMA or a file read, timed as one isolated read from "
                          "memory): measure one (`nearlocal run` gathers out of local DRAM; "
                          "--suite gpu, storage, rdma) or name --reference")
+    if prepared is not None:
+        return loadcommand.run_load(args, prepared, run, inputs, reference, target)
     result = whatif(inputs, request_of(args), reference)
     found = claims(inputs) if args.claims else []
     text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
@@ -242,4 +248,5 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--markdown", help="write the table as Markdown to this file")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    loadcommand.add_load_arguments(parser)
     parser.set_defaults(func=_whatif)
