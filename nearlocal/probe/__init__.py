@@ -19,8 +19,8 @@ from nearlocal.probe.dax import DaxDevice, probe_dax
 from nearlocal.probe.dsa import DsaInfo, probe_dsa
 from nearlocal.probe.gpu import GpuInfo, probe_gpu
 from nearlocal.probe.hugepages import HugePages, probe_hugepages
-from nearlocal.probe.numa import NumaNode, probe_numa
 from nearlocal.probe.links import Topology, probe_topology
+from nearlocal.probe.numa import NumaNode, probe_numa
 from nearlocal.probe.pci import PciDevice, probe_pci_memory
 from nearlocal.probe.poolmod import PoolModule, probe_pool_module
 from nearlocal.probe.rdma import RdmaInfo, probe_rdma

@@ -1,8 +1,8 @@
 """Uncached and write-combining memory for real: a PCI memory BAR (`pcibar:`, the kernel's
 resourceN / resourceN_wc files), a physical range through /dev/mem with O_SYNC (`phys:`), and a
-pool's range through the nearlocal_pool kernel module (`ncmem:`, and uc / wc on `devdax:`). Each mapping's memory type is
-read back from the x86 PAT list; a type other than the one asked fails the case, both named.
-Nothing here is mapped unless the user names it; writes need --allow-write."""
+pool's range through the nearlocal_pool kernel module (`ncmem:`, and uc / wc on `devdax:`).
+Each mapping's memory type is read back from the x86 PAT list; a type other than the one asked
+fails the case, both named. Nothing here is mapped unless the user names it; writes need --allow-write."""
 
 from __future__ import annotations
 
