@@ -300,9 +300,7 @@ def _ncmem_arg(spec: RegionSpec) -> tuple[str, int, int | None]:
     if not re.fullmatch(r"/dev/nearlocal-pool\d+", path):
         raise UsageError(f"malformed ncmem region {spec.text!r}: use "
                          "ncmem:/dev/nearlocal-pool0[@offset[,size]]")
-    offset, size = _window(window, spec)
-    if size == 0:
-        raise UsageError(f"a size of 0 in {spec.text!r}: name at least one page")
+    offset, size = _window(window, spec)  # a size of 0 is malformed (parse_size)
     return path, offset, size
 
 
