@@ -90,7 +90,7 @@ def test_a_module_range_over_system_ram_is_refused(module_box):
 def test_the_device_missing_names_the_module_commands(tmp_path, monkeypatch):
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(cxl_box(tmp_path)))
     spec = parse_region(f"ncmem:{DEVICE}")
-    with pytest.raises(UsageError, match="does not exist.*not built|does not exist.*not loaded"):
+    with pytest.raises(UsageError, match=r"does not exist.*(not built|not loaded)"):
         region_kind(spec).validate(spec, None)
     loaded = pool_module_box(tmp_path / "b", device=False)
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(loaded))

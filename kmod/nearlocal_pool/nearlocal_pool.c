@@ -21,9 +21,10 @@
  *   [2 << 46, 3 << 46)           write-combining   (pgprot_writecombine)
  * each window's offset within it being the byte offset into the range. An offset past the third
  * window is -EINVAL (a type the module does not know), a window past the range's end -ENXIO,
- * a private mapping -EINVAL. /sys/class/misc/nearlocal-pool0/ has start, size, mappings (live
- * mappings) and windows. Every open file holds a module reference and every mapping holds its
- * file, so rmmod is refused while anything is mapped.
+ * a private mapping -EINVAL; opening the device needs CAP_SYS_RAWIO (-EPERM).
+ * /sys/class/misc/nearlocal-pool0/ has start, size, mappings (live mappings) and windows.
+ * Every open file holds a module reference and every mapping holds its file, so rmmod is
+ * refused while anything is mapped.
  */
 
 #include <linux/fs.h>
@@ -38,7 +39,12 @@
 #define NEARLOCAL_POOL_WINDOW_SHIFT 46
 #define NEARLOCAL_POOL_WINDOW_PAGES (1UL << (NEARLOCAL_POOL_WINDOW_SHIFT - PAGE_SHIFT))
 
-enum nearlocal_pool_type { NEARLOCAL_POOL_WB, NEARLOCAL_POOL_UC, NEARLOCAL_POOL_WC, NEARLOCAL_POOL_TYPES };
+enum nearlocal_pool_type {
+	NEARLOCAL_POOL_WB,
+	NEARLOCAL_POOL_UC,
+	NEARLOCAL_POOL_WC,
+	NEARLOCAL_POOL_TYPES,
+};
 
 static const char *const nearlocal_pool_type_names[NEARLOCAL_POOL_TYPES] = { "wb", "uc", "wc" };
 
@@ -78,7 +84,8 @@ static int nearlocal_pool_mmap(struct file *file, struct vm_area_struct *vma)
 
 	if (window >= NEARLOCAL_POOL_TYPES)
 		return -EINVAL;
-	if (!(vma->vm_flags & VM_SHARED))
+	/* VM_MAYSHARE: a MAP_SHARED mapping of a read-only open has no VM_SHARED */
+	if (!(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 	if (first >= (size >> PAGE_SHIFT) || pages > (size >> PAGE_SHIFT) - first)
 		return -ENXIO;

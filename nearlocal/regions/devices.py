@@ -354,13 +354,12 @@ def _open_module(spec: RegionSpec, module: PoolModule, offset: int, size: int, a
         raise UsageError(f"the case needs {format_size(size)} at offset {offset} but the "
                          f"{MODULE} module's range has {format_size(module.size)}")
     path = str(SysRoot.default().path(module.device or ""))
-    try:
-        fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
+    why = _module_error(module, start, length, attr)
+    try:  # the open's own refusal (CAP_SYS_RAWIO, a device gone) as one line too
+        os.close(os.open(path, os.O_RDWR if allow_write else os.O_RDONLY))
     except OSError as exc:
-        raise UsageError(f"opening {module.device} failed: {exc.strerror}") from None
-    os.close(fd)
-    buf = _map(path, length, WINDOWS[attr] + offset, allow_write,
-               why_refused=_module_error(module, start, length, attr))
+        raise UsageError(f"opening {module.device}: {why(exc)}") from None
+    buf = _map(path, length, WINDOWS[attr] + offset, allow_write, why_refused=why)
     try:
         memtype = _readback(spec, attr, start, length, f"{module.device} at {start:#x}")
     except BaseException:
