@@ -268,16 +268,17 @@ def devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
     module = pool_module()
     if start is not None and module.covers(start, length):
         return None
+    if not module.usable:
+        return (f"{attr} on device-dax needs the {MODULE} module (device-dax maps only "
+                f"write-back; x86 PAT refuses {DEV_MEM} an uncached or write-combining alias of it): "
+                f"{module.reason()}")
     if start is None:
         return (f"{attr} on {path} needs its physical address (/sys/bus/dax/devices/"
                 f"{os.path.basename(path)}/resource, root only) to find it in the {MODULE} "
                 "module's range")
-    if module.usable:
-        return (f"{attr} on {path} goes through the {MODULE} module, which is bound to "
-                f"[{module.start:#x}, {module.start + module.size:#x}), not to this device's "
-                f"[{start:#x}, {start + length:#x}): reload it with this device's range")
-    return (f"{attr} on device-dax needs the {MODULE} module (device-dax maps only write-back; "
-            f"x86 PAT refuses {DEV_MEM} an uncached alias of that range): {module.reason()}")
+    return (f"{attr} on {path} goes through the {MODULE} module, which is bound to "
+            f"[{module.start:#x}, {module.start + module.size:#x}), not to this device's "
+            f"[{start:#x}, {start + length:#x}): reload it with this device's range")
 
 
 def open_devdax_through_module(spec: RegionSpec, size: int, attr: str,
