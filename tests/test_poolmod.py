@@ -71,7 +71,7 @@ def test_a_loaded_module_is_probed_with_its_range(module_box):
     (f"ncmem:{DEVICE}@100", "page size"),
     (f"ncmem:{DEVICE}@8MiB,16MiB", "past the end of the nearlocal_pool module's range"),
     (f"ncmem:{DEVICE}@16MiB", "past the end"),
-    ("ncmem:/dev/nearlocal-pool1", "does not exist"),
+    ("ncmem:/dev/nearlocal-pool1", "does not exist .*device is /dev/nearlocal-pool0"),
 ])
 def test_bad_ncmem_input_is_one_line(module_box, text, message):
     spec = parse_region(text)

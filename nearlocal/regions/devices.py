@@ -312,7 +312,7 @@ def _loaded_module(spec: RegionSpec) -> PoolModule:
     module = pool_module()
     if not module.usable or not SysRoot.default().exists(path):
         raise UsageError(f"{path} does not exist (from {spec.text!r}): "
-                         + (module.reason() or f"the {MODULE} module names only {DEV_MEM}"))
+                         + (module.reason() or f"the {MODULE} module's device is {module.device}"))
     if offset + (size or 0) > module.size or offset >= module.size:
         raise UsageError(f"the window in {spec.text!r} goes past the end of the {MODULE} "
                          f"module's range ({format_size(module.size)} at {module.start:#x})")
