@@ -96,7 +96,8 @@ def _commands(found: PoolModule, dax: list) -> list[str]:
     pool = next((d for d in dax if getattr(d, "resource", None) is not None), None)
     if pool is not None:
         steps.append(f"free the range from device-dax: echo {pool.name} > "
-                     "/sys/bus/dax/drivers/device_dax/unbind")
+                     "/sys/bus/dax/drivers/device_dax/unbind (on an nvdimm namespace: ndctl "
+                     "disable-namespace NAMESPACE; docs/memory-types.md)")
         range_args = f"start={pool.resource:#x} size={pool.size:#x}"
     else:
         range_args = ("start=0xSTART size=0xSIZE (a device-dax range: "
