@@ -170,3 +170,97 @@ def untuned_settings(root: Path, governor: str = "powersave", boost: str = "1",
     write(root, "/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 mitigations=off isolcpus=1 "
                                  "hugepagesz=1G hugepages=4 hugepagesz=2M hugepages=512 quiet -- nohz_full=9")
     return root
+
+
+# An Intel Xeon of the Ice Lake-SP generation (family 6 model 106) on bare metal: DDIO's
+# root-port register is documented for it (probe/links.py)
+ICELAKE_SP_CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 106\n"
+    f"model name\t: Intel(R) Xeon(R) Platinum 8380 CPU @ 2.30GHz\nflags\t\t: {FLAGS}\n\n"
+    for cpu in range(4))
+GPU_ADDRESS, CXL_ADDRESS, NIC_ADDRESS = "0000:17:00.0", "0000:81:00.0", "0000:18:00.0"
+GPU_PORT, CXL_PORT, NIC_PORT = "0000:16:01.0", "0000:80:01.0", "0000:16:03.0"
+
+
+def _pci_function(root: Path, bridge: str, port: str, address: str, klass: str, vendor: str,
+                  trained: tuple[str, int, str, int], node: int) -> str:
+    """A PCI function behind a root port, as the kernel lays it out: /sys/devices/pciDDDD:BB/
+    <port>/<address>, with /sys/bus/pci/devices/<name> links to both."""
+    where = f"/sys/devices/{bridge}/{port}/{address}"
+    speed, width, max_speed, max_width = trained
+    for name, value in (("class", klass), ("vendor", vendor), ("numa_node", str(node)),
+                        ("current_link_speed", speed), ("current_link_width", str(width)),
+                        ("max_link_speed", max_speed), ("max_link_width", str(max_width))):
+        write(root, f"{where}/{name}", value)
+    for name, target in ((address, where), (port, f"/sys/devices/{bridge}/{port}")):
+        if not (root / f"sys/bus/pci/devices/{name}").is_symlink():
+            link_to = os.path.relpath(root / target.lstrip("/"), root / "sys/bus/pci/devices")
+            link(root, f"/sys/bus/pci/devices/{name}", link_to)
+    return where
+
+
+def _root_port(root: Path, bridge: str, port: str, node: int, ddio_on: bool | None) -> None:
+    """An Intel root port with 4 KiB of config space: perfctrlsts_0 (0x180) 0x80 and TPHDIS
+    (0x185 bit 0) clear when DDIO is on (the defaults), 0x00 and TPHDIS set when off; None: only
+    the 64 bytes a non-root reader sees."""
+    where = f"/sys/devices/{bridge}/{port}"
+    write(root, f"{where}/vendor", "0x8086")
+    write(root, f"{where}/class", "0x060400")
+    write(root, f"{where}/numa_node", str(node))
+    config = bytearray(64 if ddio_on is None else 4096)
+    if ddio_on is not None:
+        config[0x180] = 0x80 if ddio_on else 0x00
+        config[0x185] = 0x00 if ddio_on else 0x01
+    (root / where.lstrip("/") / "config").write_bytes(bytes(config))
+
+
+def linked_box(root: Path, ddio_on: bool | None = True, cpuinfo: str = ICELAKE_SP_CPUINFO) -> Path:
+    """Two sockets (node 0: CPUs 0-1, package 0; node 1: CPUs 2-3, package 1); a GPU on socket 0
+    behind root port 16:01.0 whose x16 link trained at x8; an RDMA NIC (mlx5_0) on socket 0 behind
+    root port 16:03.0; a CXL memory adapter (mem0) on socket 1 behind root port 80:01.0, so the
+    GPU's path to it crosses sockets. `ddio_on`: the root ports' DDIO (None: their config space
+    reads 64 bytes, as for a non-root reader)."""
+    write(root, "/proc/cpuinfo", cpuinfo)
+    write(root, "/sys/devices/system/cpu/online", "0-3")
+    for node, cpus in ((0, (0, 1)), (1, (2, 3))):
+        write(root, f"/sys/devices/system/node/node{node}/cpulist", f"{cpus[0]}-{cpus[1]}")
+        write(root, f"/sys/devices/system/node/node{node}/meminfo",
+              f"Node {node} MemTotal:       67108864 kB\nNode {node} MemFree:        60000000 kB")
+        for cpu in cpus:
+            write(root, f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id", str(node))
+    for bridge, port, node in (("pci0000:16", GPU_PORT, 0), ("pci0000:16", NIC_PORT, 0),
+                               ("pci0000:80", CXL_PORT, 1)):
+        _root_port(root, bridge, port, node, ddio_on)
+    _pci_function(root, "pci0000:16", GPU_PORT, GPU_ADDRESS, "0x030200", "0x10de",
+                  ("16.0 GT/s PCIe", 8, "16.0 GT/s PCIe", 16), 0)
+    nic = _pci_function(root, "pci0000:16", NIC_PORT, NIC_ADDRESS, "0x020000", "0x15b3",
+                        ("16.0 GT/s PCIe", 16, "16.0 GT/s PCIe", 16), 0)
+    cxl = _pci_function(root, "pci0000:80", CXL_PORT, CXL_ADDRESS, "0x050210", "0x8086",
+                        ("32.0 GT/s PCIe", 16, "32.0 GT/s PCIe", 16), 1)
+    write(root, f"{cxl}/mem0/ram/size", "0x1000000000")
+    write(root, f"{cxl}/mem0/numa_node", "1")
+    link(root, "/sys/bus/cxl/devices/mem0",
+         os.path.relpath(root / f"{cxl}/mem0".lstrip("/"), root / "sys/bus/cxl/devices"))
+    write(root, f"{nic}/infiniband/mlx5_0/ports/1/state", "4: ACTIVE")
+    write(root, f"{nic}/infiniband/mlx5_0/ports/1/link_layer", "Ethernet")
+    link(root, "/sys/class/infiniband/mlx5_0",
+         os.path.relpath(root / f"{nic}/infiniband/mlx5_0".lstrip("/"), root / "sys/class/infiniband"))
+    link(root, f"{nic}/infiniband/mlx5_0/device", "../..")
+    return root
+
+
+def pool_module_box(root: Path, start: int = 0x1080000000, size: int = 16 << 20,
+                    device: bool = True) -> Path:
+    """cxl_box plus the nearlocal_pool module loaded and bound to [start, start + size): its
+    sysfs attributes, and (`device`) /dev/nearlocal-pool0 as a file of `size` bytes a test maps
+    (the module's type windows monkeypatched to 0: a file cannot be 128 TiB long)."""
+    cxl_box(root)
+    (root / "sys/module/nearlocal_pool").mkdir(parents=True, exist_ok=True)
+    misc = "/sys/class/misc/nearlocal-pool0"
+    write(root, f"{misc}/start", hex(start))
+    write(root, f"{misc}/size", hex(size))
+    write(root, f"{misc}/mappings", "0")
+    if device:
+        with open(root / "dev/nearlocal-pool0", "wb") as f:
+            f.truncate(size)
+    return root

@@ -166,13 +166,16 @@ CHECKS = (clock_step, l1_chase, bandwidth, processes_agree, busy_box)
 def self_check(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
     """run.json's `self_check`: every check's finding, the failed ones' details (`suspect`), and
     the box's settings that make figures unstable (`settings`, each with its fix)."""
+    from nearlocal.probe.links import below_maximum
     from nearlocal.probe.settings import unstable_settings
 
     findings = [check(meta, cases, samples) for check in CHECKS]
     allowed = (meta.get("busy") or {}).get("allowed_cpus") if isinstance(meta.get("busy"), dict) else None
+    topology = (meta.get("inventory") or {}).get("topology")
     return {"checks": {f.check: {"ok": f.ok, "detail": f.detail} for f in findings},
             "suspect": [f.detail for f in findings if not f.ok],
-            "settings": unstable_settings(_box(meta), allowed)}
+            "settings": unstable_settings(_box(meta), allowed),
+            "links": below_maximum(topology if isinstance(topology, dict) else None)}
 
 
 def checked(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
@@ -186,13 +189,24 @@ def settings_of(result: dict) -> list[str]:
     return [str(line) for line in lines] if isinstance(lines, list) else []
 
 
+def links_of(result: dict) -> list[str]:
+    """A stored self-check's links trained below their maximum (none in a run stored before
+    they were read)."""
+    lines = result.get("links") if isinstance(result, dict) else None
+    return [str(line) for line in lines] if isinstance(lines, list) else []
+
+
 def summary_line(result: dict) -> str:
-    """The run's self-check, said: passed or what is suspect, then (a second line) the box's
-    settings that make figures unstable, when there are any."""
+    """The run's self-check, said: passed or what is suspect, then (further lines) the box's
+    settings that make figures unstable and the links trained below their maximum, when there
+    are any."""
     suspect = result.get("suspect") or []
     first = (f"self-check: ok ({', '.join(result.get('checks', {}))})" if not suspect else
              "self-check: these figures are suspect: " + "; ".join(suspect))
     settings = settings_of(result)
-    if not settings:
-        return first
-    return first + "\nself-check: this box's settings make figures unstable: " + "; ".join(settings)
+    if settings:
+        first += "\nself-check: this box's settings make figures unstable: " + "; ".join(settings)
+    links = links_of(result)
+    if links:
+        first += "\nself-check: links trained below their maximum: " + "; ".join(links)
+    return first

@@ -89,6 +89,8 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
     console.print(f"[bold]huge pages[/] {pools or 'no hugetlb pools'}; THP {inventory.hugepages.thp_mode}")
     print_settings(inventory)
     _print_gpus(inventory)
+    print_topology(inventory)
+    print_pool_module(inventory)
     console.print("[bold]block devices[/] " + ("; ".join(d.text for d in inventory.block)
                                                or "none in /sys/block"), markup=True)
     for place in inventory.extra.get("regions", []):
@@ -114,6 +116,49 @@ def print_settings(inventory: HostInventory) -> None:
         console.print("  no setting here makes figures unstable", markup=False, highlight=False)
     for line in findings:
         console.print(f"  [yellow]unstable[/] {escape(line)}", highlight=False)
+
+
+def print_topology(inventory: HostInventory) -> None:
+    """Each CXL memdev, GPU and RDMA NIC's link, node and root port, DDIO per root port (with
+    the commands that switch it: nearlocal never does), the links trained below their maximum,
+    and the GPU x adapter / NIC affinity (probe/links.py)."""
+    import dataclasses
+
+    from nearlocal.probe.links import below_maximum, ddio_commands, ddio_text, link_text
+
+    topology = dataclasses.asdict(inventory.topology)
+    console.print("[bold]links[/] " + ("" if topology["links"] else
+                                       "no CXL memdev, GPU or RDMA NIC on a PCI function"))
+    for link in topology["links"]:
+        console.print(f"  {link_text(link)}", markup=False, highlight=False)
+    for line in below_maximum(topology):
+        console.print(f"  [yellow]below its maximum[/] {escape(line)}", highlight=False)
+    console.print(f"[bold]DDIO[/] {escape(ddio_text(topology))}", highlight=False)
+    for port in inventory.topology.ddio:
+        for command in ddio_commands(port):
+            console.print(f"  {port.root_port} {command}", markup=False, highlight=False)
+    if inventory.topology.affinity:
+        table = Table(title="GPU x adapter / NIC affinity (a path crossing sockets goes over the "
+                      "inter-socket link)", title_justify="left")
+        for column in ("GPU", "adapter / NIC", "path"):
+            table.add_column(column)
+        for pair in inventory.topology.affinity:
+            table.add_row(pair["gpu"], f"{pair['peer_kind']} {pair['peer']}", pair["relation"])
+        print_table(table)
+
+
+def print_pool_module(inventory: HostInventory) -> None:
+    """The nearlocal_pool kernel module (uc / wc on a pool): bound to which range, or the
+    commands that build and load it (nearlocal never loads a module)."""
+    module = inventory.pool_module
+    if module.usable:
+        console.print(f"[bold]nearlocal_pool module[/] loaded, {module.device} maps "
+                      f"[{module.start:#x}, {module.start + module.size:#x}) "
+                      f"({format_size(module.size)}) wb, uc or wc; {module.mappings or 0} "
+                      f"mappings now: ncmem:{module.device}", highlight=False)
+        return
+    console.print(f"[bold]nearlocal_pool module[/] {escape(module.reason() or '')}",
+                  highlight=False)
 
 
 def print_regions(regions: dict[str, str | None]) -> None:

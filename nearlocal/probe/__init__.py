@@ -19,8 +19,10 @@ from nearlocal.probe.dax import DaxDevice, probe_dax
 from nearlocal.probe.dsa import DsaInfo, probe_dsa
 from nearlocal.probe.gpu import GpuInfo, probe_gpu
 from nearlocal.probe.hugepages import HugePages, probe_hugepages
+from nearlocal.probe.links import Topology, probe_topology
 from nearlocal.probe.numa import NumaNode, probe_numa
 from nearlocal.probe.pci import PciDevice, probe_pci_memory
+from nearlocal.probe.poolmod import PoolModule, probe_pool_module
 from nearlocal.probe.rdma import RdmaInfo, probe_rdma
 from nearlocal.probe.settings import BoxSettings, probe_settings
 from nearlocal.sysroot import SysRoot
@@ -45,6 +47,10 @@ class HostInventory:
     rdma: RdmaInfo = field(default_factory=RdmaInfo)  # RDMA devices (the rdma-* methods)
     # governor, boost, SMT, THP, NUMA balancing, C-states, isolated CPUs (probe/settings.py)
     box_settings: BoxSettings = field(default_factory=BoxSettings)
+    # the nearlocal_pool kernel module: built, loaded, bound to which range (probe/poolmod.py)
+    pool_module: PoolModule = field(default_factory=PoolModule)
+    # PCIe / CXL links, NUMA nodes, root ports, DDIO, GPU x adapter x NIC affinity (links.py)
+    topology: Topology = field(default_factory=lambda: Topology())
 
     @property
     def cpuless_nodes(self) -> frozenset[int]:
@@ -111,6 +117,9 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
 
         cpu.measured_llc_bytes, cpu.llc_source = measured_llc(
             cpu.l2_bytes, cpu.cpuid_llc_bytes, tsc_hz, available_bytes(root))
+    dax = probe_dax(root)
+    gpus = probe_gpu(root) if gpu else GpuInfo(reason="no GPU: not probed")
+    rdma = probe_rdma(root)
     return HostInventory(
         hostname=platform.node() if root.is_real() else "fake-host",
         kernel=os.uname().release if root.is_real() else "fake",
@@ -119,12 +128,14 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         tsc_source=source,
         numa=probe_numa(root),
         cxl=probe_cxl(root),
-        dax=probe_dax(root),
+        dax=dax,
         dsa=probe_dsa(root),
         hugepages=probe_hugepages(root),
-        gpu=probe_gpu(root) if gpu else GpuInfo(reason="no GPU: not probed"),
+        gpu=gpus,
         block=probe_block(root),
         pci_memory=probe_pci_memory(root),
-        rdma=probe_rdma(root),
+        rdma=rdma,
         box_settings=probe_settings(root),
+        pool_module=probe_pool_module(root, dax),
+        topology=probe_topology(root, cpu, gpus, rdma),
     )

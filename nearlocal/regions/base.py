@@ -36,14 +36,17 @@ ATTRIBUTES: dict[str, str] = {
 # Why no provider here can produce an attribute, when none does (probe prints it).
 ATTRIBUTE_GAPS: dict[str, str] = {
     "uc": (
-        "no provider on this box can map uncacheable memory: that needs a driver that maps the "
-        "pool with an uncacheable PAT type (Beluga's setup), a PCI BAR named as pcibar:ADDRESS/N, "
-        "or a range /dev/mem may map (devdax:... / phys:... with uc)"
+        "no provider on this box can map uncacheable memory: that needs the nearlocal_pool "
+        "kernel module bound to a pool's range (ncmem:/dev/nearlocal-pool0, or devdax:... with "
+        "uc; `nearlocal probe` gives its build and load commands), a PCI BAR named as "
+        "pcibar:ADDRESS/N, or a range /dev/mem may map (phys:... with uc)"
     ),
     "wc": (
-        "no provider on this box can map write-combining memory: that needs a prefetchable PCI "
-        "BAR named as pcibar:ADDRESS/N (its resourceN_wc file); nearlocal never maps a BAR it "
-        "was not given, and /dev/mem and device-dax cannot map write-combining"
+        "no provider on this box can map write-combining memory: that needs the nearlocal_pool "
+        "kernel module bound to a pool's range (ncmem:/dev/nearlocal-pool0, or devdax:... with "
+        "wc; `nearlocal probe` gives its build and load commands) or a prefetchable PCI BAR "
+        "named as pcibar:ADDRESS/N (its resourceN_wc file); nearlocal never maps a BAR it was "
+        "not given, and /dev/mem cannot map write-combining"
     ),
 }
 

@@ -1,8 +1,8 @@
 """Uncached and write-combining memory for real: a PCI memory BAR (`pcibar:`, the kernel's
-resourceN / resourceN_wc files), a physical range through /dev/mem with O_SYNC (`phys:`), and
-uc on a device-dax pool through /dev/mem over the device's range. Each mapping's memory type is
-read back from the x86 PAT list; a type other than the one asked fails the case, both named.
-Nothing here is mapped unless the user names it; writes need --allow-write."""
+resourceN / resourceN_wc files), a physical range through /dev/mem with O_SYNC (`phys:`), and a
+pool's range through the nearlocal_pool kernel module (`ncmem:`, and uc / wc on `devdax:`).
+Each mapping's memory type is read back from the x86 PAT list; a type other than the one asked
+fails the case, both named. Nothing here is mapped unless the user names it; writes need --allow-write."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import re
 
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory, pat
+from nearlocal.probe.dax import probe_dax
 from nearlocal.probe.pci import BASE as PCI_BASE
 from nearlocal.probe.pci import normal_address, read_bars
+from nearlocal.probe.poolmod import MODULE, WINDOWS, PoolModule, probe_pool_module
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
 from nearlocal.regions.mapping import _dax_arg, map_region
 from nearlocal.sysroot import SysRoot
@@ -243,17 +245,154 @@ def _phys_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
     return devmem_refusal(start, size, held_by_driver=False)
 
 
-def devdax_uc_unavailable(spec: RegionSpec, attr: str) -> str | None:
-    """uc on device-dax goes through /dev/mem over the device's physical range (device-dax
-    itself always maps with the range's own type, write-back)."""
-    if attr != "uc":
-        return None
+def pool_module() -> PoolModule:
+    return probe_pool_module(SysRoot.default(), probe_dax(SysRoot.default()))
+
+
+def _dax_range(spec: RegionSpec) -> tuple[int | None, int]:
+    """(physical start of the window a devdax spec names, its length or a page): the device's
+    resource (root only) plus the spec's offset."""
     path, offset, window = _dax_arg(spec)
     start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
+    return (None if start is None else start + offset), window or PAGE
+
+
+def devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
+    """uc and wc on device-dax go through the nearlocal_pool module bound to the device's range
+    (device-dax maps only write-back, and x86 PAT refuses /dev/mem an uncached alias of the range
+    it holds write-back); without it the row is skipped with the commands that build and load it."""
+    if attr == "wb":
+        return None
+    path = _dax_arg(spec)[0]
+    start, length = _dax_range(spec)
+    module = pool_module()
+    if start is not None and module.covers(start, length):
+        return None
+    if not module.usable:
+        return (f"{attr} on device-dax needs the {MODULE} module (device-dax maps only "
+                f"write-back; x86 PAT refuses {DEV_MEM} an uncached or write-combining alias of it): "
+                f"{module.reason()}")
     if start is None:
-        return (f"uc on {path} needs its physical address (/sys/bus/dax/devices/"
-                f"{os.path.basename(path)}/resource, root only) to map it through {DEV_MEM}")
-    return devmem_refusal(start + offset, window or PAGE, held_by_driver=True)
+        return (f"{attr} on {path} needs its physical address (/sys/bus/dax/devices/"
+                f"{os.path.basename(path)}/resource, root only) to find it in the {MODULE} "
+                "module's range")
+    return (f"{attr} on {path} goes through the {MODULE} module, which is bound to "
+            f"[{module.start:#x}, {module.start + module.size:#x}), not to this device's "
+            f"[{start:#x}, {start + length:#x}): reload it with this device's range")
+
+
+def open_devdax_through_module(spec: RegionSpec, size: int, attr: str,
+                               allow_write: bool) -> MappedRegion:
+    """A devdax spec's window mapped through the module bound to the device's range."""
+    path, offset, _ = _dax_arg(spec)
+    start, length = _dax_range(spec)
+    module = pool_module()
+    if start is None or not module.covers(start, max(size, length)):
+        raise UsageError(devdax_attr_unavailable(spec, attr) or
+                         f"the {MODULE} module's range does not hold {spec.text!r}")
+    return _open_module(spec, module, start - module.start, size, attr, allow_write,
+                        {"device": path, "offset": offset})
+
+
+# --- ncmem:/dev/nearlocal-pool0[@offset[,size]]: the nearlocal_pool module's range --------------
+
+def _ncmem_arg(spec: RegionSpec) -> tuple[str, int, int | None]:
+    path, _, window = spec.arg.partition("@")
+    if not re.fullmatch(r"/dev/nearlocal-pool\d+", path):
+        raise UsageError(f"malformed ncmem region {spec.text!r}: use "
+                         "ncmem:/dev/nearlocal-pool0[@offset[,size]]")
+    offset, size = _window(window, spec)  # a size of 0 is malformed (parse_size)
+    return path, offset, size
+
+
+def _loaded_module(spec: RegionSpec) -> PoolModule:
+    """The module behind an ncmem spec, its range checked; UsageError (one line) when the
+    device is missing, the window goes past the range, or the range overlaps System RAM."""
+    path, offset, size = _ncmem_arg(spec)
+    module = pool_module()
+    if not module.usable or not SysRoot.default().exists(path):
+        raise UsageError(f"{path} does not exist (from {spec.text!r}): "
+                         + (module.reason() or f"the {MODULE} module's device is {module.device}"))
+    if offset + (size or 0) > module.size or offset >= module.size:
+        raise UsageError(f"the window in {spec.text!r} goes past the end of the {MODULE} "
+                         f"module's range ({format_size(module.size)} at {module.start:#x})")
+    ram = [(lo, hi) for lo, hi in _system_ram(SysRoot.default())
+           if lo < module.start + module.size and module.start < hi]
+    if ram:
+        raise UsageError(f"the {MODULE} module's range [{module.start:#x}, "
+                         f"{module.start + module.size:#x}) overlaps System RAM at "
+                         f"[{ram[0][0]:#x}, {ram[0][1]:#x}): refused")
+    return module
+
+
+def _module_error(module: PoolModule, start: int, length: int, attr: str):
+    def why(exc: OSError) -> str:
+        where = f"[{start:#x}, {start + length:#x})"
+        if exc.errno == errno.ENXIO:
+            return f"{where} is beyond the {MODULE} module's range ({format_size(module.size)})"
+        if exc.errno == errno.EINVAL:
+            return (f"the {MODULE} module refused to map {where} as {attr} (a type it does not "
+                    "know, or a mapping that is not shared)")
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            return f"mapping through the {MODULE} module needs root (CAP_SYS_RAWIO)"
+        if exc.errno == errno.EAGAIN:
+            found = pat.memtype(SysRoot.default(), start, length)
+            return (f"x86 PAT refused {attr} for {where}: the range is tracked as {found} by "
+                    "another mapping")
+        return f"mapping {where} through the {MODULE} module failed: {exc.strerror}"
+    return why
+
+
+def _open_module(spec: RegionSpec, module: PoolModule, offset: int, size: int, attr: str,
+                 allow_write: bool, info: dict) -> MappedRegion:
+    """[offset, offset + size) of the module's range, mapped as `attr` through its window; the
+    type read back from the PAT list."""
+    if attr not in WINDOWS:
+        raise UsageError(f"the {MODULE} module maps {', '.join(WINDOWS)}, not {attr!r}")
+    length = -(-max(size, 1) // PAGE) * PAGE
+    start = module.start + offset
+    if offset + length > module.size:
+        raise UsageError(f"the case needs {format_size(size)} at offset {offset} but the "
+                         f"{MODULE} module's range has {format_size(module.size)}")
+    path = str(SysRoot.default().path(module.device or ""))
+    why = _module_error(module, start, length, attr)
+    try:  # the open's own refusal (CAP_SYS_RAWIO, a device gone) as one line too
+        os.close(os.open(path, os.O_RDWR if allow_write else os.O_RDONLY))
+    except OSError as exc:
+        raise UsageError(f"opening {module.device}: {why(exc)}") from None
+    buf = _map(path, length, WINDOWS[attr] + offset, allow_write, why_refused=why)
+    try:
+        memtype = _readback(spec, attr, start, length, f"{module.device} at {start:#x}")
+    except BaseException:
+        buf.close()
+        raise
+    return _region(spec, attr, buf, size, allow_write,
+                   {**info, "physical": hex(start), "via": module.device, "memtype": memtype})
+
+
+def _validate_ncmem(spec: RegionSpec, inventory: HostInventory) -> None:
+    _loaded_module(spec)
+
+
+def _ncmem_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | None:
+    if SysRoot.default().is_real() and os.geteuid() != 0:
+        return f"mapping through the {MODULE} module needs root (CAP_SYS_RAWIO)"
+    return None
+
+
+def _open_ncmem(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
+    module = _loaded_module(spec)
+    _, offset, window = _ncmem_arg(spec)
+    room = window if window is not None else module.size - offset
+    if size > room:
+        raise UsageError(f"the case needs {format_size(size)} but {spec.text!r} has "
+                         f"{format_size(room)}")
+    return _open_module(spec, module, offset, size, attr, allow_write, {"offset": offset})
+
+
+def _ncmem_instances(inventory: HostInventory) -> list[str]:
+    module = getattr(inventory, "pool_module", None)
+    return [f"ncmem:{module.device}"] if module is not None and module.usable else []
 
 
 register_region_kind(RegionKind(
@@ -271,4 +410,13 @@ register_region_kind(RegionKind(
             "only when named; written only with --allow-write",
     validate=lambda spec, inventory: _phys_arg(spec) and None, unavailable=_phys_unavailable,
     open=_open_phys, user_owned=lambda spec: True, instances=lambda inventory: [],
+))
+register_region_kind(RegionKind(
+    name="ncmem", syntax="ncmem:/dev/nearlocal-pool0[@offset[,size]]", family="host",
+    attrs=frozenset({"wb", "uc", "wc"}),
+    summary="a pool's physical range through the nearlocal_pool kernel module (kmod/), mapped "
+            "wb, uc or wc with the PAT type the kernel tracks; written only with --allow-write",
+    validate=_validate_ncmem, unavailable=_ncmem_unavailable, open=_open_ncmem,
+    user_owned=lambda spec: True, instances=_ncmem_instances,
+    pool_class="devdax", shared_mapping=True, markers=("cxl",),
 ))

@@ -283,11 +283,13 @@ def _validate_devdax(spec: RegionSpec, inventory: HostInventory) -> None:
     path, offset, _ = _dax_arg(spec)
     if not path:
         raise UsageError("devdax region needs a device path: devdax:/dev/daxX.Y[@offset[,size]]")
+    name = os.path.basename(path)
     try:
         mode = os.stat(path).st_mode
     except OSError:
+        if _through_module(spec):  # unbound from device_dax, its range bound to nearlocal_pool
+            return
         raise UsageError(f"device-dax path {path} does not exist (from {spec.text!r})") from None
-    name = os.path.basename(path)
     if not stat.S_ISCHR(mode) or not re.fullmatch(r"dax\d+\.\d+", name):
         raise UsageError(f"{path} is not a device-dax character device (expected /dev/daxX.Y)")
     device = find_dax(inventory.dax, path)
@@ -301,9 +303,18 @@ def _devdax_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | Non
     device = find_dax(inventory.dax, path)
     if device is None:
         return f"{path} is not listed under /sys/bus/dax/devices"
-    if device.mode != "devdax":
+    if device.mode != "devdax" and not _through_module(spec):
         return f"{device.name} is bound to {device.mode}, not device_dax"
     return None
+
+
+def _through_module(spec: RegionSpec) -> bool:
+    """The device's range is bound to the nearlocal_pool module (the operator unbound it from
+    device_dax): every attribute maps through the module."""
+    from nearlocal.regions.devices import devdax_attr_unavailable
+
+    path = _dax_arg(spec)[0]
+    return (not os.path.exists(path)) and devdax_attr_unavailable(spec, "uc") is None
 
 
 def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
@@ -313,13 +324,10 @@ def _open_devdax(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> M
     if window is not None and size > window:
         raise UsageError(f"the case needs {size} bytes but {spec.text!r} names only {window}")
     start = SysRoot.default().read_int(f"/sys/bus/dax/devices/{os.path.basename(path)}/resource")
-    if attr != "wb":  # device-dax maps with the range's own type: uc goes through /dev/mem
-        from nearlocal.regions.devices import open_devmem
+    if attr != "wb" or _through_module(spec):  # device-dax maps only write-back
+        from nearlocal.regions.devices import open_devdax_through_module
 
-        if start is None:
-            raise UsageError(f"{attr} on {path} needs its physical address (root only)")
-        return open_devmem(spec, start + offset, size, attr, allow_write,
-                           {"device": path, "offset": offset})
+        return open_devdax_through_module(spec, size, attr, allow_write)
     fd = os.open(path, os.O_RDWR if allow_write else os.O_RDONLY)
     try:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if allow_write else 0)
@@ -594,14 +602,14 @@ register_region_kind(RegionKind(
     capacity=_dram_capacity, pool_class=_numa_pool_class, markers=("cxl",), fresh_pages=True,
 ))
 def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
-    from nearlocal.regions.devices import devdax_uc_unavailable
+    from nearlocal.regions.devices import devdax_attr_unavailable
 
-    return devdax_uc_unavailable(spec, attr)
+    return devdax_attr_unavailable(spec, attr)
 
 
 register_region_kind(RegionKind(
     name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", family="host",
-    attrs=frozenset({"wb", "uc"}), attr_unavailable=_devdax_attr_unavailable,
+    attrs=frozenset({"wb", "uc", "wc"}), attr_unavailable=_devdax_attr_unavailable,
     summary="a device-dax pool mapped shared (Beluga's way); written only with --allow-write",
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
     user_owned=lambda spec: True,

@@ -21,7 +21,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import register_frames_section
+from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.report.rows import (
     GPU_CLASS,
     LOCAL_CLASS,
@@ -593,8 +593,36 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
 
 register_frames_section('b7', 40, section_b7)
 register_frames_section('b8', 50, section_b8)
-register_frames_section('b9', 60, section_b9)
-register_frames_section('b11', 70, section_b11)
+def ddio_notes(runs: list[RunInfo], data: list) -> list[str]:
+    """What each run's inventory read of DDIO (allocating writes into the LLC) on the root
+    ports its GPUs, NICs and CXL adapters sit behind, at the run's start: B10 and B11 depend on
+    it (Beluga's GPU transfers are fastest with DDIO off)."""
+    from nearlocal.probe.links import ddio_text
+
+    notes = []
+    for run, run_data in zip(runs, data, strict=True):
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
+        topology = (run_data.meta.get("inventory") or {}).get("topology")
+        state = (ddio_text(topology) if isinstance(topology, dict) else
+                 "not recorded (a run stored before nearlocal read it)")
+        notes.append(f"{name}: DDIO at run time: {state}")
+    return notes
+
+
+@register_section('b9', 60)
+def _b9(i: Inputs) -> Section:
+    section = section_b9(i.runs, i.frames)
+    section.notes.extend(ddio_notes(i.runs, i.data))
+    return section
+
+
+@register_section('b11', 70)
+def _b11(i: Inputs) -> Section:
+    section = section_b11(i.runs, i.frames)
+    section.notes.extend(ddio_notes(i.runs, i.data))
+    return section
+
+
 register_frames_section('b12', 80, section_b12)
 register_frames_section('b13', 90, section_kv)
 register_frames_section('b15', 100, section_b15)

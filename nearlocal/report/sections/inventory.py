@@ -59,11 +59,43 @@ def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
     return {(name,): [value] for name, value in rows.items()}
 
 
+def _topology_rows(meta: dict) -> dict[tuple, list[Cell]]:
+    """Links (speed, width, node, root port) of each CXL memdev, GPU and RDMA NIC, DDIO per root
+    port, the GPU x adapter / NIC affinity, and the nearlocal_pool module's range, as the run's
+    inventory read them (probe/links.py, probe/poolmod.py); none for a run stored before."""
+    from nearlocal.probe.links import below_maximum, ddio_text, link_text
+
+    inv = meta.get("inventory") or {}
+    topology = inv.get("topology")
+    rows: dict[str, str] = {}
+    if isinstance(topology, dict):
+        rows["links"] = "; ".join(link_text(link) for link in topology.get("links") or []
+                                  if isinstance(link, dict)) or "no CXL memdev, GPU or RDMA NIC"
+        below = below_maximum(topology)
+        if below:
+            rows["links below their maximum"] = "; ".join(below)
+        rows["DDIO"] = ddio_text(topology)
+        pairs = [p for p in topology.get("affinity") or [] if isinstance(p, dict)]
+        if pairs:
+            rows["GPU affinity"] = "; ".join(
+                f"{p.get('gpu')} - {p.get('peer_kind')} {p.get('peer')}: {p.get('relation')}"
+                for p in pairs)
+    module = inv.get("pool_module")
+    if isinstance(module, dict):
+        rows["nearlocal_pool module"] = (
+            f"{module.get('device')} maps [{module['start']:#x}, "
+            f"{module['start'] + module['size']:#x})" if module.get("loaded")
+            and module.get("device") and module.get("start") is not None and module.get("size")
+            else "loaded, no device" if module.get("loaded") else "not loaded")
+    return {(name,): [value] for name, value in rows.items()}
+
+
 def section_inventory(runs: list[RunInfo], data: list[RunData]) -> Section:
     section = Section("inventory", "Host inventory",
                       "What each run was made on (nearlocal probe at the start of the run).")
     section.table = keyed_table([Column("item")], [Column("value")], runs,
-                                [_inventory_rows(run.meta) for run in data])
+                                [{**_inventory_rows(run.meta), **_topology_rows(run.meta)}
+                                 for run in data])
     return section
 
 
