@@ -25,13 +25,22 @@ def row_facts(case: Case | ResolvedCase, cpuless_nodes: frozenset[int] = frozens
     uncacheable or write-combining mapping bypasses the caches), or its footprint fills the LLC
     or exceeds it (a footprint of the LLC's whole size leaves no line of it to anything else,
     and the LLC is shared: memcpy 16 MiB, region and peer, in a 32 MiB L3); it lives in the LLC
-    (`llc_resident`) when it does not reach memory and its footprint is over the L2."""
+    (`llc_resident`) when it does not reach memory and its footprint is over the L2. Its source
+    (what it reads: the region of a read, the peer of a write) reaches memory
+    (`source_reaches_memory`) when the method's loads are not cacheable (Method.loads_cacheable),
+    a read's region is not write-back, or the footprint fills the LLC: nt-copy's 16 KiB row
+    reaches memory (its stores are nontemporal) while its loads of the peer hit the cache, and
+    only a row whose source and destination both reached memory stands for a reload
+    (whatif/fit.py)."""
     resolved = case if isinstance(case, ResolvedCase) else resolve(case)
     case, pattern = resolved.case, resolved.pattern
     method = case.method_entry
     # a copy's footprint is its region and its peer (a method that never touches it maps a line)
     footprint = sum(resolved.spans)
-    reaches_memory = not method.cacheable or case.attr != "wb" or footprint >= llc_bytes
+    fills_llc = footprint >= llc_bytes
+    reaches_memory = not method.cacheable or case.attr != "wb" or fills_llc
+    source_reaches_memory = (not method.loads_cacheable or fills_llc
+                             or (case.access == "read" and case.attr != "wb"))
     llc_resident = not reaches_memory and 0 < l2_bytes < footprint
     return {
         **case.to_dict(),
@@ -48,6 +57,7 @@ def row_facts(case: Case | ResolvedCase, cpuless_nodes: frozenset[int] = frozens
         "peer_pool_class": pool_class_of(resolved.peer, cpuless_nodes),
         "measures": method.measures,
         "reaches_memory": bool(reaches_memory),
+        "source_reaches_memory": bool(source_reaches_memory),
         "llc_resident": bool(llc_resident),
     }
 
@@ -76,6 +86,33 @@ def pool_class_column(stored: list, regions: list, inventory: object) -> list[st
     return [value if isinstance(value, str) and value in POOL_CLASSES
             else pool_class_of(str(region), cpuless) for value, region in zip(stored, regions,
                                                                               strict=True)]
+
+
+def _flag(value: object) -> bool | None:
+    """A stored boolean (Python's or numpy's); None where absent (None, NaN)."""
+    return None if value is None or value != value else bool(value)
+
+
+def source_reaches_memory_column(stored: list, reaches: list, methods: list) -> list[bool | None]:
+    """Rows' `source_reaches_memory`: the stored column, else (rows stored before it) the row's
+    `reaches_memory` where the method's loads are as cacheable as the rest of it (memcpy, load,
+    DMA: its source and its stores reach memory alike), else False: a method whose loads alone
+    may hit the caches (nt-copy) read its source from where the row cannot say. None where
+    `reaches_memory` is absent too. Method modules are loaded only for a row that lacks it."""
+    flags = [_flag(value) for value in stored]
+    if all(flag is not None for flag in flags):
+        return flags
+    load_methods()
+    column: list[bool | None] = []
+    for flag, reached, name in zip(flags, reaches, methods, strict=True):
+        method = METHODS.get(str(name))
+        if flag is not None:
+            column.append(flag)
+        elif method is not None and method.loads_cacheable and not method.cacheable:
+            column.append(False)
+        else:
+            column.append(_flag(reached))
+    return column
 
 
 def measures_column(stored: list, methods: list) -> list[str]:
