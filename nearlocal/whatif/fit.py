@@ -64,13 +64,19 @@ class _At(NamedTuple):
     outside: bool = False
 
 
-def _curve(points: tuple[Point, ...], size: int, what: str) -> _At:
+def _curve(points: tuple[Point, ...], size: int, what: str, origin: float | None = None) -> _At:
     """The curve through `points` at `size`: linear in size between neighbours (a transfer's
-    time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure;
+    time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure,
+    or with `origin` (the per-call cost a) the line from (0, a) to it: its bandwidth beyond a (a
+    curve of memory-sized rows only, 64 MiB, must not give an 8 KiB transfer 64 MiB's time);
     beyond the largest, the last segment's slope (its marginal bandwidth), said in a note."""
     ordered = sorted(points, key=lambda p: p.size)
     low, high = ordered[0], ordered[-1]
     if size < low.size:
+        if origin is not None and origin < low.ns:
+            return _At(origin + (low.ns - origin) * size / low.size, (
+                f"{what} at {format_size(size)} is below the smallest measured "
+                f"({format_size(low.size)}): at its bandwidth beyond a",), (low.case_id,), True)
         return _At(low.ns, (f"{what} at {format_size(size)} is below the smallest measured "
                             f"({format_size(low.size)}): its figure taken",), (low.case_id,), True)
     if size > high.size:
@@ -143,7 +149,7 @@ class PathModel:
             at = _curve(self.fragmented, size, "a fragment")
             return at._replace(ns=self.call_ns + at.ns, notes=(*at.notes, "no single-transfer "
                                "rows: one transfer taken as one call of one fragment"))
-        return _curve(self.singles, size, "a single transfer")
+        return _curve(self.singles, size, "a single transfer", self.call_ns)
 
     def per_fragment(self, size: int) -> _At:
         """c(s): one fragment of `size` bytes inside a call: the many-fragment rows' curve
