@@ -18,6 +18,7 @@ memory in the run, fit.read_ceilings), and a prediction above it is a failure.
         --method gather-kernel --region pinned --peer gpu:0 [--model M --context 16k]
     python3 scripts/whatif_check.py --run latest --region dram --peer dram \\
         --model llama-3.1-8b --context 4k          # the CPU side, on any box: memcpy, nt-copy
+    ... --fresh quick    # a shared box: each way's rows measured again just before its read
 
 Writes whatif_check.json into --json-out when given. Exit 0 when every way was measured and no
 prediction exceeds the ceiling (the ratios are reported, not judged), 1 when a measurement
@@ -71,6 +72,22 @@ def _measure(args, method: str, pattern: str, gather: bool) -> tuple[dict | None
     return row, ""
 
 
+def _refit(args, method: str, model):
+    """`method`'s way fitted from a run of its rows (and the box's reads, for the ceiling)
+    measured now; (None, why) when that run gave none."""
+    command = [sys.executable, "-m", "nearlocal", "run", "--suite", args.fresh, "--method",
+               f"{method},load", "--region", args.region, "--peer", args.peer, "--attr", "wb",
+               "--out", args.out, "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    stored = [line.split("/")[-1] for line in done.stdout.splitlines()
+              if line.startswith("stored ")]
+    if not stored:
+        return None, (done.stderr.strip().splitlines() or ["no run stored"])[-1]
+    run = load(stored[-1], Path(args.out))
+    found = [m for hop in fit_run(run.cases).values() for m in hop if m.way == model.way]
+    return (found[0], run.run_id) if found else (None, f"run {run.run_id} has no {model.way}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default=None, help="the run the model is fitted from")
@@ -84,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", default="16k")
     parser.add_argument("--budget", default="1")
     parser.add_argument("--json-out", help="directory for whatif_check.json")
+    parser.add_argument("--fresh", metavar="SUITE",
+                        help="before each way's read, measure that way's rows again with "
+                             "`nearlocal run --suite SUITE --method M,load --attr wb` (e.g. "
+                             "quick) and fit from them: on a shared box the fit and the read then "
+                             "see the same neighbours, not those of a run minutes earlier")
     args = parser.parse_args(argv)
     try:
         run = load(args.run, Path(args.out))
@@ -114,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{method}: cannot gather the request's fragments (its method only "
                       "writes: a scatter), never picked for them; checked on one contiguous "
                       f"transfer of the same {shape.total_bytes / 2**20:.0f} MiB")
+        if args.fresh:
+            model, fresh_id = _refit(args, method, model)
+            if model is None:
+                print(f"{method}: not measured again: {fresh_id}")
+                status = 1
+                continue
+            print(f"{method}: fitted again from run {fresh_id}, just before its read")
         predicted = model.predict(fragments, size)
         row, why = _measure(args, method, read, gather and model.gathers)
         if row is None:
@@ -126,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         above = ceiling is not None and gbps > ceiling.bytes_per_ns * (1 + 1e-9)
         status = 1 if above else status
         results.append({"method": method, "region": args.region, "peer": args.peer,
+                        "fitted_run": fresh_id if args.fresh else run.run_id,
                         "pattern": read, "predicted_ns": predicted.ns,
                         "measured_ns": row["median_ns"], "predicted_over_measured": ratio,
                         "predicted_gbps": gbps, "measured_gbps": row.get("gbps"),
