@@ -149,6 +149,11 @@ class Method:
     # host's memory probe. Every method declares it (None is refused): a default either way
     # judged some plugin's cases against the wrong host probe.
     cacheable: bool | None = None
+    # its loads of the source may be served by the CPU caches although its stores reach memory
+    # (nt-copy, movdir64b: plain loads of the peer, then nontemporal or direct stores): a row
+    # then says `reaches_memory` (its stores land in memory) while its source was read from a
+    # cache below the LLC's size (`source_reaches_memory` false). None: as `cacheable`
+    cacheable_loads: bool | None = None
     # the suites whose generic grid the method joins ("quick": local DRAM over quick's sizes)
     suites: tuple[str, ...] = ()
     # what it measures on the pool regions (cpu/pool.py): "read" (quick's pool rows),
@@ -167,6 +172,12 @@ class Method:
             raise TypeError(f"method {self.name!r}: declare cacheable=True (its accesses may hit "
                             "the CPU caches below the LLC's size) or False (they always reach "
                             "memory or a device)")
+
+    @property
+    def loads_cacheable(self) -> bool:
+        """Whether its loads of the source may hit the CPU caches (`cacheable_loads`, else
+        `cacheable`)."""
+        return bool(self.cacheable if self.cacheable_loads is None else self.cacheable_loads)
 
     def bytes_moved(self, pattern: Pattern) -> int:
         """Bytes one sample moves: what GB/s is derived from (0: no GB/s)."""

@@ -147,7 +147,8 @@ class CpuSession:
 
 def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True,
-         peer: bool = False, cacheable: bool = False, batch_with_drain: bool = False) -> Method:
+         peer: bool = False, cacheable: bool = False, batch_with_drain: bool = False,
+         cacheable_loads: bool | None = None) -> Method:
     """peer: the kernel moves bytes between the region and the peer (a copy); the others only
     load the region or store a constant into it. batched: the kernel takes `passes`;
     batch_with_drain: passes drained by an mfence between them give the figure one isolated pass
@@ -158,7 +159,7 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
             kernel, timed, ctx, batched, batch_with_drain),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
-        touches_peer=peer, cacheable=cacheable,
+        touches_peer=peer, cacheable=cacheable, cacheable_loads=cacheable_loads,
         delivery=Delivery("cpu", "one") if peer else None,  # a copy lands the bytes in the peer
     )))
 
@@ -173,7 +174,7 @@ _cpu("nt-store", "time_nt_store", ("write",), "warm",
      "nontemporal stores (vmovntdq) of a constant, then sfence", roles=("bandwidth",))
 _cpu("nt-copy", "time_nt_copy", ("write",), "warm",
      "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence",
-     peer=True)
+     peer=True, cacheable_loads=True)  # its stores reach memory, its loads of the peer need not
 _cpu("nt-load", "time_nt_load", ("read",), "cold",
      "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"),
      roles=("read",), batched=False)  # its flush, per sample, is outside the interval
@@ -186,7 +187,7 @@ _cpu("store-clwb", "time_store_clwb", ("write",), "warm",
      "stores, clwb of every line, sfence: written back to memory", ("clwb",))
 _cpu("movdir64b", "time_movdir64b", ("write",), "warm",
      "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",),
-     peer=True)
+     peer=True, cacheable_loads=True)
 _cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
      "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth", "read"),
      peer=True,

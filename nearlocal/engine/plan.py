@@ -220,7 +220,7 @@ def _entry(case: Case, inventory: HostInventory, allow_write: bool) -> PlanEntry
 
 def _facts(resolved: ResolvedCase, inventory: HostInventory) -> dict:
     return row_facts(resolved, inventory.cpuless_nodes, inventory.cpu.llc_bytes,
-                     inventory.cpu.l2_bytes)
+                     inventory.cpu.l2_bytes, inventory.cpu.cpuid_llc_bytes)
 
 
 def _refused_row(case: Case, inventory: HostInventory, pattern: Pattern | None,

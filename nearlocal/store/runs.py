@@ -566,13 +566,20 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
     cases["ops_per_sample"] = [ops_per_sample(ops, info)  # rows stored before the column
                                for ops, info in zip(cases["ops_per_sample"], cases["info"], strict=True)]
     # rows stored before they carried these facts: from the registries as they are now
-    from nearlocal.core.rows import effective_params_text, measures_column, pool_class_column
+    from nearlocal.core.rows import (
+        effective_params_text,
+        measures_column,
+        pool_class_column,
+        source_reaches_memory_column,
+    )
 
     cases["pool_class"] = pool_class_column(list(cases["pool_class"]), list(cases["region"]),
                                             meta.get("inventory"))  # schema 3 (schema.py)
     cases["peer_pool_class"] = pool_class_column(list(cases["peer_pool_class"]),
                                                  list(cases["peer"]), meta.get("inventory"))
     cases["measures"] = measures_column(list(cases["measures"]), list(cases["method"]))
+    cases["source_reaches_memory"] = source_reaches_memory_column(
+        list(cases["source_reaches_memory"]), list(cases["reaches_memory"]), list(cases["method"]))
     cases["effective_params"] = [
         stored if isinstance(stored, str) and stored else effective_params_text(str(method), params)
         for stored, method, params in zip(cases["effective_params"], cases["method"],

@@ -24,7 +24,11 @@ regions, laying rings, warm-up and trials; NaN in older rows); `placements` (the
 a row's samples were taken on, over all its processes: engine/worker.py) and `placement_spread`
 (the robust SD of their log medians), with `placement` in samples (which placement took each
 sample, numbered across the case's processes): older runs load with one placement a process
-(placement = process) and NaN spread."""
+(placement = process) and NaN spread; `source_reaches_memory` (what the case reads came from
+memory: the method's loads are not cacheable, a read's region is not write-back, or the span fills
+the LLC; nt-copy's small rows reach memory by their stores, not by their loads), derived at load
+(`source_reaches_memory_column`: reaches_memory where the method's loads are as cacheable as its
+stores, else taken as not)."""
 
 
 SCHEMA_VERSION = 3
@@ -38,6 +42,7 @@ CASE_COLUMNS = [
     "gbps", "clock", "timer_overhead_ns", "clock_resolution_ns", "elapsed_s", "info", "processes",
     "ops_per_sample", "pool_class", "effective_params", "peer_pool_class", "measures",
     "reaches_memory", "llc_resident", "sample_steps", "wall_s", "placements", "placement_spread",
+    "source_reaches_memory",
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process", "placement"]
 

@@ -82,10 +82,10 @@ class _Single:
 
 def _single(inputs: Inputs, hop: str, size: int) -> _Single:
     """One contiguous transfer of `size` over `hop`: the fastest measured way."""
-    models = inputs.measured.get(hop) or []
-    if not models:
+    found = best_way(inputs.measured.get(hop) or [], 1, size)
+    if found is None:
         return _Single(None)
-    _, best = best_way(models, 1, size)
+    _, best = found
     return _Single(best.ns, best.rows, best.outside)
 
 

@@ -42,7 +42,8 @@ def request_of(args: argparse.Namespace) -> Request:
                    tp=args.tp, layout=args.layout, block_tokens=args.block_tokens,
                    dtype=args.dtype, gpus_per_link=args.gpus_per_link,
                    layer_compute_us=args.layer_compute_us,
-                   prefill_tokens_per_s=args.prefill_tokens_per_s, batch=args.batch)
+                   prefill_tokens_per_s=args.prefill_tokens_per_s, batch=args.batch,
+                   fixed_ms=args.fixed_ms)
 
 
 def _ms(ns: float | None) -> str:
@@ -156,9 +157,11 @@ def _whatif(args: argparse.Namespace) -> int:
 
         run = load(args.run, Path(args.out))
         shape = shape_of(request_of(args))
-        text = promoted_toml(run, fit_run(run.cases), args.promote,
-                             lambda models: best_way(models, shape.fragments,
-                                                     shape.fragment_bytes)[0])
+        text = promoted_toml(run, fit_run(run.cases), args.promote,  # a gathering way first
+                             lambda models: (best_way(models, shape.fragments, shape.fragment_bytes,
+                                                      shape.fragments > 1)
+                                             or best_way(models, shape.fragments,
+                                                         shape.fragment_bytes))[0])
         print(text, end="")
         return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
@@ -223,6 +226,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a layer's compute time per turn: gives the layer-pipelined reload")
     parser.add_argument("--prefill-tokens-per-s", type=float,
                         help="prefill throughput: gives the break-even against recomputing")
+    parser.add_argument("--fixed-ms", type=float, default=0.0,
+                        help="what each request costs besides moving its bytes (cache lookup, "
+                             "metadata, scheduling), added to its reload (default 0)")
 
 
 def register(subparsers) -> None:

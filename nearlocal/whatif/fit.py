@@ -10,7 +10,15 @@ interpolated in log size between them; `d(s)` is what c(s) adds to the single-tr
 Without many-fragment rows c(s) is that curve less `a` (d taken as 0, said). A single transfer
 is T1(s) = a + s / BW(s): the single-transfer rows themselves, interpolated. Outside the measured
 sizes nothing is extrapolated silently: the figure carries a note naming the nearest size.
-Every prediction names the rows (case ids) it came from."""
+Every prediction names the rows (case ids) it came from.
+
+A row stands for a hop only when what it moved came from memory and landed in memory (its
+`reaches_memory` and `source_reaches_memory`, core/rows.py), and a way stands for a gather only
+when its method can read scattered fragments (a read access: nt-copy only writes, so it can
+scatter but not gather). A way the CPU moves is bounded by the box's own ceiling for its source:
+the best read of that region from memory the run measured with as many threads or more (a CPU
+method that lands nothing, e.g. `load --threads N` beyond the LLC): no figure reads faster (said
+in a note), and a run without such a row says so."""
 
 from __future__ import annotations
 
@@ -56,13 +64,19 @@ class _At(NamedTuple):
     outside: bool = False
 
 
-def _curve(points: tuple[Point, ...], size: int, what: str) -> _At:
+def _curve(points: tuple[Point, ...], size: int, what: str, origin: float | None = None) -> _At:
     """The curve through `points` at `size`: linear in size between neighbours (a transfer's
-    time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure;
+    time is a fixed cost plus bytes over a bandwidth, piecewise); below the smallest, its figure,
+    or with `origin` (the per-call cost a) the line from (0, a) to it: its bandwidth beyond a (a
+    curve of memory-sized rows only, 64 MiB, must not give an 8 KiB transfer 64 MiB's time);
     beyond the largest, the last segment's slope (its marginal bandwidth), said in a note."""
     ordered = sorted(points, key=lambda p: p.size)
     low, high = ordered[0], ordered[-1]
     if size < low.size:
+        if origin is not None and origin < low.ns:
+            return _At(origin + (low.ns - origin) * size / low.size, (
+                f"{what} at {format_size(size)} is below the smallest measured "
+                f"({format_size(low.size)}): at its bandwidth beyond a",), (low.case_id,), True)
         return _At(low.ns, (f"{what} at {format_size(size)} is below the smallest measured "
                             f"({format_size(low.size)}): its figure taken",), (low.case_id,), True)
     if size > high.size:
@@ -81,6 +95,23 @@ def _curve(points: tuple[Point, ...], size: int, what: str) -> _At:
 
 
 @dataclass(frozen=True)
+class Ceiling:
+    """The box's best read of one region from memory: what no CPU-moved figure reading that
+    region may exceed."""
+
+    region: str
+    bytes_per_ns: float  # = GB/s
+    threads: int
+    case_id: str
+    method: str
+
+    def note(self) -> str:
+        return (f"the box's best read of {self.region} from memory, {self.method} with "
+                f"{self.threads} thread{'s' if self.threads != 1 else ''} "
+                f"({self.bytes_per_ns:.1f} GB/s, row {self.case_id})")
+
+
+@dataclass(frozen=True)
 class PathModel:
     """One way of moving bytes over a hop: a method between two regions with its params
     (measured), or a reference box's stated figures (`bandwidth_gbps` set)."""
@@ -96,6 +127,8 @@ class PathModel:
     bandwidth_gbps: float | None = None  # a reference's: T1(s) = a + s / BW
     fragment_ns: float = 0.0  # a reference's d
     notes: tuple[str, ...] = ()  # what the fit itself had to assume
+    gathers: bool = True  # its method can read scattered fragments (a read), not only scatter
+    ceiling: Ceiling | None = None  # the box's best read of its source (a CPU-moved way's)
 
     @property
     def measured(self) -> bool:
@@ -116,7 +149,7 @@ class PathModel:
             at = _curve(self.fragmented, size, "a fragment")
             return at._replace(ns=self.call_ns + at.ns, notes=(*at.notes, "no single-transfer "
                                "rows: one transfer taken as one call of one fragment"))
-        return _curve(self.singles, size, "a single transfer")
+        return _curve(self.singles, size, "a single transfer", self.call_ns)
 
     def per_fragment(self, size: int) -> _At:
         """c(s): one fragment of `size` bytes inside a call: the many-fragment rows' curve
@@ -140,7 +173,8 @@ class PathModel:
         return _At(at.ns - self.call_ns + d, (*at.notes, note), (*at.rows, nearest.case_id), True)
 
     def predict(self, fragments: int, size: int) -> Prediction:
-        """T(n, s) for `fragments` pieces of `size` bytes each."""
+        """T(n, s) for `fragments` pieces of `size` bytes each, never faster than the box's
+        ceiling for the source (said when it binds)."""
         n = max(1, int(fragments))
         if n == 1:
             at = self.single(size)
@@ -148,7 +182,14 @@ class PathModel:
         else:
             at = self.per_fragment(size)
             ns = max(self.call_ns * self.calls_for(n) + n * at.ns, 0.0)
-        return Prediction(ns, tuple(dict.fromkeys(at.rows)), (*self.notes, *at.notes), at.outside)
+        rows, notes = at.rows, (*self.notes, *at.notes)
+        if self.ceiling is not None and ns * self.ceiling.bytes_per_ns < n * size:
+            fitted = n * size / ns if ns > 0 else math.inf
+            ns = n * size / self.ceiling.bytes_per_ns
+            rows = (*rows, self.ceiling.case_id)
+            notes = (*notes, f"the fit gives {fitted:.1f} GB/s, above {self.ceiling.note()}: "
+                             "taken at that ceiling")
+        return Prediction(ns, tuple(dict.fromkeys(rows)), notes, at.outside)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,9 +221,11 @@ def _ends(row: pd.Series) -> tuple[str, str] | None:
 
 def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
     """The rows a path model may stand on: measured transfers of methods that deliver the bytes
-    (Method.delivery), timed as isolated transfers, on write-back memory, reaching memory (a
-    reload's gigabytes never sit in a CPU cache: a cache-resident row would make the host
-    side read fast), with a median; each with its hop, delivery and effective params."""
+    (Method.delivery), timed as isolated transfers, on write-back memory, whose source and
+    destination both reached memory (a reload's gigabytes never sit in a CPU cache: a row that
+    read its source from a cache, nt-copy's 16 KiB among them although its stores reach memory,
+    would make the host side read fast), with a median; each with its hop, delivery, whether
+    its method can gather (a read access) and effective params."""
     methods = load_methods()
     keep = []
     for index, row in cases.iterrows():
@@ -193,6 +236,7 @@ def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
         ends = _ends(row)
         if (delivery is None or ends is None or row.get("status") != "ok"
                 or _cache_resident(row.get("reaches_memory"))
+                or _cache_resident(row.get("source_reaches_memory"))
                 or row.get("measures", "transfer") != "transfer" or median != median
                 or median <= 0 or str(row.get("attr", "wb")) not in ("wb", "")
                 or not _isolated(effective)):
@@ -200,14 +244,54 @@ def usable_rows(cases: pd.DataFrame) -> pd.DataFrame:
         src, dst = ends
         for hop in HOPS.values():
             if hop.takes(delivery.mover, src, dst):
-                keep.append((index, hop.name, delivery.calls, effective))
+                keep.append((index, hop.name, delivery.calls, effective, delivery.mover,
+                             "read" in method.accesses))
     if not keep:
-        return cases.iloc[0:0].assign(hop=[], calls=[], effective=[])
+        return cases.iloc[0:0].assign(hop=[], calls=[], effective=[], mover=[], gathers=[])
     frame = cases.loc[[k[0] for k in keep]].copy()
-    frame["hop"] = [k[1] for k in keep]
-    frame["calls"] = [k[2] for k in keep]
-    frame["effective"] = [k[3] for k in keep]
+    for position, column in enumerate(("hop", "calls", "effective", "mover", "gathers"), 1):
+        frame[column] = [k[position] for k in keep]
     return frame
+
+
+def _threads(effective: dict, info: object) -> int:
+    """How many threads a row ran with: its info's count (cpu.threads), else its `threads`
+    param (`all` of an unknown count: taken as many, so that only another `all` bounds it)."""
+    if isinstance(info, dict) and isinstance(info.get("threads"), int):
+        return max(1, info["threads"])
+    text = str(effective.get("threads", "1"))
+    return max(1, int(text)) if text.isdigit() else 1 << 20
+
+
+def read_ceilings(cases: pd.DataFrame) -> list[Ceiling]:
+    """Each region's reads from memory a CPU-moved way is bounded by: ok transfer rows of a CPU
+    method that reads and lands nothing (load, nt-load: Method.delivery None), on write-back
+    memory, whose source reached memory (the span fills the LLC), one per row."""
+    methods = load_methods()
+    found = []
+    for _, row in cases.iterrows():
+        method = methods.get(str(row.get("method")))
+        median = pd.to_numeric(row.get("median_ns"), errors="coerce")
+        moved = pd.to_numeric(row.get("bytes_moved"), errors="coerce")
+        if (method is None or method.family != "cpu" or method.delivery is not None
+                or row.get("access") != "read" or row.get("status") != "ok"
+                or row.get("measures", "transfer") != "transfer"
+                or str(row.get("attr", "wb")) not in ("wb", "")
+                or not (median > 0 and moved > 0)  # NaN: neither
+                or _cache_resident(row.get("reaches_memory"))
+                or _cache_resident(row.get("source_reaches_memory"))):
+            continue
+        effective = decode_params_or_none(row.get("effective_params"))
+        found.append(Ceiling(str(row["region"]), float(moved) / float(median),
+                             _threads(effective, row.get("info")), str(row["case_id"]),
+                             str(row["method"])))
+    return found
+
+
+def ceiling_for(ceilings: list[Ceiling], region: str, threads: int) -> Ceiling | None:
+    """The best read of `region` with `threads` threads or more (None: the run has none)."""
+    fit = [c for c in ceilings if c.region == region and c.threads >= threads]
+    return max(fit, key=lambda c: c.bytes_per_ns, default=None)
 
 
 def _facts(rows: pd.DataFrame) -> dict:
@@ -235,9 +319,11 @@ def calls(rule: str, fragments: int, facts: dict) -> int:
     return max(1, int(CALL_RULES[rule](max(1, fragments), facts)))
 
 
-def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str) -> PathModel | None:
+def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str,
+              ceilings: list[Ceiling] | None = None) -> PathModel | None:
     """A hop's model from the rows of one way of moving bytes; None when they hold no
-    single-transfer row and no many-fragment row."""
+    single-transfer row and no many-fragment row. `ceilings` (read_ceilings): where the CPU
+    moves the bytes, the best read of the source bounds the figures (a run without one: said)."""
     fragments = pd.to_numeric(rows["fragment_count"], errors="coerce").fillna(1).astype(int)
     sizes = pd.to_numeric(rows["size_bytes"], errors="coerce").fillna(0).astype(int)
     frag_bytes = pd.to_numeric(rows["fragment_bytes"], errors="coerce").fillna(0).astype(int)
@@ -263,8 +349,20 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str) -> PathModel | 
                                     str(case_id)))
     if not singles and not fragmented:
         return None
+    ceiling = None
+    if ceilings is not None and "mover" in rows and (rows["mover"] == "cpu").all():
+        first = rows.iloc[0]
+        source = str(first["region"] if first.get("access") == "read" else first["peer"])
+        threads = max(_threads(e, i) for e, i in zip(rows["effective"], rows["info"], strict=True))
+        ceiling = ceiling_for(ceilings, source, threads)
+        if ceiling is None:
+            notes.append(f"the run has no read of {source} from memory with {threads} thread"
+                         f"{'s' if threads != 1 else ''} or more (e.g. `nearlocal run --method "
+                         f"load --region {source} --pattern 1GiB --threads N`): the figure is not "
+                         "bounded by the box's memory read")
+    gathers = bool(rows["gathers"].all()) if "gathers" in rows else True
     return PathModel(hop, way, rule, call_ns, singles, _median_by_size(fragmented), facts,
-                     notes=tuple(notes))
+                     notes=tuple(notes), gathers=gathers, ceiling=ceiling)
 
 
 def _way(row: pd.Series) -> str:
@@ -280,10 +378,11 @@ def fit_run(cases: pd.DataFrame) -> dict[str, list[PathModel]]:
     models: dict[str, list[PathModel]] = {}
     if rows.empty:
         return models
+    ceilings = read_ceilings(cases)
     ways = [_way(row) for _, row in rows.iterrows()]
     rows = rows.assign(way=ways)
     for (hop, way), group in rows.groupby(["hop", "way"], sort=True):
-        model = fit_group(str(hop), str(way), group, str(group["calls"].iloc[0]))
+        model = fit_group(str(hop), str(way), group, str(group["calls"].iloc[0]), ceilings)
         if model is not None:
             models.setdefault(str(hop), []).append(model)
     return models

@@ -37,6 +37,10 @@ class Request:
     prefill_tokens_per_s: float | None = None  # for the break-even against recomputing
     select: str = "dense"  # dense: the layout's blocks; superblock: 256-token groups (B3)
     batch: int = 1  # requests whose KV reloads in the same turn over the same link
+    # what each request costs besides moving its bytes (cache lookup, metadata, scheduling),
+    # given by the user, never measured here: an agentic KV cache on H20 reloads 64K tokens
+    # from CPU DRAM in 272 ms, 111 ms of it fixed per request (issue 57)
+    fixed_ms: float = 0.0
 
     def check(self) -> None:
         if self.batch < 1:
@@ -49,6 +53,9 @@ class Request:
             raise UsageError(f"--cached must lie in (0, 1], got {self.cached}")
         if self.gpus_per_link < 1:
             raise UsageError(f"--gpus-per-link must be at least 1, got {self.gpus_per_link}")
+        if not (self.fixed_ms >= 0 and math.isfinite(self.fixed_ms)):
+            raise UsageError(f"--fixed-ms must be a finite number of ms, 0 or more, got "
+                             f"{self.fixed_ms}")
         for name, value in (("--layer-compute-us", self.layer_compute_us),
                             ("--prefill-tokens-per-s", self.prefill_tokens_per_s)):
             if value is not None and not (value > 0 and math.isfinite(value)):
@@ -57,6 +64,11 @@ class Request:
     @property
     def cached_tokens(self) -> int:
         return max(1, round(self.context * self.cached))
+
+    @property
+    def fixed_ns(self) -> float:
+        """The turn's fixed cost: each of its requests' own, one after another."""
+        return self.batch * self.fixed_ms * 1e6
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ class PathFigures:
     what: str
     terms: tuple[Term, ...]
     complete: bool
-    reload_ns: float | None  # the turn's (the batch's) route terms in series (None: missing)
+    reload_ns: float | None  # the turn's (the batch's) route terms in series and its fixed cost
     pipelined_ns: float | None  # t_ld + (N - 1) max(t_ld, t_c) + t_c
     recompute_ns: float | None  # prefilling the cached tokens instead
     beats_recompute: bool | None
@@ -135,6 +147,7 @@ class PathFigures:
     gbps: float | None  # the request's bytes over its reload time
     measured: bool  # every term measured on this box (no reference figure)
     notes: tuple[str, ...] = ()
+    fixed_ns: float = 0.0  # the part of reload_ns fixed per request (Request.fixed_ms, given)
 
 
 @dataclass(frozen=True)
@@ -150,25 +163,33 @@ class Whatif:
         return asdict(self)
 
 
-def best_way(models: list[PathModel], fragments: int,
-             size: int) -> tuple[PathModel, Prediction]:
-    """The fastest way for this shape, preferring figures inside the measured sizes."""
-    scored = [(p.outside, p.ns, m.way, m, p) for m in models
+def best_way(models: list[PathModel], fragments: int, size: int,
+             gather: bool = False) -> tuple[PathModel, Prediction] | None:
+    """The fastest way for this shape, preferring figures inside the measured sizes; for a
+    `gather` (the request's scattered fragments) only a way whose method can read them (None:
+    no way can)."""
+    scored = [(p.outside, p.ns, m.way, m, p) for m in models if m.gathers or not gather
               for p in (m.predict(fragments, size),)]
+    if not scored:
+        return None
     scored.sort(key=lambda s: (s[0], s[1], s[2]))
     return scored[0][3], scored[0][4]
 
 
 def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathModel]],
-          reference: ReferenceBox | None) -> Term:
+          reference: ReferenceBox | None, gather: bool = False) -> Term:
     what = HOPS[hop].what
-    if measured.get(hop):
-        model, prediction = best_way(measured[hop], fragments, size)
-    elif reference is not None and reference.links.get(hop):
-        model, prediction = best_way(list(reference.links[hop]), fragments, size)
-    else:
-        why = NOT_MEASURED + (f" nor in reference {reference.name}" if reference else "")
+    found = best_way(measured.get(hop) or [], fragments, size, gather)
+    if found is None and reference is not None and reference.links.get(hop):
+        found = best_way(list(reference.links[hop]), fragments, size, gather)
+    if found is None:
+        why = NOT_MEASURED
+        if measured.get(hop):  # measured, but only by ways that write (scatter)
+            why = ("not measured as a gather on this box (its ways of this hop only write: "
+                   + ", ".join(m.way for m in measured[hop]) + ")")
+        why += f" nor in reference {reference.name}" if reference else ""
         return Term(hop, what, fragments, size, None, "-", why, ())
+    model, prediction = found
     return Term(hop, what, fragments, size, prediction.ns, model.way, model.source,
                 prediction.rows, prediction.notes)
 
@@ -178,11 +199,12 @@ def _route_terms(route: tuple[str, ...], shape: Shape, batch: int,
                  reference: ReferenceBox | None) -> list[Term]:
     terms = []
     for position, hop in enumerate(route):
-        if position == 0:  # the batch's fragments as the layout cuts them
+        if position == 0:  # the batch's fragments as the layout cuts them: a gather
             fragments, size = shape.fragments * batch, shape.fragment_bytes
         else:  # what the first hop packed: one piece per layer and request
             fragments, size = shape.layers * batch, max(1, shape.total_bytes // shape.layers)
-        terms.append(_term(hop, fragments, size, measured, reference))
+        terms.append(_term(hop, fragments, size, measured, reference,
+                           gather=position == 0 and fragments > 1))
     return terms
 
 
@@ -209,7 +231,12 @@ def path_figures(name: str, request: Request, shape: Shape,
     notes = []
     if len(terms) > 1:
         notes.append("hops in series: the route's terms are added (no overlap between them)")
-    reload_ns = sum(t.ns for t in terms) if complete else None
+    fixed = request.fixed_ns
+    if fixed:
+        notes.append(f"{request.fixed_ms:g} ms fixed per request (given: lookup, metadata, "
+                     f"scheduling) added to the turn's reload, once per request, before its bytes "
+                     "move")
+    reload_ns = sum(t.ns for t in terms) + fixed if complete else None
     pipelined = recompute = beats = rps = gbps = None
     if reload_ns is not None:
         batch = request.batch
@@ -217,15 +244,16 @@ def path_figures(name: str, request: Request, shape: Shape,
         # the link carries one turn's reload at a time; k GPUs sharing it divide it
         rps = batch * 1e9 / reload_ns / request.gpus_per_link if reload_ns > 0 else None
         if request.layer_compute_us is not None:
-            load = reload_ns / shape.layers
+            load = (reload_ns - fixed) / shape.layers  # the fixed cost is paid once, not a layer
             compute = request.layer_compute_us * 1e3
-            pipelined = load + (shape.layers - 1) * max(load, compute) + compute
+            pipelined = fixed + load + (shape.layers - 1) * max(load, compute) + compute
         if request.prefill_tokens_per_s is not None:
             recompute = request.batch * request.cached_tokens / request.prefill_tokens_per_s * 1e9
             beats = reload_ns < recompute
     return PathFigures(name, path.what, tuple(terms), complete, reload_ns, pipelined, recompute,
                        beats, rps, gbps,
-                       complete and all(t.source == "measured" for t in terms), tuple(notes))
+                       complete and all(t.source == "measured" for t in terms), tuple(notes),
+                       fixed)
 
 
 @dataclass(frozen=True)
