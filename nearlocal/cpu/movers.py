@@ -23,9 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from nearlocal.core.cases import Case
 from nearlocal.core.methods import Method, SessionContext
-from nearlocal.core.suites import Suite, register_suite
 from nearlocal.cpu.threads import check_threaded_drain, choose_cpus, run_pinned
 from nearlocal.errors import UsageError
 
@@ -175,17 +173,7 @@ def with_movers(method: Method) -> Method:
                    check_params=check)
 
 
-def movers_of(params: dict) -> int:
-    """k of a row's params (1 when not given): what the contention summary groups by."""
-    return parse_movers(params.get("movers", "1"))
-
-
-
-# The contention suite: the host gather (memcpy, and load where the data stays in the CPU) of a
-# serving read, k = 1, 2, 4, ... concurrent movers up to the CPUs of the region's node, on local
-# DRAM and on each pool region of the box. The read is workloads/kv_methods' serving read, sized
-# to at least 4x the LLC (a reload comes from memory); every mover moves one.
-CONTENTION_METHODS = ("memcpy", "load")
+# the contention suite's k (workloads/kv_methods.py): doubling up to the CPUs, at most this
 MAX_SUITE_MOVERS = 8
 
 
@@ -194,24 +182,3 @@ def mover_counts(cpus: int, most: int = MAX_SUITE_MOVERS) -> list[int]:
     top = max(1, min(cpus, most))
     counts = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
     return counts if counts[-1] == top else [*counts, top]
-
-
-def contention_cases(inventory) -> list[Case]:
-    """movers = k rows of the serving read on dram and the box's pool regions."""
-    import os
-
-    from nearlocal.cpu.pool import pool_regions
-    from nearlocal.workloads.kv_methods import quick_serving_pattern
-
-    cpu = inventory.cpu
-    pattern = quick_serving_pattern(max(cpu.llc_bytes, cpu.cpuid_llc_bytes))
-    ks = mover_counts(len(os.sched_getaffinity(0)))
-    return [Case(method, region, "wb", pattern, access="read",
-                 params=(("movers", str(k)),) if k > 1 else ())
-            for region in ("dram", *pool_regions(inventory))
-            for method in CONTENTION_METHODS for k in ks]
-
-
-register_suite(Suite("contention", "k concurrent movers (movers=k), each gathering its own "
-                     "serving read (over 4x the LLC) from its own slots: per-mover and aggregate "
-                     "bandwidth and service times at k = 1, 2, 4, ...", [contention_cases]))
