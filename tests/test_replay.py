@@ -101,7 +101,7 @@ def test_contention_of_gives_per_mover_and_aggregate_per_k_from_raw_samples():
     assert sorted(way) == [1, 2]
     assert way[1]["per_mover_gbps"] == pytest.approx(1000 / 500.0)
     assert way[1]["service_ns"]["n"] == 3
-    assert way[2]["service_ns"]["n"] == 5  # every mover's samples, not the row's median
+    assert way[2]["service_ns"]["n"] == 5  # every mover's samples (no store samples given)
     assert way[2]["service_ns"]["p50_ns"] == pytest.approx(1400.0)
     assert way[2]["per_mover_gbps"] == pytest.approx(1000 / 1400.0)
     assert way[2]["aggregate_gbps"] == 1.5

@@ -8,7 +8,8 @@ Per way and k, plain data a simulation can serve requests with:
 - `aggregate_gbps`: k x bytes over the span the k passes took (last end - first start), the
   median over repetitions (the row's info; k x per-mover where the row does not say);
 - `service_ns`: quantiles of the raw samples (not only their median), and the samples' count:
-  every mover's samples where the row's info keeps them, else the row's own samples;
+  the store's samples of the row (every process's; each one mover's pass), else every mover's
+  samples the row's info keeps (one process's), else the row's quantile columns;
 - `rows`: the case ids it came from.
 
 A way is `HOP/METHOD` where a hop of whatif/paths.py takes the row (its method's delivery mover,
@@ -119,14 +120,14 @@ def contention_of(rows: Iterable[Mapping] | object, samples: object = None) -> d
         info = _info(row.get("info"))
         nbytes = int(info.get("bytes_per_mover") or row.get("bytes_moved") or 0)
         case_id = str(row.get("case_id", ""))
+        ns = by_case.get(case_id)
         kept = [v for part in info.get("mover_samples_ns") or () for v in part]
-        ns = np.asarray(kept, np.float64) if kept else by_case.get(case_id)
-        if kept:
-            service = _quantiles(ns)
-            source = "every mover's raw samples (the row's info)"
-        elif ns is not None and ns.size:
+        if ns is not None and ns.size:  # every process's samples, each one mover's pass
             service = _quantiles(ns)
             source = "raw samples"
+        elif kept:
+            service = _quantiles(np.asarray(kept, np.float64))
+            source = "every mover's raw samples (the row's info: one process's)"
         else:
             service = {f"p{round(q * 100)}_ns": _float(row.get(f"p{round(q * 100)}_ns"))
                        for q in QUANTILES}
