@@ -169,6 +169,7 @@ def test_replay_command_writes_per_request_records(tmp_path, capsys):
     assert data["requests"] == 3 and data["requests_with_hits"] == 2
     assert data["hit_tokens"] == 700 + 512
     assert [r["bytes"] > 0 for r in data["per_request"]] == [False, True, True]
+    assert [r["hit_tokens"] for r in data["per_request"]] == [0, 700, 512]
     assert data["reload"]["p99_ns"] >= data["reload"]["p50_ns"] > 0
     assert "reload" in capsys.readouterr().out
 

@@ -166,6 +166,9 @@ def build(args: argparse.Namespace) -> dict:
                               cpus[:args.movers], hz)
     g = pool.geometry
     summary = replay.summarise(times, nbytes, args.movers)
+    for record, i, tokens in zip(summary["per_request"], window, hit_tokens, strict=True):
+        record["trace_line"], record["hit_tokens"] = i + 1, tokens  # the simulation's inputs
+        record["input_tokens"] = trace[i]["input_tokens"]
     return {
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
         "time_scale": args.time_scale,
