@@ -183,6 +183,9 @@ def test_replay_command_writes_per_request_records(tmp_path, capsys):
     (["--model", "no-such-model"], "model"),
     (["--time-scale", "0"], "--time-scale"),
     (["--pool-bytes", "1MiB"], "4x the LLC"),
+    (["--load", "1.5"], "--load"),
+    (["--load", "0.5", "--time-scale", "2"], "not both"),
+    (["--start", "100"], "--start"),
 ])
 def test_replay_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 10, "output_length": 1,
@@ -190,3 +193,17 @@ def test_replay_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
     assert main(["replay", "--trace", trace, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_replay_load_sets_the_time_scale_from_a_calibration(tmp_path):
+    trace = _trace(tmp_path, [
+        {"timestamp": t, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}
+        for t in (0, 100, 200)])
+    out = tmp_path / "replay.json"
+    assert main(["replay", "--trace", trace, "--layers", "0-1", "--seconds", "1", "--load", "0.5",
+                 "--out", str(out), "--pool-bytes", "512MiB"]) == 0
+    data = json.loads(out.read_text())
+    calibration = data["calibration"]
+    assert calibration["requests"] == 2 and calibration["gbps_per_mover"] > 0
+    expected = data["bytes"] / (0.5 * calibration["gbps_per_mover"] * 1e9)
+    assert data["time_scale"] == pytest.approx(expected)

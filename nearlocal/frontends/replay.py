@@ -115,8 +115,14 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
     """Bad input, named before anything is read or moved."""
     if not (args.seconds > 0 and math.isfinite(args.seconds)):
         raise UsageError(f"--seconds {args.seconds:g} must be a positive number of seconds")
-    if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
+    if args.time_scale is not None and not (args.time_scale > 0 and math.isfinite(args.time_scale)):
         raise UsageError(f"--time-scale {args.time_scale:g} must be a positive factor")
+    if args.load is not None:
+        if args.time_scale is not None:
+            raise UsageError("--load chooses the time scale: give --load or --time-scale, not both")
+        if not 0 < args.load < 1:
+            raise UsageError(f"--load {args.load:g} must lie between 0 and 1 (the movers' "
+                             "utilisation; at 1 or more the queue grows without end)")
     if not (args.start >= 0 and math.isfinite(args.start)):
         raise UsageError(f"--start {args.start:g} must be a number of seconds >= 0")
     if args.movers < 1 or args.movers > cpus:
@@ -161,7 +167,15 @@ def build(args: argparse.Namespace) -> dict:
         tables.append(table)
     dst_bytes = want // args.movers
     frags, first, nbytes = replay.cut_requests(pool, tables, dst_bytes)
-    arrival = np.array([(trace[i]["arrival_s"] - start) * args.time_scale for i in window])
+    calibration = None
+    scale = 1.0 if args.time_scale is None else args.time_scale
+    if args.load is not None:
+        calibration = _calibrate(replay, pool, frags, first, nbytes, dst_bytes,
+                                 cpus[:args.movers], hz)
+        scale = float(nbytes.sum()) / (args.load * args.movers * calibration["gbps_per_mover"]
+                                       * args.seconds * 1e9)
+        calibration["time_scale"] = scale
+    arrival = np.array([(trace[i]["arrival_s"] - start) * scale for i in window])
     times = replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
                               cpus[:args.movers], hz)
     g = pool.geometry
@@ -171,7 +185,7 @@ def build(args: argparse.Namespace) -> dict:
         record["input_tokens"] = trace[i]["input_tokens"]
     return {
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
-        "time_scale": args.time_scale,
+        "time_scale": scale, "load": args.load, "calibration": calibration,
         "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
         "path": "host gather (memcpy, dram pool -> each mover's dram buffer)",
         "pattern": text, "model": g.model.name, "layout": g.layout.name, "tp": g.tp,
@@ -186,6 +200,31 @@ def build(args: argparse.Namespace) -> dict:
         "tsc_hz": hz, "timer_overhead_ns": times.timer_overhead_ns,
         "wall_s": None, **summary,
     }
+
+
+CALIBRATION_BYTES = 512 << 20  # a mover's share of the calibration
+CALIBRATION_REQUESTS = 8  # a mover's most
+
+
+def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[int],
+               hz: float) -> dict:
+    """The window's first requests with hits, all due at once (every mover busy, as under
+    load): a mover's GB/s while the others move theirs, which --load sets the time scale by."""
+    chosen, total = [], 0
+    for i in np.flatnonzero(nbytes > 0).tolist():
+        if total >= CALIBRATION_BYTES * len(cpus) or len(chosen) >= CALIBRATION_REQUESTS * len(cpus):
+            break
+        chosen.append(i)
+        total += int(nbytes[i])
+    if not chosen:
+        raise UsageError("--load: no request of the window has a prefix hit to move")
+    parts = [frags[first[i]:first[i + 1]] for i in chosen]
+    sub_first = np.concatenate([[0], np.cumsum([p.shape[0] for p in parts])]).astype(np.int64)
+    times = replay.run_replay(np.ascontiguousarray(np.concatenate(parts)), sub_first,
+                              np.zeros(len(chosen)), pool.region_bytes, dst_bytes, cpus, hz)
+    busy = float((times.end_ns - times.start_ns).sum())
+    return {"requests": len(chosen), "bytes": total, "gbps_per_mover": total / busy,
+            "what": "the window's first requests with hits, all due at once on the movers"}
 
 
 def _ms(value: float | None) -> str:
@@ -213,6 +252,11 @@ def _print(data: dict) -> None:
         f"  {data['movers']} mover(s) on CPUs {','.join(map(str, data['cpus']))}: utilisation "
         f"{_num(data['utilisation'])}, offered {_num(data['offered_gbps'])} GB/s, moved at "
         f"{_num(data['moved_gbps'])} GB/s a mover")
+    if data.get("calibration"):
+        cal = data["calibration"]
+        console.print(f"  --load {data['load']:g}: time scale {cal['time_scale']:.3f} from a "
+                      f"calibration of {cal['requests']} requests at "
+                      f"{cal['gbps_per_mover']:.2f} GB/s a mover")
     for name in ("wait", "transfer", "reload"):
         q = data[name]
         console.print(f"  {name:8s} P50 {_ms(q['p50_ns'])}  P90 {_ms(q['p90_ns'])}  "
@@ -256,8 +300,11 @@ def register(subparsers) -> None:
     parser.add_argument("--start", type=float, default=0.0,
                         help="begin N seconds into the trace (the prefix store has seen every "
                              "request before; default 0)")
-    parser.add_argument("--time-scale", type=float, default=1.0,
+    parser.add_argument("--time-scale", type=float,
                         help="arrival times are multiplied by X (0.5: twice the rate; default 1)")
+    parser.add_argument("--load", type=float,
+                        help="choose the time scale for this utilisation of the movers (0-1), from "
+                             "a calibration gather on the box (instead of --time-scale)")
     parser.add_argument("--movers", type=int, default=1,
                         help="concurrent movers G, one pinned CPU each (default 1)")
     parser.add_argument("--model", default="qwen2.5-32b",
