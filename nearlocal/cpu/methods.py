@@ -29,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nearlocal.core.methods import Delivery, Method, SessionContext, register_method
+from nearlocal.cpu.movers import with_movers
 from nearlocal.cpu.threads import threaded
 from nearlocal.errors import UsageError
 
@@ -153,7 +154,8 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
     load the region or store a constant into it. batched: the kernel takes `passes`;
     batch_with_drain: passes drained by an mfence between them give the figure one isolated pass
     gives (docs/timing.md has the check), so a short isolated pass may be batched."""
-    return register_method(threaded(Method(  # threaded: --threads N / --cpus (cpu.threads)
+    # threaded: --threads N / --cpus (cpu.threads); with_movers: movers=k (cpu.movers)
+    return register_method(with_movers(threaded(Method(
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(
             kernel, timed, ctx, batched, batch_with_drain),
@@ -161,7 +163,7 @@ def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary:
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
         touches_peer=peer, cacheable=cacheable, cacheable_loads=cacheable_loads,
         delivery=Delivery("cpu", "one") if peer else None,  # a copy lands the bytes in the peer
-    )))
+    ))))
 
 
 _cpu("load", "time_load", ("read",), "warm",

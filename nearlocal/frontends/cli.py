@@ -23,7 +23,8 @@ from nearlocal.frontends.selection import (
 # Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
 COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
                               "nearlocal.whatif.commands",
-                              "nearlocal.frontends.ci_commands", "nearlocal.rpc.commands"]
+                              "nearlocal.frontends.ci_commands", "nearlocal.rpc.commands",
+                              "nearlocal.frontends.replay"]
 
 
 class _Parser(argparse.ArgumentParser):

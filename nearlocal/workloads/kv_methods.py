@@ -175,3 +175,31 @@ def quick_serving_cases(inventory) -> list[Case]:
 
 
 extend_suite("quick", quick_serving_cases)
+
+
+# The contention suite: the host gather (memcpy; and load, reads that land nothing, to show how
+# reads alone share memory) of a serving read, k = 1, 2, 4, ... concurrent movers up to the CPUs
+# this process may use, on local DRAM and on each pool region of the box. The read is quick's
+# serving read (above), at least 4x the LLC (a reload comes from memory); every mover moves one.
+CONTENTION_METHODS = ("memcpy", "load")
+
+
+def contention_cases(inventory) -> list[Case]:
+    """movers = k rows of the serving read on dram and the box's pool regions."""
+    import os
+
+    from nearlocal.cpu.movers import mover_counts
+    from nearlocal.cpu.pool import pool_regions
+
+    cpu = inventory.cpu
+    pattern = quick_serving_pattern(max(cpu.llc_bytes, cpu.cpuid_llc_bytes))
+    ks = mover_counts(len(os.sched_getaffinity(0)))
+    return [Case(method, region, "wb", pattern, access="read",
+                 params=(("movers", str(k)),) if k > 1 else ())
+            for region in ("dram", *pool_regions(inventory))
+            for method in CONTENTION_METHODS for k in ks]
+
+
+register_suite(Suite("contention", "k concurrent movers (movers=k), each gathering its own "
+                     "serving read (over 4x the LLC) from its own slots: per-mover and aggregate "
+                     "bandwidth and service times at k = 1, 2, 4, ...", [contention_cases]))

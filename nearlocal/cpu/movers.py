@@ -1,0 +1,184 @@
+"""k concurrent movers (`movers=k`): k requests moved at once, each by its own pinned CPU, each out
+of its own slots into its own buffer — the contention a serving path's hop sees under load.
+
+Why a parameter and not `threads`: `threads=N` splits ONE pattern between N threads (the pattern
+is the total moved, likwid-bench's aggregate bandwidth); `movers=k` gives each of k threads
+the WHOLE pattern, placed at its own offset in a mapping k times the pattern's span (source and
+destination alike), so no two movers touch the same lines: k requests served at once. Why a
+parameter and not a new method: the pass, its fences and its timing are the method's own, so a
+`movers=k` row joins the same method's k = 1 row (its ordinary row) in the fit, k a column
+(params) beside it.
+
+Per repetition the k movers meet on the compiled spin barrier and each brackets its own pass with
+fenced rdtscp (kernels/parallel.threaded_kernel). Sample r of the row is mover r mod k's own
+interval: one request's service time while k - 1 others move theirs, so the row's median and GB/s
+are per mover. The row's info keeps every mover's samples (ns, the first MOVER_SAMPLES_KEPT),
+each mover's median and GB/s, and per repetition the aggregate: k x bytes over last end - first
+start."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from nearlocal.core.methods import Method, SessionContext
+from nearlocal.cpu.threads import check_threaded_drain, choose_cpus, run_pinned
+from nearlocal.errors import UsageError
+
+MOVER_PARAMS = {"movers": "1"}
+MOVER_SAMPLES_KEPT = 4096  # per mover: the row's info is JSON, bounded
+PAGE = 4096
+
+
+def parse_movers(text: object) -> int:
+    """A positive count of concurrent movers."""
+    text = str(text).strip()
+    if not re.fullmatch(r"\d{1,5}", text) or int(text) < 1:
+        raise UsageError(f"malformed movers={text!r}: use a positive count (k concurrent "
+                         "movers, each moving the whole pattern)")
+    return int(text)
+
+
+def check_mover_params(params: dict) -> None:
+    count = parse_movers(params.get("movers", "1"))
+    if count > 1 and str(params.get("threads", "1")) != "1":
+        raise UsageError("movers=k gives each of k threads its own whole pattern; threads=N "
+                         "splits one pattern between N threads: give one of them, not both")
+    if count > 1:
+        check_threaded_drain(params)
+
+
+def _round_up(value: int, align: int = PAGE) -> int:
+    return -(-max(value, 1) // align) * align
+
+
+class MoversSession:
+    """k pinned movers, each over its own copy of the pattern; a sample = one mover's pass."""
+
+    clock = "tsc"
+
+    def __init__(self, method: str, ctx: SessionContext):
+        from nearlocal.kernels.parallel import thread_body, threaded_kernel
+        from nearlocal.kernels.thread_forms import THREAD_FORMS
+        from nearlocal.regions import region_kind
+
+        if method not in THREAD_FORMS:
+            raise UsageError(f"{method} has no multi-thread form: movers=k works for "
+                             f"{', '.join(THREAD_FORMS)}")
+        self.ctx = ctx
+        k = parse_movers(ctx.params.get("movers", "1"))
+        self.cpus = choose_cpus(ctx.case.region, str(k), ctx.params.get("cpus", ""),
+                                numa=ctx.numa)
+        frags = ctx.pattern.frags
+        src_span = _round_up(int((frags[:, 0] + frags[:, 2]).max(initial=0)))
+        dst_span = _round_up(int((frags[:, 1] + frags[:, 2]).max(initial=0)))
+        # one mapping k times the span, of the case's own kinds: mover m's slots lie at m x span
+        self.src = region_kind(ctx.src.spec).open(ctx.src.spec, k * src_span, ctx.src.attr,
+                                                  ctx.src.writable)
+        try:
+            self.dst = region_kind(ctx.dst.spec).open(ctx.dst.spec, k * dst_span, ctx.dst.attr,
+                                                      ctx.dst.writable)
+        except BaseException:
+            self.src.close()
+            raise
+        self.shares = [np.ascontiguousarray(frags + np.array([m * src_span, m * dst_span, 0],
+                                                             np.int64)) for m in range(k)]
+        self.nbytes = int(frags[:, 2].sum())
+        self.kernel = threaded_kernel(method)
+        none = np.zeros(0, np.uint64)  # compile here, not in a thread the others would wait for
+        self.kernel(self.src.array, self.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
+                    none, none, np.zeros(1, np.uint64))
+        self.own: list[list[np.ndarray]] = [[] for _ in self.cpus]
+        self.aggregate: list[np.ndarray] = []  # per repetition: k x bytes / (last end - first start)
+        self.taken = 0  # samples handed out: which mover the next sample is
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "movers": k,
+                     "cpus": self.cpus, "bytes_per_mover": self.nbytes,
+                     "timed": f"per repetition, k = {k} movers started on one barrier, each its "
+                              f"own pass over the whole pattern ({thread_body(method).timed}) "
+                              "out of its own slots into its own buffer; sample r is mover "
+                              "r mod k's interval (per-mover service time); aggregate_gbps: "
+                              "k x bytes / (last end - first start) per repetition; "
+                              f"mover_samples_ns: each mover's first {MOVER_SAMPLES_KEPT}",
+                     "per_mover": [], "mover_samples_ns": [[] for _ in self.cpus]}
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        k = len(self.cpus)
+        gate = np.zeros(1, np.uint64)
+        starts = np.zeros((k, n), np.uint64)
+        ends = np.zeros((k, n), np.uint64)
+        sinks = np.zeros((k, 1), np.uint64)
+        src, dst = self.src.array, self.dst.array
+
+        def job(m: int):
+            return lambda: self.kernel(src, dst, self.shares[m], gate, k, starts[m], ends[m],
+                                       sinks[m])
+
+        run_pinned([(cpu, job(m)) for m, cpu in enumerate(self.cpus)])
+        overhead, scale = self.ctx.timer_overhead_ticks, 1e9 / self.ctx.tsc_hz
+        ticks = ends.astype(np.float64) - starts.astype(np.float64)
+        own = np.maximum(ticks - overhead, 0.0) * scale
+        span = (ends.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
+                - overhead) * scale
+        self.aggregate.append(np.where(span > 0, k * self.nbytes / np.maximum(span, 1e-9), np.nan))
+        for m in range(k):
+            self.own[m].append(own[m])
+            kept = self.info["mover_samples_ns"][m]
+            room = MOVER_SAMPLES_KEPT - len(kept)
+            if room > 0:
+                kept.extend(float(v) for v in own[m, :room])
+        pick = (self.taken + np.arange(n)) % k  # sample r: mover r mod k
+        self.taken += n
+        cols = np.arange(n)
+        self._summarise()
+        return ticks[pick, cols].astype(np.uint64), own[pick, cols]
+
+    def _summarise(self) -> None:
+        rows = []
+        for cpu, parts in zip(self.cpus, self.own, strict=True):
+            median = float(np.median(np.concatenate(parts)))
+            rows.append({"cpu": cpu, "median_ns": median,
+                         "gbps": self.nbytes / median if median > 0 else None})
+        self.info["per_mover"] = rows
+        aggregate = np.concatenate(self.aggregate)
+        aggregate = aggregate[np.isfinite(aggregate)]
+        self.info["aggregate_gbps"] = float(np.median(aggregate)) if aggregate.size else None
+
+    def close(self) -> None:
+        self.dst.close()
+        self.src.close()
+
+
+def with_movers(method: Method) -> Method:
+    """The method with a `movers` parameter: 1 keeps its own session (or threads'), k > 1 runs
+    MoversSession. A method with no multi-thread form is returned unchanged."""
+    from nearlocal.kernels.thread_forms import THREAD_FORMS
+
+    if method.name not in THREAD_FORMS:
+        return method
+    single, own_check = method.open_session, method.check_params
+
+    def open_session(ctx: SessionContext):
+        if parse_movers(ctx.params.get("movers", "1")) > 1:
+            return MoversSession(method.name, ctx)
+        return single(ctx)
+
+    def check(params: dict) -> None:
+        check_mover_params(params)
+        if own_check:
+            own_check(params)
+
+    return replace(method, params={**method.params, **MOVER_PARAMS}, open_session=open_session,
+                   check_params=check)
+
+
+# the contention suite's k (workloads/kv_methods.py): doubling up to the CPUs, at most this
+MAX_SUITE_MOVERS = 8
+
+
+def mover_counts(cpus: int, most: int = MAX_SUITE_MOVERS) -> list[int]:
+    """1, 2, 4, ... up to min(cpus, most), and `cpus` itself when it is not a power of two."""
+    top = max(1, min(cpus, most))
+    counts = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
+    return counts if counts[-1] == top else [*counts, top]

@@ -1,0 +1,325 @@
+"""`nearlocal replay`: a serving trace's KV reloads really moved on this box (host gather out of a
+DRAM pool), at the trace's arrival times with G concurrent movers; per request its wait and its
+transfer, and their P50 / P99 (workloads/replay.py does the moving; docs/whatif.md "Replay on the
+box" says what it stands for and how to compare it with the simulation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+from nearlocal.errors import UsageError
+from nearlocal.lazy import lazy_import
+from nearlocal.units import format_size
+
+np = lazy_import("numpy")
+
+TRACE_BLOCK_TOKENS = 512
+DEFAULT_SECONDS = 60.0
+MAX_TRACE_BYTES = 256 << 20
+LLC_FACTOR = 4  # a reload comes from memory: the pool spans more than 4x the LLC
+DEFAULT_POOL_FACTOR = 8  # the pool's default span: 8x the LLC
+UNKNOWN_LLC_BYTES = 64 << 20
+
+
+# The trace and the prefix store. whatif/traffic.py (the simulation's, another branch) reads the
+# same JSONL and applies the same unbounded rule; once both are merged, these two become its
+# read_trace / prefix_hits(capacity_blocks=None).
+def read_trace(path: str) -> list[dict]:
+    """Mooncake's JSONL: one request a line (timestamp ms, input_length, hash_ids), checked."""
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_TRACE_BYTES:
+            raise UsageError(f"--trace {path}: {format_size(size)} is past the "
+                             f"{format_size(MAX_TRACE_BYTES)} a trace may hold")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"--trace {path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--trace {path}: cannot be read as UTF-8 text ({exc.reason})") from None
+    requests, last = [], -math.inf
+    for number, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}:{number}: a request must be a JSON object")
+        stamp, tokens, ids = (record.get(k) for k in ("timestamp", "input_length", "hash_ids"))
+        if isinstance(stamp, bool) or not isinstance(stamp, int | float) \
+                or not math.isfinite(stamp) or stamp < last:
+            raise UsageError(f"{path}:{number}: timestamp must be a number, in arrival order, "
+                             f"got {stamp!r}")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise UsageError(f"{path}:{number}: input_length must be a whole number >= 0, got "
+                             f"{tokens!r}")
+        if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int)
+                                            for h in ids):
+            raise UsageError(f"{path}:{number}: hash_ids must be a list of integers")
+        last = stamp
+        requests.append({"arrival_s": stamp / 1000.0, "input_tokens": tokens, "hash_ids": ids})
+    if not requests:
+        raise UsageError(f"--trace {path}: holds no request")
+    return requests
+
+
+def prefix_hit_blocks(requests: list[dict]) -> list[int]:
+    """Unbounded prefix store: a request hits the leading run of its blocks that some earlier
+    request held (KV past the first miss cannot be reused); then all its blocks are held."""
+    seen: set[int] = set()
+    hits = []
+    for request in requests:
+        count = 0
+        for h in request["hash_ids"]:
+            if h not in seen:
+                break
+            count += 1
+        hits.append(count)
+        seen.update(request["hash_ids"])
+    return hits
+
+
+def _box() -> tuple[float, int, list[int]]:
+    """(TSC Hz, the LLC a reload must outgrow: the larger of cpuid's and the measured, CPUs this
+    process may use)."""
+    from nearlocal.probe.cpu import probe_cpu
+    from nearlocal.sysroot import SysRoot
+
+    cpu = probe_cpu(SysRoot.default())
+    hz = cpu.tsc_hz_kernel
+    if not hz:
+        from nearlocal.kernels.timer import calibrate_tsc_hz
+
+        hz = calibrate_tsc_hz()
+    llc = max(cpu.llc_bytes, cpu.cpuid_llc_bytes) or UNKNOWN_LLC_BYTES
+    return float(hz), int(llc), sorted(os.sched_getaffinity(0))
+
+
+def pattern_text(args: argparse.Namespace) -> str:
+    """The kv: text of the pool's layout (its block table is the replay's, not a selection)."""
+    if ":" in args.model:
+        raise UsageError(f"--model {args.model!r}: a config path for kv patterns cannot hold ':'")
+    parts = ["kv", args.model, args.layout, "dense"]
+    options = {"tp": args.tp, "bt": args.block_tokens, "dtype": args.dtype, "order": args.order,
+               "layers": args.layers}
+    parts += [f"{k}={v}" for k, v in options.items() if v is not None]
+    return ":".join(str(p) for p in parts)
+
+
+def check_args(args: argparse.Namespace, cpus: int) -> None:
+    """Bad input, named before anything is read or moved."""
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):
+        raise UsageError(f"--seconds {args.seconds:g} must be a positive number of seconds")
+    if args.time_scale is not None and not (args.time_scale > 0 and math.isfinite(args.time_scale)):
+        raise UsageError(f"--time-scale {args.time_scale:g} must be a positive factor")
+    if args.load is not None:
+        if args.time_scale is not None:
+            raise UsageError("--load chooses the time scale: give --load or --time-scale, not both")
+        if not 0 < args.load < 1:
+            raise UsageError(f"--load {args.load:g} must lie between 0 and 1 (the movers' "
+                             "utilisation; at 1 or more the queue grows without end)")
+    if not (args.start >= 0 and math.isfinite(args.start)):
+        raise UsageError(f"--start {args.start:g} must be a number of seconds >= 0")
+    if args.movers < 1 or args.movers > cpus:
+        raise UsageError(f"--movers {args.movers}: give 1 to {cpus}, the CPUs this process may "
+                         "use (each mover runs on a CPU of its own)")
+    if args.blocks not in ("contiguous", "scattered"):
+        raise UsageError(f"--blocks {args.blocks!r}: use contiguous or scattered")
+    if not os.path.isfile(args.trace):
+        raise UsageError(f"--trace {args.trace}: no such file")
+
+
+def build(args: argparse.Namespace) -> dict:
+    """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data."""
+    from nearlocal.units import parse_size
+    from nearlocal.workloads import replay
+
+    hz, llc, cpus = _box()
+    check_args(args, len(cpus))
+    if args.out:
+        from nearlocal.safeio import check_output
+
+        check_output("--out", args.out)
+    text = pattern_text(args)
+    floor = LLC_FACTOR * llc
+    want = parse_size(args.pool_bytes) if args.pool_bytes else DEFAULT_POOL_FACTOR * llc
+    if want <= floor:
+        raise UsageError(f"--pool-bytes {format_size(want)}: the pool must span more than "
+                         f"{LLC_FACTOR}x the LLC ({format_size(floor)}), so a reload comes from "
+                         "memory")
+    pool = replay.pool_for(text, want)
+    trace = read_trace(args.trace)
+    hits = prefix_hit_blocks(trace)
+    start = trace[0]["arrival_s"] + args.start
+    window = [i for i, r in enumerate(trace) if 0 <= r["arrival_s"] - start < args.seconds]
+    if not window:
+        raise UsageError(f"--start {args.start:g}: the trace holds no request from there "
+                         f"(it spans {trace[-1]['arrival_s'] - trace[0]['arrival_s']:g} s)")
+    tables, cursor = [], 0
+    hit_tokens = [min(hits[i] * TRACE_BLOCK_TOKENS, trace[i]["input_tokens"]) for i in window]
+    for tokens in hit_tokens:
+        table, cursor = replay.request_table(pool, tokens, cursor, args.blocks)
+        tables.append(table)
+    dst_bytes = want // args.movers
+    frags, first, nbytes = replay.cut_requests(pool, tables, dst_bytes)
+    calibration = None
+    scale = 1.0 if args.time_scale is None else args.time_scale
+    if args.load is not None:
+        calibration = _calibrate(replay, pool, frags, first, nbytes, dst_bytes,
+                                 cpus[:args.movers], hz)
+        scale = float(nbytes.sum()) / (args.load * args.movers * calibration["gbps_per_mover"]
+                                       * args.seconds * 1e9)
+        calibration["time_scale"] = scale
+    arrival = np.array([(trace[i]["arrival_s"] - start) * scale for i in window])
+    times = replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
+                              cpus[:args.movers], hz)
+    g = pool.geometry
+    summary = replay.summarise(times, nbytes, args.movers)
+    for record, i, tokens in zip(summary["per_request"], window, hit_tokens, strict=True):
+        record["trace_line"], record["hit_tokens"] = i + 1, tokens  # the simulation's inputs
+        record["input_tokens"] = trace[i]["input_tokens"]
+    return {
+        "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
+        "time_scale": scale, "load": args.load, "calibration": calibration,
+        "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
+        "path": "host gather (memcpy, dram pool -> each mover's dram buffer)",
+        "pattern": text, "model": g.model.name, "layout": g.layout.name, "tp": g.tp,
+        "block_tokens": g.block_tokens, "kv_dtype": g.dtype,
+        "layers": f"{int(pool.layers[0])}-{int(pool.layers[-1])}",
+        "token_bytes": pool.block_bytes // g.block_tokens,
+        "pool_bytes": pool.region_bytes, "pool_slots": pool.slots, "llc_bytes": llc,
+        "placement": args.blocks, "dst_bytes_per_mover": dst_bytes,
+        "hit_tokens": int(sum(hit_tokens)), "fragments": int(frags.shape[0]),
+        "store": "unbounded prefix store (a block hits when an earlier request held it and "
+                 "every block before it hit)",
+        "tsc_hz": hz, "timer_overhead_ns": times.timer_overhead_ns,
+        "wall_s": None, **summary,
+    }
+
+
+CALIBRATION_BYTES = 512 << 20  # a mover's share of the calibration
+CALIBRATION_REQUESTS = 8  # a mover's most
+
+
+def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[int],
+               hz: float) -> dict:
+    """The window's first requests with hits, all due at once (every mover busy, as under
+    load): a mover's GB/s while the others move theirs, which --load sets the time scale by."""
+    chosen, total = [], 0
+    for i in np.flatnonzero(nbytes > 0).tolist():
+        if total >= CALIBRATION_BYTES * len(cpus) or len(chosen) >= CALIBRATION_REQUESTS * len(cpus):
+            break
+        chosen.append(i)
+        total += int(nbytes[i])
+    if not chosen:
+        raise UsageError("--load: no request of the window has a prefix hit to move")
+    parts = [frags[first[i]:first[i + 1]] for i in chosen]
+    sub_first = np.concatenate([[0], np.cumsum([p.shape[0] for p in parts])]).astype(np.int64)
+    times = replay.run_replay(np.ascontiguousarray(np.concatenate(parts)), sub_first,
+                              np.zeros(len(chosen)), pool.region_bytes, dst_bytes, cpus, hz)
+    busy = float((times.end_ns - times.start_ns).sum())
+    return {"requests": len(chosen), "bytes": total, "gbps_per_mover": total / busy,
+            "what": "the window's first requests with hits, all due at once on the movers"}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.2f} ms"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _print(data: dict) -> None:
+    from nearlocal.terminal import console
+
+    console.print(
+        f"[bold]replay[/] of {data['seconds']:g} s of {data['trace']} from {data['start_s']:g} s "
+        f"(times x"
+        f"{data['time_scale']:g}): {data['requests']} requests, {data['requests_with_hits']} "
+        f"with prefix hits, {format_size(data['bytes'])} moved in {data['fragments']} fragments")
+    console.print(
+        f"  bytes: {data['model']} {data['layout']} TP {data['tp']} layers {data['layers']}, "
+        f"{data['token_bytes']} B a token ({data['pattern']}); pool {format_size(data['pool_bytes'])} "
+        f"({data['pool_slots']} slots of 512 tokens, LLC {format_size(data['llc_bytes'])}), "
+        f"{data['placement']} blocks")
+    console.print(
+        f"  {data['movers']} mover(s) on CPUs {','.join(map(str, data['cpus']))}: utilisation "
+        f"{_num(data['utilisation'])}, offered {_num(data['offered_gbps'])} GB/s, moved at "
+        f"{_num(data['moved_gbps'])} GB/s a mover")
+    if data.get("calibration"):
+        cal = data["calibration"]
+        console.print(f"  --load {data['load']:g}: time scale {cal['time_scale']:.3f} from a "
+                      f"calibration of {cal['requests']} requests at "
+                      f"{cal['gbps_per_mover']:.2f} GB/s a mover")
+    for name in ("wait", "transfer", "reload"):
+        q = data[name]
+        console.print(f"  {name:8s} P50 {_ms(q['p50_ns'])}  P90 {_ms(q['p90_ns'])}  "
+                      f"P99 {_ms(q['p99_ns'])}  max {_ms(q['max_ns'])}")
+    if data.get("wall_s") is not None:
+        console.print(f"  wall time {data['wall_s']:.1f} s")
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import time
+
+    from nearlocal.safeio import write_output
+
+    began = time.monotonic()
+    data = build(args)
+    data["wall_s"] = time.monotonic() - began
+    text = json.dumps(data, indent=1)
+    if args.out:
+        write_output("--out", args.out, text + "\n")
+    if args.json:
+        print(text)
+    else:
+        _print(data)
+        if args.out:
+            from nearlocal.terminal import console
+
+            console.print(f"  per-request records: {args.out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "replay", help="a serving trace's KV reloads moved on this box, with G concurrent movers",
+        description="Replays a Mooncake-format trace's prefix-cache reloads as real host gathers "
+                    "(memcpy out of a DRAM pool larger than 4x the LLC, cut by the model's "
+                    "layout), at the arrival times, with G pinned movers; per request its wait "
+                    "and transfer, and their P50 / P99.")
+    parser.add_argument("--trace", required=True, help="Mooncake JSONL trace")
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                        help=f"replay the trace's first N seconds (default {DEFAULT_SECONDS:g})")
+    parser.add_argument("--start", type=float, default=0.0,
+                        help="begin N seconds into the trace (the prefix store has seen every "
+                             "request before; default 0)")
+    parser.add_argument("--time-scale", type=float,
+                        help="arrival times are multiplied by X (0.5: twice the rate; default 1)")
+    parser.add_argument("--load", type=float,
+                        help="choose the time scale for this utilisation of the movers (0-1), from "
+                             "a calibration gather on the box (instead of --time-scale)")
+    parser.add_argument("--movers", type=int, default=1,
+                        help="concurrent movers G, one pinned CPU each (default 1)")
+    parser.add_argument("--model", default="qwen2.5-32b",
+                        help="built-in model or path of a config.json (default qwen2.5-32b)")
+    parser.add_argument("--layout", default="flash-attn", help="KV layout (default flash-attn)")
+    parser.add_argument("--tp", type=int, help="tensor parallelism (default 1)")
+    parser.add_argument("--block-tokens", type=int, help="tokens per block (layout default)")
+    parser.add_argument("--dtype", help="KV dtype (default: the model's)")
+    parser.add_argument("--order", help="nhd (default) or hnd")
+    parser.add_argument("--layers", help="layers A-B moved (default all): the byte scale that "
+                        "fits the replay to the box, fragments keep their real size")
+    parser.add_argument("--blocks", default="contiguous",
+                        help="a 512-token block's layout blocks contiguous in its slot (default) "
+                             "or scattered over the pool")
+    parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x)")
+    parser.add_argument("--out", help="write the JSON (per-request records) here")
+    parser.add_argument("--json", action="store_true", help="print the JSON")
+    parser.set_defaults(func=_replay)

@@ -1,0 +1,209 @@
+"""Serving under load, measured (issue 57): movers=k (each mover its own whole pattern, per-mover
+samples kept), contention_of (per way and k from rows and raw samples), and `nearlocal replay`
+(the trace's prefix hits cut by the layout and really moved, per-request wait and transfer; bad
+input one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from nearlocal.core.cases import Case
+from nearlocal.core.methods import SessionContext, get_method, load_methods
+from nearlocal.core.patterns import parse_pattern
+from nearlocal.cpu.movers import MoversSession, check_mover_params, mover_counts
+from nearlocal.errors import UsageError
+from nearlocal.frontends.cli import main
+from nearlocal.frontends.replay import prefix_hit_blocks
+from nearlocal.whatif.contention import contention_of
+from nearlocal.workloads import replay
+
+CPUS = sorted(os.sched_getaffinity(0))
+TSC_HZ = 1e9
+two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
+TINY = "kv:qwen2.5-32b:flash-attn:dense:layers=0-1"  # 2 layers: 4 KiB a token, 2 MiB a slot
+
+
+def _ctx(size: int, movers: str) -> SessionContext:
+    from nearlocal.regions import load_providers, parse_region, region_kind
+
+    load_methods()
+    load_providers()
+    case = Case("memcpy", "dram", pattern=str(size), params=(("movers", movers),))
+    spec = parse_region("dram")
+    src = region_kind(spec).open(spec, size, "wb", True)
+    dst = region_kind(spec).open(spec, size, "wb", True)
+    return SessionContext(case, parse_pattern(str(size)), src, dst, TSC_HZ, 0.0,
+                          {**get_method("memcpy").params, **case.param_dict})
+
+
+def test_movers_param_is_checked():
+    check_mover_params({"movers": "2"})
+    for bad in ("0", "-1", "x", "1.5"):
+        with pytest.raises(UsageError, match="malformed movers"):
+            check_mover_params({"movers": bad})
+    with pytest.raises(UsageError, match="give one of them"):
+        check_mover_params({"movers": "2", "threads": "2"})
+    load_methods()
+    assert "movers" in get_method("memcpy").params
+
+
+def test_mover_counts_double_up_to_the_cpus():
+    assert mover_counts(1) == [1]
+    assert mover_counts(2) == [1, 2]
+    assert mover_counts(6) == [1, 2, 4, 6]
+    assert mover_counts(64) == [1, 2, 4, 8]
+
+
+@two_cpus
+def test_each_mover_moves_the_whole_pattern_into_its_own_buffer():
+    ctx = _ctx(1 << 16, "2")
+    session = MoversSession("memcpy", ctx)
+    try:
+        ticks, ns = session.sample(6)
+        assert ticks.shape == ns.shape == (6,)
+        assert (ns > 0).all()
+        src, dst, size = session.src.array, session.dst.array, 1 << 16
+        assert src.size >= 2 * size and dst.size >= 2 * size
+        assert (dst[:size] == src[:size]).all()  # mover 0: its slots into its buffer
+        assert (dst[size:2 * size] == src[size:2 * size]).all()  # mover 1: its own, apart
+        assert not (src[:size] == src[size:2 * size]).all()  # two different sources
+        info = session.info
+        assert info["movers"] == 2 and len(set(info["cpus"])) == 2
+        assert [len(s) for s in info["mover_samples_ns"]] == [6, 6]
+        assert info["aggregate_gbps"] > 0 and len(info["per_mover"]) == 2
+    finally:
+        session.close()
+        ctx.src.close()
+        ctx.dst.close()
+
+
+def _row(k: int, median: float, **extra) -> dict:
+    params = json.dumps({"movers": str(k)}) if k > 1 else "{}"
+    return {"case_id": f"memcpy/dram/{k}", "method": "memcpy", "region": "dram",
+            "pattern": "kv:x", "params": params, "status": "ok", "median_ns": median,
+            "bytes_moved": 1000, "pool_class": "local", "peer_pool_class": "local", **extra}
+
+
+def test_contention_of_gives_per_mover_and_aggregate_per_k_from_raw_samples():
+    info = {"bytes_per_mover": 1000, "aggregate_gbps": 1.5,
+            "mover_samples_ns": [[1000.0, 1200.0], [1400.0, 1600.0, 5000.0]]}
+    rows = [_row(1, 500.0), _row(2, 1300.0, info=json.dumps(info)),
+            _row(2, 9.0, params=json.dumps({"threads": "2"}), case_id="split"),  # one request
+            {**_row(1, 100.0), "pattern": "other", "case_id": "other size"}]
+    samples = {"memcpy/dram/1": [400.0, 500.0, 600.0]}
+    out = contention_of(rows, samples)
+    assert list(out) == ["host-gather/memcpy"]
+    way = out["host-gather/memcpy"]
+    assert sorted(way) == [1, 2]
+    assert way[1]["per_mover_gbps"] == pytest.approx(1000 / 500.0)
+    assert way[1]["service_ns"]["n"] == 3
+    assert way[2]["service_ns"]["n"] == 5  # every mover's samples (no store samples given)
+    assert way[2]["service_ns"]["p50_ns"] == pytest.approx(1400.0)
+    assert way[2]["per_mover_gbps"] == pytest.approx(1000 / 1400.0)
+    assert way[2]["aggregate_gbps"] == 1.5
+    assert way[2]["rows"] == ["memcpy/dram/2"]
+
+
+def test_prefix_hits_are_the_leading_run_an_earlier_request_held():
+    trace = [{"hash_ids": [1, 2, 3]}, {"hash_ids": [1, 2, 4, 3]}, {"hash_ids": [5, 1]},
+             {"hash_ids": [1, 2, 4, 3, 9]}]
+    assert prefix_hit_blocks(trace) == [0, 2, 0, 4]
+
+
+def test_a_request_is_cut_by_the_layout_and_its_blocks_lie_apart():
+    pool = replay.pool_for(TINY, 64 << 20)
+    assert pool.region_bytes > 64 << 20
+    table, cursor = replay.request_table(pool, 512 + 100, 0)
+    assert cursor == 2
+    assert table.size == 32 + 7  # a whole 512-token block, then 100 tokens in 16-token blocks
+    first_slot, second_slot = table[0] // pool.per_slot, table[32] // pool.per_slot
+    assert abs(int(first_slot) - int(second_slot)) > 1
+    frags, first, nbytes = replay.cut_requests(pool, [table, np.zeros(0, np.int64)], 1 << 20)
+    token_bytes = pool.block_bytes // pool.geometry.block_tokens
+    assert nbytes.tolist() == [39 * 16 * token_bytes, 0]
+    assert first.tolist() == [0, frags.shape[0], frags.shape[0]]
+    assert frags.shape[0] == 2 * 2 * 2  # 2 layers x K, V x 2 runs of blocks
+    assert ((frags[:, 1] + frags[:, 2]) <= 1 << 20).all()  # wrapped into the mover's buffer
+    assert ((frags[:, 0] + frags[:, 2]) <= pool.region_bytes).all()
+
+
+def test_a_replay_moves_every_request_after_its_arrival():
+    pool = replay.pool_for(TINY, 8 << 20)
+    tables, cursor = [], 0
+    for tokens in (512, 1024, 0, 300):
+        table, cursor = replay.request_table(pool, tokens, cursor)
+        tables.append(table)
+    frags, first, nbytes = replay.cut_requests(pool, tables, 4 << 20)
+    arrival = np.array([0.0, 0.001, 0.002, 0.002])
+    times = replay.run_replay(frags, first, arrival, pool.region_bytes, 4 << 20, CPUS[:1], TSC_HZ)
+    assert (times.start_ns >= times.arrival_ns - 1).all()
+    assert (times.end_ns >= times.start_ns - 1).all()
+    assert times.mover.tolist() == [0, 0, 0, 0]
+    assert (np.diff(times.start_ns) >= 0).all()  # one mover serves them in arrival order
+    summary = replay.summarise(times, nbytes, 1)
+    assert summary["requests"] == 4 and summary["requests_with_hits"] == 3
+    assert summary["reload"]["p50_ns"] is not None
+    assert len(summary["per_request"]) == 4
+
+
+def _trace(tmp_path, lines: list[dict]) -> str:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_replay_command_writes_per_request_records(tmp_path, capsys):
+    trace = _trace(tmp_path, [
+        {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 10, "input_length": 700, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 20, "input_length": 900, "output_length": 1, "hash_ids": [1, 3]},
+    ])
+    out = tmp_path / "replay.json"
+    assert main(["replay", "--trace", trace, "--layers", "0-1", "--seconds", "1",
+                 "--out", str(out), "--pool-bytes", "512MiB"]) == 0
+    data = json.loads(out.read_text())
+    assert data["requests"] == 3 and data["requests_with_hits"] == 2
+    assert data["hit_tokens"] == 700 + 512
+    assert [r["bytes"] > 0 for r in data["per_request"]] == [False, True, True]
+    assert [r["hit_tokens"] for r in data["per_request"]] == [0, 700, 512]
+    assert data["reload"]["p99_ns"] >= data["reload"]["p50_ns"] > 0
+    assert "reload" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--trace", "/nonexistent/trace.jsonl"], "no such file"),
+    (["--seconds", "0"], "--seconds"),
+    (["--seconds", "-3"], "--seconds"),
+    (["--movers", "0"], "--movers"),
+    (["--movers", str(len(CPUS) + 1)], "--movers"),
+    (["--model", "no-such-model"], "model"),
+    (["--time-scale", "0"], "--time-scale"),
+    (["--pool-bytes", "1MiB"], "4x the LLC"),
+    (["--load", "1.5"], "--load"),
+    (["--load", "0.5", "--time-scale", "2"], "not both"),
+    (["--start", "100"], "--start"),
+])
+def test_replay_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
+    trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 10, "output_length": 1,
+                               "hash_ids": [1]}])
+    assert main(["replay", "--trace", trace, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+
+
+def test_replay_load_sets_the_time_scale_from_a_calibration(tmp_path):
+    trace = _trace(tmp_path, [
+        {"timestamp": t, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}
+        for t in (0, 100, 200)])
+    out = tmp_path / "replay.json"
+    assert main(["replay", "--trace", trace, "--layers", "0-1", "--seconds", "1", "--load", "0.5",
+                 "--out", str(out), "--pool-bytes", "512MiB"]) == 0
+    data = json.loads(out.read_text())
+    calibration = data["calibration"]
+    assert calibration["requests"] == 2 and calibration["gbps_per_mover"] > 0
+    expected = data["bytes"] / (0.5 * calibration["gbps_per_mover"] * 1e9)
+    assert data["time_scale"] == pytest.approx(expected)
