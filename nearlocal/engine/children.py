@@ -8,7 +8,10 @@ SIGINT blocked across exec; its preload (engine/forkserver.py) ignores SIGINT be
 else, so neither it nor a worker it forks can be interrupted. Ignoring SIGINT in the parent
 around a start, as before, lost a Ctrl-C (a run then ended with exit 0): Python raises `OSError:
 Signal 2 ignored due to race condition` for a signal caught just before, which multiprocessing's
-own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613)."""
+own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613).
+SIGTERM (which the front end turns into an interrupt too) is held the same way: a SIGTERM that
+ended the parent between the fork server's fork and the parent's write of the new process's
+pickled start-up data left that process to die of `EOFError: Ran out of input`, a traceback."""
 
 from __future__ import annotations
 
@@ -17,16 +20,19 @@ import signal
 import threading
 from collections.abc import Iterator
 
+HELD = frozenset({signal.SIGINT, signal.SIGTERM})  # the signals the front end interrupts on
+
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[bool]:
-    """Yields whether a Ctrl-C is already waiting; it is raised when the hold ends."""
+    """Yields whether a Ctrl-C (or SIGTERM) is already waiting; it is raised when the hold
+    ends."""
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
-        yield signal.SIGINT in signal.sigpending()
+        yield bool(HELD & signal.sigpending())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
@@ -48,6 +54,7 @@ def start_child(process) -> None:
 
 
 def ignore_interrupts() -> None:
-    """In a child: Ctrl-C is the parent's to handle (then SIGINT, inherited held, is let go)."""
+    """In a child: Ctrl-C is the parent's to handle (then SIGINT and SIGTERM, inherited held,
+    are let go: the parent stops a worker with SIGTERM)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)

@@ -313,6 +313,42 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+# How long the re-sent interrupt waits: long enough for the hook that sends it to return
+RESEND_S = 0.05
+
+
+def _interrupt_again(previous):
+    """sys.unraisablehook for the command's span. A Ctrl-C (or SIGTERM) raised in Python code
+    that C calls back (llvmlite's object-cache callback while numba loads a kernel, a __del__)
+    cannot propagate: Python printed `Exception ignored ... KeyboardInterrupt` and carried on,
+    and the run finished with exit 0 as if never interrupted. The signal is sent to the main
+    thread again, from a thread of its own once this hook has returned: it is raised at the main
+    thread's next Python line outside the C code (landing in a callback again, it comes back
+    here and is sent again). Anything else goes to `previous`."""
+    import _thread
+    import threading
+    import time
+
+    def send(main_thread: int, signum: int) -> None:
+        time.sleep(RESEND_S)
+        signal.pthread_kill(main_thread, signum)
+
+    def hook(unraisable) -> None:
+        kind = unraisable.exc_type
+        if not (isinstance(kind, type) and issubclass(kind, KeyboardInterrupt)):
+            previous(unraisable)
+            return
+        signum = signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
+        while True:
+            try:  # no wait for the thread's start (threading's): the hook returns at once
+                _thread.start_new_thread(send, (threading.main_thread().ident, signum))
+                return
+            except KeyboardInterrupt:  # a late one landed in here: send it again
+                continue
+
+    return hook
+
+
 def _refuse_undecodable(argv: list[str]) -> None:
     """Undecodable bytes in an argument (a path from another locale) arrive as surrogates: no
     run id, case id or report can hold them, so they are one line before anything starts."""
@@ -341,6 +377,8 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
         previous = None
+    else:
+        previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupt_again(sys.unraisablehook)
     try:
         if stdout_closed:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
@@ -380,7 +418,10 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            sys.unraisablehook = previous_hook
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the `nearlocal` command's entry, its Ctrl-C handling included
+    from nearlocal.frontends.entry import main as command
+
+    sys.exit(command())
