@@ -75,6 +75,31 @@ def test_version_and_help_name_suites_methods_and_size_units(capsys):
     assert "4k = 4KiB = 4096 B" in text and "4KB = 4000 B" in text
 
 
+# Libraries `nearlocal --help` must not load: each command module loads its own when it runs
+HEAVY = ("numpy", "pandas", "numba", "llvmlite", "scipy", "pyarrow", "matplotlib", "rich")
+
+
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_the_command_lines_own_help_loads_no_heavy_library(option):
+    """Issue 56: `nearlocal --help` took 0.4-0.58 s, most of it `accept`'s module loading the
+    spec's cases, the regions, the probe and numpy while the parser was built. What the command
+    imported, as the interpreter lists it (-X importtime), through the real entry point."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "nearlocal", option],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: nearlocal" if option == "--help" else "nearlocal 0.")
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "nearlocal.frontends.cli" in imported  # the listing is read right
+    loaded = sorted(name for name in imported if name.split(".")[0] in HEAVY)
+    assert not loaded, f"nearlocal {option} imported {loaded[:8]}"
+
+
 def test_run_id_prefixes(tmp_path, capsys):
     a = make_run(tmp_path, [row("load")], run_id="20261201T010203-aaaaaa").name
     make_run(tmp_path, [row("load")], run_id="20261201T010204-bbbbbb")

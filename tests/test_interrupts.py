@@ -29,7 +29,7 @@ def _start_run(out: Path) -> subprocess.Popen:
     """A run on a shm: region nearlocal creates per case: it must be gone however the run ends."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "nearlocal.frontends.cli", "run", "--method", "load", "--size", SIZES,
+        [sys.executable, "-m", "nearlocal", "run", "--method", "load", "--size", SIZES,
          "--region", f"shm:{_shm(out).name}", "--budget", "0.2", "--quiet", "--out", str(out),
          # one process (rows land as cases finish) and a CI no case reaches (each runs its whole
          # budget): >= 2 s still to go after the first row however fast the machine is

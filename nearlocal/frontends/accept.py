@@ -5,15 +5,15 @@ verdicts, their JUnit and table) and keep the verdicts in that run's run.json.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nearlocal import safeio
-from nearlocal.acceptance.judge import acceptance_record, judge
-from nearlocal.acceptance.render import ACCEPT_FORMATS
-from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
-from nearlocal.acceptance.verdicts import store_acceptance
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
-from nearlocal.store.runs import load
-from nearlocal.units import parse_budget
+
+if TYPE_CHECKING:
+    from nearlocal.acceptance.spec import Spec
+
+# The acceptance modules (the spec's cases, the regions, the probe, numpy) load when `accept`
+# runs, not when the command line is built: `nearlocal --help` should not pay for them.
 
 
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
@@ -23,6 +23,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
     measured as run's are)."""
+    from nearlocal.acceptance.spec import check_pool
     from nearlocal.engine.plan import RunSettings, plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
     from nearlocal.frontends.measure import measure_into
@@ -49,10 +50,16 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
 
 
 def _accept(args) -> int:
+    from nearlocal import safeio
+    from nearlocal.acceptance.judge import acceptance_record, judge
+    from nearlocal.acceptance.render import ACCEPT_FORMATS
+    from nearlocal.acceptance.spec import parse_spec
+    from nearlocal.engine.plan import check_placements, check_processes
+    from nearlocal.store.runs import load
     from nearlocal.terminal import console
+    from nearlocal.units import parse_budget
 
     spec = parse_spec(args.spec, args.region, args.peer)
-    from nearlocal.engine.plan import check_placements, check_processes
 
     if args.processes is not None:
         check_processes(args.processes)
@@ -83,6 +90,7 @@ def _accept(args) -> int:
 def _keep(run, record) -> None:
     """The verdicts go into the run they judged, for the report to read; a run that cannot keep
     them (still being written, not writable) is said, and the verdict stands."""
+    from nearlocal.acceptance.verdicts import store_acceptance
     from nearlocal.errors import UsageError
     from nearlocal.terminal import console, err_console
 
@@ -102,6 +110,8 @@ def _processes_help() -> str:
 
 
 def register(sub) -> None:
+    from nearlocal.acceptance.render import ACCEPT_FORMATS  # the store, no numpy
+
     parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
     parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
     parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")

@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str], stdout_closed: bool) -> int:
-    from nearlocal.terminal import quiet_library_colours
+    from nearlocal.safeio import quiet_library_colours
 
     quiet_library_colours()
     try:
@@ -421,7 +421,5 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
             sys.unraisablehook = previous_hook
 
 
-if __name__ == "__main__":  # the `nearlocal` command's entry, its Ctrl-C handling included
-    from nearlocal.frontends.entry import main as command
-
-    sys.exit(command())
+if __name__ == "__main__":
+    sys.exit(main())
