@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
 
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
-                  processes: int | None = None, placements: int = DEFAULT_PLACEMENTS) -> Path:
+                  processes: int | None = None, placements: int | None = None) -> Path:
     """Run exactly the spec's cases through the plan stage and the runner, as `nearlocal run`
     does; returns the run path. Cases this box cannot run (a missing node, a CPU flag) are stored
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
-    measured as run's are)."""
+    measured as run's are); page placements: --placements, else the spec's, else run's default."""
     from nearlocal.acceptance.spec import check_pool
     from nearlocal.engine.plan import RunSettings, plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
@@ -35,7 +35,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                                         processes or spec.processes, allow_write=allow_write,
                                         budget_option="--budget" if budget else "budget",
                                         for_gate=True,  # a verdict, as a gate's
-                                        placements=placements)
+                                        placements=placements or spec.placements
+                                        or DEFAULT_PLACEMENTS)
     # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
     # a spec whose every case writes to memory not allowed: its requirements fail, not measured
     plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
@@ -63,7 +64,8 @@ def _accept(args) -> int:
 
     if args.processes is not None:
         check_processes(args.processes)
-    check_placements(args.placements)
+    if args.placements is not None:
+        check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
     for reporter in ACCEPT_FORMATS.others():
@@ -121,8 +123,9 @@ def register(sub) -> None:
     parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
     parser.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
-    parser.add_argument("--placements", type=int, default=DEFAULT_PLACEMENTS,
-                        help=PLACEMENTS_HELP.replace("%", "%%"))
+    parser.add_argument("--placements", type=int, default=None, help=PLACEMENTS_HELP.replace(
+        f"(default {DEFAULT_PLACEMENTS})", "(default: the spec's [run] placements, else "
+        f"{DEFAULT_PLACEMENTS})").replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH
