@@ -217,6 +217,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.store import load
 
@@ -225,6 +226,9 @@ def _show(args: argparse.Namespace) -> int:
         print(json_records(run.cases))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
+        check = run.meta.get("self_check")  # as `run` said it when it stored the run
+        if isinstance(check, dict) and check:
+            console.console.print(summary_line(check), markup=False, highlight=False)
     if run.incomplete:  # on stderr: `show --json` stays valid JSON
         print(f"nearlocal: run {run.run_id} is incomplete ({run.incomplete}): "
               f"{len(run.cases)} cases", file=sys.stderr)

@@ -50,6 +50,7 @@ def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
         "huge pages": ", ".join(f"{format_size(int(p.get('page_bytes')))}: {p.get('free')}/"
                                 f"{p.get('total')} free" for p in huge.get("pools", []))
                       + f"; THP {huge.get('thp_mode', '?')}",
+        **_settings_rows(inv.get("box_settings")),
         "nearlocal": f"{meta.get('nearlocal_version', '?')} (numba "
                      f"{meta.get('numba_version', '?')}, python {meta.get('python_version', '?')})",
         "suite / budget": f"{meta.get('suite', '?')}, {settings.get('budget_s', '?')} s per case"
@@ -57,6 +58,19 @@ def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
         "started / ended": f"{meta.get('started', '?')} / {meta.get('ended', '?')}",
     }
     return {(name,): [value] for name, value in rows.items()}
+
+
+def _settings_rows(box: object) -> dict[str, str]:
+    """The box's settings as `nearlocal probe` lists them (probe/settings.py), one row each;
+    the self-check's lead line says which of them make figures unstable."""
+    from nearlocal.probe.settings import describe_settings
+
+    if not isinstance(box, dict) or not box:
+        return {"settings": "not recorded (a run stored before nearlocal read the box's settings)"}
+    try:
+        return {f"settings: {label}": text for label, text in describe_settings(box)}
+    except (AttributeError, TypeError, ValueError):  # a run.json edited by hand
+        return {"settings": "unreadable in this run's run.json (inventory.box_settings)"}
 
 
 def section_inventory(runs: list[RunInfo], data: list[RunData]) -> Section:
