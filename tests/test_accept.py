@@ -359,3 +359,27 @@ def test_a_run_still_being_written_is_not_amended(tmp_path):
     with pytest.raises(UsageError, match="is not finished"):
         update_run_meta(store.path, "acceptance", lambda old: [])
     assert "acceptance" not in load(store.path).meta
+
+
+def test_two_amendments_at_once_both_keep_their_verdicts(tmp_path, run):
+    """Issue 56: two `accept`s amending one run at once could lose a write (each read run.json
+    before the other wrote it). Two processes here each read, wait, then add their entry: the
+    lock on the run's directory makes the second read the first's entry."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\n"
+            "from nearlocal.store.runs import update_run_meta\n"
+            "def add(old):\n"
+            "    time.sleep(0.5)  # between the read and the write: the other one reads now\n"
+            "    return [*(old or []), {'spec': sys.argv[2], 'title': sys.argv[2], 'verdicts': []}]\n"
+            "update_run_meta(sys.argv[1], 'acceptance', add)\n")
+    root = Path(__file__).resolve().parent.parent
+    amending = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / run), name],
+                                 cwd=root, stderr=subprocess.PIPE, text=True)
+                for name in ("a.toml", "b.toml")]
+    for process in amending:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    kept = load(run, tmp_path).meta["acceptance"]
+    assert sorted(entry["spec"] for entry in kept) == ["a.toml", "b.toml"]
