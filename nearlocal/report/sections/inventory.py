@@ -14,6 +14,8 @@ from nearlocal.units import format_size
 
 
 def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
+    from nearlocal.units import format_number
+
     inv = meta.get("inventory") or {}
     cpu = inv.get("cpu") or {}
     flags = cpu.get("flags") or {}
@@ -53,7 +55,8 @@ def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
         **_settings_rows(inv.get("box_settings")),
         "nearlocal": f"{meta.get('nearlocal_version', '?')} (numba "
                      f"{meta.get('numba_version', '?')}, python {meta.get('python_version', '?')})",
-        "suite / budget": f"{meta.get('suite', '?')}, {settings.get('budget_s', '?')} s per case"
+        "suite / budget": f"{meta.get('suite', '?')}, "
+                          f"{format_number(settings.get('budget_s', '?'))} s per case"
                           f", CI target ±{float(settings.get('target_rel_ci', 0)) * 100:g}%",
         "started / ended": f"{meta.get('started', '?')} / {meta.get('ended', '?')}",
     }
