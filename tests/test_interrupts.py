@@ -276,3 +276,22 @@ def test_a_ctrl_c_that_c_code_swallowed_still_ends_the_command():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 130 and done.stderr == "nearlocal: interrupted\n", done.stderr
+
+
+def test_a_workers_stop_that_c_code_swallowed_still_stops_it():
+    """A worker stopped (SIGTERM) while numba loaded a kernel printed `Exception ignored on
+    calling ctypes callback function ... SystemExit: 143` and went on until killed. Now the
+    stop is sent again and the worker ends by it, quietly."""
+    code = ("import ctypes, os, signal, sys, time\n"
+            "from nearlocal.engine import worker\n"
+            "from nearlocal.engine.children import resend_swallowed\n"
+            "signal.signal(signal.SIGTERM, worker._stopped)\n"
+            "sys.unraisablehook = resend_swallowed(sys.unraisablehook, worker._stop_again)\n"
+            "def loading():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)  # the parent's stop, raised in here\n"
+            "ctypes.CFUNCTYPE(None)(loading)()  # C calls it: the SystemExit is swallowed\n"
+            "time.sleep(30)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 143 and done.stderr == "", done.stderr

@@ -317,40 +317,11 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-# How long the re-sent interrupt waits: long enough for the hook that sends it to return
-RESEND_S = 0.05
-
-
-def _interrupt_again(previous):
-    """sys.unraisablehook for the command's span. A Ctrl-C (or SIGTERM) raised in Python code
-    that C calls back (llvmlite's object-cache callback while numba loads a kernel, a __del__)
-    cannot propagate: Python printed `Exception ignored ... KeyboardInterrupt` and carried on,
-    and the run finished with exit 0 as if never interrupted. The signal is sent to the main
-    thread again, from a thread of its own once this hook has returned: it is raised at the main
-    thread's next Python line outside the C code (landing in a callback again, it comes back
-    here and is sent again). Anything else goes to `previous`."""
-    import _thread
-    import threading
-    import time
-
-    def send(main_thread: int, signum: int) -> None:
-        time.sleep(RESEND_S)
-        signal.pthread_kill(main_thread, signum)
-
-    def hook(unraisable) -> None:
-        kind = unraisable.exc_type
-        if not (isinstance(kind, type) and issubclass(kind, KeyboardInterrupt)):
-            previous(unraisable)
-            return
-        signum = signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
-        while True:
-            try:  # no wait for the thread's start (threading's): the hook returns at once
-                _thread.start_new_thread(send, (threading.main_thread().ident, signum))
-                return
-            except KeyboardInterrupt:  # a late one landed in here: send it again
-                continue
-
-    return hook
+def _interrupt_signal(kind: type) -> int | None:
+    """The signal behind an interrupt that C code swallowed (engine.children.resend_swallowed)."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return None
+    return signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
 
 
 def _refuse_undecodable(argv: list[str]) -> None:
@@ -382,7 +353,10 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     else:
-        previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupt_again(sys.unraisablehook)
+        from nearlocal.engine.children import resend_swallowed
+
+        previous_hook = sys.unraisablehook  # a Ctrl-C numba's callbacks swallowed ends the command
+        sys.unraisablehook = resend_swallowed(previous_hook, _interrupt_signal)
     try:
         if stdout_closed:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
