@@ -461,7 +461,7 @@ def _rate(service, tokens: np.ndarray):
     return seconds
 
 
-def _s4(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None,
+def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None,
         lent_gib: Iterable[int] = LENT_GIB, prefill: Iterable[float] = PREFILL_GRID) -> dict:
     per_block = _block_bytes()
     reclaim_s = float(trace.arrival_s[0] + trace.duration_s / 2)
@@ -518,8 +518,9 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
         values = {"papers": None, "box": None, "missing": f"the trace ({TRACE})"}
         texts = [f"needs the conversation trace: {TRACE} absent"] * 2
     else:
-        values = {"papers": _s4(papers, trace, None), "box": _box_only(box, ("nvlink", "cpu-offload"),
-                                     lambda: _s4(box, trace, reference, samples))}
+        values = {"papers": reclaim_costs(papers, trace, None),
+                  "box": _box_only(box, ("nvlink", "cpu-offload"),
+                                   lambda: reclaim_costs(box, trace, reference, samples))}
         texts = []
         for who in ("papers", "box"):
             found = values[who]
