@@ -320,8 +320,10 @@ def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None
             filled = [w for w in found["ways"] if "reference" in w]
             texts.append("P99 TTFT PCIe -> NVLink, " + "; ".join(parts) + tail
                          + (f"; {'; '.join(filled)}" if filled else ""))
+    share = (values.get("papers") or {}).get("hit_token_share")
+    hit = f" ({share:.1%} of input tokens hit)" if share is not None else ""
     explains = (f"-{S1_REDUCTION:.0%} needs the reload to dominate the P99 TTFT; over the "
-                "conversation trace (37 % of input tokens hit) the prefill of the misses "
+                f"conversation trace{hit} the prefill of the misses "
                 "dominates unless the prefill is fast: the reduction shrinks as the prefill "
                 "slows. The store is unbounded (SwiftCache's HBM budgets are not given), "
                 "decode and batching are not modelled; the 3.98x context gain is not recomputed")
@@ -536,7 +538,8 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
                     f"{_s(m['window_p99_s'])}, {_signed(m['cost_mean_s'])} mean after; drop "
                     f"{d['dropped_blocks']} blocks, +{d['extra_tokens']} tokens recomputed, "
                     f"window P99 {_s(d['window_p99_s'])}, {_signed(d['cost_mean_s'])} mean after "
-                    f"(no reclaim: window P99 {_s(e['none']['window_p99_s'])})")
+                    f"(no reclaim: window P99 {_s(e['none']['window_p99_s'])}); cheaper: "
+                    + ("migrate" if m["cost_mean_s"] < d["cost_mean_s"] else "drop"))
             filled = [w for w in found["ways"] if "reference" in w]
             texts.append("; ".join(parts) + (f"; {'; '.join(filled)}" if filled else ""))
     return Claim("S4", "Elastic Cache: the donor reclaims half its lent HBM in the middle of "
@@ -551,13 +554,18 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
                  f"migrated blocks stay in host DRAM and reload over PCIe; {SERVER_GPUS} GPUs, "
                  "each its own NVLink port, one host link shared by their PCIe reloads and the "
                  "migration (GPU -> host taken at host -> GPU's figure: the write direction is "
-                 f"not measured); prefill per GPU not given: {', '.join(f'{r:g}' for r in PREFILL_GRID)} "
+                 "not measured; the migration one job queued at the reclaim, a host hit waiting "
+                 "behind it, which overstates: a block not yet moved could still be read from "
+                 f"the donor); prefill per GPU not given: {', '.join(f'{r:g}' for r in PREFILL_GRID)} "
                  f"tokens/s; TTFT over the {S4_WINDOW_S:.0f} s after the reclaim and the mean "
                  "over the rest of the trace, against no reclaim",
                  "what the reclaim costs in reload, queueing and recompute: migrating moves the "
                  "reclaimed bytes once over PCIe (a burst the host link queues) and keeps their "
                  "later hits; dropping costs nothing at the reclaim and a prefill at each later "
-                 "hit. Not modelled: how the donor's own demand sets the step, the host DRAM's "
+                 "hit; which is cheaper turns on the host link's rate against the prefill's. Migrated "
+                 "blocks stay in host DRAM (not bounded), so migrating can even beat no reclaim "
+                 "when the trace asks for them later than the LRU keeps blocks. Not modelled: how "
+                 "the donor's own demand sets the step, the host DRAM's "
                  "capacity, promotion back to HBM, decode and batching",
                  values, tuple((values["box"] or {}).get("rows", ())))
 
