@@ -157,3 +157,28 @@ def test_s1_over_the_shipped_trace_the_reduction_shrinks_as_the_prefill_slows():
     rows = s1.values["papers"]["by_prefill"]
     reductions = [r["reduction"] for r in rows]  # 20000, 80000 tokens/s, then the reload alone
     assert reductions == sorted(reductions) and reductions[-1] > 0.69
+
+
+def test_a_given_prefill_rate_replaces_the_grid_and_is_said_given():
+    found = {c.id: c for c in load_claims(Inputs(), PAPERS, None, revisit_trace(),
+                                          prefill=(40000.0,))}
+    for key in ("S1 load", "S4"):
+        assert "prefill per GPU given: 40000 tokens/s" in found[key].assumption
+    assert [r["prefill_tokens_per_s"] for r in found["S1 load"].values["papers"]["by_prefill"]] \
+        == [40000.0, None]
+    assert [e["prefill_tokens_per_s"] for e in found["S4"].values["papers"]["table"]] == [40000.0] * 2
+
+
+def test_the_command_carries_the_load_claims_and_the_given_prefill(capsys):
+    import json
+
+    from nearlocal.frontends.cli import main
+
+    assert main(["whatif", str(H200), "--claims", "--json", "--prefill-tokens-per-s", "40000"]) == 0
+    data = {c["id"]: c for c in json.loads(capsys.readouterr().out)["claims"]}
+    assert set(LOAD_IDS) <= set(data)
+    assert data["B3 load"]["values"]["papers"]["by_links"][0]["links"] == 1
+    if TRACE.is_file():
+        assert "given: 40000 tokens/s" in data["S4"]["assumption"]
+    else:
+        assert data["S4"]["this_box"].startswith("needs the conversation trace")

@@ -179,7 +179,8 @@ def _whatif(args: argparse.Namespace) -> int:
     if prepared is not None:
         return loadcommand.run_load(args, prepared, run, inputs, reference, target)
     result = whatif(inputs, request_of(args), reference)
-    found = claims(inputs, run.samples) if args.claims else []
+    given = (args.prefill_tokens_per_s,) if args.prefill_tokens_per_s else None
+    found = claims(inputs, run.samples, prefill=given) if args.claims else []
     text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
                                if found else "")
     if target is not None:

@@ -85,6 +85,13 @@ def _prefill(rate: float | None) -> str:
     return "reload alone" if rate is None else f"{rate:g} tok/s"
 
 
+def _prefill_words(prefill: tuple[float, ...] | None) -> str:
+    if prefill:
+        return f"prefill per GPU given: {', '.join(f'{r:g}' for r in prefill)} tokens/s"
+    return ("prefill per GPU not given: shown at "
+            f"{', '.join(f'{r:g}' for r in PREFILL_GRID)} tokens/s")
+
+
 def _signed(seconds: float) -> str:
     return ("+" if seconds >= 0 else "-") + format_ns(abs(seconds) * 1e9)
 
@@ -160,7 +167,8 @@ def _b3(inputs: Inputs, samples=None) -> dict | None:
     return found
 
 
-def claim_b3_load(box: Inputs, papers: Inputs, samples=None, trace=None) -> Claim:
+def claim_b3_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefill=None) -> Claim:
+    """B3 under load; the reload alone (all hit), so no trace and no prefill rate."""
     values = {"papers": _b3(papers), "box": _b3(box, samples)}
     texts = []
     for who in ("papers", "box"):
@@ -234,7 +242,8 @@ def _b16(inputs: Inputs, samples=None) -> dict:
     return found
 
 
-def claim_b16_load(box: Inputs, papers: Inputs, samples=None, trace=None) -> Claim:
+def claim_b16_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefill=None) -> Claim:
+    """B16 under load; the paper's all-hit run, so the reload alone: no prefill rate."""
     values = {"papers": _b16(papers), "box": _b16(box, samples), "links": B16_ADAPTERS}
     texts = []
     for who in ("papers", "box"):
@@ -276,10 +285,11 @@ def claim_b16_load(box: Inputs, papers: Inputs, samples=None, trace=None) -> Cla
 # S1: P99 TTFT over the conversation trace, PCIe vs NVLink, with the reload's measured tail
 
 
-def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None) -> dict:
+def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None,
+        prefill: tuple[float, ...] = PREFILL_GRID) -> dict:
     work = trace_workload(trace, prefix_hits(trace))
     found: dict = {"by_prefill": []}
-    for rate in (*PREFILL_GRID, None):
+    for rate in (*prefill, None):
         setup = Setup(links=SERVER_GPUS, gpus_per_link=1, prefill_tokens_per_s=rate,
                       paths=("cpu-offload", "nvlink"), seed=SEED)
         result = serve(inputs, work, setup, B16_REQUEST, reference, samples)
@@ -298,14 +308,17 @@ def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=No
     return found
 
 
-def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None) -> Claim:
+def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
+                  prefill: tuple[float, ...] | None = None) -> Claim:
+    rates = prefill or PREFILL_GRID
     reference = load_reference("swiftcache-media")
     if trace is None:
         values = {"papers": None, "box": None, "missing": f"the trace ({TRACE})"}
         texts = [f"needs the conversation trace: {TRACE} absent"] * 2
     else:
-        values = {"papers": _s1(papers, trace, None), "box": _box_only(box, ("cpu-offload", "nvlink"),
-                                     lambda: _s1(box, trace, reference, samples))}
+        values = {"papers": _s1(papers, trace, None, prefill=rates),
+                  "box": _box_only(box, ("cpu-offload", "nvlink"),
+                                   lambda: _s1(box, trace, reference, samples, rates))}
         texts = []
         for who in ("papers", "box"):
             found = values[who]
@@ -332,9 +345,8 @@ def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None
                  texts[0], texts[1],
                  f"Mooncake's conversation trace at its own times through an unbounded prefix "
                  f"store; {B16_REQUEST.model}; {SERVER_GPUS} GPUs of one server, each its own PCIe "
-                 f"link and NVLink port, requests in turn; prefill per GPU not given: shown at "
-                 f"{', '.join(f'{r:g}' for r in PREFILL_GRID)} tokens/s and without (the reload "
-                 "alone); this box's missing hops from swiftcache-media (labelled)",
+                 f"link and NVLink port, requests in turn; {_prefill_words(prefill)} and without "
+                 "(the reload alone); this box's missing hops from swiftcache-media (labelled)",
                  explains, values, tuple((values["box"] or {}).get("rows", ())))
 
 
@@ -514,15 +526,18 @@ def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, 
     return found
 
 
-def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None) -> Claim:
+def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
+             prefill: tuple[float, ...] | None = None) -> Claim:
+    rates = prefill or PREFILL_GRID
     reference = load_reference("swiftcache-media")
     if trace is None:
         values = {"papers": None, "box": None, "missing": f"the trace ({TRACE})"}
         texts = [f"needs the conversation trace: {TRACE} absent"] * 2
     else:
-        values = {"papers": reclaim_costs(papers, trace, None),
+        values = {"papers": reclaim_costs(papers, trace, None, prefill=rates),
                   "box": _box_only(box, ("nvlink", "cpu-offload"),
-                                   lambda: reclaim_costs(box, trace, reference, samples))}
+                                   lambda: reclaim_costs(box, trace, reference, samples,
+                                                         prefill=rates))}
         texts = []
         for who in ("papers", "box"):
             found = values[who]
@@ -556,9 +571,8 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
                  "migration (GPU -> host taken at host -> GPU's figure: the write direction is "
                  "not measured; the migration one job queued at the reclaim, a host hit waiting "
                  "behind it, which overstates: a block not yet moved could still be read from "
-                 f"the donor); prefill per GPU not given: {', '.join(f'{r:g}' for r in PREFILL_GRID)} "
-                 f"tokens/s; TTFT over the {S4_WINDOW_S:.0f} s after the reclaim and the mean "
-                 "over the rest of the trace, against no reclaim",
+                 f"the donor); {_prefill_words(prefill)}; TTFT over the {S4_WINDOW_S:.0f} s "
+                 "after the reclaim and the mean over the rest of the trace, against no reclaim",
                  "what the reclaim costs in reload, queueing and recompute: migrating moves the "
                  "reclaimed bytes once over PCIe (a burst the host link queues) and keeps their "
                  "later hits; dropping costs nothing at the reclaim and a prefill at each later "
@@ -574,12 +588,14 @@ LOAD_CLAIMS = (claim_b3_load, claim_b16_load, claim_s1_load, claim_s4)
 
 
 def load_claims(box: Inputs, papers: dict[str, Inputs], samples=None,
-                trace: Trace | None = None) -> list[Claim]:
+                trace: Trace | None = None,
+                prefill: tuple[float, ...] | None = None) -> list[Claim]:
     """The load claims, the papers' columns from beluga-h20 (B3, B16) and swiftcache-media
-    (S1, S4); `trace` (the shipped one when present) drives S1 and S4."""
+    (S1, S4); `trace` (the shipped one when present) drives S1 and S4; `prefill` (tokens/s per
+    GPU, the user's) replaces the grid S1 and S4 show where no paper gives one."""
     which = {claim_b3_load: "beluga-h20", claim_b16_load: "beluga-h20",
              claim_s1_load: "swiftcache-media", claim_s4: "swiftcache-media"}
-    return [build(box, papers[which[build]], samples, trace) for build in LOAD_CLAIMS]
+    return [build(box, papers[which[build]], samples, trace, prefill) for build in LOAD_CLAIMS]
 
 
 def shipped_trace() -> Trace | None:
