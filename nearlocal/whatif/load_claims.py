@@ -571,7 +571,8 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
                  "migration (GPU -> host taken at host -> GPU's figure: the write direction is "
                  "not measured; the migration one job queued at the reclaim, a host hit waiting "
                  "behind it, which overstates: a block not yet moved could still be read from "
-                 f"the donor); {_prefill_words(prefill)}; TTFT over the {S4_WINDOW_S:.0f} s "
+                 f"the donor); each reload its model's median (no spread drawn); "
+                 f"{_prefill_words(prefill)}; TTFT over the {S4_WINDOW_S:.0f} s "
                  "after the reclaim and the mean over the rest of the trace, against no reclaim",
                  "what the reclaim costs in reload, queueing and recompute: migrating moves the "
                  "reclaimed bytes once over PCIe (a burst the host link queues) and keeps their "
