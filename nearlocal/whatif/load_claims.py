@@ -70,7 +70,7 @@ def _transfers(service, n: int, tokens: int) -> np.ndarray:
 
 
 def _mean_ttft(arrival: np.ndarray, transfer: np.ndarray, links: int) -> tuple[float, float]:
-    timeline = simulate(arrival, transfer, None, links, 1, "fifo")
+    timeline = simulate(arrival, transfer, None, links=links, gpus_per_link=1, sharing="fifo")
     ttft = timeline.ttft
     return float(ttft.mean()), float(np.percentile(ttft, 99))
 
@@ -292,7 +292,7 @@ def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=No
     for rate in (*prefill, None):
         setup = Setup(links=SERVER_GPUS, gpus_per_link=1, prefill_tokens_per_s=rate,
                       paths=("cpu-offload", "nvlink"), seed=SEED)
-        result = serve(inputs, work, setup, B16_REQUEST, reference, samples)
+        result = serve(inputs, work, setup, B16_REQUEST, reference=reference, samples=samples)
         by = {p.path: p for p in result.paths}
         pcie, nvlink = by["cpu-offload"], by["nvlink"]
         if not (pcie.complete and nvlink.complete):
@@ -489,8 +489,8 @@ def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, 
         sizes = np.concatenate([p.peer_tokens for p in runs.values()]
                                + [p.host_tokens for p in runs.values()])
         grid = np.unique(np.concatenate([sizes[sizes > 0], [TRACE_BLOCK_TOKENS]]))
-        nvlink = path_service("nvlink", B16_REQUEST, inputs, grid, reference, samples)
-        pcie = path_service("cpu-offload", B16_REQUEST, inputs, grid, reference, samples)
+        nvlink = path_service("nvlink", B16_REQUEST, inputs, grid, reference=reference, samples=samples)
+        pcie = path_service("cpu-offload", B16_REQUEST, inputs, grid, reference=reference, samples=samples)
         if nvlink.missing or pcie.missing:
             return {"missing": "; ".join(s.missing for s in (nvlink, pcie) if s.missing)}
         rows.update(dict.fromkeys(_provenance(nvlink, pcie)))
