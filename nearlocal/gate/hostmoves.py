@@ -2,8 +2,13 @@
 chase for the core clock, one over an eighth of the LLC, one as wide as the run's largest
 memory-bound case), and which probes are a case's yardsticks.
 
-Code CI reads a move as noise: a case that moved no further than its yardstick did is
-`ambiguous`. Box CI reads it as a finding: it names the layer that moved."""
+Code CI reads a move as noise only between runs that did not take turns and whose probes
+walked the same code (kernels/yardstick.py, its fingerprint in run.json): a case that moved no
+further than such a yardstick is `ambiguous`. Runs that took turns shared the host pass by pass,
+so a probe that reads differently between them moved with one side's code, not with the host:
+it excuses nothing, and the report says the candidate's code moves it (issue 56: a chase
+kernel 1.25x slower made the probes that walked it read 1.25x slower, and excused itself).
+Box CI reads a move as a finding: it names the layer that moved."""
 
 from __future__ import annotations
 
@@ -34,10 +39,17 @@ class HostMove:
     passes: str  # "base/candidate" worker processes it was walked in
     log_se: float  # the standard error of log(ratio)
     moved: bool  # its interval excludes 1
+    same_code: bool = True  # both runs' probes walked the same code (runs before: unknown, same)
 
     def beyond(self, threshold: float) -> bool:
         """Its whole interval beyond the threshold: the layer moved by more than a case may."""
         return self.low > 1 + threshold or self.high < 1 / (1 + threshold)
+
+    def by_code(self) -> str:
+        """A move between runs that took turns, as the code's (they shared the host)."""
+        return (f"{self.probe} {self.ratio:.2f}x on the candidate's turns: the candidate's code "
+                "moves it" + (" (its probe code differs from the baseline's)"
+                              if not self.same_code else " (same probe code in both trees)"))
 
     def text(self) -> str:
         return (f"{self.probe} {self.base_ns:.3g} -> {self.cand_ns:.3g} ns "
@@ -79,7 +91,8 @@ def host_moves(base_meta: dict, cand_meta: dict, alpha: float) -> list[HostMove]
         low, high = math.exp(log_ratio - reach), math.exp(log_ratio + reach)
         moves.append(HostMove(probe, str(fact.get("bounds", "all")), math.exp(mean_b),
                               math.exp(mean_c), math.exp(log_ratio), low, high,
-                              f"{logs_b.size}/{logs_c.size}", se, low > 1 or high < 1))
+                              f"{logs_b.size}/{logs_c.size}", se, low > 1 or high < 1,
+                              fact.get("code") == base_facts[probe].get("code")))
     return moves
 
 
