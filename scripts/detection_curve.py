@@ -17,8 +17,8 @@ its bytes). The table quotes the slowdown measured alone beside the nominal one.
 
 Then, round by round, every candidate (and an unchanged copy of the base: the false positives)
 takes turns with the base as the README gives it (take_turns.sh, --for-gate code, --processes
-and --budget below) over one small suite: chase 1 MiB and 64 MiB, load / nt-store / nt-copy
-64 KiB (a plugin written into WORKDIR). A regressed case is caught when it reads `slower`; the
+and --budget below) over one small suite: chase 64 KiB (L2) and 64 MiB (memory), load / nt-store /
+nt-copy 64 KiB (a plugin written into WORKDIR). A regressed case is caught when it reads `slower`; the
 probe's regression (no case walks it) when the report says the candidate's code moved the
 probes. One tree per factor regresses every kernel at once, so each pair counts once per
 case; the unchanged pairs count every case.
@@ -27,8 +27,10 @@ case; the unchanged pairs count every case.
         [--processes 16] [--budget 0.2] [--json OUT.json]
 
 It prints a Markdown table (docs/ci.md quotes it) and the wall time; WORKDIR keeps the trees,
-the runs and `curve.json`. The default (10 pairs of 6 trees, 16 processes, 0.2 s a case) is
-sized for ~25 min on a 2-core VM.
+the runs and `curve.json`. The default (10 rounds of 6 pairs: 5 regressed trees and the
+unchanged one, each with the base; 12 processes, 0.15 s a case) is sized for ~25 min on a quiet
+2-core VM: one pair took 38 s there while the box was shared (load average 5), so fewer
+processes would not catch 1.2x and more would not fit.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Kernel:
 
 KERNELS = {k.name: k for k in (
     Kernel("chase", "nearlocal/kernels/chase.py", "time_chase", CHASE_TEMPLATE,
-           (("chase", "1MiB"), ("chase", "64MiB"))),
+           (("chase", "64KiB"), ("chase", "64MiB"))),
     Kernel("load", "nearlocal/kernels/cpu.py", "time_load", PASS_TEMPLATE,
            (("load", "64KiB"),), "load_pass"),
     Kernel("nt-store", "nearlocal/kernels/cpu.py", "time_nt_store", PASS_TEMPLATE,
@@ -389,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--factors", default=",".join(f"{f:g}" for f in FACTORS))
     parser.add_argument("--kernels", default=",".join(KERNELS))
-    parser.add_argument("--processes", type=int, default=16)
-    parser.add_argument("--budget", default="0.2")
+    parser.add_argument("--processes", type=int, default=12)
+    parser.add_argument("--budget", default="0.15")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -431,11 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     exits: dict[str, list[int]] = {config: [] for config in trees}
     for pair in range(args.pairs):  # round by round: a drift of the box spreads over all
         for config, cand in trees.items():
+            begun = time.time()
             report = take_turns(base, cand, work / "store", plugin_dir, run_args)
             results[config].append(caught(report))
             exits[config].append(report["exit"])
             hits = [c for c, hit in results[config][-1].items() if hit]
-            print(f"pair {pair + 1}/{args.pairs} {config}: exit {report['exit']}, caught "
+            print(f"pair {pair + 1}/{args.pairs} {config} ({time.time() - begun:.0f} s, "
+                  f"{time.time() - started:.0f} s in all): exit {report['exit']}, caught "
                   f"{', '.join(hits) or 'nothing'}; {report['summary']}", flush=True)
     wall = time.time() - started
     summary = {"kernels": kernels, "factors": factors, "pairs": args.pairs,

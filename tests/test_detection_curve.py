@@ -54,7 +54,7 @@ def test_a_pass_regression_runs_the_pattern_then_its_leading_share(curve, tmp_pa
 def test_the_tally_names_the_smallest_regression_caught_in_nine_of_ten(curve):
     """Synthetic verdicts: the 1.2x chase caught in 9 of 10 pairs, the 1.1x in 6: 1.2x is the
     smallest caught; a regression that is caught at 1.1x but not at 1.2x counts from 1.3x."""
-    case = "chase/dram/wb/1MiB"
+    case = "chase/dram/wb/64KiB"
     results = {"unchanged": [{case: False, "probe": False}] * 9 + [{case: True, "probe": False}],
                "1.1x": [{case: i < 6, "probe": True} for i in range(10)],
                "1.2x": [{case: i < 9, "probe": True} for i in range(10)],
@@ -67,7 +67,7 @@ def test_the_tally_names_the_smallest_regression_caught_in_nine_of_ten(curve):
                                  [1.1, 1.2, 2.0]) == "2x"
     summary = {"kernels": ["chase"], "rows": rows, "alone": {"1.2x": {case: 1.19}}}
     text = curve.table(summary, [1.1, 1.2, 2.0])
-    assert "| chase, chase/dram/wb/1MiB | 6/10 | 9/10 (1.19x) | 10/10 | 1/10 | 1.2x |" in text
+    assert "| chase, chase/dram/wb/64KiB | 6/10 | 9/10 (1.19x) | 10/10 | 1/10 | 1.2x |" in text
 
 
 @pytest.mark.parametrize("argv", [["--factors", "0.5"], ["--kernels", "chase,warp"],

@@ -253,8 +253,9 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
             result.detail["within_host_moves"] = [m.probe for m in excused]
         else:
             result.verdict = "slower" if slower else "faster"
-            moved = [m for m in mine if m.moved and (m.ratio > 1) == slower]
-            if moved:  # box CI's finding (code CI's case moved beyond it)
+            moved = [] if fam.paired and fam.mode.host_moves == "noise" else \
+                [m for m in mine if m.moved and (m.ratio > 1) == slower]
+            if moved:  # box CI's finding (unpaired code CI's case moved beyond it)
                 result.note = ", ".join(f"{layer(m)} moved {m.ratio:.2f}x" for m in moved)
     elif _within_margin(case, est, fam.margin):
         result.verdict = "same"
