@@ -17,11 +17,11 @@ its bytes). The table quotes the slowdown measured alone beside the nominal one.
 
 Then, round by round, every candidate (and an unchanged copy of the base: the false positives)
 takes turns with the base as the README gives it (take_turns.sh, --for-gate code, --processes
-and --budget below) over one small suite: chase 64 KiB (L2) and 64 MiB (memory), load / nt-store /
-nt-copy 64 KiB (a plugin written into WORKDIR). A regressed case is caught when it reads `slower`; the
-probe's regression (no case walks it) when the report says the candidate's code moved the
-probes. One tree per factor regresses every kernel at once, so each pair counts once per
-case; the unchanged pairs count every case.
+and --budget below) over one small suite: chase 64 KiB (L2) and 64 MiB (memory), load /
+nt-store / nt-copy 64 KiB (a plugin written into WORKDIR). A regressed case is caught when it
+reads `slower`; the probes' regression (no case walks it) when the report names the
+candidate's probe code as what moved them. One tree per factor regresses every kernel at
+once, so each pair counts once per case; the unchanged pairs count every case.
 
     python3 scripts/detection_curve.py [WORKDIR] [--pairs 10] [--factors 1.05,1.1,1.2,1.3,2]
         [--processes 16] [--budget 0.2] [--json OUT.json]
@@ -326,9 +326,12 @@ def take_turns(base: Path, cand: Path, store: Path, plugin_dir: Path, run_args: 
 
 def caught(report: dict) -> dict[str, bool]:
     """Per case id, whether it read `slower`; under "probe", whether the report says the
-    candidate's code moved a host probe."""
+    candidate's probe code moved a host probe; under "probe moved, same code", whether a probe
+    read differently on the two sides' turns with the same probe code (their own rings)."""
     out = {c["case_id"]: c["verdict"] == "slower" for c in report["cases"]}
-    out["probe"] = any(p.get("moved_by") for p in report.get("host_probes", []))
+    moved = [p.get("moved_by") for p in report.get("host_probes", [])]
+    out["probe"] = "candidate probe code" in moved
+    out["probe moved, same code"] = "candidate run" in moved
     return out
 
 
@@ -379,7 +382,7 @@ def table(summary: dict, factors: list[float]) -> str:
                 cells.append(f"{hit}/{pairs}" + (f" ({alone:.2f}x)" if alone else ""))
             fp = row.get("unchanged", [0, 0])
             label = f"{kernel}, {case}" if case != "probe" else \
-                "host probes' walk (moved by the candidate's code)"
+                "host probes' walk (its move named the candidate's probe code)"
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {fp[0]}/{fp[1]} | "
                          f"{smallest_caught(row, factors)} |")
     return "\n".join(lines)
@@ -453,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(summary, factors))
     unchanged = exits["unchanged"]
     print(f"unchanged pairs: exit 1 in {sum(e == 1 for e in unchanged)} of {len(unchanged)}")
+    same_code = summary["rows"].get("probe moved, same code", {})
+    print("a probe read differently on the two sides' turns with the same probe code: " +
+          ", ".join(f"{config} {hit}/{pairs}" for config, (hit, pairs) in same_code.items()))
     return 0
 
 

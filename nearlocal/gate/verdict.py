@@ -154,7 +154,7 @@ class Comparison:
                 "summary": self.summary(),
                 "host_probes": [{**asdict(m), "layer": layer(m),
                                  "beyond_threshold": m.beyond(self.threshold),
-                                 "moved_by": "candidate code" if m in self.code_moves() else ""}
+                                 "moved_by": m.moved_by() if m in self.code_moves() else ""}
                                 for m in self.host_moves],
                 "moved_layers": [layer(m) for m in self.moved_layers()],
                 "counts": self.counts(), "regression": bool(self.regressions),
@@ -332,7 +332,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     adjusted = benjamini_hochberg(p, family) if p.size else p
     selected = int(np.sum(adjusted <= alpha))
     level = max(selected, 1) * alpha / family
-    moves = host_moves(base.meta, cand.meta, alpha)
+    moves = host_moves(base.meta, cand.meta, alpha, paired)
     fam = Family(chosen, threshold, equivalence_margin(estimates, threshold, alpha), level,
                  float(scipy_stats.norm.isf(alpha / family / 2)), moves, paired)
     cases = [judge(c, e, float(q), fam) for c, e, q in zip(judged, estimates, adjusted,
