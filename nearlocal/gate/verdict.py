@@ -11,8 +11,8 @@ alpha, and each interval is the matching false coverage-rate adjusted one (level
     that did not take turns, when the case moved no further than a host probe that is its
     yardstick and walked the same probe code in both runs (`ambiguous`: the host's move is
     noise there), or a one-process case whose stopping rule was not met. Runs that took turns
-    shared the host: a probe that differs between them moved with the code, and excuses
-    nothing;
+    shared the host: a probe that differs between them moved with one side's run (its probe
+    code, its cases, its own rings), and excuses nothing;
   - the 90 % interval within the equivalence margin (two one-sided tests; the margin is the
     change a lone `slower` needs in a case of typical error, at least the threshold, at most
     10 %): `same`;
@@ -100,7 +100,7 @@ class Comparison:
 
     def code_moves(self) -> list[HostMove]:
         """Code CI, runs that took turns: the probes that read differently on the two sides'
-        turns (one host: the code moved them)."""
+        turns (one host: one side's run moved them, not the host)."""
         return [m for m in self.host_moves if m.moved] if self.mode == "code" and self.paired \
             else []
 
