@@ -29,8 +29,8 @@ once, so each pair counts once per case; the unchanged pairs count every case.
 It prints a Markdown table (docs/ci.md quotes it) and the wall time; WORKDIR keeps the trees,
 the runs and `curve.json`. The default (10 rounds of 6 pairs: 5 regressed trees and the
 unchanged one, each with the base; 12 processes, 0.15 s a case) is sized for ~25 min on a quiet
-2-core VM: one pair took 38 s there while the box was shared (load average 5), so fewer
-processes would not catch 1.2x and more would not fit.
+2-core VM: one pair took 30-38 s there while the box was shared (load average 3.6-5), and
+after the first round the script prints how long all rounds will take.
 """
 
 from __future__ import annotations
@@ -434,7 +434,12 @@ def main(argv: list[str] | None = None) -> int:
     run_args = ["--processes", str(args.processes), "--budget", args.budget]
     results: dict[str, list[dict[str, bool]]] = {config: [] for config in trees}
     exits: dict[str, list[int]] = {config: [] for config in trees}
+    rounds_started = time.time()
     for pair in range(args.pairs):  # round by round: a drift of the box spreads over all
+        if pair == 1:
+            per_round = time.time() - rounds_started
+            print(f"one round took {per_round:.0f} s: about {per_round * args.pairs / 60:.0f} "
+                  "min for the pairs in all", flush=True)
         for config, cand in trees.items():
             begun = time.time()
             report = take_turns(base, cand, work / "store", plugin_dir, run_args)
