@@ -131,7 +131,7 @@ def test_reading_a_run_imports_no_method_or_region_module_unless_a_row_lacks_a_f
 
     current = row("chase")
     current.update(pool_class="local", peer_pool_class="local", measures="operation",
-                   effective_params='{"drain": "before"}')
+                   effective_params='{"drain": "before"}', source_reaches_memory=True)
     old = row("chase")  # no pool_class, measures, effective_params: derived at load
     code = ("import sys\n"
             "from nearlocal.store import load\n"

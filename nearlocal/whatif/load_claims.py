@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from nearlocal.units import format_ns
-from nearlocal.whatif.claims import (
+from nearlocal.whatif.claim_figures import (
     B3_TTFT_S,
     B16_ADAPTERS,
     B16_QPS,
