@@ -220,6 +220,10 @@ class LinkContention:
         below = [m for m in self.ks if m <= k and m in self.spreads]
         return self.spreads[below[-1]] if below else None
 
+    def without_spread(self) -> LinkContention:
+        """The same rates, every service its median (what the spread adds, apart)."""
+        return LinkContention(self.way, self.ks, self.relative, {}, self.rows)
+
     def drawer(self, rng: np.random.Generator):
         def draw(k: int) -> float:
             ratios = self.spread(k)
@@ -254,7 +258,7 @@ def link_contention(way: str, contention: dict | None, samples=None) -> LinkCont
         relative.append(float(entry["per_mover_gbps"]) / base)
         names = tuple(entry.get("rows") or ())
         rows.extend(names)
-        ratios = _spread(samples, names)
+        ratios = sample_spread(samples, names)
         if ratios is not None:
             spreads[int(k)] = ratios
     return LinkContention(way, tuple(ks), tuple(relative), spreads, tuple(dict.fromkeys(rows)))
@@ -300,7 +304,9 @@ def _grid(values: np.ndarray) -> np.ndarray:
     return np.unique(distinct[np.searchsorted(distinct, grid).clip(0, len(distinct) - 1)])
 
 
-def _spread(samples, rows: tuple[str, ...]) -> np.ndarray | None:
+def sample_spread(samples, rows: tuple[str, ...]) -> np.ndarray | None:
+    """The raw samples of `rows` (case ids) in the store's samples frame, each over its row's
+    median: how a transfer's time spreads about the figure (None: no samples)."""
     if samples is None or not len(samples) or not rows:
         return None
     picked = samples.loc[samples["case_id"].isin(rows), ["case_id", "ns"]]
@@ -349,7 +355,7 @@ def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.nda
         notes.update(dict.fromkeys(figures.notes))
         largest = figures
     dominant = max(largest.terms, key=lambda t: t.ns)
-    spread = _spread(samples, dominant.rows) if dominant.source == "measured" else None
+    spread = sample_spread(samples, dominant.rows) if dominant.source == "measured" else None
     if len(grid) < len(np.unique(hit_tokens[hit_tokens > 0])):
         notes[f"reloads cut exactly at {len(grid)} sizes ({int(grid[0])}..{int(grid[-1])} "
               "tokens), linear in tokens between them"] = None
