@@ -314,6 +314,7 @@ def _check(args: argparse.Namespace, began: float) -> int:
             np.array([r["arrival_ns"] for r in records]) - offsets).max())
         entry = compare(replay, alone, link if args.movers > 1 else None, spread, args.seed)
         entry.update(same_requests=same, replay_wall_s=replay.get("wall_s"),
+                     replay_moved_gbps=replay.get("moved_gbps"),
                      replay_command_wall_s=wall, replay_json=str(work / f"replay-{u:g}.json"),
                      calibration=replay.get("calibration"))
         if not all(v for k, v in same.items() if k != "arrival_max_diff_ns") \
@@ -377,7 +378,9 @@ def _print(out: dict) -> None:
               + f"); simulated from the replay's transfers: ratios {_x(oracle['p50_ratio'])} / "
               f"{_x(oracle['p99_ratio'])}; with every transfer its rows' median: ratios "
               f"{_x(e['simulated_without_spread']['p50_ratio'])} / "
-              f"{_x(e['simulated_without_spread']['p99_ratio'])}; replay wall "
+              f"{_x(e['simulated_without_spread']['p99_ratio'])}; the replay moved "
+              f"{_x(e['replay_moved_gbps'])} GB/s a mover (its calibration "
+              f"{_x((e['calibration'] or {}).get('gbps_per_mover'))}); replay wall "
               f"{e['replay_wall_s']:.1f} s")
     print(f"  rows: {', '.join(out['transfer_rows'])}; contention: "
           f"{', '.join(out['contention_rows']) or '-'}; wall {out['wall_s']:.1f} s: "
