@@ -8,7 +8,8 @@ the trace's reloads on the box (`nearlocal replay --load U`) at three utilisatio
 simulation that run's rows and the replay's own requests (the same window, time scale, arrivals,
 bytes and fragments per request, and G); (d) per load: replay and simulated reload P50 / P99
 (wait + transfer over the requests with hits), their ratios, pass / fail (P50 within 15 %, P99
-within 25 %), the rows named and the wall time. Exit 1 when a load fails.
+within 25 %), the rows named and the wall time. Exit 1 when a load fails; bad input is one line,
+exit 2.
 
 Two diagnostics beside the check: each request's transfer predicted from the rows vs. what the
 replay measured for it (is the fit right at these sizes?), and the simulation fed the replay's
@@ -207,7 +208,8 @@ def predicted_alone(models, nbytes: np.ndarray, fragments: np.ndarray) -> tuple[
         if key not in cache:
             found = best_way(models, key[0], key[1], gather=key[0] > 1)
             if found is None:
-                raise SystemExit("replay_check: the run has no host gather way that gathers")
+                raise UsageError("the run has no host gather row that gathers (memcpy out of "
+                                 "dram in fragments): measure one, or leave --run out")
             cache[key] = found[1]
         out[i] = cache[key].ns / 1e9
         rows.update(cache[key].rows)
