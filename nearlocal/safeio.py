@@ -24,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from nearlocal.errors import UsageError
 
@@ -389,3 +390,38 @@ def _closed(stream, fd: int) -> bool:
         return stream.fileno() == fd and not _fd_open(fd)
     except (OSError, ValueError, AttributeError):
         return False  # a capture (pytest) or a stream without a descriptor: not closed
+
+
+# ------------------------------------------------------------------ whose terminal
+# (here, not in terminal.py, which loads rich: the command line asks before any command runs)
+
+
+def owns_terminal(stream: IO[str]) -> bool:
+    """Whether `stream` is a terminal someone reads: a tty that is this process's controlling
+    terminal. An MPI launcher hands each rank a pseudo-terminal for stdout (Open MPI does) and
+    copies it to wherever its own output goes, a file or a CI log: the rank's isatty() is true,
+    but that pty is no terminal of the rank's session (tcgetpgrp fails on it). Rich would call it
+    a terminal, as it would any stream under FORCE_COLOR or TTY_COMPATIBLE; colour codes and
+    boxes would then land in the log. A stream with no descriptor is taken at its word."""
+    try:
+        if not stream.isatty():
+            return False
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # a test double: what its isatty() says
+        return True
+    try:
+        os.tcgetpgrp(fd)
+    except OSError:  # a tty, but not this session's terminal: a launcher's pty
+        return False
+    return True
+
+
+def quiet_library_colours() -> None:
+    """numba colours its error messages through colorama, whose exit handler writes a reset code
+    to stdout whenever stdout is a tty, a launcher's pty included: under mpiexec every rank left
+    one in the log. Off (before numba loads; workers inherit it) unless stdout is our terminal."""
+    if not owns_terminal(sys.stdout):
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")

@@ -4,8 +4,6 @@ tables as Markdown when nobody reads them on a terminal. A utility below every l
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import IO
 
 from rich import box
@@ -13,36 +11,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-
-def owns_terminal(stream: IO[str]) -> bool:
-    """Whether `stream` is a terminal someone reads: a tty that is this process's controlling
-    terminal. An MPI launcher hands each rank a pseudo-terminal for stdout (Open MPI does) and
-    copies it to wherever its own output goes, a file or a CI log: the rank's isatty() is true,
-    but that pty is no terminal of the rank's session (tcgetpgrp fails on it). Rich would call it
-    a terminal, as it would any stream under FORCE_COLOR or TTY_COMPATIBLE; colour codes and
-    boxes would then land in the log. A stream with no descriptor is taken at its word."""
-    try:
-        if not stream.isatty():
-            return False
-    except (AttributeError, ValueError):  # no isatty, or closed
-        return False
-    try:
-        fd = stream.fileno()
-    except (AttributeError, ValueError, OSError):  # a test double: what its isatty() says
-        return True
-    try:
-        os.tcgetpgrp(fd)
-    except OSError:  # a tty, but not this session's terminal: a launcher's pty
-        return False
-    return True
-
-
-def quiet_library_colours() -> None:
-    """numba colours its error messages through colorama, whose exit handler writes a reset code
-    to stdout whenever stdout is a tty, a launcher's pty included: under mpiexec every rank left
-    one in the log. Off (before numba loads; workers inherit it) unless stdout is our terminal."""
-    if not owns_terminal(sys.stdout):
-        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+from nearlocal.safeio import owns_terminal
 
 
 class _Console(Console):

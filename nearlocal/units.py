@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -111,6 +112,29 @@ def parse_budget(text: str | float, what: str = "--budget") -> float:
     if not seconds <= MAX_BUDGET_S:
         raise UsageError(f"{what} {text!r} is more than {MAX_BUDGET_S:g} s (1 hour) per case")
     return seconds
+
+
+def format_number(value: object, digits: int = 4) -> str:
+    """A number as a person reads it, for printers only (JSON and run.json keep the full value):
+    a float to `digits` significant digits (MPI's ping-pong 1499.9999999929514 us -> 1500), whole
+    from 10**digits up (no exponent); a number spelled as text (a stored param) likewise when it
+    spells more digits than that ("1.10" stays); an int or anything else as it is."""
+    if isinstance(value, str):
+        mantissa = re.sub(r"[eE].*", "", value.strip()).lstrip("+-").replace(".", "").lstrip("0")
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if len(mantissa) <= digits or not mantissa.isdigit():
+            return value
+        value = number
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 10 ** digits:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
 
 
 def format_ns(ns: float) -> str:

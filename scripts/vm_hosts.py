@@ -120,10 +120,12 @@ def check_run(out: Path, fact: Facts):
     fact(hosts == list(HOSTS), f"the run's rows come from both hostnames: {', '.join(hosts)}")
     show = _text(out / "show.txt")
     fact(all(h in show for h in HOSTS), "`nearlocal show` of the run lists both hostnames")
+    from nearlocal.units import format_number
+
     mpi = run.meta.get("mpi", {})
     fact(mpi.get("ranks") == 2 and mpi.get("coherent_host") is False,
          f"run.json mpi: {mpi.get('ranks')} ranks, coherent host {mpi.get('coherent_host')} "
-         f"(two kernels), MPI ping-pong {mpi.get('pingpong_us')} us")
+         f"(two kernels), MPI ping-pong {format_number(mpi.get('pingpong_us'))} us")
     pool = cases[~cases["method"].str.startswith(("rack-", "rdma-"))]
     per_host = {h: int((pool["host"] == h).sum()) for h in HOSTS}
     fact(len(pool) > 0 and all(per_host.values()) and (pool["status"] == "ok").all(),

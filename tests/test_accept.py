@@ -138,6 +138,10 @@ max = "1us"
      "[defaults] takes case fields only"),
     ('[run]\nbudget = "1s"\nthreads = 4\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 3,
      "not 'threads'"),
+    ('[run]\nbudget = "1s"\nplacements = 0\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n',
+     3, "[run]: placements must be an integer from 1 to 16, got 0"),
+    ('[run]\nplacements = "2"\n[[requirement]]\ncase = { method = "load" }\nmax = 1\n', 2,
+     "placements must be an integer"),
 ])
 def test_malformed_spec_exits_2_with_the_line(tmp_path, run, capsys, text, line, problem):
     spec = _spec(tmp_path, text)
@@ -225,9 +229,11 @@ class _NoRunner:
     """Stands in for the runner: records how many processes accept asked for, measures nothing."""
 
     asked: ClassVar[list[int]] = []
+    placed: ClassVar[list[int]] = []  # the page placements each process was to draw
 
     def __init__(self, inventory, settings, store, *args, processes: int = 1, **kwargs):
         _NoRunner.asked.append(processes)
+        _NoRunner.placed.append(settings.placements)
 
     def run(self, cases) -> None:
         pass
@@ -250,6 +256,23 @@ def test_accept_measures_with_runs_default_processes(tmp_path, monkeypatch, caps
     assert main(["accept", spec, "--out", str(tmp_path / "store"), *extra]) == 1  # not measured
     assert _NoRunner.asked == [processes]
     assert load("latest:accept", tmp_path / "store").meta["processes"] == processes
+
+
+@pytest.mark.parametrize("run_table, extra, placements", [
+    ('budget = "0.02"', [], 2),  # `nearlocal run`'s default
+    ('budget = "0.02"\nplacements = 4', [], 4),
+    ('budget = "0.02"\nplacements = 4', ["--placements", "1"], 1),
+])
+def test_the_specs_run_table_takes_placements(tmp_path, monkeypatch, run_table, extra,
+                                              placements):
+    from nearlocal.engine import runner
+
+    monkeypatch.setattr(runner, "Runner", _NoRunner)
+    _NoRunner.placed = []
+    spec = _spec(tmp_path, f'[run]\n{run_table}\n[[requirement]]\ncase = {{ method = "load" }}\n'
+                           'max = "1s"\n')
+    assert main(["accept", spec, "--out", str(tmp_path / "store"), *extra]) == 1  # not measured
+    assert _NoRunner.placed == [placements]
 
 
 def test_a_plain_size_has_one_spelling_in_a_case_id():
@@ -336,3 +359,27 @@ def test_a_run_still_being_written_is_not_amended(tmp_path):
     with pytest.raises(UsageError, match="is not finished"):
         update_run_meta(store.path, "acceptance", lambda old: [])
     assert "acceptance" not in load(store.path).meta
+
+
+def test_two_amendments_at_once_both_keep_their_verdicts(tmp_path, run):
+    """Issue 56: two `accept`s amending one run at once could lose a write (each read run.json
+    before the other wrote it). Two processes here each read, wait, then add their entry: the
+    lock on the run's directory makes the second read the first's entry."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\n"
+            "from nearlocal.store.runs import update_run_meta\n"
+            "def add(old):\n"
+            "    time.sleep(0.5)  # between the read and the write: the other one reads now\n"
+            "    return [*(old or []), {'spec': sys.argv[2], 'title': sys.argv[2], 'verdicts': []}]\n"
+            "update_run_meta(sys.argv[1], 'acceptance', add)\n")
+    root = Path(__file__).resolve().parent.parent
+    amending = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / run), name],
+                                 cwd=root, stderr=subprocess.PIPE, text=True)
+                for name in ("a.toml", "b.toml")]
+    for process in amending:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    kept = load(run, tmp_path).meta["acceptance"]
+    assert sorted(entry["spec"] for entry in kept) == ["a.toml", "b.toml"]

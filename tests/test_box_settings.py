@@ -274,3 +274,23 @@ def test_proc_stat_and_a_real_recording(tmp_path):
     assert record["wall_s"] > 0 and record["tree_cpu_s"] >= 0 and record["samples"] >= 0
     assert set(busy_shares(record)) <= set(record["cpus"])
     assert isinstance(busy_lines(record), list)
+
+
+def test_the_reports_inventory_lists_the_box_settings(untuned, tmp_path):
+    """Issue 56: the report's inventory listed no settings; now each as `probe` lists it."""
+    from nearlocal.report.sections.inventory import _settings_rows
+    from nearlocal.report.tables import build_report
+    from nearlocal.store import load
+    from tests.report_fixtures import INVENTORY, make_run, row
+
+    box = probe(SysRoot(untuned), calibrate=False, gpu=False).to_dict()["box_settings"]
+    old = make_run(tmp_path, [row("load")], run_id="old")  # stored before settings were read
+    new = make_run(tmp_path, [row("load")], {**INVENTORY, "box_settings": box}, run_id="new")
+    report = build_report([load(old), load(new)])
+    (inventory,) = [s for s in report.sections if s.key == "inventory"]
+    rows = {r[0]: r[1:] for r in inventory.table.rows}
+    for label, text in describe_settings(box):
+        assert rows[f"settings: {label}"][1] == text
+    assert rows["settings: governor"][1].startswith("powersave on 0-1")
+    assert "not recorded" in rows["settings"][0]
+    assert "unreadable" in _settings_rows({"pstate": ["damaged"]})["settings"]

@@ -75,6 +75,52 @@ def test_version_and_help_name_suites_methods_and_size_units(capsys):
     assert "4k = 4KiB = 4096 B" in text and "4KB = 4000 B" in text
 
 
+# Libraries `nearlocal --help` must not load: each command module loads its own when it runs
+HEAVY = ("numpy", "pandas", "numba", "llvmlite", "scipy", "pyarrow", "matplotlib", "rich")
+
+
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_the_command_lines_own_help_loads_no_heavy_library(option):
+    """Issue 56: `nearlocal --help` took 0.4-0.58 s, most of it `accept`'s module loading the
+    spec's cases, the regions, the probe and numpy while the parser was built. What the command
+    imported, as the interpreter lists it (-X importtime), through the real entry point."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "nearlocal", option],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: nearlocal" if option == "--help" else "nearlocal 0.")
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "nearlocal.frontends.cli" in imported  # the listing is read right
+    loaded = sorted(name for name in imported if name.split(".")[0] in HEAVY)
+    assert not loaded, f"nearlocal {option} imported {loaded[:8]}"
+
+
+def test_a_printed_number_is_rounded_for_a_person_and_json_keeps_it_whole(tmp_path, capsys):
+    """Issue 56: `1499.9999999929514 us` (run.json's MPI ping-pong, as the rig printed it). A
+    printer rounds a float to a few significant digits; --json and run.json keep the value."""
+    from nearlocal.units import format_number
+
+    assert format_number(1499.9999999929514) == "1500"
+    assert [format_number(v) for v in (3.1, 0.30000000000000004, 12345.678, 2, "x", None)] == [
+        "3.1", "0.3", "12346", "2", "x", "None"]
+    assert format_number(0.1 + 0.2, 6) == "0.3" and format_number(1 / 3, 6) == "0.333333"
+    assert [format_number(t, 6) for t in ("1499.9999999929514", "1.10", "flush", "20261201",
+                                          "nan", "1e-3")] == [
+        "1500", "1.10", "flush", "20261201", "nan", "1e-3"]  # stored params are text
+    make_run(tmp_path, [row("load", params={"interval_us": 1499.9999999929514})], run_id="r")
+    assert main(["show", "r", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "interval_us=1500" in out and "1499.99" not in out
+    assert main(["show", "r", "--out", str(tmp_path), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert float(record["params"]["interval_us"]) == 1499.9999999929514  # whole, as stored
+
+
 def test_run_id_prefixes(tmp_path, capsys):
     a = make_run(tmp_path, [row("load")], run_id="20261201T010203-aaaaaa").name
     make_run(tmp_path, [row("load")], run_id="20261201T010204-bbbbbb")

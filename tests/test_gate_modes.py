@@ -175,3 +175,74 @@ def test_gate_check_counts_a_slower_case_only_when_its_layer_moved_and_is_named(
     assert not gate_check.explained({**report, "cases": [slower, cached]})
     assert not gate_check.explained({**report, "head": "box CI: no layer moved beyond 5%"})
     assert gate_check.explained({"head": "", "host_probes": [], "cases": []})
+
+
+def _code_pair(factor: float, paired: bool, probe_code: tuple[str, str] | None = None):
+    """Issue 56: the candidate tree's code `factor` slower in every case AND in the kernel its
+    host probes walk (so its probes read `factor` slower too), the host unchanged."""
+    base, cand = turn_taking_runs(41, factor, group="g56" if paired else None)
+    memory = {cid for cid in CASES if cid.endswith(("16MiB", "64MiB"))}
+    base = _reaching(_probed(base, 1.2, 200.0, seed=1), memory)
+    cand = _reaching(_probed(cand, 1.2 * factor, 200.0 * factor, seed=2), memory)
+    if probe_code is not None:
+        for run, code in zip((base, cand), probe_code, strict=True):
+            for fact in run.meta["host_probe"]["probes"].values():
+                fact["code"] = code
+    return base, cand
+
+
+def test_runs_that_took_turns_excuse_no_case_by_a_probe_the_candidates_code_moved():
+    """Code CI, the runs took turns: the probes read 1.25x slower only on the candidate's turns
+    (one host: its run moved them), so every slowed case is `slower`, exit 1, and the report
+    says what moved the probes: the candidate's probe code where it differs."""
+    result = compare_runs(*_code_pair(1.25, paired=True, probe_code=("aaa", "bbb")))
+    assert result.paired and result.exit_code == 1
+    assert not any("host's" in c.note for c in result.cases)
+    assert {c.case_id for c in result.regressions} >= {c for c in CASES if c.endswith("64MiB")}
+    line = result.host_line()
+    assert "core 1.25x on the candidate's turns: the candidate's probe code moves it (it " \
+           "differs from the baseline's)" in line and line.endswith("which excuses no case")
+    report = result.to_dict()
+    assert {p["probe"]: p["moved_by"] for p in report["host_probes"]} == \
+        {"core": "candidate probe code", "memory": "candidate probe code"}
+    same_probe = compare_runs(*_code_pair(1.25, paired=True, probe_code=("aaa", "aaa")))
+    assert same_probe.exit_code == 1
+    assert "core 1.25x on the candidate's turns: not the host, not the probe's code" in \
+        same_probe.host_line()
+    same = compare_runs(*_code_pair(1.0, paired=True))
+    assert same.exit_code == 0 and "on the candidate's turns" not in same.host_line()
+
+
+def test_unpaired_runs_excuse_only_by_a_probe_that_walked_the_same_code():
+    """Runs that did not take turns: a probe moves with the host, and excuses a case that moved
+    no further, but only a probe whose code (its fingerprint) is the same in both runs."""
+    same_code = compare_runs(*_code_pair(1.25, paired=False, probe_code=("aaa", "aaa")))
+    assert same_code.exit_code == 0
+    assert any(c.note.startswith("with the host's") for c in same_code.cases)
+    other = compare_runs(*_code_pair(1.25, paired=False, probe_code=("aaa", "bbb")))
+    assert other.exit_code == 1 and not any("host's" in c.note for c in other.cases)
+    assert "core, memory: the runs' probe code differs" in other.host_line()
+    assert compare_runs(*_code_pair(1.25, paired=False, probe_code=("aaa", "bbb")),
+                        mode="box").exit_code == 1  # box CI: a slower case is slower
+
+
+def test_probes_of_runs_that_took_turns_are_compared_pass_by_pass():
+    """The host's memory drifts 1.2x up and down between rounds, the same for both sides of
+    a round: pass k against pass k sees a 3 % step on the candidate's turns through that
+    drift, and unchanged code none, where the runs' trimmed means see neither."""
+    from nearlocal.gate.hostmoves import host_moves
+
+    rng = np.random.default_rng(5)
+    drift = rng.lognormal(0, 0.2, 32)
+
+    def probes(step: float, seed: int) -> dict:
+        noise = np.random.default_rng(seed)
+        return {"host_probe": {"probes": {"memory": {"bounds": "memory"}}, "passes": [
+            {"pass": k, "memory": list(200 * step * drift[k] * noise.lognormal(0, 0.005, 15))}
+            for k in range(32)]}}
+
+    stepped = {m.probe: m for m in host_moves(probes(1.0, 1), probes(1.03, 2), 0.01, True)}
+    assert stepped["memory"].moved and stepped["memory"].ratio == pytest.approx(1.03, rel=0.01)
+    assert stepped["memory"].passes == "32/32 (32 paired)"
+    assert not host_moves(probes(1.0, 1), probes(1.0, 2), 0.01, True)[0].moved
+    assert not host_moves(probes(1.0, 1), probes(1.03, 2), 0.01)[0].moved  # unpaired

@@ -79,3 +79,26 @@ def test_the_report_leads_with_a_suspect_run(tmp_path):
     assert main(["report", str(path), "--markdown", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "These figures are suspect: made up" in text
+
+
+def test_show_says_the_stored_self_check_as_run_did(tmp_path, capsys):
+    """Issue 56: `show` printed no self-check; now the run's stored one, as `run` printed it
+    (stdout, after the table); --json stays the rows alone; a damaged one is no traceback."""
+    from nearlocal.frontends.cli import main
+    from tests.report_fixtures import make_run, row
+
+    check = {"checks": {"physics": {"ok": True}}, "suspect": ["CPU 1 was 99 % busy"],
+             "settings": ["governor powersave on CPU 0-1: ..."]}
+    make_run(tmp_path, [row("load")], run_id="judged", meta={"self_check": check})
+    make_run(tmp_path, [row("load")], run_id="damaged", meta={"self_check": {"suspect": 5}})
+    make_run(tmp_path, [row("load")], run_id="before")  # stored before runs checked themselves
+    assert main(["show", "judged", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(summary_line(check) + "\n")
+    assert "self-check: these figures are suspect: CPU 1 was 99 % busy" in out
+    assert main(["show", "judged", "--out", str(tmp_path), "--json"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out), list)
+    assert main(["show", "damaged", "--out", str(tmp_path)]) == 0
+    assert "self-check: these figures are suspect: 5" in capsys.readouterr().out
+    assert main(["show", "before", "--out", str(tmp_path)]) == 0
+    assert "self-check" not in capsys.readouterr().out

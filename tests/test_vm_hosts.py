@@ -82,3 +82,15 @@ def test_without_its_two_folders_it_says_how_to_call_it():
     proc = subprocess.run([sys.executable, str(SCRIPTS / "vm_hosts.py")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "OUT_A OUT_B" in proc.stderr
+
+
+def test_the_ping_pong_fact_is_rounded_for_a_person(tmp_path):
+    """Issue 56: the rig printed run.json's MPI ping-pong as `1499.9999999929514 us`."""
+    _job(tmp_path, "run", 0, 60)
+    (tmp_path / "show.txt").write_text("")
+    make_run(tmp_path / "results", [{**row("load"), "host": "nlhost-a"}], meta={
+        "mpi": {"ranks": 2, "coherent_host": False, "pingpong_us": 1499.9999999929514}})
+    facts = vm_hosts.Facts()
+    vm_hosts.check_run(tmp_path, facts)
+    text = "\n".join(facts.held + facts.failed)
+    assert "MPI ping-pong 1500 us" in text and "1499.99" not in text

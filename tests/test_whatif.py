@@ -78,14 +78,14 @@ def test_b11_per_call_cost_fitted_from_local_dram_then_the_pool_at_26_gbps():
 
 
 def test_b11_from_the_papers_reference_box():
-    b11 = next(c for c in claims(Inputs()) if c.id == "B11")
+    b11 = next(c for c in claims(Inputs(), load=False) if c.id == "B11")
     assert b11.values["papers"]["pool_ns"] == pytest.approx(11.64e3, rel=0.002)
     assert b11.values["papers"]["local_ns"] == pytest.approx(10.32e3, rel=0.002)
     assert b11.this_box == f"pool->gpu {NOT_MEASURED}; host->gpu {NOT_MEASURED}"
 
 
 def test_s2_one_gib_per_medium_and_the_ratios():
-    s2 = next(c for c in claims(Inputs()) if c.id == "S2").values["papers"]
+    s2 = next(c for c in claims(Inputs(), load=False) if c.id == "S2").values["papers"]
     assert s2["PCIe"] / 1e6 == pytest.approx(67.1, abs=0.05)
     assert s2["NVMe"] / 1e6 == pytest.approx(153.4, abs=0.05)
     assert s2["NVLink"] / 1e6 == pytest.approx(1.79, abs=0.005)
@@ -97,7 +97,7 @@ def test_s2_one_gib_per_medium_and_the_ratios():
 
 def test_s1_minus_69_percent_needs_the_reload_to_be_70_9_percent_of_ttft():
     assert required_reload_share(0.69, 16 / 600) == pytest.approx(0.709, abs=0.0005)
-    s1 = next(c for c in claims(Inputs()) if c.id == "S1").values["papers"]
+    s1 = next(c for c in claims(Inputs(), load=False) if c.id == "S1").values["papers"]
     assert s1["required_share"] == pytest.approx(0.709, abs=0.001)
 
 
@@ -111,7 +111,7 @@ def test_s1_property_the_share_gives_the_reduction_back(reduction, ratio):
 
 
 def test_b16_bytes_bandwidth_and_the_adapter_bound():
-    b16 = next(c for c in claims(Inputs()) if c.id == "B16")
+    b16 = next(c for c in claims(Inputs(), load=False) if c.id == "B16")
     assert b16.values["bytes_per_request"] / 1e9 == pytest.approx(4.29, abs=0.01)
     slow, fast = b16.values["needed_gbps"]
     assert fast == pytest.approx(48.6, abs=0.05) and slow == pytest.approx(6.6, abs=0.05)
@@ -313,7 +313,7 @@ def test_whatif_command_table_json_and_markdown(tmp_path, capsys):
     assert "cpu-offload" in out and "not measured on this box" in out and "cuda-memcpy" in out
     assert main(["whatif", "--out", str(root), "--json", "--claims", "--context", "8k"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["request"]["context"] == 8192 and len(data["claims"]) == 6
+    assert data["request"]["context"] == 8192 and len(data["claims"]) == 10  # 6 + 4 under load
     target = tmp_path / "w.md"
     assert main(["whatif", "--out", str(root), "--markdown", str(target), "--claims"]) == 0
     text = target.read_text()
@@ -410,7 +410,7 @@ def test_a_malformed_derived_requirement_is_bad_input(tmp_path, capsys, requirem
 
 
 def test_claims_name_their_assumptions_and_what_paths_cannot_recompute():
-    found = {c.id: c for c in claims(Inputs())}
+    found = {c.id: c for c in claims(Inputs(), load=False)}
     assert set(found) == {"B3", "B11", "B16", "S1", "S2", "S3"}
     assert "3.98x" in found["S1"].explains and "not recomputed" in found["S1"].explains
     assert "queueing" in found["B3"].explains

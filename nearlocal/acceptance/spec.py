@@ -5,6 +5,7 @@
     [run]                      # optional: how the cases are measured when no RUN is given
     budget = "0.5"             # per-case time budget; ci = 1.0 (percent) as in `nearlocal run`
     processes = 5              # worker processes per case (default as in `nearlocal run --for-gate`)
+    placements = 2             # page placements each process draws (default as in `nearlocal run`)
     [defaults]                 # optional: case fields every requirement starts from
     region = "{pool}"
     [[requirement]]
@@ -59,6 +60,7 @@ from pathlib import Path
 
 from nearlocal import safeio
 from nearlocal.core.cases import Case
+from nearlocal.core.sampling import MAX_PLACEMENTS
 from nearlocal.errors import UsageError
 from nearlocal.units import parse_budget, parse_duration
 from nearlocal.whatif import Request
@@ -80,7 +82,7 @@ BOUND_KEYS = ("max", "min", "max_gbps", "min_gbps", "max_ratio_to", "min_ratio_t
 REQUIREMENT_KEYS = ("name", "case", "whatif", "cases", "metric", *BOUND_KEYS)
 TOP_KEYS = ("title", "pool", "peer", "run", "defaults", "requirement")
 PLACEHOLDERS = {"{pool}": "pool", "{peer}": "peer"}  # in region / peer strings
-RUN_KEYS = ("budget", "ci", "allow_write", "processes")
+RUN_KEYS = ("budget", "ci", "allow_write", "processes", "placements")
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Spec:
     pool: str = ""  # the region under test ("" when the spec names none)
     peer: str = "dram"
     sha256: str = ""  # of the file as read: which spec a stored verdict was judged by
+    placements: int | None = None  # None: DEFAULT_PLACEMENTS, as `nearlocal run` draws
 
     def cases(self) -> list[Case]:
         found = [c for r in self.requirements for c in (r.case, r.reference, *r.measure)
@@ -477,13 +480,19 @@ def parse_spec(path: Path | str, region: str | None = None, peer: str | None = N
     if processes is not None and (type(processes) is not int or not 1 <= processes <= 100):
         raise _fail(path, lines.table("run", "processes"),
                     f"[run]: processes must be an integer from 1 to 100, got {processes!r}")
+    placements = run.get("placements")
+    if placements is not None and (type(placements) is not int
+                                   or not 1 <= placements <= MAX_PLACEMENTS):
+        raise _fail(path, lines.table("run", "placements"), f"[run]: placements must be an "
+                    f"integer from 1 to {MAX_PLACEMENTS}, got {placements!r}")
     tables = data.get("requirement")
     if not isinstance(tables, list) or not tables:
         raise _fail(path, None, "no requirements: add [[requirement]] tables")
     tables = _aim(tables, targets)
     requirements = [_requirement(i, t, defaults, lines, path) for i, t in enumerate(tables)]
     return Spec(path, str(data.get("title", path.stem)), requirements, budget, ci, allow_write,
-                processes, targets["pool"], targets["peer"], hashlib.sha256(raw).hexdigest())
+                processes, targets["pool"], targets["peer"], hashlib.sha256(raw).hexdigest(),
+                placements=placements)
 
 
 # ---------------------------------------------------------------- the box it is aimed at

@@ -178,7 +178,10 @@ class BusyRecorder:
         CPU how many samples found a thread of the run running there."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(5)
+            # a Ctrl-C can land between the thread's creation and its start: not started, it
+            # has nothing to join (join would raise RuntimeError)
+            with contextlib.suppress(RuntimeError):
+                self._thread.join(5)
         start, end = self._start, self._mark()
         if start is None:
             return {}

@@ -8,25 +8,34 @@ SIGINT blocked across exec; its preload (engine/forkserver.py) ignores SIGINT be
 else, so neither it nor a worker it forks can be interrupted. Ignoring SIGINT in the parent
 around a start, as before, lost a Ctrl-C (a run then ended with exit 0): Python raises `OSError:
 Signal 2 ignored due to race condition` for a signal caught just before, which multiprocessing's
-own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613)."""
+own `except OSError` swallowed; and the resource tracker's start unblocks SIGINT (bpo-33613).
+SIGTERM (which the front end turns into an interrupt too) is held the same way: a SIGTERM that
+ended the parent between the fork server's fork and the parent's write of the new process's
+pickled start-up data left that process to die of `EOFError: Ran out of input`, a traceback."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+
+HELD = frozenset({signal.SIGINT, signal.SIGTERM})  # the signals the front end interrupts on
+# How long a swallowed signal waits to be sent again: for the hook that sends it to return
+RESEND_S = 0.05
 
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[bool]:
-    """Yields whether a Ctrl-C is already waiting; it is raised when the hold ends."""
+    """Yields whether a Ctrl-C (or SIGTERM) is already waiting; it is raised when the hold
+    ends."""
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
-        yield signal.SIGINT in signal.sigpending()
+        yield bool(HELD & signal.sigpending())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
@@ -48,6 +57,40 @@ def start_child(process) -> None:
 
 
 def ignore_interrupts() -> None:
-    """In a child: Ctrl-C is the parent's to handle (then SIGINT, inherited held, is let go)."""
+    """In a child: Ctrl-C is the parent's to handle (then SIGINT and SIGTERM, inherited held,
+    are let go: the parent stops a worker with SIGTERM)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+
+
+def resend_swallowed(previous: Callable, signal_of: Callable[[type], int | None]) -> Callable:
+    """A sys.unraisablehook. The exception a signal handler raises (Ctrl-C's KeyboardInterrupt,
+    a worker's SystemExit on SIGTERM) cannot leave Python code that C calls back (llvmlite's
+    object-cache callbacks while numba loads a kernel, a __del__): Python printed `Exception
+    ignored ...` with a traceback and went on, and the run ended with exit 0 as if never
+    interrupted, or a worker went on measuring until killed. `signal_of(exception type)` names
+    the signal to send the main thread again (None: not one of ours, `previous` reports it),
+    from a thread of its own once this hook has returned: it is raised at the main thread's next
+    Python line outside the C code (landing in a callback again, it comes back here)."""
+    import _thread
+
+    def send(main_thread: int, signum: int) -> None:
+        time.sleep(RESEND_S)
+        signal.pthread_kill(main_thread, signum)
+
+    def hook(unraisable) -> None:
+        kind = unraisable.exc_type
+        main = threading.current_thread() is threading.main_thread()  # where handlers raise
+        signum = signal_of(kind) if main and isinstance(kind, type) else None
+        if signum is None:
+            previous(unraisable)
+            return
+        while True:
+            try:  # no wait for the thread's start (threading's): the hook returns at once
+                _thread.start_new_thread(send, (threading.main_thread().ident, signum))
+                return
+            except BaseException as exc:  # a late one landed in here: send it again
+                if signal_of(type(exc)) is None:
+                    raise
+
+    return hook

@@ -12,6 +12,10 @@ starts; the run keeps every sample (run.json `host_probe`). `nearlocal compare` 
 runs' probes side by side (gate/hostmoves.py): code CI reads a probe's move as noise, box CI
 names the layer that moved.
 
+The probes walk their own kernel (kernels/yardstick.py), not the chase method's: the code
+under test (a tree's kernels) must not move its own yardstick, and each run records the
+probe code's fingerprint (`code`), so compare knows whether two runs walked the same one.
+
 The probes are a yardstick of the host, not cases of the run: their rings are laid once per run
 (the memory ring spans what the run's largest memory-bound case spans, ~2.5 s at 1 GiB), in the
 pages a default dram region gets, and walked the same way in every run."""
@@ -146,12 +150,12 @@ class ProbeRing:
         turns them into ns per hop as a chase case's are), so its loads hit where the probe says
         (L1 for core; memory, through the TLB and the cached page tables, as a chase case's,
         for memory)."""
-        from nearlocal.kernels.chase import time_chase, walk
+        from nearlocal.kernels.yardstick import probe_time_chase, probe_walk
 
         warm = self.probe.warm_hops(self.words.nbytes)
-        self.position[0] = walk(self.words, self.position[0], warm)
+        self.position[0] = probe_walk(self.words, self.position[0], warm)
         ticks = np.empty(self.probe.samples, np.uint64)
-        time_chase(self.words, self.probe.hops, ticks, self.position)
+        probe_time_chase(self.words, self.probe.hops, ticks, self.position)
         return [int(t) for t in ticks]
 
 
@@ -178,21 +182,26 @@ def per_hop_ns(fact: dict, samples: list[float]) -> list[float]:
 def probe_facts(sizes: dict[str, int], tsc_hz: float) -> dict[str, dict]:
     """What run.json says of each probe beside its raw samples (compare sets side by side only
     probes whose ring and hops agree: another ring is another yardstick); the prober adds the
-    timer overhead it measured (`overhead_ticks`) once it is ready."""
+    timer overhead it measured (`overhead_ticks`) once it is ready; `code`: the fingerprint of
+    the kernel they walk (kernels/yardstick.py: another probe code is another yardstick)."""
+    from nearlocal.kernels.yardstick import code_fingerprint
+
+    code = code_fingerprint()
     return {name: {"summary": HOST_PROBES[name].summary, "ring_bytes": nbytes,
                    "hops": HOST_PROBES[name].hops, "bounds": HOST_PROBES[name].bounds,
-                   "sample_unit": "TSC ticks per sample of `hops` hops", "tsc_hz": tsc_hz}
+                   "sample_unit": "TSC ticks per sample of `hops` hops", "tsc_hz": tsc_hz,
+                   "code": code}
             for name, nbytes in sizes.items()}
 
 
 def load_kernels() -> None:
     """Lay and walk a 4 KiB ring once: numba loads the probes' kernels from its cache (the
     worker fork server does this, so the prober is not charged for it)."""
-    from nearlocal.kernels.chase import time_chase, walk
+    from nearlocal.kernels.yardstick import probe_time_chase, probe_walk
 
     buf, words = probe_ring(4096)
-    position = np.array([walk(words, 0, 1)], np.uint64)
-    time_chase(words, 1, np.empty(1, np.uint64), position)
+    position = np.array([probe_walk(words, 0, 1)], np.uint64)
+    probe_time_chase(words, 1, np.empty(1, np.uint64), position)
     del words
     buf.close()
 

@@ -201,8 +201,10 @@ def summary_line(result: dict) -> str:
     settings that make figures unstable and the links trained below their maximum, when there
     are any."""
     suspect = result.get("suspect") or []
-    first = (f"self-check: ok ({', '.join(result.get('checks', {}))})" if not suspect else
-             "self-check: these figures are suspect: " + "; ".join(suspect))
+    suspect = [str(s) for s in suspect] if isinstance(suspect, list) else [str(suspect)]
+    checks = result.get("checks")  # a stored run's, as `show` reads it back: plain data
+    first = (f"self-check: ok ({', '.join(map(str, checks if isinstance(checks, dict) else {}))})"
+             if not suspect else "self-check: these figures are suspect: " + "; ".join(suspect))
     settings = settings_of(result)
     if settings:
         first += "\nself-check: this box's settings make figures unstable: " + "; ".join(settings)

@@ -32,7 +32,7 @@ from nearlocal.core.sampling import (
     run_trials,
     summarize,
 )
-from nearlocal.engine.children import ignore_interrupts
+from nearlocal.engine.children import ignore_interrupts, resend_swallowed
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, region_kind
@@ -260,6 +260,17 @@ def _stopped(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _stop_again(kind: type) -> int | None:
+    """_stopped's SystemExit, swallowed by C code it was raised in (a numba callback, which
+    printed a traceback): _stopped armed again, and SIGTERM sent again (resend_swallowed)."""
+    import signal
+
+    if not issubclass(kind, SystemExit):
+        return None
+    signal.signal(signal.SIGTERM, _stopped)
+    return signal.SIGTERM
+
+
 def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) -> None:
     """A stopped worker ends quietly: SIGTERM (SystemExit) or the parent gone (a broken pipe)
     anywhere, even before the first case, is no traceback on the user's terminal."""
@@ -272,6 +283,7 @@ def worker_main(conn, settings: WorkerSettings, origin: Origin | None = None) ->
     # it with SIGTERM: SystemExit unwinds open_case, so the files it created are removed.
     ignore_interrupts()
     signal.signal(signal.SIGTERM, _stopped)
+    sys.unraisablehook = resend_swallowed(sys.unraisablehook, _stop_again)
     code = 0
     try:
         _serve(conn, settings)

@@ -5,24 +5,25 @@ verdicts, their JUnit and table) and keep the verdicts in that run's run.json.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nearlocal import safeio
-from nearlocal.acceptance.judge import acceptance_record, judge
-from nearlocal.acceptance.render import ACCEPT_FORMATS
-from nearlocal.acceptance.spec import Spec, check_pool, parse_spec
-from nearlocal.acceptance.verdicts import store_acceptance
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
-from nearlocal.store.runs import load
-from nearlocal.units import parse_budget
+
+if TYPE_CHECKING:
+    from nearlocal.acceptance.spec import Spec
+
+# The acceptance modules (the spec's cases, the regions, the probe, numpy) load when `accept`
+# runs, not when the command line is built: `nearlocal --help` should not pay for them.
 
 
 def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
-                  processes: int | None = None, placements: int = DEFAULT_PLACEMENTS) -> Path:
+                  processes: int | None = None, placements: int | None = None) -> Path:
     """Run exactly the spec's cases through the plan stage and the runner, as `nearlocal run`
     does; returns the run path. Cases this box cannot run (a missing node, a CPU flag) are stored
     skipped with the reason. Worker processes per case: --processes, else the spec's [run]
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
-    measured as run's are)."""
+    measured as run's are); page placements: --placements, else the spec's, else run's default."""
+    from nearlocal.acceptance.spec import check_pool
     from nearlocal.engine.plan import RunSettings, plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
     from nearlocal.frontends.measure import measure_into
@@ -34,7 +35,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
                                         processes or spec.processes, allow_write=allow_write,
                                         budget_option="--budget" if budget else "budget",
                                         for_gate=True,  # a verdict, as a gate's
-                                        placements=placements)
+                                        placements=placements or spec.placements
+                                        or DEFAULT_PLACEMENTS)
     # a case the box refuses (numa:1 on a one-node box) is not measured, not a bad spec; nor is
     # a spec whose every case writes to memory not allowed: its requirements fail, not measured
     plan = plan_cases(spec.cases(), inventory, settings).refused_as_skipped()
@@ -49,14 +51,21 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
 
 
 def _accept(args) -> int:
+    from nearlocal import safeio
+    from nearlocal.acceptance.judge import acceptance_record, judge
+    from nearlocal.acceptance.render import ACCEPT_FORMATS
+    from nearlocal.acceptance.spec import parse_spec
+    from nearlocal.engine.plan import check_placements, check_processes
+    from nearlocal.store.runs import load
     from nearlocal.terminal import console
+    from nearlocal.units import parse_budget
 
     spec = parse_spec(args.spec, args.region, args.peer)
-    from nearlocal.engine.plan import check_placements, check_processes
 
     if args.processes is not None:
         check_processes(args.processes)
-    check_placements(args.placements)
+    if args.placements is not None:
+        check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
     for reporter in ACCEPT_FORMATS.others():
@@ -83,6 +92,7 @@ def _accept(args) -> int:
 def _keep(run, record) -> None:
     """The verdicts go into the run they judged, for the report to read; a run that cannot keep
     them (still being written, not writable) is said, and the verdict stands."""
+    from nearlocal.acceptance.verdicts import store_acceptance
     from nearlocal.errors import UsageError
     from nearlocal.terminal import console, err_console
 
@@ -102,6 +112,8 @@ def _processes_help() -> str:
 
 
 def register(sub) -> None:
+    from nearlocal.acceptance.render import ACCEPT_FORMATS  # the store, no numpy
+
     parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
     parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
     parser.add_argument("run", nargs="?", help="judge this stored run instead of measuring now")
@@ -111,8 +123,9 @@ def register(sub) -> None:
     parser.add_argument("--peer", help="the other side of the spec's transfers ({peer} in it)")
     parser.add_argument("--budget", help="per-case time budget (default: the spec's [run] budget)")
     parser.add_argument("--processes", type=int, default=None).lazy_help = _processes_help
-    parser.add_argument("--placements", type=int, default=DEFAULT_PLACEMENTS,
-                        help=PLACEMENTS_HELP.replace("%", "%%"))
+    parser.add_argument("--placements", type=int, default=None, help=PLACEMENTS_HELP.replace(
+        f"(default {DEFAULT_PLACEMENTS})", "(default: the spec's [run] placements, else "
+        f"{DEFAULT_PLACEMENTS})").replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
     for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH

@@ -218,6 +218,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.store import load
 
@@ -226,6 +227,9 @@ def _show(args: argparse.Namespace) -> int:
         print(json_records(run.cases))
     else:
         console.print_run(run.meta, run.cases, include_skipped=args.all)
+        check = run.meta.get("self_check")  # as `run` said it when it stored the run
+        if isinstance(check, dict) and check:
+            console.console.print(summary_line(check), markup=False, highlight=False)
     if run.incomplete:  # on stderr: `show --json` stays valid JSON
         print(f"nearlocal: run {run.run_id} is incomplete ({run.incomplete}): "
               f"{len(run.cases)} cases", file=sys.stderr)
@@ -314,6 +318,13 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _interrupt_signal(kind: type) -> int | None:
+    """The signal behind an interrupt that C code swallowed (engine.children.resend_swallowed)."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return None
+    return signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
+
+
 def _refuse_undecodable(argv: list[str]) -> None:
     """Undecodable bytes in an argument (a path from another locale) arrive as surrogates: no
     run id, case id or report can hold them, so they are one line before anything starts."""
@@ -335,13 +346,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str], stdout_closed: bool) -> int:
-    from nearlocal.terminal import quiet_library_colours
+    from nearlocal.safeio import quiet_library_colours
 
     quiet_library_colours()
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
         previous = None
+    else:
+        from nearlocal.engine.children import resend_swallowed
+
+        previous_hook = sys.unraisablehook  # a Ctrl-C numba's callbacks swallowed ends the command
+        sys.unraisablehook = resend_swallowed(previous_hook, _interrupt_signal)
     try:
         if stdout_closed:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
@@ -381,6 +397,7 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from rich.table import Table
 from nearlocal.lazy import lazy_import
 from nearlocal.probe import HostInventory
 from nearlocal.terminal import console, identifier_column, print_table
-from nearlocal.units import format_ns, format_size
+from nearlocal.units import format_ns, format_number, format_size
 
 pd = lazy_import("pandas")
 
@@ -253,14 +253,14 @@ def _range(low: float, high: float) -> str:
 
 def params_text(params) -> str:
     """`protocol=flush qd=8` from the stored JSON text (or a dict); `-` for none; a damaged
-    value as it was stored."""
+    value as it was stored. A float to 6 significant digits (`--json` keeps it whole)."""
     from nearlocal.params import BadParams, decode_params
 
     try:
         decoded = decode_params(params)
     except BadParams:
         return str(params)
-    return " ".join(f"{k}={v}" for k, v in sorted(decoded.items())) or "-"
+    return " ".join(f"{k}={format_number(v, 6)}" for k, v in sorted(decoded.items())) or "-"
 
 
 # Key columns of the run table: what tells two rows of one run apart. peer and params are shown

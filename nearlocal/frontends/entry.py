@@ -10,6 +10,15 @@ import signal
 import sys
 
 
+def forget_caught_interrupts() -> None:
+    """A KeyboardInterrupt that ended a string exec (dataclasses and numba build functions so)
+    marks the interpreter as ended by Ctrl-C even when nearlocal caught it: under `python -m`,
+    CPython then kills itself with SIGINT at exit (exit -2, after our one line and our exit
+    code). Each string exec starts by clearing that mark (pythonrun.c's run_eval_code_obj), and
+    this one ends without an interrupt: SIGINT is ignored by now."""
+    exec("None", {})
+
+
 def main() -> int:
     try:
         from nearlocal.frontends.cli import main as command_line
@@ -19,4 +28,5 @@ def main() -> int:
         print("nearlocal: interrupted", file=sys.stderr)
         code = 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forget_caught_interrupts()
     return code

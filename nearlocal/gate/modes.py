@@ -14,14 +14,17 @@ from nearlocal.errors import UsageError
 class Mode:
     name: str
     question: str
-    host_moves: str  # "noise" (a case that moved with its layer is ambiguous) or "findings"
+    # "noise" (unpaired runs: a case that moved with its layer is ambiguous; runs that took
+    # turns shared the host, so no probe excuses a case there) or "findings"
+    host_moves: str
     recipe: str  # how its runs are made, for --help
 
 
 MODES = {
     "code": Mode("code", "did my code get slower?", "noise",
                  "baseline and candidate built from two trees on one host, best taking turns "
-                 "(run --take-turns: paired); the host's moves are noise"),
+                 "(run --take-turns: paired, one host, so no probe move excuses a case); "
+                 "unpaired, the host's moves are noise"),
     "box": Mode("box", "did this box get slower?", "findings",
                 "the candidate against this box's own baseline; a case that is slower is "
                 "slower, and the host probes name the layer that moved"),

@@ -7,9 +7,12 @@ compared cases selects, which keeps the chance of any false `slower` on unchange
 alpha, and each interval is the matching false coverage-rate adjusted one (level
 1 - R alpha / family for R selected). Then, in this order:
   - a figure within COARSE_STEPS clock steps, or too few one-process cases: `ambiguous`;
-  - the interval beyond the threshold: `slower` (`faster`), except in code mode when the case
-    moved no further than a host probe that is its yardstick (`ambiguous`: the host's move is
-    noise there), or a one-process case whose stopping rule was not met;
+  - the interval beyond the threshold: `slower` (`faster`), except in code mode, between runs
+    that did not take turns, when the case moved no further than a host probe that is its
+    yardstick and walked the same probe code in both runs (`ambiguous`: the host's move is
+    noise there), or a one-process case whose stopping rule was not met. Runs that took turns
+    shared the host: a probe that differs between them moved with one side's run (its probe
+    code, its cases, its own rings), and excuses nothing;
   - the 90 % interval within the equivalence margin (two one-sided tests; the margin is the
     change a lone `slower` needs in a case of typical error, at least the threshold, at most
     10 %): `same`;
@@ -95,10 +98,26 @@ class Comparison:
         return "box CI: " + "; ".join(f"{layer(m)} moved {m.ratio:.2f}x [{m.low:.2f}, "
                                       f"{m.high:.2f}]" for m in moved)
 
+    def code_moves(self) -> list[HostMove]:
+        """Code CI, runs that took turns: the probes that read differently on the two sides'
+        turns (one host: one side's run moved them, not the host)."""
+        return [m for m in self.host_moves if m.moved] if self.mode == "code" and self.paired \
+            else []
+
     def host_line(self) -> str:
         if not self.host_moves:
             return ""
-        return "host probes, per hop: " + "; ".join(m.text() for m in self.host_moves)
+        line = "host probes, per hop: " + "; ".join(m.text() for m in self.host_moves)
+        if self.code_moves():
+            line += ("; one host, taking turns: " + "; ".join(m.by_code() for m in
+                                                              self.code_moves())
+                     + ", which excuses no case")
+        elif self.mode == "code" and not self.paired:
+            other = [m.probe for m in self.host_moves if not m.same_code]
+            if other:
+                line += (f"; {', '.join(other)}: the runs' probe code differs, another "
+                         "yardstick, which excuses no case")
+        return line
 
     @property
     def regressions(self) -> list[CaseComparison]:
@@ -134,7 +153,8 @@ class Comparison:
                                 "cap": EQUIV_MARGIN_CAP},
                 "summary": self.summary(),
                 "host_probes": [{**asdict(m), "layer": layer(m),
-                                 "beyond_threshold": m.beyond(self.threshold)}
+                                 "beyond_threshold": m.beyond(self.threshold),
+                                 "moved_by": m.moved_by() if m in self.code_moves() else ""}
                                 for m in self.host_moves],
                 "moved_layers": [layer(m) for m in self.moved_layers()],
                 "counts": self.counts(), "regression": bool(self.regressions),
@@ -197,6 +217,7 @@ class Family:
     quantile_level: float  # two-sided level of each interval (false coverage-rate adjusted)
     z_case: float  # the normal quantile of a case's level, for a host probe's error
     moves: list[HostMove]
+    paired: bool = False  # the runs took turns: one host, so no probe move excuses a case
 
 
 def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparison:
@@ -222,7 +243,8 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
     elif result.ci_low > up or result.ci_high < down:
         slower = result.ci_low > up
         half = math.log(result.ratio / result.ci_low if slower else result.ci_high / result.ratio)
-        excused = excusing(mine, slower, result.ratio, half, fam.threshold, fam.z_case)
+        excused = [] if fam.paired else excusing([m for m in mine if m.same_code], slower,
+                                                  result.ratio, half, fam.threshold, fam.z_case)
         if case.unsettled:
             result.note = f"not converged in the {case.unsettled}"
         elif fam.mode.host_moves == "noise" and excused:
@@ -231,8 +253,9 @@ def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparis
             result.detail["within_host_moves"] = [m.probe for m in excused]
         else:
             result.verdict = "slower" if slower else "faster"
-            moved = [m for m in mine if m.moved and (m.ratio > 1) == slower]
-            if moved:  # box CI's finding (code CI's case moved beyond it)
+            moved = [] if fam.paired and fam.mode.host_moves == "noise" else \
+                [m for m in mine if m.moved and (m.ratio > 1) == slower]
+            if moved:  # box CI's finding (unpaired code CI's case moved beyond it)
                 result.note = ", ".join(f"{layer(m)} moved {m.ratio:.2f}x" for m in moved)
     elif _within_margin(case, est, fam.margin):
         result.verdict = "same"
@@ -309,9 +332,9 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     adjusted = benjamini_hochberg(p, family) if p.size else p
     selected = int(np.sum(adjusted <= alpha))
     level = max(selected, 1) * alpha / family
-    moves = host_moves(base.meta, cand.meta, alpha)
+    moves = host_moves(base.meta, cand.meta, alpha, paired)
     fam = Family(chosen, threshold, equivalence_margin(estimates, threshold, alpha), level,
-                 float(scipy_stats.norm.isf(alpha / family / 2)), moves)
+                 float(scipy_stats.norm.isf(alpha / family / 2)), moves, paired)
     cases = [judge(c, e, float(q), fam) for c, e, q in zip(judged, estimates, adjusted,
                                                             strict=True)]
     cases += [_unjudged(c) for c in inputs if c.problem] + [_absent(a) for a in absent]

@@ -12,6 +12,7 @@ Bare metal keeps cpuid's figure. Each CpuInfo says which it holds and why (`llc_
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import re
@@ -54,7 +55,8 @@ def _ns_per_hop(span: int, tsc_hz: float) -> float:
         return best * 1e9 / tsc_hz / HOPS
     finally:
         del words  # the mapping cannot close while a view of it lives (a Ctrl-C mid-walk)
-        buf.close()
+        with contextlib.suppress(BufferError):  # a frame of the interrupt's traceback (numba's
+            buf.close()  # dispatcher) still holds one: the GC unmaps it with that frame
 
 
 def memory_span(cpuid_llc_bytes: int, available: int | None) -> int:

@@ -36,7 +36,10 @@ def class_rank(pool_class: object) -> int:
 
 
 def _params_text(params: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
+    """A row's params as the report prints them: a float to 6 significant digits."""
+    from nearlocal.units import format_number
+
+    return ",".join(f"{k}={format_number(v, 6)}" for k, v in sorted(params.items())) or "-"
 
 
 def _with_attr(region: str, attr: str) -> str:

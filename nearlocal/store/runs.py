@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import io
 import json
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -388,14 +389,37 @@ def read_meta(path: Path) -> dict:
     return data
 
 
+@contextlib.contextmanager
+def _amending(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (flock) on the run's directory while its run.json is read,
+    changed and written back: two `accept`s amending one run at once each keep their verdicts
+    (each read the file before the other wrote it, and the second write dropped the first's).
+    The directory, not run.json: run.json is replaced by a rename, the directory stays. Where the
+    file system refuses flock the update goes on unserialized, as before."""
+    fd = None
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # and with it the lock
+
+
 def update_run_meta(path: Path, field: str, update: Callable[[object], object]) -> dict:
     """Set one field of a finished run's run.json to `update(its value now)`: what was judged of
-    the run afterwards (accept's verdicts). Atomic, and checked against RUN_META_FIELDS as
-    read_meta checks it, so it never writes what load() would call damaged; the run directory
-    keeps its time, so amending a run does not make it `latest`. A run still being written (no
-    cases.parquet: its Store writes run.json again at the end), damaged or not writable is a
-    one-line UsageError. Returns the new run.json."""
+    the run afterwards (accept's verdicts). Atomic, one amendment at a time (_amending), and
+    checked against RUN_META_FIELDS as read_meta checks it, so it never writes what load() would
+    call damaged; the run directory keeps its time, so amending a run does not make it `latest`.
+    A run still being written (no cases.parquet: its Store writes run.json again at the end),
+    damaged or not writable is a one-line UsageError. Returns the new run.json."""
     path = Path(path)
+    with _amending(path):
+        return _update_run_meta(path, field, update)
+
+
+def _update_run_meta(path: Path, field: str, update: Callable[[object], object]) -> dict:
     meta = read_meta(path)
     if not (path / "cases.parquet").exists():
         raise UsageError(f"run {path.name} is not finished ({run_state(path, meta)}): its "

@@ -278,6 +278,18 @@ CLAIMS: tuple[tuple[Callable[[Inputs, Inputs], Claim], str], ...] = (
     (claim_s3, "swiftcache-media"))
 
 
-def claims(box: Inputs) -> list[Claim]:
-    papers = {name: paper_inputs(name) for name in dict.fromkeys(n for _, n in CLAIMS)}
-    return [build(box, papers[name]) for build, name in CLAIMS]
+def claims(box: Inputs, samples=None, trace=None, load: bool = True,
+           prefill: tuple[float, ...] | None = None) -> list[Claim]:
+    """Every claim: the per-request ones, then (`load`) the load claims of `load_claims` (B3
+    and B16 under a Poisson stream, S1 and S4 over `trace`: the shipped conversation trace
+    when None and present; absent, those two say what is missing). `samples`: the run's raw
+    samples, the spread each measured reload is drawn from; `prefill`: the user's prefill rate(s)
+    in tokens/s per GPU, shown instead of the load claims' grid."""
+    papers = {name: paper_inputs(name) for name in ("beluga-h20", "swiftcache-media")}
+    found = [build(box, papers[name]) for build, name in CLAIMS]
+    if load:
+        from nearlocal.whatif.load_claims import load_claims, shipped_trace
+
+        found += load_claims(box, papers, samples,
+                             trace if trace is not None else shipped_trace(), prefill)
+    return found

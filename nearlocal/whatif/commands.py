@@ -179,7 +179,8 @@ def _whatif(args: argparse.Namespace) -> int:
     if prepared is not None:
         return loadcommand.run_load(args, prepared, run, inputs, reference, target)
     result = whatif(inputs, request_of(args), reference)
-    found = claims(inputs) if args.claims else []
+    given = (args.prefill_tokens_per_s,) if args.prefill_tokens_per_s else None
+    found = claims(inputs, run.samples, prefill=given) if args.claims else []
     text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
                                if found else "")
     if target is not None:
@@ -250,7 +251,8 @@ def register(subparsers) -> None:
                              "way fastest for the request), for nearlocal/data/references/")
     parser.add_argument("--claims", action="store_true",
                         help="also the papers' end-to-end claims (B3, B11, B16, S1-S3) recomputed "
-                             "from this run's rows and from the papers' own microbenchmarks")
+                             "from this run's rows and from the papers' own microbenchmarks, "
+                             "and their load claims (B3, B16, S1 and S4 under load)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--markdown", help="write the table as Markdown to this file")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")

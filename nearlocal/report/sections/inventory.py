@@ -14,6 +14,8 @@ from nearlocal.units import format_size
 
 
 def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
+    from nearlocal.units import format_number
+
     inv = meta.get("inventory") or {}
     cpu = inv.get("cpu") or {}
     flags = cpu.get("flags") or {}
@@ -50,9 +52,11 @@ def _inventory_rows(meta: dict) -> dict[tuple, list[Cell]]:
         "huge pages": ", ".join(f"{format_size(int(p.get('page_bytes')))}: {p.get('free')}/"
                                 f"{p.get('total')} free" for p in huge.get("pools", []))
                       + f"; THP {huge.get('thp_mode', '?')}",
+        **_settings_rows(inv.get("box_settings")),
         "nearlocal": f"{meta.get('nearlocal_version', '?')} (numba "
                      f"{meta.get('numba_version', '?')}, python {meta.get('python_version', '?')})",
-        "suite / budget": f"{meta.get('suite', '?')}, {settings.get('budget_s', '?')} s per case"
+        "suite / budget": f"{meta.get('suite', '?')}, "
+                          f"{format_number(settings.get('budget_s', '?'))} s per case"
                           f", CI target ±{float(settings.get('target_rel_ci', 0)) * 100:g}%",
         "started / ended": f"{meta.get('started', '?')} / {meta.get('ended', '?')}",
     }
@@ -88,6 +92,19 @@ def _topology_rows(meta: dict) -> dict[tuple, list[Cell]]:
             and module.get("device") and module.get("start") is not None and module.get("size")
             else "loaded, no device" if module.get("loaded") else "not loaded")
     return {(name,): [value] for name, value in rows.items()}
+
+
+def _settings_rows(box: object) -> dict[str, str]:
+    """The box's settings as `nearlocal probe` lists them (probe/settings.py), one row each;
+    the self-check's lead line says which of them make figures unstable."""
+    from nearlocal.probe.settings import describe_settings
+
+    if not isinstance(box, dict) or not box:
+        return {"settings": "not recorded (a run stored before nearlocal read the box's settings)"}
+    try:
+        return {f"settings: {label}": text for label, text in describe_settings(box)}
+    except (AttributeError, TypeError, ValueError):  # a run.json edited by hand
+        return {"settings": "unreadable in this run's run.json (inventory.box_settings)"}
 
 
 def section_inventory(runs: list[RunInfo], data: list[RunData]) -> Section:

@@ -82,13 +82,16 @@ def section_claims(inputs: Inputs) -> Section:
                       "Each claim as the paper reports it, as its own microbenchmarks predict "
                       "through the same path model (the reference boxes beluga-h20 and "
                       "swiftcache-media), and as this run's rows predict. The gap between the "
-                      "first two is what paths do not explain.",
-                      _refs("B3", "B11", "B16", "S1", "S2", "S3"))
+                      "first two is what paths do not explain. The load claims (B3, B16, S1 under "
+                      "load; S4's reclaim) run the serving simulation (docs/whatif.md), over "
+                      "the shipped conversation trace where the claim is about real traffic; "
+                      "every input a paper does not give is named, or shown over a small grid.",
+                      _refs("B3", "B11", "B16", "S1", "S2", "S3", "S4"))
     per_run = []
     explained: dict[str, str] = {}
     for data in inputs.data:
         cells: dict[tuple, list[Cell]] = {}
-        for claim in claims(inputs_of(data)):
+        for claim in claims(inputs_of(data), data.samples):
             explained[claim.id] = f"{claim.id}: {claim.explains} (assumed: {claim.assumption})"
             cells[(claim.id, claim.what, claim.reported, claim.from_papers)] = [
                 claim.this_box + (f" (rows {', '.join(claim.rows)})" if claim.rows else "")]
