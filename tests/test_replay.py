@@ -17,8 +17,8 @@ from nearlocal.core.patterns import parse_pattern
 from nearlocal.cpu.movers import MoversSession, check_mover_params, mover_counts
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
-from nearlocal.frontends.replay import prefix_hit_blocks
 from nearlocal.whatif.contention import contention_of
+from nearlocal.whatif.traffic import prefix_hits, read_trace
 from nearlocal.workloads import replay
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -108,10 +108,17 @@ def test_contention_of_gives_per_mover_and_aggregate_per_k_from_raw_samples():
     assert way[2]["rows"] == ["memcpy/dram/2"]
 
 
-def test_prefix_hits_are_the_leading_run_an_earlier_request_held():
-    trace = [{"hash_ids": [1, 2, 3]}, {"hash_ids": [1, 2, 4, 3]}, {"hash_ids": [5, 1]},
-             {"hash_ids": [1, 2, 4, 3, 9]}]
-    assert prefix_hit_blocks(trace) == [0, 2, 0, 4]
+def test_replay_takes_the_simulations_reader_and_prefix_rule(tmp_path):
+    ids = [[1, 2, 3], [1, 2, 4, 3], [5, 1], [1, 2, 4, 3, 9]]
+    path = _trace(tmp_path, [{"timestamp": 10 * n, "input_length": 512 * len(h),
+                              "output_length": 1, "hash_ids": h} for n, h in enumerate(ids)])
+    assert prefix_hits(read_trace(path)).blocks.tolist() == [0, 2, 0, 4]
+    out = tmp_path / "replay.json"
+    assert main(["replay", "--trace", path, "--layers", "0-1", "--seconds", "1",
+                 "--out", str(out), "--pool-bytes", "512MiB"]) == 0
+    records = json.loads(out.read_text())["per_request"]
+    assert [r["hit_tokens"] for r in records] == [0, 1024, 0, 2048]
+    assert [r["fragments"] > 0 for r in records] == [False, True, False, True]
 
 
 def test_a_request_is_cut_by_the_layout_and_its_blocks_lie_apart():
@@ -186,10 +193,14 @@ def test_replay_command_writes_per_request_records(tmp_path, capsys):
     (["--load", "1.5"], "--load"),
     (["--load", "0.5", "--time-scale", "2"], "not both"),
     (["--start", "100"], "--start"),
+    (["--trace", "BAD"], ":1: missing field 'output_length'"),
 ])
 def test_replay_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 10, "output_length": 1,
                                "hash_ids": [1]}])
+    if "BAD" in argv:
+        argv = ["--trace", _trace(tmp_path, [{"timestamp": 0, "input_length": 10,
+                                              "hash_ids": [1]}])]
     assert main(["replay", "--trace", trace, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err

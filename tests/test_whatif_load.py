@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from nearlocal.errors import UsageError
@@ -19,6 +20,9 @@ from nearlocal.store import load
 from nearlocal.whatif import inputs_of, traffic
 from nearlocal.whatif.load import (
     Setup,
+    fifo,
+    fifo_servers,
+    link_contention,
     processor_sharing,
     serve,
     simulate,
@@ -65,7 +69,7 @@ def test_exponential_service_p99_as_mm1(rho):
 def test_a_fairly_shared_link_is_mm1_ps(rho):
     """Processor sharing at the one-mover rate: mean time in system 1 / (mu - lambda), as
     FIFO's (M/M/1-PS); the link busy as long as FIFO's."""
-    n, mu = 300_000, 1.0
+    n, mu = 1_000_000, 1.0  # at rho 0.8 waits are long-correlated: 300k samples vary by 4 %
     rng = np.random.default_rng(3)
     arrival = _poisson(rng, rho * mu, n)
     work = rng.exponential(1 / mu, n)
@@ -172,7 +176,8 @@ def test_serving_under_load_is_deterministic_and_names_its_rows():
     assert alone.paths[0] == offload  # a path's draws do not depend on the paths beside it
     missing = next(p for p in first.paths if p.path == "nvlink")
     assert not missing.complete and "not measured" in missing.missing
-    assert any("no contention figure" in a for a in first.assumptions)
+    assert any("one mover" in a for a in first.assumptions)
+    assert any("no movers=k rows" in n and "1 at every k" in n for n in offload.notes)
 
 
 def test_the_capacity_keeps_p99_under_the_target():
@@ -343,3 +348,74 @@ def test_a_malformed_load_requirement_is_bad_input(tmp_path, capsys, whatif, met
     assert main(["accept", str(spec), str(H200)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# G movers per link, and a link's contention from movers=k rows
+
+
+def test_one_mover_on_a_queue_is_lindleys_fifo():
+    rng = np.random.default_rng(3)
+    arrival = np.cumsum(rng.exponential(1.0, 500))
+    work = rng.exponential(0.8, 500)
+    start, end = fifo_servers(arrival, work, 1)
+    expected_start, expected_end = fifo(arrival, work)
+    assert np.allclose(start, expected_start) and np.allclose(end, expected_end)
+
+
+def test_movers_share_a_queue_at_the_rate_measured_with_k_in_service():
+    arrival, work = np.zeros(3), np.ones(3)
+    start, end = fifo_servers(arrival, work, 2)
+    assert start.tolist() == [0.0, 0.0, 1.0] and end.tolist() == [1.0, 1.0, 2.0]
+    start, end = fifo_servers(arrival, work, 2, rate=lambda k: 1.0 if k == 1 else 0.5)
+    # two in service at half speed each end at 2; the third then runs alone
+    assert start.tolist() == [0.0, 0.0, 2.0] and end.tolist() == [2.0, 2.0, 3.0]
+    start, end = fifo_servers(arrival, work, 2, draw=lambda k: float(k))
+    assert end.tolist() == [1.0, 2.0, 3.0]  # the 2nd and 3rd started with k = 2: 2x work
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_two_movers_match_erlang_c(rho):
+    """M/M/2's mean wait: P(wait) / (2 mu - lambda), P(wait) = 2 rho^2 / (1 + rho)."""
+    n, mu = 1_000_000, 1.0  # at rho 0.8 waits are long-correlated: 300k samples vary by 4 %
+    lam = 2 * rho * mu
+    rng = np.random.default_rng(7)
+    arrival = np.cumsum(rng.exponential(1 / lam, n))
+    start, _ = fifo_servers(arrival, rng.exponential(1 / mu, n), 2)
+    expected = 2 * rho ** 2 / (1 + rho) / (2 * mu - lam)
+    assert np.mean(start - arrival) == pytest.approx(expected, rel=0.03)
+
+
+def _figures(k: int, gbps: float, case: str) -> dict:
+    return {"k": k, "per_mover_gbps": gbps, "rows": [case]}
+
+
+def test_link_contention_comes_from_the_rows_and_names_them():
+    contention = {"host-gather/memcpy": {1: _figures(1, 10.0, "c1"), 2: _figures(2, 8.0, "c2"),
+                                         4: _figures(4, 5.0, "c4")}}
+    samples = {"c1": [1.0, 1.0, 2.0], "c2": [1.0, 3.0, 3.0]}
+    frame = pd.DataFrame([{"case_id": c, "ns": v} for c, vs in samples.items() for v in vs])
+    link = link_contention("host-gather/memcpy", contention, frame)
+    assert link.rows == ("c1", "c2", "c4") and link.ks == (1, 2, 4)
+    assert link.rate(1) == 1.0 and link.rate(2) == pytest.approx(0.8)
+    assert link.rate(3) == pytest.approx(0.65)  # linear in k between the measured
+    assert link.rate(8) == pytest.approx(0.5 * 4 / 8)  # past k = 4: the link saturated there
+    assert link.aggregate(4).tolist() == pytest.approx([1.0, 1.6, 1.95, 2.0])
+    assert sorted(link.spread(2).tolist()) == pytest.approx([1 / 3, 1.0, 1.0])
+    assert link.spread(5) is link.spread(2)  # k = 4 has no samples: the nearest below with some
+    assert "c2" in link.describe()
+    assert link_contention("pool-gather/memcpy", contention, frame) is None
+    assert link_contention("host-gather/memcpy", {"host-gather/memcpy": {
+        1: _figures(1, 10.0, "c1")}}) is None  # k = 1 alone says nothing of contention
+
+
+def test_simulate_with_movers_uses_the_measured_rates():
+    contention = {"w": {1: _figures(1, 10.0, "a"), 2: _figures(2, 5.0, "b")}}
+    link = link_contention("w", contention)
+    arrival, transfer = np.zeros(2), np.ones(2)
+    two = simulate(arrival, transfer, movers=2, contention=link)
+    assert two.wait.tolist() == [0.0, 0.0] and two.transfer.tolist() == [2.0, 2.0]
+    assumed = simulate(arrival, transfer, movers=2)
+    assert assumed.transfer.tolist() == [1.0, 1.0]
+    with pytest.raises(UsageError, match="movers-per-link"):
+        Setup(movers=0).check()

@@ -9,7 +9,6 @@ import argparse
 import json
 import math
 import os
-from pathlib import Path
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
@@ -17,71 +16,10 @@ from nearlocal.units import format_size
 
 np = lazy_import("numpy")
 
-TRACE_BLOCK_TOKENS = 512
 DEFAULT_SECONDS = 60.0
-MAX_TRACE_BYTES = 256 << 20
 LLC_FACTOR = 4  # a reload comes from memory: the pool spans more than 4x the LLC
 DEFAULT_POOL_FACTOR = 8  # the pool's default span: 8x the LLC
 UNKNOWN_LLC_BYTES = 64 << 20
-
-
-# The trace and the prefix store. whatif/traffic.py (the simulation's, another branch) reads the
-# same JSONL and applies the same unbounded rule; once both are merged, these two become its
-# read_trace / prefix_hits(capacity_blocks=None).
-def read_trace(path: str) -> list[dict]:
-    """Mooncake's JSONL: one request a line (timestamp ms, input_length, hash_ids), checked."""
-    try:
-        size = os.stat(path).st_size
-        if size > MAX_TRACE_BYTES:
-            raise UsageError(f"--trace {path}: {format_size(size)} is past the "
-                             f"{format_size(MAX_TRACE_BYTES)} a trace may hold")
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"--trace {path}: cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--trace {path}: cannot be read as UTF-8 text ({exc.reason})") from None
-    requests, last = [], -math.inf
-    for number, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise UsageError(f"{path}:{number}: a request must be a JSON object")
-        stamp, tokens, ids = (record.get(k) for k in ("timestamp", "input_length", "hash_ids"))
-        if isinstance(stamp, bool) or not isinstance(stamp, int | float) \
-                or not math.isfinite(stamp) or stamp < last:
-            raise UsageError(f"{path}:{number}: timestamp must be a number, in arrival order, "
-                             f"got {stamp!r}")
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise UsageError(f"{path}:{number}: input_length must be a whole number >= 0, got "
-                             f"{tokens!r}")
-        if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int)
-                                            for h in ids):
-            raise UsageError(f"{path}:{number}: hash_ids must be a list of integers")
-        last = stamp
-        requests.append({"arrival_s": stamp / 1000.0, "input_tokens": tokens, "hash_ids": ids})
-    if not requests:
-        raise UsageError(f"--trace {path}: holds no request")
-    return requests
-
-
-def prefix_hit_blocks(requests: list[dict]) -> list[int]:
-    """Unbounded prefix store: a request hits the leading run of its blocks that some earlier
-    request held (KV past the first miss cannot be reused); then all its blocks are held."""
-    seen: set[int] = set()
-    hits = []
-    for request in requests:
-        count = 0
-        for h in request["hash_ids"]:
-            if h not in seen:
-                break
-            count += 1
-        hits.append(count)
-        seen.update(request["hash_ids"])
-    return hits
 
 
 def _box() -> tuple[float, int, list[int]]:
@@ -111,6 +49,13 @@ def pattern_text(args: argparse.Namespace) -> str:
     return ":".join(str(p) for p in parts)
 
 
+def window_of(trace, start_s: float, seconds: float):
+    """Indices of the requests arriving from `start_s` seconds after the trace's first, for
+    `seconds` (the replay's window; scripts/replay_check.py feeds the simulation the same)."""
+    offset = trace.arrival_s - trace.arrival_s[0] - start_s
+    return np.flatnonzero((offset >= 0) & (offset < seconds))
+
+
 def check_args(args: argparse.Namespace, cpus: int) -> None:
     """Bad input, named before anything is read or moved."""
     if not (args.seconds > 0 and math.isfinite(args.seconds)):
@@ -137,6 +82,7 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
 def build(args: argparse.Namespace) -> dict:
     """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data."""
     from nearlocal.units import parse_size
+    from nearlocal.whatif.traffic import prefix_hits, read_trace
     from nearlocal.workloads import replay
 
     hz, llc, cpus = _box()
@@ -154,14 +100,13 @@ def build(args: argparse.Namespace) -> dict:
                          "memory")
     pool = replay.pool_for(text, want)
     trace = read_trace(args.trace)
-    hits = prefix_hit_blocks(trace)
-    start = trace[0]["arrival_s"] + args.start
-    window = [i for i, r in enumerate(trace) if 0 <= r["arrival_s"] - start < args.seconds]
-    if not window:
+    hits = prefix_hits(trace)  # the simulation's store rule, unbounded
+    window = window_of(trace, args.start, args.seconds)
+    if not window.size:
         raise UsageError(f"--start {args.start:g}: the trace holds no request from there "
-                         f"(it spans {trace[-1]['arrival_s'] - trace[0]['arrival_s']:g} s)")
+                         f"(it spans {trace.duration_s:g} s)")
     tables, cursor = [], 0
-    hit_tokens = [min(hits[i] * TRACE_BLOCK_TOKENS, trace[i]["input_tokens"]) for i in window]
+    hit_tokens = hits.tokens[window].tolist()
     for tokens in hit_tokens:
         table, cursor = replay.request_table(pool, tokens, cursor, args.blocks)
         tables.append(table)
@@ -175,14 +120,16 @@ def build(args: argparse.Namespace) -> dict:
         scale = float(nbytes.sum()) / (args.load * args.movers * calibration["gbps_per_mover"]
                                        * args.seconds * 1e9)
         calibration["time_scale"] = scale
-    arrival = np.array([(trace[i]["arrival_s"] - start) * scale for i in window])
+    arrival = (trace.arrival_s[window] - trace.arrival_s[0] - args.start) * scale
     times = replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
                               cpus[:args.movers], hz)
     g = pool.geometry
     summary = replay.summarise(times, nbytes, args.movers)
-    for record, i, tokens in zip(summary["per_request"], window, hit_tokens, strict=True):
-        record["trace_line"], record["hit_tokens"] = i + 1, tokens  # the simulation's inputs
-        record["input_tokens"] = trace[i]["input_tokens"]
+    fragments = np.diff(first).tolist()
+    for record, i, tokens, count in zip(summary["per_request"], window.tolist(), hit_tokens,
+                                        fragments, strict=True):
+        record["trace_line"], record["hit_tokens"] = i + 1, int(tokens)  # the simulation's inputs
+        record["input_tokens"], record["fragments"] = int(trace.input_tokens[i]), int(count)
     return {
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
         "time_scale": scale, "load": args.load, "calibration": calibration,

@@ -197,8 +197,11 @@ class PathModel:
 
 
 def _isolated(effective: dict) -> bool:
-    """Rows timed as isolated transfers, as one reload is (methods without drain count)."""
-    return str(effective.get("drain", "before")) == "before"
+    """Rows timed as isolated transfers, as one reload is (methods without drain count); a
+    `movers=k` row (k > 1) is one of k transfers at once: contention (contention.py reads it),
+    not a transfer alone."""
+    return (str(effective.get("drain", "before")) == "before"
+            and str(effective.get("movers", "1")).strip() in ("1", ""))
 
 
 def _cache_resident(reaches_memory: object) -> bool:

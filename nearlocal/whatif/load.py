@@ -8,10 +8,11 @@ largest load whose P99 TTFT stays under a target.
 The simulation is a small event loop of our own, no library: one mover per link first come first
 served is Lindley's recursion done in numpy (a cumulative max, so a capacity search reruns it
 in microseconds); a link shared by the reloads in flight (processor sharing) is a heapq loop over
-virtual time. A link's aggregate rate at k movers in flight is `PathService.aggregate[k - 1]`,
-relative to one mover: today's rows carry one mover (k = 1), so it is 1 at every k (the link
-shared fairly at the one-mover rate), said in every output; rows measured with k movers fill it
-later without changing the loop."""
+virtual time; G movers per link on one queue (`Setup.movers`) is the same loop with at most G
+in service. How a link fares with k reloads in flight comes from the run's `movers=k` rows of
+the path's largest term's way (`LinkContention`, from `contention.contention_of`): a mover's rate
+at k relative to one alone, and its service-time spread at k. Where the run has no such rows a
+mover's rate is 1 at every k, an assumption said in the path's notes."""
 
 from __future__ import annotations
 
@@ -78,6 +79,41 @@ def processor_sharing(arrival: np.ndarray, work: np.ndarray,
     return end, busy
 
 
+def fifo_servers(arrival: np.ndarray, work: np.ndarray, servers: int,
+                 rate=None, draw=None) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each job on `servers` movers sharing one queue, first come first served
+    (arrivals sorted): a job starts when a mover is free; while k jobs are in service each moves
+    at `rate(k)` (its speed relative to a mover alone: None, 1 at every k), so a job's time
+    changes as others start and end; `draw(k)` (None: 1) scales a job's work by its service-time
+    spread at the k in service when it starts. All in-service jobs move at one speed, so one
+    clock of attained work and a heap of finishing marks carry it, as for processor sharing."""
+    n = len(arrival)
+    start, end = np.empty(n), np.empty(n)
+    heap: list[tuple[float, int]] = []
+    arrivals, works = arrival.tolist(), work.tolist()
+    t = attained = 0.0
+    i = queued = 0  # jobs [queued, i) have arrived and wait, in arrival order
+    while queued < n or heap:
+        k = len(heap)
+        speed = (1.0 if rate is None else rate(k)) if k else 0.0
+        done = t + (heap[0][0] - attained) / speed if k else math.inf
+        if i < n and arrivals[i] <= done:
+            if k:
+                attained += (arrivals[i] - t) * speed
+            t = arrivals[i]
+            i += 1
+        else:
+            attained, j = heapq.heappop(heap)
+            t = done
+            end[j] = t
+        while queued < i and len(heap) < servers:
+            scale = 1.0 if draw is None else draw(len(heap) + 1)
+            start[queued] = t
+            heapq.heappush(heap, (attained + works[queued] * scale, queued))
+            queued += 1
+    return start, end
+
+
 @dataclass(frozen=True, eq=False)
 class Timeline:
     """Each request's TTFT parts in seconds, and each link's busy time."""
@@ -96,11 +132,16 @@ class Timeline:
 
 def simulate(arrival: np.ndarray, transfer: np.ndarray, prefill: np.ndarray | None = None,
              links: int = 1, gpus_per_link: int = 1, sharing: str = "fifo",
-             aggregate: np.ndarray | None = None) -> Timeline:
+             aggregate: np.ndarray | None = None, movers: int = 1,
+             contention: LinkContention | None = None, seed: int = 0) -> Timeline:
     """Requests (sorted arrivals) go to the G = links x gpus_per_link GPUs in turn; GPU g
     reloads over link g // gpus_per_link, then prefills its miss part, first come first served
     in the order the reloads end. `transfer`: a request's reload alone on the link (0: nothing
-    hit); `prefill`: its miss part's prefill (None: not counted)."""
+    hit); `prefill`: its miss part's prefill (None: not counted). With `movers` > 1 (fifo) a
+    link has that many movers on one queue (`fifo_servers`), each at the per-mover rate
+    `contention` measured at the k in service (None: 1 at every k), each job's time drawn from
+    the spread measured at its k (seeded by `seed` and the link); `transfer` is then the
+    median alone, and the timeline's transfer is the time each job was in service."""
     n = len(arrival)
     gpus = links * gpus_per_link
     gpu = np.arange(n) % gpus
@@ -116,6 +157,17 @@ def simulate(arrival: np.ndarray, transfer: np.ndarray, prefill: np.ndarray | No
         if sharing == "ps":
             end, busy[index] = processor_sharing(arrival[mine], transfer[mine], rates)
             wait[mine] = end - arrival[mine] - transfer[mine]  # the sharing's delay
+        elif movers > 1:
+            draw = None
+            if contention is not None:
+                rng = np.random.default_rng((seed, index))
+                draw = contention.drawer(rng)
+            start, end = fifo_servers(arrival[mine], transfer[mine], movers,
+                                      None if contention is None else contention.rate, draw)
+            wait[mine] = start - arrival[mine]
+            moved[mine] = end - start
+            busy[index] = float((end - start).sum()) / movers
+            continue
         else:
             start, end = fifo(arrival[mine], transfer[mine])
             wait[mine] = start - arrival[mine]
@@ -134,6 +186,85 @@ def simulate(arrival: np.ndarray, transfer: np.ndarray, prefill: np.ndarray | No
 
 
 # ---------------------------------------------------------------------------------------------
+# A link's contention, from a run's movers=k rows
+
+
+@dataclass(frozen=True, eq=False)
+class LinkContention:
+    """How a mover of one way of moving bytes fares with k reloads in flight, from a run's
+    `movers=k` rows (`contention.contention_of`): its rate relative to a mover alone (the rows'
+    per-mover GB/s at k over k = 1's), linear in k between the measured k and the last figure
+    past them; and its service-time spread at k (the rows' raw samples over their median; a k
+    without samples: the median)."""
+
+    way: str
+    ks: tuple[int, ...]
+    relative: tuple[float, ...]  # per-mover rate at ks[i] over k = 1's
+    spreads: dict[int, np.ndarray]
+    rows: tuple[str, ...]
+
+    def rate(self, k: int) -> float:
+        """A mover's rate with k in flight over one alone's; past the last measured k the link
+        is taken as saturated there (the aggregate stays, each mover's share shrinks)."""
+        last = self.ks[-1]
+        if k > last:
+            return self.relative[-1] * last / k
+        return float(np.interp(k, self.ks, self.relative))
+
+    def aggregate(self, upto: int) -> np.ndarray:
+        """The link's rate with k = 1..upto in flight over a mover alone's (processor sharing)."""
+        return np.array([k * self.rate(k) for k in range(1, max(upto, max(self.ks)) + 1)])
+
+    def spread(self, k: int) -> np.ndarray | None:
+        """The spread of the measured k nearest below (or at) k; past the last, the last's."""
+        below = [m for m in self.ks if m <= k and m in self.spreads]
+        return self.spreads[below[-1]] if below else None
+
+    def without_spread(self) -> LinkContention:
+        """The same rates, every service its median (what the spread adds, apart)."""
+        return LinkContention(self.way, self.ks, self.relative, {}, self.rows)
+
+    def drawer(self, rng: np.random.Generator):
+        def draw(k: int) -> float:
+            ratios = self.spread(k)
+            return 1.0 if ratios is None else float(ratios[rng.integers(len(ratios))])
+        return draw
+
+    def describe(self) -> str:
+        figures = ", ".join(f"k={k}: {r:.3g}" for k, r in zip(self.ks, self.relative,
+                                                               strict=True))
+        return (f"a mover's rate with k reloads in flight from {self.way}'s movers=k rows "
+                f"({', '.join(self.rows)}), relative to one alone: {figures} (linear in k "
+                f"between, the aggregate of k={self.ks[-1]} past it); with movers per link its "
+                "service time drawn from the spread of those rows' samples at k")
+
+
+UNCONTENDED = ("the run has no movers=k rows for this way: a mover's rate is taken as 1 at every "
+               "k (each mover as fast as one alone; an assumption, not a measurement)")
+
+
+def link_contention(way: str, contention: dict | None, samples=None) -> LinkContention | None:
+    """The way's figures from `contention_of(cases, samples)` (its k = 1 row and at least one
+    k > 1 row), with the spreads from `samples` (the store's frame) of the rows it names."""
+    figures = (contention or {}).get(way) or {}
+    if 1 not in figures or len(figures) < 2 or not figures[1].get("per_mover_gbps"):
+        return None
+    base = float(figures[1]["per_mover_gbps"])
+    ks, relative, spreads, rows = [], [], {}, []
+    for k, entry in sorted(figures.items()):
+        if not entry.get("per_mover_gbps"):
+            continue
+        ks.append(int(k))
+        relative.append(float(entry["per_mover_gbps"]) / base)
+        names = tuple(entry.get("rows") or ())
+        rows.extend(names)
+        ratios = sample_spread(samples, names)
+        if ratios is not None:
+            spreads[int(k)] = ratios
+    return LinkContention(way, tuple(ks), tuple(relative), spreads, tuple(dict.fromkeys(rows)))
+
+
+# ---------------------------------------------------------------------------------------------
 # A path's service model, from the box's rows
 
 
@@ -142,7 +273,9 @@ class PathService:
     """A serving path's reload of t hit tokens alone on its link: exact (`nearlocal kv`'s cut
     and the fitted hops, as `nearlocal whatif`) at `tokens`, linear in tokens between them; the
     spread of a transfer's time (samples over their median, from the rows of the route's
-    largest term; None: the model's median); the aggregate rate at k movers (k = 1 only today)."""
+    largest term; None: the model's median); how its link fares with k reloads in flight
+    (`contention`, from the run's movers=k rows of the largest term's way; None: no such rows,
+    a mover's rate taken as 1 at every k, said) and the aggregate rate at k it gives."""
 
     path: str
     what: str
@@ -156,6 +289,7 @@ class PathService:
     spread_rows: tuple[str, ...] = ()
     aggregate: np.ndarray = field(default_factory=lambda: np.ones(1))
     notes: tuple[str, ...] = ()
+    contention: LinkContention | None = None
 
     def reload_s(self, hit_tokens: np.ndarray) -> np.ndarray:
         out = np.interp(hit_tokens, self.tokens, self.seconds)
@@ -170,7 +304,9 @@ def _grid(values: np.ndarray) -> np.ndarray:
     return np.unique(distinct[np.searchsorted(distinct, grid).clip(0, len(distinct) - 1)])
 
 
-def _spread(samples, rows: tuple[str, ...]) -> np.ndarray | None:
+def sample_spread(samples, rows: tuple[str, ...]) -> np.ndarray | None:
+    """The raw samples of `rows` (case ids) in the store's samples frame, each over its row's
+    median: how a transfer's time spreads about the figure (None: no samples)."""
     if samples is None or not len(samples) or not rows:
         return None
     picked = samples.loc[samples["case_id"].isin(rows), ["case_id", "ns"]]
@@ -183,9 +319,17 @@ def _spread(samples, rows: tuple[str, ...]) -> np.ndarray | None:
     return np.concatenate(ratios) if ratios else None
 
 
+def term_way(hop: str, way: str) -> str:
+    """A fitted way's name as contention_of keys it: `hop/method` ("memcpy dram -> dram" over
+    host-gather: host-gather/memcpy)."""
+    return f"{hop}/{way.split()[0]}" if way else hop
+
+
 def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.ndarray,
-                 reference: ReferenceBox | None = None, samples=None) -> PathService:
-    """The path's reload time over the hit sizes the workload holds, from the box's rows."""
+                 reference: ReferenceBox | None = None, samples=None,
+                 contention: dict | None = None) -> PathService:
+    """The path's reload time over the hit sizes the workload holds, from the box's rows;
+    `contention` (contention_of of the same run) gives its largest term's way under load."""
     what = SERVING_PATHS[name].what
     grid = _grid(hit_tokens)
     if not len(grid):
@@ -211,13 +355,18 @@ def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.nda
         notes.update(dict.fromkeys(figures.notes))
         largest = figures
     dominant = max(largest.terms, key=lambda t: t.ns)
-    spread = _spread(samples, dominant.rows) if dominant.source == "measured" else None
+    spread = sample_spread(samples, dominant.rows) if dominant.source == "measured" else None
     if len(grid) < len(np.unique(hit_tokens[hit_tokens > 0])):
         notes[f"reloads cut exactly at {len(grid)} sizes ({int(grid[0])}..{int(grid[-1])} "
               "tokens), linear in tokens between them"] = None
+    contended = (link_contention(term_way(dominant.hop, dominant.way), contention, samples)
+                 if dominant.source == "measured" else None)
+    notes[contended.describe() if contended else UNCONTENDED] = None
     return PathService(name, what, grid.astype(float), np.asarray(seconds), tuple(rows),
                        tuple(ways), measured, "", spread,
-                       dominant.rows if spread is not None else (), np.ones(1), tuple(notes))
+                       dominant.rows if spread is not None else (),
+                       contended.aggregate(1) if contended else np.ones(1), tuple(notes),
+                       contended)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,8 +435,14 @@ class Setup:
     ttft_target_s: float | None = None
     paths: tuple[str, ...] = ()  # () = every serving path
     seed: int = 0
+    movers: int = 1  # movers per link on one queue (fifo): reloads in flight at once
 
     def check(self) -> None:
+        if self.movers < 1:
+            raise UsageError(f"--movers-per-link must be at least 1, got {self.movers}")
+        if self.movers > 1 and self.sharing != "fifo":
+            raise UsageError("--movers-per-link is a fifo link's movers: with --link-sharing ps "
+                             "every reload in flight moves at once already")
         if self.links < 1:
             raise UsageError(f"--links must be at least 1, got {self.links}")
         if self.gpus_per_link < 1:
@@ -375,17 +530,22 @@ def _draw_spread(service: PathService, n: int, seed: int, index: int) -> np.ndar
 
 
 def _capacity(work: Workload, transfer: np.ndarray, prefill: np.ndarray | None,
-              setup: Setup, aggregate: np.ndarray) -> tuple[float | None, str]:
+              setup: Setup, service: PathService) -> tuple[float | None, str]:
     target = setup.ttft_target_s
     if target is None:
         return None, "no --ttft-target: capacity not computed"
+    aggregate = service.aggregate
 
     def p99(load: float) -> float:
         timeline = simulate(work.base_arrival_s / load, transfer, prefill, setup.links,
-                            setup.gpus_per_link, setup.sharing, aggregate)
+                            setup.gpus_per_link, setup.sharing, aggregate, setup.movers,
+                            service.contention, setup.seed)
         return float(np.percentile(timeline.ttft, 99))
 
     span = float(work.base_arrival_s[-1] - work.base_arrival_s[0]) or 1.0
+    if setup.movers > 1:
+        contended = service.contention
+        aggregate = np.array([setup.movers * (contended.rate(setup.movers) if contended else 1.0)])
     per_load = [transfer.sum() / span / (setup.links * float(aggregate.max()))]
     if prefill is not None:
         per_load.append(prefill.sum() / span / (setup.links * setup.gpus_per_link))
@@ -411,13 +571,19 @@ def _capacity(work: Workload, transfer: np.ndarray, prefill: np.ndarray | None,
 
 def _assumptions(setup: Setup, work: Workload) -> tuple[str, ...]:
     notes = []
-    if setup.sharing == "fifo":
-        notes.append("each link moves one request's KV at a time, first come first served: the "
-                     "box's rows carry one mover (k = 1), so no contention figure is assumed")
+    if setup.sharing == "fifo" and setup.movers == 1:
+        notes.append("each link moves one request's KV at a time, first come first served (one "
+                     "mover: its k = 1 rows are its figure)")
+    elif setup.sharing == "fifo":
+        notes.append(f"each link has {setup.movers} movers on one queue, first come first "
+                     "served: while k reloads are in service each moves at the per-mover rate the "
+                     "run's movers=k rows measured at k, relative to one alone (where a path's "
+                     "way has no such rows, 1 at every k: an assumption, said per path)")
     else:
-        notes.append("the reloads in flight share a link fairly at the aggregate rate one mover "
-                     "measured (k = 1 rows only: no contention figure is assumed); the reload "
-                     "wait is what sharing added to a reload alone")
+        notes.append("the reloads in flight share a link fairly at the aggregate rate the run's "
+                     "movers=k rows measured with k in flight (where a path's way has no such "
+                     "rows, one mover's rate: an assumption, said per path); the reload wait is "
+                     "what sharing added to a reload alone")
     notes.append(f"requests go to the {setup.links * setup.gpus_per_link} GPUs in turn; "
                  f"{setup.gpus_per_link} GPU(s) share each of the {setup.links} link(s)")
     if setup.prefill_tokens_per_s is None:
@@ -432,8 +598,11 @@ def _assumptions(setup: Setup, work: Workload) -> tuple[str, ...]:
 
 
 def serve(inputs: Inputs, work: Workload, setup: Setup, request: Request | None = None,
-          reference: ReferenceBox | None = None, samples=None) -> LoadResult:
-    """The workload over each serving path of the box (`setup.paths`, or all of them)."""
+          reference: ReferenceBox | None = None, samples=None,
+          contention: dict | None = None) -> LoadResult:
+    """The workload over each serving path of the box (`setup.paths`, or all of them);
+    `contention` (contention_of of the run's rows and samples) fills each path's link under
+    load where the run measured its way with movers=k."""
     setup.check()
     request = request or Request()
     arrival = work.base_arrival_s / work.load
@@ -444,19 +613,22 @@ def serve(inputs: Inputs, work: Workload, setup: Setup, request: Request | None 
     results = []
     for name in setup.paths or tuple(SERVING_PATHS):
         index = list(SERVING_PATHS).index(name)  # a path's draws whichever paths run beside it
-        service = path_service(name, request, inputs, hit, reference, samples)
+        service = path_service(name, request, inputs, hit, reference, samples, contention)
         if service.missing:
             results.append(PathLoad(name, service.what, False, service.missing, None, None, None,
                                     None, None, None, None, None, service.missing, (), (), False))
             continue
-        transfer = service.reload_s(hit) * _draw_spread(service, len(hit), setup.seed, index)
+        transfer = service.reload_s(hit)
+        if setup.movers == 1 or service.contention is None:  # else drawn at each job's k
+            transfer = transfer * _draw_spread(service, len(hit), setup.seed, index)
         timeline = simulate(arrival, transfer, prefill, setup.links, setup.gpus_per_link,
-                            setup.sharing, service.aggregate)
+                            setup.sharing, service.aggregate, setup.movers, service.contention,
+                            setup.seed + index)
         ttft = timeline.ttft
         first = float(arrival[0])
         last_end = float((arrival + ttft).max())
         span = max(last_end - first, 1e-12)
-        capacity, words = _capacity(work, transfer, prefill, setup, service.aggregate)
+        capacity, words = _capacity(work, transfer, prefill, setup, service)
         notes = list(service.notes)
         if service.spread is None:
             notes.append("each transfer takes the model's median (no samples for its rows)")

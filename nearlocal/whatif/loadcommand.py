@@ -40,6 +40,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--link-sharing", default="fifo",
                        help="fifo: one reload at a time per link (default); ps: the reloads in "
                             "flight share it fairly")
+    group.add_argument("--movers-per-link", type=int, default=1, dest="movers_per_link",
+                       help="fifo: movers per link on one queue, each at the per-mover rate the "
+                            "run's movers=k rows measured with k in service (default 1)")
     group.add_argument("--ttft-target",
                        help="P99 TTFT target (e.g. 2s): gives each path's capacity")
     group.add_argument("--path", action="append", dest="load_paths", metavar="PATH",
@@ -60,7 +63,7 @@ def setup_of(args: argparse.Namespace) -> Setup:
         with naming("--ttft-target"):
             target = parse_duration(args.ttft_target)
     setup = Setup(args.links, args.gpus_per_link, args.link_sharing, args.prefill_tokens_per_s,
-                  target, tuple(args.load_paths or ()), args.seed)
+                  target, tuple(args.load_paths or ()), args.seed, args.movers_per_link)
     setup.check()
     return setup
 
@@ -189,10 +192,12 @@ def run_load(args: argparse.Namespace, prepared: tuple, run, inputs, reference,
              target) -> int:
     """The simulation over the run's paths, printed as asked (the options checked already)."""
     from nearlocal import safeio
+    from nearlocal.whatif.contention import contention_of
     from nearlocal.whatif.load import serve
 
     request, setup, work = prepared
-    result = serve(inputs, work, setup, request, reference, run.samples)
+    result = serve(inputs, work, setup, request, reference, run.samples,
+                   contention_of(run.cases, run.samples))
     text = markdown(result)
     if target is not None:
         safeio.write_output("--markdown", target, text)
