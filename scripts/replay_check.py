@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from nearlocal.errors import UsageError  # noqa: E402
 
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake-conversation.jsonl"
+DEFAULT_TRACE = ROOT / "nearlocal" / "data" / "traces" / "mooncake-conversation.jsonl"
 DEFAULT_LOADS = (0.3, 0.6, 0.85)
 P50_TOLERANCE, P99_TOLERANCE = 0.15, 0.25
 ROW_SPAN_LLC = 5  # the rows' pattern spans this many LLCs (a reload comes from memory)

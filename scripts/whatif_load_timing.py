@@ -4,7 +4,7 @@ Every hop is filled from the shipped reference boxes (no run needed), so all pat
 and the figure is the simulation's, not a store's read. Quote it with the box and how busy it
 was; the issue's bound is 10 s on 2 cores for Mooncake's conversation trace.
 
-    python3 scripts/whatif_load_timing.py ../shared/traces/mooncake-conversation.jsonl
+    python3 scripts/whatif_load_timing.py nearlocal/data/traces/mooncake-conversation.jsonl
     python3 scripts/whatif_load_timing.py TRACE --link-sharing ps --links 4 --gpus-per-link 2
 """
 

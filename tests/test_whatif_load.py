@@ -29,12 +29,12 @@ from nearlocal.whatif.load import (
     stream_workload,
     trace_workload,
 )
-from nearlocal.whatif.traffic import Contexts, poisson, prefix_hits, read_trace
+from nearlocal.whatif.traffic import SHIPPED_TRACE, Contexts, poisson, prefix_hits, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "fixtures" / "runs" / "h200-gpu-suite"
-TRACE = ROOT.parent / "shared" / "traces" / "mooncake-conversation.jsonl"
-needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"the shared trace {TRACE} is absent")
+TRACE = SHIPPED_TRACE
+needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"the shipped trace {TRACE} is absent")
 
 
 # --------------------------------------------------------------------------- the core

@@ -16,7 +16,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -33,11 +32,10 @@ from nearlocal.whatif.claim_figures import (
 from nearlocal.whatif.load import Setup, fifo, path_service, serve, simulate, trace_workload
 from nearlocal.whatif.references import ReferenceBox, load_reference
 from nearlocal.whatif.serving import Inputs, shape_of
-from nearlocal.whatif.traffic import TRACE_BLOCK_TOKENS, Contexts, Trace, poisson, prefix_hits
+from nearlocal.whatif.traffic import SHIPPED_TRACE, TRACE_BLOCK_TOKENS, Contexts, Trace, poisson, prefix_hits
 
-# the shipped trace: <clone>/../shared/traces (read-only); absent, the trace claims say so
-TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / \
-    "mooncake-conversation.jsonl"
+# the shipped conversation trace (nearlocal/data/traces); absent, the trace claims say so
+TRACE = SHIPPED_TRACE
 STREAM_REQUESTS = 20000  # a Poisson stream's length; its P99 rests on 200 requests
 SEED = 0
 LINK_GRID = (1, 2, 4, 8, 16)  # links (NICs, adapters) the papers do not give
