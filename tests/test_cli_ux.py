@@ -226,5 +226,8 @@ def test_region_aims_only_a_suites_pool_cases():
     assert rdma and {c.region for c in rdma} == {"dram"}
     assert others and {c.region for c in others} == {"devdax:/dev/dax0.0"}
     assert {c.method for c in others} >= {"memcpy", "nt-store", "load", "rack-host-loss"}
+    # the what-if's cxl-pool path stands on the pool's gather of a serving read (beyond the LLC)
+    assert any(c.method == "memcpy" and c.pattern.startswith("kv:") and c.access == "read"
+               for c in others)
     moved = _cases("--suite", "rdma", "--region", "numa:0")
     assert {c.region for c in moved} == {"numa:0"}
