@@ -41,6 +41,8 @@ from nearlocal.whatif.commands import parse_tokens
 from nearlocal.whatif.fit import fit_run
 from nearlocal.whatif.serving import best_way, shape_of
 
+CHECK_STORE = "whatif-check"  # under --out: the runs this script measures
+
 
 def _ways(models: dict, region: str, peer: str, methods: list[str] | None) -> list:
     """Every fitted way moving region -> peer (of `methods`, when named), in the run's order."""
@@ -55,11 +57,13 @@ def _ways(models: dict, region: str, peer: str, methods: list[str] | None) -> li
 
 def _measure(args, method: str, pattern: str, gather: bool) -> tuple[dict | None, str]:
     """The ok row of `nearlocal run` on `pattern` (a gather: its read row), or why none."""
-    json_path = Path(args.out) / f"whatif-check-{method}.json"
+    checks = Path(args.out) / CHECK_STORE  # the measurements' own store: `latest` in --out
+    checks.mkdir(parents=True, exist_ok=True)  # stays the run the model was fitted from
+    json_path = checks / f"whatif-check-{method}.json"
     json_path.unlink(missing_ok=True)
     command = [sys.executable, "-m", "nearlocal", "run", "--method", method, "--region",
                args.region, "--peer", args.peer, "--pattern", pattern,
-               "--processes", "1", "--budget", args.budget, "--out", args.out,
+               "--processes", "1", "--budget", args.budget, "--out", str(checks),
                "--json", str(json_path)]
     done = subprocess.run(command, capture_output=True, text=True)
     rows = json.loads(json_path.read_text()) if json_path.exists() else []
@@ -173,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         for note in predicted.notes:
             print(f"  note: {note}")
     if args.json_out:
+        Path(args.json_out).mkdir(parents=True, exist_ok=True)
         Path(args.json_out, "whatif_check.json").write_text(json.dumps(results, indent=2))
     return status
 
