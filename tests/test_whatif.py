@@ -459,7 +459,9 @@ def test_the_docs_whatif_recipes_run_on_a_stored_run(tmp_path, capsys, monkeypat
     recipes = [c for c in COMMANDS if c.startswith("nearlocal whatif")]
     assert len(recipes) >= 8
     for command in recipes:
-        argv = [H200.name if word == "RUN" else word for word in _argv(command, tmp_path)]
+        argv = [H200.name if word == "RUN" else
+                str(ROOT / word) if word.startswith("nearlocal/data/") else word  # shipped files
+                for word in _argv(command, tmp_path)]
         assert main([*argv, "--out", str(root)]) == 0, command
         assert capsys.readouterr().out.strip(), command
 
