@@ -101,7 +101,9 @@ class MoversSession:
                               "r mod k's interval (per-mover service time); aggregate_gbps: "
                               "k x bytes / (last end - first start) per repetition; "
                               f"mover_samples_ns: each mover's first {MOVER_SAMPLES_KEPT}",
-                     "per_mover": [], "mover_samples_ns": [[] for _ in self.cpus]}
+                     "per_mover": [], "mover_samples_ns": [[] for _ in self.cpus],
+                     # what the movers' kernel mapped: these k-span mappings, not the case's own
+                     "mapped": {"src": dict(self.src.info), "dst": dict(self.dst.info)}}
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         k = len(self.cpus)

@@ -306,31 +306,42 @@ def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=No
     return found
 
 
+def _over_trace(box: Inputs, papers: Inputs, trace: Trace | None, paths: tuple[str, ...],
+                text, compute, samples) -> tuple[dict, list[str]]:
+    """A trace claim's values and its two texts (the papers' boxes, this box): `compute(inputs,
+    reference, samples)` on each where the trace is there, `text(found)` for each that has its
+    hops, the reference-filled ways named; both say the trace is missing where it is not."""
+    if trace is None:
+        return ({"papers": None, "box": None, "missing": f"the trace ({TRACE})"},
+                [f"needs the conversation trace: {TRACE} absent"] * 2)
+    reference = load_reference("swiftcache-media")
+    values = {"papers": compute(papers, None, None),
+              "box": _box_only(box, paths, lambda: compute(box, reference, samples))}
+    texts = []
+    for who in ("papers", "box"):
+        found = values[who]
+        if "missing" in found:
+            texts.append(found["missing"])
+            continue
+        filled = [w for w in found["ways"] if "reference" in w]
+        texts.append(text(found) + (f"; {'; '.join(filled)}" if filled else ""))
+    return values, texts
+
+
 def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
                   prefill: tuple[float, ...] | None = None) -> Claim:
     rates = prefill or PREFILL_GRID
-    reference = load_reference("swiftcache-media")
-    if trace is None:
-        values = {"papers": None, "box": None, "missing": f"the trace ({TRACE})"}
-        texts = [f"needs the conversation trace: {TRACE} absent"] * 2
-    else:
-        values = {"papers": _s1(papers, trace, None, prefill=rates),
-                  "box": _box_only(box, ("cpu-offload", "nvlink"),
-                                   lambda: _s1(box, trace, reference, samples, rates))}
-        texts = []
-        for who in ("papers", "box"):
-            found = values[who]
-            if "missing" in found:
-                texts.append(found["missing"])
-                continue
-            parts = [f"{_prefill(r['prefill_tokens_per_s'])}: {_s(r['pcie_p99_s'])} -> "
-                     f"{_s(r['nvlink_p99_s'])} ({-r['reduction']:+.0%})"
-                     for r in found["by_prefill"]]
-            tail = (f"; PCIe's tail from rows {', '.join(found['tail_rows'])}"
-                    if found["tail_rows"] else "; no samples: each reload its median")
-            filled = [w for w in found["ways"] if "reference" in w]
-            texts.append("P99 TTFT PCIe -> NVLink, " + "; ".join(parts) + tail
-                         + (f"; {'; '.join(filled)}" if filled else ""))
+
+    def text(found: dict) -> str:
+        parts = [f"{_prefill(r['prefill_tokens_per_s'])}: {_s(r['pcie_p99_s'])} -> "
+                 f"{_s(r['nvlink_p99_s'])} ({-r['reduction']:+.0%})" for r in found["by_prefill"]]
+        tail = (f"; PCIe's tail from rows {', '.join(found['tail_rows'])}"
+                if found["tail_rows"] else "; no samples: each reload its median")
+        return "P99 TTFT PCIe -> NVLink, " + "; ".join(parts) + tail
+
+    values, texts = _over_trace(
+        box, papers, trace, ("cpu-offload", "nvlink"), text,
+        lambda inputs, reference, drawn: _s1(inputs, trace, reference, drawn, rates), samples)
     share = (values.get("papers") or {}).get("hit_token_share")
     hit = f" ({share:.1%} of input tokens hit)" if share is not None else ""
     explains = (f"-{S1_REDUCTION:.0%} needs the reload to dominate the P99 TTFT; over the "
@@ -527,34 +538,25 @@ def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, 
 def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
              prefill: tuple[float, ...] | None = None) -> Claim:
     rates = prefill or PREFILL_GRID
-    reference = load_reference("swiftcache-media")
-    if trace is None:
-        values = {"papers": None, "box": None, "missing": f"the trace ({TRACE})"}
-        texts = [f"needs the conversation trace: {TRACE} absent"] * 2
-    else:
-        values = {"papers": reclaim_costs(papers, trace, None, prefill=rates),
-                  "box": _box_only(box, ("nvlink", "cpu-offload"),
-                                   lambda: reclaim_costs(box, trace, reference, samples,
-                                                         prefill=rates))}
-        texts = []
-        for who in ("papers", "box"):
-            found = values[who]
-            if "missing" in found:
-                texts.append(found["missing"])
-                continue
-            parts = []
-            for e in found["table"]:
-                m, d = e["migrate"], e["drop"]
-                parts.append(
-                    f"{e['lent_gib']} GiB lent, {e['prefill_tokens_per_s']:g} tok/s: migrate "
-                    f"{m['migrated_bytes'] / 1e9:.1f} GB in {_s(m['migration_s'])}, window P99 "
-                    f"{_s(m['window_p99_s'])}, {_signed(m['cost_mean_s'])} mean after; drop "
-                    f"{d['dropped_blocks']} blocks, +{d['extra_tokens']} tokens recomputed, "
-                    f"window P99 {_s(d['window_p99_s'])}, {_signed(d['cost_mean_s'])} mean after "
-                    f"(no reclaim: window P99 {_s(e['none']['window_p99_s'])}); cheaper: "
-                    + ("migrate" if m["cost_mean_s"] < d["cost_mean_s"] else "drop"))
-            filled = [w for w in found["ways"] if "reference" in w]
-            texts.append("; ".join(parts) + (f"; {'; '.join(filled)}" if filled else ""))
+
+    def text(found: dict) -> str:
+        parts = []
+        for e in found["table"]:
+            m, d = e["migrate"], e["drop"]
+            parts.append(
+                f"{e['lent_gib']} GiB lent, {e['prefill_tokens_per_s']:g} tok/s: migrate "
+                f"{m['migrated_bytes'] / 1e9:.1f} GB in {_s(m['migration_s'])}, window P99 "
+                f"{_s(m['window_p99_s'])}, {_signed(m['cost_mean_s'])} mean after; drop "
+                f"{d['dropped_blocks']} blocks, +{d['extra_tokens']} tokens recomputed, "
+                f"window P99 {_s(d['window_p99_s'])}, {_signed(d['cost_mean_s'])} mean after "
+                f"(no reclaim: window P99 {_s(e['none']['window_p99_s'])}); cheaper: "
+                + ("migrate" if m["cost_mean_s"] < d["cost_mean_s"] else "drop"))
+        return "; ".join(parts)
+
+    values, texts = _over_trace(
+        box, papers, trace, ("nvlink", "cpu-offload"), text,
+        lambda inputs, reference, drawn: reclaim_costs(inputs, trace, reference, drawn,
+                                                       prefill=rates), samples)
     return Claim("S4", "Elastic Cache: the donor reclaims half its lent HBM in the middle of "
                  "the trace; its blocks migrated to host DRAM or dropped and recomputed",
                  "no figure (the paper describes the mechanism: reclaimed blocks go to CPU "
