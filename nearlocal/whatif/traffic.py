@@ -153,34 +153,22 @@ def prefix_hits(trace: Trace, capacity_blocks: int | None = None) -> Hits:
     hashes = trace.hashes.tolist()
     offsets = trace.offsets.tolist()
     hit = np.zeros(len(trace), np.int64)
-    if capacity_blocks is None:
-        seen: set[int] = set()
-        for i in range(len(trace)):
-            blocks = hashes[offsets[i]:offsets[i + 1]]
-            k = 0
-            for h in blocks:
-                if h not in seen:
-                    break
-                k += 1
-            hit[i] = k
-            seen.update(blocks)
-    else:
-        lru: OrderedDict[int, None] = OrderedDict()
-        for i in range(len(trace)):
-            blocks = hashes[offsets[i]:offsets[i + 1]]
-            k = 0
-            for h in blocks:
-                if h not in lru:
-                    break
-                k += 1
-            hit[i] = k
-            for h in blocks:
-                if h in lru:
-                    lru.move_to_end(h)
-                else:
-                    lru[h] = None
-            while len(lru) > capacity_blocks:
-                lru.popitem(last=False)
+    held: OrderedDict[int, None] = OrderedDict()  # least recently used first
+    for i in range(len(trace)):
+        blocks = hashes[offsets[i]:offsets[i + 1]]
+        k = 0
+        for h in blocks:
+            if h not in held:
+                break
+            k += 1
+        hit[i] = k
+        for h in blocks:
+            if h in held:
+                held.move_to_end(h)
+            else:
+                held[h] = None
+        while capacity_blocks is not None and len(held) > capacity_blocks:
+            held.popitem(last=False)
     tokens = np.minimum(hit * TRACE_BLOCK_TOKENS, trace.input_tokens)
     return Hits(hit, tokens, int(hit.sum()), len(trace.hashes), capacity_blocks)
 
