@@ -251,7 +251,7 @@ def settle_llc(inventory: HostInventory, store: Path | dict) -> HostInventory:
     from nearlocal.store.boxes import box_key, held_llcs, settled_llc
 
     box = box_key({"hostname": inventory.hostname, "cpu": dataclasses.asdict(cpu)})
-    held = store if isinstance(store, dict) else held_llcs(Path(store))
+    held = store if isinstance(store, dict) else held_llcs(Path(store), box)
     llc, readings, how = settled_llc(held, box, cpu.measured_llc_bytes)
     settled = replace(cpu, measured_llc_bytes=llc, llc_readings=readings,
                       llc_source=f"{cpu.llc_source}; cases classified by {llc / 2**20:g} MiB: {how}")

@@ -174,8 +174,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         console.print_run(meta, cases)
     check = meta.get("self_check") or {}
-    # a suspect run says so, always, and so does a box whose settings make figures unstable
-    if check and (check.get("suspect") or check.get("settings") or not args.quiet):
+    # a suspect run says so, always, and so does a box whose settings or links make figures
+    # unstable
+    if check and (check.get("suspect") or check.get("settings") or check.get("links")
+                  or not args.quiet):
         console.console.print(summary_line(check), markup=False, highlight=False)
     console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0

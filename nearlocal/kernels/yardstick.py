@@ -44,6 +44,16 @@ def probe_time_chase(words, hops, samples, position):
 
 
 def code_fingerprint() -> str:
-    """The first 12 hex digits of this file's SHA-256: two runs whose probes walked the same
-    code say the same."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    """The first 12 hex digits of the SHA-256 of everything a probe's figure rests on: this
+    file, the fenced clock reads it inlines (kernels/intrinsics.py) and the ring's layout
+    (kernels/chase.py's build_ring and what it calls): two runs whose probes walked the same
+    code say the same, and a candidate that changes any of them changes the fingerprint."""
+    import inspect
+
+    from nearlocal.kernels import chase, intrinsics
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(Path(intrinsics.__file__).read_bytes())
+    for function in (chase.build_ring, chase.write_ring, chase.random_order):
+        digest.update(inspect.getsource(function).encode())
+    return digest.hexdigest()[:12]

@@ -242,7 +242,9 @@ def advise_pages(buf: mmap.mmap, pages: str) -> None:
     if pages == "thp":
         buf.madvise(mmap.MADV_HUGEPAGE)
     elif pages == "4K":
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
+        # a kernel built without THP refuses the advice (EINVAL): its pages are 4 KiB anyway
+        with contextlib.suppress(OSError):
+            buf.madvise(mmap.MADV_NOHUGEPAGE)
 
 
 def populate(buf: mmap.mmap) -> None:

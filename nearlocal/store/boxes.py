@@ -36,10 +36,11 @@ def box_key(meta_inventory: dict) -> str | None:
     return json.dumps([meta_inventory.get("hostname"), cpu.get("model"), caches])
 
 
-def held_llcs(root: Path) -> dict[str, tuple[int, list[int]]]:
+def held_llcs(root: Path, box: str | None = None) -> dict[str, tuple[int, list[int]]]:
     """Per box, (the LLC the store's latest run of it classified by, the readings it kept): a
     run's own inventory and, in an MPI run, every host's (`host_inventories`), so each rank of
-    the next job holds its own box's LLC. Plain data, sent to the ranks that have no store."""
+    the next job holds its own box's LLC. Plain data, sent to the ranks that have no store.
+    `box`: only that one, read no further than its latest run (a plain run's start)."""
     try:
         runs = list_runs(root)
     except UsageError:
@@ -53,14 +54,16 @@ def held_llcs(root: Path) -> dict[str, tuple[int, list[int]]]:
         others = meta.get("host_inventories")
         for inventory in [meta.get("inventory"),
                           *(others.values() if isinstance(others, dict) else [])]:
-            box = box_key(inventory)
-            if box is None or box in held:
+            key = box_key(inventory)
+            if key is None or key in held or (box is not None and key != box):
                 continue
             cpu = inventory["cpu"]
             readings = [r for r in cpu.get("llc_readings") or [] if isinstance(r, int) and r > 0]
             llc = cpu.get("measured_llc_bytes")
             if readings and isinstance(llc, int) and llc > 0:
-                held[box] = (llc, readings)
+                held[key] = (llc, readings)
+                if box is not None:
+                    return held
     return held
 
 

@@ -135,17 +135,15 @@ def contention_of(rows: Iterable[Mapping] | object, samples: object = None) -> d
             source = "the row's quantile columns (no samples given)"
         median = service.get("p50_ns")
         per_mover = nbytes / median if nbytes and median else None
-        aggregate = info.get("aggregate_gbps")
-        if aggregate is None and per_mover is not None:
-            aggregate = k * per_mover if k > 1 else per_mover
+        # measured (k x bytes over last end - first start), never k x per-mover: the movers'
+        # passes need not overlap; k = 1 is the one mover's own figure
+        aggregate = info.get("aggregate_gbps") if k > 1 else per_mover
         entry = {"k": k, "pattern": row.get("pattern"), "bytes_per_mover": nbytes,
                  "per_mover_gbps": per_mover, "aggregate_gbps": aggregate,
                  "service_ns": service, "service_from": source, "rows": [case_id],
                  "per_mover": info.get("per_mover", [])}
-        previous = out.setdefault(way, {}).get(k)
-        if previous is not None:  # two rows of one way and k (two runs): keep both names
-            entry["rows"] = [*previous["rows"], case_id]
-        out[way][k] = entry
+        # two rows of one way and k (two runs' rows): the figure is the last row's, and names it
+        out.setdefault(way, {})[k] = entry
     return {way: dict(sorted(ks.items())) for way, ks in sorted(out.items())}
 
 

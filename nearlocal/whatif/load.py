@@ -438,6 +438,8 @@ class Setup:
     movers: int = 1  # movers per link on one queue (fifo): reloads in flight at once
 
     def check(self) -> None:
+        if self.seed < 0:
+            raise UsageError(f"--seed must be a whole number >= 0, got {self.seed}")
         if self.movers < 1:
             raise UsageError(f"--movers-per-link must be at least 1, got {self.movers}")
         if self.movers > 1 and self.sharing != "fifo":

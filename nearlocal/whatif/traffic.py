@@ -17,11 +17,11 @@ import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.units import format_size
+from nearlocal.workloads.replay import TRACE_BLOCK_TOKENS
 
 # Mooncake's FAST'25 conversation trace, shipped unchanged (Apache-2.0; its README beside it)
 SHIPPED_TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake-conversation.jsonl"
 
-TRACE_BLOCK_TOKENS = 512  # Mooncake's traces hash the prompt in 512-token blocks
 MAX_TRACE_BYTES = 256 << 20  # a trace past 256 MiB is refused before it is read
 MAX_TRACE_REQUESTS = 2_000_000  # and one past 2M requests (the simulation holds them all)
 MAX_STREAM_REQUESTS = 2_000_000
