@@ -171,6 +171,8 @@ def _injected_nt_copy(src, dst, frags):
 def checkout_copy(root: Path, where: Path) -> Path:
     """A tree with this checkout's code (no git, no venv, no tests), its numba caches kept:
     the files a regression leaves alone are not compiled again."""
+    if where.exists():  # a WORKDIR run before: its trees are laid anew from this checkout
+        shutil.rmtree(where)
     shutil.copytree(root, where, ignore=shutil.ignore_patterns(*IGNORE))
     return where
 
@@ -214,7 +216,13 @@ def load_module(path: Path) -> types.ModuleType:
 
 
 def _buffer(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    """Pages as the cases' plain dram region and the probes' rings have them (4 KiB whatever
+    THP's mode), so the slowdown measured alone is the one the pairs see."""
+    from nearlocal.regions.host import advise_pages, populate
+
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advise_pages(buf, "4K")
+    populate(buf)
     return buf, np.frombuffer(buf, np.uint8)
 
 
@@ -402,11 +410,15 @@ def main(argv: list[str] | None = None) -> int:
         factors = [float(f) for f in args.factors.split(",")]
         kernels = args.kernels.split(",")
         if not all(1 < f <= 64 for f in factors) or not set(kernels) <= set(KERNELS) \
-                or args.pairs < 1:
+                or args.pairs < 1 or args.processes < 1 or not float(args.budget) > 0:
             raise ValueError
     except ValueError:
         print(f"error: --factors takes numbers in (1, 64], --kernels names of "
-              f"{', '.join(KERNELS)}, --pairs a count of 1 or more", file=sys.stderr)
+              f"{', '.join(KERNELS)}, --pairs and --processes counts of 1 or more, --budget "
+              "seconds above 0", file=sys.stderr)
+        return 2
+    if args.json is not None and not args.json.parent.is_dir():
+        print(f"error: --json {args.json}: its folder does not exist", file=sys.stderr)
         return 2
     started = time.time()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="nearlocal-detect."))

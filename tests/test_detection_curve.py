@@ -71,7 +71,8 @@ def test_the_tally_names_the_smallest_regression_caught_in_nine_of_ten(curve):
 
 
 @pytest.mark.parametrize("argv", [["--factors", "0.5"], ["--kernels", "chase,warp"],
-                                  ["--pairs", "0"], ["--factors", "x"]])
+                                  ["--pairs", "0"], ["--factors", "x"], ["--processes", "0"],
+                                  ["--budget", "-1"], ["--json", "/nonexistent-dir/curve.json"]])
 def test_bad_input_is_one_line(curve, argv, capsys):
     assert curve.main(argv) == 2
     err = capsys.readouterr().err
