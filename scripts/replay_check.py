@@ -137,14 +137,6 @@ def exit_code(loads: list[dict]) -> int:
 # The box's side
 
 
-def _llc() -> int:
-    from nearlocal.probe.cpu import probe_cpu
-    from nearlocal.sysroot import SysRoot
-
-    cpu = probe_cpu(SysRoot.default())
-    return int(max(cpu.llc_bytes, cpu.cpuid_llc_bytes) or 64 << 20)
-
-
 def replay_namespace(args: argparse.Namespace, layers: str | None) -> argparse.Namespace:
     return argparse.Namespace(model=args.model, layout=args.layout, tp=None, block_tokens=None,
                               dtype=None, order=None, layers=layers)
@@ -262,7 +254,9 @@ def _check(args: argparse.Namespace, began: float) -> int:
         raise UsageError(f"--trace {args.trace}: no such file")
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="replay-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    llc = _llc()
+    from nearlocal.frontends.replay import replay_box
+
+    llc = replay_box()[1]  # the LLC the replay sizes its pool by
     trace = read_trace(args.trace)
     hits = prefix_hits(trace)
     window = window_of(trace, args.start, args.seconds)

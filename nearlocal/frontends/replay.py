@@ -22,7 +22,7 @@ DEFAULT_POOL_FACTOR = 8  # the pool's default span: 8x the LLC
 UNKNOWN_LLC_BYTES = 64 << 20
 
 
-def _box() -> tuple[float, int, list[int]]:
+def replay_box() -> tuple[float, int, list[int]]:
     """(TSC Hz, the LLC a reload must outgrow: the larger of cpuid's and the measured, CPUs this
     process may use)."""
     from nearlocal.probe.cpu import probe_cpu
@@ -85,7 +85,7 @@ def build(args: argparse.Namespace) -> dict:
     from nearlocal.whatif.traffic import prefix_hits, read_trace
     from nearlocal.workloads import replay
 
-    hz, llc, cpus = _box()
+    hz, llc, cpus = replay_box()
     check_args(args, len(cpus))
     if args.out:
         from nearlocal.safeio import check_output
