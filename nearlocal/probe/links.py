@@ -18,6 +18,7 @@ nearlocal never writes the register; `ddio_commands` says how an operator switch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -113,12 +114,13 @@ def _link(root: SysRoot, kind: str, name: str, address: str) -> Link:
 
 
 def _gpu_links(root: SysRoot, gpu) -> list[Link]:
+    from nearlocal.probe.gpu import _norm_bus_id  # the GPU probe's own reading of a bus id
+
     named = {}
     for device in getattr(gpu, "devices", []) or []:
-        bus = (device.pci_bus_id or "").lower()
-        if bus:
-            domain, _, rest = bus.partition(":")
-            named[f"{int(domain, 16):04x}:{rest}"] = f"GPU {device.index} ({device.name})"
+        with contextlib.suppress(ValueError):  # a bus id the driver garbled names no link
+            if device.pci_bus_id:
+                named[_norm_bus_id(device.pci_bus_id)] = f"GPU {device.index} ({device.name})"
     links = []
     for address in root.listdir(PCI):
         code = root.read_int(f"{PCI}/{address}/class")
