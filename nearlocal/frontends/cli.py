@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
@@ -351,15 +352,14 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     from nearlocal.safeio import quiet_library_colours
 
     quiet_library_colours()
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
-    else:
-        from nearlocal.engine.children import resend_swallowed
+    from nearlocal.engine.children import resend_swallowed
 
-        previous_hook = sys.unraisablehook  # a Ctrl-C numba's callbacks swallowed ends the command
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous_hook = sys.unraisablehook
+    if main_thread:  # a Ctrl-C numba's callbacks (or an import's lock callback) swallowed ends the
+        # command; set before SIGTERM's handler, so that no signal of ours meets Python's own hook
         sys.unraisablehook = resend_swallowed(previous_hook, _interrupt_signal)
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         if stdout_closed:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
@@ -399,7 +399,7 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-            sys.unraisablehook = previous_hook
+        sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":
