@@ -19,8 +19,15 @@ def forget_caught_interrupts() -> None:
     exec("None", {})
 
 
+def _swallowed_interrupt(kind: type) -> int | None:
+    return signal.SIGINT if issubclass(kind, KeyboardInterrupt) else None
+
+
 def main() -> int:
-    try:
+    try:  # a Ctrl-C that an import's lock callback swallows while the command loads is resent
+        from nearlocal.engine.children import resend_swallowed
+
+        sys.unraisablehook = resend_swallowed(sys.unraisablehook, _swallowed_interrupt)
         from nearlocal.frontends.cli import main as command_line
 
         code = command_line()
