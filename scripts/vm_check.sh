@@ -100,6 +100,11 @@ if [ "$INSTALL" = 1 ]; then
 fi
 stage "install"
 KVER=${KERNEL#/boot/vmlinuz-}
+# the pool-module stage builds kmod/nearlocal_pool in the guest against this kernel's headers
+if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ ! -d "/lib/modules/$KVER/build" ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "linux-headers-$KVER" make gcc) >/dev/null 2>&1 || echo "vm_check: linux-headers-$KVER could not be installed from Debian"
+fi
 [ -d "/lib/modules/$KVER/kernel/drivers/cxl" ] || fail "kernel $KVER has no CXL modules in /lib/modules/$KVER"
 VNG=$(dirname "$PY")/vng
 [ -x "$VNG" ] || VNG=$(command -v vng || true)
@@ -167,6 +172,17 @@ await_file() {  # FILE LIMIT_S RUNNER WHAT: wait for FILE while that guest runs,
     sleep 1; waited=$((waited + 1))
   done
 }
+follow_guest() {  # DIR LABEL: relay the guest's finished stages while it runs, then wait for it
+  local dir=$1 label=$2 done_stage
+  while kill -0 "$RUNNER" 2>/dev/null; do
+    sleep 1
+    for done_stage in "$dir"/stage-*; do
+      [ -e "$done_stage" ] && { stage "$label$(cat "$done_stage")"; rm -f "$done_stage"; }
+    done
+  done
+  wait "$RUNNER"
+  for done_stage in "$dir"/stage-*; do [ -e "$done_stage" ] && stage "$label$(cat "$done_stage")"; done
+}
 GUEST_OPTS=("${QEMU_OPTS[@]}")
 GUEST_LOG="$WORK/out.log"
 rc=0
@@ -174,16 +190,7 @@ if [ "${NEARLOCAL_VM_MAIN:-1}" = 1 ]; then  # 0: only the later stages (developi
 start_guest out 2 1536M "bash $REPO/scripts/vm_guest.sh $WORK/out $WORK/out/mounts"
 await_file "$WORK/out/booted" "$BOOT_LIMIT" "$RUNNER" "the guest's boot (NEARLOCAL_VM_BOOT_S)"
 stage "boot"
-while kill -0 "$RUNNER" 2>/dev/null; do
-  sleep 1
-  for done_stage in "$WORK"/out/stage-*; do
-    [ -e "$done_stage" ] || continue
-    stage "guest: $(cat "$done_stage")"
-    rm -f "$done_stage"
-  done
-done
-wait "$RUNNER"
-for done_stage in "$WORK"/out/stage-*; do [ -e "$done_stage" ] && stage "guest: $(cat "$done_stage")"; done
+follow_guest "$WORK/out" "guest: "
 [ -e "$WORK/out/done" ] || { tail -20 "$GUEST_LOG" >&2; fail "the guest stopped before it finished (limit $GUEST_LIMIT s, NEARLOCAL_VM_LIMIT_S); its last lines are above"; }
 if [ -n "$TREES" ] && [ -e "$WORK/out/trees.tar" ]; then
   rm -rf "$TREES" && mkdir -p "$TREES" && tar -C "$TREES" --strip-components=1 -xf "$WORK/out/trees.tar"
@@ -214,14 +221,7 @@ if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
   start_guest cpu 2 1G "bash $REPO/scripts/vm_cpu_guest.sh $WORK/cpu $WORK/cpu/mounts"
   await_file "$WORK/cpu/booted" "$BOOT_LIMIT" "$RUNNER" "the cpu guest's boot (-cpu $CPU_MODEL)"
   stage "cpu guest ($CPU_MODEL): boot"
-  while kill -0 "$RUNNER" 2>/dev/null; do
-    sleep 1
-    for done_stage in "$WORK"/cpu/stage-*; do
-      [ -e "$done_stage" ] && { stage "cpu guest: $(cat "$done_stage")"; rm -f "$done_stage"; }
-    done
-  done
-  wait "$RUNNER"
-  for done_stage in "$WORK"/cpu/stage-*; do [ -e "$done_stage" ] && stage "cpu guest: $(cat "$done_stage")"; done
+  follow_guest "$WORK/cpu" "cpu guest: "
   [ -e "$WORK/cpu/done" ] || { tail -20 "$WORK/cpu.log" >&2; fail "the cpu guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
   "$PY" "$REPO/scripts/vm_cpu.py" check "$WORK/cpu"
   cpu_rc=$?
@@ -230,6 +230,42 @@ if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
   [ $rc = 0 ] && rc=$cpu_rc
 else
   echo "vm_check: another CPU: skipped (NEARLOCAL_VM_CPU=0)"
+fi
+# --- the pool module (issue 58; scripts/vm_poolmod_guest.sh, facts: scripts/vm_poolmod.py): the
+# guest builds kmod/nearlocal_pool against its kernel's headers, loads it on its nvdimm's range
+# once device-dax let it go, maps the pool uc and wc, shows the refusals and leaves nothing behind
+poolmod_missing() {
+  [ -d "/lib/modules/$KVER/build" ] || { echo "kernel $KVER's headers are missing (apt-get install linux-headers-$KVER)"; return; }
+  command -v make >/dev/null && command -v gcc >/dev/null || { echo "make / gcc are missing (apt-get install make gcc)"; return; }
+}
+if [ "${NEARLOCAL_VM_POOLMOD:-1}" != 1 ]; then
+  echo "vm_check: pool module: skipped (NEARLOCAL_VM_POOLMOD=0)"
+elif why=$(poolmod_missing) && [ -n "$why" ]; then
+  echo "vm_check: pool module: skipped: $why"
+else
+  truncate -s 256M "$WORK/poolmod-nvdimm"
+  GUEST_OPTS=(
+    -machine nvdimm=on -m 1G,slots=2,maxmem=3G
+    -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/poolmod-nvdimm,size=256M,align=2M"
+    -device nvdimm,id=nvdimm0,memdev=pool
+    -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+    -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+  )
+  mkdir -p "$WORK/poolmod"
+  cp "$WORK/out/mounts" "$WORK/poolmod/mounts"
+  if [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/poolmod/"
+  elif [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/poolmod/numba-cache.tar"
+  fi
+  start_guest poolmod 2 1G "bash $REPO/scripts/vm_poolmod_guest.sh $WORK/poolmod $WORK/poolmod/mounts"
+  await_file "$WORK/poolmod/booted" "$BOOT_LIMIT" "$RUNNER" "the pool-module guest's boot"
+  stage "pool module: boot"
+  follow_guest "$WORK/poolmod" "pool module: "
+  [ -e "$WORK/poolmod/done" ] || { tail -20 "$WORK/poolmod.log" >&2; fail "the pool-module guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
+  "$PY" "$REPO/scripts/vm_poolmod.py" "$WORK/poolmod"
+  poolmod_rc=$?
+  [ $poolmod_rc = 0 ] || { echo "vm_check: pool-module guest's run, last lines:" >&2; tail -n 20 "$WORK/poolmod/run.err" "$WORK/poolmod.log" >&2; }
+  stage "pool module: facts checked"
+  [ $rc = 0 ] && rc=$poolmod_rc
 fi
 # --- RDMA: one guest, soft-RoCE (rdma_rxe) on a dummy netdev, `mpiexec -n 2 nearlocal run --suite
 # rdma` inside it (loopback RDMA between the two ranks) and compare_perftest.sh beside it
@@ -262,14 +298,7 @@ else
   start_guest rdma 2 1536M "bash $REPO/scripts/vm_rdma_guest.sh $WORK/rdma $WORK/rdma/mounts"
   await_file "$WORK/rdma/booted" "$BOOT_LIMIT" "$RUNNER" "the RDMA guest's boot"
   stage "rdma guest: boot"
-  while kill -0 "$RUNNER" 2>/dev/null; do
-    sleep 1
-    for done_stage in "$WORK"/rdma/stage-*; do
-      [ -e "$done_stage" ] && { stage "rdma guest: $(cat "$done_stage")"; rm -f "$done_stage"; }
-    done
-  done
-  wait "$RUNNER"
-  for done_stage in "$WORK"/rdma/stage-*; do [ -e "$done_stage" ] && stage "rdma guest: $(cat "$done_stage")"; done
+  follow_guest "$WORK/rdma" "rdma guest: "
   [ -e "$WORK/rdma/done" ] || { tail -20 "$WORK/rdma.log" >&2; fail "the RDMA guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
   "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
   rdma_rc=$?

@@ -147,6 +147,9 @@ def test_the_errnos_the_module_answers_are_one_line_each(module_box):
     assert "CAP_SYS_RAWIO" in texts[errno.EPERM]
     assert "x86 PAT refused uc" in texts[errno.EAGAIN]
     assert all("\n" not in text for text in texts.values())
+    write(module_box, PAT, f"PAT: [mem 0x{START:016x}-0x{START + 65536:016x}] write-back")
+    tracked = why(OSError(errno.EINVAL, os.strerror(errno.EINVAL)))  # remap_pfn_range's refusal
+    assert "x86 PAT refused uc" in tracked and "tracked as write-back" in tracked
 
 
 def test_a_run_naming_a_missing_device_exits_2_with_one_line(tmp_path):
@@ -157,3 +160,20 @@ def test_a_run_naming_a_missing_device_exits_2_with_one_line(tmp_path):
                           timeout=600)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"{DEVICE} does not exist" in done.stderr and "nearlocal_pool" in done.stderr
+
+
+def test_an_insmod_the_module_refused_is_named_from_the_kernel_log(tmp_path, monkeypatch):
+    """Issue 58: insmod on a range device-dax still holds fails with EBUSY and one line in the
+    kernel log; the run naming the missing device quotes that line (which driver, which range)."""
+    root = cxl_box(tmp_path)
+    refused = (f"nearlocal_pool: [mem {START:#x}-{START + (16 << 20) - 1:#x}] is held by another "
+               "driver (see /proc/iomem): refused")
+    write(root, "/dev/kmsg", f"6,100,5,-;nearlocal_pool: earlier line\n3,101,6,-;{refused}\n")
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(root))
+    assert probe_pool_module(SysRoot(root)).refusal == refused
+    spec = parse_region(f"ncmem:{DEVICE}")
+    with pytest.raises(UsageError, match="held by another driver") as caught:
+        region_kind(spec).validate(spec, None)
+    assert "\n" not in str(caught.value)
+    write(root, "/dev/kmsg", f"3,101,6,-;{refused}\n6,102,7,-;nearlocal_pool: /dev/x maps it\n")
+    assert probe_pool_module(SysRoot(root)).refusal is None  # a later load's line is no refusal

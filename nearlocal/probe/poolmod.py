@@ -6,6 +6,7 @@ nearlocal never builds or loads it: the operator does (docs/memory-types.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ class PoolModule:
     size: int | None = None
     mappings: int | None = None  # live mappings of the range
     commands: list[str] = field(default_factory=list)  # what the operator runs next, in order
+    # the module's last line in the kernel log when it is not loaded: why an insmod refused
+    refusal: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -52,6 +55,7 @@ class PoolModule:
         if self.usable:
             return None
         what = ("is loaded but " + DEVICE + " is absent" if self.loaded else
+                f"is not loaded: its last insmod was refused ({self.refusal})" if self.refusal else
                 "is built but not loaded" if self.built else "is not built")
         return f"the {MODULE} kernel module {what}: " + "; ".join(self.commands)
 
@@ -63,6 +67,40 @@ def _installed(root: SysRoot, release: str) -> str | None:
             if root.exists(name):
                 return name
     return None
+
+
+def kernel_log(root: SysRoot) -> list[str]:
+    """The kernel log's messages, oldest first ([] where it cannot be read: not root). /dev/kmsg
+    gives one record per read and EAGAIN at its end when opened non-blocking; a fake root's is
+    a text file of the same records."""
+    if not root.is_real():
+        text = root.read("/dev/kmsg") or ""
+        return [line.partition(";")[2] for line in text.splitlines()]
+    records = []
+    with contextlib.suppress(OSError):
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    record = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except OSError:  # EPIPE: a record overwritten while reading; go on
+                    continue
+                if not record:
+                    break
+                records.append(record.decode("utf-8", "replace").partition(";")[2].split("\n")[0])
+        finally:
+            os.close(fd)
+    return records
+
+
+def last_refusal(root: SysRoot) -> str | None:
+    """The module's last refusal in the kernel log ("nearlocal_pool: ... refused"), the one line
+    an insmod that failed left (an errno alone says EBUSY, not which driver holds the range)."""
+    said = [line for line in kernel_log(root) if line.startswith(f"{MODULE}: ")]
+    last = said[-1] if said else ""
+    return last if "refused" in last or "must be" in last else None  # not a later load's line
 
 
 def probe_pool_module(root: SysRoot, dax: list | None = None) -> PoolModule:
@@ -80,6 +118,8 @@ def probe_pool_module(root: SysRoot, dax: list | None = None) -> PoolModule:
         found.size = root.read_int(f"{SYSFS}/size")
         found.mappings = root.read_int(f"{SYSFS}/mappings", base=10)
         found.device = DEVICE if root.exists(DEVICE) else None
+    else:
+        found.refusal = last_refusal(root)
     found.commands = _commands(found, dax or [])
     return found
 

@@ -330,15 +330,17 @@ def _module_error(module: PoolModule, start: int, length: int, attr: str):
         where = f"[{start:#x}, {start + length:#x})"
         if exc.errno == errno.ENXIO:
             return f"{where} is beyond the {MODULE} module's range ({format_size(module.size)})"
+        if exc.errno in (errno.EINVAL, errno.EAGAIN):  # remap_pfn_range's PAT refusal is EINVAL
+            found = pat.memtype(SysRoot.default(), start, length)
+            tracked = pat.disagreement(attr, found, where) and not found.startswith("write-back (no")
+            if exc.errno == errno.EAGAIN or tracked:
+                return (f"x86 PAT refused {attr} for {where}: the range is tracked as {found} "
+                        f"by another mapping (one type per range: unmap it first)")
         if exc.errno == errno.EINVAL:
             return (f"the {MODULE} module refused to map {where} as {attr} (a type it does not "
                     "know, or a mapping that is not shared)")
         if exc.errno in (errno.EPERM, errno.EACCES):
             return f"mapping through the {MODULE} module needs root (CAP_SYS_RAWIO)"
-        if exc.errno == errno.EAGAIN:
-            found = pat.memtype(SysRoot.default(), start, length)
-            return (f"x86 PAT refused {attr} for {where}: the range is tracked as {found} by "
-                    "another mapping")
         return f"mapping {where} through the {MODULE} module failed: {exc.strerror}"
     return why
 
