@@ -10,6 +10,12 @@ class UsageError(Exception):
     """Bad input from the user: a one-line message naming the problem and what is valid."""
 
 
+class Unavailable(Exception):
+    """What the box refuses only once a case's region or session is opened (the driver refusing
+    a cudaHostRegister of I/O memory): the case is a skipped row with this one-line reason, the
+    refusing layer's own words in it, never a failed row and never a measurement."""
+
+
 @contextlib.contextmanager
 def naming(subject: str) -> Iterator[None]:
     """A UsageError raised inside names `subject` (the option or file the bad value came from)

@@ -26,6 +26,14 @@
 3. The 64 KiB device figure explained (issue 24 item 6): cuda-memcpy-async 64 KiB with and
    without the 1-byte prime copy before the start event, beside a lone cudaMemcpyAsync between
    two events (raw, and minus an unqueued empty interval).
+4. Beluga B10 (issue 58 item 3): cuda-memcpy and gather-kernel at 16 KiB and 64 KiB into gpu:0
+   from write-combined pinned memory (`pinned --attr wc`: cudaHostAllocWriteCombined, no module)
+   beside the same from write-back pinned memory, and from the pool's range mapped uncached
+   through the nearlocal_pool module (`registered:ncmem:/dev/nearlocal-pool0 --attr uc`,
+   cudaHostRegisterIoMemory) where the module is loaded here; the ratios wc / wb, uc / wb and
+   cudaMemcpy / gather-kernel, beside the paper's figure (no verdict on them). Verdict
+   `b10_wc_rows_measured`: every wb and wc row measured; a uc row is measured, skipped in CUDA's
+   words (a refused registration) or not run with the module's reason.
 
 Every row, figure and verdict is appended to rows.jsonl under --out the moment it is measured
 (flushed and synced), so a run killed at its cap keeps what it measured; `--partial` renders
@@ -46,7 +54,9 @@ import numpy as np
 from nearlocal.core.cases import Case
 from nearlocal.core.sampling import StoppingRule
 from nearlocal.engine.worker import WorkerSettings, measure
+from nearlocal.errors import Unavailable
 from nearlocal.probe.gpu import _one_line
+from nearlocal.probe.poolmod import DEVICE, probe_pool_module
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_ns
 
@@ -99,11 +109,14 @@ def read_rows(path: Path) -> list[dict]:
     return records
 
 
-def _row(method: str, pattern: str, access: str = "read", **params: str) -> dict:
-    case = Case(method, "pinned", "wb", pattern, peer="gpu:0", access=access,
+def _row(method: str, pattern: str, access: str = "read", region: str = "pinned",
+         attr: str = "wb", settings: WorkerSettings = SETTINGS, **params: str) -> dict:
+    case = Case(method, region, attr, pattern, peer="gpu:0", access=access,
                 params=tuple(params.items()))
     try:
-        row, _, _, _ = measure(case, SETTINGS, 0.0)
+        row, _, _, _ = measure(case, settings, 0.0)
+    except Unavailable as exc:  # refused once opened (a cudaHostRegister CUDA refused): skipped
+        out = {"case": case.id, "skipped": _one_line(exc, 400)}
     except Exception as exc:  # a failed cell is shown as failed, the table goes on
         out = {"case": case.id, "error": _one_line(exc, 300)}
     else:
@@ -117,6 +130,8 @@ def _row(method: str, pattern: str, access: str = "read", **params: str) -> dict
 def _cell(row: dict) -> str:
     if "error" in row:
         return "FAILED"
+    if "skipped" in row:
+        return "skipped"
     return f"{format_ns(row['median_ns'])} ({row['gbps']:.1f} GB/s)"
 
 
@@ -450,6 +465,113 @@ def gather_vs_plain_copy(pattern: str, reps: int = 30) -> dict:
     return out
 
 
+# --- B10: cudaMemcpy and the gather kernel from write-combining and uncached host memory ------
+
+B10_SIZES = ("16KiB", "64KiB")
+B10_METHODS = ("cuda-memcpy", "gather-kernel")
+# a smaller budget than the table's: 12 rows at most, the check step's cap unchanged
+B10_SETTINGS = WorkerSettings(StoppingRule(budget_s=0.1, target_rel_ci=0.02), 1e9, False)
+B10_WB, B10_WC = ("pinned", "wb"), ("pinned", "wc")
+B10_UC = (f"registered:ncmem:{DEVICE}", "uc")
+
+
+def b10_regions() -> list[tuple[str, str, str | None]]:
+    """(region, attr, why it is not measured here or None): write-back and write-combined
+    pinned memory always; the pool's range mapped uncached through the nearlocal_pool module
+    where the module is loaded with its device (else its reason and commands)."""
+    module = probe_pool_module(SysRoot.default())
+    why = module.reason() if not module.usable else None
+    return [(*B10_WB, None), (*B10_WC, None), (*B10_UC, why)]
+
+
+def b10_rows(regions: list[tuple[str, str, str | None]] | None = None) -> dict:
+    """Every B10 row, keyed "region/attr/method/size": measured, skipped (CUDA refused the
+    registration, in its words) or not run (the module's reason)."""
+    out = {}
+    for region, attr, why in regions if regions is not None else b10_regions():
+        for method in B10_METHODS:
+            for size in B10_SIZES:
+                key = f"{region}/{attr}/{method}/{size}"
+                row = ({"case": key, "skipped": why, "not_run": True} if why else
+                       _row(method, size, region=region, attr=attr, settings=B10_SETTINGS))
+                out[key] = {**row, "region": region, "attr": attr, "method": method,
+                            "size": size}
+    return out
+
+
+def _b10_median(rows: dict, where: tuple[str, str], method: str, size: str) -> float | None:
+    row = rows.get(f"{where[0]}/{where[1]}/{method}/{size}", {})
+    return None if "error" in row or "skipped" in row else row.get("median_ns")
+
+
+def _times(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _times_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def b10_section(rows: dict) -> tuple[list[str], tuple[bool, str], dict]:
+    """(report lines, the verdict b10_wc_rows_measured, the ratios) of the B10 rows."""
+    from nearlocal.report.papers import figure
+    from nearlocal.units import parse_size
+
+    b10 = figure("B10")
+    below, latency = b10.value("below size"), b10.value("latency")
+    lines = ["", "## B10: cudaMemcpy and gather-kernel from write-combining and uncached host "
+             "memory -> gpu:0 (device time, median)", "",
+             f"B10 ({b10.citation}): {b10.what}: {b10.text}", "",
+             "| region | attr | method | " + " | ".join(B10_SIZES) + " |",
+             "|---|---|---|" + "---|" * len(B10_SIZES)]
+    for region, attr in dict.fromkeys((r["region"], r["attr"]) for r in rows.values()):
+        for method in B10_METHODS:
+            cells = [_cell(rows.get(f"{region}/{attr}/{method}/{size}", {"error": "absent"}))
+                     for size in B10_SIZES]
+            lines.append(f"| {region} | {attr} | {method} | " + " | ".join(cells) + " |")
+    ratios: dict = {}
+    lines += ["", "Ratios (for information, no verdict):", ""]
+    for method in B10_METHODS:
+        for size in B10_SIZES:
+            wb = _b10_median(rows, B10_WB, method, size)
+            found = {f"{label}_over_wb": _times(_b10_median(rows, where, method, size), wb)
+                     for label, where in (("wc", B10_WC), ("uc", B10_UC))}
+            ratios[f"{method}/{size}"] = found
+            lines.append(f"- {method} {size}: wc / wb {_times_text(found['wc_over_wb'])}, "
+                         f"uc / wb {_times_text(found['uc_over_wb'])}")
+    for label, where in (("wb", B10_WB), ("wc", B10_WC), ("uc", B10_UC)):
+        for size in B10_SIZES:
+            memcpy = _b10_median(rows, where, "cuda-memcpy", size)
+            found = _times(memcpy, _b10_median(rows, where, "gather-kernel", size))
+            ratios[f"memcpy_over_gather/{label}/{size}"] = found
+            lines.append(f"- {label} {size}: cuda-memcpy / gather-kernel {_times_text(found)}")
+            if label != "wb" and memcpy is not None and parse_size(size) < below.bytes():
+                lines.append(f"- cuda-memcpy from {label} at {size} ({below.text()}): "
+                             f"{format_ns(memcpy)}, {_times_text(_times(memcpy, latency.ns()))} "
+                             f"the paper's {latency.text()} (from uncacheable memory)")
+    missing: dict[tuple, list[str]] = {}  # one line per region and reason
+    for r in rows.values():
+        if "skipped" in r or "error" in r:
+            reason = ("FAILED: " + r["error"] if "error" in r else
+                      ("not run: " if r.get("not_run") else "skipped: ") + r["skipped"])
+            missing.setdefault((r["region"], r["attr"], reason), []).append(
+                f"{r['method']} {r['size']}")
+    if missing:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {region} {attr} ({', '.join(cases)}): {reason}"
+                  for (region, attr, reason), cases in missing.items()]
+    pinned = [k for k, r in rows.items() if (r["region"], r["attr"]) in (B10_WB, B10_WC)]
+    bad = [k for k in pinned if "median_ns" not in rows[k]]
+    uc = [r for r in rows.values() if (r["region"], r["attr"]) == B10_UC]
+    uc_state = ("measured" if uc and all("median_ns" in r for r in uc) else
+                "not measured (see Not measured)")
+    verdict = (not bad and len(pinned) == 2 * len(B10_METHODS) * len(B10_SIZES), (
+        f"{len(pinned) - len(bad)} of {len(pinned)} wb / wc pinned rows measured"
+        + (" (not: " + ", ".join(bad) + ")" if bad else "")
+        + f"; uc through the nearlocal_pool module: {uc_state}"))
+    return lines, verdict, ratios
+
+
 def gpu_unusable() -> str | None:
     """Why this box cannot run the check (one line), or None."""
     try:
@@ -725,6 +847,10 @@ def main(argv: list[str] | None = None) -> int:
               {k: {"median_ns": v["median_ns"], "gbps": v["gbps"]} for k, v in hbm.items()
                if isinstance(v, dict)})
     notes.append(hbm_note(hbm))
+    b10 = b10_rows()
+    b10_lines, checks["b10_wc_rows_measured"], b10_ratios = b10_section(b10)
+    report["b10"] = {"rows": b10, "ratios": b10_ratios}
+    LOG.write("figure", name="b10_ratios", value=b10_ratios)
     lines += ["", "## What must hold", ""]
     for name, (ok, text) in checks.items():
         lines.append(f"- {'PASS' if ok else 'FAIL'} {name}: {text}")
@@ -757,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
               "- reading: prime=0 above prime=1 by a few us, and the lone copy near prime=1, "
               "says the copy engine's wait for the blocking kernel inflated the unprimed figure"]
 
+    lines += b10_lines
     lines += ["", "## gather-kernel 64 MiB by block size (for tuning; the verdict uses the default)",
               ""]
     for threads in ("256", "512"):

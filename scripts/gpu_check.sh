@@ -10,7 +10,9 @@
 # module once, with NVRTC directly); then, only when the probe found a GPU and the module
 # compiled (else every later step is skipped with that one line and the check exits 1): the GPU
 # tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (the side-by-side table, the
-# thresholds, the PCIe floor, the HBM figure, prime=1 / prime=0 / lone copy at 64 KiB); the
+# thresholds, the PCIe floor, the HBM figure, prime=1 / prime=0 / lone copy at 64 KiB, B10:
+# cudaMemcpy and gather-kernel at 16 / 64 KiB from write-combined beside write-back pinned
+# memory, and uncached through the nearlocal_pool module where it is loaded); the
 # `gpu` and `swiftcache` suites (one worker process, so one CUDA start per suite; storage cases
 # read a file made once in the scratch folder) and their verdict "every case of the suite
 # present, ok or skipped with a reason"; the `gpu` suite under pytest-benchmark. Each step has

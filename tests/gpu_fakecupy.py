@@ -97,9 +97,15 @@ class _Event:
         pass
 
 
+# the statuses the double raises by name, as cupy words them (cudaGetErrorName: cudaGetErrorString)
+CUDA_ERRORS = {1: ("cudaErrorInvalidValue", "invalid argument"),
+               801: ("cudaErrorNotSupported", "operation not supported")}
+
+
 class CUDARuntimeError(RuntimeError):
     def __init__(self, status: int):
-        super().__init__(f"status {status}")
+        name = CUDA_ERRORS.get(status)
+        super().__init__(f"{name[0]}: {name[1]}" if name else f"status {status}")
         self.status = status
 
 
@@ -110,8 +116,11 @@ class _Runtime:
         self.device_count = 1
         self.host_allocs: dict[int, np.ndarray] = {}
         self.registered: dict[int, int] = {}
+        self.alloc_flags: dict[int, int] = {}  # host pointer -> cudaHostAlloc's flags
+        self.register_flags: dict[int, int] = {}  # host pointer -> cudaHostRegister's flags
         self.calls: dict[str, int] = {}
         self.fail_register = False
+        self.refuse_io_memory = False  # cudaHostRegisterIoMemory answered cudaErrorNotSupported
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -166,6 +175,7 @@ class _Runtime:
         buffer = np.zeros(size + 4096, np.uint8)
         pointer = (int(buffer.ctypes.data) + 4095) // 4096 * 4096
         self.host_allocs[pointer] = buffer
+        self.alloc_flags[pointer] = flags
         return pointer
 
     def freeHost(self, pointer) -> None:
@@ -174,7 +184,10 @@ class _Runtime:
     def hostRegister(self, pointer, size, flags) -> None:
         if self.fail_register:
             raise CUDARuntimeError(1)
+        if self.refuse_io_memory and flags & 0x04:  # cudaHostRegisterIoMemory
+            raise CUDARuntimeError(801)
         self.registered[pointer] = size
+        self.register_flags[pointer] = flags
 
     def hostUnregister(self, pointer) -> None:
         del self.registered[pointer]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from nearlocal.probe.poolmod import PoolModule
 from tests.gpu_fakecupy import make_fake_cupy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,16 +82,21 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
              link: tuple[str, str] = ("32.0 GT/s PCIe", "16"), big_ns: float = 1.3e6):
     """main() over given figures: every measurement replaced by a stand-in."""
 
-    def row(method, pattern, access="read", **params):
-        ns = {"64KiB": 6e3, "64MiB": big_ns, "1024x160B": 5e4, "128x20KiB": 8e4}[pattern]
+    def row(method, pattern, access="read", region="pinned", attr="wb", settings=None,
+            **params):
+        ns = {"16KiB": 5e3, "64KiB": 6e3, "64MiB": big_ns, "1024x160B": 5e4,
+              "128x20KiB": 8e4}[pattern]
         if method == "cuda-memcpy-async" and pattern == "1024x160B":
             ns = memcpy_few_ns
         if params.get("timing") == "e2e" and method == "gather-kernel":
             ns = e2e_ns
-        nbytes = {"64KiB": 1 << 16, "64MiB": 64 << 20, "1024x160B": 163840,
+        if attr == "wc":  # B10's shape: the runtime's small copy slow, the kernel not
+            ns = 1.2e6 if method == "cuda-memcpy" and pattern == "16KiB" else 1.5 * ns
+        nbytes = {"16KiB": 1 << 14, "64KiB": 1 << 16, "64MiB": 64 << 20, "1024x160B": 163840,
                   "128x20KiB": 2621440}[pattern]
-        return {"case": f"{method}/{pattern}/{access}/{params}", "median_ns": ns, "p99_ns": ns,
-                "n": 10, "gbps": nbytes / ns, "info": {"timer_overhead_ns": 1000.0}}
+        return {"case": f"{method}/{region}/{attr}/{pattern}/{access}/{params}", "median_ns": ns,
+                "p99_ns": ns, "n": 10, "gbps": nbytes / ns,
+                "info": {"timer_overhead_ns": 1000.0}}
 
     def reference(pattern, reps=30):
         plain = [{"label": "unroll 12, 132 x 512 (nvbandwidth: a block per SM)",
@@ -105,6 +111,8 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
     monkeypatch.setattr(gpu_check, "bare_launch_ns", lambda pattern, reps=300: (bare_ns, []))
     monkeypatch.setattr(gpu_check, "lone_memcpy_ns", lambda nbytes, reps=100: (5.7e3, 1e3, []))
     monkeypatch.setattr(gpu_check, "gpu_unusable", lambda: None)
+    monkeypatch.setattr(gpu_check, "probe_pool_module", lambda root: PoolModule(
+        commands=["build it: make -C kmod/nearlocal_pool"]))  # the module: not built here
     monkeypatch.setattr(gpu_check, "gpu_bus_id", lambda device=0: "0000:1b:00.0")
     monkeypatch.setattr(gpu_check, "pcie_link", lambda bus, root=None: {
         "bus_id": bus, "current_link_speed": link[0], "current_link_width": link[1],
@@ -135,6 +143,18 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     checks = {r["name"]: r["ok"] for r in records if r["kind"] == "check"}
     assert checks["h2d_64MiB_above_link_floor"] and checks["gather_e2e_vs_bare_launch"]
     assert any(r["kind"] == "figure" and r["name"] == "pcie_link" for r in records)
+    # B10: wc beside wb pinned, both methods at 16 and 64 KiB, the ratios, the paper's figure
+    assert "PASS b10_wc_rows_measured: 8 of 8 wb / wc pinned rows measured" in report
+    assert "## B10: cudaMemcpy and gather-kernel" in report and "~1.23 ms" in report
+    assert "- cuda-memcpy 16KiB: wc / wb 240.00x, uc / wb n/a" in report
+    assert "- gather-kernel 64KiB: wc / wb 1.50x" in report
+    assert "- wc 16KiB: cuda-memcpy / gather-kernel 160.00x" in report
+    assert ("- cuda-memcpy from wc at 16KiB (< 24 KB): 1.20 ms, 0.98x the paper's ~1.23 ms "
+            "(from uncacheable memory)") in report
+    assert "(cuda-memcpy 16KiB, cuda-memcpy 64KiB, gather-kernel 16KiB, gather-kernel 64KiB): "\
+           "not run: the nearlocal_pool kernel module is not built: build it" in report
+    ratios = json.loads((tmp_path / "gpu_check.json").read_text())["b10"]["ratios"]
+    assert ratios["cuda-memcpy/16KiB"]["wc_over_wb"] == pytest.approx(240.0)
 
     _figures(gpu_check, monkeypatch, gather_gbps=30.0, plain_gbps=35.0, memcpy_few_ns=5e5,
              e2e_ns=40e3, bare_ns=25e3)
@@ -151,6 +171,45 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     assert "PASS h2d_64MiB_vs_torch" in report  # torch rides the same x8 link: no help there
     assert "FAIL h2d_64MiB_above_link_floor" in report and "trained gen 5 x8" in report
     assert "trained below what both ends support" in report
+
+
+@needs_gxx
+def test_b10_rows_against_the_double(gpu_check, tmp_path, monkeypatch):
+    """The B10 rows through the real measure(): wb and wc pinned measured; the uc row through
+    a (fake) loaded nearlocal_pool module skipped in CUDA's own words when CUDA refuses its
+    I/O-memory registration; the verdict holds on the pinned rows alone."""
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.engine.worker import WorkerSettings
+    from nearlocal.probe.poolmod import WINDOWS
+    from tests.fakesys import pool_module_box, write
+
+    start = 0x1080000000
+    root = pool_module_box(tmp_path / "box", start)
+    write(root, "/sys/kernel/debug/x86/pat_memtype_list",
+          f"PAT: [mem 0x{start:016x}-0x{start + (16 << 20):016x}] uncached")
+    monkeypatch.setenv("NEARLOCAL_SYSROOT", str(root))
+    monkeypatch.setattr("nearlocal.regions.devices.WINDOWS", dict.fromkeys(WINDOWS, 0))
+    monkeypatch.setattr(gpu_check, "B10_SETTINGS", WorkerSettings(
+        StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), 1e9, False))
+    sys.modules["cupy"].cuda.runtime.refuse_io_memory = True
+    regions = gpu_check.b10_regions()
+    assert [(r, a, why) for r, a, why in regions] == [
+        ("pinned", "wb", None), ("pinned", "wc", None),
+        ("registered:ncmem:/dev/nearlocal-pool0", "uc", None)]
+    rows = gpu_check.b10_rows(regions)
+    assert len(rows) == 12
+    pinned = [r for r in rows.values() if r["region"] == "pinned"]
+    assert all("median_ns" in r for r in pinned)
+    assert {r["info"]["host_alloc_flags"] for r in pinned if r["attr"] == "wc"} == {
+        "portable|mapped|write-combined"}
+    uc = [r for r in rows.values() if r["attr"] == "uc"]
+    assert all("cudaErrorNotSupported: operation not supported" in r["skipped"] for r in uc)
+    lines, (ok, text), ratios = gpu_check.b10_section(rows)
+    assert ok and "8 of 8" in text and "uc through the nearlocal_pool module: not measured" in text
+    assert ratios["cuda-memcpy/16KiB"]["wc_over_wb"] > 0
+    assert ratios["cuda-memcpy/16KiB"]["uc_over_wb"] is None
+    assert any("registered:ncmem:/dev/nearlocal-pool0 | uc | cuda-memcpy | skipped" in line
+               for line in lines)
 
 
 def _sysfs(tmp_path, gpu: tuple[str, str, str, str], port: tuple[str, str]) -> Path:

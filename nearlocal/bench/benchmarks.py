@@ -23,7 +23,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from nearlocal.core.cases import Case
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, StoppingRule, relative_half_width
 from nearlocal.core.suites import get_suite, suite_cases
 from nearlocal.engine.worker import WorkerSettings, measure, open_case
-from nearlocal.errors import UsageError
+from nearlocal.errors import Unavailable, UsageError
 from nearlocal.regions import parse_region, region_kind
 
 if TYPE_CHECKING:
@@ -174,8 +174,11 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     if host.processes > 1:
         row, raw, ns, process, placement = _in_processes(entry, stopping_rule(benchmark, host), host)
     else:  # in pytest's own process, by the worker's own measure(): the same row as run's
-        measured, raw, ns, placement = measure(entry.resolved,
-                                               host.settings(stopping_rule(benchmark, host)))
+        try:
+            measured, raw, ns, placement = measure(entry.resolved,
+                                                   host.settings(stopping_rule(benchmark, host)))
+        except Unavailable as exc:  # refused once opened: skipped, as `run` stores it
+            _skip(str(exc))
         measured.pop("chosen", None)
         row.update(measured, processes=1)
         process = np.zeros(len(ns), np.int32)
@@ -221,9 +224,17 @@ def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict
     runner.run([entry])
     row, raw, ns, process, placement = collected.found or (
         {"status": "failed", "reason": "not measured"}, None, None, None, None)
+    if row.get("status") == "skipped":  # refused once opened (errors.Unavailable)
+        _skip(str(row.get("reason")))
     if row.get("status") != "ok" or ns is None:
         raise RuntimeError(f"{entry.case.id}: {row.get('status')}: {row.get('reason')}")
     return row, raw, ns, process, placement
+
+
+def _skip(reason: str) -> NoReturn:
+    import pytest
+
+    pytest.skip(reason)
 
 
 def _finite(value: float) -> float | None:

@@ -389,8 +389,8 @@ class Runner:
         wall = {"wall_s": time.perf_counter() - self._sent}
         if isinstance(message, dict):  # crashed or timed out
             return {**message, **wall}, None, None, None
-        if message[0] == "failed":
-            return {"status": "failed", "reason": message[1], **wall}, None, None, None
+        if message[0] in ("failed", "skipped"):  # skipped: refused once opened (Unavailable)
+            return {"status": message[0], "reason": message[1], **wall}, None, None, None
         _, row, raw, ns, placement = message
         return {**row, **wall}, raw, ns, placement
 

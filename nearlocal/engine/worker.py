@@ -33,7 +33,7 @@ from nearlocal.core.sampling import (
     summarize,
 )
 from nearlocal.engine.children import ignore_interrupts, resend_swallowed
-from nearlocal.errors import UsageError
+from nearlocal.errors import Unavailable, UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, region_kind
 from nearlocal.regions.placement import describe_placement
@@ -317,6 +317,8 @@ def _serve(conn, settings: WorkerSettings) -> None:
         try:
             reply = (("compiled", *compile_case(case, settings)) if kind == "compile"
                      else ("ok", *measure(case, settings, message[2])))
+        except Unavailable as exc:  # refused only once opened: a skipped row, its reason
+            reply = ("skipped", str(exc))
         except UsageError as exc:
             reply = ("failed", str(exc))
         except Exception as exc:  # a method's own error fails that case, not the run

@@ -1,11 +1,15 @@
 """GPU region kinds: `gpu:K` (device memory of GPU K), `pinned` (cudaHostAlloc, mapped into every
-GPU's address space) and `registered:<region>` (a host region - dram, numa:N, devdax:..., file:,
-shm: - page-locked in place with cudaHostRegister).
+GPU's address space; `--attr wc`: allocated write-combined) and `registered:<region>` (a host
+region - dram, numa:N, devdax:..., file:, shm:, ncmem:... - page-locked in place with
+cudaHostRegister).
 
 `pinned` and `registered:` are host memory (family "host"), so the CPU methods run on them too;
 `gpu:K` is family "gpu". Registration is checked (cudaPointerGetAttributes must call the memory
 host-registered); when it fails the case fails with CUDA's reason - nothing falls back silently to
-pageable copies. cupy is imported only when one of these regions is opened.
+pageable copies. A range mapped by frame number (`MappedRegion.io_memory`: uc / wc / wb through
+the nearlocal_pool module, a PCI BAR) is registered as I/O memory (cudaHostRegisterIoMemory);
+where CUDA refuses that, the case is skipped with CUDA's own error (errors.Unavailable). cupy is
+imported only when one of these regions is opened.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nearlocal.errors import UsageError
+from nearlocal.errors import Unavailable, UsageError, error_line
 from nearlocal.kernels.cuda import fill_device
 from nearlocal.probe import HostInventory
 from nearlocal.regions.base import (
     MappedRegion,
     RegionKind,
     RegionSpec,
+    attribute_unavailable,
     parse_region,
     pool_class_of,
     region_kind,
@@ -30,11 +35,21 @@ from nearlocal.regions.base import (
 )
 from nearlocal.regions.host import FILL_BLOCK, fill_owned
 
-HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
-HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
-HOST_REGISTER_PORTABLE = 1
-HOST_REGISTER_MAPPED = 2
-HOST_REGISTER_READ_ONLY = 8
+# the flags of cudaHostAlloc and cudaHostRegister (cuda_runtime_api.h), by the names rows give them
+HOST_ALLOC_FLAGS: dict[str, int] = {
+    "portable": 0x01,  # cudaHostAllocPortable
+    "mapped": 0x02,  # cudaHostAllocMapped
+    "write-combined": 0x04,  # cudaHostAllocWriteCombined
+}
+HOST_REGISTER_FLAGS: dict[str, int] = {
+    "portable": 0x01,  # cudaHostRegisterPortable
+    "mapped": 0x02,  # cudaHostRegisterMapped
+    "io-memory": 0x04,  # cudaHostRegisterIoMemory
+    "read-only": 0x08,  # cudaHostRegisterReadOnly
+}
+MAPPED = ("portable", "mapped")  # every pinned or registered region: usable by every GPU, mapped
+# what cudaHostAlloc asks for each attribute a `pinned` region offers
+PINNED_ALLOC: dict[str, tuple[str, ...]] = {"wb": MAPPED, "wc": (*MAPPED, "write-combined")}
 MEMORY_TYPE_HOST = 1  # cudaMemoryTypeHost
 PAGE = 4096
 PAD = 256  # allocations are padded so word accesses never leave them
@@ -71,6 +86,14 @@ def gpu_access(region: MappedRegion) -> GpuAccess:
         return region.access
     pointer = int(region.array.ctypes.data)
     return GpuAccess("pageable", pointer, None, int(region.array.nbytes))
+
+
+def flags_of(table: dict[str, int], names: tuple[str, ...]) -> tuple[int, str]:
+    """(the flags' value, their names as the row states them: "portable|mapped")."""
+    value = 0
+    for name in names:
+        value |= table[name]
+    return value, "|".join(names)
 
 
 def _round_up(value: int, align: int) -> int:
@@ -145,11 +168,12 @@ def _host_array(pointer: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
 
 
-def alloc_mapped(runtime, nbytes: int) -> tuple[int, int, np.ndarray]:
-    """cudaHostAlloc(portable | mapped) of `nbytes`: (host pointer, device pointer, the bytes as
-    a numpy array). Freed again when no device pointer can be had; the caller frees it later
-    with runtime.freeHost(host pointer)."""
-    pointer = runtime.hostAlloc(nbytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED)
+def alloc_mapped(runtime, nbytes: int, flags: tuple[str, ...] = MAPPED
+                 ) -> tuple[int, int, np.ndarray]:
+    """cudaHostAlloc(portable | mapped, or the HOST_ALLOC_FLAGS named) of `nbytes`: (host
+    pointer, device pointer, the bytes as a numpy array). Freed again when no device pointer can
+    be had; the caller frees it later with runtime.freeHost(host pointer)."""
+    pointer = runtime.hostAlloc(nbytes, flags_of(HOST_ALLOC_FLAGS, flags)[0])
     try:
         device_pointer = _device_pointer(runtime, pointer)
         array = _host_array(pointer, nbytes)
@@ -159,20 +183,29 @@ def alloc_mapped(runtime, nbytes: int) -> tuple[int, int, np.ndarray]:
     return pointer, device_pointer, array
 
 
+# what a write-combined `pinned` region's row says of its memory type: CUDA chose it, nothing
+# nearlocal mapped, so no PAT type is read back (pat.UNKNOWN's form, never a guessed type)
+WC_PINNED_MEMTYPE = ("unknown: cudaHostAlloc allocated it write-combined "
+                     "(cudaHostAllocWriteCombined); the driver sets its pages' type and nearlocal "
+                     "reads no PAT type back for them")
+
+
 def _open_pinned(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
     cp = _cupy()
     runtime = cp.cuda.runtime
     nbytes = _round_up(size, PAD)
-    pointer, device_pointer, array = alloc_mapped(runtime, nbytes)
+    names = PINNED_ALLOC[attr]
+    pointer, device_pointer, array = alloc_mapped(runtime, nbytes, names)
     fill_owned(array)
 
     def close() -> None:
         runtime.freeHost(pointer)
 
+    info = {"memory": "pinned", "host_alloc_flags": flags_of(HOST_ALLOC_FLAGS, names)[1]}
+    if attr == "wc":
+        info["memtype"] = WC_PINNED_MEMTYPE
     access = GpuAccess("pinned", pointer, int(device_pointer), nbytes)
-    return GpuRegion(spec, attr, array[:size], True,
-                     {"memory": "pinned", "host_alloc_flags": "portable|mapped"}, close,
-                     access=access)
+    return GpuRegion(spec, attr, array[:size], True, info, close, access=access)
 
 
 # --- registered:<region> ----------------------------------------------------------------------
@@ -216,12 +249,18 @@ def _open_registered(spec: RegionSpec, size: int, attr: str, allow_write: bool) 
             raise RuntimeError(f"{inner_spec.text} is not page-aligned at {pointer:#x}; "
                                "cudaHostRegister needs whole pages")
         nbytes = _round_up(size, PAGE)
-        flags = HOST_REGISTER_PORTABLE | HOST_REGISTER_MAPPED
-        if not inner.writable:
-            flags |= HOST_REGISTER_READ_ONLY
+        names = (*MAPPED, *(("io-memory",) if inner.io_memory else ()),
+                 *(() if inner.writable else ("read-only",)))
+        flags, named = flags_of(HOST_REGISTER_FLAGS, names)
         try:
             runtime.hostRegister(pointer, nbytes, flags)
         except Exception as exc:
+            if inner.io_memory and isinstance(exc, runtime.CUDARuntimeError):
+                # whether CUDA takes I/O memory is the driver's and the platform's to say: a
+                # skip, in CUDA's own words (a refused RAM registration fails the case)
+                raise Unavailable(
+                    f"cudaHostRegister({named}) of {inner_spec.text} ({attr}, {nbytes} bytes, "
+                    f"I/O memory) refused by CUDA: {error_line(exc, 300)}") from exc
             raise RuntimeError(f"cudaHostRegister of {inner_spec.text} ({nbytes} bytes) failed: "
                                f"{exc}; not falling back to pageable copies") from exc
         try:
@@ -244,7 +283,7 @@ def _open_registered(spec: RegionSpec, size: int, attr: str, allow_write: bool) 
             inner.close()
 
     info = {**inner.info, "memory": "registered", "registered": inner_spec.text,
-            "register_flags": "portable|mapped" + ("|read-only" if not inner.writable else "")}
+            "register_flags": named, "register_flags_value": f"{flags:#04x}"}
     access = GpuAccess("registered", pointer, device_pointer, nbytes)
     return GpuRegion(spec, attr, inner.array[:size], inner.writable, info, close, access=access)
 
@@ -260,16 +299,21 @@ register_region_kind(RegionKind(
     instances=_gpu_instances, pool_class="gpu",
 ))
 register_region_kind(RegionKind(
-    name="pinned", syntax="pinned", family="host", attrs=frozenset({"wb"}),
-    summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy)",
+    name="pinned", syntax="pinned", family="host", attrs=frozenset(PINNED_ALLOC),
+    summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy; "
+            "--attr wc: allocated write-combined, no kernel module needed)",
     validate=lambda spec, inventory: None,
     unavailable=lambda spec, inventory: no_gpu(inventory), open=_open_pinned,
     instances=lambda inventory: ["pinned"], pool_class="local",
 ))
 register_region_kind(RegionKind(
-    name="registered", syntax="registered:<host region>", family="host", attrs=frozenset({"wb"}),
-    summary="a host region (dram, numa:N, devdax:...) page-locked in place by cudaHostRegister",
+    name="registered", syntax="registered:<host region>", family="host",
+    attrs=frozenset({"wb", "uc", "wc"}),
+    summary="a host region (dram, numa:N, devdax:..., ncmem:...) page-locked in place by "
+            "cudaHostRegister; a uc / wc / wb mapping through the nearlocal_pool module as I/O "
+            "memory (the attributes are the inner region's)",
     validate=_validate_registered, unavailable=_registered_unavailable, open=_open_registered,
+    attr_unavailable=lambda spec, attr: attribute_unavailable(_inner(spec), attr),
     user_owned=lambda spec: region_kind(_inner(spec)).user_owned(_inner(spec)),
     instances=lambda inventory: ["registered:dram"],
     pool_class=lambda spec, cpuless: pool_class_of(_inner(spec).text, cpuless),

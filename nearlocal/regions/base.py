@@ -68,6 +68,10 @@ class MappedRegion:
     writable: bool
     info: dict = field(default_factory=dict)
     _close: Callable[[], None] | None = None
+    # a physical range mapped by page frame number (remap_pfn_range: VM_IO | VM_PFNMAP, a PCI
+    # BAR, /dev/mem, the nearlocal_pool module), which has no pages to pin: what registers it
+    # with a device (cudaHostRegister) must register it as I/O memory
+    io_memory: bool = False
 
     def close(self) -> None:
         if self._close is not None:

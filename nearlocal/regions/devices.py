@@ -65,7 +65,10 @@ def _map(path: str, size: int, offset: int, allow_write: bool, flags: int = 0,
 
 def _region(spec: RegionSpec, attr: str, buf: mmap.mmap, size: int, writable: bool,
             info: dict) -> MappedRegion:
-    return map_region(spec, attr, buf, size, writable, {**info, "owned": False})
+    """Every mapping here is a physical range mapped by frame number (io_memory)."""
+    region = map_region(spec, attr, buf, size, writable, {**info, "owned": False})
+    region.io_memory = True
+    return region
 
 
 # --- pcibar:DDDD:BB:DD.F/N[@offset[,size]] -------------------------------------------------
