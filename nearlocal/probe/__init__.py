@@ -21,7 +21,7 @@ from nearlocal.probe.gpu import GpuInfo, probe_gpu
 from nearlocal.probe.hugepages import HugePages, probe_hugepages
 from nearlocal.probe.links import Topology, probe_topology
 from nearlocal.probe.numa import NumaNode, probe_numa
-from nearlocal.probe.pci import PciDevice, probe_pci_memory
+from nearlocal.probe.pci import PciDevice, pci_functions, probe_pci_memory
 from nearlocal.probe.poolmod import PoolModule, probe_pool_module
 from nearlocal.probe.rdma import RdmaInfo, probe_rdma
 from nearlocal.probe.settings import BoxSettings, probe_settings
@@ -120,6 +120,7 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
     dax = probe_dax(root)
     gpus = probe_gpu(root) if gpu else GpuInfo(reason="no GPU: not probed")
     rdma = probe_rdma(root)
+    functions = pci_functions(root)  # one walk of /sys/bus/pci: the BARs and the links
     return HostInventory(
         hostname=platform.node() if root.is_real() else "fake-host",
         kernel=os.uname().release if root.is_real() else "fake",
@@ -133,9 +134,9 @@ def probe(root: SysRoot | None = None, calibrate: bool = True, gpu: bool = True)
         hugepages=probe_hugepages(root),
         gpu=gpus,
         block=probe_block(root),
-        pci_memory=probe_pci_memory(root),
+        pci_memory=probe_pci_memory(root, functions),
         rdma=rdma,
         box_settings=probe_settings(root),
         pool_module=probe_pool_module(root, dax),
-        topology=probe_topology(root, cpu, gpus, rdma),
+        topology=probe_topology(root, cpu, gpus, rdma, functions),
     )

@@ -81,6 +81,9 @@ class CpuInfo:
     llc_source: str = "cpuid"
     # the measured readings a run's LLC rests on, its own last (engine.plan.settle_llc)
     llc_readings: list[int] = field(default_factory=list)
+    # /proc/cpuinfo's "cpu family" and "model" numbers (None where it has none: some VMs, ARM)
+    family: int | None = None
+    model_number: int | None = None
 
     def has(self, flag: str) -> bool:
         return self.flags.get(flag, False)
@@ -127,20 +130,34 @@ class CpuInfo:
                     if c.level == 2 and c.kind in ("Unified", "Data")), default=0)
 
 
-def _parse_cpuinfo(text: str) -> tuple[str, str, set[str], int]:
-    model, vendor, flags, count = "unknown", "unknown", set(), 0
+@dataclass
+class _CpuinfoText:
+    model: str = "unknown"
+    vendor: str = "unknown"
+    flags: set[str] = field(default_factory=set)
+    count: int = 0
+    family: int | None = None
+    model_number: int | None = None
+
+
+def _parse_cpuinfo(text: str) -> _CpuinfoText:
+    found = _CpuinfoText()
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
+        key, value = key.strip(), value.strip()
         if key == "processor":
-            count += 1
-        elif key == "model name" and model == "unknown":
-            model = value.strip()
-        elif key == "vendor_id" and vendor == "unknown":
-            vendor = value.strip()
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-    return model, vendor, flags, count
+            found.count += 1
+        elif key == "model name" and found.model == "unknown":
+            found.model = value
+        elif key == "vendor_id" and found.vendor == "unknown":
+            found.vendor = value
+        elif key == "flags" and not found.flags:
+            found.flags = set(value.split())
+        elif key == "cpu family" and found.family is None and value.isdigit():
+            found.family = int(value)
+        elif key == "model" and found.model_number is None and value.isdigit():
+            found.model_number = int(value)
+    return found
 
 
 def _caches(root: SysRoot) -> list[CacheLevel]:
@@ -162,17 +179,19 @@ def _caches(root: SysRoot) -> list[CacheLevel]:
 
 
 def probe_cpu(root: SysRoot) -> CpuInfo:
-    model, vendor, flags, count = _parse_cpuinfo(root.read("/proc/cpuinfo", "") or "")
+    text = _parse_cpuinfo(root.read("/proc/cpuinfo", "") or "")
     khz = root.read_int("/sys/devices/system/cpu/cpu0/tsc_freq_khz", base=10)
     target, target_features = compile_target()
     return CpuInfo(
-        model=model,
-        vendor=vendor,
-        logical_cpus=count,
-        flags={name: name in flags for name in INTERESTING_FLAGS},
+        model=text.model,
+        vendor=text.vendor,
+        logical_cpus=text.count,
+        flags={name: name in text.flags for name in INTERESTING_FLAGS},
         caches=_caches(root),
         tsc_hz_kernel=khz * 1e3 if khz else None,
         online_cpus=parse_cpulist(root.read("/sys/devices/system/cpu/online")),
         target=target,
         target_features=target_features,
+        family=text.family,
+        model_number=text.model_number,
     )

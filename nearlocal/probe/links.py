@@ -14,15 +14,24 @@ byte at 0x185, bit 0 TPHDIS (default 0); allocating flows are off only when bit 
 Applications for Multi-hundred-gigabit Networks", ATC 2020, ddio-bench change-ddio.c:
 SKX_PERFCTRLSTS_0 0x180). Elsewhere (a VM, AMD, other Xeons) it is "not exposed": never guessed.
 nearlocal never writes the register; `ddio_commands` says how an operator switches it.
+
+The box's CPU (vendor, family, model) is the CPU probe's and its PCI functions the one walk of
+/sys/bus/pci/devices that probe/pci.py makes; neither is read again here. What a stored run's
+topology says is read back from its plain-data form by the functions at the end: a link as text,
+the links below their maximum (the self-check), DDIO as a line and as a row records it
+(`ddio_state`: the report's B10 and B11), and which adapter a GPU shares (`adapter_shares`: the
+what-if).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
 
+from nearlocal.probe.pci import PciFunction, pci_functions
 from nearlocal.sysroot import SysRoot, parse_cpulist
 
 PCI = "/sys/bus/pci/devices"
@@ -33,6 +42,8 @@ CPU_DIR = "/sys/devices/system/cpu"
 ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 NOT_EXPOSED = "not exposed"
 NOT_READABLE = "not readable (root needed)"
+NOT_RECORDED = "not recorded"  # a run stored before nearlocal read the links
+KIND_WORDS = {"cxl": "CXL adapter", "gpu": "GPU", "nic": "RDMA NIC"}
 GPU_VENDORS = {"0x10de", "0x1002"}  # NVIDIA, AMD: their display controllers are GPUs
 GPU_CLASS_3D = 0x0302  # "3D controller": data-centre GPUs
 GPU_CLASS_VGA = 0x0300
@@ -59,6 +70,7 @@ class Link:
     numa_node: int | None = None
     socket: int | None = None  # the package of the node's CPUs
     root_port: str | None = None  # None: on a root bus (root-complex integrated, or a VM)
+    gpu_index: int | None = None  # a GPU's device index (gpu:K), where the GPU probe named it
 
 
 @dataclass
@@ -101,7 +113,8 @@ def _socket_of(root: SysRoot, node: int | None) -> int | None:
     return root.read_int(f"{CPU_DIR}/cpu{cpus[0]}/topology/physical_package_id", base=10)
 
 
-def _link(root: SysRoot, kind: str, name: str, address: str) -> Link:
+def _link(root: SysRoot, kind: str, name: str, address: str,
+          gpu_index: int | None = None) -> Link:
     base = f"{PCI}/{address}"
     width = root.read_int(f"{base}/current_link_width", base=10)
     max_width = root.read_int(f"{base}/max_link_width", base=10)
@@ -110,25 +123,27 @@ def _link(root: SysRoot, kind: str, name: str, address: str) -> Link:
     path = _path_addresses(root, base)
     return Link(kind, name, address, root.read(f"{base}/current_link_speed"),
                 width or None, root.read(f"{base}/max_link_speed"), max_width or None,
-                node, _socket_of(root, node), path[0] if len(path) > 1 else None)
+                node, _socket_of(root, node), path[0] if len(path) > 1 else None, gpu_index)
 
 
-def _gpu_links(root: SysRoot, gpu) -> list[Link]:
+def _gpu_links(root: SysRoot, gpu, functions: list[PciFunction]) -> list[Link]:
     from nearlocal.probe.gpu import _norm_bus_id  # the GPU probe's own reading of a bus id
 
     named = {}
     for device in getattr(gpu, "devices", []) or []:
         with contextlib.suppress(ValueError):  # a bus id the driver garbled names no link
             if device.pci_bus_id:
-                named[_norm_bus_id(device.pci_bus_id)] = f"GPU {device.index} ({device.name})"
+                named[_norm_bus_id(device.pci_bus_id)] = device
     links = []
-    for address in root.listdir(PCI):
-        code = root.read_int(f"{PCI}/{address}/class")
+    for function in functions:
+        code, vendor = function.class_code, (function.vendor or "").lower()
         if code is None:
             continue
-        vendor = (root.read(f"{PCI}/{address}/vendor") or "").lower()
         if code >> 8 == GPU_CLASS_3D or (code >> 8 == GPU_CLASS_VGA and vendor in GPU_VENDORS):
-            links.append(_link(root, "gpu", named.get(address, f"GPU {address}"), address))
+            device = named.get(function.address)
+            links.append(_link(root, "gpu", f"GPU {device.index} ({device.name})" if device
+                               else f"GPU {function.address}", function.address,
+                               device.index if device else None))
     return links
 
 
@@ -151,23 +166,10 @@ def _nic_links(root: SysRoot, rdma) -> list[Link]:
     return links
 
 
-def _cpu_model(root: SysRoot) -> tuple[int | None, int | None]:
-    family = model = None
-    for line in (root.read("/proc/cpuinfo", "") or "").splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "cpu family" and family is None and value.strip().isdigit():
-            family = int(value)
-        elif key == "model" and model is None and value.strip().isdigit():
-            model = int(value)
-        if family is not None and model is not None:
-            break
-    return family, model
-
-
-def ddio_unexposed(root: SysRoot, cpu) -> str | None:
-    """Why this box shows no DDIO switch at all (a VM, AMD, an undocumented Xeon); None: the
-    root ports' register may be read."""
+def ddio_unexposed(cpu) -> str | None:
+    """Why this box shows no DDIO switch at all (a VM, AMD, an undocumented Xeon), from the CPU
+    probe's reading (probe/cpu.py: vendor, flags, family and model); None: the root ports'
+    register may be read."""
     if cpu is not None and cpu.flags.get("hypervisor"):
         return (f"{NOT_EXPOSED} (a virtual machine: its root ports are emulated, the host's "
                 "DDIO is the host's)")
@@ -176,7 +178,7 @@ def ddio_unexposed(root: SysRoot, cpu) -> str | None:
         return f"{NOT_EXPOSED} (AMD: no per-root-port DDIO switch is documented)"
     if vendor != "GenuineIntel":
         return f"{NOT_EXPOSED} (not an Intel CPU: {vendor or 'unknown vendor'})"
-    family, model = _cpu_model(root)
+    family, model = getattr(cpu, "family", None), getattr(cpu, "model_number", None)
     if family != 6 or model not in DDIO_MODELS:
         known = ", ".join(f"{name} (model {m})" for m, name in DDIO_MODELS.items())
         return (f"{NOT_EXPOSED} (the root-port register is documented for {known}; this CPU is "
@@ -184,8 +186,8 @@ def ddio_unexposed(root: SysRoot, cpu) -> str | None:
     return None
 
 
-def _ddio_port(root: SysRoot, port: str, devices: list[str]) -> DdioPort:
-    if (root.read(f"{PCI}/{port}/vendor") or "").lower() != INTEL:
+def _ddio_port(root: SysRoot, port: str, devices: list[str], vendor: str | None) -> DdioPort:
+    if (vendor or "").lower() != INTEL:
         return DdioPort(port, f"{NOT_EXPOSED} (not an Intel root port)", devices)
     try:
         config = root.path(f"{PCI}/{port}/config").read_bytes()
@@ -229,20 +231,27 @@ def _relation(gpu: Link, peer: Link) -> tuple[str, bool | None]:
     return "unknown (NUMA node not exposed)", None
 
 
-def probe_topology(root: SysRoot, cpu=None, gpu=None, rdma=None) -> Topology:
-    links = _cxl_links(root) + _gpu_links(root, gpu) + _nic_links(root, rdma)
+def probe_topology(root: SysRoot, cpu=None, gpu=None, rdma=None,
+                   functions: list[PciFunction] | None = None) -> Topology:
+    """The box's links, DDIO and affinity; `cpu`, `gpu`, `rdma`: the other probes' findings,
+    `functions`: the PCI functions when already read (pci.pci_functions; else read here)."""
+    functions = pci_functions(root) if functions is None else functions
+    links = _cxl_links(root) + _gpu_links(root, gpu, functions) + _nic_links(root, rdma)
     affinity = []
     for g in (link for link in links if link.kind == "gpu"):
         for peer in (link for link in links if link.kind != "gpu"):
             relation, crosses = _relation(g, peer)
             affinity.append({"gpu": g.name, "peer": peer.name, "peer_kind": peer.kind,
                              "relation": relation, "crosses": crosses})
-    reason = ddio_unexposed(root, cpu)
+    reason = ddio_unexposed(cpu)
     ports: dict[str, list[str]] = {}
     for link in links:
         if link.root_port:
             ports.setdefault(link.root_port, []).append(link.name)
-    ddio = [] if reason else [_ddio_port(root, port, names) for port, names in ports.items()]
+    vendors = {f.address: f.vendor for f in functions}
+    ddio = [] if reason else [
+        _ddio_port(root, port, names, vendors.get(port) or root.read(f"{PCI}/{port}/vendor"))
+        for port, names in ports.items()]
     return Topology(links, ddio, reason, affinity)
 
 
@@ -294,3 +303,86 @@ def ddio_text(topology: dict | None) -> str:
         return f"{NOT_EXPOSED} (no GPU, RDMA NIC or CXL adapter behind a root port)"
     return "; ".join(f"{p.get('root_port')} {p.get('state')} ({', '.join(p.get('devices') or [])})"
                      for p in ports if isinstance(p, dict))
+
+
+def _links_of(topology: dict | None) -> list[Link]:
+    """A topology's links back as Links (a field a stored run lacks reads as its default)."""
+    known = {f.name for f in dataclasses.fields(Link)}
+    return [Link(**{"address": "?", **{k: v for k, v in link.items() if k in known}})
+            for link in (topology or {}).get("links") or []
+            if isinstance(link, dict) and link.get("kind") and link.get("name")]
+
+
+def _ddio_ports(topology: dict) -> dict[str, dict]:
+    return {str(p["root_port"]): p for p in topology.get("ddio") or []
+            if isinstance(p, dict) and p.get("root_port")}
+
+
+def ddio_state(topology: dict | None, gpus: tuple[int, ...] = ()) -> tuple[str, str]:
+    """DDIO as a row records it: (state, where or why) from the topology the run's inventory
+    read at its start. `gpus`: the GPUs the row moved bytes between (gpu:K, its region's first);
+    the state at the root port of the first whose link names one that was read, else the box's:
+    one state at every root port read, "mixed", or why it is not exposed. A run stored before
+    nearlocal read the links: NOT_RECORDED."""
+    if not isinstance(topology, dict):
+        return NOT_RECORDED, "a run stored before nearlocal read the box's links"
+    reason = topology.get("ddio_reason")
+    if reason:
+        return NOT_EXPOSED, str(reason)
+    ports = _ddio_ports(topology)
+    links = [link for link in _links_of(topology) if link.kind == "gpu"]
+    for gpu in gpus:
+        for link in links:
+            if link.gpu_index == gpu and link.root_port in ports:
+                state = str(ports[link.root_port].get("state"))
+                return state.split(" (")[0], f"{state} at {link.name}'s root port {link.root_port}"
+    states = {str(p.get("state")) for p in ports.values()}
+    if len(states) != 1:
+        return (NOT_EXPOSED if not ports else "mixed"), ddio_text(topology)
+    (state,) = states
+    where = (f"root port {next(iter(ports))}" if len(ports) == 1 else
+             f"each of the {len(ports)} root ports read")
+    return state.split(" (")[0], f"{state} at {where}"
+
+
+@dataclass(frozen=True)
+class AdapterShare:
+    """The adapter (or NIC) of one kind nearest a GPU: under its root port, else on its socket,
+    else across one; `sharers`: every GPU whose nearest one it is, this GPU first."""
+
+    gpu: str
+    adapter: str
+    sharers: tuple[str, ...]
+    relation: str
+    crosses: bool | None
+
+
+def _nearness(gpu: Link, peer: Link) -> int:
+    if gpu.root_port and gpu.root_port == peer.root_port:
+        return 0
+    return {False: 1, None: 2, True: 3}[_relation(gpu, peer)[1]]
+
+
+def adapter_shares(topology: dict | None, kind: str,
+                   gpu_indices: tuple[int, ...] = ()) -> tuple[list[AdapterShare], str]:
+    """Which adapter of `kind` ("cxl", "nic") each GPU shares, from a topology's dict form: the
+    GPUs `gpu_indices` name (gpu:K; every GPU where none of them has a link that says so),
+    each with the adapter nearest it and the GPUs whose nearest it is too. ([], why) where the
+    topology was not recorded or lists no GPU or no adapter of the kind."""
+    word = KIND_WORDS.get(kind, kind)
+    if not isinstance(topology, dict):
+        return [], f"{NOT_RECORDED} (a run stored before nearlocal read the box's links)"
+    links = _links_of(topology)
+    gpus = [link for link in links if link.kind == "gpu"]
+    peers = [link for link in links if link.kind == kind]
+    if not gpus or not peers:
+        return [], f"the run's inventory lists no {'GPU' if not gpus else word}"
+    nearest = {id(g): min(peers, key=lambda p, g=g: (_nearness(g, p), p.name)) for g in gpus}
+    chosen = [g for g in gpus if g.gpu_index is not None and g.gpu_index in gpu_indices] or gpus
+    shares = []
+    for g in chosen:
+        peer = nearest[id(g)]
+        relation, crosses = _relation(g, peer)
+        sharers = (g.name, *(o.name for o in gpus if o is not g and nearest[id(o)] is peer))
+        shares.append(AdapterShare(g.name, peer.name, sharers, relation, crosses))
+    return shares, ""

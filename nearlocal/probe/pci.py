@@ -68,15 +68,34 @@ def read_bars(root: SysRoot, address: str) -> list[PciBar] | None:
     return bars
 
 
-def probe_pci_memory(root: SysRoot) -> list[PciDevice]:
-    """Memory-controller devices with at least one memory BAR (what `pcibar:` can measure)."""
+@dataclass(frozen=True)
+class PciFunction:
+    """One PCI function as sysfs lists it: what both the BAR list and the links (links.py) pick
+    their devices from, read in one walk of /sys/bus/pci/devices."""
+
+    address: str
+    vendor: str | None  # "0x10de"
+    device: str | None
+    class_code: int | None
+
+
+def pci_functions(root: SysRoot) -> list[PciFunction]:
+    """Every PCI function with its vendor, device and class, in sysfs's order."""
+    return [PciFunction(address, root.read(f"{BASE}/{address}/vendor"),
+                        root.read(f"{BASE}/{address}/device"),
+                        root.read_int(f"{BASE}/{address}/class"))
+            for address in root.listdir(BASE)]
+
+
+def probe_pci_memory(root: SysRoot, functions: list[PciFunction] | None = None) -> list[PciDevice]:
+    """Memory-controller devices with at least one memory BAR (what `pcibar:` can measure);
+    `functions`: the box's PCI functions when already read (pci_functions)."""
     found = []
-    for address in root.listdir(BASE):
-        class_code = root.read_int(f"{BASE}/{address}/class")
-        if class_code is None or class_code >> 16 != MEMORY_CLASS:
+    for function in pci_functions(root) if functions is None else functions:
+        if function.class_code is None or function.class_code >> 16 != MEMORY_CLASS:
             continue
-        bars = [bar for bar in read_bars(root, address) or [] if bar.memory]
+        bars = [bar for bar in read_bars(root, function.address) or [] if bar.memory]
         if bars:
-            found.append(PciDevice(address, root.read(f"{BASE}/{address}/vendor"),
-                                   root.read(f"{BASE}/{address}/device"), class_code, bars))
+            found.append(PciDevice(function.address, function.vendor, function.device,
+                                   function.class_code, bars))
     return found

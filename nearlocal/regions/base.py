@@ -144,6 +144,15 @@ def pool_class_of(region: str | RegionSpec, cpuless_nodes: frozenset[int] = froz
     return declared(spec, cpuless_nodes) if callable(declared) else declared
 
 
+def gpu_device(region: object, pool_class: object) -> int | None:
+    """The device a region of the GPU pool class names (`gpu:K`: device K, the index the GPU
+    probe and the links use); None for a region of any other class or one naming no index."""
+    if pool_class != "gpu":
+        return None
+    _, _, arg = str(region).partition(":")
+    return int(arg) if arg.isdigit() else None
+
+
 REGION_KINDS: dict[str, RegionKind] = {}
 
 

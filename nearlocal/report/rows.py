@@ -12,7 +12,7 @@ import pandas as pd
 
 from nearlocal.core.cases import Case
 from nearlocal.params import decode_params_or_none
-from nearlocal.regions.base import POOL_CLASSES
+from nearlocal.regions.base import POOL_CLASSES, gpu_device
 from nearlocal.report.model import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
 from nearlocal.report.papers import Figure, figure
 from nearlocal.store import RunData
@@ -97,27 +97,56 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["n_params"] = pd.Series([len(p) for p in df["params_d"]], index=df.index, dtype="int64")
     df["ok"] = (df["status"] == "ok").astype(bool)
     df["transfer"] = (df["measures"] == "transfer").astype(bool)  # Method.measures, stored
-    df["emulated"] = _texts(_emulation_notes(run, df), df.index)
+    inventories = _row_inventories(run, df)
+    df["emulated"] = _texts(_emulation_notes(inventories), df.index)
+    ddio = _ddio_states(inventories, df)
+    df["ddio"] = _texts((state for state, _ in ddio), df.index)
+    df["ddio_at"] = _texts((where for _, where in ddio), df.index)
     df["contiguous"] = ((df["fragment_count"] <= 1)
                         & ~df["pattern"].map(lambda p: ":" in p).astype(bool) & df["transfer"])
     return df
 
 
-def _emulation_notes(run: RunData, df: pd.DataFrame) -> list[str]:
-    """Each row's box, if it is not a real machine's (probe.cpu.emulation_note): the run's
-    inventory, or in an MPI run the inventory of the host that measured the row."""
-    from nearlocal.probe.cpu import emulation_note
+def _row_inventories(run: RunData, df: pd.DataFrame) -> list[dict]:
+    """Each row's box as probed at the run's start: the run's inventory, or in an MPI run the
+    inventory of the host that measured the row."""
+    def inventory(value) -> dict:
+        return value if isinstance(value, dict) else {}
 
-    def note(inventory) -> str:
-        return emulation_note((inventory or {}).get("cpu") or {})
-
-    own = note(run.meta.get("inventory"))
+    own = inventory(run.meta.get("inventory"))
     ranks = {str(h.get("hostname")): str(h.get("rank"))
              for h in (run.meta.get("mpi") or {}).get("hosts", [])}
     inventories = run.meta.get("host_inventories") or {}
     hosts = df["host"] if "host" in df else [None] * len(df)
-    return [note(inventories.get(ranks.get(str(h), ""))) if str(h) in ranks else own
+    return [inventory(inventories.get(ranks.get(str(h), ""))) if str(h) in ranks else own
             for h in hosts]
+
+
+def _emulation_notes(inventories: list[dict]) -> list[str]:
+    """Each row's box, if it is not a real machine's (probe.cpu.emulation_note)."""
+    from nearlocal.probe.cpu import emulation_note
+
+    return [emulation_note(inventory.get("cpu") or {}) for inventory in inventories]
+
+
+def _ddio_states(inventories: list[dict], df: pd.DataFrame) -> list[tuple[str, str]]:
+    """Each row's DDIO at run time (probe.links.ddio_state): `ddio` the state, `ddio_at` where
+    or why; the root port of a GPU the row moved bytes to or from (its region's gpu:K, else its
+    peer's), else its box's."""
+    from nearlocal.probe.links import ddio_state
+
+    found: dict[tuple, tuple[str, str]] = {}  # per box and GPUs, read once
+    states = []
+    for inventory, region, region_class, peer, peer_class in zip(
+            inventories, df["region"], df["pool_class"], df["peer"], df["peer_pool_class"],
+            strict=True):
+        gpus = tuple(g for g in (gpu_device(region, region_class), gpu_device(peer, peer_class))
+                     if g is not None)
+        key = (id(inventory), gpus)
+        if key not in found:
+            found[key] = ddio_state(inventory.get("topology"), gpus)
+        states.append(found[key])
+    return states
 
 
 def stat_of(row) -> Stat | NoValue:

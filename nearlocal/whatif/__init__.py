@@ -48,13 +48,16 @@ def __getattr__(name: str):
 
 
 def inputs_of(run) -> Inputs:
-    """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows."""
+    """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows, and
+    its inventory's links (which adapter a path's GPU shares)."""
     from nearlocal.probe.cpu import emulation_note
     from nearlocal.whatif.fit import fit_run
     from nearlocal.whatif.serving import Inputs
 
-    cpu = (run.meta.get("inventory") or {}).get("cpu") or {}
-    return Inputs(fit_run(run.cases), run.run_id, emulation_note(cpu))
+    inventory = run.meta.get("inventory") or {}
+    topology = inventory.get("topology")
+    return Inputs(fit_run(run.cases), run.run_id, emulation_note(inventory.get("cpu") or {}),
+                  box=True, topology=topology if isinstance(topology, dict) else None)
 
 
 def reference_box(name: str, root: Path | None = None):

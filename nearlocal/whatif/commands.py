@@ -111,7 +111,7 @@ def _print(result: Whatif) -> None:
                           highlight=False)
             for note in term.notes:
                 console.print(f"    note: {note}", markup=False, highlight=False)
-        for note in path.notes:
+        for note in (*path.notes, *([path.shares] if path.shares else [])):
             console.print(f"  {path.path}: {note}", markup=False, highlight=False)
 
 
@@ -127,6 +127,7 @@ def markdown(result: Whatif) -> str:
             f"{_ms(path.pipelined_ns)} | {_verdict(path)} | "
             + "<br>".join(f"{_term_text(t)} ({_source_of(t)})" for t in path.terms) + " |")
     notes = [f"- {p.path} / {t.hop}: {n}" for p in result.paths for t in p.terms for n in t.notes]
+    notes += [f"- {p.path}: {p.shares}" for p in result.paths if p.shares]
     return "\n".join([*lines, "", *(["Notes:", "", *notes, ""] if notes else [])])
 
 

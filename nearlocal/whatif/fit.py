@@ -129,6 +129,7 @@ class PathModel:
     notes: tuple[str, ...] = ()  # what the fit itself had to assume
     gathers: bool = True  # its method can read scattered fragments (a read), not only scatter
     ceiling: Ceiling | None = None  # the box's best read of its source (a CPU-moved way's)
+    gpus: tuple[int, ...] = ()  # the GPUs its rows moved bytes to or from (gpu:K), measured
 
     @property
     def measured(self) -> bool:
@@ -365,7 +366,20 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str,
                          "bounded by the box's memory read")
     gathers = bool(rows["gathers"].all()) if "gathers" in rows else True
     return PathModel(hop, way, rule, call_ns, singles, _median_by_size(fragmented), facts,
-                     notes=tuple(notes), gathers=gathers, ceiling=ceiling)
+                     notes=tuple(notes), gathers=gathers, ceiling=ceiling, gpus=_gpus(rows))
+
+
+def _gpus(rows: pd.DataFrame) -> tuple[int, ...]:
+    """The GPU devices a way's rows moved bytes to or from (their regions and peers of the GPU
+    pool class): which GPU a path's figure is, for the links it sits behind."""
+    from nearlocal.regions.base import gpu_device  # not at import: `--help` loads no numpy
+
+    found = set()
+    for region, pool_class in (("region", "pool_class"), ("peer", "peer_pool_class")):
+        if region in rows and pool_class in rows:
+            found.update(gpu_device(r, c) for r, c in zip(rows[region], rows[pool_class],
+                                                          strict=True))
+    return tuple(sorted(g for g in found if g is not None))
 
 
 def _way(row: pd.Series) -> str:

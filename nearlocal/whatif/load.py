@@ -340,7 +340,8 @@ def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.nda
     largest = None
     for position, tokens in enumerate(grid.tolist()):
         one = dataclasses.replace(request, context=int(tokens), cached=1.0, batch=1)
-        figures = path_figures(name, one, shape_of(one), inputs.measured, reference)
+        figures = path_figures(name, one, shape_of(one), inputs.measured, reference,
+                               inputs.topology, inputs.box)
         if not figures.complete:
             missing = "; ".join(f"{t.hop} {t.source}" for t in figures.terms if t.ns is None)
             return PathService(name, what, grid, np.zeros(len(grid)), (), (), False,
@@ -352,7 +353,7 @@ def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.nda
             ways[f"{term.hop}: {term.way if term.source == 'measured' else term.source}"] = None
             if position in (0, len(grid) - 1):  # the smallest and the largest read's notes
                 notes.update(dict.fromkeys(term.notes))
-        notes.update(dict.fromkeys(figures.notes))
+        notes.update(dict.fromkeys((*figures.notes, *([figures.shares] if figures.shares else []))))
         largest = figures
     dominant = max(largest.terms, key=lambda t: t.ns)
     spread = sample_spread(samples, dominant.rows) if dominant.source == "measured" else None

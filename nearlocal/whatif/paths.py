@@ -70,6 +70,9 @@ class ServingPath:
     name: str
     what: str
     routes: tuple[tuple[str, ...], ...]
+    # the kind of link (probe/links.py: "cxl" an adapter, "nic" an RDMA NIC) the path's GPU
+    # reaches its KV through, whose sharing the what-if names; None: no adapter of its own
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         unknown = {hop for route in self.routes for hop in route} - set(HOPS)
@@ -88,9 +91,9 @@ for _path in (
     ServingPath("cpu-offload", "KV offloaded to host DRAM, reloaded over PCIe",
                 (("host->gpu",), ("host-gather", "host->gpu"))),
     ServingPath("cxl-pool", "KV in a CXL pool (device-dax or a CPU-less node; Beluga)",
-                (("pool->gpu",), ("pool-gather", "host->gpu"))),
+                (("pool->gpu",), ("pool-gather", "host->gpu")), adapter="cxl"),
     ServingPath("rdma", "KV in another host's DRAM, fetched over RDMA (Mooncake's path)",
-                (("rdma", "host->gpu"),)),
+                (("rdma", "host->gpu"),), adapter="nic"),
     ServingPath("nvme", "KV in files on an NVMe SSD", (("nvme->gpu",), ("nvme->host", "host->gpu"))),
     ServingPath("nvlink", "KV lent by a peer GPU's idle HBM over NVLink (SwiftCache)",
                 (("gpu-peer",),)),

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from nearlocal.errors import UsageError
 from nearlocal.whatif.fit import PathModel, Prediction
-from nearlocal.whatif.paths import HOPS, SERVING_PATHS
+from nearlocal.whatif.paths import HOPS, SERVING_PATHS, ServingPath
 from nearlocal.whatif.references import ReferenceBox
 
 NOT_MEASURED = "not measured on this box"
@@ -129,6 +129,7 @@ class Term:
     source: str  # "measured" or the reference's label
     rows: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    gpus: tuple[int, ...] = ()  # the GPUs its rows moved bytes to or from (measured terms)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class PathFigures:
     measured: bool  # every term measured on this box (no reference figure)
     notes: tuple[str, ...] = ()
     fixed_ns: float = 0.0  # the part of reload_ns fixed per request (Request.fixed_ms, given)
+    # the adapter (or NIC) the path's GPU shares on the run's box, and with which GPUs
+    # (ServingPath.adapter; the run's inventory's links); "" where the path has none
+    shares: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,7 @@ def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathMode
         return Term(hop, what, fragments, size, None, "-", why, ())
     model, prediction = found
     return Term(hop, what, fragments, size, prediction.ns, model.way, model.source,
-                prediction.rows, prediction.notes)
+                prediction.rows, prediction.notes, model.gpus)
 
 
 def _route_terms(route: tuple[str, ...], shape: Shape, batch: int,
@@ -220,9 +224,41 @@ def _route_key(terms: list[Term]) -> tuple:
     return (0, -measured / len(terms), 0, total)
 
 
+def adapter_shared(path: ServingPath, terms: list[Term], request: Request,
+                   topology: dict | None) -> str:
+    """Which adapter (or NIC) the path's GPU shares on the run's box: for the GPUs its measured
+    terms moved bytes to (every GPU where none did), the one of the path's kind nearest each
+    (probe/links.py: under its root port, else on its socket), the GPUs whose nearest it is
+    too, and whether the GPU's path to it crosses a socket. The request's --gpus-per-link is
+    named where the box shares it among more GPUs."""
+    from nearlocal.probe.links import KIND_WORDS, adapter_shares
+
+    if path.adapter is None:
+        return ""
+    word = KIND_WORDS.get(path.adapter, path.adapter)
+    shares, why = adapter_shares(topology, path.adapter,
+                                 tuple(sorted({g for t in terms for g in t.gpus})))
+    if not shares:
+        return f"which {word} its GPU shares: {why}"
+    parts = []
+    for share in shares:
+        others = share.sharers[1:]
+        parts.append(f"{share.gpu} shares {word} {share.adapter} with {', '.join(others)}"
+                     if others else f"{share.gpu} has {word} {share.adapter} to itself")
+        parts[-1] += f" ({share.relation})"
+    most = max(len(share.sharers) for share in shares)
+    if most > request.gpus_per_link:
+        parts.append(f"{most} GPUs share it on this box: --gpus-per-link {most} shares the link "
+                     f"as they do (given {request.gpus_per_link})")
+    return "; ".join(parts)
+
+
 def path_figures(name: str, request: Request, shape: Shape,
                  measured: dict[str, list[PathModel]],
-                 reference: ReferenceBox | None = None) -> PathFigures:
+                 reference: ReferenceBox | None = None,
+                 topology: dict | None = None, box: bool = False) -> PathFigures:
+    """One serving path's figures; `box`: the inputs are a run's, whose inventory's links
+    (`topology`, None where the run has none) say which adapter the path's GPU shares."""
     path = SERVING_PATHS[name]
     routes = [_route_terms(route, shape, request.batch, measured, reference)
               for route in path.routes]
@@ -253,7 +289,7 @@ def path_figures(name: str, request: Request, shape: Shape,
     return PathFigures(name, path.what, tuple(terms), complete, reload_ns, pipelined, recompute,
                        beats, rps, gbps,
                        complete and all(t.source == "measured" for t in terms), tuple(notes),
-                       fixed)
+                       fixed, adapter_shared(path, terms, request, topology) if box else "")
 
 
 @dataclass(frozen=True)
@@ -263,11 +299,17 @@ class Inputs:
     measured: dict[str, list[PathModel]] = field(default_factory=dict)
     run: str = ""
     emulated: str = ""
+    # a stored run's inputs (inputs_of), whose inventory's links (probe/links.py: `topology`,
+    # None where the run was stored before they were read) say which adapter a path's GPU
+    # shares; False: inputs that are no box's (a reference's, a test's), of which nothing is said
+    box: bool = False
+    topology: dict | None = None
 
 
 def whatif(inputs: Inputs, request: Request, reference: ReferenceBox | None = None) -> Whatif:
     shape = shape_of(request)
-    paths = tuple(path_figures(name, request, shape, inputs.measured, reference)
+    paths = tuple(path_figures(name, request, shape, inputs.measured, reference,
+                               inputs.topology, inputs.box)
                   for name in SERVING_PATHS)
     return Whatif(request, shape, paths, inputs.run, inputs.emulated,
                   reference.label if reference else "")

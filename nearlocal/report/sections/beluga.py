@@ -21,7 +21,7 @@ from nearlocal.report.model import (
     keyed_table,
 )
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_frames_section, register_section
+from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import (
     GPU_CLASS,
     LOCAL_CLASS,
@@ -208,6 +208,20 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     return section
 
 
+def _ddio_at(row) -> str:
+    """Where or why of a row's DDIO at run time (report/rows.py's `ddio_at`: the root port of
+    its GPU as the run's inventory read it)."""
+    where = row.get("ddio_at")
+    return str(where) if isinstance(where, str) and where else "not recorded"
+
+
+def _ddio(*rows) -> Cell:
+    """B11's DDIO cell: the state the pair's rows ran under (both, where they differ)."""
+    states = dict.fromkeys(str(row.get("ddio") or "not recorded") for row in rows
+                           if row is not None)
+    return " / ".join(states) or None
+
+
 def _gpu_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["method"].isin(GPU_COPY_METHODS)]
 
@@ -249,7 +263,7 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 f"{name}: cuda-memcpy from uncacheable host memory below {b10_below.text()}: "
                 f"slowest median {format_ns(worst['median_ns'])} at {worst['pattern']} "
                 f"({_ratio(worst['median_ns'], b10_latency.ns()):.2f}× the "
-                f"paper's {b10_latency.text()})")
+                f"paper's {b10_latency.text()}); DDIO at run time: {_ddio_at(worst)}")
         else:
             section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
                                  f"below {b10_below.text()} (B10 needs a UC pool mapping)")
@@ -289,9 +303,11 @@ def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
         section.absent = "No 64 KiB GPU copy: " + _absent(runs, frames, GPU_COPY_METHODS,
                                                           "GPU copy")
         return section
-    per_run = []
-    for df in frames:
+    per_run, notes = [], []
+    for run, df in zip(runs, frames, strict=True):
+        name = f"run {run.label}" if len(runs) > 1 else "this run"
         cells: dict[tuple, list[Cell]] = {}
+        wheres: dict[str, None] = {}  # where or why of the rows' DDIO, in the table's order
         for method, (pool, local) in _pool_and_local_to_gpu(df).items():
             pool_cell = stat_of(pool) if pool is not None else NoValue("no pool -> GPU row")
             local_cell = stat_of(local) if local is not None else NoValue("no local -> GPU row")
@@ -300,12 +316,16 @@ def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                            f"{paper_ratio:.2f}× computed)")] = [
                 pool_cell, pool["src"] if pool is not None else None, local_cell,
                 local["src"] if local is not None else None,
-                _ratio(_ns(pool_cell), _ns(local_cell))]
+                _ratio(_ns(pool_cell), _ns(local_cell)), _ddio(pool, local)]
+            wheres.update(dict.fromkeys(_ddio_at(row) for row in (pool, local) if row is not None))
         per_run.append(cells)
+        if wheres:
+            notes.append(f"{name}: DDIO at run time: {'; '.join(wheres)}")
     section.table = keyed_table(
         [Column("method"), Column("paper")],
         [Column("pool -> GPU", "time"), Column("pool region"), Column("local -> GPU", "time"),
-         Column("local region"), Column("near-local", "ratio")], runs, per_run)
+         Column("local region"), Column("near-local", "ratio"), Column("DDIO")], runs, per_run)
+    section.notes.extend(notes)
     return section
 
 
@@ -593,36 +613,8 @@ def fragment_plot(name: str, title: str, runs: list[RunInfo],
 
 register_frames_section('b7', 40, section_b7)
 register_frames_section('b8', 50, section_b8)
-def ddio_notes(runs: list[RunInfo], data: list) -> list[str]:
-    """What each run's inventory read of DDIO (allocating writes into the LLC) on the root
-    ports its GPUs, NICs and CXL adapters sit behind, at the run's start: B10 and B11 depend on
-    it (Beluga's GPU transfers are fastest with DDIO off)."""
-    from nearlocal.probe.links import ddio_text
-
-    notes = []
-    for run, run_data in zip(runs, data, strict=True):
-        name = f"run {run.label}" if len(runs) > 1 else "this run"
-        topology = (run_data.meta.get("inventory") or {}).get("topology")
-        state = (ddio_text(topology) if isinstance(topology, dict) else
-                 "not recorded (a run stored before nearlocal read it)")
-        notes.append(f"{name}: DDIO at run time: {state}")
-    return notes
-
-
-@register_section('b9', 60)
-def _b9(i: Inputs) -> Section:
-    section = section_b9(i.runs, i.frames)
-    section.notes.extend(ddio_notes(i.runs, i.data))
-    return section
-
-
-@register_section('b11', 70)
-def _b11(i: Inputs) -> Section:
-    section = section_b11(i.runs, i.frames)
-    section.notes.extend(ddio_notes(i.runs, i.data))
-    return section
-
-
+register_frames_section('b9', 60, section_b9)
+register_frames_section('b11', 70, section_b11)
 register_frames_section('b12', 80, section_b12)
 register_frames_section('b13', 90, section_kv)
 register_frames_section('b15', 100, section_b15)

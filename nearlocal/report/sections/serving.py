@@ -55,6 +55,8 @@ def section_serving(inputs: Inputs) -> Section:
             f"{name}: one read = {shape.fragments} fragments of {format_size(shape.fragment_bytes)}"
             f" ({format_size(shape.total_bytes)}; pattern {shape.pattern})"
             + (f"; {result.emulated}" if result.emulated else ""))
+        section.notes.extend(f"{name}: {path.path}: {path.shares}" for path in result.paths
+                             if path.shares)
         cells: dict[tuple, list[Cell]] = {}
         for path in result.paths:
             measured_any |= any(t.source == "measured" for t in path.terms)
