@@ -183,6 +183,26 @@ follow_guest() {  # DIR LABEL: relay the guest's finished stages while it runs, 
   wait "$RUNNER"
   for done_stage in "$dir"/stage-*; do [ -e "$done_stage" ] && stage "$label$(cat "$done_stage")"; done
 }
+guest_stage() {  # NAME CPUS MEMORY LABEL WARM CHECK...: one guest running scripts/vm_NAME_guest.sh
+  # in its folder $WORK/NAME (with the main guest's numba cache when WARM is 1), its stages
+  # relayed under LABEL; then the CHECK command, whose exit status is left in STAGE_RC
+  local name=$1 cpus=$2 memory=$3 label=$4 warm=$5
+  shift 5
+  mkdir -p "$WORK/$name"
+  cp "$WORK/out/mounts" "$WORK/$name/mounts"
+  if [ "$warm" = 1 ] && [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/$name/"
+  elif [ "$warm" = 1 ] && [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then  # run alone: a cache a guest left
+    cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/$name/numba-cache.tar"
+  fi
+  start_guest "$name" "$cpus" "$memory" "bash $REPO/scripts/vm_${name}_guest.sh $WORK/$name $WORK/$name/mounts"
+  await_file "$WORK/$name/booted" "$BOOT_LIMIT" "$RUNNER" "the $label's boot"
+  stage "$label: boot"
+  follow_guest "$WORK/$name" "$label: "
+  [ -e "$WORK/$name/done" ] || { tail -20 "$WORK/$name.log" >&2; fail "the $label stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
+  "$@"
+  STAGE_RC=$?
+  stage "$label: facts checked"
+}
 GUEST_OPTS=("${QEMU_OPTS[@]}")
 GUEST_LOG="$WORK/out.log"
 rc=0
@@ -216,18 +236,10 @@ if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
     -drive "file=$WORK/cpu-storage.img,if=none,id=nlstore,format=raw"
     -device virtio-blk-pci,drive=nlstore,serial=nlstorage
   )
-  mkdir -p "$WORK/cpu"
-  cp "$WORK/out/mounts" "$WORK/cpu/mounts"
-  start_guest cpu 2 1G "bash $REPO/scripts/vm_cpu_guest.sh $WORK/cpu $WORK/cpu/mounts"
-  await_file "$WORK/cpu/booted" "$BOOT_LIMIT" "$RUNNER" "the cpu guest's boot (-cpu $CPU_MODEL)"
-  stage "cpu guest ($CPU_MODEL): boot"
-  follow_guest "$WORK/cpu" "cpu guest: "
-  [ -e "$WORK/cpu/done" ] || { tail -20 "$WORK/cpu.log" >&2; fail "the cpu guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
-  "$PY" "$REPO/scripts/vm_cpu.py" check "$WORK/cpu"
-  cpu_rc=$?
-  [ $cpu_rc = 0 ] || { echo "vm_check: cpu guest's run, last lines:" >&2; tail -20 "$WORK/cpu/cpu.err" >&2; }
-  stage "cpu guest: facts checked"
-  [ $rc = 0 ] && rc=$cpu_rc
+  echo "vm_check: cpu guest: -cpu $CPU_MODEL"
+  guest_stage cpu 2 1G "cpu guest" 0 "$PY" "$REPO/scripts/vm_cpu.py" check "$WORK/cpu"
+  [ $STAGE_RC = 0 ] || { echo "vm_check: cpu guest's run, last lines:" >&2; tail -20 "$WORK/cpu/cpu.err" >&2; }
+  [ $rc = 0 ] && rc=$STAGE_RC
 else
   echo "vm_check: another CPU: skipped (NEARLOCAL_VM_CPU=0)"
 fi
@@ -251,21 +263,9 @@ else
     -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
     -device virtio-blk-pci,drive=nlimg,serial=nearlocal
   )
-  mkdir -p "$WORK/poolmod"
-  cp "$WORK/out/mounts" "$WORK/poolmod/mounts"
-  if [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/poolmod/"
-  elif [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/poolmod/numba-cache.tar"
-  fi
-  start_guest poolmod 2 1G "bash $REPO/scripts/vm_poolmod_guest.sh $WORK/poolmod $WORK/poolmod/mounts"
-  await_file "$WORK/poolmod/booted" "$BOOT_LIMIT" "$RUNNER" "the pool-module guest's boot"
-  stage "pool module: boot"
-  follow_guest "$WORK/poolmod" "pool module: "
-  [ -e "$WORK/poolmod/done" ] || { tail -20 "$WORK/poolmod.log" >&2; fail "the pool-module guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
-  "$PY" "$REPO/scripts/vm_poolmod.py" "$WORK/poolmod"
-  poolmod_rc=$?
-  [ $poolmod_rc = 0 ] || { echo "vm_check: pool-module guest's run, last lines:" >&2; tail -n 20 "$WORK/poolmod/run.err" "$WORK/poolmod.log" >&2; }
-  stage "pool module: facts checked"
-  [ $rc = 0 ] && rc=$poolmod_rc
+  guest_stage poolmod 2 1G "pool-module guest" 1 "$PY" "$REPO/scripts/vm_poolmod.py" "$WORK/poolmod"
+  [ $STAGE_RC = 0 ] || { echo "vm_check: pool-module guest's run, last lines:" >&2; tail -n 20 "$WORK/poolmod/run.err" "$WORK/poolmod.log" >&2; }
+  [ $rc = 0 ] && rc=$STAGE_RC
 fi
 # --- RDMA: one guest, soft-RoCE (rdma_rxe) on a dummy netdev, `mpiexec -n 2 nearlocal run --suite
 # rdma` inside it (loopback RDMA between the two ranks) and compare_perftest.sh beside it
@@ -292,19 +292,9 @@ else
     -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
     -device virtio-blk-pci,drive=nlimg,serial=nearlocal
   )
-  mkdir -p "$WORK/rdma"
-  cp "$WORK/out/mounts" "$WORK/rdma/mounts"
-  [ -e "$WORK/out/numba-cache.tar" ] && cp "$WORK/out/numba-cache.tar" "$WORK/rdma/"
-  start_guest rdma 2 1536M "bash $REPO/scripts/vm_rdma_guest.sh $WORK/rdma $WORK/rdma/mounts"
-  await_file "$WORK/rdma/booted" "$BOOT_LIMIT" "$RUNNER" "the RDMA guest's boot"
-  stage "rdma guest: boot"
-  follow_guest "$WORK/rdma" "rdma guest: "
-  [ -e "$WORK/rdma/done" ] || { tail -20 "$WORK/rdma.log" >&2; fail "the RDMA guest stopped before it finished (limit $GUEST_LIMIT s); its last lines are above"; }
-  "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
-  rdma_rc=$?
-  [ $rdma_rc = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
-  stage "rdma guest: facts checked"
-  [ $rc = 0 ] && rc=$rdma_rc
+  guest_stage rdma 2 1536M "rdma guest" 1 "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
+  [ $STAGE_RC = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
+  [ $rc = 0 ] && rc=$STAGE_RC
 fi
 # --- two hosts (scripts/vm_hosts_guest.sh, facts: scripts/vm_hosts.py): two guests, one pool
 # (a host file as an nvdimm, device-dax), one network between their QEMUs (a socket netdev on

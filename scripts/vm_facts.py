@@ -39,6 +39,17 @@ def check(out: Path) -> list[str]:
              and any(r["size"] > 0 for r in cxl["regions"]),
              f"probe: CXL memdev, decoders and a sized region ({len(cxl['memdevs'])} memdevs, "
              f"{len(cxl['decoders'])} decoders, {len(cxl['regions'])} regions)")
+        topology = inventory.get("topology") or {}
+        links = [link for link in topology.get("links", []) if link["kind"] == "cxl"]
+        fact(bool(links) and all(link["speed"] and link["width"] and link["max_speed"]
+                                 and link["max_width"] and link["root_port"] for link in links),
+             "probe: the CXL memdev's link, its speed and width (current, maximum), NUMA node and "
+             "root port (" + "; ".join(
+                 f"{link['name']} {link['address']}: {link['speed']} x{link['width']} of "
+                 f"{link['max_speed']} x{link['max_width']}, node {link['numa_node']}, root port "
+                 f"{link['root_port']}" for link in links) + ")")
+        fact(str(topology.get("ddio_reason", "")).startswith("not exposed"),
+             f"probe: DDIO {topology.get('ddio_reason')}")
         bars = {(d["address"], b["index"]): b for d in inventory.get("pci_memory", []) for b in d["bars"]}
         bar = bars.get((BAR, 2))
         fact(bar is not None and bar["prefetchable"] and bar["wc_file"],

@@ -18,3 +18,15 @@ def _plain_environment_for_children(monkeypatch):
         monkeypatch.delenv(name)
     monkeypatch.setenv("PYTEST_ADDOPTS",
                        f"{os.environ.get('PYTEST_ADDOPTS', '')} -p no:hypothesispytest".strip())
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """The simulated GPU (tests/gpu_fakecupy.py) as the `cupy` every import gets."""
+    import sys
+
+    from tests.gpu_fakecupy import make_fake_cupy
+
+    cp = make_fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    return cp

@@ -4,7 +4,6 @@ clocks give samples, wrong setups fail with a clear error. The CUDA C kernels ru
 through the g++ shim (tests/gpu_cpushim.py)."""
 
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -14,20 +13,13 @@ from nearlocal.core.sampling import StoppingRule
 from nearlocal.engine.worker import WorkerSettings, measure
 from nearlocal.errors import UsageError
 from nearlocal.gpu.timing import ATTEMPTS
-from tests.gpu_fakecupy import _Event, make_fake_cupy
+from tests.gpu_fakecupy import _Event
 
 if shutil.which("g++") is None:
     pytest.skip("g++ runs the kernels' CUDA C on the CPU", allow_module_level=True)
 
 SETTINGS = WorkerSettings(StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), 1e9, False)
 SMALL = (("threads", "8"),)
-
-
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    cp = make_fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    return cp
 
 
 @pytest.fixture

@@ -25,20 +25,12 @@ from nearlocal.errors import UsageError
 from nearlocal.probe import probe
 from nearlocal.probe.gpu import GpuDevice, GpuInfo
 from nearlocal.storage.gpu_methods import contiguous_runs
-from tests.gpu_fakecupy import make_fake_cupy
 from tests.test_storage import _direct_works
 
 TSC_HZ = 2.0e9
 # the sample cap ends a case (a budget could end it before 3 samples on a loaded box)
 SETTINGS = WorkerSettings(StoppingRule(budget_s=5.0, min_samples=3, max_samples=4), TSC_HZ, False)
 FILE_BYTES = 2 * 2**20 + 4093  # an unaligned tail
-
-
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    cp = make_fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    return cp
 
 
 @pytest.fixture(scope="module")

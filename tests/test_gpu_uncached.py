@@ -9,7 +9,6 @@ shim."""
 from __future__ import annotations
 
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +21,6 @@ from nearlocal.gpu.regions import HOST_ALLOC_FLAGS, HOST_REGISTER_FLAGS, WC_PINN
 from nearlocal.probe.poolmod import DEVICE, WINDOWS
 from nearlocal.regions import attribute_unavailable, parse_region
 from tests.fakesys import pool_module_box, write
-from tests.gpu_fakecupy import make_fake_cupy
 
 if shutil.which("g++") is None:
     pytest.skip("g++ runs the kernels' CUDA C on the CPU", allow_module_level=True)
@@ -33,13 +31,6 @@ START = 0x1080000000
 PAT = "/sys/kernel/debug/x86/pat_memtype_list"
 NCMEM = f"registered:ncmem:{DEVICE}"
 B10_METHODS = ("cuda-memcpy", "cuda-memcpy-batch", "gather-kernel")
-
-
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    cp = make_fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    return cp
 
 
 @pytest.fixture

@@ -59,6 +59,14 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
         "cxl": {"present": True, "memdevs": [{}], "decoders": [{}], "regions": [{"size": 1 << 28}]},
         "pci_memory": [{"address": "0000:00:0b.0",
                         "bars": [{"index": 2, "prefetchable": True, "wc_file": True}]}],
+        "topology": {  # as the rig's 6.1 guest showed it on 2026-12-07
+            "links": [{"kind": "cxl", "name": "mem0", "address": "0000:0d:00.0",
+                       "speed": "2.5 GT/s PCIe", "width": 1, "max_speed": "2.5 GT/s PCIe",
+                       "max_width": 1, "numa_node": None, "socket": None,
+                       "root_port": "0000:0c:00.0", "gpu_index": None}],
+            "ddio": [], "affinity": [],
+            "ddio_reason": "not exposed (a virtual machine: its root ports are emulated, the "
+                           "host's DDIO is the host's)"},
     }
     (out / "probe.json").write_text(json.dumps({"inventory": inventory}))
     (out / "faults.json").write_text(json.dumps({"torn_reads": 0, "torn_reads_returned": 0,
