@@ -698,6 +698,162 @@ def hbm_note(hbm: dict) -> str:
             + "; ".join(parts) + f"; {where}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Host->GPU replay with 1, 2 and 4 streams against the simulation (issue 57; --replay)
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY_TRACE = ROOT / "nearlocal" / "data" / "traces" / "mooncake-conversation.jsonl"
+REPLAY_STREAMS = (1, 2, 4)
+REPLAY_START_S, REPLAY_SECONDS = 600.0, 4.0  # the trace's window: a few hundred requests
+REPLAY_LAYERS = "0-7"  # qwen2.5-32b flash-attn, 8 of 64 layers: fragments of full size
+REPLAY_POOL_BYTES = 256 << 20  # pinned; a mover's buffer 64 MiB on the GPU
+REPLAY_DST_BYTES = 64 << 20
+REPLAY_LOAD = 0.6  # the streams' utilisation the time scale aims at (from the k = 1 row)
+REPLAY_ROW_BUDGET = 0.2  # s per movers=k row
+
+
+def replay_requests(trace_path: Path = REPLAY_TRACE, start: float = REPLAY_START_S,
+                    seconds: float = REPLAY_SECONDS, layers: str = REPLAY_LAYERS,
+                    pool_bytes: int = REPLAY_POOL_BYTES, dst_bytes: int = REPLAY_DST_BYTES):
+    """The window's requests cut as `nearlocal replay` cuts them: (pool, arrival s from the
+    window's start, frags, first, bytes per request)."""
+    from nearlocal.frontends.replay import window_of
+    from nearlocal.whatif.traffic import prefix_hits, read_trace
+    from nearlocal.workloads import replay
+
+    trace = read_trace(str(trace_path))
+    hits = prefix_hits(trace)
+    window = window_of(trace, start, seconds)
+    pool = replay.pool_for(f"kv:qwen2.5-32b:flash-attn:dense:layers={layers}", pool_bytes)
+    tables, cursor = [], 0
+    for tokens in hits.tokens[window].tolist():
+        table, cursor = replay.request_table(pool, int(tokens), cursor)
+        tables.append(table)
+    frags, first, nbytes = replay.cut_requests(pool, tables, dst_bytes)
+    arrival = trace.arrival_s[window] - trace.arrival_s[0] - start
+    return pool, arrival, frags, first, nbytes
+
+
+def replay_method() -> str:
+    """cuda-memcpy-batch where the driver has cuMemcpyBatchAsync (what the replay issues), else
+    cuda-memcpy-async (one call a fragment, as the replay then issues)."""
+    from nearlocal.gpu.bindings import driver_memcpy_batch
+
+    return "cuda-memcpy-batch" if driver_memcpy_batch()[0] is not None else "cuda-memcpy-async"
+
+
+def replay_rows(method: str, pattern: str, streams=REPLAY_STREAMS,
+                budget: float = REPLAY_ROW_BUDGET) -> list[dict]:
+    """The rows the simulation stands on: `method` movers=k on pinned -> gpu:0 at the replay's
+    fragment size, as the store would hold them (what contention_of reads)."""
+    settings = WorkerSettings(StoppingRule(budget_s=budget, min_samples=5, max_samples=2000),
+                              1e9, False)
+    rows = []
+    for k in streams:
+        params = (("movers", str(k)),) if k > 1 else ()
+        case = Case(method, "pinned", "wb", pattern, peer="gpu:0", params=params)
+        row, _raw, ns, _ = measure(case, settings, 0.0)
+        rows.append({**row, "case_id": case.id, "method": method, "region": "pinned",
+                     "pattern": pattern, "params": json.dumps(dict(params)), "status": "ok",
+                     "pool_class": "local", "peer_pool_class": "gpu",
+                     "median_ns": float(np.median(ns)), "samples_ns": [float(v) for v in ns]})
+        LOG.write("replay-row", case=case.id, median_ns=rows[-1]["median_ns"],
+                  info=row.get("info"))
+    return rows
+
+
+def replay_compare(out: Path) -> dict:
+    """Per stream count: the replay's reload P50 / P99 beside the simulation's fed the same
+    requests and the movers=k rows (scripts/replay_check.py's comparison)."""
+    import importlib.util
+
+    from nearlocal.gpu.replay import run_gpu_replay
+    from nearlocal.whatif.contention import contention_of
+    from nearlocal.whatif.load import link_contention
+    from nearlocal.workloads.replay import summarise
+
+    spec = importlib.util.spec_from_file_location("replay_check", ROOT / "scripts" /
+                                                  "replay_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    pool, arrival, frags, first, nbytes = replay_requests(
+        REPLAY_TRACE, REPLAY_START_S, REPLAY_SECONDS, REPLAY_LAYERS, REPLAY_POOL_BYTES,
+        REPLAY_DST_BYTES)
+    if not frags.size:
+        raise RuntimeError("the replay's window hits nothing: nothing to reload")
+    sizes, counts = np.unique(frags[:, 2], return_counts=True)
+    fragment = int(sizes[np.argmax(counts)])
+    per_request = np.diff(first)
+    count = max(1, int(np.median(per_request[per_request > 0])))
+    pattern = f"{count}x{fragment}B@{2 * fragment}B"
+    method = replay_method()
+    rows = replay_rows(method, pattern, REPLAY_STREAMS, REPLAY_ROW_BUDGET)
+    figures = contention_of(rows, {r["case_id"]: r["samples_ns"] for r in rows})
+    way = f"host->gpu/{method}"
+    link = link_contention(way, figures)
+    alone_row = rows[0]  # k = 1: a request alone, scaled by its bytes
+    per_byte_s = alone_row["median_ns"] / 1e9 / (count * fragment)
+    alone = nbytes * per_byte_s
+    gbps = count * fragment / alone_row["median_ns"]
+    result = {"method": method, "rows_pattern": pattern, "way": way,
+              "requests": len(nbytes), "requests_with_hits": int((nbytes > 0).sum()),
+              "bytes": int(nbytes.sum()), "alone": "the k = 1 row's median scaled by the "
+              "request's bytes", "contention": {str(k): {key: v.get(key) for key in (
+                  "per_mover_gbps", "aggregate_gbps", "rows")} for k, v in
+                  figures.get(way, {}).items()}, "streams": {}}
+    span = float(arrival.max() - arrival.min()) if arrival.size > 1 else 1.0
+    for streams in REPLAY_STREAMS:
+        scale = float(nbytes.sum()) / (REPLAY_LOAD * streams * gbps * 1e9 * max(span, 1e-9))
+        times = run_gpu_replay(frags, first, arrival * scale, pool.region_bytes,
+                               REPLAY_DST_BYTES, streams)
+        summary = summarise(times, nbytes, streams)
+        replay = {**summary, "movers": streams, "load": REPLAY_LOAD, "time_scale": scale}
+        entry = check.compare(replay, alone, link if streams > 1 else None, None)
+        entry.update(calls=times.calls, reference_error_ns=times.reference_error_ns)
+        result["streams"][str(streams)] = entry
+        LOG.write("replay", streams=streams, entry=entry)
+    return result
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def replay_only(out: Path) -> int:
+    """--replay: the replay's section appended to report.md and gpu_check.json (information:
+    the simulation's tolerance is stated, no verdict of the check hangs on it)."""
+    try:
+        result = replay_compare(out)
+    except Exception as exc:  # one line in the report: the rest of the check stands
+        result = {"error": _one_line(exc, 300)}
+    lines = ["", "## Host->GPU replay with 1, 2 and 4 streams vs the simulation (issue 57)", ""]
+    if "error" in result:
+        lines.append(f"- failed: {result['error']}")
+    else:
+        lines.append(f"- {result['requests_with_hits']} reloads of {result['requests']} "
+                     f"requests, {result['bytes'] >> 20} MiB, by {result['method']}; rows "
+                     f"{result['rows_pattern']} at k = 1, 2, 4 ({result['way']}); alone: "
+                     f"{result['alone']}")
+        for streams, e in result["streams"].items():
+            real, sim = e["replay_reload"], e["simulated_reload"]
+            ms = lambda v: "-" if v is None else f"{v / 1e6:.3f} ms"  # noqa: E731
+            lines.append(f"- {streams} stream(s): replay P50 {ms(real['p50_ns'])} P99 "
+                         f"{ms(real['p99_ns'])}; simulated P50 {ms(sim['p50_ns'])} P99 "
+                         f"{ms(sim['p99_ns'])}; ratios {_ratio_text(e['p50_ratio'])} / "
+                         f"{_ratio_text(e['p99_ratio'])} "
+                         f"(within 15 % / 25 %: {'yes' if e['pass'] else 'no'}); "
+                         f"utilisation {_ratio_text(e['utilisation'])}; {e['calls']}")
+    text = "\n".join(lines) + "\n"
+    with (out / "report.md").open("a") as report:
+        report.write(text)
+    path = out / "gpu_check.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["replay"] = result
+    path.write_text(json.dumps(data, indent=1, default=str))
+    print(text)
+    return 1 if "error" in result else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/out")
@@ -705,6 +861,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a suite and its `nearlocal run --json` rows (with --suites-only)")
     parser.add_argument("--suites-only", action="store_true",
                         help="only the suite verdict, appended to report.md and gpu_check.json")
+    parser.add_argument("--replay", action="store_true",
+                        help="only the host->gpu replay with 1, 2 and 4 streams against the "
+                             "simulation, appended to report.md and gpu_check.json")
     parser.add_argument("--partial", action="store_true",
                         help="only render report.md and gpu_check.json from rows.jsonl (the "
                              "check step was killed before writing them)")
@@ -723,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
         suites.append((name, path))
     if args.suites_only:
         return suites_only(out, suites)
+    if args.replay:
+        return replay_only(out)
     if suites:
         parser.error("--suite goes with --suites-only (the suites run after this check)")
     why = gpu_unusable()

@@ -38,10 +38,10 @@ OUT="${OUT:-/tmp/out}"
 WORK="$OUT/work"
 PY="${PYTHON:-python3}"
 WHEELS="${NEARLOCAL_WHEELS:-$PWD/wheels}"
-TOTAL_S="${TOTAL_S:-450}"
+TOTAL_S="${TOTAL_S:-480}"
 # name:cap in seconds, in order; the caps must leave TAIL_S of TOTAL_S for packing up
-STEPS=(preflight:15 probe:20 tests:60 check:80 suite-gpu:60 whatif:15 whatif-check:130
-       suite-swiftcache:25 suites-verdict:10 bench-gpu:25)
+STEPS=(preflight:15 probe:20 tests:60 check:80 replay-gpu:30 suite-gpu:60 whatif:15
+       whatif-check:130 suite-swiftcache:25 suites-verdict:10 bench-gpu:25)
 BUDGET=0.05  # per case; one worker process per suite (a check, not a comparison of runs)
 STORAGE_BYTES=$((64 << 20))  # the storage cases' file (64x1MiB@1MiB): made once, never rewritten
 TAIL_S=5
@@ -130,6 +130,9 @@ main() {
   if [ -z "$skip_reason" ] && [ ! -e "$OUT/report.md" ]; then  # killed at its cap, or crashed:
     "$PY" scripts/gpu_check.py --out "$OUT" --partial > /dev/null || true  # report its rows
   fi
+  # issue 57: host->gpu replayed with 1, 2 and 4 streams against the simulation fed movers=k
+  # rows, simulated vs replayed P50 / P99 appended to report.md and gpu_check.json
+  step replay-gpu "$PY" scripts/gpu_check.py --out "$OUT" --replay
   step suite-gpu "${NL[@]}" run --suite gpu --processes 1 --budget "$BUDGET" \
     --out "$WORK/results" --json "$WORK/suite-gpu.json"
   # the gpu suite's run (the latest) in the units of serving: each path's reload per turn for

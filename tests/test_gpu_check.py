@@ -15,6 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nearlocal.probe.poolmod import PoolModule
@@ -408,8 +409,8 @@ def _caps_total_and_tail() -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-STEP_NAMES = ["preflight", "probe", "tests", "check", "suite-gpu", "whatif", "whatif-check",
-              "suite-swiftcache", "suites-verdict", "bench-gpu"]
+STEP_NAMES = ["preflight", "probe", "tests", "check", "replay-gpu", "suite-gpu", "whatif",
+              "whatif-check", "suite-swiftcache", "suites-verdict", "bench-gpu"]
 
 
 def test_gpu_check_sh_runs_every_step_under_its_cap_in_its_scratch_folder(tmp_path):
@@ -456,6 +457,7 @@ def test_gpu_check_sh_wiring_of_issue_40(tmp_path):
     commands = [r["args"] for r in records]
     check = commands.index(["scripts/gpu_check.py", "--out", str(out)])
     assert commands[check + 1] == ["scripts/gpu_check.py", "--out", str(out), "--partial"]
+    assert commands[check + 2] == ["scripts/gpu_check.py", "--out", str(out), "--replay"]
     assert (out / "report.md").read_text() == "# stub report from rows.jsonl\n"
     work = out / "work"
     suites = [(i, c) for i, c in enumerate(commands) if c[:4] == ["-m", "nearlocal", "run", "--suite"]]
@@ -623,7 +625,8 @@ def test_gpu_check_sh_without_a_gpu_skips_every_gpu_step_in_one_line(tmp_path):
     assert steps[2].startswith("GPU steps skipped: no GPU: cupy is not importable (ImportError: "
                                "cupy hidden by the test")
     skipped = [line for line in steps if ": skipped (no GPU" in line]
-    assert len(skipped) == 8  # tests, check, two suites, whatif, its check, the verdict, bench
+    assert len(skipped) == 9  # tests, check, the replay, two suites, whatif, its check, the
+    # verdict, bench
     assert "Not run: no GPU" in (out / "report.md").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz", "log.txt", "report.md",
                                                      "steps.txt"]
@@ -646,3 +649,46 @@ def test_suites_verdict_reads_what_nearlocal_run_writes(tmp_path, monkeypatch):
     path.write_text(json.dumps(rows[1:]))
     ok, lines = gpu_check.suite_verdicts([("gpu", str(path))])
     assert not ok and rows[0]["case_id"] in "\n".join(lines)
+
+
+@needs_gxx
+def test_replay_with_streams_against_the_simulation_on_the_double(gpu_check, monkeypatch,
+                                                                  tmp_path):
+    """--replay: the movers=k rows, the replay at 1, 2 and 4 streams (every request's bytes
+    moved, each on a stream that was free) and the simulated vs replayed P50 / P99 in report.md
+    and gpu_check.json. The double's copies are done when called, so its end events are done
+    while the replay runs (the timer's start events never are: it believes the GPU spins)."""
+    from nearlocal.gpu import replay
+    from tests.gpu_fakecupy import _Event
+
+    monkeypatch.setattr(gpu_check, "REPLAY_SECONDS", 1.0)
+    monkeypatch.setattr(gpu_check, "REPLAY_LAYERS", "0-1")
+    monkeypatch.setattr(gpu_check, "REPLAY_POOL_BYTES", 16 << 20)
+    monkeypatch.setattr(gpu_check, "REPLAY_DST_BYTES", 4 << 20)
+    monkeypatch.setattr(gpu_check, "REPLAY_ROW_BUDGET", 0.02)
+    moved = []
+    real = replay.run_gpu_replay
+
+    def run(frags, first, arrival, region_bytes, dst_bytes, streams, device=0):
+        monkeypatch.setattr(_Event, "done", True)
+        try:
+            times = real(frags, first, arrival, region_bytes, dst_bytes, streams, device)
+        finally:
+            monkeypatch.setattr(_Event, "done", False)
+        moved.append((streams, times))
+        return times
+
+    monkeypatch.setattr(replay, "run_gpu_replay", run)
+    assert gpu_check.main(["--out", str(tmp_path), "--replay"]) == 0
+    data = json.loads((tmp_path / "gpu_check.json").read_text())["replay"]
+    assert sorted(data["streams"]) == ["1", "2", "4"] and data["requests_with_hits"] > 0
+    assert set(data["contention"]) == {"1", "2", "4"}
+    for streams, times in moved:
+        served = times.mover[times.mover >= 0]
+        assert served.size == data["requests_with_hits"] and set(served) <= set(range(streams))
+        assert np.all(times.end_ns >= times.start_ns)
+        entry = data["streams"][str(streams)]
+        assert entry["replay_reload"]["p50_ns"] > 0 and entry["simulated_reload"]["p99_ns"] > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "Host->GPU replay with 1, 2 and 4 streams" in report
+    assert report.count("simulated P50") == 3

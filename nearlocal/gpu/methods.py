@@ -16,6 +16,7 @@ from nearlocal.core.methods import Delivery, Method, register_method
 from nearlocal.gpu.copy_sessions import BatchSession, Memcpy2DSession, MemcpySession, PeerMemcpySession
 from nearlocal.gpu.kernel_sessions import KernelSession, PeerKernelSession, ZeroCopySession
 from nearlocal.gpu.layerstream import LayerStreamSession
+from nearlocal.gpu.movers import with_gpu_movers
 from nearlocal.gpu.needs import needs_batch, needs_gpu, needs_peer, needs_two
 from nearlocal.gpu.session import check_params
 
@@ -28,17 +29,21 @@ _KERNEL = {**_TIMING, "width": "16", "threads": "128", "group": "0"}
 
 def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs,
          params: dict, regions=("host", "gpu"), markers=("gpu",), sample_bytes=None,
-         calls: str | None = "one") -> Method:
+         calls: str | None = "one", movers: bool = False) -> Method:
     """calls: how many calls a read of n fragments costs (core.methods.CALL_RULES); None: the
-    method lands no read's bytes in the other side's memory (a zero-copy sum, the layer stream)."""
-    return register_method(Method(
+    method lands no read's bytes in the other side's memory (a zero-copy sum, the layer stream).
+    movers: it takes `movers=k` (and `devices=D`): k concurrent streams, each moving its own
+    copy of the pattern (gpu/movers.py); the contention suite picks such methods by that
+    parameter (gpu/suites.py), the contention fit by the rows' k."""
+    method = Method(
         cacheable=False,
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_families=frozenset(regions),
         peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
         check_params=check_params, sample_bytes=sample_bytes,
         delivery=Delivery("gpu", calls) if calls else None,
-    ))
+    )
+    return register_method(with_gpu_movers(method) if movers else method)
 
 
 _gpu("cuda-memcpy", "cudaMemcpy per fragment (synchronous; device time includes host gaps)",
@@ -46,15 +51,16 @@ _gpu("cuda-memcpy", "cudaMemcpy per fragment (synchronous; device time includes 
      _TIMING, calls="per-fragment")
 _gpu("cuda-memcpy-async", "cudaMemcpyAsync per fragment on one stream",
      ("read", "write"), lambda ctx: MemcpySession(ctx, "cuda-memcpy-async", True), needs_gpu,
-     _COPY, calls="per-fragment")
+     _COPY, calls="per-fragment", movers=True)
 _gpu("cuda-memcpy-batch", "cudaMemcpyBatchAsync: every fragment in one call (CUDA >= 12.8)",
      ("read", "write"), lambda ctx: BatchSession(ctx, "cuda-memcpy-batch"), needs_batch,
-     {**_COPY, "api": "driver"})
+     {**_COPY, "api": "driver"}, movers=True)
 _gpu("cuda-memcpy-2d", "cudaMemcpy2DAsync of regularly strided fragments",
      ("read", "write"), lambda ctx: Memcpy2DSession(ctx, "cuda-memcpy-2d"), needs_gpu, _COPY)
 _gpu("gather-kernel", "one CUDA C kernel gathers every fragment into the GPU (reads mapped host "
      "memory; work split by bytes)",
-     ("read",), lambda ctx: KernelSession(ctx, "gather-kernel"), needs_gpu, _KERNEL)
+     ("read",), lambda ctx: KernelSession(ctx, "gather-kernel"), needs_gpu, _KERNEL,
+     movers=True)
 _gpu("scatter-kernel", "one kernel scatters every fragment from the GPU into the region",
      ("write",), lambda ctx: KernelSession(ctx, "scatter-kernel"), needs_gpu, _KERNEL)
 _gpu("zero-copy-kernel", "a kernel reads (byte sums) or writes (fill) mapped host memory in place",

@@ -7,7 +7,7 @@ case is a skipped row with its reason. `gpu_cases` / `swiftcache_cases` are publ
 from __future__ import annotations
 
 from nearlocal.core.cases import Case
-from nearlocal.core.suites import Suite, register_suite
+from nearlocal.core.suites import Suite, extend_suite, register_suite
 
 # Beluga: sparse KV read (1024 x 160 B, B14), a dense block's 128 20 KB pieces (B2), 64 KiB (B11)
 GPU_PATTERNS = ("1024x160B", "128x20KiB", "64KiB")
@@ -83,3 +83,38 @@ register_suite(Suite("gpu", "host <-> GPU: cudaMemcpy per fragment vs one gather
 # joinable: S2's reload from an SSD joins it from storage/methods.py
 register_suite(Suite("swiftcache", "GPU <-> GPU over NVLink: peer copies and kernels, the "
                      "layer stream (SwiftCache S2-S3)", [swiftcache_cases], joinable=True))
+
+
+# The contention suite's GPU half (issue 57): the hops host->gpu (pinned local memory) and
+# pool->gpu (each pool region of the box registered with cudaHostRegister) under k concurrent
+# movers, each a CUDA stream moving its own copy of serving's per-layer blocks (512 x 32 KiB,
+# 16 MiB a mover); where the box has several GPUs, the same with the movers spread over all of
+# them (devices=N, k >= N). The methods are those that take `movers` (gpu/methods.py's
+# `movers=True`: what the hops stand on), found by the parameter, not named here.
+CONTENTION_PATTERN = SERVING_PATTERNS[0]
+CONTENTION_MOVERS = (1, 2, 4, 8)
+
+
+def gpu_contention_cases(inventory) -> list[Case]:
+    from nearlocal.core.methods import METHODS, methods_with_param
+    from nearlocal.cpu.pool import pool_regions
+
+    regions = ("pinned", *(f"registered:{pool}" for pool in pool_regions(inventory)))
+    gpus = len(inventory.gpu.devices)
+    spreads = [(k, 1) for k in CONTENTION_MOVERS]
+    if gpus > 1:
+        spreads += [(k, gpus) for k in sorted({gpus, *CONTENTION_MOVERS}) if k >= gpus]
+    cases = []
+    for region in regions:
+        for name in methods_with_param("movers", family="gpu"):
+            if "read" not in METHODS[name].accesses:
+                continue
+            for k, devices in spreads:
+                params = ((("movers", str(k)),) if k > 1 else ()) + \
+                    ((("devices", str(devices)),) if devices > 1 else ())
+                cases.append(Case(name, region, "wb", CONTENTION_PATTERN, peer="gpu:0",
+                                  access="read", params=params))
+    return cases
+
+
+extend_suite("contention", gpu_contention_cases)

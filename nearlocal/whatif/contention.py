@@ -1,12 +1,13 @@
 """Contention per hop (issue 57, item 1): how a way of moving bytes shares the box when k requests
-move at once, from a run's `movers=k` rows (cpu/movers.py; the `contention` suite) and their
-k = 1 rows (the method's ordinary row of the same pattern).
+move at once, from a run's `movers=k` rows (cpu/movers.py: k pinned CPU threads; gpu/movers.py: k
+CUDA streams, over D GPUs with `devices=D`; the `contention` suite) and their k = 1 rows (the
+method's ordinary row of the same pattern).
 
 Per way and k, plain data a simulation can serve requests with:
 - `per_mover_gbps`: one mover's bytes over its median service time (the row's samples are each
   one mover's own pass while the k - 1 others ran theirs);
-- `aggregate_gbps`: k x bytes over the span the k passes took (last end - first start), the
-  median over repetitions (the row's info; k x per-mover where the row does not say);
+- `aggregate_gbps`: k x bytes over the span the k passes took (the CPU's last end - first start,
+  the GPU's one event pair spanning all k streams), the median over repetitions (the row's info);
 - `service_ns`: quantiles of the raw samples (not only their median), and the samples' count:
   the store's samples of the row (every process's; each one mover's pass), else every mover's
   samples the row's info keeps (one process's), else the row's quantile columns;
@@ -72,14 +73,25 @@ def _hop_of(row: dict) -> str | None:
 
 
 def way_of(row: Mapping) -> str:
-    """`hop/method`, or `region/method` when no hop takes the row."""
+    """`hop/method`, or `region/method` when no hop takes the row; `... over D devices` when its
+    movers were spread over D devices (`devices=D`: the GPU movers over several GPUs), a way of
+    its own beside the movers of one device."""
     row = dict(row)
-    return f"{_hop_of(row) or row.get('region')}/{row.get('method')}"
+    way = f"{_hop_of(row) or row.get('region')}/{row.get('method')}"
+    devices = devices_of(row)
+    return f"{way} over {devices} devices" if devices > 1 else way
 
 
 def movers_of(row: Mapping) -> int:
     params = decode_params_or_none(row.get("params")) or {}
     text = str(params.get("movers", "1")).strip()
+    return int(text) if text.isdigit() and int(text) >= 1 else 1
+
+
+def devices_of(row: Mapping) -> int:
+    """The devices a row's movers were spread over (`devices=D`; 1 where the row does not say)."""
+    params = decode_params_or_none(row.get("params")) or {}
+    text = str(params.get("devices", "1")).strip()
     return int(text) if text.isdigit() and int(text) >= 1 else 1
 
 
