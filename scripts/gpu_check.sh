@@ -38,10 +38,10 @@ OUT="${OUT:-/tmp/out}"
 WORK="$OUT/work"
 PY="${PYTHON:-python3}"
 WHEELS="${NEARLOCAL_WHEELS:-$PWD/wheels}"
-TOTAL_S="${TOTAL_S:-480}"
+TOTAL_S="${TOTAL_S:-450}"
 # name:cap in seconds, in order; the caps must leave TAIL_S of TOTAL_S for packing up
-STEPS=(preflight:15 probe:20 tests:60 check:80 replay-gpu:30 suite-gpu:60 whatif:15
-       whatif-check:130 suite-swiftcache:25 suites-verdict:10 bench-gpu:25)
+STEPS=(preflight:15 probe:20 tests:60 check:80 replay-gpu:20 suite-gpu:60 whatif:15
+       whatif-check:110 suite-swiftcache:25 suites-verdict:10 bench-gpu:25)
 BUDGET=0.05  # per case; one worker process per suite (a check, not a comparison of runs)
 STORAGE_BYTES=$((64 << 20))  # the storage cases' file (64x1MiB@1MiB): made once, never rewritten
 TAIL_S=5
