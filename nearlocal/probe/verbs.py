@@ -35,7 +35,7 @@ WR_REMOTE_ADDR, WR_RKEY = 40, 48
 RECV_WR_BYTES = 32  # ibv_recv_wr: wr_id u64, next, sg_list, num_sge i32
 RECV_WR_NEXT, RECV_WR_SG_LIST, RECV_WR_NUM_SGE = 8, 16, 24
 WC_BYTES = 48  # ibv_wc
-WC_STATUS, WC_OPCODE, WC_BYTE_LEN = 8, 12, 20
+WC_WR_ID, WC_STATUS, WC_OPCODE, WC_BYTE_LEN = 0, 8, 12, 20  # wr_id: movers=k's mover
 PORT_ATTR_BYTES = 52  # ibv_port_attr: state u32 enum 0, max_mtu 4, active_mtu 8 (enum ibv_mtu)
 PORT_ATTR = {"state": 0, "max_mtu": 4, "active_mtu": 8}
 INIT_ATTR_BYTES = 64  # ibv_qp_init_attr: send_cq 8, recv_cq 16, cap 32, qp_type 52, sq_sig_all 56
@@ -53,8 +53,8 @@ LAYOUT = {"ibv_context.ops": 8, "ops.poll_cq": 88, "ops.post_send": 200, "ops.po
           "ibv_send_wr.wr.rdma.remote_addr": WR_REMOTE_ADDR, "ibv_send_wr.wr.rdma.rkey": WR_RKEY,
           "ibv_recv_wr": RECV_WR_BYTES, "ibv_recv_wr.wr_id": 0, "ibv_recv_wr.next": RECV_WR_NEXT,
           "ibv_recv_wr.sg_list": RECV_WR_SG_LIST, "ibv_recv_wr.num_sge": RECV_WR_NUM_SGE,
-          "ibv_wc": WC_BYTES, "ibv_wc.status": WC_STATUS, "ibv_wc.opcode": WC_OPCODE,
-          "ibv_wc.byte_len": WC_BYTE_LEN, "ibv_qp_init_attr": INIT_ATTR_BYTES,
+          "ibv_wc": WC_BYTES, "ibv_wc.wr_id": WC_WR_ID, "ibv_wc.status": WC_STATUS,
+          "ibv_wc.opcode": WC_OPCODE, "ibv_wc.byte_len": WC_BYTE_LEN, "ibv_qp_init_attr": INIT_ATTR_BYTES,
           "ibv_qp_init_attr.send_cq": 8, "ibv_qp_init_attr.recv_cq": 16,
           "ibv_qp_init_attr.cap": 32, "ibv_qp_init_attr.qp_type": 52,
           "ibv_qp_init_attr.sq_sig_all": 56, "ibv_qp_attr": QP_ATTR_BYTES,

@@ -25,7 +25,7 @@ RECV_POST_FAILED, WRONG_REPLY = 7, 8  # the send/recv RPC's: ibv_post_recv faile
 # sequence word is not its request's
 WRONG_MOVER = 9  # movers=k: a completion's wr_id names no mover of the repetition
 SPINS_PER_CHECK = 256
-WC_STATUS = 8  # ibv_wc.status (verbs.WC_STATUS)
+WC_WR_ID, WC_STATUS = 0, 8  # ibv_wc.wr_id, ibv_wc.status (verbs.WC_WR_ID, verbs.WC_STATUS)
 STOP = np.uint64(0xFFFFFFFFFFFFFFFF)  # the RPC's last sequence: the server returns
 
 
@@ -175,7 +175,7 @@ def movers_to_completion(post_send, poll_cq, qps, cq, heads, bad_addr, wc_addr, 
                 stamp = tsc_end()
                 if _load_u32(wc_addr + WC_STATUS) != 0:
                     return BAD_COMPLETION
-                mover = _load_u64(wc_addr) >> np.uint64(id_shift)
+                mover = _load_u64(wc_addr + WC_WR_ID) >> np.uint64(id_shift)
                 if mover >= np.uint64(k):
                     return WRONG_MOVER
                 ends[mover, s] = stamp
