@@ -3,7 +3,9 @@ probe with its limits and its port's active MTU, rdma-write / rdma-read rows for
 and 1024x160B in both SGE variants (at the default path MTU) with the device's max_sge and the
 work requests per sample that max_sge gives, the data read back on rank 1 equal to rank 0's, the
 RPC's rows (RDMA write + poll, and send/recv), the 16 KiB rows at path MTU 4096 (run where the
-port's active MTU allows it, else skipped rows saying so), perftest beside them. Never speeds
+port's active MTU allows it, else skipped rows saying so), the 16 KiB rows by 2 queue pairs at
+once (movers=2: k and each mover's figures in the row, the aggregate, both movers' data checked,
+and the contention fit taking them beside the k = 1 rows), perftest beside them. Never speeds
 (TCG).
 
     python scripts/vm_rdma.py OUT   (exit 1 naming every fact that does not hold)
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 
 PATTERNS = {"16KiB": 1, "128x20KiB": 128, "1024x160B": 1024}
+MOVERS = 2  # the rdma suite's 16 KiB rows by k queue pairs at once
 
 
 def _text(path: Path) -> str:
@@ -72,13 +75,14 @@ def check(out: Path) -> tuple[list[str], list[str]]:
     params = cases["params"].map(_params)
     mtus = params.map(lambda p: str(p.get("mtu", "1024")))  # the default path MTU's rows here
     transports = params.map(lambda p: p.get("transport", "write"))
+    movers = params.map(lambda p: str(p.get("movers", "1")))
     limits = device["limits"] if device else {}
     for method in ("rdma-write", "rdma-read"):
         limit = limits.get("max_sge_rd" if method == "rdma-read" else "max_sge", 0)
         for pattern, pieces in PATTERNS.items():
             for variant in ("one", "batched"):
                 rows = cases[(cases["method"] == method) & (cases["pattern"] == pattern)
-                             & (variants == variant) & (mtus == "1024")]
+                             & (variants == variant) & (mtus == "1024") & (movers == "1")]
                 if len(rows) != 1:
                     problems.append(f"{method} {pattern} sge={variant}: {len(rows)} rows")
                     continue
@@ -106,7 +110,8 @@ def check(out: Path) -> tuple[list[str], list[str]]:
              f"{info.get('timed')}")
     active = int(device["ports"][0].get("active_mtu") or 0) if device else 0
     for method in ("rdma-write", "rdma-read"):
-        rows = cases[(cases["method"] == method) & (cases["pattern"] == "16KiB") & (mtus == "4096")]
+        rows = cases[(cases["method"] == method) & (cases["pattern"] == "16KiB") & (mtus == "4096")
+                     & (movers == "1")]
         if len(rows) != 1:
             problems.append(f"{method} 16KiB mtu=4096: {len(rows)} rows")
             continue
@@ -122,6 +127,15 @@ def check(out: Path) -> tuple[list[str], list[str]]:
             fact(row["status"] == "skipped" and f"active MTU {active}" in str(row["reason"]),
                  f"{method} 16KiB mtu=4096 (active MTU {active}): {row['status']}, "
                  f"{row['reason']}")
+    for method in ("rdma-write", "rdma-read"):
+        rows = cases[(cases["method"] == method) & (cases["pattern"] == "16KiB")
+                     & (movers == str(MOVERS))]
+        if len(rows) != 1:
+            problems.append(f"{method} 16KiB movers={MOVERS}: {len(rows)} rows")
+            continue
+        row = rows.iloc[0]
+        fact(*_movers_fact(method, row, row["info_d"]))
+    fact(*_contention_fact(load(runs[-1].parent)))
     perftest = _text(out / "perftest.txt")
     fact(_text(out / "perftest.rc") == "0" and "ib_write_lat" in perftest
          and "ib_read_lat" in perftest and " nan " not in perftest,
@@ -138,6 +152,45 @@ def check(out: Path) -> tuple[list[str], list[str]]:
          f"whatif: the RDMA path's rdma hop predicted from the run's rdma rows "
          f"({hop.way}; rows {', '.join(hop.rows) or hop.source})")
     return facts, problems
+
+
+def _movers_fact(method: str, row, info: dict) -> tuple[bool, str]:
+    """A movers=k row: ok, k in it, each mover's median and GB/s, the aggregate, every mover's
+    samples kept, one work request a transfer, both movers' bytes checked (figures shown, never
+    judged: TCG)."""
+    per = info.get("per_mover") or []
+    kept = info.get("mover_samples_ns") or []
+    ok = (row["status"] == "ok" and info.get("movers") == MOVERS and len(per) == MOVERS
+          and all(m.get("median_ns") and m.get("gbps") for m in per)
+          and bool(info.get("aggregate_gbps")) and len(kept) == MOVERS and all(kept)
+          and info.get("bytes_per_mover") == 16384 and info.get("work_requests_per_sample") == 1
+          and str(info.get("data_check", "")).startswith(f"ok: {MOVERS * 16384} bytes"))
+    figures = ", ".join(f"qp {m.get('qp')}: {m.get('median_ns', float('nan')):.0f} ns "
+                        f"{m.get('gbps') or 0:.3f} GB/s" for m in per)
+    return ok, (f"{method} 16KiB movers={MOVERS}: {row['status']} {row['reason'] or ''}, k "
+                f"{info.get('movers')}, per mover [{figures}], aggregate "
+                f"{info.get('aggregate_gbps') or 0:.3f} GB/s, samples kept "
+                f"{[len(k) for k in kept]}, check: {info.get('data_check')}; "
+                f"{info.get('concurrency', 'no concurrency said')}")
+
+
+def _contention_fact(run) -> tuple[bool, str]:
+    """The contention fit (whatif/contention.py) takes each way's movers=2 row beside its k = 1
+    row of the same parameters, with service times from the raw samples."""
+    from nearlocal.whatif.contention import contention_of
+
+    got = contention_of(run.cases, run.samples)
+    ways = {way: figures for way, figures in got.items()
+            if way.endswith(("/rdma-write", "/rdma-read"))}
+    ok = len(ways) == 2 and all(
+        sorted(figures) == [1, MOVERS] and figures[MOVERS]["service_ns"].get("n", 0) > 0
+        and figures[MOVERS]["aggregate_gbps"] for figures in ways.values())
+    text = "; ".join(f"{way}: " + ", ".join(
+        f"k={k} per mover {(f.get('per_mover_gbps') or 0):.3f} GB/s aggregate "
+        f"{(f.get('aggregate_gbps') or 0):.3f} GB/s ({f['service_ns'].get('n', 0)} samples, "
+        f"rows {', '.join(f['rows'])})" for k, f in figures.items())
+        for way, figures in ways.items())
+    return ok, f"contention: the RDMA ways at k = 1 and {MOVERS} ({text or 'none'})"
 
 
 def main(out: Path) -> int:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs inside the VM rig's RDMA guest (scripts/vm_check.sh): soft-RoCE (rdma_rxe) on a dummy
 # netdev with an address, then `nearlocal run --suite rdma` as an MPI job of 2 ranks in this one
-# guest (rank 0 posts, rank 1 is the target / RPC server: loopback RDMA through rxe0), then
+# guest (rank 0 posts, rank 1 is the target / RPC server: loopback RDMA through rxe0; the suite
+# holds 16 KiB rows by 2 queue pairs at once, movers=2, the contention fit's RDMA case), then
 # scripts/compare_perftest.sh (ib_write_lat, ib_read_lat, ib_write_bw) beside its rows. Under TCG
 # this proves the interfaces, the work-request splitting and the protocol, never speed. Writes its
 # results to OUT; the host checks them (scripts/vm_rdma.py).

@@ -658,3 +658,224 @@ def test_the_mpi_jobs_plan_refuses_a_named_mtu_and_keeps_the_suites_as_skipped_r
     suite = _plan(build_parser().parse_args(["run", "--suite", "rdma"]), inventory)
     skipped = [e for e in suite.planned.entries if not e.runs]
     assert len(skipped) == 2 and all("active MTU 1024" in e.reason for e in skipped)
+
+
+# --- movers=k: k queue pairs at once (issue 57) -------------------------------------------------
+
+def test_movers_is_a_parameter_of_the_one_sided_methods_checked_as_bad_input(rdma_box):
+    from nearlocal.core.cases import Case
+    from nearlocal.core.methods import get_method
+    from nearlocal.rdma.methods import _check_case
+
+    rdma_box(1024)
+    assert get_method("rdma-read").params["movers"] == "1"
+    assert "movers" not in get_method("rdma-rpc").params
+    assert Case("rdma-read", "dram", "wb", "16KiB", params=(("movers", "1"),)).id == \
+        "rdma-read/dram/wb/16KiB"
+    assert Case("rdma-read", "dram", "wb", "16KiB", params=(("movers", "2"),)).id == \
+        "rdma-read/dram/wb/16KiB/movers=2"
+    _check_case("rdma-read")({"movers": "4"}, parse_pattern("16KiB"))
+    for bad in ("0", "x", "-2"):
+        with pytest.raises(UsageError, match="malformed movers"):
+            _check_case("rdma-write")({"movers": bad}, parse_pattern("16KiB"))
+
+
+def test_k_movers_need_k_slots_within_max_mr_size():
+    from nearlocal.rdma.methods import requests_for
+
+    limits = {**CX7, "max_mr_size": 3 * 16384}
+    requests_for("rdma-read", parse_pattern("16KiB"), "batched", limits, movers=3)
+    with pytest.raises(UsageError, match=r"spans 65536 bytes \(4 movers' slots\), beyond"):
+        requests_for("rdma-read", parse_pattern("16KiB"), "batched", limits, movers=4)
+
+
+def test_each_rank_maps_one_slot_per_mover():
+    from types import SimpleNamespace
+
+    from nearlocal.rdma.methods import _pool_bytes, _region_bytes
+
+    pattern = parse_pattern("128x20KiB")
+    one = _region_bytes(pattern)
+    assert one >= 128 * 20480 and one % 4096 == 0
+    resolved = SimpleNamespace(pattern=pattern, params={"movers": "4", "sge": "batched"})
+    assert _pool_bytes(resolved, 2) == 4 * one
+    assert _pool_bytes(SimpleNamespace(pattern=pattern, params={"sge": "one"}), 2) == one
+
+
+def test_the_rdma_suite_holds_16kib_by_two_queue_pairs_and_contention_the_kv_block(rdma_box):
+    from nearlocal.core.suites import suite_cases
+    from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.rdma.methods import CONTENTION_MOVERS, CONTENTION_PATTERN
+
+    inventory = rdma_box(4096)
+    ids = {case.id for case in suite_cases("rdma", inventory)}
+    assert {"rdma-write/dram/wb/16KiB/movers=2", "rdma-read/dram/wb/16KiB/movers=2"} <= ids
+    contention = [c for c in suite_cases("contention", inventory) if c.method.startswith("rdma")]
+    assert [c.effective_params["movers"] for c in contention] == [
+        str(k) for k in CONTENTION_MOVERS]
+    assert {c.pattern for c in contention} == {CONTENTION_PATTERN}
+    assert contention[0].id == f"rdma-read/dram/wb/{CONTENTION_PATTERN}"  # the rdma suite's k = 1
+    plan = plan_cases(contention, inventory, RunSettings(0.01))
+    plan.refuse_bad_input()
+    assert all(entry.runs for entry in plan.entries)
+
+
+class SharedCq:
+    """post_send / poll_cq as C function pointers for k QPs on one CQ: each post queues its
+    chain's last wr_id; polls complete them newest first (the NIC need not finish them in the
+    order they were posted), writing wr_id and status into the work completion."""
+
+    def __init__(self, status: int = 0, wrong_id: bool = False):
+        self.pending: list[int] = []
+        self.qps: list[int] = []
+        self.status, self.wrong_id = status, wrong_id
+        self.post = POST(self._post)
+        self.poll = POLL(self._poll)
+
+    def _post(self, qp, wr, bad):
+        while ctypes.c_uint64.from_address(wr + verbs.WR_NEXT).value:  # the chain's last WR
+            wr = ctypes.c_uint64.from_address(wr + verbs.WR_NEXT).value
+        self.qps.append(qp)
+        self.pending.append(ctypes.c_uint64.from_address(wr).value)
+        return 0
+
+    def _poll(self, cq, entries, wc):
+        if not self.pending:
+            return 0
+        wr_id = self.pending.pop()
+        ctypes.c_uint64.from_address(wc).value = (99 << 32) if self.wrong_id else wr_id
+        ctypes.c_uint32.from_address(wc + verbs.WC_STATUS).value = self.status
+        return 1
+
+
+def _fake_link(provider: SharedCq, k: int):
+    from types import SimpleNamespace
+
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    qps = [SimpleNamespace(qp=100 + m, qp_num=7 + m, post_send=address(provider.post),
+                           poll_cq=address(provider.poll), cq=5) for m in range(k)]
+    return SimpleNamespace(qp=qps[0], qps=qps, bad=np.zeros(1, np.uint64),
+                           wc=np.zeros(verbs.WC_BYTES, np.uint8))
+
+
+def _rack_ctx():
+    from types import SimpleNamespace
+
+    from nearlocal.rack.framework import RackContext
+
+    ctx = SimpleNamespace(timeout_s=5.0, tsc_hz=1e9, overhead_ticks=0.0)
+    ctx.ns = lambda ticks, per=1: RackContext.ns(ctx, ticks, per)
+    return ctx
+
+
+def test_k_queue_pairs_post_back_to_back_and_each_completion_ends_its_mover():
+    from nearlocal.rdma.methods import _MoverTransfers
+    from nearlocal.rdma.requests import MOVER_ID_SHIFT
+
+    provider = SharedCq()
+    frags = parse_pattern("128x20KiB").frags
+    plan = plan_requests(frags, 32)
+    chains = [build_chain(frags, plan, 1 << 20, 1, 1 << 30, 2, verbs.WR_RDMA_READ,
+                          first_id=m << MOVER_ID_SHIFT) for m in range(3)]
+    session = _MoverTransfers(_rack_ctx(), _fake_link(provider, 3), [w for w, _ in chains],
+                              int(frags[:, 2].sum()))
+    raw, ns = session.sample(4)
+    assert provider.qps == [100, 101, 102] * 4 and not provider.pending
+    assert raw.shape == ns.shape == (4,) and (ns > 0).all()
+    info = session.info
+    assert info["movers"] == 3 and info["bytes_per_mover"] == 128 * 20480
+    assert [m["qp"] for m in info["per_mover"]] == [0, 1, 2]
+    assert [m["qp_num"] for m in info["per_mover"]] == [7, 8, 9]
+    assert [len(s) for s in info["mover_samples_ns"]] == [4, 4, 4]
+    assert info["aggregate_gbps"] > 0 and "3 queue pairs" in info["concurrency"]
+    # newest first: the last mover posted completes first, so the first one's interval is longest
+    assert info["per_mover"][0]["median_ns"] > info["per_mover"][2]["median_ns"]
+    session.sample(2)  # sample r is mover r mod k, counted across batches
+    assert session.tally.taken == 6
+
+
+def test_a_bad_completion_or_an_unknown_mover_fails_the_movers_sample():
+    from nearlocal.rdma.methods import _MoverTransfers
+
+    frags = parse_pattern("16KiB").frags
+    plan = plan_requests(frags, 32)
+    for provider, match in ((SharedCq(status=12), "error status"),
+                            (SharedCq(wrong_id=True), "names no mover")):
+        chains = [build_chain(frags, plan, 1 << 20, 1, 1 << 30, 2, verbs.WR_RDMA_WRITE,
+                              first_id=m << 32) for m in range(2)]
+        session = _MoverTransfers(_rack_ctx(), _fake_link(provider, 2), [w for w, _ in chains],
+                                  16384)
+        with pytest.raises(RuntimeError, match=match):
+            session.sample(1)
+
+
+def test_chain_ids_name_their_mover():
+    frags = parse_pattern("1024x160B").frags
+    plan = plan_requests(frags, 32)
+    wrs, _ = build_chain(frags, plan, 0, 1, 0, 2, verbs.WR_RDMA_READ, first_id=3 << 32)
+    ids = [struct.unpack_from("Q", wrs, i * verbs.WR_BYTES)[0] for i in range(len(plan))]
+    assert ids == [(3 << 32) + i for i in range(len(plan))]
+
+
+def test_a_movers_row_carries_k_each_movers_figures_and_no_pipelined_split():
+    from types import SimpleNamespace
+
+    from nearlocal.rdma.methods import _one_sided_rows
+
+    ctx = SimpleNamespace(case=SimpleNamespace(method="rdma-read"),
+                          params={"sge": "batched", "movers": "2"}, overhead_ticks=10.0)
+    movers_info = {"movers": 2, "bytes_per_mover": 16384, "aggregate_gbps": 3.0,
+                   "per_mover": [{"qp": 0, "median_ns": 10_000.0, "gbps": 1.6},
+                                 {"qp": 1, "median_ns": 11_000.0, "gbps": 1.5}],
+                   "mover_samples_ns": [[10_000.0], [11_000.0]], "timed": "each mover's own",
+                   "concurrency": "2 queue pairs"}
+    got = {"raw": np.ones(4), "ns": np.full(4, 10_000.0), "window": 1, "requests": 1,
+           "sges_per_request": 1, "sge_limit": 32, "movers": 2, "movers_info": movers_info,
+           "bytes_checked": 32768, "bytes_differing": 0, "device": "rxe0", "max_sge": 32,
+           "max_sge_rd": 32}
+    (row,) = _one_sided_rows(ctx, [got, {}])
+    assert row.info["movers"] == 2 and row.info["per_mover"][1]["qp"] == 1
+    assert row.info["timed"] == "each mover's own" and "sync_share" not in row.info
+    assert row.extra == {"max_sge": 32, "work_requests_per_sample": 1}
+    assert row.info["data_check"] == "ok: 32768 bytes on rank 1 equal rank 0's"
+
+
+def _rdma_row(method: str, median: float, params: dict, info: dict | None = None) -> dict:
+    from tests.report_fixtures import row
+
+    data = row(method, access="read" if method == "rdma-read" else "write", params=params,
+               median=median)
+    data["info"] = info or {}
+    return data
+
+
+def test_the_contention_fit_takes_rdma_movers_rows_beside_the_same_way_alone(tmp_path):
+    """From a stored run: the movers=2 row of rdma-read 16KiB (SGE-batched, path MTU 1024) sits
+    beside the k = 1 row moved the same way, not the sge=one or mtu=4096 rows of that pattern,
+    and the what-if's path model never takes it as a transfer alone."""
+    from nearlocal.store import load
+    from nearlocal.whatif.contention import contention_of
+    from nearlocal.whatif.fit import usable_rows
+    from tests.report_fixtures import make_run
+
+    movers = {"movers": 2, "bytes_per_mover": 16384, "aggregate_gbps": 2.5,
+              "per_mover": [{"qp": 0, "median_ns": 12_000.0}, {"qp": 1, "median_ns": 14_000.0}],
+              "mover_samples_ns": [[12_000.0, 12_500.0], [14_000.0]]}
+    rows = [_rdma_row("rdma-read", 10_000.0, {}),
+            _rdma_row("rdma-read", 30_000.0, {"sge": "one"}),
+            _rdma_row("rdma-read", 8_000.0, {"mtu": "4096"}),
+            _rdma_row("rdma-read", 13_000.0, {"movers": "2"}, movers),
+            _rdma_row("rdma-write", 9_000.0, {})]  # no movers rows: no way
+    run = load(make_run(tmp_path, rows))
+    got = contention_of(run.cases, run.samples)
+    assert list(got) == ["rdma/rdma-read"]
+    way = got["rdma/rdma-read"]
+    assert sorted(way) == [1, 2]
+    assert way[1]["rows"] == [rows[0]["case_id"]]
+    assert way[1]["per_mover_gbps"] == pytest.approx(16384 / 10_000.0)
+    assert way[2]["rows"] == [rows[3]["case_id"]]
+    assert way[2]["aggregate_gbps"] == 2.5 and way[2]["service_ns"]["n"] == 5  # store samples
+    assert way[2]["per_mover_gbps"] == pytest.approx(16384 / 13_000.0)
+    assert way[2]["per_mover"][1]["qp"] == 1
+    assert rows[3]["case_id"] not in set(usable_rows(run.cases)["case_id"])
+    assert rows[0]["case_id"] in set(usable_rows(run.cases)["case_id"])

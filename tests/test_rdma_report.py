@@ -135,3 +135,14 @@ def test_b15_stands_on_the_send_recv_rpc_and_the_rack_section_keeps_both(tmp_pat
     labels = [str(r[0]) for r in report.section("rack").table.rows
               if str(r[0]).startswith("rdma-rpc")]
     assert sorted(labels) == ["rdma-rpc 64B send", "rdma-rpc 64B write"]
+
+
+def test_b1_stands_on_a_transfer_alone_never_a_movers_row(tmp_path):
+    """A movers=2 row (2 queue pairs at once, contention's) is never the RDMA side of a line,
+    even when its per-mover median is the faster one."""
+    movers = row("rdma-write", "dram", access="write", size=16384, pattern="16KiB",
+                 median=5_000.0, params={"movers": "2"})
+    movers["info"] = {"movers": 2, "work_requests_per_sample": 1, "device": "rxe0"}
+    report = build_report([load(make_run(tmp_path, [*_rows(), movers]))])
+    b1 = _line(report.section("rdma").table, "B1", "16 KiB write")
+    assert b1[4].median_ns == 10_000.0

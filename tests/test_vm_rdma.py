@@ -19,8 +19,18 @@ PIECES = {"16KiB": (1, 16384), "128x20KiB": (128, 20480), "1024x160B": (1024, 16
 LIMITS = {"max_sge": 32, "max_sge_rd": 32, "max_qp_wr": 1048576, "max_mr_size": 2**64 - 1}
 
 
+def _movers_info(k: int = 2, movers_said: int = 2) -> dict:
+    return {"sge": "batched", "work_requests_per_sample": 1, "movers": movers_said,
+            "bytes_per_mover": 16384, "aggregate_gbps": 0.05,
+            "per_mover": [{"qp": m, "qp_num": 17 + m, "median_ns": 600_000.0, "gbps": 0.027}
+                          for m in range(k)],
+            "mover_samples_ns": [[600_000.0, 610_000.0] for _ in range(k)],
+            "data_check": f"ok: {2 * 16384} bytes on rank 1 equal rank 0's",
+            "concurrency": "2 queue pairs (RC) on one ... shared CQ"}
+
+
 def _guest(out: Path, bad_check: str = "", wrong_requests: str = "", active_mtu: int = 1024,
-           send_rpc: bool = True) -> Path:
+           send_rpc: bool = True, movers: dict | None = None) -> Path:
     rows = []
     for method in ("rdma-write", "rdma-read"):
         for pattern, (count, size) in PIECES.items():
@@ -54,6 +64,12 @@ def _guest(out: Path, bad_check: str = "", wrong_requests: str = "", active_mtu:
                        reason=f"mtu=4096 is above rxe0 port 1's active MTU {active_mtu}: the "
                               f"path MTU cannot exceed it (mtu={active_mtu} or less runs here)")
         rows.append(data)
+    for method in ("rdma-write", "rdma-read"):  # the suite's 16 KiB rows by 2 queue pairs
+        data = row(method, access="write" if method == "rdma-write" else "read",
+                   params={"movers": "2"}, median=600_000.0)
+        data["info"] = (movers or {}).get(method) or _movers_info()
+        data["max_sge"] = 32
+        rows.append(data)
     make_run(out / "results", rows)
     port = {"port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "lid": 0,
             "gids": [[1, "0000:0000:0000:0000:0000:ffff:0a4d:0001", "RoCE v2"]], "netdev": "x",
@@ -73,7 +89,11 @@ def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path, active_mtu):
     """Soft-RoCE on a 1500 B netdev (active MTU 1024: the mtu=4096 rows skipped, saying so) or
     on jumbo frames (4096: they run at that path MTU)."""
     facts, problems = vm_rdma.check(_guest(tmp_path, active_mtu=active_mtu))
-    assert not problems and len(facts) == 3 + 1 + 12 + 2 + 2 + 1 + 1
+    assert not problems and len(facts) == 3 + 1 + 12 + 2 + 2 + 2 + 1 + 1 + 1
+    movers = [f for f in facts if "16KiB movers=2:" in f]
+    assert len(movers) == 2 and all("per mover [qp 0:" in f for f in movers)
+    (fit,) = [f for f in facts if f.startswith("contention:")]
+    assert "rdma/rdma-read: k=1" in fit and "rdma/rdma-write: k=1" in fit and "k=2" in fit
     assert any(f"mtu=4096 (active MTU {active_mtu})" in fact for fact in facts)
 
 
@@ -87,3 +107,12 @@ def test_a_missing_send_rpc_row_is_a_failed_fact(tmp_path):
 def test_a_failed_check_or_a_wrong_split_is_a_failed_fact(tmp_path, damage):
     _, problems = vm_rdma.check(_guest(tmp_path, **damage))
     assert len(problems) == 1
+
+
+@pytest.mark.parametrize("info", [_movers_info(k=1), _movers_info(movers_said=1),
+                                  {**_movers_info(), "data_check": "FAILED: 9 of 32768 bytes differ"},
+                                  {**_movers_info(), "mover_samples_ns": [[1.0], []]}])
+def test_a_movers_row_without_k_each_movers_figures_or_its_check_is_a_failed_fact(tmp_path, info):
+    _, problems = vm_rdma.check(_guest(tmp_path, movers={"rdma-read": info}))
+    assert problems and all("movers=2" in p or p.startswith("contention:") for p in problems)
+    assert any(p.startswith("rdma-read 16KiB movers=2") for p in problems)

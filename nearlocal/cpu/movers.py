@@ -18,27 +18,16 @@ start."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
 
 from nearlocal.core.methods import Method, SessionContext
+from nearlocal.core.movers import MOVER_PARAMS, MOVER_SAMPLES_KEPT, MoverTally, parse_movers
 from nearlocal.cpu.threads import check_threaded_drain, choose_cpus, run_pinned
 from nearlocal.errors import UsageError
 
-MOVER_PARAMS = {"movers": "1"}
-MOVER_SAMPLES_KEPT = 4096  # per mover: the row's info is JSON, bounded
 PAGE = 4096
-
-
-def parse_movers(text: object) -> int:
-    """A positive count of concurrent movers."""
-    text = str(text).strip()
-    if not re.fullmatch(r"\d{1,5}", text) or int(text) < 1:
-        raise UsageError(f"malformed movers={text!r}: use a positive count (k concurrent "
-                         "movers, each moving the whole pattern)")
-    return int(text)
 
 
 def check_mover_params(params: dict) -> None:
@@ -90,20 +79,16 @@ class MoversSession:
         none = np.zeros(0, np.uint64)  # compile here, not in a thread the others would wait for
         self.kernel(self.src.array, self.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
                     none, none, np.zeros(1, np.uint64))
-        self.own: list[list[np.ndarray]] = [[] for _ in self.cpus]
-        self.aggregate: list[np.ndarray] = []  # per repetition: k x bytes / (last end - first start)
-        self.taken = 0  # samples handed out: which mover the next sample is
-        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "movers": k,
-                     "cpus": self.cpus, "bytes_per_mover": self.nbytes,
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "cpus": self.cpus,
                      "timed": f"per repetition, k = {k} movers started on one barrier, each its "
                               f"own pass over the whole pattern ({thread_body(method).timed}) "
                               "out of its own slots into its own buffer; sample r is mover "
                               "r mod k's interval (per-mover service time); aggregate_gbps: "
                               "k x bytes / (last end - first start) per repetition; "
                               f"mover_samples_ns: each mover's first {MOVER_SAMPLES_KEPT}",
-                     "per_mover": [], "mover_samples_ns": [[] for _ in self.cpus],
                      # what the movers' kernel mapped: these k-span mappings, not the case's own
                      "mapped": {"src": dict(self.src.info), "dst": dict(self.dst.info)}}
+        self.tally = MoverTally(self.nbytes, [{"cpu": cpu} for cpu in self.cpus], self.info)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         k = len(self.cpus)
@@ -123,29 +108,8 @@ class MoversSession:
         own = np.maximum(ticks - overhead, 0.0) * scale
         span = (ends.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
                 - overhead) * scale
-        self.aggregate.append(np.where(span > 0, k * self.nbytes / np.maximum(span, 1e-9), np.nan))
-        for m in range(k):
-            self.own[m].append(own[m])
-            kept = self.info["mover_samples_ns"][m]
-            room = MOVER_SAMPLES_KEPT - len(kept)
-            if room > 0:
-                kept.extend(float(v) for v in own[m, :room])
-        pick = (self.taken + np.arange(n)) % k  # sample r: mover r mod k
-        self.taken += n
-        cols = np.arange(n)
-        self._summarise()
-        return ticks[pick, cols].astype(np.uint64), own[pick, cols]
-
-    def _summarise(self) -> None:
-        rows = []
-        for cpu, parts in zip(self.cpus, self.own, strict=True):
-            median = float(np.median(np.concatenate(parts)))
-            rows.append({"cpu": cpu, "median_ns": median,
-                         "gbps": self.nbytes / median if median > 0 else None})
-        self.info["per_mover"] = rows
-        aggregate = np.concatenate(self.aggregate)
-        aggregate = aggregate[np.isfinite(aggregate)]
-        self.info["aggregate_gbps"] = float(np.median(aggregate)) if aggregate.size else None
+        raw, ns = self.tally.add(ticks, own, span)
+        return raw.astype(np.uint64), ns
 
     def close(self) -> None:
         self.dst.close()

@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from nearlocal.core.methods import Method, SessionContext
-from nearlocal.cpu.movers import MOVER_SAMPLES_KEPT, parse_movers
+from nearlocal.core.movers import MOVER_SAMPLES_KEPT, parse_movers
 from nearlocal.errors import Unavailable, UsageError
 from nearlocal.gpu.regions import gpu_access
 from nearlocal.gpu.timing import ATTEMPTS, FIRST_CHUNK, MAX_SPIN_NS, MIN_SPIN_NS, OVERHEAD_SAMPLES

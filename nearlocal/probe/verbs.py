@@ -35,7 +35,7 @@ WR_REMOTE_ADDR, WR_RKEY = 40, 48
 RECV_WR_BYTES = 32  # ibv_recv_wr: wr_id u64, next, sg_list, num_sge i32
 RECV_WR_NEXT, RECV_WR_SG_LIST, RECV_WR_NUM_SGE = 8, 16, 24
 WC_BYTES = 48  # ibv_wc
-WC_STATUS, WC_OPCODE, WC_BYTE_LEN = 8, 12, 20
+WC_WR_ID, WC_STATUS, WC_OPCODE, WC_BYTE_LEN = 0, 8, 12, 20  # wr_id: movers=k's mover
 PORT_ATTR_BYTES = 52  # ibv_port_attr: state u32 enum 0, max_mtu 4, active_mtu 8 (enum ibv_mtu)
 PORT_ATTR = {"state": 0, "max_mtu": 4, "active_mtu": 8}
 INIT_ATTR_BYTES = 64  # ibv_qp_init_attr: send_cq 8, recv_cq 16, cap 32, qp_type 52, sq_sig_all 56
@@ -53,8 +53,8 @@ LAYOUT = {"ibv_context.ops": 8, "ops.poll_cq": 88, "ops.post_send": 200, "ops.po
           "ibv_send_wr.wr.rdma.remote_addr": WR_REMOTE_ADDR, "ibv_send_wr.wr.rdma.rkey": WR_RKEY,
           "ibv_recv_wr": RECV_WR_BYTES, "ibv_recv_wr.wr_id": 0, "ibv_recv_wr.next": RECV_WR_NEXT,
           "ibv_recv_wr.sg_list": RECV_WR_SG_LIST, "ibv_recv_wr.num_sge": RECV_WR_NUM_SGE,
-          "ibv_wc": WC_BYTES, "ibv_wc.status": WC_STATUS, "ibv_wc.opcode": WC_OPCODE,
-          "ibv_wc.byte_len": WC_BYTE_LEN, "ibv_qp_init_attr": INIT_ATTR_BYTES,
+          "ibv_wc": WC_BYTES, "ibv_wc.wr_id": WC_WR_ID, "ibv_wc.status": WC_STATUS,
+          "ibv_wc.opcode": WC_OPCODE, "ibv_wc.byte_len": WC_BYTE_LEN, "ibv_qp_init_attr": INIT_ATTR_BYTES,
           "ibv_qp_init_attr.send_cq": 8, "ibv_qp_init_attr.recv_cq": 16,
           "ibv_qp_init_attr.cap": 32, "ibv_qp_init_attr.qp_type": 52,
           "ibv_qp_init_attr.sq_sig_all": 56, "ibv_qp_attr": QP_ATTR_BYTES,
@@ -199,24 +199,38 @@ class QueuePair:
     the set-up is Python (ctypes), the data path is the kernels'.
 
     `recv_cq`: give the QP a receive CQ of its own (the send/recv RPC). Otherwise one CQ takes
-    both queues' completions, as every one-sided transfer has (no receive is ever posted)."""
+    both queues' completions, as every one-sided transfer has (no receive is ever posted).
+
+    `share`: another QueuePair whose device context, protection domain, registered region and
+    CQ this one uses (the k queue pairs of `movers=k` completing on one CQ, each work
+    completion's wr_id naming its QP's chain); only the QP is its own, and only the QP is
+    destroyed by its `close` (close the sharers before the one shared). `cq_depth`: the CQ's
+    entries when it is created here (at least max_send_wr + 1)."""
 
     def __init__(self, lib: ctypes.CDLL, device: str, port: int, gid_index: int, lid: int,
-                 region: np.ndarray, max_send_wr: int, max_sge: int, recv_cq: bool = False):
+                 region: np.ndarray, max_send_wr: int, max_sge: int, recv_cq: bool = False,
+                 share: QueuePair | None = None, cq_depth: int = 0):
         self.lib, self.port, self.gid_index, self.lid = lib, port, gid_index, lid
         self._held: list = []
         self.recv_cq = None
-        self.context = _open(lib, device)
+        self._owned = ("qp",) if share is not None else (
+            "qp", "recv_cq", "cq", "mr", "pd", "context")
+        if share is not None:
+            for name in ("context", "limits", "port_attr", "pd", "region", "mr", "cq"):
+                setattr(self, name, getattr(share, name))
+        else:
+            self.context = _open(lib, device)
         try:
-            self.limits = _limits(lib, self.context)
-            self.port_attr = port_attr(lib, self.context, port)
-            self.pd = self._must(lib.ibv_alloc_pd(self.context), "ibv_alloc_pd")
-            self.region = region
-            self.mr = self._must(lib.ibv_reg_mr(self.pd, region.ctypes.data, region.nbytes, ACCESS),
-                                 f"ibv_reg_mr of {region.nbytes} bytes")
-            depth = max_send_wr + 1
-            self.cq = self._must(lib.ibv_create_cq(self.context, depth, None, None, 0),
-                                 "ibv_create_cq")
+            if share is None:
+                self.limits = _limits(lib, self.context)
+                self.port_attr = port_attr(lib, self.context, port)
+                self.pd = self._must(lib.ibv_alloc_pd(self.context), "ibv_alloc_pd")
+                self.region = region
+                self.mr = self._must(lib.ibv_reg_mr(self.pd, region.ctypes.data, region.nbytes,
+                                                    ACCESS), f"ibv_reg_mr of {region.nbytes} bytes")
+                depth = max(max_send_wr + 1, cq_depth)
+                self.cq = self._must(lib.ibv_create_cq(self.context, depth, None, None, 0),
+                                     "ibv_create_cq")
             if recv_cq:
                 self.recv_cq = self._must(lib.ibv_create_cq(self.context, 2, None, None, 0),
                                           "ibv_create_cq (receive)")
@@ -298,6 +312,7 @@ class QueuePair:
                               ("mr", lib.ibv_dereg_mr), ("pd", lib.ibv_dealloc_pd),
                               ("context", lib.ibv_close_device)):
             handle = getattr(self, name, None)
-            if handle:
+            if handle and name in self._owned:
                 destroy(handle)
+            if handle:
                 setattr(self, name, None)

@@ -23,8 +23,9 @@ from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_
 OK, POST_FAILED, POLL_FAILED, BAD_COMPLETION, TIMEOUT, STOPPED, IDLE = 0, 1, 2, 3, 4, 5, 6
 RECV_POST_FAILED, WRONG_REPLY = 7, 8  # the send/recv RPC's: ibv_post_recv failed; a reply's
 # sequence word is not its request's
+WRONG_MOVER = 9  # movers=k: a completion's wr_id names no mover of the repetition
 SPINS_PER_CHECK = 256
-WC_STATUS = 8  # ibv_wc.status (verbs.WC_STATUS)
+WC_WR_ID, WC_STATUS = 0, 8  # ibv_wc.wr_id, ibv_wc.status (verbs.WC_WR_ID, verbs.WC_STATUS)
 STOP = np.uint64(0xFFFFFFFFFFFFFFFF)  # the RPC's last sequence: the server returns
 
 
@@ -145,6 +146,46 @@ def post_to_completion(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, s
         if why != OK:
             return why
         samples[s] = t1 - t0
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def movers_to_completion(post_send, poll_cq, qps, cq, heads, bad_addr, wc_addr, id_shift,
+                         starts, ends, timeout_ticks):
+    """movers=k: each repetition, k transfers at once, one per queue pair. Mover m's whole WR
+    chain (`heads[m]`) is posted on its own QP (`qps[m]`), all k back to back, each post
+    preceded by a reading of the clock (`starts[m, s]`); then the CQ the k QPs share is polled
+    and each completion (its wr_id >> id_shift: the mover) stamps that mover's end
+    (`ends[m, s]`). One thread posts and polls: the k transfers share the NIC and the link, not
+    the CPU's posting threads."""
+    k = qps.size
+    for s in range(starts.shape[1]):
+        for m in range(k):
+            starts[m, s] = tsc_begin()
+            if _post_send(post_send, qps[m], heads[m], bad_addr) != 0:
+                return POST_FAILED
+        got = 0
+        spins = 0
+        start = np.uint64(0)
+        while got < k:
+            n = _poll_cq(poll_cq, cq, 1, wc_addr)
+            if n < 0:
+                return POLL_FAILED
+            if n == 1:
+                stamp = tsc_end()
+                if _load_u32(wc_addr + WC_STATUS) != 0:
+                    return BAD_COMPLETION
+                mover = _load_u64(wc_addr + WC_WR_ID) >> np.uint64(id_shift)
+                if mover >= np.uint64(k):
+                    return WRONG_MOVER
+                ends[mover, s] = stamp
+                got += 1
+                continue
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                start, passed = deadline_passed(start, timeout_ticks)
+                if passed:
+                    return TIMEOUT
     return OK
 
 

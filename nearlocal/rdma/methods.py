@@ -18,15 +18,23 @@ import numpy as np
 
 from nearlocal.core.cases import Case
 from nearlocal.core.methods import Delivery
+from nearlocal.core.movers import MOVER_PARAMS, MOVER_SAMPLES_KEPT, MoverTally, parse_movers
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import run_trials
-from nearlocal.core.suites import Suite, register_suite
+from nearlocal.core.suites import Suite, extend_suite, register_suite
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.probe import verbs  # ctypes only: libibverbs is loaded when a case runs
 from nearlocal.rack.framework import RackContext, RackMethod, RackRow, register_rack
 from nearlocal.rack.mpi import in_mpi_job
-from nearlocal.rdma.requests import SGE_VARIANTS, build_chain, build_recv, plan_requests, sge_limit
+from nearlocal.rdma.requests import (
+    MOVER_ID_SHIFT,
+    SGE_VARIANTS,
+    build_chain,
+    build_recv,
+    plan_requests,
+    sge_limit,
+)
 
 kernels = lazy_import("nearlocal.rdma.kernels")
 
@@ -40,9 +48,13 @@ REPLY_OFFSET = 4096  # the RPC's reply slot / reply buffer, after the request's
 DEFAULT_MTU = 1024  # the path MTU every case had before `mtu` (RoCE over a 1500 B Ethernet MTU)
 MTUS = tuple(verbs.MTU_ENUM)  # 256 .. 4096: the path MTUs verbs.h names
 SUITE_MTU = 4096  # the suite's large-MTU rows (InfiniBand's, RoCE's over jumbo frames)
+SUITE_MOVERS = 2  # the rdma suite's 16 KiB rows by k queue pairs at once
+CONTENTION_PATTERN = "kv:qwen2.5-32b:flash-attn:dense"  # the contention suite's: a dense KV block
+CONTENTION_MOVERS = (1, 2, 4, 8)  # queue pairs at once (QPs, not CPUs: the same on any box)
 TRANSPORTS = ("write", "send")  # rdma-rpc: RDMA write + poll (default), or send/recv
 EVERY_HOST_NEEDS = "an RDMA device"  # the line when one host of the job lacks it
-RDMA_PARAMS = {"sge": "batched", "device": "", "mtu": str(DEFAULT_MTU)}
+# movers=k (rdma-write / rdma-read): k queue pairs, each its own transfer of the whole pattern
+RDMA_PARAMS = {"sge": "batched", "device": "", "mtu": str(DEFAULT_MTU), **MOVER_PARAMS}
 RPC_PARAMS = {"device": "", "mtu": str(DEFAULT_MTU), "transport": "write"}
 OPCODES = {"rdma-write": verbs.WR_RDMA_WRITE, "rdma-read": verbs.WR_RDMA_READ}
 WITHOUT_MPI = ("the rdma-* methods run between two ranks of an MPI job: launch `mpiexec -n 2 "
@@ -71,8 +83,10 @@ def pick_device(info, name: str):
     return next((d for d in info.devices if d.active_port()), None)
 
 
-def requests_for(method: str, pattern: Pattern, variant: str, limits: dict) -> np.ndarray:
-    """The work requests of one sample, or UsageError when the device cannot take them."""
+def requests_for(method: str, pattern: Pattern, variant: str, limits: dict,
+                 movers: int = 1) -> np.ndarray:
+    """The work requests of one transfer, or UsageError when the device cannot take them (with
+    `movers` k: k transfers, each on its own QP, in a region k times one's)."""
     limit = sge_limit(variant, limits, OPCODES.get(method, 0))
     plan = plan_requests(pattern.frags, limit)
     max_wr = int(limits.get("max_qp_wr") or 0)
@@ -81,14 +95,27 @@ def requests_for(method: str, pattern: Pattern, variant: str, limits: dict) -> n
                          f"transfer (sge={variant}, {limit} SGEs each) but the device's queue "
                          f"pair holds {max_wr} (max_qp_wr): use sge=batched or fewer pieces")
     max_mr = int(limits.get("max_mr_size") or 0)
-    if max_mr and _region_bytes(pattern) > max_mr:
-        raise UsageError(f"{method}: pattern {pattern.text} spans {_region_bytes(pattern)} bytes, "
+    span = movers * _region_bytes(pattern)
+    if max_mr and span > max_mr:
+        movers_text = f" ({movers} movers' slots)" if movers > 1 else ""
+        raise UsageError(f"{method}: pattern {pattern.text} spans {span} bytes{movers_text}, "
                          f"beyond the device's max_mr_size {max_mr}")
     return plan
 
 
 def _region_bytes(pattern: Pattern) -> int:
+    """One transfer's slot in a rank's region: its span, pages rounded (mover m's at m x it)."""
     return -(-max(pattern.src_span, pattern.dst_span, 2 * REPLY_OFFSET) // 4096) * 4096
+
+
+def movers_of(params: dict) -> int:
+    """movers=k: the queue pairs (and transfers) at once; 1 for a method without it."""
+    return parse_movers(params.get("movers", "1"))
+
+
+def _pool_bytes(resolved, ranks: int) -> int:
+    """What each rank maps of its region: one slot per mover."""
+    return movers_of(resolved.params) * _region_bytes(resolved.pattern)
 
 
 def path_mtu(params: dict, method: str = "rdma-*") -> int:
@@ -110,10 +137,11 @@ def _check_case(method: str):
             raise UsageError(f"{method}: transport={transport} must be one of "
                              f"{', '.join(TRANSPORTS)}")
         path_mtu(params, method)
+        movers = movers_of(params) if method in OPCODES else 1
         info = _devices()
         device = pick_device(info, str(params.get("device", "")))
         if device is not None and "error" not in device.limits and method in OPCODES:
-            requests_for(method, pattern, variant, device.limits)
+            requests_for(method, pattern, variant, device.limits, movers)
     return check
 
 
@@ -157,9 +185,13 @@ def _needs(inventory) -> str | None:
 # --- the connection: each rank's QP on its own region, endpoints over MPI ---------------------
 
 class _Link:
-    """This rank's QP connected to the other rank's (0 <-> 1), its region registered."""
+    """This rank's QP connected to the other rank's (0 <-> 1), its region registered. With
+    `queue_pairs` k > 1 (movers=k): k QPs on one device context, protection domain, registered
+    region and CQ, QP m connected to the other rank's QP m (`qps`, `peers`; `qp` / `peer` are
+    the first)."""
 
-    def __init__(self, ctx: RackContext, max_send_wr: int, max_sge: int, recv_cq: bool = False):
+    def __init__(self, ctx: RackContext, max_send_wr: int, max_sge: int, recv_cq: bool = False,
+                 queue_pairs: int = 1):
         from nearlocal.probe.rdma import gid_index
 
         device = pick_device(_devices(), str(ctx.params.get("device", "")))
@@ -170,17 +202,28 @@ class _Link:
         self.mtu = path_mtu(ctx.params, ctx.case.method)
         self.lib = verbs.load_library()
         self.region = ctx.pool.array
+        # every QP's signalled completions (one per chain) and, after an error, its flushed ones
+        depth = queue_pairs * max_send_wr + 1
+        most = int(device.limits.get("max_cqe") or 0)
         self.qp = verbs.QueuePair(self.lib, device.name, port.port, gid_index(port), port.lid,
-                                  self.region, max_send_wr, max_sge, recv_cq=recv_cq)
+                                  self.region, max_send_wr, max_sge, recv_cq=recv_cq,
+                                  cq_depth=min(depth, most) if most else depth)
+        self.qps = [self.qp]
         try:
+            for _ in range(queue_pairs - 1):
+                self.qps.append(verbs.QueuePair(self.lib, device.name, port.port,
+                                                gid_index(port), port.lid, self.region,
+                                                max_send_wr, max_sge, share=self.qp))
             peer_rank = 1 - ctx.rank
-            me = self.qp.endpoint(int.from_bytes(os.urandom(3), "little"))
-            ctx.world.send(me, peer_rank, ctx.timeout_s, "sending its RDMA endpoint")
-            self.peer = ctx.world.recv(peer_rank, ctx.timeout_s, "receiving the RDMA endpoint")
-            _check_ends(self.mtu, {ctx.rank: me.active_mtu, peer_rank: self.peer.active_mtu})
-            self.qp.connect(me, self.peer, self.mtu)
+            mine = [qp.endpoint(int.from_bytes(os.urandom(3), "little")) for qp in self.qps]
+            ctx.world.send(mine, peer_rank, ctx.timeout_s, "sending its RDMA endpoints")
+            self.peers = ctx.world.recv(peer_rank, ctx.timeout_s, "receiving the RDMA endpoints")
+            self.peer = self.peers[0]
+            _check_ends(self.mtu, {ctx.rank: mine[0].active_mtu, peer_rank: self.peer.active_mtu})
+            for qp, me, peer in zip(self.qps, mine, self.peers, strict=True):
+                qp.connect(me, peer, self.mtu)
         except BaseException:
-            self.qp.close()
+            self.close()
             raise
         self.wc = np.zeros(verbs.WC_BYTES, np.uint8)
         self.bad = np.zeros(1, np.uint64)
@@ -210,7 +253,8 @@ class _Link:
                 "peer_active_mtu": self.peer.active_mtu or None, **limits}
 
     def close(self) -> None:
-        self.qp.close()
+        for qp in reversed(self.qps):  # the sharers first, then the QP they share
+            qp.close()
 
 
 def _check_ends(mtu: int, active: dict[int, int]) -> None:
@@ -225,7 +269,8 @@ def _check_ends(mtu: int, active: dict[int, int]) -> None:
 def _failed(why: int, what: str) -> RuntimeError:
     names = {1: "ibv_post_send failed", 2: "ibv_poll_cq failed",
              3: "a work completion came back with an error status", 4: "no completion in time",
-             7: "ibv_post_recv failed", 8: "a reply's sequence word is not its request's"}
+             7: "ibv_post_recv failed", 8: "a reply's sequence word is not its request's",
+             9: "a completion's wr_id names no mover"}
     return RuntimeError(f"{what}: {names.get(why, f'kernel status {why}')}")
 
 
@@ -277,51 +322,119 @@ def _one_sided_run(ctx: RackContext) -> dict:
     opcode = OPCODES[method]
     frags = ctx.pattern.frags
     variant = str(ctx.params.get("sge", "batched"))
+    movers = movers_of(ctx.params)
     if ctx.rank > 1:
         ctx.barrier("while ranks 0 and 1 connect")
         ctx.barrier("after the transfers")
         return {}
     device = pick_device(_devices(), str(ctx.params.get("device", "")))
     limits = device.limits if device else {}
-    plan = requests_for(method, ctx.pattern, variant, limits)
-    window = max(1, min(MAX_WINDOW, int(limits.get("max_qp_wr") or len(plan)) // len(plan)))
+    plan = requests_for(method, ctx.pattern, variant, limits, movers)
+    # movers=k: one transfer in flight per QP; else the pipelined run's window on the one QP
+    window = 1 if movers > 1 else max(
+        1, min(MAX_WINDOW, int(limits.get("max_qp_wr") or len(plan)) // len(plan)))
     sges = int(plan[:, 1].max())
-    link = _Link(ctx, len(plan) * window, sges)
+    link = _Link(ctx, len(plan) * window, sges, queue_pairs=movers)
     region = ctx.pool.array
+    slot = _region_bytes(ctx.pattern)  # mover m's pieces and target lie at m x slot, both ranks
     try:
         if ctx.rank == 1:  # the target: what a read fetches, or zeros a write must overwrite
-            span = region[:ctx.pattern.dst_span]
-            _fill(span, 1) if opcode == verbs.WR_RDMA_READ else span.fill(0)
+            spans = [region[m * slot:m * slot + ctx.pattern.dst_span] for m in range(movers)]
+            for m, span in enumerate(spans):
+                _fill(span, 1 + 16 * m) if opcode == verbs.WR_RDMA_READ else span.fill(0)
             ctx.barrier("while ranks 0 and 1 connect")
             ctx.barrier("after the transfers")
-            ctx.world.send(np.array(span), 0, ctx.timeout_s, "sending its memory for the check")
+            ctx.world.send([np.array(span) for span in spans], 0, ctx.timeout_s,
+                           "sending its memory for the check")
             return {}
-        if opcode == verbs.WR_RDMA_WRITE:
-            _fill(region[:ctx.pattern.src_span], 2)
-        else:
-            region[:ctx.pattern.src_span] = 0
-        wrs, sge_buffer = build_chain(frags, plan, int(region.ctypes.data), link.qp.lkey,
-                                      link.peer.addr, link.peer.rkey, opcode)
+        for m in range(movers):
+            own = region[m * slot:m * slot + ctx.pattern.src_span]
+            _fill(own, 2 + 16 * m) if opcode == verbs.WR_RDMA_WRITE else own.fill(0)
+        base = int(region.ctypes.data)
+        chains = [build_chain(frags, plan, base + m * slot, link.qp.lkey,
+                              link.peers[m].addr + m * slot, link.peers[m].rkey, opcode,
+                              first_id=m << MOVER_ID_SHIFT) for m in range(movers)]
         ctx.barrier("while ranks 0 and 1 connect")
-        ticks, ns, elapsed, converged = run_trials(_Transfers(ctx, link, wrs), ctx.rule)
-        wire_ns = _pipelined_ns(ctx, link, wrs, window)
-        del sge_buffer  # posted for the last time
+        got = {"window": window}
+        if movers > 1:
+            session = _MoverTransfers(ctx, link, [wrs for wrs, _ in chains],
+                                      int(frags[:, 2].sum()))
+            ticks, ns, elapsed, converged = run_trials(session, ctx.rule)
+            got["movers_info"] = session.info
+        else:
+            ticks, ns, elapsed, converged = run_trials(_Transfers(ctx, link, chains[0][0]),
+                                                       ctx.rule)
+            got["wire_ns"] = _pipelined_ns(ctx, link, chains[0][0], window)
+        del chains  # posted for the last time
         ctx.barrier("after the transfers")
         remote = ctx.world.recv(1, ctx.timeout_s, "receiving rank 1's memory for the check")
-        local = _packed(region, frags)
-        bad = int(np.count_nonzero(local != remote[:local.size]))
-        return {"raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,
-                "wire_ns": wire_ns, "window": window, "requests": len(plan),
-                "sges_per_request": sges, "sge_limit": sge_limit(variant, limits, opcode),
-                "bytes_checked": int(local.size), "bytes_differing": bad, **link.facts()}
+        checked = bad = 0
+        for m in range(movers):
+            local = _packed(region[m * slot:], frags)
+            bad += int(np.count_nonzero(local != remote[m][:local.size]))
+            checked += int(local.size)
+        return {**got, "raw": ticks, "ns": ns, "elapsed_s": elapsed, "converged": converged,
+                "requests": len(plan), "sges_per_request": sges,
+                "sge_limit": sge_limit(variant, limits, opcode), "movers": movers,
+                "bytes_checked": checked, "bytes_differing": bad, **link.facts()}
     finally:
         link.close()
 
 
+class _MoverTransfers:
+    """run_trials' session for movers=k: each repetition k transfers at once, mover m's on QP m
+    (all k posted back to back, then their completions polled off the CQ they share); sample r
+    is mover r mod k's own post -> completion (MoverTally)."""
+
+    def __init__(self, ctx: RackContext, link: _Link, chains: list[np.ndarray], nbytes: int):
+        self.ctx, self.link, self.chains = ctx, link, chains
+        self.timeout = np.uint64(ctx.timeout_s * ctx.tsc_hz)
+        self.qps = np.array([qp.qp for qp in link.qps], np.uint64)
+        self.heads = np.array([wrs.ctypes.data for wrs in chains], np.uint64)
+        k = len(chains)
+        self.info: dict = {
+            "concurrency": f"{k} queue pairs (RC) on one device context, protection domain, "
+                           "registered region and completion queue; one thread posts each QP's "
+                           "whole work-request chain back to back, then polls the shared CQ: k "
+                           "transfers in flight at once on the NIC and the link (the CPU posts "
+                           "for all; no posting thread per QP; mover m's interval holds the "
+                           "posts of the movers after it, each a provider call)",
+            "timed": f"per repetition, each of the k = {k} movers' own interval: the clock read "
+                     "just before its chain's ibv_post_send -> its last request's completion "
+                     "polled off the shared CQ (wr_id names the mover); sample r is mover r mod "
+                     "k's (per-mover service time); aggregate_gbps: k x bytes / (last completion "
+                     "- first post) per repetition; mover_samples_ns: each mover's first "
+                     f"{MOVER_SAMPLES_KEPT}; no pipelined run (data_movement_ns is one QP's)"}
+        self.tally = MoverTally(nbytes, [{"qp": m, "qp_num": qp.qp_num}
+                                         for m, qp in enumerate(link.qps)], self.info)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        k = self.qps.size
+        starts = np.zeros((k, n), np.uint64)
+        ends = np.zeros((k, n), np.uint64)
+        qp = self.link.qp
+        why = kernels.movers_to_completion(
+            np.uint64(qp.post_send), np.uint64(qp.poll_cq), self.qps, np.uint64(qp.cq),
+            self.heads, np.uint64(self.link.bad.ctypes.data), np.uint64(self.link.wc.ctypes.data),
+            MOVER_ID_SHIFT, starts, ends, self.timeout)
+        if why != kernels.OK:
+            raise _failed(why, f"{k} movers' post -> completion")
+        return mover_samples(self.ctx, self.tally, starts, ends)
+
+
+def mover_samples(ctx: RackContext, tally: MoverTally, starts: np.ndarray, ends: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The row's samples of one batch of k movers' (k, n) clock readings: each mover's own
+    interval, and the repetition's span (first post -> last completion) for the aggregate."""
+    ticks = ends.astype(np.float64) - starts.astype(np.float64)
+    span = ends.max(axis=0).astype(np.float64) - starts.min(axis=0).astype(np.float64)
+    return tally.add(ticks, ctx.ns(ticks), ctx.ns(span))
+
+
 def _one_sided_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
     got = results[0]
+    movers = int(got.get("movers", 1))
     median = float(np.median(got["ns"]))
-    data_ns = float(np.median(got["wire_ns"]))
     check = (f"ok: {got['bytes_checked']} bytes on rank 1 equal rank 0's" if not
              got["bytes_differing"] else
              f"FAILED: {got['bytes_differing']} of {got['bytes_checked']} bytes differ")
@@ -329,16 +442,23 @@ def _one_sided_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
                                 "peer_active_mtu", "max_sge", "max_sge_rd", "max_qp_wr",
                                 "max_mr_size", "sges_per_request", "sge_limit", "window",
                                 "converged", "elapsed_s") if k in got}
-    info.update({
-        "sge": str(ctx.params.get("sge", "batched")), "work_requests_per_sample": got["requests"],
-        "data_movement_ns": data_ns,
-        "sync_share": max(0.0, 1.0 - data_ns / median) if median > 0 else None,
-        "data_check": check, "timer_overhead_ticks": ctx.overhead_ticks,
-        "timed": "first ibv_post_send of the sample's work-request chain -> the last request's "
-                 "completion polled (rank 0's clock); data_movement_ns: the same transfer's "
-                 f"time with up to {got['window']} in flight (pipelined run, total / transfers)"})
+    info.update({"sge": str(ctx.params.get("sge", "batched")),
+                 "work_requests_per_sample": got["requests"], "data_check": check,
+                 "timer_overhead_ticks": ctx.overhead_ticks})
     extra = {"max_sge": got.get("max_sge_rd" if ctx.case.method == "rdma-read" else "max_sge"),
-             "work_requests_per_sample": got["requests"], "data_movement_ns": data_ns}
+             "work_requests_per_sample": got["requests"]}
+    if movers > 1:  # k transfers at once: per-mover samples, the aggregate (no pipelined run)
+        info.update(got["movers_info"])
+    else:
+        data_ns = float(np.median(got["wire_ns"]))
+        info.update({
+            "data_movement_ns": data_ns,
+            "sync_share": max(0.0, 1.0 - data_ns / median) if median > 0 else None,
+            "timed": "first ibv_post_send of the sample's work-request chain -> the last "
+                     "request's completion polled (rank 0's clock); data_movement_ns: the same "
+                     f"transfer's time with up to {got['window']} in flight (pipelined run, "
+                     "total / transfers)"})
+        extra["data_movement_ns"] = data_ns
     failed = "" if not got["bytes_differing"] else f"data check: {check}"
     return [RackRow(0, np.asarray(got["raw"]), np.asarray(got["ns"]), info, failed, extra)]
 
@@ -482,20 +602,22 @@ def _rpc_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
 
 # --- registration ----------------------------------------------------------------------------
 
-register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows,
-                         lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
+register_rack(RackMethod("rdma-write", _one_sided_run, _one_sided_rows, _pool_bytes,
+                         shared_pool=False,
                          host_needs=host_needs,
                          every_host_needs=EVERY_HOST_NEEDS),
               "one-sided RDMA write on an RC QP, rank 0 -> rank 1: the pattern's pieces as work "
-              "requests split by the device's max_sge (sge=one: one per piece)", RDMA_PARAMS,
+              "requests split by the device's max_sge (sge=one: one per piece; movers=k: k "
+              "queue pairs, each its own transfer at once)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-write"), case_needs=mtu_needs, cpu_flags=CPU_FLAGS,
               stores_in_region=True, delivery=Delivery("nic", "per-work-request"))
-register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows,
-                         lambda resolved, ranks: _region_bytes(resolved.pattern), shared_pool=False,
+register_rack(RackMethod("rdma-read", _one_sided_run, _one_sided_rows, _pool_bytes,
+                         shared_pool=False,
                          host_needs=host_needs,
                          every_host_needs=EVERY_HOST_NEEDS),
               "one-sided RDMA read on an RC QP: rank 0 reads rank 1's memory into the pattern's "
-              "pieces (max_sge_rd SGEs per request; sge=one: one per piece)", RDMA_PARAMS,
+              "pieces (max_sge_rd SGEs per request; sge=one: one per piece; movers=k: k queue "
+              "pairs, each its own transfer at once)", RDMA_PARAMS,
               needs=_needs, check_case=_check_case("rdma-read"), case_needs=mtu_needs, accesses=("read",),
               cpu_flags=CPU_FLAGS, stores_in_region=True,
               delivery=Delivery("nic", "per-work-request"))
@@ -512,9 +634,10 @@ register_rack(RackMethod("rdma-rpc", _rpc_run, _rpc_rows,
 
 def rdma_cases() -> list[Case]:
     """Each pattern written and read one request per piece and SGE-batched, the RPC both ways,
-    and a 16 KiB write and read at path MTU 4096: on a port whose active MTU is lower (RoCE over
+    a 16 KiB write and read at path MTU 4096: on a port whose active MTU is lower (RoCE over
     a 1500 B Ethernet MTU, soft-RoCE's 1024) those two are skipped rows saying so
-    (mtu_needs), the rest of the suite runs."""
+    (mtu_needs), the rest of the suite runs; and a 16 KiB write and read by SUITE_MOVERS queue
+    pairs at once (movers=k: contention's smallest case, beside the k = 1 rows above)."""
     cases = []
     for method, access in (("rdma-write", "write"), ("rdma-read", "read")):
         for pattern in PATTERNS:
@@ -526,10 +649,24 @@ def rdma_cases() -> list[Case]:
     for method, access in (("rdma-write", "write"), ("rdma-read", "read")):
         cases.append(Case(method, SUITE_REGION, "wb", "16KiB", access=access,
                           params=(("sge", "batched"), ("mtu", str(SUITE_MTU)))))
+    for method, access in (("rdma-write", "write"), ("rdma-read", "read")):
+        cases.append(Case(method, SUITE_REGION, "wb", "16KiB", access=access,
+                          params=(("sge", "batched"), ("movers", str(SUITE_MOVERS)))))
     return cases
+
+
+def contention_cases() -> list[Case]:
+    """The contention suite's RDMA rows (issue 57): a dense KV block read SGE-batched by k = 1,
+    2, 4, 8 queue pairs at once (each its own transfer of the whole block): the rdma hop's
+    per-mover and aggregate bandwidth and service times at k. An MPI job's, like every rdma-*
+    case (outside one, skipped rows saying how to launch it)."""
+    return [Case("rdma-read", SUITE_REGION, "wb", CONTENTION_PATTERN, access="read",
+                 params=(("sge", "batched"),) + ((("movers", str(k)),) if k > 1 else ()))
+            for k in CONTENTION_MOVERS]
 
 
 register_suite(Suite("rdma", "RDMA over verbs between two ranks of an MPI job: write / read of "
                      "each fragment pattern (one request per piece, and SGE-batched; 16 KiB also "
-                     "at path MTU 4096), an RPC by RDMA write and by send/recv (B1, B2, B13-B15's "
-                     "RDMA side)", [rdma_cases]))
+                     "at path MTU 4096 and by 2 queue pairs at once), an RPC by RDMA write and by "
+                     "send/recv (B1, B2, B13-B15's RDMA side)", [rdma_cases]))
+extend_suite("contention", contention_cases)

@@ -19,6 +19,9 @@ from nearlocal.probe import verbs
 SGE_VARIANTS = ("one", "batched")  # one request per fragment (baseline), SGE-batched (best case)
 
 
+MOVER_ID_SHIFT = 32  # movers=k: a work request's wr_id >> 32 is its mover (its queue pair)
+
+
 def plan_requests(frags: np.ndarray, sge_limit: int) -> np.ndarray:
     """Rows (first fragment, fragments, remote offset, bytes): the work requests of one sample.
     `sge_limit` 1 is the one-request-per-fragment baseline."""
@@ -47,10 +50,13 @@ def sge_limit(variant: str, limits: dict, opcode: int) -> int:
 
 
 def build_chain(frags: np.ndarray, plan: np.ndarray, local_addr: int, lkey: int,
-                remote_addr: int, rkey: int, opcode: int) -> tuple[np.ndarray, np.ndarray]:
+                remote_addr: int, rkey: int, opcode: int,
+                first_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(work requests, scatter-gather entries): numpy byte buffers holding `ibv_send_wr`s chained
     by `next` and their `ibv_sge`s. Only the last request is signalled (RC completes in order).
-    Both buffers must stay alive while they are posted (their addresses are in each other)."""
+    Request i's wr_id is `first_id` + i (movers=k: mover m's chain starts at m << MOVER_ID_SHIFT,
+    so the completion's wr_id names its mover). Both buffers must stay alive while they are
+    posted (their addresses are in each other)."""
     wrs = np.zeros(len(plan) * verbs.WR_BYTES, np.uint8)
     sges = np.zeros(max(len(frags), 1) * verbs.SGE_BYTES, np.uint8)
     wr_base, sge_base = wrs.ctypes.data, sges.ctypes.data
@@ -60,7 +66,7 @@ def build_chain(frags: np.ndarray, plan: np.ndarray, local_addr: int, lkey: int,
     for index, (first, count, remote_offset, _) in enumerate(plan):
         at = index * verbs.WR_BYTES
         last = index == len(plan) - 1
-        struct.pack_into("QQQiiI", wrs, at, index, 0 if last else wr_base + at + verbs.WR_BYTES,
+        struct.pack_into("QQQiiI", wrs, at, first_id + index, 0 if last else wr_base + at + verbs.WR_BYTES,
                          sge_base + int(first) * verbs.SGE_BYTES, int(count), opcode,
                          verbs.SEND_SIGNALED if last else 0)
         struct.pack_into("QI", wrs, at + verbs.WR_REMOTE_ADDR, remote_addr + int(remote_offset),

@@ -100,6 +100,15 @@ def _threaded(row: Mapping) -> bool:
     return str(params.get("threads", "1")) != "1" or bool(str(params.get("cpus", "")).strip())
 
 
+def _others(row: Mapping) -> tuple:
+    """The row's parameters but movers (its effective ones where it has them): a k = 1 row joins
+    a way's movers rows only where these are the same (an rdma-read at sge=one or mtu=4096 is
+    another way to move the bytes than the sge=batched one whose movers=k rows there are)."""
+    params = (decode_params_or_none(row.get("effective_params"))
+              or decode_params_or_none(row.get("params")) or {})
+    return tuple(sorted((str(k), str(v)) for k, v in params.items() if k != "movers"))
+
+
 def _quantiles(ns: np.ndarray) -> dict:
     ns = ns[np.isfinite(ns)]
     if not ns.size:
@@ -114,20 +123,20 @@ def contention_of(rows: Iterable[Mapping] | object, samples: object = None) -> d
     and, where given, their raw samples (the store's samples frame, or case id -> ns); a row
     without samples falls back to its own quantile columns. Rows split between threads
     (threads=N) are aggregate bandwidth of one request, not k requests: left out. Each way keeps
-    one pattern: the one its movers > 1 rows moved (the serving read), so k = 1 is the same
-    request size."""
+    the pattern and other parameters its movers > 1 rows have (the serving read), so k = 1 is
+    the same request moved the same way."""
     by_case = _samples_by_case(samples)
     records = [r for r in _records(rows)
                if str(r.get("status", "ok")) == "ok" and not _threaded(r)
                and r.get("median_ns") is not None and not _nan(r.get("median_ns"))]
-    patterns: dict[str, set[str]] = {}
+    patterns: dict[str, set[tuple]] = {}
     for row in records:
         if movers_of(row) > 1:
-            patterns.setdefault(way_of(row), set()).add(str(row.get("pattern")))
+            patterns.setdefault(way_of(row), set()).add((str(row.get("pattern")), _others(row)))
     out: dict[str, dict[int, dict]] = {}
     for row in records:
         way, k = way_of(row), movers_of(row)
-        if way not in patterns or str(row.get("pattern")) not in patterns[way]:
+        if (str(row.get("pattern")), _others(row)) not in patterns.get(way, ()):
             continue
         info = _info(row.get("info"))
         nbytes = int(info.get("bytes_per_mover") or row.get("bytes_moved") or 0)

@@ -200,8 +200,10 @@ def contention_cases(inventory) -> list[Case]:
             for method in CONTENTION_METHODS for k in ks]
 
 
-# joinable: the GPU's host->gpu / pool->gpu movers (k CUDA streams) join it from gpu/suites.py
+# joinable: the GPU's host->gpu / pool->gpu movers (k CUDA streams) join it from gpu/suites.py,
+# the RDMA read by k queue pairs from rdma/methods.py
 register_suite(Suite("contention", "k concurrent movers (movers=k), each gathering its own "
                      "serving read (over 4x the LLC) from its own slots: per-mover and aggregate "
-                     "bandwidth and service times at k = 1, 2, 4, ...", [contention_cases],
+                     "bandwidth and service times at k = 1, 2, 4, ...; other ways of moving "
+                     "bytes join it (k CUDA streams, k queue pairs)", [contention_cases],
                      joinable=True))

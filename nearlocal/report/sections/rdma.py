@@ -92,8 +92,9 @@ def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
 def _rdma_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
     """The RDMA side: the row of the same pattern, SGE-batched first (the best case); for the
     RPC the send/recv one first (B15's RDMA RC RPC is send/recv: like for like), else the
-    RDMA-write one."""
-    rows = df[(df["method"] == comparison.rdma_method) & _matches(df, comparison.pattern)]
+    RDMA-write one. A transfer alone, as the paper's: never a movers=k row (k at once)."""
+    rows = df[(df["method"] == comparison.rdma_method) & _matches(df, comparison.pattern)
+              & df["effective"].map(lambda p: str(p.get("movers", "1")) == "1")]
     if rows.empty:
         return None
     if comparison.rdma_method == RDMA_RPC:
