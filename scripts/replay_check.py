@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Issue 57 item 3: is the serving simulation right about a queue the box really serves?
 
-On this box: (a) measure the rows the simulation stands on (memcpy out of dram, the host gather,
-in fragments of the size the replay's layout cut gives, at k = 1, 2, ... movers: `nearlocal run
---suite contention --method memcpy --region dram --pattern NxF`; or reuse `--run`); (b) replay
-the trace's reloads on the box (`nearlocal replay --load U`) at three utilisations; (c) feed the
+On this box: (a) measure the rows the simulation stands on (memcpy out of the pool's region,
+dram by default: the host gather; `--region devdax:/dev/daxX.Y` or another host region: the pool
+path; in fragments of the size the replay's layout cut gives, at k = 1, 2, ... movers: `nearlocal
+run --suite contention --method memcpy --region REGION --pattern NxF`; or reuse `--run`); (b)
+replay the trace's reloads out of that region (`nearlocal replay --region REGION --load U`) at
+three utilisations; (c) feed the
 simulation that run's rows and the replay's own requests (the same window, time scale, arrivals,
 bytes and fragments per request, and G); (d) per load: replay and simulated reload P50 / P99
 (wait + transfer over the requests with hits), their ratios, pass / fail (P50 within 15 %, P99
@@ -41,7 +43,7 @@ DEFAULT_TRACE = ROOT / "nearlocal" / "data" / "traces" / "mooncake-conversation.
 DEFAULT_LOADS = (0.3, 0.6, 0.85)
 P50_TOLERANCE, P99_TOLERANCE = 0.15, 0.25
 ROW_SPAN_LLC = 5  # the rows' pattern spans this many LLCs (a reload comes from memory)
-WAY = "host-gather/memcpy"
+METHOD = "memcpy"  # the replay's movers gather with it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,17 +145,18 @@ def replay_namespace(args: argparse.Namespace, layers: str | None) -> argparse.N
 
 
 def cut(args: argparse.Namespace, layers: str | None, llc: int, trace, hits, window):
-    """The window's requests cut as the replay cuts them: (bytes, fragments) per request."""
-    from nearlocal.frontends.replay import DEFAULT_POOL_FACTOR, pattern_text
+    """The window's requests cut as the replay cuts them, on the pool it lays on the region
+    (its refusals too, before anything is measured): (bytes, fragments) per request."""
+    from nearlocal.frontends.replay import choose_pool, pattern_text
     from nearlocal.workloads import replay
 
-    pool = replay.pool_for(pattern_text(replay_namespace(args, layers)), DEFAULT_POOL_FACTOR * llc)
+    pool, want, _ = choose_pool(pattern_text(replay_namespace(args, layers)), llc,
+                                args.pool_bytes, args.region)
     tables, cursor = [], 0
     for tokens in hits.tokens[window].tolist():
         table, cursor = replay.request_table(pool, int(tokens), cursor)
         tables.append(table)
-    frags, first, nbytes = replay.cut_requests(pool, tables, DEFAULT_POOL_FACTOR * llc
-                                               // args.movers)
+    frags, first, nbytes = replay.cut_requests(pool, tables, want // args.movers)
     return nbytes, np.diff(first), frags, pool
 
 
@@ -162,11 +165,13 @@ def _nearlocal(argv: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def measure_rows(pattern: str, budget: float, out: Path) -> str:
-    """The contention suite narrowed to memcpy on dram at the replay's fragment size."""
-    done = _nearlocal(["run", "--suite", "contention", "--method", "memcpy", "--region", "dram",
-                       "--pattern", pattern, "--budget", f"{budget:g}", "--out", str(out),
-                       "--quiet"])
+def measure_rows(args: argparse.Namespace, pattern: str, out: Path) -> str:
+    """The contention suite narrowed to memcpy on the pool's region at the replay's fragment
+    size."""
+    processes = ["--processes", str(args.processes)] if args.processes else []
+    done = _nearlocal(["run", "--suite", "contention", "--method", METHOD, "--region",
+                       args.region, "--pattern", pattern, "--budget", f"{args.budget:g}",
+                       *processes, "--out", str(out), "--quiet"])
     if done.returncode:
         raise SystemExit(f"replay_check: nearlocal run failed: {done.stderr.strip()[-400:]}")
     from nearlocal.store.runs import resolve_run
@@ -179,7 +184,9 @@ def run_replay(args: argparse.Namespace, load: float, layers: str, out: Path) ->
     argv = ["replay", "--trace", str(args.trace), "--start", f"{args.start:g}", "--seconds",
             f"{args.seconds:g}", "--movers", str(args.movers), "--model", args.model,
             "--layout", args.layout, "--layers", layers, "--load", f"{load:g}",
-            "--out", str(out)]
+            "--region", args.region, "--out", str(out)]
+    if args.pool_bytes:
+        argv += ["--pool-bytes", args.pool_bytes]
     done = _nearlocal(argv)
     if done.returncode:
         raise SystemExit(f"replay_check: nearlocal {' '.join(argv)} failed: "
@@ -187,8 +194,25 @@ def run_replay(args: argparse.Namespace, load: float, layers: str, out: Path) ->
     return json.loads(out.read_text()), time.monotonic() - began
 
 
+def way_of_region(run, region: str) -> tuple[str, set]:
+    """The way (`hop/memcpy`, as contention_of keys it) the run's memcpy rows out of `region`
+    stand for, and those rows' case ids: the simulation is fed the rows of the replay's region
+    only, whatever else the run holds."""
+    from nearlocal.whatif.contention import way_of
+    from nearlocal.whatif.paths import HOPS
+
+    rows = [row for row in run.cases.to_dict("records") if row.get("region") == region
+            and row.get("method") == METHOD and row.get("status") == "ok"]
+    ways = {way_of(row) for row in rows}
+    if len(ways) != 1 or next(iter(ways)).split("/")[0] not in HOPS:
+        raise UsageError(f"the run has no {METHOD} rows out of {region} that a hop of the "
+                         f"what-if takes (saw {sorted(ways) or 'none'}): measure them, or leave "
+                         "--run out")
+    return ways.pop(), {str(row["case_id"]) for row in rows}
+
+
 def predicted_alone(models, nbytes: np.ndarray, fragments: np.ndarray) -> tuple[np.ndarray, set]:
-    """Each request's transfer alone (s) by the fitted host gather (serving.best_way, as the
+    """Each request's transfer alone (s) by the fitted gather (serving.best_way, as the
     what-if takes it): its own fragment count at its mean fragment size."""
     from nearlocal.whatif.serving import best_way
 
@@ -200,8 +224,8 @@ def predicted_alone(models, nbytes: np.ndarray, fragments: np.ndarray) -> tuple[
         if key not in cache:
             found = best_way(models, key[0], key[1], gather=key[0] > 1)
             if found is None:
-                raise UsageError("the run has no host gather row that gathers (memcpy out of "
-                                 "dram in fragments): measure one, or leave --run out")
+                raise UsageError("the run has no gather row (memcpy out of the region in "
+                                 "fragments): measure one, or leave --run out")
             cache[key] = found[1]
         out[i] = cache[key].ns / 1e9
         rows.update(cache[key].rows)
@@ -222,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", help="layers A-B replayed (default: as many as let the "
                         "lowest load replay in about --seconds of wall time, from the rows)")
     parser.add_argument("--budget", type=float, default=2.0, help="the rows' budget per case")
+    parser.add_argument("--processes", type=int, help="the rows' worker processes per case "
+                        "(default: run's)")
+    parser.add_argument("--region", default="dram", help="the pool's host region: the rows' "
+                        "and the replay's source (default dram: the host gather)")
+    parser.add_argument("--pool-bytes", help="the replay's --pool-bytes (default: its own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="keep the rows and replays here (default: a temp dir)")
     parser.add_argument("--json", action="store_true")
@@ -270,15 +299,17 @@ def _check(args: argparse.Namespace, began: float) -> int:
     pattern = f"{-(-ROW_SPAN_LLC * llc // fragment)}x{fragment}B"
 
     rows_began = time.monotonic()
-    run_ref = args.run or measure_rows(pattern, args.budget, work / "rows")
+    run_ref = args.run or measure_rows(args, pattern, work / "rows")
     rows_wall = time.monotonic() - rows_began
     run = load_run(run_ref)
-    models = inputs_of(run).measured.get("host-gather") or []
-    figures = contention_of(run.cases, run.samples)
-    link = link_contention(WAY, figures, run.samples)
-    at_k = figures.get(WAY, {})
+    way, ids = way_of_region(run, args.region)
+    inputs = inputs_of(run)
+    models = [m for m in inputs.measured.get(way.split("/")[0]) or [] if set(m.rows) <= ids]
+    figures = contention_of(run.cases[run.cases["case_id"].isin(ids)], run.samples)
+    link = link_contention(way, figures, run.samples)
+    at_k = figures.get(way, {})
     if args.movers > 1 and link is None:
-        print(f"replay_check: the run has no movers=k rows of {WAY}: a mover's rate is taken as "
+        print(f"replay_check: the run has no movers=k rows of {way}: a mover's rate is taken as "
               "1 at every k (an assumption)", file=sys.stderr)
 
     layers = args.layers
@@ -312,7 +343,8 @@ def _check(args: argparse.Namespace, began: float) -> int:
         entry.update(same_requests=same, replay_wall_s=replay.get("wall_s"),
                      replay_moved_gbps=replay.get("moved_gbps"),
                      replay_command_wall_s=wall, replay_json=str(work / f"replay-{u:g}.json"),
-                     calibration=replay.get("calibration"))
+                     calibration=replay.get("calibration"), replay_path=replay.get("path"),
+                     pool_note=replay.get("pool_note"))
         if not all(v for k, v in same.items() if k != "arrival_max_diff_ns") \
                 or same["arrival_max_diff_ns"] > 1e3:
             entry["pass"] = False
@@ -322,6 +354,7 @@ def _check(args: argparse.Namespace, began: float) -> int:
     out = {
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
         "movers": args.movers, "model": args.model, "layout": args.layout, "layers": layers,
+        "region": args.region, "way": way, "emulated": inputs.emulated,
         "llc_bytes": llc, "rows_pattern": pattern, "run": str(run_ref),
         "rows_wall_s": None if args.run else rows_wall,
         "transfer_rows": list(spread_rows),
@@ -354,7 +387,9 @@ def _x(value: float | None) -> str:
 def _print(out: dict) -> None:
     print(f"replay check: {out['trace']} from {out['start_s']:g} s for {out['seconds']:g} s, "
           f"G = {out['movers']}, {out['model']} {out['layout']} layers {out['layers']}; rows "
-          f"{out['rows_pattern']} memcpy dram (run {out['run']})")
+          f"{out['rows_pattern']} {out['way']} out of {out['region']} (run {out['run']})")
+    if out["emulated"]:
+        print(f"  NOTE: {out['emulated']}")
     for k, v in out["contention"].items():
         print(f"  k={k}: {v['per_mover_gbps']:.2f} GB/s a mover, service P50 "
               f"{_ms(v['service_p50_ns'])} P99 {_ms(v['service_p99_ns'])} ({', '.join(v['rows'])})")
@@ -378,6 +413,8 @@ def _print(out: dict) -> None:
               f"{_x(e['replay_moved_gbps'])} GB/s a mover (its calibration "
               f"{_x((e['calibration'] or {}).get('gbps_per_mover'))}); replay wall "
               f"{e['replay_wall_s']:.1f} s")
+        if e.get("pool_note"):
+            print(f"    NOTE: {e['pool_note']}")
     print(f"  rows: {', '.join(out['transfer_rows'])}; contention: "
           f"{', '.join(out['contention_rows']) or '-'}; wall {out['wall_s']:.1f} s: "
           f"{'PASS' if out['pass'] else 'FAIL'}")

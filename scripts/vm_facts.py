@@ -109,6 +109,7 @@ def check(out: Path) -> list[str]:
              f"missed, {faults.get('writes_after_loss')} writes after loss)")
     _accept_facts(out, fact)
     _whatif_facts(out, fact)
+    _replay_facts(out, fact)
     fact((out / "trees.tar").is_file(), "the guest's trees were recorded")
     for line in facts:
         print(f"vm_check: fact: {line}")
@@ -138,6 +139,70 @@ def _whatif_facts(out: Path, fact) -> None:
     fact(bool(rows) and all("numa:1" in r for r in rows),
          f"whatif: the pool's gather predicted from numa:1's own rows ({', '.join(rows) or gather})")
     fact(bool(result.emulated), f"whatif: the figures say they are a VM's ({result.emulated!r})")
+
+
+def _replay_facts(out: Path, fact) -> None:
+    """`nearlocal replay`'s pool path (scripts/replay_check.py --region devdax:...): the trace's
+    reloads moved out of the guest's devdax, read only; every request with hits gathered, with
+    the bytes and fragments the simulation was fed; the simulation stood on the guest's own rows
+    of that devdax and says its figures are an emulated box's. Never a ratio or a verdict: TCG
+    checks the protocol, not the timing."""
+    rc = (out / "replay-check.rc").read_text().strip() if (out / "replay-check.rc").exists() \
+        else "missing"
+    err = (out / "replay-check.err").read_text()[-300:] if (out / "replay-check.err").exists() \
+        else ""
+    fact(rc in ("0", "1"), f"replay_check on the devdax reports (rc {rc}; 0 pass / 1 fail, "
+         f"not judged under TCG: {err})")
+    try:
+        check = json.loads((out / "replay-check.json").read_text())
+    except (OSError, ValueError):
+        return
+    pool = (out / "replay-pool.txt").read_text().strip() if (out / "replay-pool.txt").exists() \
+        else "?"
+    fact(check.get("region") == pool, f"replay_check: rows and replay out of {pool} "
+         f"(saw {check.get('region')})")
+    loads = check.get("loads") or []
+    fact(bool(loads), "replay_check: a replay was compared")
+    for entry in loads:
+        name = Path(str(entry.get("replay_json"))).name  # the guest's path: its file is here
+        try:
+            replay = json.loads((out / "replay-check" / name).read_text())
+        except (OSError, ValueError):
+            fact(False, f"replay: its records replay-check/{name}")
+            continue
+        source = replay.get("source") or {}
+        fact(replay.get("region") == pool and pool in str(replay.get("path"))
+             and source.get("region") == pool and source.get("owned") is False,
+             f"replay: gathered out of {pool}, read only ({replay.get('path')}; "
+             f"{source.get('memtype')})")
+        moved = [r for r in replay.get("per_request", []) if r["bytes"] > 0]
+        fact(bool(moved) and all(r["mover"] >= 0 and r["transfer_ns"] > 0 for r in moved),
+             f"replay: every request with hits was gathered by a mover ({len(moved)} of "
+             f"{replay.get('requests')}, {replay.get('bytes')} B in {replay.get('fragments')} "
+             "fragments)")
+        same = entry.get("same_requests") or {}
+        fact(all(same.get(k) is True for k in ("requests", "hit_tokens", "bytes", "fragments")),
+             f"replay: the simulation was fed its requests, hit tokens, bytes and fragments "
+             f"({same})")
+        memory = replay.get("pool_bytes", 0) > 4 * replay.get("llc_bytes", 0)
+        fact(replay.get("memory_figure") is memory and (replay.get("pool_note") is None) is memory,
+             f"replay: a pool of {replay.get('pool_bytes')} B over an LLC of "
+             f"{replay.get('llc_bytes')} B is " + ("a memory figure" if memory else
+                                                  f"marked: {replay.get('pool_note')}"))
+        fact("emulated box" in str(replay.get("emulated")),
+             f"replay: says its figures are an emulated box's ({replay.get('emulated')!r})")
+        simulated = entry.get("simulated_reload") or {}
+        fact(simulated.get("p50_ns") is not None and simulated.get("p99_ns") is not None,
+             "replay_check: the simulation served the replay's requests (its P50 / P99; no "
+             "ratio is checked)")
+    rows = list(dict.fromkeys([*check.get("transfer_rows", []), *check.get("contention_rows", [])]))
+    stored = {r["case_id"] for r in _rows(out / "replay-check" / "rows")}
+    fact(check.get("rows_wall_s") is not None and bool(rows) and set(rows) <= stored
+         and all(pool in r for r in rows),
+         f"replay_check: the simulation stood on the guest's own rows of {pool} "
+         f"({', '.join(rows) or 'none'})")
+    fact("emulated box" in str(check.get("emulated")),
+         f"replay_check: the figures say they are an emulated box's ({check.get('emulated')!r})")
 
 
 def _accept_facts(out: Path, fact) -> None:

@@ -2,7 +2,8 @@
 # Runs inside the VM rig's guest (scripts/vm_check.sh): mounts the packed image over the host's
 # paths, builds the devices (nvdimm devdax, CXL region + devdax), then runs nearlocal as few
 # times as it can (each start costs minutes under TCG): probe --json, one run over every region,
-# faults on the devdax. Writes its results to OUT; the host checks them (scripts/vm_facts.py).
+# faults, accept and a replay on the devdax. Writes its results to OUT; the host checks them
+# (scripts/vm_facts.py).
 set -u
 OUT=$1
 MOUNTS=$2
@@ -91,6 +92,16 @@ timeout -k 5 "${NEARLOCAL_VM_ACCEPT_S:-600}" nearlocal accept "$REPO/examples/ac
 echo $? >"$OUT/accept.rc"
 echo "devdax:/dev/$nvdax" >"$OUT/accept-pool.txt"
 mark "nearlocal accept"
+# the pool path of `nearlocal replay` (issue 57): memcpy's contention rows (k = 1, 2) out of the
+# nvdimm devdax, 10 s of the trace's reloads replayed out of it (read only; 2 layers of
+# Qwen2.5-32B: real fragments, few bytes), the serving simulation fed both. Protocol, not
+# timing: its verdict under TCG means nothing and is not checked (scripts/vm_facts.py)
+echo "devdax:/dev/$nvdax" >"$OUT/replay-pool.txt"
+timeout -k 5 "${NEARLOCAL_VM_REPLAY_S:-600}" "$PY" "$REPO/scripts/replay_check.py" \
+  --region "devdax:/dev/$nvdax" --start 0 --seconds 10 --layers 0-1 --loads 0.5 --budget 0.05 \
+  --processes 1 --out "$OUT/replay-check" --json >"$OUT/replay-check.json" 2>"$OUT/replay-check.err"
+echo $? >"$OUT/replay-check.rc"
+mark "replay_check (the pool path, devdax)"
 tar -C /tmp -cf "$OUT/numba-cache.tar" numba-cache 2>/dev/null  # the two-guest stage starts warm
 umount -R /tmp/nearlocal-image 2>/dev/null
 echo done >"$OUT/done"

@@ -57,6 +57,19 @@ def test_device_dax_on_the_nvdimm_and_on_the_cxl_region(guest):
     assert [d.name for d in on_cxl] == ["dax0.0"] and on_cxl[0].target_node == 2
 
 
+def test_a_case_past_the_device_dax_end_is_refused_naming_its_size(guest):
+    # mmap does not refuse a mapping past a device-dax's end: its first touch there is a SIGBUS
+    from nearlocal.regions import capacity_problem, parse_region
+
+    pool = parse_region("devdax:/dev/dax1.0")
+    assert capacity_problem(pool, 250 << 20) is None
+    assert capacity_problem(pool, 300 << 20) == (
+        "devdax:/dev/dax1.0 cannot hold 300MiB: dax1.0 (250MiB) has 250MiB free; choose a "
+        "smaller size")
+    assert "from 2MiB" in capacity_problem(parse_region("devdax:/dev/dax1.0@2MiB"), 249 << 20)
+    assert capacity_problem(parse_region("devdax:/dev/dax1.0@2MiB,4MiB"), 8 << 20)
+
+
 def test_the_ivshmem_bar_and_what_pat_gave_it(guest):
     devices = {d.address: d for d in guest.pci_memory}
     bars = {b.index: b for b in devices[BAR].bars}

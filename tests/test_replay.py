@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -194,6 +195,9 @@ def test_replay_command_writes_per_request_records(tmp_path, capsys):
     (["--load", "0.5", "--time-scale", "2"], "not both"),
     (["--start", "100"], "--start"),
     (["--trace", "BAD"], ":1: missing field 'output_length'"),
+    (["--region", "nosuch"], "unknown region"),
+    (["--region", "devdax:/dev/null"], "not a device-dax"),
+    (["--region", "gpu:0"], "not gpu memory"),
 ])
 def test_replay_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 10, "output_length": 1,
@@ -218,3 +222,93 @@ def test_replay_load_sets_the_time_scale_from_a_calibration(tmp_path):
     assert calibration["requests"] == 2 and calibration["gbps_per_mover"] > 0
     expected = data["bytes"] / (0.5 * calibration["gbps_per_mover"] * 1e9)
     assert data["time_scale"] == pytest.approx(expected)
+
+
+def _small_llc(monkeypatch, llc: int = 1 << 20) -> None:
+    """The replay sized by an LLC of `llc` (4 MiB the floor, 8 MiB the default pool)."""
+    from nearlocal.frontends import replay as front
+
+    hz, _, cpus = front.replay_box()
+    monkeypatch.setattr(front, "replay_box", lambda: (hz, llc, cpus))
+
+
+def _holding(monkeypatch, nbytes: int) -> None:
+    """file: regions hold `nbytes` (as a device holds its size)."""
+    from dataclasses import replace
+
+    from nearlocal.regions.base import REGION_KINDS, load_providers
+
+    load_providers()
+    monkeypatch.setitem(REGION_KINDS, "file", replace(
+        REGION_KINDS["file"], capacity=lambda spec: (nbytes, "the test's device")))
+
+
+def _three_requests(tmp_path) -> str:
+    return _trace(tmp_path, [
+        {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 10, "input_length": 700, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 20, "input_length": 900, "output_length": 1, "hash_ids": [1, 3]}])
+
+
+def test_replay_reads_a_users_pool_and_never_writes_it(tmp_path, monkeypatch):
+    _small_llc(monkeypatch)
+    pool = tmp_path / "pool"
+    content = np.random.default_rng(1).integers(0, 256, 16 << 20, dtype=np.uint8).tobytes()
+    pool.write_bytes(content)  # the user's file: opened read-only, never written
+    out = tmp_path / "replay.json"
+    assert main(["replay", "--trace", _three_requests(tmp_path), "--layers", "0-1",
+                 "--seconds", "1", "--region", f"file:{pool}", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["region"] == f"file:{pool}" and f"file:{pool} pool" in data["path"]
+    assert data["source"]["owned"] is False and data["source"]["region"] == f"file:{pool}"
+    assert data["memory_figure"] and data["pool_note"] is None and "fenced rdtscp" in data["timed"]
+    assert data["pool_bytes"] > 4 << 20
+    moved = [r for r in data["per_request"] if r["bytes"]]
+    assert len(moved) == 2 and all(r["transfer_ns"] > 0 and r["mover"] == 0 for r in moved)
+    assert pool.read_bytes() == content
+
+
+def test_a_dram_replay_is_the_host_gather():
+    from nearlocal.frontends.replay import source_of
+
+    pool_class, path, _ = source_of("dram")
+    assert pool_class == "local" and path.startswith("host-gather (memcpy, dram pool")
+
+
+def test_a_region_below_the_floor_replays_only_when_asked_and_marked(tmp_path, monkeypatch,
+                                                                     capsys):
+    from nearlocal.frontends.replay import CACHE_RESIDENT, choose_pool
+
+    _small_llc(monkeypatch)
+    _holding(monkeypatch, 4 << 20)  # no more than 4x the LLC: no memory figure fits
+    pool = tmp_path / "pool"
+    pool.write_bytes(bytes(16 << 20))
+    argv = ["replay", "--trace", _three_requests(tmp_path), "--layers", "0-0", "--seconds", "1",
+            "--region", f"file:{pool}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds 4MiB" in err and "--pool-bytes" in err
+    assert CACHE_RESIDENT in err
+    fits, _, _ = choose_pool("kv:qwen2.5-32b:flash-attn:dense:layers=0-0", 1 << 20, "3MiB",
+                             f"file:{pool}")
+    assert fits.region_bytes <= 4 << 20
+    out = tmp_path / "replay.json"
+    assert main([*argv, "--pool-bytes", "3MiB", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert not data["memory_figure"] and data["pool_note"].startswith(CACHE_RESIDENT)
+    assert f"NOTE: {CACHE_RESIDENT}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("holds, pool_bytes, words", [
+    (64 << 20, "2MiB", "more than 4x the LLC"),  # the region holds a memory figure: the rule stands
+    (6 << 20, None, "holds 6MiB, the pool spans 12MiB (8x the LLC of 1MiB)"),
+    (6 << 20, "16MiB", "holds 6MiB, the pool spans 20MiB (--pool-bytes 16MiB)"),
+])
+def test_a_pool_the_region_cannot_hold_is_refused_naming_sizes(tmp_path, monkeypatch, holds,
+                                                               pool_bytes, words):
+    from nearlocal.frontends.replay import choose_pool
+
+    _holding(monkeypatch, holds)
+    with pytest.raises(UsageError, match=re.escape(words)):
+        choose_pool("kv:qwen2.5-32b:flash-attn:dense:layers=0-1", 1 << 20, pool_bytes,
+                    f"file:{tmp_path / 'pool'}")

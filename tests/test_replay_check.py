@@ -5,11 +5,16 @@ records, no box measurement."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import types
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from nearlocal.errors import UsageError
 from nearlocal.whatif.load import link_contention
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "replay_check.py"
@@ -82,3 +87,76 @@ def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     assert check.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+MIB = 1 << 20
+TCG = "QEMU TCG CPU version 2.5+"
+
+
+def _gather_row(region: str, pool_class: str, k: int = 1, median: float = 8e6) -> dict:
+    """A stored memcpy row of 80 fragments of 1 MiB out of `region` (k movers)."""
+    params = {"movers": str(k)} if k > 1 else {}
+    info = {"bytes_per_mover": 80 * MIB, "aggregate_gbps": k * 80 * MIB / median,
+            "mover_samples_ns": [[median * 0.99, median, median * 1.01]] * k} if k > 1 else {}
+    return {"case_id": f"memcpy/{region}/wb/80x1048576B/read" + (f"/movers={k}" if k > 1 else ""),
+            "method": "memcpy", "region": region, "peer": "dram", "attr": "wb", "access": "read",
+            "pattern": "80x1048576B", "status": "ok", "reason": "", "measures": "transfer",
+            "fragment_count": 80, "fragment_bytes": MIB, "size_bytes": 80 * MIB,
+            "bytes_moved": 80 * MIB, "median_ns": median, "params": json.dumps(params),
+            "effective_params": json.dumps({"drain": "before", **params}),
+            "pool_class": pool_class, "peer_pool_class": "local", "reaches_memory": True,
+            "source_reaches_memory": True, "info": json.dumps(info) if info else ""}
+
+
+def test_the_simulation_takes_the_rows_of_the_replays_region_only():
+    rows = [_gather_row("dram", "local"), _gather_row("dram", "local", 2),
+            _gather_row("devdax:/dev/dax0.0", "devdax"),
+            _gather_row("devdax:/dev/dax0.0", "devdax", 2), _gather_row("shm:x", "shared")]
+    run = types.SimpleNamespace(cases=pd.DataFrame(rows))
+    way, ids = check.way_of_region(run, "devdax:/dev/dax0.0")
+    assert way == "pool-gather/memcpy" and ids == {r["case_id"] for r in rows[2:4]}
+    assert check.way_of_region(run, "dram")[0] == "host-gather/memcpy"
+    for region in ("numa:1", "shm:x"):  # no rows; rows no hop of the what-if takes
+        with pytest.raises(UsageError, match=f"no memcpy rows out of {region}"):
+            check.way_of_region(run, region)
+
+
+def test_the_check_feeds_the_simulation_the_replays_own_requests(tmp_path, monkeypatch, capsys):
+    """The whole check on a stored run (`--run`) and a real replay, in this process: the rows of
+    the region named, the replay out of it, the same requests on both sides."""
+    from nearlocal.frontends import cli
+    from nearlocal.frontends import replay as front
+    from nearlocal.store.runs import Store
+
+    hz, _, cpus = front.replay_box()
+    monkeypatch.setattr(front, "replay_box", lambda: (hz, 1 << 20, cpus))  # an 8 MiB pool
+    monkeypatch.setattr(check, "_nearlocal", lambda argv: subprocess.CompletedProcess(
+        argv, cli.main(argv), "", ""))
+    store = Store.create(tmp_path / "rows", {"host_id": "guest", "inventory": {
+        "cpu": {"model": TCG}}})
+    for k in (1, 2):
+        row = _gather_row("dram", "local", k, 8e6 * k)
+        ns = np.array([0.99, 1.0, 1.01]) * row["median_ns"]
+        store.add_case(row, ns, ns)
+    store.add_case(_gather_row("devdax:/dev/dax0.0", "devdax"), None, None)  # another region's
+    store.finish()
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 100 * n, "input_length": 1200,
+                                         "output_length": 1, "hash_ids": [1, 2, 3]}) + "\n"
+                             for n in range(4)))
+    run = next(p for p in (tmp_path / "rows").iterdir() if p.is_dir())
+    code = check.main(["--trace", str(trace), "--run", str(run), "--start", "0", "--seconds",
+                       "1", "--layers", "0-1", "--loads", "0.5", "--region", "dram",
+                       "--out", str(tmp_path / "check"), "--json"])
+    text = capsys.readouterr().out  # the replay's own summary, then the check's JSON
+    out = json.loads(text[text.index("{\n"):])
+    assert code in (0, 1)
+    assert out["region"] == "dram" and out["way"] == "host-gather/memcpy"
+    assert "emulated box" in out["emulated"]
+    assert out["transfer_rows"] == ["memcpy/dram/wb/80x1048576B/read"]
+    (entry,) = out["loads"]
+    assert all(entry["same_requests"][k] is True
+               for k in ("requests", "hit_tokens", "bytes", "fragments"))
+    assert entry["requests_with_hits"] == 3 and entry["simulated_reload"]["p50_ns"] > 0
+    replay = json.loads(Path(entry["replay_json"]).read_text())
+    assert replay["region"] == "dram" and replay["path"].startswith("host-gather")

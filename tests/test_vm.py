@@ -47,7 +47,8 @@ def test_an_unknown_option_is_one_line_and_exit_2():
 
 
 def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
-               accept_region: str = "devdax:/dev/dax0.0") -> Path:
+               accept_region: str = "devdax:/dev/dax0.0", replay: dict | None = None,
+               same: dict | None = None) -> Path:
     """What a guest writes, as vm_facts reads it (the run rows come from a real store)."""
     out = tmp_path / "out"
     out.mkdir()
@@ -114,7 +115,44 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
                          "effective_params": '{"drain": "before"}', "pool_class": "cxl-node",
                          "peer_pool_class": "local", "reaches_memory": True}, None, None, None)
     whatif.finish()
+    _replay_out(out, pool, replay or {}, same or {})
     return out
+
+
+TCG_NOTE = ("measured on an emulated box (QEMU TCG CPU version 2.5+): QEMU's TCG has no memory "
+            "timing, so its figures show that the paths work, never how fast they are")
+
+
+def _replay_out(out: Path, pool: str, replay: dict, same: dict) -> None:
+    """What scripts/replay_check.py --region POOL --out replay-check --json leaves: its rows, one
+    replay's records, the comparison (a verdict that under TCG is not checked)."""
+    from nearlocal.store.runs import Store
+
+    (out / "replay-pool.txt").write_text(pool + "\n")
+    (out / "replay-check.rc").write_text("1\n")
+    rows = [f"memcpy/{pool}/wb/80x1048576B/read", f"memcpy/{pool}/wb/80x1048576B/read/movers=2"]
+    stored = Store.create(out / "replay-check" / "rows", {"host_id": "guest"})
+    for case in rows:
+        stored.add_case({"case_id": case, "method": "memcpy", "region": pool, "attr": "wb",
+                         "status": "ok", "reason": ""}, None, None, None)
+    stored.finish()
+    (out / "replay-check" / "replay-0.5.json").write_text(json.dumps({
+        "region": pool, "path": f"pool-gather (memcpy, {pool} pool -> each mover's dram buffer)",
+        "source": {"region": pool, "device": pool.split(":", 1)[1], "owned": False,
+                   "memtype": "write-back"},
+        "requests": 2, "bytes": 4 << 20, "fragments": 4, "pool_bytes": 130 << 20,
+        "llc_bytes": 16 << 20, "memory_figure": True, "pool_note": None, "emulated": TCG_NOTE,
+        "per_request": [{"bytes": 0, "mover": 0, "transfer_ns": 0.0, "fragments": 0},
+                        {"bytes": 4 << 20, "mover": 0, "transfer_ns": 9e6, "fragments": 4}],
+        **replay}))
+    (out / "replay-check.json").write_text(json.dumps({
+        "region": pool, "way": "pool-gather/memcpy", "emulated": TCG_NOTE, "rows_wall_s": 61.0,
+        "transfer_rows": rows[:1], "contention_rows": rows,
+        "loads": [{"load": 0.5, "pass": False, "p50_ratio": 3.0,
+                   "replay_json": "/var/tmp/nearlocal-vm.x/out/replay-check/replay-0.5.json",
+                   "same_requests": {"requests": True, "hit_tokens": True, "bytes": True,
+                                     "fragments": True, "arrival_max_diff_ns": 0.2, **same},
+                   "simulated_reload": {"p50_ns": 2.6e7, "p99_ns": 3.1e7}}]}))
 
 
 def test_an_accept_measured_off_the_guests_pool_is_a_failed_fact(tmp_path):
@@ -198,3 +236,41 @@ def test_a_whatif_run_that_failed_is_a_failed_fact(tmp_path):
     (out / "whatif-run.err").write_text("nearlocal: error: numa:1 is not on this box\n")
     problems = check(out)
     assert len(problems) == 1 and problems[0].startswith("nearlocal run (memcpy on numa:1")
+
+
+@pytest.mark.parametrize(("replay", "same", "fact"), [
+    ({"region": "dram", "path": "host-gather (memcpy, dram pool -> each mover's dram buffer)",
+      "source": {"region": "dram", "owned": True}}, {}, "replay: gathered out of"),
+    ({"per_request": [{"bytes": 4 << 20, "mover": -1, "transfer_ns": 0.0, "fragments": 4}]}, {},
+     "replay: every request with hits was gathered"),
+    ({}, {"fragments": False}, "replay: the simulation was fed its requests"),
+    ({"pool_bytes": 32 << 20}, {}, "replay: a pool of 33554432 B"),  # in 4x the LLC, unmarked
+    ({"emulated": ""}, {}, "replay: says its figures are an emulated box's"),
+])
+def test_a_replay_off_the_pool_or_unlike_the_simulations_is_a_failed_fact(tmp_path, replay,
+                                                                          same, fact):
+    from scripts.vm_facts import check
+
+    problems = check(_guest_out(tmp_path, replay=replay, same=same))
+    assert len(problems) == 1 and problems[0].startswith(fact), problems
+
+
+def test_a_cache_resident_pool_holds_when_marked(tmp_path):
+    from scripts.vm_facts import check
+
+    note = "cache-resident pool: not a memory figure (devdax:/dev/dax0.0 holds 250MiB, ...)"
+    out = _guest_out(tmp_path, replay={"pool_bytes": 200 << 20, "llc_bytes": 64 << 20,
+                                       "memory_figure": False, "pool_note": note})
+    assert check(out) == []
+
+
+def test_a_replay_check_that_did_not_run_is_a_failed_fact(tmp_path):
+    from scripts.vm_facts import check
+
+    out = _guest_out(tmp_path)
+    (out / "replay-check.rc").write_text("2\n")
+    (out / "replay-check.err").write_text("replay_check: --region devdax:/dev/dax0.0 holds "
+                                          "250MiB, the pool spans 258MiB\n")
+    (out / "replay-check.json").write_text("")
+    problems = check(out)
+    assert len(problems) == 1 and "holds 250MiB" in problems[0]

@@ -51,7 +51,7 @@ class MoversSession:
     def __init__(self, method: str, ctx: SessionContext):
         from nearlocal.kernels.parallel import thread_body, threaded_kernel
         from nearlocal.kernels.thread_forms import THREAD_FORMS
-        from nearlocal.regions import region_kind
+        from nearlocal.regions import check_capacity, region_kind
 
         if method not in THREAD_FORMS:
             raise UsageError(f"{method} has no multi-thread form: movers=k works for "
@@ -64,6 +64,9 @@ class MoversSession:
         src_span = _round_up(int((frags[:, 0] + frags[:, 2]).max(initial=0)))
         dst_span = _round_up(int((frags[:, 1] + frags[:, 2]).max(initial=0)))
         # one mapping k times the span, of the case's own kinds: mover m's slots lie at m x span
+        # (a device-dax maps past its end, and SIGBUSes there: refused first)
+        check_capacity(ctx.src.spec, k * src_span)
+        check_capacity(ctx.dst.spec, k * dst_span)
         self.src = region_kind(ctx.src.spec).open(ctx.src.spec, k * src_span, ctx.src.attr,
                                                   ctx.src.writable)
         try:

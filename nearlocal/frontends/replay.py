@@ -1,5 +1,6 @@
-"""`nearlocal replay`: a serving trace's KV reloads really moved on this box (host gather out of a
-DRAM pool), at the trace's arrival times with G concurrent movers; per request its wait and its
+"""`nearlocal replay`: a serving trace's KV reloads really moved on this box (a gather out of a
+pool on any host region, `--region`: dram, the host gather; a device-dax or CXL node, the pool
+path), at the trace's arrival times with G concurrent movers; per request its wait and its
 transfer, and their P50 / P99 (workloads/replay.py does the moving; docs/whatif.md "Replay on the
 box" says what it stands for and how to compare it with the simulation)."""
 
@@ -9,10 +10,14 @@ import argparse
 import json
 import math
 import os
+from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size
+
+if TYPE_CHECKING:
+    from nearlocal.workloads.replay import ReplayPool
 
 np = lazy_import("numpy")
 
@@ -20,6 +25,9 @@ DEFAULT_SECONDS = 60.0
 LLC_FACTOR = 4  # a reload comes from memory: the pool spans more than 4x the LLC
 DEFAULT_POOL_FACTOR = 8  # the pool's default span: 8x the LLC
 UNKNOWN_LLC_BYTES = 64 << 20
+CACHE_RESIDENT = "cache-resident pool: not a memory figure"
+TIMED = ("each request's gather alone: memcpy of its fragments out of the pool into its mover's "
+         "own dram buffer, between fenced rdtscp (the pool's pages faulted in before time zero)")
 
 
 def replay_box() -> tuple[float, int, list[int]]:
@@ -47,6 +55,76 @@ def pattern_text(args: argparse.Namespace) -> str:
                "layers": args.layers}
     parts += [f"{k}={v}" for k, v in options.items() if v is not None]
     return ":".join(str(p) for p in parts)
+
+
+def source_of(region: str) -> tuple[str, str, str]:
+    """The pool's region checked as `run` checks one (bad input, or one this box cannot give:
+    one line, exit 2): (its pool class, the path it stands for, why the box's figures are not a
+    real machine's or "")."""
+    from nearlocal.probe import probe
+    from nearlocal.probe.cpu import emulation_note
+    from nearlocal.regions import parse_region, region_kind
+    from nearlocal.regions.base import pool_class_of
+    from nearlocal.whatif.paths import HOPS
+
+    spec = parse_region(region)
+    kind = region_kind(spec)
+    if kind.family != "host":
+        raise UsageError(f"--region {region}: the movers gather with the CPU out of host memory, "
+                         f"not {kind.family} memory")
+    inventory = probe(calibrate=False, gpu=False)
+    kind.validate(spec, inventory)
+    reason = kind.unavailable(spec, inventory)
+    if reason:
+        raise UsageError(f"--region {region} cannot be used here: {reason}")
+    pool_class = pool_class_of(spec, inventory.cpuless_nodes)
+    hop = next((h.name for h in HOPS.values() if h.takes("cpu", pool_class, "local")), None)
+    path = f"memcpy, {spec.text} pool -> each mover's dram buffer"
+    cpu = inventory.cpu
+    return (pool_class, f"{hop} ({path})" if hop else path,
+            emulation_note({"model": cpu.model, "flags": cpu.flags}))
+
+
+def choose_pool(text: str, llc: int, pool_bytes: str | None, region: str
+                ) -> tuple[ReplayPool, int, str | None]:
+    """(the pool `text` lays on `region`, the span asked of it, and None or CACHE_RESIDENT's
+    reason): --pool-bytes, else 8x the LLC. A pool must span more than 4x the LLC, so a reload
+    comes from memory; only on a region that cannot hold that much may --pool-bytes ask for less,
+    and its figures are then marked. A pool the region cannot hold is refused naming both sizes.
+    scripts/replay_check.py cuts the requests by the same pool."""
+    from nearlocal.regions import parse_region, region_kind
+    from nearlocal.units import parse_size
+    from nearlocal.workloads import replay
+
+    spec = parse_region(region)
+    kind = region_kind(spec)
+    found = kind.capacity(spec) if kind.capacity else None
+    holds = found[0] if found else None
+    floor = LLC_FACTOR * llc
+    want = parse_size(pool_bytes) if pool_bytes else DEFAULT_POOL_FACTOR * llc
+    small = holds is not None and holds <= floor  # the region cannot hold a memory figure's pool
+    note = None
+    if want <= floor:
+        if not small:
+            raise UsageError(f"--pool-bytes {format_size(want)}: the pool must span more than "
+                             f"{LLC_FACTOR}x the LLC ({format_size(floor)}), so a reload comes "
+                             "from memory")
+        note = (f"{CACHE_RESIDENT} ({region} holds {format_size(holds)}, not more than "
+                f"{LLC_FACTOR}x the LLC of {format_size(llc)}: the pool of {format_size(want)} "
+                "may be read from the cache)")
+    pool = replay.pool_for(text, want)
+    if holds is not None and pool.region_bytes > holds:
+        asked = f"--pool-bytes {pool_bytes}" if pool_bytes else \
+            f"{DEFAULT_POOL_FACTOR}x the LLC of {format_size(llc)}"
+        if small:
+            fix = (f"give a --pool-bytes it holds to replay it anyway, marked '{CACHE_RESIDENT}' "
+                   f"(it holds no more than {LLC_FACTOR}x the LLC, {format_size(floor)})")
+        else:
+            fix = (f"give a --pool-bytes it holds, over {LLC_FACTOR}x the LLC "
+                   f"({format_size(floor)})")
+        raise UsageError(f"--region {region} holds {format_size(holds)}, the pool spans "
+                         f"{format_size(pool.region_bytes)} ({asked}): {fix}")
+    return pool, want, note
 
 
 def window_of(trace, start_s: float, seconds: float):
@@ -81,7 +159,6 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
 
 def build(args: argparse.Namespace) -> dict:
     """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data."""
-    from nearlocal.units import parse_size
     from nearlocal.whatif.traffic import prefix_hits, read_trace
     from nearlocal.workloads import replay
 
@@ -92,13 +169,8 @@ def build(args: argparse.Namespace) -> dict:
 
         check_output("--out", args.out)
     text = pattern_text(args)
-    floor = LLC_FACTOR * llc
-    want = parse_size(args.pool_bytes) if args.pool_bytes else DEFAULT_POOL_FACTOR * llc
-    if want <= floor:
-        raise UsageError(f"--pool-bytes {format_size(want)}: the pool must span more than "
-                         f"{LLC_FACTOR}x the LLC ({format_size(floor)}), so a reload comes from "
-                         "memory")
-    pool = replay.pool_for(text, want)
+    pool_class, path, emulated = source_of(args.region)
+    pool, want, pool_note = choose_pool(text, llc, args.pool_bytes, args.region)
     trace = read_trace(args.trace)
     hits = prefix_hits(trace)  # the simulation's store rule, unbounded
     window = window_of(trace, args.start, args.seconds)
@@ -116,13 +188,13 @@ def build(args: argparse.Namespace) -> dict:
     scale = 1.0 if args.time_scale is None else args.time_scale
     if args.load is not None:
         calibration = _calibrate(replay, pool, frags, first, nbytes, dst_bytes,
-                                 cpus[:args.movers], hz)
+                                 cpus[:args.movers], hz, args.region)
         scale = float(nbytes.sum()) / (args.load * args.movers * calibration["gbps_per_mover"]
                                        * args.seconds * 1e9)
         calibration["time_scale"] = scale
     arrival = (trace.arrival_s[window] - trace.arrival_s[0] - args.start) * scale
     times = replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
-                              cpus[:args.movers], hz)
+                              cpus[:args.movers], hz, args.region)
     g = pool.geometry
     summary = replay.summarise(times, nbytes, args.movers)
     fragments = np.diff(first).tolist()
@@ -134,7 +206,9 @@ def build(args: argparse.Namespace) -> dict:
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
         "time_scale": scale, "load": args.load, "calibration": calibration,
         "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
-        "path": "host gather (memcpy, dram pool -> each mover's dram buffer)",
+        "region": args.region, "pool_class": pool_class, "path": path, "source": times.source,
+        "timed": TIMED, "memory_figure": pool_note is None, "pool_note": pool_note,
+        "emulated": emulated,
         "pattern": text, "model": g.model.name, "layout": g.layout.name, "tp": g.tp,
         "block_tokens": g.block_tokens, "kv_dtype": g.dtype,
         "layers": f"{int(pool.layers[0])}-{int(pool.layers[-1])}",
@@ -154,7 +228,7 @@ CALIBRATION_REQUESTS = 8  # a mover's most
 
 
 def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[int],
-               hz: float) -> dict:
+               hz: float, region: str) -> dict:
     """The window's first requests with hits, all due at once (every mover busy, as under
     load): a mover's GB/s while the others move theirs, which --load sets the time scale by."""
     chosen, total = [], 0
@@ -168,7 +242,8 @@ def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[in
     parts = [frags[first[i]:first[i + 1]] for i in chosen]
     sub_first = np.concatenate([[0], np.cumsum([p.shape[0] for p in parts])]).astype(np.int64)
     times = replay.run_replay(np.ascontiguousarray(np.concatenate(parts)), sub_first,
-                              np.zeros(len(chosen)), pool.region_bytes, dst_bytes, cpus, hz)
+                              np.zeros(len(chosen)), pool.region_bytes, dst_bytes, cpus, hz,
+                              region)
     busy = float((times.end_ns - times.start_ns).sum())
     return {"requests": len(chosen), "bytes": total, "gbps_per_mover": total / busy,
             "what": "the window's first requests with hits, all due at once on the movers"}
@@ -190,6 +265,7 @@ def _print(data: dict) -> None:
         f"(times x"
         f"{data['time_scale']:g}): {data['requests']} requests, {data['requests_with_hits']} "
         f"with prefix hits, {format_size(data['bytes'])} moved in {data['fragments']} fragments")
+    console.print(f"  path: {data['path']}")
     console.print(
         f"  bytes: {data['model']} {data['layout']} TP {data['tp']} layers {data['layers']}, "
         f"{data['token_bytes']} B a token ({data['pattern']}); pool {format_size(data['pool_bytes'])} "
@@ -208,6 +284,9 @@ def _print(data: dict) -> None:
         q = data[name]
         console.print(f"  {name:8s} P50 {_ms(q['p50_ns'])}  P90 {_ms(q['p90_ns'])}  "
                       f"P99 {_ms(q['p99_ns'])}  max {_ms(q['max_ns'])}")
+    for note in (data["pool_note"], data["emulated"]):
+        if note:
+            console.print(f"  NOTE: {note}")
     if data.get("wall_s") is not None:
         console.print(f"  wall time {data['wall_s']:.1f} s")
 
@@ -237,10 +316,10 @@ def _replay(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "replay", help="a serving trace's KV reloads moved on this box, with G concurrent movers",
-        description="Replays a Mooncake-format trace's prefix-cache reloads as real host gathers "
-                    "(memcpy out of a DRAM pool larger than 4x the LLC, cut by the model's "
-                    "layout), at the arrival times, with G pinned movers; per request its wait "
-                    "and transfer, and their P50 / P99.")
+        description="Replays a Mooncake-format trace's prefix-cache reloads as real gathers "
+                    "(memcpy out of a pool larger than 4x the LLC on a host region, read only, "
+                    "cut by the model's layout), at the arrival times, with G pinned movers; per "
+                    "request its wait and transfer, and their P50 / P99.")
     parser.add_argument("--trace", required=True, help="Mooncake JSONL trace")
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
                         help=f"replay the trace's first N seconds (default {DEFAULT_SECONDS:g})")
@@ -266,7 +345,11 @@ def register(subparsers) -> None:
     parser.add_argument("--blocks", default="contiguous",
                         help="a 512-token block's layout blocks contiguous in its slot (default) "
                              "or scattered over the pool")
-    parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x)")
+    parser.add_argument("--region", default="dram",
+                        help="the host region the pool lies on, read only (default dram: the "
+                             "host gather; devdax:/dev/daxX.Y, numa:N, ...: the pool path)")
+    parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x, "
+                        "unless the region holds no more: its figures are then marked)")
     parser.add_argument("--out", help="write the JSON (per-request records) here")
     parser.add_argument("--json", action="store_true", help="print the JSON")
     parser.set_defaults(func=_replay)

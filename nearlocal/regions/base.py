@@ -91,8 +91,8 @@ class RegionKind:
     open: Callable[[RegionSpec, int, str, bool], MappedRegion]  # (spec, size, attr, allow_write)
     user_owned: Callable[[RegionSpec], bool] = lambda spec: False  # writes need --allow-write
     instances: Callable[[HostInventory], list[str]] | None = None  # specs probe lists for this box
-    # (bytes a new region of this spec can take now, what holds them); None: not limited here,
-    # e.g. an existing file or a device window the open itself checks
+    # (bytes a region of this spec can take now, what holds them: free memory, a device's size
+    # past the offset); None: not limited here, e.g. an existing file the open itself checks
     capacity: Callable[[RegionSpec], tuple[int, str] | None] | None = None
     # the file open() creates (and removes on close) for this spec, e.g. /dev/shm/NAME; None: none
     creates: Callable[[RegionSpec], Path] | None = None

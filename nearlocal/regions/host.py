@@ -310,6 +310,19 @@ def _devdax_unavailable(spec: RegionSpec, inventory: HostInventory) -> str | Non
     return None
 
 
+def _devdax_capacity(spec: RegionSpec) -> tuple[int, str] | None:
+    """The device's bytes past the offset (within the window named): mmap does not refuse a
+    mapping past a device-dax's end, its first touch there is a SIGBUS."""
+    path, offset, window = _dax_arg(spec)
+    name = os.path.basename(path)
+    size = SysRoot.default().read_int(f"/sys/bus/dax/devices/{name}/size")
+    if size is None:
+        return None
+    room = max(0, size - offset)
+    return (room if window is None else min(room, window),
+            f"{name} ({format_size(size)}" + (f", from {format_size(offset)})" if offset else ")"))
+
+
 def _through_module(spec: RegionSpec) -> bool:
     """The device's range is bound to the nearlocal_pool module (the operator unbound it from
     device_dax): every attribute maps through the module."""
@@ -614,7 +627,7 @@ register_region_kind(RegionKind(
     attrs=frozenset({"wb", "uc", "wc"}), attr_unavailable=_devdax_attr_unavailable,
     summary="a device-dax pool mapped shared (Beluga's way); written only with --allow-write",
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
-    user_owned=lambda spec: True,
+    user_owned=lambda spec: True, capacity=_devdax_capacity,
     instances=lambda inventory: [f"devdax:{d.dev_path}" for d in inventory.dax if d.mode == "devdax"],
     pool_class="devdax", shared_mapping=True, markers=("cxl",),
 ))

@@ -1,9 +1,11 @@
 """A serving replay on the box (issue 57, docs/whatif.md "Replay on the box"): each request's KV
-prefix hits really move, host gather out of a DRAM pool into a mover's own packed buffer, at the
+prefix hits really move, a gather out of a pool into a mover's own packed buffer, at the
 requests' arrival times, with G concurrent movers; per request its wait and its transfer.
 
-Bytes and fragments are real, content is not: the pool is a bounded `dram` region (larger than
-4x the LLC, so a reload comes from memory) laid out as vLLM lays out the model's KV cache
+Bytes and fragments are real, content is not: the pool is a bounded region of any host kind
+(`dram` by default, a device-dax or CXL node as the pool path; larger than 4x the LLC, so a
+reload comes from memory), read only (a user's pool is never written), laid out as vLLM lays out
+the model's KV cache
 (workloads/layouts.py), holding `slots` trace blocks (512 tokens each). Every hit block read takes
 the next slot of a ring walked with a stride coprime to the slot count: each read finds its bytes
 in memory, never in the LLC a read before it filled (as a reload of KV that was evicted to the
@@ -18,7 +20,7 @@ with fenced rdtscp: a FIFO queue with G servers, all in compiled code."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -149,6 +151,7 @@ class ReplayTimes:
     mover: np.ndarray
     cpus: list[int]
     timer_overhead_ns: float
+    source: dict = field(default_factory=dict)  # the pool's region and what its open recorded
 
 
 def _open_dram(size: int):
@@ -159,19 +162,41 @@ def _open_dram(size: int):
     return region_kind(spec).open(spec, size, "wb", True)
 
 
+PAGE = 4096
+
+
+def open_source(region: str, size: int):
+    """The pool a replay reads: `region` opened read-only (the movers only read it, so a user's
+    pool is never written), its pages faulted in before time zero by one read a page, so no
+    gather's interval holds a page fault."""
+    from nearlocal.regions import check_capacity, parse_region, region_kind
+
+    spec = parse_region(region)
+    check_capacity(spec, size)  # a device-dax maps past its end, and SIGBUSes there
+    src = region_kind(spec).open(spec, size, "wb", False)
+    try:
+        int(src.array[::PAGE].sum())
+    except BaseException:
+        src.close()
+        raise
+    return src
+
+
 def run_replay(frags: np.ndarray, first: np.ndarray, arrival_s: np.ndarray, region_bytes: int,
-               dst_bytes: int, cpus: list[int], tsc_hz: float) -> ReplayTimes:
+               dst_bytes: int, cpus: list[int], tsc_hz: float, source: str = "dram"
+               ) -> ReplayTimes:
     """Move every request's fragments at its arrival time (s from time zero) with one mover per
-    CPU in `cpus`, out of a fresh `dram` region of `region_bytes` into each mover's own buffer."""
+    CPU in `cpus`, out of `region_bytes` of the `source` region (open_source) into each mover's
+    own `dram` buffer."""
     from nearlocal.cpu.threads import run_pinned
     from nearlocal.kernels.cpu import timer_overhead
     from nearlocal.kernels.movers import read_tsc, replay_mover
 
     if len(first) != len(arrival_s) + 1:
         raise ValueError("first must hold one offset per request and one past the last")
-    src = _open_dram(region_bytes)
-    dsts = [_open_dram(dst_bytes) for _ in cpus]
+    src, dsts = open_source(source, region_bytes), []
     try:
+        dsts.extend(_open_dram(dst_bytes) for _ in cpus)
         n = len(arrival_s)
         starts, ends = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
         served = np.full(n, -1, np.int64)
@@ -202,7 +227,8 @@ def run_replay(frags: np.ndarray, first: np.ndarray, arrival_s: np.ndarray, regi
         arrival_ns=(due.astype(np.float64) - base) * scale,
         start_ns=(starts.astype(np.float64) - base) * scale,
         end_ns=(ends.astype(np.float64) - base - overhead_ticks) * scale,
-        mover=served, cpus=list(cpus), timer_overhead_ns=overhead_ticks * scale)
+        mover=served, cpus=list(cpus), timer_overhead_ns=overhead_ticks * scale,
+        source={"region": source, **src.info})
 
 
 def quantiles(values: np.ndarray) -> dict:
