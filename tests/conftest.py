@@ -30,3 +30,22 @@ def fake_cupy(monkeypatch):
     cp = make_fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     return cp
+
+
+@pytest.fixture
+def batch_driver(monkeypatch):
+    """cuMemcpyBatchAsync stood in for by a copy that reads the pointer arrays as the driver
+    would (the simulated GPU's memory is host memory)."""
+    import ctypes
+
+    import numpy as np
+
+    from nearlocal.gpu import copy_sessions
+
+    def driver(dsts, srcs, sizes, count, attrs, idx, num_attrs, fail, stream):
+        read = lambda p: np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(p))  # noqa: E731
+        for d, s, n in zip(read(dsts), read(srcs), read(sizes), strict=True):
+            ctypes.memmove(int(d), int(s), int(n))
+        return 0
+
+    monkeypatch.setattr(copy_sessions, "driver_memcpy_batch", lambda: (driver, None))

@@ -38,22 +38,6 @@ def _run(method: str, k: int, *extra: tuple[str, str], region: str = "pinned") -
     return row
 
 
-@pytest.fixture
-def driver_batch(monkeypatch):
-    """cuMemcpyBatchAsync stood in for by a copy that reads the arrays as the driver would."""
-    import ctypes
-
-    from nearlocal.gpu import copy_sessions
-
-    def driver(dsts, srcs, sizes, count, attrs, idx, num_attrs, fail, stream):
-        read = lambda p: np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(p))  # noqa: E731
-        for d, s, n in zip(read(dsts), read(srcs), read(sizes), strict=True):
-            ctypes.memmove(int(d), int(s), int(n))
-        return 0
-
-    monkeypatch.setattr(copy_sessions, "driver_memcpy_batch", lambda: (driver, None))
-
-
 def test_the_hops_methods_take_movers_and_devices():
     methods = load_methods()
     takers = methods_with_param("movers", family="gpu")
@@ -64,7 +48,7 @@ def test_the_hops_methods_take_movers_and_devices():
 
 
 @pytest.mark.parametrize("method", ["cuda-memcpy-async", "cuda-memcpy-batch", "gather-kernel"])
-def test_k_movers_give_per_mover_and_aggregate_figures(fake_cupy, driver_batch, method):
+def test_k_movers_give_per_mover_and_aggregate_figures(fake_cupy, batch_driver, method):
     row = _run(method, 3)
     info = row["info"]
     assert info["movers"] == 3 and info["mover_gpus"] == [0, 0, 0] and info["devices"] == 1
@@ -170,7 +154,7 @@ def test_the_contention_suite_takes_the_gpu_movers_by_their_parameter():
     assert any(c.method == "memcpy" for c in suite_cases("contention", two))  # the CPU half
 
 
-def test_the_contention_fit_reads_gpu_mover_rows_as_the_hops_way(fake_cupy, driver_batch):
+def test_the_contention_fit_reads_gpu_mover_rows_as_the_hops_way(fake_cupy, batch_driver):
     rows = []
     for k, extra in ((1, ()), (2, ()), (2, (("devices", "2"),))):
         if extra:

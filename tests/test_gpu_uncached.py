@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 
-import numpy as np
 import pytest
 
 from nearlocal.core.cases import Case, unavailable, validate
@@ -31,22 +30,6 @@ START = 0x1080000000
 PAT = "/sys/kernel/debug/x86/pat_memtype_list"
 NCMEM = f"registered:ncmem:{DEVICE}"
 B10_METHODS = ("cuda-memcpy", "cuda-memcpy-batch", "gather-kernel")
-
-
-@pytest.fixture
-def batch_driver(monkeypatch):
-    """cuMemcpyBatchAsync as a stand-in that reads the pointer arrays as the driver would."""
-    import ctypes
-
-    from nearlocal.gpu import copy_sessions
-
-    def driver(dsts, srcs, sizes, count, attrs, idx, num_attrs, fail, stream):
-        read = lambda p: np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(p))  # noqa: E731
-        for d, s, n in zip(read(dsts), read(srcs), read(sizes), strict=True):
-            ctypes.memmove(int(d), int(s), int(n))
-        return 0
-
-    monkeypatch.setattr(copy_sessions, "driver_memcpy_batch", lambda: (driver, None))
 
 
 @pytest.fixture
