@@ -202,11 +202,129 @@ def test_an_error_completion_or_a_wr_id_naming_no_busy_queue_pair_stops_the_loop
     assert _replay(Reader(wrong_id=True), frags, first, movers=2)[0] == kernels.WRONG_MOVER
 
 
-def test_the_check_reads_the_last_lap_of_a_request_that_wraps_its_buffer():
-    from nearlocal.rdma.replay import check_ranges, last_lap
+def test_the_check_takes_only_fragments_no_later_one_overwrote():
+    from nearlocal.rdma.replay import check_ranges, intact
 
-    assert last_lap(np.array([0, 100, 200, 0, 100])) == 3
-    assert last_lap(np.array([0, 100])) == 0
-    swapped = np.array([[0, 10, 5], [5, 20, 5], [0, 30, 5], [5, 40, 5]], np.int64)
-    got = check_ranges(swapped, np.array([0, 4]), np.array([0]), 2)
-    assert [(q, dst, pool) for q, dst, pool, _ in got] == [(0, 0, 30), (0, 5, 40)]
+    # a buffer of 100 B, fragments of 30 packed at 0, 30, 60, 90 (straddles: at 0), 120 (at 20)
+    dst = np.array([0, 30, 60, 0, 20])
+    length = np.full(5, 30)
+    assert [intact(dst, length, k) for k in range(5)] == [False, False, True, False, True]
+    swapped = np.stack([dst, np.arange(5) * 1000, length], axis=1)
+    got = check_ranges(swapped, np.array([0, 5]), np.array([1]), 2)
+    assert [(q, d, pool) for q, d, pool, _ in got] == [(1, 60, 2000), (1, 20, 4000)]
+
+
+# --- the command: bad input, and both ranks' parts with a fake world and a fake link ---------
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--method", "rdma-read"], "mpiexec -n 2 nearlocal replay --method rdma-read"),
+    (["--method", "nosuch"], "--method nosuch"),
+    (["--param", "sge=one"], "only --method rdma-read takes parameters"),
+])
+def test_the_rdma_replays_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv,
+                                                         words):
+    from nearlocal.frontends.cli import main
+    from tests.test_replay import _trace
+
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                 "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 10, "output_length": 1,
+                               "hash_ids": [1]}])
+    assert main(["replay", "--trace", trace, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+
+
+def test_the_rdma_replays_params_and_queue_pairs_are_checked():
+    from nearlocal.errors import UsageError
+    from nearlocal.rdma.replay import check_movers, check_params
+
+    assert check_params(["sge=one", "mtu=4096"]) == {"sge": "one", "device": "", "mtu": "4096"}
+    for bad, words in ((["sge=many"], "sge=many"), (["mtu=999"], "mtu=999"),
+                       (["movers=2"], "takes sge, device, mtu"), (["sge"], "KEY=VALUE")):
+        with pytest.raises(UsageError, match=words):
+            check_params(bad)
+    with pytest.raises(UsageError, match="queue pairs"):
+        check_movers(0)
+
+
+class FakeWorld:
+    """Two ranks' World in one process: a queue per rank."""
+
+    def __init__(self, rank: int, boxes):
+        self.rank, self.size, self.boxes = rank, 2, boxes
+
+    def send(self, obj, dest, timeout_s, what=""):
+        self.boxes[dest].put(obj)
+
+    def recv(self, source, timeout_s, what=""):
+        return self.boxes[self.rank].get(timeout=min(timeout_s, 60))
+
+
+def test_both_ranks_replay_through_a_fake_link(tmp_path, monkeypatch):
+    """Rank 1 lays out and fills the pool and answers the check; rank 0 cuts, connects G = 2
+    queue pairs, replays by the compiled loop (the provider reads rank 1's pool) and reports
+    wait, transfer and the data check as the host replay does."""
+    import json
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from nearlocal.frontends.cli import main
+    from nearlocal.rack import mpi
+    from nearlocal.rdma import replay as rdma_replay
+    from tests.test_replay import _small_llc, _three_requests
+
+    _small_llc(monkeypatch)
+    reader, pool_at, registered = Reader(), {}, threading.Event()
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+
+    class Link:
+        def __init__(self, site, max_send_wr, max_sge, queue_pairs=1):
+            if site.rank == 1:
+                pool_at["addr"] = site.pool.array.ctypes.data
+                registered.set()
+            else:
+                assert registered.wait(30)
+                assert max_send_wr <= 8 and max_sge <= 4  # the device's limits
+            self.qps = [SimpleNamespace(qp=100 + m, qp_num=7 + m, post_send=address(reader.post),
+                                        poll_cq=address(reader.poll), cq=5, lkey=1)
+                        for m in range(queue_pairs)]
+            self.qp = self.qps[0]
+            self.peer = SimpleNamespace(addr=pool_at.get("addr", 0), rkey=2)
+            self.bad, self.wc = np.zeros(1, np.uint64), np.zeros(verbs.WC_BYTES, np.uint8)
+
+        def facts(self):
+            return {"device": "fake0", "path_mtu": 1024}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(rdma_replay, "_Link", Link)
+    monkeypatch.setattr(rdma_replay, "device_limits",
+                        lambda params: ("fake0", {"max_sge_rd": 4, "max_qp_wr": 8}))
+    boxes = [queue.Queue(), queue.Queue()]
+    rank1 = {}
+    server = threading.Thread(target=lambda: rank1.setdefault(
+        "rc", rdma_replay.serve(FakeWorld(1, boxes), lambda region: "")))
+    server.start()
+    monkeypatch.setattr(mpi, "in_mpi_job", lambda: True)
+    monkeypatch.setattr(mpi, "world", lambda: FakeWorld(0, boxes))
+    out = tmp_path / "replay.json"
+    try:
+        rc = main(["replay", "--method", "rdma-read", "--movers", "2", "--trace",
+                   _three_requests(tmp_path), "--layers", "0-1", "--seconds", "1",
+                   "--out", str(out)])
+    finally:
+        server.join(60)
+    data = json.loads(out.read_text())
+    assert (rc, rank1["rc"]) == (0, 0), data.get("data_check")
+    assert data["method"] == "rdma-read" and data["path"].startswith("rdma (rdma-read")
+    assert data["requests"] == 3 and data["requests_with_hits"] == 2
+    assert data["per_request"][0]["mover"] == -1  # no hit: no queue pair
+    assert all(r["transfer_ns"] >= 0 and r["wait_ns"] >= 0 for r in data["per_request"])
+    assert data["data_check"].startswith("ok: ") and data["rdma"]["sge_limit"] == 4
+    assert [q["qp"] for q in data["rdma"]["queue_pairs"]] == [0, 1]
+    assert "queue pairs" in data["timed"] and data["reload"]["p50_ns"] > 0

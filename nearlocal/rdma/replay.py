@@ -102,17 +102,19 @@ def _pages(size: int) -> int:
     return -(-max(size, 1) // PAGE) * PAGE
 
 
-def last_lap(dst: np.ndarray) -> int:
-    """Where a request's last lap around its buffer begins (its destination offsets wrap: the
-    fragments from there are the ones no later fragment of it overwrote)."""
-    drops = np.flatnonzero(np.diff(np.asarray(dst, np.int64)) < 0)
-    return int(drops[-1]) + 1 if drops.size else 0
+def intact(dst: np.ndarray, length: np.ndarray, k: int) -> bool:
+    """Whether fragment k of a request still holds its bytes at the end: no later fragment of
+    the request landed over it (a request larger than its buffer wraps around it, and a fragment
+    that would straddle the end starts again at 0)."""
+    later_dst, later_len = dst[k + 1:], length[k + 1:]
+    return not bool(np.any((later_dst < dst[k] + length[k]) & (later_dst + later_len > dst[k])))
 
 
 def check_ranges(swapped: np.ndarray, request_frags: np.ndarray, served: np.ndarray,
                  movers: int, most: int = CHECK_FRAGMENTS) -> list[tuple[int, int, int, int]]:
     """(queue pair, destination offset, pool offset, bytes) of the fragments the check compares:
-    for each QP, up to `most` spread over the last lap of the last request it served."""
+    for each QP, up to `most` spread over the last request it served, those no later fragment of
+    it overwrote (its last always)."""
     out = []
     for q in range(movers):
         mine = np.flatnonzero(served == q)
@@ -120,9 +122,10 @@ def check_ranges(swapped: np.ndarray, request_frags: np.ndarray, served: np.ndar
             continue
         r = int(mine[-1])
         lo, hi = int(request_frags[r]), int(request_frags[r + 1])
-        lo += last_lap(swapped[lo:hi, 0])
-        picks = np.unique(np.linspace(lo, hi - 1, min(most, hi - lo)).astype(np.int64))
-        out += [(q, int(swapped[k, 0]), int(swapped[k, 1]), int(swapped[k, 2])) for k in picks]
+        dst, length = swapped[lo:hi, 0], swapped[lo:hi, 2]
+        picks = np.unique(np.linspace(0, hi - lo - 1, min(most, hi - lo)).astype(np.int64))
+        out += [(q, int(swapped[lo + k, 0]), int(swapped[lo + k, 1]), int(swapped[lo + k, 2]))
+                for k in picks.tolist() if intact(dst, length, k)]
     return out
 
 
