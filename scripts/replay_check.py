@@ -194,18 +194,19 @@ def run_replay(args: argparse.Namespace, load: float, layers: str, out: Path) ->
     return json.loads(out.read_text()), time.monotonic() - began
 
 
-def way_of_region(run, region: str) -> tuple[str, set]:
-    """The way (`hop/memcpy`, as contention_of keys it) the run's memcpy rows out of `region`
-    stand for, and those rows' case ids: the simulation is fed the rows of the replay's region
-    only, whatever else the run holds."""
+def way_of_region(run, region: str, method: str = METHOD) -> tuple[str, set]:
+    """The way (`hop/memcpy`, as contention_of keys it; `rdma/rdma-read` for the RDMA replay's
+    rows) the run's `method` rows out of `region` stand for, and those rows' case ids: the
+    simulation is fed the rows of the replay's region and method only, whatever else the run
+    holds."""
     from nearlocal.whatif.contention import way_of
     from nearlocal.whatif.paths import HOPS
 
     rows = [row for row in run.cases.to_dict("records") if row.get("region") == region
-            and row.get("method") == METHOD and row.get("status") == "ok"]
+            and row.get("method") == method and row.get("status") == "ok"]
     ways = {way_of(row) for row in rows}
     if len(ways) != 1 or next(iter(ways)).split("/")[0] not in HOPS:
-        raise UsageError(f"the run has no {METHOD} rows out of {region} that a hop of the "
+        raise UsageError(f"the run has no {method} rows out of {region} that a hop of the "
                          f"what-if takes (saw {sorted(ways) or 'none'}): measure them, or leave "
                          "--run out")
     return ways.pop(), {str(row["case_id"]) for row in rows}
@@ -252,11 +253,17 @@ def main(argv: list[str] | None = None) -> int:
                         "and the replay's source (default dram: the host gather)")
     parser.add_argument("--pool-bytes", help="the replay's --pool-bytes (default: its own)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replay", help="a replay already made (its --out JSON, e.g. the RDMA "
+                        "replay of an MPI job): predict it from --run's rows, run nothing")
+    parser.add_argument("--method", default=METHOD, help="with --replay: the rows' method "
+                        "(memcpy, or rdma-read for `nearlocal replay --method rdma-read`)")
     parser.add_argument("--out", help="keep the rows and replays here (default: a temp dir)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     began = time.monotonic()
     try:
+        if args.replay:
+            return _check_given(args, began)
         return _check(args, began)
     except UsageError as exc:
         print(f"replay_check: {exc}", file=sys.stderr)
@@ -376,6 +383,67 @@ def _check(args: argparse.Namespace, began: float) -> int:
     return code
 
 
+def _check_given(args: argparse.Namespace, began: float) -> int:
+    """--replay: one replay already made, its requests (bytes, fragments, arrivals, G) taken
+    from its own records, predicted from --run's rows of its method out of --region (for the
+    RDMA replay the rows of `nearlocal run --suite rdma` / `contention` on the same pair of
+    ranks: way rdma/rdma-read), compared as a load of the full check is."""
+    from nearlocal.store import load as load_run
+    from nearlocal.whatif import inputs_of
+    from nearlocal.whatif.contention import contention_of
+    from nearlocal.whatif.load import link_contention, sample_spread
+
+    if not args.run:
+        raise UsageError("--replay needs --run, the rows to predict it from")
+    try:
+        replay = json.loads(Path(args.replay).read_text())
+        records = replay["per_request"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"--replay {args.replay}: not a replay's JSON ({exc})") from None
+    run = load_run(args.run)
+    region = replay.get("region") or args.region
+    way, ids = way_of_region(run, region, args.method)
+    inputs = inputs_of(run)
+    models = [m for m in inputs.measured.get(way.split("/")[0]) or [] if set(m.rows) <= ids]
+    figures = contention_of(run.cases[run.cases["case_id"].isin(ids)], run.samples)
+    link = link_contention(way, figures, run.samples)
+    movers = int(replay["movers"])
+    nbytes = np.array([r["bytes"] for r in records], np.int64)
+    fragments = np.array([r.get("fragments", 0) for r in records], np.int64)
+    alone, fit_rows = predicted_alone(models, nbytes, fragments)
+    spread_rows = tuple(sorted(fit_rows))
+    entry = compare(replay, alone, link if movers > 1 else None,
+                    sample_spread(run.samples, spread_rows), args.seed)
+    entry.update(replay_json=str(args.replay), replay_path=replay.get("path"),
+                 replay_wall_s=replay.get("wall_s"), replay_moved_gbps=replay.get("moved_gbps"),
+                 calibration=replay.get("calibration"), pool_note=replay.get("pool_note"),
+                 data_check=replay.get("data_check"))
+    emulated = "; ".join(n for n in (inputs.emulated, replay.get("emulated")) if n)
+    out = {
+        "trace": replay.get("trace"), "start_s": replay.get("start_s"),
+        "seconds": replay.get("seconds"), "movers": movers, "model": replay.get("model"),
+        "layout": replay.get("layout"), "layers": replay.get("layers"), "region": region,
+        "method": args.method, "way": way, "emulated": emulated,
+        "llc_bytes": replay.get("llc_bytes"), "rows_pattern": "-", "run": str(args.run),
+        "rows_wall_s": None, "transfer_rows": list(spread_rows),
+        "contention_rows": list(link.rows) if link else [],
+        "contention": {str(k): {"per_mover_gbps": v.get("per_mover_gbps"),
+                                "aggregate_gbps": v.get("aggregate_gbps"), "rows": v.get("rows"),
+                                "service_p50_ns": v["service_ns"].get("p50_ns"),
+                                "service_p99_ns": v["service_ns"].get("p99_ns")}
+                       for k, v in figures.get(way, {}).items()},
+        "model_notes": sorted({n for m in models for n in m.notes}),
+        "loads": [entry], "wall_s": time.monotonic() - began,
+    }
+    code = exit_code([entry])
+    out["pass"] = code == 0
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        _print(out)
+    return code
+
+
 def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.1f} ms"
 
@@ -396,7 +464,8 @@ def _print(out: dict) -> None:
     for e in out["loads"]:
         fit = e["fit"]
         oracle = e["simulated_from_replay_transfers"]
-        print(f"  load {e['load']:g} (time x{e['time_scale']:.3f}, utilisation "
+        asked = "-" if e["load"] is None else format(e["load"], "g")
+        print(f"  load {asked} (time x{e['time_scale']:.3f}, utilisation "
               f"{_x(e['utilisation'])}, {e['requests_with_hits']} reloads): replay P50 "
               f"{_ms(e['replay_reload']['p50_ns'])} P99 {_ms(e['replay_reload']['p99_ns'])}; "
               f"simulated P50 {_ms(e['simulated_reload']['p50_ns'])} P99 "

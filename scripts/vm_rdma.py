@@ -5,8 +5,9 @@ work requests per sample that max_sge gives, the data read back on rank 1 equal 
 RPC's rows (RDMA write + poll, and send/recv), the 16 KiB rows at path MTU 4096 (run where the
 port's active MTU allows it, else skipped rows saying so), the 16 KiB rows by 2 queue pairs at
 once (movers=2: k and each mover's figures in the row, the aggregate, both movers' data checked,
-and the contention fit taking them beside the k = 1 rows), perftest beside them. Never speeds
-(TCG).
+and the contention fit taking them beside the k = 1 rows), the RDMA replay of a small trace
+window (every request moved, its data checked, labelled emulated, the simulation's figures from
+the rdma-read rows beside it), perftest beside them. Never speeds (TCG).
 
     python scripts/vm_rdma.py OUT   (exit 1 naming every fact that does not hold)
 """
@@ -151,7 +152,59 @@ def check(out: Path) -> tuple[list[str], list[str]]:
          and all(r.startswith(("rdma-read/", "rdma-write/")) for r in hop.rows),
          f"whatif: the RDMA path's rdma hop predicted from the run's rdma rows "
          f"({hop.way}; rows {', '.join(hop.rows) or hop.source})")
+    for ok, text in replay_facts(out):
+        fact(ok, text)
     return facts, problems
+
+
+def replay_facts(out: Path) -> list[tuple[bool, str]]:
+    """The RDMA replay (`nearlocal replay --method rdma-read`, 2 queue pairs) of a small trace
+    window: it ran, every request with hits was moved by a queue pair, the data check held, the
+    output says the box is emulated, and replay_check.py gave the simulation's P50 / P99 from
+    the suite's rdma-read rows beside the replay's (figures shown, never compared: TCG)."""
+    rc = _text(out / "replay.rc")
+    try:
+        replay = json.loads((out / "replay.json").read_text())
+    except (OSError, ValueError):
+        return [(False, f"RDMA replay: no replay.json (rc {rc}: "
+                        f"{_text(out / 'replay.err')[-400:]})")]
+    records = replay.get("per_request") or []
+    moved = [r for r in records if r.get("bytes", 0) > 0]
+    served = [r for r in moved if r.get("mover", -1) in range(int(replay.get("movers") or 0))
+              and r.get("transfer_ns", 0) > 0]
+    facts = [
+        (rc == "0" and replay.get("method") == "rdma-read" and replay.get("movers") == MOVERS,
+         f"RDMA replay: mpiexec -n 2 nearlocal replay --method rdma-read exits {rc}, "
+         f"{replay.get('movers')} queue pairs, path {replay.get('path')}"),
+        (bool(moved) and len(served) == len(moved),
+         f"RDMA replay: every request moved ({len(served)} of {len(moved)} with hits by a queue "
+         f"pair, {replay.get('requests')} requests, {replay.get('bytes')} bytes in "
+         f"{replay.get('fragments')} fragments; wait P50 "
+         f"{(replay.get('wait') or {}).get('p50_ns')} ns, transfer P50 "
+         f"{(replay.get('transfer') or {}).get('p50_ns')} ns)"),
+        (str(replay.get("data_check", "")).startswith("ok"),
+         f"RDMA replay: data check {replay.get('data_check')}"),
+        (bool(replay.get("emulated")),
+         f"RDMA replay: labelled emulated ({replay.get('emulated') or 'not said'})"),
+    ]
+    try:
+        check = json.loads((out / "replay-check.json").read_text())
+        (load,) = check["loads"]
+    except (OSError, ValueError, KeyError, TypeError):
+        facts.append((False, "RDMA replay: replay_check.py gave no prediction "
+                             f"({_text(out / 'replay-check.err')[-400:]})"))
+        return facts
+    sim, real = load.get("simulated_reload") or {}, load.get("replay_reload") or {}
+    facts.append((
+        check.get("way") == "rdma/rdma-read" and bool(check.get("transfer_rows"))
+        and all(sim.get(q) for q in ("p50_ns", "p99_ns"))
+        and all(real.get(q) for q in ("p50_ns", "p99_ns")),
+        f"RDMA replay: the simulation fed the suite's rdma-read rows ({check.get('way')}: "
+        f"{', '.join(check.get('transfer_rows') or []) or 'none'}) predicts P50 "
+        f"{sim.get('p50_ns')} / P99 {sim.get('p99_ns')} ns beside the replay's "
+        f"{real.get('p50_ns')} / {real.get('p99_ns')} ns (shown, never compared: "
+        f"{check.get('emulated') or 'emulated'})"))
+    return facts
 
 
 def _movers_fact(method: str, row, info: dict) -> tuple[bool, str]:

@@ -3,6 +3,8 @@
 # netdev with an address, then `nearlocal run --suite rdma` as an MPI job of 2 ranks in this one
 # guest (rank 0 posts, rank 1 is the target / RPC server: loopback RDMA through rxe0; the suite
 # holds 16 KiB rows by 2 queue pairs at once, movers=2, the contention fit's RDMA case), then
+# a replay of a small trace window by RDMA reads (`nearlocal replay --method rdma-read`, 2 queue
+# pairs) with replay_check.py's prediction from the suite's rdma-read rows, then
 # scripts/compare_perftest.sh (ib_write_lat, ib_read_lat, ib_write_bw) beside its rows. Under TCG
 # this proves the interfaces, the work-request splitting and the protocol, never speed. Writes its
 # results to OUT; the host checks them (scripts/vm_rdma.py).
@@ -30,6 +32,19 @@ timeout -k 5 "${NEARLOCAL_VM_RDMA_RUN_S:-600}" mpiexec --allow-run-as-root --ove
   >"$OUT/run.out" 2>"$OUT/run.err"
 echo $? >"$OUT/run.rc"
 mark "mpiexec -n 2 nearlocal run --suite rdma"
+# the RDMA replay: a small trace window (3 s from 600 s, 2 layers) read by 2 queue pairs out of
+# rank 1's pool into rank 0's buffers, then predicted from the suite's rdma-read rows (the
+# simulation's figures; never compared for speed: TCG)
+timeout -k 5 "${NEARLOCAL_VM_RDMA_REPLAY_S:-300}" mpiexec --allow-run-as-root --oversubscribe -n 2 \
+  nearlocal replay --method rdma-read --movers 2 --start 600 --seconds 3 --layers 0-1 \
+  --trace "$REPO/nearlocal/data/traces/mooncake-conversation.jsonl" --out "$OUT/replay.json" \
+  >"$OUT/replay.out" 2>"$OUT/replay.err"
+echo $? >"$OUT/replay.rc"
+RUN_DIR=$(dirname "$(ls -d "$OUT"/results/*/run.json 2>/dev/null | tail -1)")
+timeout -k 5 120 "$PY" "$REPO/scripts/replay_check.py" --replay "$OUT/replay.json" \
+  --run "$RUN_DIR" --method rdma-read --json >"$OUT/replay-check.json" 2>"$OUT/replay-check.err"
+echo $? >"$OUT/replay-check.rc"
+mark "mpiexec -n 2 nearlocal replay --method rdma-read"
 RESULTS=$OUT/results DEVICE=rxe0 SIZES="16384" ITERS=200 timeout -k 5 300 \
   bash "$REPO/scripts/compare_perftest.sh" >"$OUT/perftest.txt" 2>"$OUT/perftest.err"
 echo $? >"$OUT/perftest.rc"

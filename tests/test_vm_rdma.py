@@ -81,7 +81,32 @@ def _guest(out: Path, bad_check: str = "", wrong_requests: str = "", active_mtu:
     (out / "perftest.txt").write_text(
         "rdma-write median vs ib_write_lat t_typical 10.00 5.00 2.00\n"
         "rdma-read median vs ib_read_lat t_typical 10.00 10.00 1.00\n")
+    _replay(out)
     return out
+
+
+def _replay(out: Path, **damage) -> None:
+    """What the guest's RDMA replay and replay_check.py --replay write."""
+    records = [{"arrival_ns": 0.0, "wait_ns": 0.0, "transfer_ns": 0.0, "bytes": 0, "mover": -1},
+               {"arrival_ns": 1e6, "wait_ns": 2e5, "transfer_ns": 3e6, "bytes": 4096, "mover": 0},
+               {"arrival_ns": 1e6, "wait_ns": 1e5, "transfer_ns": 3e6, "bytes": 4096, "mover": 1}]
+    if damage.get("unmoved"):
+        records[2]["mover"] = -1
+    replay = {"method": "rdma-read", "movers": 2, "path": "rdma (rdma-read, dram pool ...)",
+              "requests": 3, "bytes": 8192, "fragments": 4, "per_request": records,
+              "wait": {"p50_ns": 1e5}, "transfer": {"p50_ns": 3e6},
+              "data_check": damage.get("check", "ok: 512 bytes in 4 fragments ... equal rank 1's"),
+              "emulated": "measured on an emulated box (QEMU TCG ...)"}
+    (out / "replay.json").write_text(json.dumps(replay))
+    (out / "replay.rc").write_text("0\n")
+    if damage.get("no_check"):
+        (out / "replay-check.json").unlink(missing_ok=True)
+        return
+    (out / "replay-check.json").write_text(json.dumps({
+        "way": "rdma/rdma-read", "transfer_rows": ["rdma-read/dram/wb/16KiB"],
+        "emulated": "emulated", "loads": [{
+            "simulated_reload": {"p50_ns": 2e6, "p99_ns": 4e6},
+            "replay_reload": {"p50_ns": 3e6, "p99_ns": 3.2e6}, "pass": False}]}))
 
 
 @pytest.mark.parametrize("active_mtu", [1024, 4096])
@@ -89,7 +114,9 @@ def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path, active_mtu):
     """Soft-RoCE on a 1500 B netdev (active MTU 1024: the mtu=4096 rows skipped, saying so) or
     on jumbo frames (4096: they run at that path MTU)."""
     facts, problems = vm_rdma.check(_guest(tmp_path, active_mtu=active_mtu))
-    assert not problems and len(facts) == 3 + 1 + 12 + 2 + 2 + 2 + 1 + 1 + 1
+    assert not problems and len(facts) == 3 + 1 + 12 + 2 + 2 + 2 + 1 + 1 + 1 + 5
+    replay = [f for f in facts if f.startswith("RDMA replay:")]
+    assert len(replay) == 5 and any("never compared" in f for f in replay)
     movers = [f for f in facts if "16KiB movers=2:" in f]
     assert len(movers) == 2 and all("per mover [qp 0:" in f for f in movers)
     (fit,) = [f for f in facts if f.startswith("contention:")]
@@ -116,3 +143,23 @@ def test_a_movers_row_without_k_each_movers_figures_or_its_check_is_a_failed_fac
     _, problems = vm_rdma.check(_guest(tmp_path, movers={"rdma-read": info}))
     assert problems and all("movers=2" in p or p.startswith("contention:") for p in problems)
     assert any(p.startswith("rdma-read 16KiB movers=2") for p in problems)
+
+
+@pytest.mark.parametrize("damage, words", [
+    ({"unmoved": True}, "every request moved (1 of 2"),
+    ({"check": "FAILED: 9 of 512 bytes differ from rank 1's"}, "data check FAILED"),
+    ({"no_check": True}, "gave no prediction"),
+])
+def test_an_rdma_replay_that_left_a_request_failed_its_check_or_was_not_predicted_fails(
+        tmp_path, damage, words):
+    out = _guest(tmp_path)
+    _replay(out, **damage)
+    _, problems = vm_rdma.check(out)
+    assert len(problems) == 1 and words in problems[0]
+
+
+def test_a_slow_prediction_is_never_a_failed_fact(tmp_path):
+    """The simulation's figures are shown beside the replay's, never judged (TCG): a load that
+    replay_check.py fails is no problem of the rig's."""
+    _, problems = vm_rdma.check(_guest(tmp_path))
+    assert not problems

@@ -57,7 +57,15 @@ def pattern_text(args: argparse.Namespace) -> str:
     return ":".join(str(p) for p in parts)
 
 
-def source_of(region: str) -> tuple[str, str, str]:
+HOST_METHOD, RDMA_METHOD = "memcpy", "rdma-read"
+METHODS = {  # --method: what moves the bytes (a hop's mover) and the path's words
+    HOST_METHOD: ("cpu", "memcpy, {region} pool -> each mover's dram buffer"),
+    RDMA_METHOD: ("nic", "rdma-read, {region} pool on rank 1 -> each queue pair's dram buffer "
+                         "on rank 0"),
+}
+
+
+def source_of(region: str, method: str = HOST_METHOD) -> tuple[str, str, str]:
     """The pool's region checked as `run` checks one (bad input, or one this box cannot give:
     one line, exit 2): (its pool class, the path it stands for, why the box's figures are not a
     real machine's or "")."""
@@ -78,8 +86,9 @@ def source_of(region: str) -> tuple[str, str, str]:
     if reason:
         raise UsageError(f"--region {region} cannot be used here: {reason}")
     pool_class = pool_class_of(spec, inventory.cpuless_nodes)
-    hop = next((h.name for h in HOPS.values() if h.takes("cpu", pool_class, "local")), None)
-    path = f"memcpy, {spec.text} pool -> each mover's dram buffer"
+    mover, words = METHODS[method]
+    hop = next((h.name for h in HOPS.values() if h.takes(mover, pool_class, "local")), None)
+    path = words.format(region=spec.text)
     cpu = inventory.cpu
     return (pool_class, f"{hop} ({path})" if hop else path,
             emulation_note({"model": cpu.model, "flags": cpu.flags}))
@@ -148,7 +157,16 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
                              "utilisation; at 1 or more the queue grows without end)")
     if not (args.start >= 0 and math.isfinite(args.start)):
         raise UsageError(f"--start {args.start:g} must be a number of seconds >= 0")
-    if args.movers < 1 or args.movers > cpus:
+    if args.method not in METHODS:
+        raise UsageError(f"--method {args.method}: use {' or '.join(METHODS)}")
+    if args.method == RDMA_METHOD:
+        from nearlocal.rdma import replay as rdma_replay
+
+        rdma_replay.check_movers(args.movers)
+        args.rdma_params = rdma_replay.check_params(args.param or [])
+    elif args.param:
+        raise UsageError(f"--param {args.param[0]}: only --method {RDMA_METHOD} takes parameters")
+    elif args.movers < 1 or args.movers > cpus:
         raise UsageError(f"--movers {args.movers}: give 1 to {cpus}, the CPUs this process may "
                          "use (each mover runs on a CPU of its own)")
     if args.blocks not in ("contiguous", "scattered"):
@@ -157,8 +175,9 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
         raise UsageError(f"--trace {args.trace}: no such file")
 
 
-def build(args: argparse.Namespace) -> dict:
-    """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data."""
+def build(args: argparse.Namespace, job=None) -> dict:
+    """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data.
+    `job`: the MPI world of --method rdma-read (this is rank 0; rank 1 holds the pool)."""
     from nearlocal.whatif.traffic import prefix_hits, read_trace
     from nearlocal.workloads import replay
 
@@ -169,7 +188,7 @@ def build(args: argparse.Namespace) -> dict:
 
         check_output("--out", args.out)
     text = pattern_text(args)
-    pool_class, path, emulated = source_of(args.region)
+    pool_class, path, emulated = source_of(args.region, args.method)
     pool, want, pool_note = choose_pool(text, llc, args.pool_bytes, args.region)
     trace = read_trace(args.trace)
     hits = prefix_hits(trace)  # the simulation's store rule, unbounded
@@ -184,17 +203,49 @@ def build(args: argparse.Namespace) -> dict:
         tables.append(table)
     dst_bytes = want // args.movers
     frags, first, nbytes = replay.cut_requests(pool, tables, dst_bytes)
+    if args.method == RDMA_METHOD:
+        from nearlocal.rdma import replay as rdma_replay
+
+        job.started = True  # rank 1 hears the pool from here on (no abort to send)
+        reads = rdma_replay.ReplayReads(job, args.rdma_params, args.region, pool.region_bytes,
+                                        dst_bytes, args.movers, frags, first, hz,
+                                        args.allow_write)
+        try:
+            data = _build_moved(args, reads.run, hz, llc, cpus, text, pool_class, path,
+                                emulated, pool, want, pool_note, trace, window, hit_tokens,
+                                frags, first, nbytes, dst_bytes)
+        finally:
+            reads.close()
+        peer = reads.peer.get("emulated") or ""
+        notes = [n for n in (emulated, peer and f"rank 1 ({reads.peer.get('host')}): {peer}") if n]
+        data.update(timed=rdma_replay.TIMED, rdma=reads.facts(),
+                    data_check=reads.checked.line(), emulated="; ".join(notes))
+        return data
+
+    def move(frags, first, arrival):
+        return replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
+                                 cpus[:args.movers], hz,
+                                 args.region)
+
+    return _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, pool, want,
+                        pool_note, trace, window, hit_tokens, frags, first, nbytes, dst_bytes)
+
+
+def _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, pool, want,
+                 pool_note, trace, window, hit_tokens, frags, first, nbytes, dst_bytes) -> dict:
+    """The calibration (--load), the replay by `move(frags, first, arrival_s) -> ReplayTimes`
+    and its summary."""
+    from nearlocal.workloads import replay
+
     calibration = None
     scale = 1.0 if args.time_scale is None else args.time_scale
     if args.load is not None:
-        calibration = _calibrate(replay, pool, frags, first, nbytes, dst_bytes,
-                                 cpus[:args.movers], hz, args.region)
+        calibration = _calibrate(move, frags, first, nbytes, args.movers)
         scale = float(nbytes.sum()) / (args.load * args.movers * calibration["gbps_per_mover"]
                                        * args.seconds * 1e9)
         calibration["time_scale"] = scale
     arrival = (trace.arrival_s[window] - trace.arrival_s[0] - args.start) * scale
-    times = replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
-                              cpus[:args.movers], hz, args.region)
+    times = move(frags, first, arrival)
     g = pool.geometry
     summary = replay.summarise(times, nbytes, args.movers)
     fragments = np.diff(first).tolist()
@@ -206,7 +257,8 @@ def build(args: argparse.Namespace) -> dict:
         "trace": str(args.trace), "start_s": args.start, "seconds": args.seconds,
         "time_scale": scale, "load": args.load, "calibration": calibration,
         "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
-        "region": args.region, "pool_class": pool_class, "path": path, "source": times.source,
+        "method": args.method, "region": args.region, "pool_class": pool_class, "path": path,
+        "source": times.source,
         "timed": TIMED, "memory_figure": pool_note is None, "pool_note": pool_note,
         "emulated": emulated,
         "pattern": text, "model": g.model.name, "layout": g.layout.name, "tp": g.tp,
@@ -227,13 +279,12 @@ CALIBRATION_BYTES = 512 << 20  # a mover's share of the calibration
 CALIBRATION_REQUESTS = 8  # a mover's most
 
 
-def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[int],
-               hz: float, region: str) -> dict:
+def _calibrate(move, frags, first, nbytes, movers: int) -> dict:
     """The window's first requests with hits, all due at once (every mover busy, as under
     load): a mover's GB/s while the others move theirs, which --load sets the time scale by."""
     chosen, total = [], 0
     for i in np.flatnonzero(nbytes > 0).tolist():
-        if total >= CALIBRATION_BYTES * len(cpus) or len(chosen) >= CALIBRATION_REQUESTS * len(cpus):
+        if total >= CALIBRATION_BYTES * movers or len(chosen) >= CALIBRATION_REQUESTS * movers:
             break
         chosen.append(i)
         total += int(nbytes[i])
@@ -241,9 +292,7 @@ def _calibrate(replay, pool, frags, first, nbytes, dst_bytes: int, cpus: list[in
         raise UsageError("--load: no request of the window has a prefix hit to move")
     parts = [frags[first[i]:first[i + 1]] for i in chosen]
     sub_first = np.concatenate([[0], np.cumsum([p.shape[0] for p in parts])]).astype(np.int64)
-    times = replay.run_replay(np.ascontiguousarray(np.concatenate(parts)), sub_first,
-                              np.zeros(len(chosen)), pool.region_bytes, dst_bytes, cpus, hz,
-                              region)
+    times = move(np.ascontiguousarray(np.concatenate(parts)), sub_first, np.zeros(len(chosen)))
     busy = float((times.end_ns - times.start_ns).sum())
     return {"requests": len(chosen), "bytes": total, "gbps_per_mover": total / busy,
             "what": "the window's first requests with hits, all due at once on the movers"}
@@ -291,13 +340,44 @@ def _print(data: dict) -> None:
         console.print(f"  wall time {data['wall_s']:.1f} s")
 
 
+def _rdma_job(args: argparse.Namespace, began: float) -> dict | int:
+    """--method rdma-read: an MPI job's rank 0 builds the replay (the data), rank 1 serves the
+    pool (its exit code), a further rank has nothing to do."""
+    from nearlocal.rack.mpi import RankLost, in_mpi_job, world
+    from nearlocal.rdma import replay as rdma_replay
+
+    if not in_mpi_job():
+        raise UsageError(rdma_replay.WITHOUT_MPI)
+    job = world()
+    try:
+        if job.rank == 1:
+            return rdma_replay.serve(job, lambda region: source_of(region, RDMA_METHOD)[2])
+        if job.rank > 1:
+            return 0
+        job.started = False
+        try:
+            return build(args, job)
+        except BaseException:
+            if not job.started:  # rank 1 waits for the pool: tell it there is none
+                job.send({"abort": True}, 1, rdma_replay.SET_UP_S, "telling rank 1 to stop")
+            raise
+    except RankLost as exc:
+        print(f"nearlocal replay: rank {job.rank}: {exc}", flush=True)
+        return 1
+
+
 def _replay(args: argparse.Namespace) -> int:
     import time
 
     from nearlocal.safeio import write_output
 
     began = time.monotonic()
-    data = build(args)
+    if args.method == RDMA_METHOD:
+        data = _rdma_job(args, began)
+        if isinstance(data, int):
+            return data
+    else:
+        data = build(args)
     data["wall_s"] = time.monotonic() - began
     text = json.dumps(data, indent=1)
     if args.out:
@@ -310,7 +390,7 @@ def _replay(args: argparse.Namespace) -> int:
             from nearlocal.terminal import console
 
             console.print(f"  per-request records: {args.out}")
-    return 0
+    return 1 if str(data.get("data_check", "ok")).startswith("FAILED") else 0
 
 
 def register(subparsers) -> None:
@@ -348,6 +428,16 @@ def register(subparsers) -> None:
     parser.add_argument("--region", default="dram",
                         help="the host region the pool lies on, read only (default dram: the "
                              "host gather; devdax:/dev/daxX.Y, numa:N, ...: the pool path)")
+    parser.add_argument("--method", default=HOST_METHOD,
+                        help=f"what moves the reloads: {HOST_METHOD} (the default; the CPU "
+                             f"gathers out of --region) or {RDMA_METHOD} (an MPI job of 2 ranks: rank 0 "
+                             "reads the pool in rank 1's --region by --movers queue pairs)")
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE",
+                        help=f"--method {RDMA_METHOD}'s sge, device, mtu (as `nearlocal run "
+                             f"--method {RDMA_METHOD}` takes them)")
+    parser.add_argument("--allow-write", action="store_true",
+                        help=f"--method {RDMA_METHOD}: rank 1 may register a region of yours "
+                             "(verbs registers it writable; its bytes are only read)")
     parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x, "
                         "unless the region holds no more: its figures are then marked)")
     parser.add_argument("--out", help="write the JSON (per-request records) here")

@@ -366,3 +366,98 @@ def rpc_send_server(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr
             return why
         state[0] = np.int64(seq)
         state[1] += 1
+
+
+# --- a replay's reads (`nearlocal replay --method rdma-read`) -------------------------------
+
+
+@njit(cache=True, nogil=True)
+def replay_reads(post_send, poll_cq, qps, cq, bad_addr, wc_addr, bases, sge_base, dst_off,
+                 request_frags, request_parts, heads, tails, id_shift, due, starts, ends,
+                 served, timeout_ticks):
+    """The RDMA form of kernels/movers.replay_mover: G queue pairs (`qps`) on one CQ are the
+    movers, one thread posts and polls. Requests are taken in arrival order: spin on the TSC to
+    request i's arrival `due[i]` (polling the CQ meanwhile, so a completion is stamped when it
+    comes); take a free QP q (all G busy: poll until one frees, the queue's wait); point its
+    SGEs at q's own buffer (`bases[q]` + `dst_off[k]`, SGE k at `sge_base` + 16 k) and write
+    each of its parts' wr_id (q << id_shift | part) into the part's signalled last request
+    (`tails[p]`, by address); read the clock (`starts[i]`) and post its first part (`heads[p]`).
+    A completion's wr_id names its QP: the request's next part is posted on it, or, after its
+    last, the clock read at the completion is its end (`ends[i]`) and q is free. A request
+    without parts (no hit) starts and ends when it is taken. `served[i]`: its QP (-1: none).
+    Returns OK, or why not (a post or poll failure, an error completion, a wr_id naming no busy
+    QP, no completion within `timeout_ticks` while one is due)."""
+    g = qps.size
+    n = due.size
+    busy = np.full(g, -1, np.int64)
+    part = np.zeros(g, np.int64)
+    in_flight = 0
+    i = 0
+    spins = 0
+    waiting = np.uint64(0)
+    mask = (np.uint64(1) << np.uint64(id_shift)) - np.uint64(1)
+    while i < n or in_flight > 0:
+        got = _poll_cq(poll_cq, cq, 1, wc_addr)
+        if got < 0:
+            return POLL_FAILED
+        if got == 1:
+            stamp = tsc_end()
+            if _load_u32(wc_addr + WC_STATUS) != 0:
+                return BAD_COMPLETION
+            wr_id = _load_u64(wc_addr + WC_WR_ID)
+            q = np.int64(wr_id >> np.uint64(id_shift))
+            if q >= g or busy[q] < 0 or np.int64(wr_id & mask) != part[q]:
+                return WRONG_MOVER
+            r = busy[q]
+            p = part[q] + 1
+            if p < request_parts[r + 1]:
+                part[q] = p
+                if _post_send(post_send, qps[q], heads[p], bad_addr) != 0:
+                    return POST_FAILED
+            else:
+                ends[r] = stamp
+                busy[q] = -1
+                in_flight -= 1
+            spins = 0
+            waiting = np.uint64(0)
+            continue
+        if i < n and tsc_end() >= due[i]:
+            lo, hi = request_parts[i], request_parts[i + 1]
+            if lo == hi:  # no hit: nothing to move
+                stamp = tsc_end()
+                starts[i] = stamp
+                ends[i] = stamp
+                served[i] = -1
+                i += 1
+                continue
+            q = -1
+            for m in range(g):
+                if busy[m] < 0:
+                    q = m
+                    break
+            if q >= 0:
+                base = bases[q]
+                for k in range(request_frags[i], request_frags[i + 1]):
+                    _store_u64(sge_base + np.uint64(16 * k), base + dst_off[k])
+                for p in range(lo, hi):
+                    _store_u64(tails[p], (np.uint64(q) << np.uint64(id_shift)) | np.uint64(p))
+                busy[q] = i
+                part[q] = lo
+                served[i] = q
+                starts[i] = tsc_begin()
+                if _post_send(post_send, qps[q], heads[lo], bad_addr) != 0:
+                    return POST_FAILED
+                in_flight += 1
+                i += 1
+                spins = 0
+                waiting = np.uint64(0)
+                continue
+        if in_flight > 0:
+            spins += 1
+            if spins % SPINS_PER_CHECK == 0:
+                waiting, passed = deadline_passed(waiting, timeout_ticks)
+                if passed:
+                    return TIMEOUT
+        else:
+            pause()
+    return OK

@@ -83,3 +83,88 @@ def build_recv(local_addr: int, length: int, lkey: int) -> tuple[np.ndarray, np.
     struct.pack_into("QII", sge, 0, local_addr, length, lkey)
     struct.pack_into("QQQi", wr, 0, 0, 0, sge.ctypes.data, 1)
     return wr, sge
+
+
+# --- a replay's reads (`nearlocal replay --method rdma-read`): the opposite cut ---------------
+# rdma-read's pieces are scattered on the local side and packed on the remote one. A replay's
+# reload is the other way round: the pool's fragments lie scattered on rank 1 (column 0 of the
+# replay's fragment table, pool offsets) and land packed in rank 0's buffer (column 1). So the
+# columns are swapped before plan_requests: the remote side is the pool, one READ per run of
+# remote-contiguous fragments (about one work request per fragment), and the local pieces (the
+# destination, usually one per request) are its SGEs.
+
+REPLAY_ID_MASK = (1 << MOVER_ID_SHIFT) - 1  # a part's wr_id: QP << MOVER_ID_SHIFT | part
+
+
+def swap_columns(frags: np.ndarray) -> np.ndarray:
+    """A replay's (pool offset, destination offset, length) table as plan_requests' (local,
+    remote, length): local = the destination, remote = the pool."""
+    return np.ascontiguousarray(np.asarray(frags, np.int64)[:, [1, 0, 2]])
+
+
+def plan_replay(frags: np.ndarray, first: np.ndarray, sge_limit: int, max_wr: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every request's reads: (swapped fragments, work requests, part_first, request_parts).
+
+    Work requests are plan_requests' rows over the swapped table, each request planned on its
+    own (a work request never spans two), with their first fragment's index global. A request
+    needing more than `max_wr` (the device's max_qp_wr; 0: no limit) is split into parts of at
+    most `max_wr` each, posted one after the other on its queue pair (the next when the last
+    one's signalled completion arrives). Part p is work requests part_first[p] .. [p + 1];
+    request i's parts are request_parts[i] .. [i + 1] (none: no hit, nothing to move)."""
+    if max_wr < 0:
+        raise ValueError(f"max_wr {max_wr} < 0")
+    swapped = swap_columns(frags) if len(frags) else np.zeros((0, 3), np.int64)
+    rows, part_first, request_parts = [], [0], [0]
+    total = 0
+    for i in range(len(first) - 1):
+        lo, hi = int(first[i]), int(first[i + 1])
+        plan = plan_requests(swapped[lo:hi], sge_limit)
+        plan[:, 0] += lo
+        rows.append(plan)
+        step = max_wr or max(len(plan), 1)
+        for start in range(0, len(plan), step):
+            part_first.append(total + min(start + step, len(plan)))
+        total += len(plan)
+        request_parts.append(len(part_first) - 1)
+    wrs = np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
+    return (swapped, wrs.reshape(-1, 4), np.asarray(part_first, np.int64),
+            np.asarray(request_parts, np.int64))
+
+
+def build_parts(swapped: np.ndarray, wrs: np.ndarray, part_first: np.ndarray, lkey: int,
+                remote_addr: int, rkey: int, opcode: int = verbs.WR_RDMA_READ
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(work requests, SGEs) of every part as build_chain lays them, built at once (a window
+    holds up to millions): within a part the requests are chained by `next`, its last one
+    signalled with next NULL. An SGE's address is its destination offset: the timed loop adds
+    the base of the queue pair's buffer the request lands in when it posts it, and writes the
+    part's wr_id (QP << MOVER_ID_SHIFT | part) into its last request."""
+    count, frags = len(wrs), len(swapped)
+    wr_buf = np.zeros(max(count, 1) * verbs.WR_BYTES, np.uint8)
+    sge_buf = np.zeros(max(frags, 1) * verbs.SGE_BYTES, np.uint8)
+    if frags:
+        s64 = sge_buf.view(np.uint64).reshape(-1, verbs.SGE_BYTES // 8)
+        s32 = sge_buf.view(np.uint32).reshape(-1, verbs.SGE_BYTES // 4)
+        s64[:frags, 0] = swapped[:, 0].astype(np.uint64)
+        s32[:frags, 2] = swapped[:, 2].astype(np.uint32)
+        s32[:frags, 3] = lkey
+    if count:
+        wr_base, sge_base = wr_buf.ctypes.data, sge_buf.ctypes.data
+        w64 = wr_buf.view(np.uint64).reshape(-1, verbs.WR_BYTES // 8)
+        w32 = wr_buf.view(np.uint32).reshape(-1, verbs.WR_BYTES // 4)
+        index = np.arange(count, dtype=np.uint64)
+        last = np.zeros(count, bool)
+        last[np.asarray(part_first[1:], np.int64) - 1] = True
+        w64[:, 0] = index
+        w64[:, verbs.WR_NEXT // 8] = np.where(
+            last, np.uint64(0),
+            np.uint64(wr_base) + (index + np.uint64(1)) * np.uint64(verbs.WR_BYTES))
+        w64[:, verbs.WR_SG_LIST // 8] = np.uint64(sge_base) \
+            + wrs[:, 0].astype(np.uint64) * np.uint64(verbs.SGE_BYTES)
+        w32[:, verbs.WR_NUM_SGE // 4] = wrs[:, 1].astype(np.uint32)
+        w32[:, verbs.WR_OPCODE // 4] = opcode
+        w32[:, verbs.WR_SEND_FLAGS // 4] = np.where(last, verbs.SEND_SIGNALED, 0).astype(np.uint32)
+        w64[:, verbs.WR_REMOTE_ADDR // 8] = np.uint64(remote_addr) + wrs[:, 2].astype(np.uint64)
+        w32[:, verbs.WR_RKEY // 4] = rkey
+    return wr_buf, sge_buf
