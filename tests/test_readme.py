@@ -147,7 +147,7 @@ def parser_options() -> list[tuple[str, argparse.Action, str]]:
 def same_default(stated: str, default: object) -> bool:
     """A default as a help text or a page says it ("./results", "0.5 s", "5%%") against the
     parser's own."""
-    stated = stated.strip().removeprefix("./").removesuffix(" s").replace("%", "").strip()
+    stated = stated.strip().strip("`").removeprefix("./").removesuffix(" s").replace("%", "").strip()
     default = str(default).replace("%", "").strip()
     try:
         return float(stated) == float(default)
