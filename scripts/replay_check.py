@@ -194,16 +194,28 @@ def run_replay(args: argparse.Namespace, load: float, layers: str, out: Path) ->
     return json.loads(out.read_text()), time.monotonic() - began
 
 
-def way_of_region(run, region: str, method: str = METHOD) -> tuple[str, set]:
+def _same_params(row: dict, params: dict) -> bool:
+    """The row was measured with the replay's own params (both with their defaults: the row's
+    effective params): an mtu=4096 or sge=one row does not stand for a replay at the defaults.
+    movers=k is not among them: the contention rows differ from the replay only in k."""
+    from nearlocal.params import decode_params_or_none
+
+    effective = decode_params_or_none(row.get("effective_params"))
+    return all(str(effective.get(key, value)) == str(value) for key, value in params.items())
+
+
+def way_of_region(run, region: str, method: str = METHOD,
+                  params: dict | None = None) -> tuple[str, set]:
     """The way (`hop/memcpy`, as contention_of keys it; `rdma/rdma-read` for the RDMA replay's
-    rows) the run's `method` rows out of `region` stand for, and those rows' case ids: the
-    simulation is fed the rows of the replay's region and method only, whatever else the run
-    holds."""
+    rows) the run's `method` rows out of `region` with the replay's `params` stand for, and
+    those rows' case ids: the simulation is fed the rows of the replay's region, method and
+    params only, whatever else the run holds."""
     from nearlocal.whatif.contention import way_of
     from nearlocal.whatif.paths import HOPS
 
     rows = [row for row in run.cases.to_dict("records") if row.get("region") == region
-            and row.get("method") == method and row.get("status") == "ok"]
+            and row.get("method") == method and row.get("status") == "ok"
+            and _same_params(row, params or {})]
     ways = {way_of(row) for row in rows}
     if len(ways) != 1 or next(iter(ways)).split("/")[0] not in HOPS:
         raise UsageError(f"the run has no {method} rows out of {region} that a hop of the "
@@ -402,7 +414,7 @@ def _check_given(args: argparse.Namespace, began: float) -> int:
         raise UsageError(f"--replay {args.replay}: not a replay's JSON ({exc})") from None
     run = load_run(args.run)
     region = replay.get("region") or args.region
-    way, ids = way_of_region(run, region, args.method)
+    way, ids = way_of_region(run, region, args.method, replay.get("params"))
     inputs = inputs_of(run)
     models = [m for m in inputs.measured.get(way.split("/")[0]) or [] if set(m.rows) <= ids]
     figures = contention_of(run.cases[run.cases["case_id"].isin(ids)], run.samples)

@@ -258,6 +258,7 @@ def _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, po
         "time_scale": scale, "load": args.load, "calibration": calibration,
         "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
         "method": args.method, "region": args.region, "pool_class": pool_class, "path": path,
+        "params": getattr(args, "rdma_params", None) or {},  # the method's, defaults included
         "source": times.source,
         "timed": TIMED, "memory_figure": pool_note is None, "pool_note": pool_note,
         "emulated": emulated,
