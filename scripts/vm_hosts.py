@@ -152,7 +152,8 @@ def check_rdma(cases, fact: Facts) -> None:
                 rows = [(row, info) for (_, row), info in zip(rdma.iterrows(), infos, strict=True)
                         if row["method"] == method and row["pattern"] == pattern
                         and info.get("sge") == variant
-                        and _param(row, "mtu", "1024") == "1024"]
+                        and _param(row, "mtu", "1024") == "1024"
+                        and _param(row, "movers", "1") == "1"]  # one transfer, not k at once
                 if len(rows) != 1:
                     fact(False, f"{method} {pattern} sge={variant}: {len(rows)} rows")
                     continue

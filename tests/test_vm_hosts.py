@@ -94,3 +94,36 @@ def test_the_ping_pong_fact_is_rounded_for_a_person(tmp_path):
     vm_hosts.check_run(tmp_path, facts)
     text = "\n".join(facts.held + facts.failed)
     assert "MPI ping-pong 1500 us" in text and "1499.99" not in text
+
+
+def test_the_rdma_facts_take_one_transfer_rows_beside_movers_rows():
+    """The rdma suite's movers=2 rows (k queue pairs at once) share a 16 KiB pattern and sge with
+    the one-transfer rows: the facts about one transfer's work requests take the latter only
+    (CI at 38d4a32 read '2 rows' there)."""
+    import pandas as pd
+
+    records = []
+    for method in ("rdma-write", "rdma-read"):
+        for pattern, pieces in vm_hosts.PATTERNS.items():
+            for variant in ("one", "batched"):
+                wrs = pieces if variant == "one" else -(-pieces // 32)
+                records.append({"method": method, "pattern": pattern, "status": "ok",
+                                "reason": "", "params": json.dumps({"sge": variant}),
+                                "info": json.dumps({"sge": variant, "max_sge": 32,
+                                                    "max_sge_rd": 32,
+                                                    "work_requests_per_sample": wrs,
+                                                    "data_check": "ok: equal"})})
+        records.append({"method": method, "pattern": "16KiB", "status": "ok", "reason": "",
+                        "params": json.dumps({"movers": "2"}),
+                        "info": json.dumps({"sge": "batched", "work_requests_per_sample": 1,
+                                            "data_check": "ok: equal", "movers": 2})})
+        records.append({"method": method, "pattern": "16KiB", "status": "ok", "reason": "",
+                        "params": json.dumps({"mtu": "4096"}),
+                        "info": json.dumps({"sge": "batched", "path_mtu": 4096})})
+    for transport in ("write", "send"):
+        records.append({"method": "rdma-rpc", "pattern": "64B", "status": "ok", "reason": "",
+                        "params": json.dumps({"transport": transport}),
+                        "info": json.dumps({"data_check": "ok: served"})})
+    facts = vm_hosts.Facts()
+    vm_hosts.check_rdma(pd.DataFrame(records), facts)
+    assert facts.failed == [], facts.failed
