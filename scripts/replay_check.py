@@ -378,21 +378,11 @@ def _check(args: argparse.Namespace, began: float) -> int:
         "rows_wall_s": None if args.run else rows_wall,
         "transfer_rows": list(spread_rows),
         "contention_rows": list(link.rows) if link else [],
-        "contention": {str(k): {"per_mover_gbps": v.get("per_mover_gbps"),
-                                "aggregate_gbps": v.get("aggregate_gbps"), "rows": v.get("rows"),
-                                "service_p50_ns": v["service_ns"].get("p50_ns"),
-                                "service_p99_ns": v["service_ns"].get("p99_ns")}
-                       for k, v in at_k.items()},
+        "contention": _contention_summary(at_k),
         "model_notes": sorted({n for m in models for n in m.notes}),
         "loads": results, "wall_s": time.monotonic() - began,
     }
-    code = exit_code(results)
-    out["pass"] = code == 0
-    if args.json:
-        print(json.dumps(out, indent=1))
-    else:
-        _print(out)
-    return code
+    return _finish(out, args.json)
 
 
 def _check_given(args: argparse.Namespace, began: float) -> int:
@@ -439,17 +429,26 @@ def _check_given(args: argparse.Namespace, began: float) -> int:
         "llc_bytes": replay.get("llc_bytes"), "rows_pattern": "-", "run": str(args.run),
         "rows_wall_s": None, "transfer_rows": list(spread_rows),
         "contention_rows": list(link.rows) if link else [],
-        "contention": {str(k): {"per_mover_gbps": v.get("per_mover_gbps"),
-                                "aggregate_gbps": v.get("aggregate_gbps"), "rows": v.get("rows"),
-                                "service_p50_ns": v["service_ns"].get("p50_ns"),
-                                "service_p99_ns": v["service_ns"].get("p99_ns")}
-                       for k, v in figures.get(way, {}).items()},
+        "contention": _contention_summary(figures.get(way, {})),
         "model_notes": sorted({n for m in models for n in m.notes}),
         "loads": [entry], "wall_s": time.monotonic() - began,
     }
-    code = exit_code([entry])
+    return _finish(out, args.json)
+
+
+def _contention_summary(at_k: dict) -> dict:
+    """Per k, the figures the simulation's link stood on (contention_of's), as the output says."""
+    return {str(k): {"per_mover_gbps": v.get("per_mover_gbps"),
+                     "aggregate_gbps": v.get("aggregate_gbps"), "rows": v.get("rows"),
+                     "service_p50_ns": v["service_ns"].get("p50_ns"),
+                     "service_p99_ns": v["service_ns"].get("p99_ns")} for k, v in at_k.items()}
+
+
+def _finish(out: dict, as_json: bool) -> int:
+    """The verdict over the output's loads, printed as JSON or for a person; the exit code."""
+    code = exit_code(out["loads"])
     out["pass"] = code == 0
-    if args.json:
+    if as_json:
         print(json.dumps(out, indent=1))
     else:
         _print(out)
