@@ -139,6 +139,31 @@ def test_a_request_is_cut_by_the_layout_and_its_blocks_lie_apart():
     assert ((frags[:, 0] + frags[:, 2]) <= pool.region_bytes).all()
 
 
+@pytest.mark.parametrize("layout", ["flash-attn", "flashinfer", "cross-layer"])
+@pytest.mark.parametrize("blocks", ["contiguous", "scattered"])
+def test_a_slot_is_read_again_only_after_the_other_slots_even_in_one_long_request(layout, blocks):
+    """A request of many more 512-token blocks than the pool has slots: between two reads of the
+    same pool bytes lie (nearly) the rest of the pool's bytes, so a reload comes from memory,
+    not from the LLC the last read of that slot filled (cut layer by layer, each layer's few
+    slots were read again straight away and the replay outran memory)."""
+    pool = replay.pool_for(f"kv:qwen2.5-32b:{layout}:dense:layers=0-3", 16 << 20)
+    assert pool.slots >= 3
+    table, _ = replay.request_table(pool, 512 * 4 * pool.slots, 0, blocks)
+    frags, _, nbytes = replay.cut_requests(pool, [table], 64 << 20)
+    read_at = np.concatenate([[0], np.cumsum(frags[:, 2])])
+    last: dict[int, int] = {}
+    closest = None
+    for (src, _, size), before in zip(frags.tolist(), read_at[:-1].tolist(), strict=True):
+        for page in range(src // 4096, (src + size - 1) // 4096 + 1):
+            if page in last:
+                gap = before - last[page]
+                closest = gap if closest is None else min(closest, gap)
+            last[page] = before + size
+    slot_bytes = pool.per_slot * pool.block_bytes
+    assert nbytes[0] == 4 * pool.slots * slot_bytes
+    assert closest is not None and closest >= (pool.slots - 1) * slot_bytes // 2
+
+
 def test_a_replay_moves_every_request_after_its_arrival():
     pool = replay.pool_for(TINY, 8 << 20)
     tables, cursor = [], 0

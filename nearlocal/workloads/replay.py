@@ -28,7 +28,7 @@ from nearlocal.errors import UsageError
 from nearlocal.workloads.layouts import KvGeometry
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's traces hash the prompt in 512-token blocks
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: scattered layout blocks' ids
+GOLDEN = (math.sqrt(5) - 1) / 2  # a stride of this fraction of the pool scatters the blocks
 LEAD_S = 0.25  # the replay's time zero lies this far after the movers are started
 
 
@@ -74,9 +74,14 @@ def pool_for(pattern_text: str, min_bytes: int) -> ReplayPool:
     return ReplayPool(geometry, plan.layers, slots)
 
 
-def _scatter(keys: np.ndarray, count: int) -> np.ndarray:
-    mixed = keys.astype(np.uint64) * _MIX
-    return ((mixed >> np.uint64(17)) % np.uint64(count)).astype(np.int64)
+def scatter_step(count: int) -> int:
+    """The stride that scatters `count` layout blocks over the pool: coprime to `count` (a
+    bijection: no two of a slot cycle's blocks share an id) and near the golden fraction of it,
+    so neighbours land far apart."""
+    step = max(1, round(count * GOLDEN))
+    while count > 2 and (math.gcd(step, count) != 1 or step in (1, count - 1)):
+        step += 1
+    return step % count or 1
 
 
 def ring_step(slots: int) -> int:
@@ -94,7 +99,8 @@ def request_table(pool: ReplayPool, hit_tokens: int, cursor: int,
     """Layout block ids of a request's hit tokens, and the ring's cursor after it: every hit
     512-token trace block takes the ring's next slot (content is not real, bytes and fragments
     are), its `ceil(tokens / block_tokens)` layout blocks contiguous in the slot, or with
-    `scattered` each on an id of its own over the pool, as a fragmented allocator leaves them."""
+    `scattered` the slot's ids spread over the pool by a bijection (scatter_step), as a
+    fragmented allocator leaves them: still no id read twice before every slot was read."""
     bt, per_slot, slots = pool.geometry.block_tokens, pool.per_slot, pool.slots
     step = ring_step(slots)
     parts = []
@@ -102,11 +108,11 @@ def request_table(pool: ReplayPool, hit_tokens: int, cursor: int,
         tokens = min(TRACE_BLOCK_TOKENS, hit_tokens - j * TRACE_BLOCK_TOKENS)
         count = -(-tokens // bt)
         slot = (cursor * step) % slots
+        ids = slot * per_slot + np.arange(count, dtype=np.int64)
         if placement == "scattered":
-            keys = np.int64(cursor) * per_slot + np.arange(count, dtype=np.int64)
-            parts.append(_scatter(keys, pool.geometry.pool_blocks))
-        else:
-            parts.append(slot * per_slot + np.arange(count, dtype=np.int64))
+            blocks = pool.geometry.pool_blocks
+            ids = (ids * scatter_step(blocks)) % blocks
+        parts.append(ids)
         cursor += 1
     return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), cursor
 
@@ -114,17 +120,26 @@ def request_table(pool: ReplayPool, hit_tokens: int, cursor: int,
 def cut_requests(pool: ReplayPool, tables: list[np.ndarray], dst_bytes: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fragments of every request back to back, first[i]: where request i's start, bytes per
-    request). Destination offsets wrap around a mover's `dst_bytes` buffer, a fragment never
-    straddling its end."""
+    request). A request is cut one 512-token trace block at a time (its `per_slot` layout blocks,
+    every layer), in the order its blocks took the ring: a slot is read again only after every
+    other slot was, in a request as across requests. Cut layer by layer over all its blocks, a
+    request of more blocks than the pool has slots would read each layer's slots again while
+    the LLC still held them, and move faster than memory does. Destination offsets pack the
+    request in order and wrap around a mover's `dst_bytes` buffer, a fragment never straddling
+    its end."""
     from nearlocal.workloads.selections import build_dense
 
     desc = pool.geometry.dense(pool.layers)
     pieces, first = [], [0]
     for table in tables:
-        if table.size:
-            frags, _ = build_dense(np.ascontiguousarray(table, np.int64), desc)
-        else:
-            frags = np.zeros((0, 3), np.int64)
+        chunks, packed = [], 0
+        for start in range(0, table.size, pool.per_slot):
+            frags, _ = build_dense(np.ascontiguousarray(table[start:start + pool.per_slot],
+                                                        np.int64), desc)
+            frags[:, 1] += packed
+            packed += int(frags[:, 2].sum())
+            chunks.append(frags)
+        frags = np.concatenate(chunks) if chunks else np.zeros((0, 3), np.int64)
         pieces.append(frags)
         first.append(first[-1] + frags.shape[0])
     frags = np.concatenate(pieces) if pieces else np.zeros((0, 3), np.int64)
