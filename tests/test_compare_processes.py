@@ -481,3 +481,25 @@ class _Events:
 
     def __getattr__(self, name: str):
         return self._hooks.get(name) or getattr(self._default, name)
+
+
+def test_an_interrupt_that_c_code_cleared_without_a_word_still_stops_the_run(tmp_path, flaky_method):
+    """A signal handler's exception that C code cleared (no `Exception ignored`, so the resend
+    hook never saw it) ran the command on to exit 0: the runner raises it again between cases."""
+    from nearlocal.core.cases import Case
+    from nearlocal.engine.children import interrupt_seen, raising_interrupt
+
+    class Lost(KeyboardInterrupt):
+        pass
+
+    def swallowed(index: int) -> None:
+        if index == 1:
+            raising_interrupt(Lost)  # made by the handler, then cleared: never raised here
+
+    interrupt_seen()
+    runner, store = _runner(tmp_path, 3, events=_Events(new_pass=swallowed))
+    with pytest.raises(Lost):
+        _run(runner, [Case("i12c-flaky", "dram", "wb", "4KiB")])
+    (row,) = load(store.finish()).cases.to_dict("records")
+    assert row["status"] == "ok" and row["processes"] == 1  # the passes measured before it
+    _run(_runner(tmp_path / "next", 1)[0], [Case("i12c-flaky", "dram", "wb", "4KiB")])  # raised once

@@ -22,6 +22,34 @@ import time
 from collections.abc import Callable, Iterator
 
 HELD = frozenset({signal.SIGINT, signal.SIGTERM})  # the signals the front end interrupts on
+# The interrupts the front end's signal handlers raised in this command that no handler of ours
+# has seen yet (raising_interrupt, interrupt_seen, raise_lost_interrupt)
+_RAISED: list[type[BaseException]] = []
+
+
+def raising_interrupt(kind: type[BaseException]) -> BaseException:
+    """A signal handler's exception, remembered until a handler of ours sees it: C code can clear
+    an exception raised in Python code it called without a word (CPython's PyErr_Clear paths;
+    the printed ones reach resend_swallowed), and the command then ran on to exit 0 as if never
+    signalled. raise_lost_interrupt raises it again."""
+    _RAISED.append(kind)
+    return kind()
+
+
+def interrupt_seen() -> None:
+    """An interrupt reached a handler of ours (or a new command starts): nothing is lost."""
+    _RAISED.clear()
+
+
+def raise_lost_interrupt() -> None:
+    """Raise again an interrupt that a signal handler raised and no handler of ours saw: the
+    runner calls this between cases, where stopping is clean."""
+    if _RAISED:
+        kind = _RAISED[-1]
+        _RAISED.clear()
+        raise kind()
+
+
 # How long a swallowed signal waits to be sent again: for the hook that sends it to return
 RESEND_S = 0.05
 

@@ -15,7 +15,12 @@ import numpy as np
 
 from nearlocal.core.cases import ResolvedCase
 from nearlocal.core.sampling import SETTLED_SPREAD, StoppingRule, draws_disagree, log_spread, summarize
-from nearlocal.engine.children import start_child, start_fork_server
+from nearlocal.engine.children import (
+    interrupt_seen,
+    raise_lost_interrupt,
+    start_child,
+    start_fork_server,
+)
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
@@ -434,6 +439,7 @@ class Runner:
                 self._pass = process
                 self.events.new_pass(process)
                 for index, case in enumerate(cases):
+                    raise_lost_interrupt()
                     if process == 0:
                         row = dict(entries[index].row)
                         reason = entries[index].reason
@@ -470,7 +476,9 @@ class Runner:
                 process += 1
                 if process < max(needed.values(), default=0):
                     self._stop_worker()  # the next pass draws a fresh process
+            raise_lost_interrupt()
         except KeyboardInterrupt:  # Ctrl-C / SIGTERM: keep the processes measured so far
+            interrupt_seen()
             self._stop_worker(now=True)
             for index, (row, results) in list(pending.items()):
                 if results:

@@ -318,7 +318,16 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum: int, frame: object) -> None:
-    raise Terminated()
+    from nearlocal.engine.children import raising_interrupt  # imported by _main already
+
+    raise raising_interrupt(Terminated)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C, as Python's own handler raises it, remembered (engine.children)."""
+    from nearlocal.engine.children import raising_interrupt
+
+    raise raising_interrupt(KeyboardInterrupt)
 
 
 def _interrupt_signal(kind: type) -> int | None:
@@ -352,14 +361,19 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     from nearlocal.safeio import quiet_library_colours
 
     quiet_library_colours()
-    from nearlocal.engine.children import resend_swallowed
+    from nearlocal.engine.children import interrupt_seen, resend_swallowed
 
+    interrupt_seen()
     main_thread = threading.current_thread() is threading.main_thread()
     previous_hook = sys.unraisablehook
     if main_thread:  # a Ctrl-C numba's callbacks (or an import's lock callback) swallowed ends the
         # command; set before SIGTERM's handler, so that no signal of ours meets Python's own hook
         sys.unraisablehook = resend_swallowed(previous_hook, _interrupt_signal)
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    # Ctrl-C the same, where Python's own handler has it (an inherited SIG_IGN stays)
+    previous_int = signal.getsignal(signal.SIGINT) if main_thread else None
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         if stdout_closed:
             raise UsageError("stdout is closed: nearlocal prints its results there; redirect "
@@ -399,6 +413,8 @@ def _main(argv: list[str], stdout_closed: bool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
         sys.unraisablehook = previous_hook
 
 
