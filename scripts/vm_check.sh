@@ -223,6 +223,25 @@ guest_stage() {  # NAME CPUS MEMORY LABEL WARM CHECK...: one guest running scrip
   STAGE_RC=$?
   stage "$label: facts checked"
 }
+judge() {  # WHAT FILE...: after a stage's facts were checked (their exit status in STAGE_RC):
+  # where one failed, the last lines of FILE...; rc keeps the first failure
+  [ "$STAGE_RC" = 0 ] || { echo "vm_check: $1, last lines:" >&2; shift; tail -n 20 "$@" >&2; }
+  [ "$rc" = 0 ] && rc=$STAGE_RC
+  return 0
+}
+wanted() {  # LABEL VARIABLE [MISSING]: whether a stage runs: not where VARIABLE (NEARLOCAL_VM_*)
+  # is 0, nor where the function MISSING names what this host lacks; one line says which
+  local label=$1 variable=$2 missing=${3:-} why
+  if [ "${!variable:-1}" != 1 ]; then
+    echo "vm_check: $label: skipped ($variable=0)"
+    return 1
+  fi
+  if [ -n "$missing" ] && why=$("$missing") && [ -n "$why" ]; then
+    echo "vm_check: $label: skipped: $why"
+    return 1
+  fi
+  return 0
+}
 GUEST_OPTS=("${QEMU_OPTS[@]}")
 GUEST_LOG="$WORK/out.log"
 rc=0
@@ -236,8 +255,8 @@ if [ -n "$TREES" ] && [ -e "$WORK/out/trees.tar" ]; then
   rm -rf "$TREES" && mkdir -p "$TREES" && tar -C "$TREES" --strip-components=1 -xf "$WORK/out/trees.tar"
 fi
 "$PY" "$REPO/scripts/vm_facts.py" "$WORK/out"
-rc=$?
-[ $rc = 0 ] || { echo "vm_check: guest log tail:" >&2; tail -20 "$GUEST_LOG" >&2; }
+STAGE_RC=$?
+judge "the guest's log" "$GUEST_LOG"
 stage "facts checked"
 fi
 
@@ -245,7 +264,7 @@ fi
 # case of every CPU method (scripts/vm_cpu.py); each is measured or skipped naming the flag its
 # CPU lacks, and no kernel aborts the process (LLVM does when it cannot select an instruction)
 CPU_MODEL=${NEARLOCAL_VM_CPU_MODEL:-Westmere,+rdtscp}
-if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
+if wanted "another CPU" NEARLOCAL_VM_CPU; then
   # the storage methods' file: on a small ext4 disk (the guest's /tmp cannot do O_DIRECT)
   truncate -s 64M "$WORK/cpu-storage.img"
   mke2fs -q -t ext4 -L nlstorage "$WORK/cpu-storage.img" >/dev/null || fail "mke2fs could not build the cpu guest's disk"
@@ -257,10 +276,7 @@ if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
   )
   echo "vm_check: cpu guest: -cpu $CPU_MODEL"
   guest_stage cpu 2 1G "cpu guest" 0 "$PY" "$REPO/scripts/vm_cpu.py" check "$WORK/cpu"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: cpu guest's run, last lines:" >&2; tail -20 "$WORK/cpu/cpu.err" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
-else
-  echo "vm_check: another CPU: skipped (NEARLOCAL_VM_CPU=0)"
+  judge "cpu guest's run" "$WORK/cpu/cpu.err"
 fi
 # --- the pool module (issue 58; scripts/vm_poolmod_guest.sh, facts: scripts/vm_poolmod.py): the
 # guest builds kmod/nearlocal_pool against its kernel's headers, loads it on its nvdimm's range
@@ -269,16 +285,11 @@ poolmod_missing() {
   [ -d "/lib/modules/$KVER/build" ] || { echo "kernel $KVER's headers are missing (apt-get install linux-headers-$KVER)"; return; }
   command -v make >/dev/null && command -v gcc >/dev/null || { echo "make / gcc are missing (apt-get install make gcc)"; return; }
 }
-if [ "${NEARLOCAL_VM_POOLMOD:-1}" != 1 ]; then
-  echo "vm_check: pool module: skipped (NEARLOCAL_VM_POOLMOD=0)"
-elif why=$(poolmod_missing) && [ -n "$why" ]; then
-  echo "vm_check: pool module: skipped: $why"
-else
+if wanted "pool module" NEARLOCAL_VM_POOLMOD poolmod_missing; then
   truncate -s 256M "$WORK/poolmod-nvdimm"
   pool_opts "$WORK/poolmod-nvdimm" 256M 1G 3G
   guest_stage poolmod 2 1G "pool-module guest" 1 "$PY" "$REPO/scripts/vm_poolmod.py" "$WORK/poolmod"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: pool-module guest's run, last lines:" >&2; tail -n 20 "$WORK/poolmod/run.err" "$WORK/poolmod.log" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
+  judge "pool-module guest's run" "$WORK/poolmod/run.err" "$WORK/poolmod.log"
 fi
 # --- RDMA: one guest, soft-RoCE (rdma_rxe) on a dummy netdev, `mpiexec -n 2 nearlocal run --suite
 # rdma` inside it (loopback RDMA between the two ranks) and compare_perftest.sh beside it
@@ -296,15 +307,10 @@ rdma_missing() {
   # the guest's PATH has the interpreter's folder, not the host's shims: mpiexec must be there
   [ -x "$(dirname "$PY")/mpiexec" ] || { echo "mpiexec is missing beside $PY (pip install 'nearlocal[mpi]' into it)"; return; }
 }
-if [ "${NEARLOCAL_VM_RDMA:-1}" != 1 ]; then
-  echo "vm_check: RDMA: skipped (NEARLOCAL_VM_RDMA=0)"
-elif why=$(rdma_missing) && [ -n "$why" ]; then
-  echo "vm_check: RDMA: skipped: $why"
-else
+if wanted RDMA NEARLOCAL_VM_RDMA rdma_missing; then
   GUEST_OPTS=("${IMAGE_OPTS[@]}")
   guest_stage rdma 2 1536M "rdma guest" 1 "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
+  judge "RDMA guest's run" "$WORK/rdma/run.err" "$WORK/rdma/run.out"
 fi
 # --- two hosts (scripts/vm_hosts_guest.sh, facts: scripts/vm_hosts.py): two guests, one pool
 # (a host file as an nvdimm, device-dax), one network between their QEMUs (a socket netdev on
@@ -318,11 +324,7 @@ hosts_missing() {
   [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null \
     || { echo "sshd / ssh are missing (apt-get install openssh-server openssh-client)"; return; }
 }
-if [ "${NEARLOCAL_VM_HOSTS:-1}" != 1 ]; then
-  echo "vm_check: two hosts: skipped (NEARLOCAL_VM_HOSTS=0)"
-elif why=$(hosts_missing) && [ -n "$why" ]; then
-  echo "vm_check: two hosts: skipped: $why"
-else
+if wanted "two hosts" NEARLOCAL_VM_HOSTS hosts_missing; then
   truncate -s 512M "$WORK/rackpool"
   mkdir -p "$WORK/hosts-ssh"
   ssh-keygen -q -t ed25519 -N '' -C nearlocal-rig -f "$WORK/hosts-ssh/id" \
@@ -406,12 +408,11 @@ EOF
   kill -KILL "$HOST_B" 2>/dev/null; wait "$HOST_B" 2>/dev/null
   [ -e "$WORK/hosts-a/done" ] || { tail -20 "$WORK/hosts-a.log" >&2; fail "guest A (nlhost-a) stopped before it finished (limit $HOSTS_LIMIT s, NEARLOCAL_VM_HOSTS_S); its last lines are above"; }
   "$PY" "$REPO/scripts/vm_hosts.py" "$WORK/hosts-a" "$WORK/hosts-b"
-  hosts_rc=$?
-  [ $hosts_rc = 0 ] || { echo "vm_check: guest A's run, last lines:" >&2; tail -n 20 "$WORK/hosts-a/run.err" >&2; }
+  STAGE_RC=$?
+  judge "guest A's run" "$WORK/hosts-a/run.err"
   stage "two hosts: facts checked"
-  [ $rc = 0 ] && rc=$hosts_rc
 fi
-[ "${NEARLOCAL_VM_PAIR:-1}" = 1 ] || { echo "vm_check: two guests: skipped (NEARLOCAL_VM_PAIR=0)"; exit $rc; }
+wanted "two guests" NEARLOCAL_VM_PAIR || exit $rc
 
 # --- two guests on one host file as device-dax (scripts/vm_pair.py): A writes records, B reads
 # them; A's QEMU is killed by its PID while it writes; B must judge the owner lost, tear nothing
@@ -440,8 +441,7 @@ await_file "$WORK/pair-b/done" "$PAIR_LIMIT" "$READER" "guest B after A's loss"
 wait "$READER" 2>/dev/null
 stage "two guests: A killed, B read on"
 "$PY" "$REPO/scripts/vm_pair.py" check "$WORK/pair-a" "$WORK/pair-b"
-pair_rc=$?
-[ $pair_rc = 0 ] || { echo "vm_check: guest B's log tail:" >&2; tail -20 "$WORK/pair-b.log" >&2; }
+STAGE_RC=$?
+judge "guest B's log" "$WORK/pair-b.log"
 stage "two guests: facts checked"
-[ $rc = 0 ] && rc=$pair_rc
 exit $rc
