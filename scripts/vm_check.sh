@@ -14,6 +14,7 @@
 # NEARLOCAL_VM_KEEP=DIR copies the guests' folders and logs there first, backing files aside).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/scripts/vm_lib.sh"  # relay_stages, the two hosts' addresses (the guests' library too)
 BOOT_LIMIT=${NEARLOCAL_VM_BOOT_S:-300}
 GUEST_LIMIT=${NEARLOCAL_VM_LIMIT_S:-1500}
 INSTALL=1
@@ -55,7 +56,7 @@ cleanup() {
   for pid in "${QEMU_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   if [ -n "${NEARLOCAL_VM_KEEP:-}" ]; then  # the guests' folders and logs, for a look afterwards
     mkdir -p "$NEARLOCAL_VM_KEEP" && (cd "$WORK" && tar -cf - --exclude='*.img' --exclude=nearlocal.img \
-      --exclude=stage --exclude=venv --exclude='pool0' --exclude=rackpool \
+      --exclude=stage --exclude=venv --exclude='pool0' --exclude=rackpool --exclude=poolmod-nvdimm \
       --exclude='nvdimm0' --exclude='cxl-*' --exclude='ivshmem0' . 2>/dev/null) | tar -C "$NEARLOCAL_VM_KEEP" -xf - 2>/dev/null
   fi
   rm -rf "$WORK"
@@ -146,6 +147,20 @@ QEMU_OPTS=(
   -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
   -device virtio-blk-pci,drive=nlimg,bus=pcie.0,serial=nearlocal
 )
+# the later guests' image (their extra devices need no bus named)
+IMAGE_OPTS=(
+  -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
+  -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+)
+pool_opts() {  # FILE SIZE MEMORY MAXMEM: GUEST_OPTS for a guest with MEMORY of RAM whose nvdimm
+  # is the host file FILE (SIZE of it; two guests' QEMUs can map one), and the image
+  GUEST_OPTS=(
+    -machine nvdimm=on -m "$3,slots=2,maxmem=$4"
+    -object "memory-backend-file,id=pool,share=on,mem-path=$1,size=$2,align=2M"
+    -device nvdimm,id=nvdimm0,memdev=pool
+    "${IMAGE_OPTS[@]}"
+  )
+}
 stage "devices"
 
 # --- boot and run; the guest writes $WORK/out/booted first, then its results ----------------
@@ -155,7 +170,7 @@ start_guest() {  # NAME CPUS MEMORY COMMAND; QEMU options from GUEST_OPTS; its r
   # the guest reads its script before the image is mounted, through the host's root over 9p;
   # a checkout under /tmp or /var/tmp is not there (the guest's own tmpfs): run a copy from the
   # guest's rwdir
-  cp "$REPO/scripts/vm_mount.sh" "$REPO"/scripts/vm_*guest.sh "$WORK/$name/scripts/"
+  cp "$REPO/scripts/vm_lib.sh" "$REPO"/scripts/vm_*guest.sh "$WORK/$name/scripts/"
   command=${command//"$REPO/scripts/"/"$WORK/$name/scripts/"}
   (cd "$WORK" && exec timeout -k 10 "$GUEST_LIMIT" "$VNG" -r "$KERNEL" --qemu "$(command -v "$QEMU")" --force-9p --disable-kvm \
     --disable-microvm --cpus "$cpus" --memory "$memory" --rwdir "$WORK/$name" \
@@ -173,27 +188,32 @@ await_file() {  # FILE LIMIT_S RUNNER WHAT: wait for FILE while that guest runs,
   done
 }
 follow_guest() {  # DIR LABEL: relay the guest's finished stages while it runs, then wait for it
-  local dir=$1 label=$2 done_stage
+  local dir=$1 label=$2
   while kill -0 "$RUNNER" 2>/dev/null; do
     sleep 1
-    for done_stage in "$dir"/stage-*; do
-      [ -e "$done_stage" ] && { stage "$label$(cat "$done_stage")"; rm -f "$done_stage"; }
-    done
+    relay_stages "$dir" "$label"
   done
   wait "$RUNNER"
-  for done_stage in "$dir"/stage-*; do [ -e "$done_stage" ] && stage "$label$(cat "$done_stage")"; done
+  relay_stages "$dir" "$label"
+}
+hand_over() {  # NAME WARM: the guest folder $WORK/NAME with the image's mount table and, where
+  # WARM is 1, the kernels the main guest compiled (run without it, developing a later stage:
+  # NEARLOCAL_VM_NUMBA_CACHE, a numba-cache.tar a guest left)
+  local name=$1 warm=$2
+  mkdir -p "$WORK/$name"
+  cp "$WORK/out/mounts" "$WORK/$name/mounts"
+  [ "$warm" = 1 ] || return 0
+  if [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/$name/"
+  elif [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/$name/numba-cache.tar"
+  fi
+  return 0
 }
 guest_stage() {  # NAME CPUS MEMORY LABEL WARM CHECK...: one guest running scripts/vm_NAME_guest.sh
   # in its folder $WORK/NAME (with the main guest's numba cache when WARM is 1), its stages
   # relayed under LABEL; then the CHECK command, whose exit status is left in STAGE_RC
   local name=$1 cpus=$2 memory=$3 label=$4 warm=$5
   shift 5
-  mkdir -p "$WORK/$name"
-  cp "$WORK/out/mounts" "$WORK/$name/mounts"
-  if [ "$warm" = 1 ] && [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/$name/"
-  elif [ "$warm" = 1 ] && [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then  # run alone: a cache a guest left
-    cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/$name/numba-cache.tar"
-  fi
+  hand_over "$name" "$warm"
   start_guest "$name" "$cpus" "$memory" "bash $REPO/scripts/vm_${name}_guest.sh $WORK/$name $WORK/$name/mounts"
   await_file "$WORK/$name/booted" "$BOOT_LIMIT" "$RUNNER" "the $label's boot"
   stage "$label: boot"
@@ -202,6 +222,25 @@ guest_stage() {  # NAME CPUS MEMORY LABEL WARM CHECK...: one guest running scrip
   "$@"
   STAGE_RC=$?
   stage "$label: facts checked"
+}
+judge() {  # WHAT FILE...: after a stage's facts were checked (their exit status in STAGE_RC):
+  # where one failed, the last lines of FILE...; rc keeps the first failure
+  [ "$STAGE_RC" = 0 ] || { echo "vm_check: $1, last lines:" >&2; shift; tail -n 20 "$@" >&2; }
+  [ "$rc" = 0 ] && rc=$STAGE_RC
+  return 0
+}
+wanted() {  # LABEL VARIABLE [MISSING]: whether a stage runs: not where VARIABLE (NEARLOCAL_VM_*)
+  # is 0, nor where the function MISSING names what this host lacks; one line says which
+  local label=$1 variable=$2 missing=${3:-} why
+  if [ "${!variable:-1}" != 1 ]; then
+    echo "vm_check: $label: skipped ($variable=0)"
+    return 1
+  fi
+  if [ -n "$missing" ] && why=$("$missing") && [ -n "$why" ]; then
+    echo "vm_check: $label: skipped: $why"
+    return 1
+  fi
+  return 0
 }
 GUEST_OPTS=("${QEMU_OPTS[@]}")
 GUEST_LOG="$WORK/out.log"
@@ -216,8 +255,8 @@ if [ -n "$TREES" ] && [ -e "$WORK/out/trees.tar" ]; then
   rm -rf "$TREES" && mkdir -p "$TREES" && tar -C "$TREES" --strip-components=1 -xf "$WORK/out/trees.tar"
 fi
 "$PY" "$REPO/scripts/vm_facts.py" "$WORK/out"
-rc=$?
-[ $rc = 0 ] || { echo "vm_check: guest log tail:" >&2; tail -20 "$GUEST_LOG" >&2; }
+STAGE_RC=$?
+judge "the guest's log" "$GUEST_LOG"
 stage "facts checked"
 fi
 
@@ -225,23 +264,19 @@ fi
 # case of every CPU method (scripts/vm_cpu.py); each is measured or skipped naming the flag its
 # CPU lacks, and no kernel aborts the process (LLVM does when it cannot select an instruction)
 CPU_MODEL=${NEARLOCAL_VM_CPU_MODEL:-Westmere,+rdtscp}
-if [ "${NEARLOCAL_VM_CPU:-1}" = 1 ]; then
+if wanted "another CPU" NEARLOCAL_VM_CPU; then
   # the storage methods' file: on a small ext4 disk (the guest's /tmp cannot do O_DIRECT)
   truncate -s 64M "$WORK/cpu-storage.img"
   mke2fs -q -t ext4 -L nlstorage "$WORK/cpu-storage.img" >/dev/null || fail "mke2fs could not build the cpu guest's disk"
   GUEST_OPTS=(
     -cpu "$CPU_MODEL"  # after virtme-ng's own -cpu max: QEMU takes the last
-    -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
-    -device virtio-blk-pci,drive=nlimg,serial=nearlocal
+    "${IMAGE_OPTS[@]}"
     -drive "file=$WORK/cpu-storage.img,if=none,id=nlstore,format=raw"
     -device virtio-blk-pci,drive=nlstore,serial=nlstorage
   )
   echo "vm_check: cpu guest: -cpu $CPU_MODEL"
   guest_stage cpu 2 1G "cpu guest" 0 "$PY" "$REPO/scripts/vm_cpu.py" check "$WORK/cpu"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: cpu guest's run, last lines:" >&2; tail -20 "$WORK/cpu/cpu.err" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
-else
-  echo "vm_check: another CPU: skipped (NEARLOCAL_VM_CPU=0)"
+  judge "cpu guest's run" "$WORK/cpu/cpu.err"
 fi
 # --- the pool module (issue 58; scripts/vm_poolmod_guest.sh, facts: scripts/vm_poolmod.py): the
 # guest builds kmod/nearlocal_pool against its kernel's headers, loads it on its nvdimm's range
@@ -250,22 +285,11 @@ poolmod_missing() {
   [ -d "/lib/modules/$KVER/build" ] || { echo "kernel $KVER's headers are missing (apt-get install linux-headers-$KVER)"; return; }
   command -v make >/dev/null && command -v gcc >/dev/null || { echo "make / gcc are missing (apt-get install make gcc)"; return; }
 }
-if [ "${NEARLOCAL_VM_POOLMOD:-1}" != 1 ]; then
-  echo "vm_check: pool module: skipped (NEARLOCAL_VM_POOLMOD=0)"
-elif why=$(poolmod_missing) && [ -n "$why" ]; then
-  echo "vm_check: pool module: skipped: $why"
-else
+if wanted "pool module" NEARLOCAL_VM_POOLMOD poolmod_missing; then
   truncate -s 256M "$WORK/poolmod-nvdimm"
-  GUEST_OPTS=(
-    -machine nvdimm=on -m 1G,slots=2,maxmem=3G
-    -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/poolmod-nvdimm,size=256M,align=2M"
-    -device nvdimm,id=nvdimm0,memdev=pool
-    -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
-    -device virtio-blk-pci,drive=nlimg,serial=nearlocal
-  )
+  pool_opts "$WORK/poolmod-nvdimm" 256M 1G 3G
   guest_stage poolmod 2 1G "pool-module guest" 1 "$PY" "$REPO/scripts/vm_poolmod.py" "$WORK/poolmod"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: pool-module guest's run, last lines:" >&2; tail -n 20 "$WORK/poolmod/run.err" "$WORK/poolmod.log" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
+  judge "pool-module guest's run" "$WORK/poolmod/run.err" "$WORK/poolmod.log"
 fi
 # --- RDMA: one guest, soft-RoCE (rdma_rxe) on a dummy netdev, `mpiexec -n 2 nearlocal run --suite
 # rdma` inside it (loopback RDMA between the two ranks) and compare_perftest.sh beside it
@@ -283,18 +307,10 @@ rdma_missing() {
   # the guest's PATH has the interpreter's folder, not the host's shims: mpiexec must be there
   [ -x "$(dirname "$PY")/mpiexec" ] || { echo "mpiexec is missing beside $PY (pip install 'nearlocal[mpi]' into it)"; return; }
 }
-if [ "${NEARLOCAL_VM_RDMA:-1}" != 1 ]; then
-  echo "vm_check: RDMA: skipped (NEARLOCAL_VM_RDMA=0)"
-elif why=$(rdma_missing) && [ -n "$why" ]; then
-  echo "vm_check: RDMA: skipped: $why"
-else
-  GUEST_OPTS=(
-    -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
-    -device virtio-blk-pci,drive=nlimg,serial=nearlocal
-  )
+if wanted RDMA NEARLOCAL_VM_RDMA rdma_missing; then
+  GUEST_OPTS=("${IMAGE_OPTS[@]}")
   guest_stage rdma 2 1536M "rdma guest" 1 "$PY" "$REPO/scripts/vm_rdma.py" "$WORK/rdma"
-  [ $STAGE_RC = 0 ] || { echo "vm_check: RDMA guest's run, last lines:" >&2; tail -n 20 "$WORK/rdma/run.err" "$WORK/rdma/run.out" >&2; }
-  [ $rc = 0 ] && rc=$STAGE_RC
+  judge "RDMA guest's run" "$WORK/rdma/run.err" "$WORK/rdma/run.out"
 fi
 # --- two hosts (scripts/vm_hosts_guest.sh, facts: scripts/vm_hosts.py): two guests, one pool
 # (a host file as an nvdimm, device-dax), one network between their QEMUs (a socket netdev on
@@ -308,22 +324,15 @@ hosts_missing() {
   [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null \
     || { echo "sshd / ssh are missing (apt-get install openssh-server openssh-client)"; return; }
 }
-if [ "${NEARLOCAL_VM_HOSTS:-1}" != 1 ]; then
-  echo "vm_check: two hosts: skipped (NEARLOCAL_VM_HOSTS=0)"
-elif why=$(hosts_missing) && [ -n "$why" ]; then
-  echo "vm_check: two hosts: skipped: $why"
-else
+if wanted "two hosts" NEARLOCAL_VM_HOSTS hosts_missing; then
   truncate -s 512M "$WORK/rackpool"
-  mkdir -p "$WORK/hosts-ssh" "$WORK/hosts-a" "$WORK/hosts-b"
+  mkdir -p "$WORK/hosts-ssh"
   ssh-keygen -q -t ed25519 -N '' -C nearlocal-rig -f "$WORK/hosts-ssh/id" \
     && ssh-keygen -q -t ed25519 -N '' -C nearlocal-rig -f "$WORK/hosts-ssh/host" \
     || fail "ssh-keygen could not make the two hosts' keys"
   for guest in hosts-a hosts-b; do  # the guest sees its own folder, not the host's $WORK
+    hand_over "$guest" 1
     cp -r "$WORK/hosts-ssh" "$WORK/$guest/ssh"
-    cp "$WORK/out/mounts" "$WORK/$guest/mounts"
-    if [ -e "$WORK/out/numba-cache.tar" ]; then cp "$WORK/out/numba-cache.tar" "$WORK/$guest/"
-    elif [ -n "${NEARLOCAL_VM_NUMBA_CACHE:-}" ]; then cp "$NEARLOCAL_VM_NUMBA_CACHE" "$WORK/$guest/numba-cache.tar"
-    fi  # the main guest's kernels; running this stage alone, a cache it left (developing it)
   done
   # Slurm, where Debian's packages are installed (or can be): slurmctld on A, slurmd on both, the
   # same hostnames; auth/none: two guests on one host's loopback link, no munge key to share
@@ -331,7 +340,7 @@ else
     for guest in hosts-a hosts-b; do
       cat >"$WORK/$guest/slurm.conf" <<EOF
 ClusterName=nearlocal-rig
-SlurmctldHost=nlhost-a(10.78.0.1)
+SlurmctldHost=nlhost-a(${HOST_ADDRESS[a]})
 AuthType=auth/none
 CredType=cred/none
 SlurmUser=root
@@ -351,8 +360,8 @@ SlurmdLogFile=/tmp/nl-slurm/slurmd.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
-NodeName=nlhost-a NodeAddr=10.78.0.1 CPUs=2 State=UNKNOWN
-NodeName=nlhost-b NodeAddr=10.78.0.2 CPUs=2 State=UNKNOWN
+NodeName=nlhost-a NodeAddr=${HOST_ADDRESS[a]} CPUs=2 State=UNKNOWN
+NodeName=nlhost-b NodeAddr=${HOST_ADDRESS[b]} CPUs=2 State=UNKNOWN
 PartitionName=rack Nodes=nlhost-a,nlhost-b Default=YES MaxTime=INFINITE State=UP
 EOF
     done
@@ -360,23 +369,17 @@ EOF
     echo "vm_check: two hosts: Slurm: skipped: slurmctld / slurmd / salloc are not installed (apt-get install slurmctld slurmd slurm-client)"
   fi
   PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  host_opts() {  # ROLE NETDEV: one guest of the two: the pool, the image, its NIC on the link
-    GUEST_OPTS=(
-      -machine nvdimm=on -m 1536M,slots=2,maxmem=4G
-      -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/rackpool,size=512M,align=2M"
-      -device nvdimm,id=nvdimm0,memdev=pool
-      -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
-      -device virtio-blk-pci,drive=nlimg,serial=nearlocal
-      -netdev "socket,id=rack,$2" -device "virtio-net-pci,netdev=rack,mac=52:54:00:4e:4c:0$1"
-    )
+  host_opts() {  # ROLE NETDEV: one guest of the two (a or b): the pool, the image, its NIC on the link
+    pool_opts "$WORK/rackpool" 512M 1536M 4G
+    GUEST_OPTS+=(-netdev "socket,id=rack,$2" -device "virtio-net-pci,netdev=rack,mac=${HOST_MAC[$1]}")
   }
   HOSTS_LIMIT=${NEARLOCAL_VM_HOSTS_S:-2400}
-  host_opts 1 "listen=127.0.0.1:$PORT"
+  host_opts a "listen=127.0.0.1:$PORT"
   start_guest hosts-a 2 1536M "bash $REPO/scripts/vm_hosts_guest.sh a $WORK/hosts-a $WORK/hosts-a/mounts $WORK/hosts-a/ssh"
   HOST_A=$RUNNER
   await_file "$WORK/hosts-a/namespace-ready" "$BOOT_LIMIT" "$HOST_A" "guest A (nlhost-a) making the pool device-dax"
   stage "two hosts: A booted, pool devdax"
-  host_opts 2 "connect=127.0.0.1:$PORT"
+  host_opts b "connect=127.0.0.1:$PORT"
   start_guest hosts-b 2 1536M "bash $REPO/scripts/vm_hosts_guest.sh b $WORK/hosts-b $WORK/hosts-b/mounts $WORK/hosts-b/ssh"
   HOST_B=$RUNNER
   await_file "$WORK/hosts-b/booted" "$BOOT_LIMIT" "$HOST_B" "guest B's (nlhost-b) boot"
@@ -390,9 +393,7 @@ EOF
       case $signal in */hosts-a/*) mv "$signal" "$WORK/hosts-b/$name" ;; *) mv "$signal" "$WORK/hosts-a/$name" ;; esac
     done
     for guest in hosts-a hosts-b; do
-      for done_stage in "$WORK/$guest"/stage-*; do
-        [ -e "$done_stage" ] && { stage "two hosts: ${guest#hosts-}: $(cat "$done_stage")"; rm -f "$done_stage"; }
-      done
+      relay_stages "$WORK/$guest" "two hosts: ${guest#hosts-}: "
     done
     if [ -e "$WORK/hosts-a/kill-b" ] && [ ! -e "$WORK/hosts-b/killed.json" ]; then
       qemu_b=$(pgrep -f -- "^$(command -v "$QEMU") .*$WORK/hosts-b" | head -1)
@@ -407,29 +408,19 @@ EOF
   kill -KILL "$HOST_B" 2>/dev/null; wait "$HOST_B" 2>/dev/null
   [ -e "$WORK/hosts-a/done" ] || { tail -20 "$WORK/hosts-a.log" >&2; fail "guest A (nlhost-a) stopped before it finished (limit $HOSTS_LIMIT s, NEARLOCAL_VM_HOSTS_S); its last lines are above"; }
   "$PY" "$REPO/scripts/vm_hosts.py" "$WORK/hosts-a" "$WORK/hosts-b"
-  hosts_rc=$?
-  [ $hosts_rc = 0 ] || { echo "vm_check: guest A's run, last lines:" >&2; tail -n 20 "$WORK/hosts-a/run.err" >&2; }
+  STAGE_RC=$?
+  judge "guest A's run" "$WORK/hosts-a/run.err"
   stage "two hosts: facts checked"
-  [ $rc = 0 ] && rc=$hosts_rc
 fi
-[ "${NEARLOCAL_VM_PAIR:-1}" = 1 ] || { echo "vm_check: two guests: skipped (NEARLOCAL_VM_PAIR=0)"; exit $rc; }
+wanted "two guests" NEARLOCAL_VM_PAIR || exit $rc
 
 # --- two guests on one host file as device-dax (scripts/vm_pair.py): A writes records, B reads
 # them; A's QEMU is killed by its PID while it writes; B must judge the owner lost, tear nothing
 truncate -s 256M "$WORK/pool0"
-GUEST_OPTS=(
-  -machine nvdimm=on -m 1G,slots=2,maxmem=3G
-  -object "memory-backend-file,id=pool,share=on,mem-path=$WORK/pool0,size=256M,align=2M"
-  -device nvdimm,id=nvdimm0,memdev=pool
-  -drive "file=$IMAGE,if=none,id=nlimg,format=raw,readonly=on"
-  -device virtio-blk-pci,drive=nlimg,serial=nearlocal
-)
+pool_opts "$WORK/pool0" 256M 1G 3G
 PAIR_LIMIT=${NEARLOCAL_VM_PAIR_S:-420}
-mkdir -p "$WORK/pair-a" "$WORK/pair-b"
-for guest in pair-a pair-b; do  # the mount table, and the kernels the first guest compiled
-  cp "$WORK/out/mounts" "$WORK/$guest/mounts"
-  [ -e "$WORK/out/numba-cache.tar" ] && cp "$WORK/out/numba-cache.tar" "$WORK/$guest/"
-done
+hand_over pair-a 1  # the mount table, and the kernels the first guest compiled
+hand_over pair-b 1
 start_guest pair-a 1 1G "bash $REPO/scripts/vm_pair_guest.sh writer $WORK/pair-a $WORK/pair-a/mounts"
 WRITER=$RUNNER
 await_file "$WORK/pair-a/namespace-ready" "$PAIR_LIMIT" "$WRITER" "guest A making its pool device-dax"
@@ -450,8 +441,7 @@ await_file "$WORK/pair-b/done" "$PAIR_LIMIT" "$READER" "guest B after A's loss"
 wait "$READER" 2>/dev/null
 stage "two guests: A killed, B read on"
 "$PY" "$REPO/scripts/vm_pair.py" check "$WORK/pair-a" "$WORK/pair-b"
-pair_rc=$?
-[ $pair_rc = 0 ] || { echo "vm_check: guest B's log tail:" >&2; tail -20 "$WORK/pair-b.log" >&2; }
+STAGE_RC=$?
+judge "guest B's log" "$WORK/pair-b.log"
 stage "two guests: facts checked"
-[ $rc = 0 ] && rc=$pair_rc
 exit $rc

@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from vm_lib import Facts, exit_fact, finish, read_json, rows, text
+
 # what the guest's CPU must lack for the stage to prove anything (the development box has them)
 LACKING = ("avx2", "avx512f", "clflushopt", "clwb", "movdir64b")
 SIZE = "64KiB"  # small, and room for loaded-chase's ring and a 4 KiB burst per traffic CPU
@@ -66,7 +68,8 @@ def run(out: Path) -> int:
     from nearlocal.probe import probe
 
     inventory = probe(gpu=False)
-    codegen = cpu_target.target_context.codegen()
+    # what numba's JIT compiles for: (triple, CPU name, features), its cache's key
+    _, llvm_cpu, features = cpu_target.target_context.codegen().magic_tuple()
     settings = RunSettings(BUDGET_S, processes=1, allow_write=True)
     cases = cases_for(inventory, settings)
     plan = plan_cases(cases, inventory, settings)
@@ -74,8 +77,8 @@ def run(out: Path) -> int:
         "model": inventory.cpu.model,
         "flags": {flag: inventory.cpu.has(flag) for flag in inventory.cpu.flags},
         # what numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host's CPU)
-        "llvm_cpu": codegen._get_host_cpu_name(),
-        "llvm_features": sorted(f[1:] for f in codegen._tm_features.split(",") if f[:1] == "+"),
+        "llvm_cpu": llvm_cpu,
+        "llvm_features": sorted(f[1:] for f in features.split(",") if f[:1] == "+"),
         "methods": {case.method: {"case": case.id, "flags": list(get_method(case.method).cpu_flags),
                                   "unavailable": get_method(case.method).unavailable(inventory)}
                     for case in cases},
@@ -89,22 +92,14 @@ def run(out: Path) -> int:
 
 def check(out: Path) -> list[str]:
     """The stage's facts; returns the ones that do not hold."""
-    problems: list[str] = []
-    facts: list[str] = []
-
-    def fact(ok: bool, text: str) -> None:
-        (facts if ok else problems).append(text)
-
-    rc = (out / "cpu.rc").read_text().strip() if (out / "cpu.rc").exists() else "missing"
-    err = (out / "cpu.err").read_text() if (out / "cpu.err").exists() else ""
-    fact(rc == "0", f"cpu: the run exits 0 (rc {rc}: {err[-300:]})")
+    fact = Facts()
+    exit_fact(fact, out, "cpu", "cpu: the run exits 0")
+    err = text(out / "cpu.err", missing="")
     fact("LLVM ERROR" not in err and "Cannot select" not in err,
          "cpu: no LLVM error in the run's output" + ("" if "LLVM" not in err else f" ({err[-300:]})"))
-    try:
-        seen = json.loads((out / "cpu.json").read_text())
-    except (OSError, ValueError):
-        fact(False, "cpu: the guest wrote cpu.json")
-        return _report(facts, problems)
+    seen = read_json(out / "cpu.json")
+    if not fact(bool(seen), "cpu: the guest wrote cpu.json"):
+        return fact.report("vm_check: fact: ")
     flags = seen["flags"]
     present = [flag for flag in LACKING if flags.get(flag)]
     fact(not present and flags.get("rdtscp", False),
@@ -114,9 +109,8 @@ def check(out: Path) -> list[str]:
     fact(not targeted, f"cpu: numba compiles for {seen['llvm_cpu']} without "
          f"{', '.join(LACKING)}" + (f" (targets {', '.join(targeted)})" if targeted else ""))
     missing = {flag for flag, on in flags.items() if not on}
-    rows = _rows(out / "results")
     by_method: dict[str, list[dict]] = {}
-    for row in rows:
+    for row in rows(out / "results"):
         by_method.setdefault(row["method"], []).append(row)
     for method, want in seen["methods"].items():
         found = by_method.get(method, [])
@@ -136,23 +130,7 @@ def check(out: Path) -> list[str]:
         else:
             fact(row["status"] == "ok", f"cpu: {method} measured ({row['status']}"
                  + (f": {reason[:160]}" if reason else "") + ")")
-    return _report(facts, problems)
-
-
-def _report(facts: list[str], problems: list[str]) -> list[str]:
-    for line in facts:
-        print(f"vm_check: fact: {line}")
-    return problems
-
-
-def _rows(results: Path) -> list[dict]:
-    try:
-        from nearlocal.store import load
-
-        run_dir = next(p for p in sorted(results.iterdir()) if p.is_dir())
-        return load(run_dir).cases.to_dict("records")
-    except (OSError, StopIteration, ValueError):
-        return []
+    return fact.report("vm_check: fact: ")
 
 
 if __name__ == "__main__":
@@ -161,7 +139,4 @@ if __name__ == "__main__":
     where = Path(sys.argv[2])
     if sys.argv[1] == "run":
         sys.exit(run(where))
-    found = check(where)
-    for problem in found:
-        print(f"vm_check: FAILED: {problem}", file=sys.stderr)
-    sys.exit(1 if found else 0)
+    sys.exit(finish(check(where), "vm_check: FAILED: "))

@@ -7,10 +7,8 @@
 set -u
 OUT=$1
 MOUNTS=$2
-echo booted >"$OUT/booted"
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-echo "mount image" >"$OUT/stage-01"
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"
+guest_up || exit 1
 grep -m1 '^flags' /proc/cpuinfo >"$OUT/cpuinfo-flags.txt"
 grep -m1 '^model name' /proc/cpuinfo >>"$OUT/cpuinfo-flags.txt"
 # the storage methods' file (.nearlocal-storage in the working folder) on the ext4 disk the host
@@ -28,7 +26,6 @@ else
 fi
 "$PY" "$REPO/scripts/vm_cpu.py" run "$OUT" >"$OUT/cpu.out" 2>"$OUT/cpu.err"
 echo $? >"$OUT/cpu.rc"
-echo "every CPU method" >"$OUT/stage-02"
+mark "every CPU method"
 cd / && umount /tmp/nl-storage 2>/dev/null
-umount -R /tmp/nearlocal-image 2>/dev/null
-echo done >"$OUT/done"
+guest_done

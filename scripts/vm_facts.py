@@ -6,27 +6,18 @@ what nearlocal saw, mapped and read back. Never speeds: TCG has no memory timing
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from vm_lib import Facts, exit_fact, finish, hop_fact, latest_run, read_json, rows, text, whatif_of
 
 BAR = "0000:00:0b.0"
 
 
 def check(out: Path) -> list[str]:
-    problems: list[str] = []
-    facts: list[str] = []
-
-    def fact(ok: bool, text: str) -> None:
-        (facts if ok else problems).append(text)
-
-    probe_rc = (out / "probe.rc").read_text().strip() if (out / "probe.rc").exists() else "missing"
-    fact(probe_rc == "0", f"nearlocal probe --json exits 0 (rc {probe_rc}: "
-         f"{(out / 'probe.err').read_text()[-300:] if (out / 'probe.err').exists() else ''})")
-    try:
-        inventory = json.loads((out / "probe.json").read_text())["inventory"]
-    except (OSError, ValueError, KeyError):
-        inventory = None
+    fact = Facts()
+    exit_fact(fact, out, "probe", "nearlocal probe --json exits 0")
+    inventory = read_json(out / "probe.json").get("inventory")
     if inventory is not None:
         nodes = {n["node"]: n for n in inventory["numa"]}
         fact(1 in nodes and not nodes[1]["cpus"] and nodes[1]["mem_total_bytes"] > 0,
@@ -55,13 +46,11 @@ def check(out: Path) -> list[str]:
         fact(bar is not None and bar["prefetchable"] and bar["wc_file"],
              f"probe: ivshmem {BAR} BAR2 is a prefetchable memory BAR with resource2_wc")
 
-    run_rc = (out / "run.rc").read_text().strip() if (out / "run.rc").exists() else "missing"
-    fact(run_rc == "0", f"nearlocal run exits 0 (rc {run_rc}: "
-         f"{(out / 'run.err').read_text()[-300:] if (out / 'run.err').exists() else ''})")
-    rows = _rows(out / "results")
-    cxl_dax = (out / "cxl-dax.txt").read_text().strip() if (out / "cxl-dax.txt").exists() else ""
+    exit_fact(fact, out, "run", "nearlocal run exits 0")
+    measured = rows(out / "results")
+    cxl_dax = text(out / "cxl-dax.txt", missing="")
     fact(bool(cxl_dax), "a device-dax instance sits on the CXL region")
-    by_key = {(row["region"], row["attr"]): row for row in rows}
+    by_key = {(row["region"], row["attr"]): row for row in measured}
 
     def row_is(region: str, attr: str, status: str, memtype: str | None = None) -> None:
         row = by_key.get((region, attr))
@@ -76,7 +65,7 @@ def check(out: Path) -> list[str]:
 
     row_is("numa:1", "wb", "ok")
     row_is("numa:1", "uc", "skipped")
-    for region in sorted({row["region"] for row in rows if row["region"].startswith("devdax:")}):
+    for region in sorted({row["region"] for row in measured if row["region"].startswith("devdax:")}):
         row_is(region, "wb", "ok", "write-back")
         row_is(region, "wc", "skipped")
         uc = by_key.get((region, "uc"))
@@ -88,19 +77,16 @@ def check(out: Path) -> list[str]:
                  f"run: {region} uc is mapped uncached or refused naming PAT / STRICT_DEVMEM "
                  f"({uc['status']}: {reason[:160]})")
     if cxl_dax:
-        fact(f"devdax:/dev/{cxl_dax}" in {r["region"] for r in rows}, "run: the CXL devdax was measured")
+        fact(f"devdax:/dev/{cxl_dax}" in {r["region"] for r in measured},
+             "run: the CXL devdax was measured")
     row_is(f"pcibar:{BAR}/2", "uc", "ok", "uncached-minus")
     row_is(f"pcibar:{BAR}/2", "wc", "ok", "write-combining")
     row_is(f"pcibar:{BAR}/2", "wb", "skipped")
 
-    faults_rc = (out / "faults.rc").read_text().strip() if (out / "faults.rc").exists() else "missing"
-    try:
-        faults = json.loads((out / "faults.json").read_text())
-    except (OSError, ValueError):
-        faults = None
-    fact(faults is not None, f"nearlocal faults on the devdax reports (rc {faults_rc}: "
-         f"{(out / 'faults.err').read_text()[-300:] if (out / 'faults.err').exists() else ''})")
-    if faults is not None:
+    faults = read_json(out / "faults.json")
+    fact(bool(faults), f"nearlocal faults on the devdax reports (rc {text(out / 'faults.rc')}: "
+         f"{text(out / 'faults.err', 300, '')})")
+    if faults:
         fact(faults.get("torn_reads") == 0 and faults.get("torn_reads_returned") == 0,
              f"faults: 0 torn reads ({faults.get('torn_reads')}, returned "
              f"{faults.get('torn_reads_returned')})")
@@ -111,64 +97,44 @@ def check(out: Path) -> list[str]:
     _whatif_facts(out, fact)
     _replay_facts(out, fact)
     fact((out / "trees.tar").is_file(), "the guest's trees were recorded")
-    for line in facts:
-        print(f"vm_check: fact: {line}")
-    return problems
+    return fact.report("vm_check: fact: ")
 
 
-def _whatif_facts(out: Path, fact) -> None:
+def _whatif_facts(out: Path, fact: Facts) -> None:
     """`nearlocal whatif` on the guest's memcpy run: the CXL pool path's gather out of the
     CPU-less node stands on that node's own rows, and the figures say they are a VM's."""
-    rc = (out / "whatif-run.rc").read_text().strip() if (out / "whatif-run.rc").exists() \
-        else "missing"
-    err = (out / "whatif-run.err").read_text()[-300:] if (out / "whatif-run.err").exists() else ""
-    fact(rc == "0", f"nearlocal run (memcpy on numa:1, for the what-if) exits 0 (rc {rc}: {err})")
+    rc = exit_fact(fact, out, "whatif-run", "nearlocal run (memcpy on numa:1, for the what-if) "
+                   "exits 0")
     if rc != "0":
         return
-    from nearlocal.store import load
-    from nearlocal.whatif import Request, inputs_of, whatif
-
-    stored = sorted((out / "whatif-results").glob("*/run.json"))
-    fact(bool(stored), "the what-if's run was stored in whatif-results/")
-    if not stored:
+    run = latest_run(out / "whatif-results")
+    if not fact(run is not None, "the what-if's run was stored in whatif-results/"):
         return
-    result = whatif(inputs_of(load(stored[-1].parent)), Request())
-    pool = next(p for p in result.paths if p.path == "cxl-pool")
-    gather = next((t for t in pool.terms if t.hop == "pool-gather"), None)
-    rows = gather.rows if gather is not None and gather.source == "measured" else ()
-    fact(bool(rows) and all("numa:1" in r for r in rows),
-         f"whatif: the pool's gather predicted from numa:1's own rows ({', '.join(rows) or gather})")
+    result = whatif_of(run)
+    hop_fact(fact, result, "cxl-pool", "pool-gather", lambda row: "numa:1" in row)
     fact(bool(result.emulated), f"whatif: the figures say they are a VM's ({result.emulated!r})")
 
 
-def _replay_facts(out: Path, fact) -> None:
+def _replay_facts(out: Path, fact: Facts) -> None:
     """`nearlocal replay`'s pool path (scripts/replay_check.py --region devdax:...): the trace's
     reloads moved out of the guest's devdax, read only; every request with hits gathered, with
     the bytes and fragments the simulation was fed; the simulation stood on the guest's own rows
     of that devdax and says its figures are an emulated box's. Never a ratio or a verdict: TCG
     checks the protocol, not the timing."""
-    rc = (out / "replay-check.rc").read_text().strip() if (out / "replay-check.rc").exists() \
-        else "missing"
-    err = (out / "replay-check.err").read_text()[-300:] if (out / "replay-check.err").exists() \
-        else ""
-    fact(rc in ("0", "1"), f"replay_check on the devdax reports (rc {rc}; 0 pass / 1 fail, "
-         f"not judged under TCG: {err})")
-    try:
-        check = json.loads((out / "replay-check.json").read_text())
-    except (OSError, ValueError):
+    exit_fact(fact, out, "replay-check", "replay_check on the devdax reports (0 pass / 1 fail, "
+              "not judged under TCG)", ok=("0", "1"))
+    check = read_json(out / "replay-check.json")
+    if not check:
         return
-    pool = (out / "replay-pool.txt").read_text().strip() if (out / "replay-pool.txt").exists() \
-        else "?"
+    pool = text(out / "replay-pool.txt", missing="?")
     fact(check.get("region") == pool, f"replay_check: rows and replay out of {pool} "
          f"(saw {check.get('region')})")
     loads = check.get("loads") or []
     fact(bool(loads), "replay_check: a replay was compared")
     for entry in loads:
         name = Path(str(entry.get("replay_json"))).name  # the guest's path: its file is here
-        try:
-            replay = json.loads((out / "replay-check" / name).read_text())
-        except (OSError, ValueError):
-            fact(False, f"replay: its records replay-check/{name}")
+        replay = read_json(out / "replay-check" / name)
+        if not fact(bool(replay), f"replay: its records replay-check/{name}"):
             continue
         source = replay.get("source") or {}
         fact(replay.get("region") == pool and pool in str(replay.get("path"))
@@ -195,51 +161,34 @@ def _replay_facts(out: Path, fact) -> None:
         fact(simulated.get("p50_ns") is not None and simulated.get("p99_ns") is not None,
              "replay_check: the simulation served the replay's requests (its P50 / P99; no "
              "ratio is checked)")
-    rows = list(dict.fromkeys([*check.get("transfer_rows", []), *check.get("contention_rows", [])]))
-    stored = {r["case_id"] for r in _rows(out / "replay-check" / "rows")}
-    fact(check.get("rows_wall_s") is not None and bool(rows) and set(rows) <= stored
-         and all(pool in r for r in rows),
+    used = list(dict.fromkeys([*check.get("transfer_rows", []), *check.get("contention_rows", [])]))
+    stored = {r["case_id"] for r in rows(out / "replay-check" / "rows")}
+    fact(check.get("rows_wall_s") is not None and bool(used) and set(used) <= stored
+         and all(pool in r for r in used),
          f"replay_check: the simulation stood on the guest's own rows of {pool} "
-         f"({', '.join(rows) or 'none'})")
+         f"({', '.join(used) or 'none'})")
     fact("emulated box" in str(check.get("emulated")),
          f"replay_check: the figures say they are an emulated box's ({check.get('emulated')!r})")
 
 
-def _accept_facts(out: Path, fact) -> None:
+def _accept_facts(out: Path, fact: Facts) -> None:
     """Beluga's spec aimed at the guest's devdax: a verdict per requirement, its CPU cases
     measured on that pool, its GPU cases not measured (no GPU). Never whether it passed: TCG."""
-    rc = (out / "accept.rc").read_text().strip() if (out / "accept.rc").exists() else "missing"
-    err = (out / "accept.err").read_text()[-300:] if (out / "accept.err").exists() else ""
-    fact(rc in ("0", "1"), f"nearlocal accept gives verdicts (rc {rc}, 0 pass / 1 fail; {err})")
-    try:
-        verdicts = json.loads((out / "accept.json").read_text())["verdicts"]
-    except (OSError, ValueError, KeyError):
-        verdicts = []
-    pool = (out / "accept-pool.txt").read_text().strip() if (out / "accept-pool.txt").exists() else "?"
+    exit_fact(fact, out, "accept", "nearlocal accept gives verdicts (0 pass / 1 fail)",
+              ok=("0", "1"))
+    verdicts = read_json(out / "accept.json").get("verdicts") or []
+    pool = text(out / "accept-pool.txt", missing="?")
     measured = [v for v in verdicts if v.get("measured") is not None]
     fact(bool(verdicts) and all("requirement" in v and "passed" in v for v in verdicts),
          f"accept: a verdict for each of the spec's {len(verdicts)} requirements")
     on_pool = [v for v in measured if f"/{pool}/" in f"/{v['case']}/" or pool in v["case"]]
     fact(bool(on_pool), f"accept: requirements measured on the guest's pool {pool} "
          f"({len(on_pool)} of {len(measured)} measured)")
-    rows = _rows(out / "accept-results")
-    regions = {r["region"] for r in rows if r["status"] == "ok"}
-    fact(bool(rows) and regions <= {pool, "dram"},
+    accepted = rows(out / "accept-results")
+    regions = {r["region"] for r in accepted if r["status"] == "ok"}
+    fact(bool(accepted) and regions <= {pool, "dram"},
          f"accept: every measured row is on {pool} or local dram (saw {sorted(regions)})")
 
 
-def _rows(results: Path) -> list[dict]:
-    try:
-        from nearlocal.store import load
-
-        run = next(p for p in sorted(results.iterdir()) if p.is_dir())
-        return load(run).cases.to_dict("records")
-    except (OSError, StopIteration, ValueError):
-        return []
-
-
 if __name__ == "__main__":
-    found = check(Path(sys.argv[1]))
-    for problem in found:
-        print(f"vm_check: FAILED: {problem}", file=sys.stderr)
-    sys.exit(1 if found else 0)
+    sys.exit(finish(check(Path(sys.argv[1])), "vm_check: FAILED: "))

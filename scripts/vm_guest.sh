@@ -7,18 +7,12 @@
 set -u
 OUT=$1
 MOUNTS=$2
-n=0
-mark() { n=$((n + 1)); printf '%s\n' "$1" >"$OUT/stage-$(printf %02d $n)"; }
-log() { echo "guest: $*"; }
-echo booted >"$OUT/booted"
-
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"
 # --- the image: interpreter, venv and checkout at the host's paths -------------------------
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-mark "mount image"
+guest_up || exit 1
 
 # --- devices ---------------------------------------------------------------------------------
-modprobe -a nfit libnvdimm nd_pmem dax_pmem device_dax cxl_acpi cxl_pci cxl_port cxl_mem cxl_pmem 2>&1
+nvdimm_modules cxl_acpi cxl_pci cxl_port cxl_mem cxl_pmem
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 wait_for 60 /sys/bus/cxl/devices/decoder0.0
 wait_for 30 /sys/bus/cxl/devices/mem0
@@ -26,10 +20,9 @@ wait_for 30 "/sys/bus/nd/devices/region*"
 nd_regions() { local r; for r in /sys/bus/nd/devices/region*; do [ -e "$r" ] && echo "${r##*/}"; done; }
 nvregion=$(nd_regions | head -1)
 log "nvdimm region: ${nvregion:-none}"
-raw=""
-for ns in /sys/bus/nd/devices/"${nvregion:-region0}"/namespace*.0; do [ -e "$ns" ] && raw=${ns##*/}; done
-log "nvdimm raw namespace: ${raw:-none}"
-ndctl create-namespace -f -e "${raw:-namespace0.0}" -m devdax -a 2M >"$OUT/ndctl-nvdimm.json" 2>"$OUT/ndctl-nvdimm.err"
+raw=$(raw_namespace "${nvregion:-region0}")
+log "nvdimm raw namespace: $raw"
+make_devdax "$raw" ndctl-nvdimm
 before=" $(nd_regions | tr '\n' ' ') "
 cxl create-region -m -d decoder0.0 -t pmem -w 1 -g 256 mem0 >"$OUT/cxl-region.json" 2>"$OUT/cxl-region.err"
 cxlnd=""
@@ -102,6 +95,5 @@ timeout -k 5 "${NEARLOCAL_VM_REPLAY_S:-600}" "$PY" "$REPO/scripts/replay_check.p
   --processes 1 --out "$OUT/replay-check" --json >"$OUT/replay-check.json" 2>"$OUT/replay-check.err"
 echo $? >"$OUT/replay-check.rc"
 mark "replay_check (the pool path, devdax)"
-tar -C /tmp -cf "$OUT/numba-cache.tar" numba-cache 2>/dev/null  # the two-guest stage starts warm
-umount -R /tmp/nearlocal-image 2>/dev/null
-echo done >"$OUT/done"
+keep_numba_cache  # the later guests start warm
+guest_done

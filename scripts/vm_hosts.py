@@ -13,10 +13,11 @@ no torn record and the run names the lost host. Interfaces and protocols under T
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
+
+from vm_lib import Facts, decoded, hop_fact, latest_run, param, read_json, text, whatif_of
 
 HOSTS = ("nlhost-a", "nlhost-b")
 PATTERNS = {"16KiB": 1, "128x20KiB": 128, "1024x160B": 1024}
@@ -24,56 +25,27 @@ BAD_INPUT_S = 120  # the bad-input jobs' deadline: each must end well within it
 COMPARED = ("B1", "B13", "B14", "B15")
 
 
-def _text(path: Path, tail: int = 0) -> str:
-    text = path.read_text(errors="replace").strip() if path.exists() else "missing"
-    return text[-tail:] if tail else text
-
-
 def _job(out: Path, name: str) -> tuple[int | None, int | None]:
     """A job's exit code and wall seconds (vm_hosts_guest.sh's NAME.rc)."""
     try:
-        rc, wall = _text(out / f"{name}.rc").split()
+        rc, wall = text(out / f"{name}.rc").split()
         return int(rc), int(wall)
     except ValueError:
         return None, None
 
 
 def _error_lines(out: Path, name: str) -> list[str]:
-    text = _text(out / f"{name}.err") + "\n" + _text(out / f"{name}.out")
-    return [line for line in text.splitlines() if line.startswith("nearlocal: error:")]
+    said = text(out / f"{name}.err") + "\n" + text(out / f"{name}.out")
+    return [line for line in said.splitlines() if line.startswith("nearlocal: error:")]
 
 
 def _counts(column) -> dict[str, int]:
     return {str(k): int(v) for k, v in column.value_counts().items()}
 
 
-def _info(value) -> dict:
-    if isinstance(value, dict):
-        return value
-    try:
-        return json.loads(value or "{}")
-    except (TypeError, ValueError):
-        return {}
-
-
-def _param(row, name: str, default: str) -> str:
-    params = _info(row.get("params"))
-    return str(params.get(name, default))
-
-
-class Facts:
-    def __init__(self) -> None:
-        self.held: list[str] = []
-        self.failed: list[str] = []
-
-    def __call__(self, ok: bool, text: str) -> bool:
-        (self.held if ok else self.failed).append(text)
-        return ok
-
-
 def check_launch(out: Path, fact: Facts) -> None:
     rc, wall = _job(out, "hostnames")
-    names = _text(out / "hostnames.out").split()
+    names = text(out / "hostnames.out").split()
     fact(rc == 0 and sorted(names) == list(HOSTS),
          f"mpiexec --hostfile (nlhost-a, nlhost-b) --map-by node -n 2 over ssh: rc {rc}, ranks "
          f"on {', '.join(names)} ({wall} s)")
@@ -83,7 +55,7 @@ def check_bad_input(out: Path, fact: Facts) -> None:
     results = out / "bad-results"
     stored = [p for p in results.glob("*") if p.is_dir()] if results.is_dir() else []
     rc, wall = _job(out, "bad-host")
-    err = _text(out / "bad-host.err", 600)
+    err = text(out / "bad-host.err", 600)
     fact(rc not in (0, None) and wall is not None and wall < BAD_INPUT_S and "nlhost-c" in err,
          f"a hostfile naming an unreachable host (nlhost-c): mpiexec exits {rc} in {wall} s "
          f"naming it (no rank starts, so the launcher's lines are what is said): "
@@ -95,30 +67,21 @@ def check_bad_input(out: Path, fact: Facts) -> None:
         fact(rc == 2 and wall is not None and wall < BAD_INPUT_S and len(lines) == 1
              and host in lines[0] and all(w in lines[0] for w in words),
              f"{name}: exit {rc} in {wall} s, {len(lines)} line(s) from rank 0: "
-             f"{lines[0] if lines else _text(out / f'{name}.err', 300)}")
+             f"{lines[0] if lines else text(out / f'{name}.err', 300)}")
     fact(not stored, f"bad input stored nothing ({len(stored)} run folder(s) in bad-results)")
-
-
-def _run(folder: Path):
-    runs = sorted(p.parent for p in folder.glob("*/run.json"))
-    if not runs:
-        return None
-    from nearlocal.store import load
-
-    return load(runs[-1])
 
 
 def check_run(out: Path, fact: Facts):
     rc, wall = _job(out, "run")
     fact(rc == 0, f"mpiexec --hostfile nearlocal run --suite pool-vs-rdma --region devdax: exits "
-                  f"{rc} in {wall} s: {_text(out / 'run.err', 300)}")
-    run = _run(out / "results")
+                  f"{rc} in {wall} s: {text(out / 'run.err', 300)}")
+    run = latest_run(out / "results")
     if not fact(run is not None, "one run stored in results/"):
         return None
     cases = run.cases
     hosts = sorted(set(cases["host"].dropna()))
     fact(hosts == list(HOSTS), f"the run's rows come from both hostnames: {', '.join(hosts)}")
-    show = _text(out / "show.txt")
+    show = text(out / "show.txt")
     fact(all(h in show for h in HOSTS), "`nearlocal show` of the run lists both hostnames")
     from nearlocal.units import format_number
 
@@ -145,15 +108,15 @@ def check_run(out: Path, fact: Facts):
 
 def check_rdma(cases, fact: Facts) -> None:
     rdma = cases[cases["method"].str.startswith("rdma-")]
-    infos = [_info(i) for i in rdma["info"]]
+    infos = [decoded(i) for i in rdma["info"]]
     for method in ("rdma-write", "rdma-read"):
         for pattern, pieces in PATTERNS.items():
             for variant in ("one", "batched"):
                 rows = [(row, info) for (_, row), info in zip(rdma.iterrows(), infos, strict=True)
                         if row["method"] == method and row["pattern"] == pattern
                         and info.get("sge") == variant
-                        and _param(row, "mtu", "1024") == "1024"
-                        and _param(row, "movers", "1") == "1"]  # one transfer, not k at once
+                        and param(row, "mtu", "1024") == "1024"
+                        and param(row, "movers", "1") == "1"]  # one transfer, not k at once
                 if len(rows) != 1:
                     fact(False, f"{method} {pattern} sge={variant}: {len(rows)} rows")
                     continue
@@ -165,7 +128,7 @@ def check_rdma(cases, fact: Facts) -> None:
                      f"{method} {pattern} sge={variant} nlhost-a -> nlhost-b: {row['status']} "
                      f"{row['reason'] or ''}, max_sge {limit}, {info.get('work_requests_per_sample')} "
                      f"WRs (want {want}), {info.get('data_check')}")
-    mtus = {(row["method"], _param(row, "mtu", "1024"), info.get("path_mtu"), row["status"])
+    mtus = {(row["method"], param(row, "mtu", "1024"), info.get("path_mtu"), row["status"])
             for (_, row), info in zip(rdma.iterrows(), infos, strict=True)
             if row["method"] in ("rdma-write", "rdma-read")}
     second = [m for m in mtus if m[1] != "1024"]
@@ -173,7 +136,7 @@ def check_rdma(cases, fact: Facts) -> None:
          f"a second path MTU: {sorted(second)}")
     rpc = [(row, info) for (_, row), info in zip(rdma.iterrows(), infos, strict=True)
            if row["method"] == "rdma-rpc"]
-    transports = {_param(row, "transport", "write"): (row["status"], info.get("data_check"))
+    transports = {param(row, "transport", "write"): (row["status"], info.get("data_check"))
                   for row, info in rpc}
     fact(set(transports) >= {"write", "send"}
          and all(s == "ok" and str(c).startswith("ok") for s, c in transports.values()),
@@ -181,27 +144,21 @@ def check_rdma(cases, fact: Facts) -> None:
 
 
 def check_report(out: Path, run, fact: Facts) -> None:
-    text = _text(out / "report.md")
-    start = text.find("Pool vs RDMA")
-    section = text[start:text.find("\n#", start + 1)] if start >= 0 else ""
+    report = text(out / "report.md")
+    start = report.find("Pool vs RDMA")
+    section = report[start:report.find("\n#", start + 1)] if start >= 0 else ""
     lines = [line for line in section.splitlines() if line.startswith("| B")]
     filled = {fig: [line for line in lines if line.startswith(f"| {fig} ")] for fig in COMPARED}
     empty = [fig for fig, rows in filled.items()
              if not rows or any("no pool row" in r or "no RDMA row" in r for r in rows)]
     fact(start >= 0 and not empty,
          f"report: Pool vs RDMA has both columns measured for {', '.join(COMPARED)}"
-         + (f" (missing: {', '.join(empty)}; {_text(out / 'report.err', 200)})" if empty else ""))
+         + (f" (missing: {', '.join(empty)}; {text(out / 'report.err', 200)})" if empty else ""))
     fact("emulated" in section.lower(),
          "report: the Pool vs RDMA section says its figures are an emulated box's")
-    from nearlocal.whatif import Request, inputs_of, whatif
-
-    paths = {p.path: p for p in whatif(inputs_of(run), Request()).paths}
+    result = whatif_of(run)
     for name in ("cxl-pool", "rdma"):  # their host hop; host->gpu needs a GPU, the rig has none
-        path = paths.get(name)
-        hop = path.terms[0] if path and path.terms else None
-        fact(hop is not None and hop.source == "measured" and bool(hop.rows),
-             f"whatif: the {name} path's first hop from this run's rows "
-             f"({hop.way if hop else '-'}: {', '.join(hop.rows[:3]) if hop else 'none'})")
+        hop_fact(fact, result, name)
 
 
 def check_slurm(out: Path, fact: Facts) -> None:
@@ -211,20 +168,20 @@ def check_slurm(out: Path, fact: Facts) -> None:
         print("vm_hosts: Slurm: not installed on this host, its job did not run")
         return
     rc, wall = _job(out, "slurm")
-    run = _run(out / "slurm-results")
+    run = latest_run(out / "slurm-results")
     hosts = sorted(set(run.cases["host"].dropna())) if run is not None else []
     statuses = _counts(run.cases["status"]) if run is not None else {}
     fact(rc == 0 and hosts == list(HOSTS) and set(statuses) == {"ok"},
          f"Slurm (slurmctld on nlhost-a, slurmd on both): salloc -N 2 -n 2 mpiexec nearlocal run "
          f"exits {rc} in {wall} s, rows from {', '.join(hosts) or 'no host'}, {statuses}: "
-         f"{'' if rc == 0 else _text(out / 'slurm.err', 300)}")
+         f"{'' if rc == 0 else text(out / 'slurm.err', 300)}")
 
 
 def check_loss(out_a: Path, out_b: Path, fact: Facts) -> None:
-    killed = json.loads(_text(out_b / "killed.json")) if (out_b / "killed.json").exists() else {}
+    killed = read_json(out_b / "killed.json")
     fact(bool(killed.get("pid")), f"B's QEMU killed by the host during rack-host-loss ({killed})")
     rc, wall = _job(out_a, "loss")
-    run = _run(out_a / "loss-results")
+    run = latest_run(out_a / "loss-results")
     if not fact(run is not None, f"the host-loss run is stored (mpiexec ended after {wall} s, "
                                  f"exit {rc}: it does not return once a host is gone)"):
         return
@@ -254,12 +211,9 @@ def main(out_a: Path, out_b: Path) -> int:
         check_report(out_a, run, fact)
     check_slurm(out_a, fact)
     check_loss(out_a, out_b, fact)
-    for text in fact.held:
-        print(f"vm_hosts: ok: {text}")
-    for text in fact.failed:
-        print(f"vm_hosts: FAILED: {text}")
+    failed = fact.report("vm_hosts: ok: ", "vm_hosts: FAILED: ")
     print("vm_hosts: two kernels, one pool, one network, under TCG: interfaces and protocols, never speed")
-    return 1 if fact.failed else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

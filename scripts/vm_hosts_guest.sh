@@ -13,35 +13,30 @@ ROLE=$1
 OUT=$2
 MOUNTS=$3
 SSH=$4
-n=0
-mark() { n=$((n + 1)); printf '%s\n' "$1" >"$OUT/stage-$(printf %02d $n)"; }
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"  # HOST_ADDRESS, HOST_MAC
 say() { : >"$OUT/to-$1-$2"; }  # a signal to the other guest (the host moves it there)
 heard() { wait_for "$1" "$OUT/$2" || { log "no '$2' from the other guest within $1 s"; exit 1; }; }
-echo booted >"$OUT/booted"
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"
+guest_up || exit 1
 
 # --- who this guest is: hostname, address (the NIC by its MAC), /etc/hosts -------------------
-declare -A ADDRESS=([a]=10.78.0.1 [b]=10.78.0.2)
-declare -A MAC=([a]=52:54:00:4e:4c:01 [b]=52:54:00:4e:4c:02)
+ADDRESS=${HOST_ADDRESS[$ROLE]}
 hostname "nlhost-$ROLE"
 modprobe virtio_net 2>/dev/null
 nic=""
 for _ in $(seq 50); do
   for dev in /sys/class/net/*; do
-    [ "$(cat "$dev/address" 2>/dev/null)" = "${MAC[$ROLE]}" ] && nic=${dev##*/}
+    [ "$(cat "$dev/address" 2>/dev/null)" = "${HOST_MAC[$ROLE]}" ] && nic=${dev##*/}
   done
   [ -n "$nic" ] && break
   sleep 0.2
 done
-[ -n "$nic" ] || { log "no NIC with MAC ${MAC[$ROLE]}"; exit 1; }
+[ -n "$nic" ] || { log "no NIC with MAC ${HOST_MAC[$ROLE]}"; exit 1; }
 ip link set lo up
 ip link set "$nic" mtu 9000  # soft-RoCE's active MTU follows the netdev's: 4096 needs > 4096
-ip addr add "${ADDRESS[$ROLE]}/24" dev "$nic" && ip link set "$nic" up
-printf '127.0.0.1 localhost\n10.78.0.1 nlhost-a\n10.78.0.2 nlhost-b\n' >/tmp/nl-hosts
+ip addr add "$ADDRESS/24" dev "$nic" && ip link set "$nic" up
+printf '127.0.0.1 localhost\n%s nlhost-a\n%s nlhost-b\n' "${HOST_ADDRESS[a]}" "${HOST_ADDRESS[b]}" >/tmp/nl-hosts
 mount --bind /tmp/nl-hosts /etc/hosts  # the root is the host's, read-only
-mark "nlhost-$ROLE on $nic ${ADDRESS[$ROLE]}"
+mark "nlhost-$ROLE on $nic $ADDRESS"
 
 # --- sshd: how mpiexec (PRRTE's ssh agent) starts its daemon on the other guest ---------------
 mkdir -p /tmp/nl-ssh /run/sshd
@@ -49,7 +44,7 @@ cp "$SSH"/id "$SSH"/id.pub "$SSH"/host "$SSH"/host.pub /tmp/nl-ssh/
 chmod 600 /tmp/nl-ssh/id /tmp/nl-ssh/host
 cp /tmp/nl-ssh/id.pub /tmp/nl-ssh/authorized_keys
 cat >/tmp/nl-ssh/sshd_config <<EOF
-ListenAddress ${ADDRESS[$ROLE]}
+ListenAddress $ADDRESS
 HostKey /tmp/nl-ssh/host
 PermitRootLogin prohibit-password
 PasswordAuthentication no
@@ -79,18 +74,11 @@ chmod 600 /tmp/nl-shadow && mount --bind /tmp/nl-shadow /etc/shadow
 
 # --- the pool: A makes the shared nvdimm device-dax (its info block lands in the shared file),
 # B boots after that and finds the same device-dax -------------------------------------------
-modprobe -a nfit libnvdimm nd_pmem dax_pmem device_dax 2>&1
+nvdimm_modules
 if [ "$ROLE" = a ]; then
-  wait_for 60 "/sys/bus/nd/devices/namespace*.0" || { log "no nvdimm namespace"; exit 1; }
-  ns=""
-  for n_ in /sys/bus/nd/devices/namespace*.0; do ns=${n_##*/}; done
-  ndctl create-namespace -f -e "$ns" -m devdax -a 2M >"$OUT/ndctl.json" 2>"$OUT/ndctl.err" \
-    || { log "ndctl create-namespace failed: $(cat "$OUT/ndctl.err")"; exit 1; }
-  echo ready >"$OUT/namespace-ready"
+  share_pool || exit 1
 fi
-wait_for 60 "/dev/dax*" || { log "no /dev/dax*"; exit 1; }
-DAX=""
-for d in /dev/dax*; do DAX=$d; done
+find_pool || exit 1
 echo "$DAX" >"$OUT/dax"
 modprobe rdma_rxe 2>"$OUT/modprobe.err"
 mark "sshd, $DAX"
@@ -130,7 +118,7 @@ if [ "$ROLE" = b ]; then
   slurm_daemons && mark "slurmd"
   # until the host kills this QEMU (A's host-loss run) or A is done
   while [ ! -e "$OUT/stop" ]; do sleep 1; done
-  echo done >"$OUT/done"
+  guest_done
   exit 0
 fi
 
@@ -164,7 +152,7 @@ mark "mpi4py across the hosts: rc $(cat "$OUT/mpi4py.rc"): $(tr '\n' ' ' <"$OUT/
 
 # bad input across hosts: one line from rank 0 naming the host, exit 2, no run stored
 printf 'nlhost-a slots=1\nnlhost-c slots=1\n' >"$OUT/hostfile-unreachable"
-echo "10.78.0.9 nlhost-c" >>/tmp/nl-hosts
+echo "${HOST_ADDRESS[c]} nlhost-c" >>/tmp/nl-hosts  # on the link's subnet, no guest there
 job bad-host 120 "$OUT/hostfile-unreachable" "$NL" "${RUN[@]}" \
   --suite rack --method rack-rpc-roundtrip --out "$OUT/bad-results"
 truncate -s 1M /tmp/nl-pool-a-only.bin  # a file pool that exists on A, not on B
@@ -211,6 +199,5 @@ fi
 job loss 900 "$OUT/hostfile" "$NL" "${RUN[@]}" --suite rack --method rack-host-loss --region "devdax:$DAX" \
   --allow-write --param kills=500 --param duration=60s --out "$OUT/loss-results"
 mark "rack-host-loss with B's QEMU killed"
-tar -C /tmp -cf "$OUT/numba-cache.tar" numba-cache 2>/dev/null
-umount -R /tmp/nearlocal-image 2>/dev/null
-echo done >"$OUT/done"
+keep_numba_cache
+guest_done

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from vm_lib import Facts, read_json
+
 RECORDS, RECORD_BYTES = 8, 64 * 1024  # large records: a write is most of the writer's time
 LEASE_S = 2.0  # TCG deschedules a vCPU for tens of ms; the lease outlasts that many times over
 PROTOCOL = "flush"  # Beluga's: the two kernels' caches are treated as not coherent
@@ -114,42 +116,30 @@ def reader(dax: str, out: Path) -> int:
         time.sleep(0.05)
 
 
-def _report(path: Path) -> dict:
-    """A guest's (or the host's) JSON report; empty when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def check(out_a: Path, out_b: Path) -> int:
     """The pair's facts from the two guests' reports; prints one line per fact."""
-    facts: list[tuple[bool, str]] = []
-    wrote, read = _report(out_a / "writer.json"), _report(out_b / "reader.json")
-    kill = _report(out_a / "killed.json")
-    facts.append((bool(wrote.get("writing")), "guest A set up the store on its devdax and wrote"))
-    facts.append((bool(kill.get("pid")), f"guest A's QEMU killed by its PID ({kill.get('pid')}) "
-                                         f"after B read {kill.get('reads_ok_before', 0)} records"))
-    facts.append((read.get("final") is True and not read.get("error"),
-                  "guest B read to the end: " + (read.get("error") or
-                                                 f"{read.get('elapsed_s')} s")))
-    facts.append((int(read.get("reads_ok", 0)) > 0 and int(kill.get("reads_ok_before", 0)) > 0,
-                  f"B read A's records through its own devdax ({read.get('reads_ok', 0)} ok, "
-                  f"{read.get('retries', 0)} retries)"))
-    facts.append((int(read.get("stale_detections", 0)) >= 1,
-                  f"B judged the owner lost ({read.get('stale_detections', 0)} detection(s), "
-                  f"at {read.get('owner_lost_s')} s; A left a record half-written: "
-                  f"{'yes' if read.get('stale_marked') else 'no'})"))
-    facts.append((int(read.get("torn_reads", -1)) == 0 and
-                  int(read.get("torn_reads_returned", -1)) == 0,
-                  f"no torn read seen or returned ({read.get('torn_reads')} seen, "
-                  f"{read.get('torn_reads_returned')} returned)"))
+    fact = Facts()
+    wrote, read = read_json(out_a / "writer.json"), read_json(out_b / "reader.json")
+    kill = read_json(out_a / "killed.json")
+    fact(bool(wrote.get("writing")), "guest A set up the store on its devdax and wrote")
+    fact(bool(kill.get("pid")), f"guest A's QEMU killed by its PID ({kill.get('pid')}) "
+                                f"after B read {kill.get('reads_ok_before', 0)} records")
+    fact(read.get("final") is True and not read.get("error"),
+         "guest B read to the end: " + (read.get("error") or f"{read.get('elapsed_s')} s"))
+    fact(int(read.get("reads_ok", 0)) > 0 and int(kill.get("reads_ok_before", 0)) > 0,
+         f"B read A's records through its own devdax ({read.get('reads_ok', 0)} ok, "
+         f"{read.get('retries', 0)} retries)")
+    fact(int(read.get("stale_detections", 0)) >= 1,
+         f"B judged the owner lost ({read.get('stale_detections', 0)} detection(s), "
+         f"at {read.get('owner_lost_s')} s; A left a record half-written: "
+         f"{'yes' if read.get('stale_marked') else 'no'})")
+    fact(int(read.get("torn_reads", -1)) == 0 and int(read.get("torn_reads_returned", -1)) == 0,
+         f"no torn read seen or returned ({read.get('torn_reads')} seen, "
+         f"{read.get('torn_reads_returned')} returned)")
     beats = read.get("heartbeats") or []
-    facts.append((len(beats) >= 2 and len(set(beats[-2:])) == 1,
-                  f"A's heartbeat frozen at its last write ({beats[-1] if beats else '?'})"))
-    for ok, text in facts:
-        print(f"vm_pair: {'ok  ' if ok else 'FAIL'} {text}")
-    return 0 if all(ok for ok, _ in facts) else 1
+    fact(len(beats) >= 2 and len(set(beats[-2:])) == 1,
+         f"A's heartbeat frozen at its last write ({beats[-1] if beats else '?'})")
+    return 1 if fact.report("vm_pair: ok   ", "vm_pair: FAIL ") else 0
 
 
 def main(argv: list[str]) -> int:

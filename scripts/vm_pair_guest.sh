@@ -7,23 +7,14 @@ set -u
 ROLE=$1
 OUT=$2
 MOUNTS=$3
-echo booted >"$OUT/booted"
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"  # the first guest's kernels
-modprobe -a nfit libnvdimm nd_pmem dax_pmem device_dax 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"
+guest_up || exit 1  # with the first guest's kernels
+nvdimm_modules
 if [ "$ROLE" = writer ]; then
-  wait_for 60 "/sys/bus/nd/devices/namespace*.0" || { log "no nvdimm namespace"; exit 1; }
-  ns=""
-  for n in /sys/bus/nd/devices/namespace*.0; do ns=${n##*/}; done
-  ndctl create-namespace -f -e "$ns" -m devdax -a 2M >"$OUT/ndctl.json" 2>"$OUT/ndctl.err" \
-    || { log "ndctl create-namespace failed: $(cat "$OUT/ndctl.err")"; exit 1; }
-  echo ready >"$OUT/namespace-ready"
+  share_pool || exit 1
 fi
-wait_for 60 "/dev/dax*" || { ls /sys/bus/nd/devices >"$OUT/nd-devices.txt" 2>&1; log "no /dev/dax*"; exit 1; }
-dax=""
-for d in /dev/dax*; do dax=$d; done
-log "$ROLE on $dax"
-"$PY" "$REPO/scripts/vm_pair.py" "$ROLE" "$dax" "$OUT" >"$OUT/$ROLE.log" 2>&1
+find_pool || exit 1
+log "$ROLE on $DAX"
+"$PY" "$REPO/scripts/vm_pair.py" "$ROLE" "$DAX" "$OUT" >"$OUT/$ROLE.log" 2>&1
 echo $? >"$OUT/$ROLE.rc"
-echo done >"$OUT/done"
+guest_done

@@ -12,25 +12,20 @@ protocol only: TCG has no cache timing, so no figure here is a speed.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
-from vm_facts import _rows
+from vm_lib import Facts, exit_fact, finish, read_json, rows, text
 
 METHODS = ("load", "store", "nt-store", "clflush-load")
 REGION = "ncmem:/dev/nearlocal-pool0"
 PAT_NAMES = {"uc": "uncached", "wc": "write-combining", "wb": "write-back"}
 
 
-def _text(path: Path) -> str:
-    return path.read_text(errors="replace").strip() if path.exists() else "missing"
-
-
 def _one_line_exit_2(out: Path, name: str, needle: str) -> tuple[bool, str]:
     """A run that must end with one line on stderr and exit 2, the line holding `needle`."""
-    rc, err = _text(out / f"{name}.rc"), _text(out / f"{name}.err")
+    rc, err = text(out / f"{name}.rc"), text(out / f"{name}.err")
     ok = rc == "2" and len(err.splitlines()) == 1 and needle in err
     return ok, f"rc {rc}: {err[:220]}"
 
@@ -38,7 +33,7 @@ def _one_line_exit_2(out: Path, name: str, needle: str) -> tuple[bool, str]:
 def _pat_ranges(path: Path, start: int, size: int) -> list[str]:
     """The PAT list's entries that overlap [start, start + size)."""
     found = []
-    for line in _text(path).splitlines():
+    for line in text(path).splitlines():
         hit = re.search(r"\[mem 0x([0-9a-f]+)-0x([0-9a-f]+)\]\s*(.*)", line)
         if hit and int(hit.group(1), 16) < start + size and start < int(hit.group(2), 16):
             found.append(line.strip())
@@ -46,32 +41,22 @@ def _pat_ranges(path: Path, start: int, size: int) -> list[str]:
 
 
 def check(out: Path) -> list[str]:
-    problems: list[str] = []
-
-    def fact(ok: bool, text: str) -> None:
-        if ok:
-            print(f"vm_check: pool module: fact: {text}")
-        else:
-            problems.append(text)
-
-    dax, start_text, size_text = [*_text(out / "dax.txt").split(), "", "", ""][:3]
+    fact = Facts()
+    dax, start_text, size_text = [*text(out / "dax.txt").split(), "", "", ""][:3]
     fact(bool(dax) and start_text.startswith("0x"), f"the nvdimm's device-dax {dax} at "
          f"{start_text}, {size_text} bytes (/sys/bus/dax/devices/{dax}/resource, size)")
     start, size = int(start_text or "0", 16), int(size_text or "0", 16)
-    fact(_text(out / "build.rc") == "0", "the module builds against the guest kernel's headers "
-         f"(make -C /lib/modules/$(uname -r)/build; rc {_text(out / 'build.rc')}: "
-         f"{_text(out / 'build.log')[-200:]})")
-    try:
-        unloaded = json.loads((out / "probe-unloaded.json").read_text())["inventory"]["pool_module"]
-    except (OSError, ValueError, KeyError):
-        unloaded = {}
+    fact(text(out / "build.rc") == "0", "the module builds against the guest kernel's headers "
+         f"(make -C /lib/modules/$(uname -r)/build; rc {text(out / 'build.rc')}: "
+         f"{text(out / 'build.log')[-200:]})")
+    unloaded = (read_json(out / "probe-unloaded.json").get("inventory") or {}).get("pool_module") or {}
     commands = " ; ".join(unloaded.get("commands") or [])
     fact(not unloaded.get("loaded", True) and "insmod" in commands and start_text in commands,
          f"probe before insmod: not loaded, the commands name this device's range ({commands})")
 
     for name, needle in (("held", "held by another driver"), ("ram", "overlaps System RAM"),
                          ("zero", "must be page aligned, more than 0 bytes")):
-        rc, said = _text(out / f"insmod-{name}.rc"), _text(out / f"insmod-{name}.kmsg")
+        rc, said = text(out / f"insmod-{name}.rc"), text(out / f"insmod-{name}.kmsg")
         fact(rc != "0" and needle in said, f"insmod refuses ({name}): rc {rc}, the kernel log "
              f"says {said!r}")
     ok, said = _one_line_exit_2(out, "held", "held by another driver")
@@ -80,23 +65,19 @@ def check(out: Path) -> list[str]:
     fact(not (out / "held-results").exists() or not any((out / "held-results").iterdir()),
          "that run wrote nothing")
 
-    fact(_text(out / "insmod.rc") == "0" and "nearlocal_pool" in _text(out / "iomem-loaded.txt"),
-         f"insmod on the freed range loads; /proc/iomem names it ({_text(out / 'insmod.kmsg')})")
-    try:
-        module = json.loads((out / "probe.json").read_text())["inventory"]["pool_module"]
-    except (OSError, ValueError, KeyError):
-        module = {}
+    fact(text(out / "insmod.rc") == "0" and "nearlocal_pool" in text(out / "iomem-loaded.txt"),
+         f"insmod on the freed range loads; /proc/iomem names it ({text(out / 'insmod.kmsg')})")
+    module = (read_json(out / "probe.json").get("inventory") or {}).get("pool_module") or {}
     fact(bool(module.get("loaded")) and module.get("start") == start and module.get("size") == size,
          f"probe: the module loaded, bound to [{start:#x}, +{size:#x}) (saw start "
          f"{module.get('start')}, size {module.get('size')}, device {module.get('device')})")
 
-    rc = _text(out / "run.rc")
-    fact(rc == "0", f"nearlocal run of the B7 rows exits 0 (rc {rc}: {_text(out / 'run.err')[-300:]})")
-    rows = {(row["method"], row["attr"]): row for row in _rows(out / "results")
-            if row["region"] == REGION}
+    exit_fact(fact, out, "run", "nearlocal run of the B7 rows exits 0")
+    measured = {(row["method"], row["attr"]): row for row in rows(out / "results")
+                if row["region"] == REGION}
     for method in METHODS:
         for attr in ("uc", "wc", "wb"):
-            row = rows.get((method, attr))
+            row = measured.get((method, attr))
             info = (row or {}).get("info") or {}
             seen = info.get("memtype", "")
             ok = row is not None and row["status"] == "ok" and seen.startswith(PAT_NAMES[attr])
@@ -107,31 +88,28 @@ def check(out: Path) -> list[str]:
         ok, said = _one_line_exit_2(out, f"bad-{name}", needle)
         fact(ok, f"bad input ({name}): one line, exit 2 ({said})")
 
-    fact(_text(out / "mappings-held.txt") == "1", "the holder's write-back mapping is the module's "
-         f"one live mapping (mappings {_text(out / 'mappings-held.txt')})")
-    conflict = _rows(out / "conflict-results")
-    reason = " ".join(str(r.get("reason") or "") for r in conflict) + _text(out / "conflict.err")
-    fact(any(r["status"] != "ok" for r in conflict) or _text(out / "conflict.rc") == "2",
+    fact(text(out / "mappings-held.txt") == "1", "the holder's write-back mapping is the module's "
+         f"one live mapping (mappings {text(out / 'mappings-held.txt')})")
+    conflict = rows(out / "conflict-results")
+    reason = " ".join(str(r.get("reason") or "") for r in conflict) + text(out / "conflict.err")
+    fact(any(r["status"] != "ok" for r in conflict) or text(out / "conflict.rc") == "2",
          f"uc while another process maps the range write-back is refused (rc "
-         f"{_text(out / 'conflict.rc')})")
+         f"{text(out / 'conflict.rc')})")
     fact("PAT" in reason and "write-back" in reason,
          f"the refusal names PAT and the write-back mapping ({reason[:260]})")
-    fact(_text(out / "rmmod-busy.rc") != "0", "rmmod with the device mapped is refused "
-         f"({_text(out / 'rmmod-busy.out')})")
-    fact(_text(out / "mappings-closed.txt") == "0", "the last close leaves no mapping")
-    fact(_text(out / "rmmod.rc") == "0" and not (out / "left-module.txt").exists(),
-         f"rmmod after the last close: no module left ({_text(out / 'rmmod.out') or 'rc 0'})")
-    fact(_text(out / "left-iomem.txt") in ("", "missing"), "no range left claimed in /proc/iomem")
+    fact(text(out / "rmmod-busy.rc") != "0", "rmmod with the device mapped is refused "
+         f"({text(out / 'rmmod-busy.out')})")
+    fact(text(out / "mappings-closed.txt") == "0", "the last close leaves no mapping")
+    fact(text(out / "rmmod.rc") == "0" and not (out / "left-module.txt").exists(),
+         f"rmmod after the last close: no module left ({text(out / 'rmmod.out') or 'rc 0'})")
+    fact(text(out / "left-iomem.txt") in ("", "missing"), "no range left claimed in /proc/iomem")
     left = _pat_ranges(out / "pat-after-unload.txt", start, size)
     fact((out / "pat-after-unload.txt").exists() and not left,
          f"no PAT reservation left on the range ({left[:2] or 'none in pat_memtype_list'})")
     ok, said = _one_line_exit_2(out, "bad-missing", "does not exist")
     fact(ok, f"bad input (the character device missing after rmmod): one line, exit 2 ({said})")
-    return problems
+    return fact.report("vm_check: pool module: fact: ")
 
 
 if __name__ == "__main__":
-    found = check(Path(sys.argv[1]))
-    for problem in found:
-        print(f"vm_check: pool module: FAILED: {problem}", file=sys.stderr)
-    sys.exit(1 if found else 0)
+    sys.exit(finish(check(Path(sys.argv[1])), "vm_check: pool module: FAILED: "))

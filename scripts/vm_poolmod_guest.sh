@@ -9,22 +9,14 @@
 set -u
 OUT=$1
 MOUNTS=$2
-n=0
-mark() {  # written whole, then renamed: the host relays a stage file as soon as it sees it
-  n=$((n + 1)); printf '%s\n' "$1" >"$OUT/.stage" && mv "$OUT/.stage" "$OUT/stage-$(printf %02d $n)"
-}
-echo booted >"$OUT/booted"
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"
-mark "mount image"
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"
+guest_up || exit 1
 
-modprobe -a nfit libnvdimm nd_pmem dax_pmem device_dax 2>&1
+nvdimm_modules
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 wait_for 30 "/sys/bus/nd/devices/region*"
-raw=""
-for ns in /sys/bus/nd/devices/region*/namespace*.0; do [ -e "$ns" ] && raw=${ns##*/}; done
-ndctl create-namespace -f -e "${raw:-namespace0.0}" -m devdax -a 2M >"$OUT/ndctl.json" 2>"$OUT/ndctl.err"
+raw=$(raw_namespace)
+make_devdax "$raw" ndctl
 wait_for 30 "/sys/bus/dax/devices/dax*"
 dax=""
 for d in /sys/bus/dax/devices/dax*; do [ -e "$d" ] && dax=${d##*/}; done
@@ -60,7 +52,7 @@ refuse zero "start=$start" size=0
 mark "refusals"
 
 # --- free the range from device-dax, load the module on it ----------------------------------
-ndctl disable-namespace "${raw:-namespace0.0}" >"$OUT/disable.out" 2>&1
+ndctl disable-namespace "$raw" >"$OUT/disable.out" 2>&1
 insmod "$ko" "start=$start" "size=$size" >"$OUT/insmod.out" 2>&1
 echo $? >"$OUT/insmod.rc"
 kmsg_last >"$OUT/insmod.kmsg"
@@ -121,5 +113,4 @@ grep -i nearlocal /proc/iomem >"$OUT/left-iomem.txt"
 cp /sys/kernel/debug/x86/pat_memtype_list "$OUT/pat-after-unload.txt" 2>/dev/null
 bad missing --region ncmem:/dev/nearlocal-pool0 --attr uc
 mark "unloaded"
-umount -R /tmp/nearlocal-image 2>/dev/null
-echo done >"$OUT/done"
+guest_done

@@ -14,17 +14,14 @@ the rdma-read rows beside it), perftest beside them. Never speeds (TCG).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
+from vm_lib import Facts, decoded, exit_fact, hop_fact, latest_run, read_json, text, whatif_of
+
 PATTERNS = {"16KiB": 1, "128x20KiB": 128, "1024x160B": 1024}
 MOVERS = 2  # the rdma suite's 16 KiB rows by k queue pairs at once
-
-
-def _text(path: Path) -> str:
-    return path.read_text().strip() if path.exists() else "missing"
 
 
 def _integer(value) -> int | None:
@@ -32,25 +29,10 @@ def _integer(value) -> int | None:
     return int(value) if value == value and value is not None else None
 
 
-def _params(value) -> dict:
-    """A row's own parameters (stored as JSON text; defaults are not in them)."""
-    if isinstance(value, dict):
-        return value
-    return json.loads(value) if isinstance(value, str) and value else {}
-
-
 def check(out: Path) -> tuple[list[str], list[str]]:
-    facts: list[str] = []
-    problems: list[str] = []
-
-    def fact(ok: bool, text: str) -> None:
-        (facts if ok else problems).append(text)
-
-    try:
-        rdma = json.loads((out / "probe.json").read_text())["inventory"]["rdma"]
-        device = next(d for d in rdma["devices"] if d["name"] == "rxe0")
-    except (OSError, ValueError, KeyError, StopIteration):
-        rdma, device = {}, None
+    fact = Facts()
+    rdma = (read_json(out / "probe.json").get("inventory") or {}).get("rdma") or {}
+    device = next((d for d in rdma.get("devices", []) if d.get("name") == "rxe0"), None)
     fact(device is not None and device["limits"].get("max_sge", 0) > 0,
          f"probe: rxe0 listed with its limits ({device and device['limits']})")
     if device is not None:
@@ -60,20 +42,16 @@ def check(out: Path) -> tuple[list[str], list[str]]:
         fact(port.get("active_mtu", 0) in (256, 512, 1024, 2048, 4096),
              f"probe: rxe0 port 1 active MTU {port.get('active_mtu')}, max "
              f"{port.get('max_mtu')} (ibv_query_port)")
-    rc = _text(out / "run.rc")
-    fact(rc == "0", f"mpiexec -n 2 nearlocal run --suite rdma exits 0 (rc {rc}: "
-         f"{_text(out / 'run.err')[-400:]})")
-    runs = sorted((out / "results").glob("*/run.json"))
-    if not runs:
-        problems.append("no stored run in results/")
-        return facts, problems
+    exit_fact(fact, out, "run", "mpiexec -n 2 nearlocal run --suite rdma exits 0")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from nearlocal.store import load
-
-    cases = load(runs[-1].parent).cases
-    cases["info_d"] = [i if isinstance(i, dict) else json.loads(i or "{}") for i in cases["info"]]
+    run = latest_run(out / "results")
+    if run is None:
+        fact(False, "no stored run in results/")
+        return fact.held, fact.failed
+    cases = run.cases
+    cases["info_d"] = cases["info"].map(decoded)
     variants = cases["info_d"].map(lambda i: i.get("sge", ""))  # info says it, param or default
-    params = cases["params"].map(_params)
+    params = cases["params"].map(decoded)
     mtus = params.map(lambda p: str(p.get("mtu", "1024")))  # the default path MTU's rows here
     transports = params.map(lambda p: p.get("transport", "write"))
     movers = params.map(lambda p: str(p.get("movers", "1")))
@@ -85,7 +63,7 @@ def check(out: Path) -> tuple[list[str], list[str]]:
                 rows = cases[(cases["method"] == method) & (cases["pattern"] == pattern)
                              & (variants == variant) & (mtus == "1024") & (movers == "1")]
                 if len(rows) != 1:
-                    problems.append(f"{method} {pattern} sge={variant}: {len(rows)} rows")
+                    fact(False, f"{method} {pattern} sge={variant}: {len(rows)} rows")
                     continue
                 row = rows.iloc[0]
                 info = row["info_d"]
@@ -114,7 +92,7 @@ def check(out: Path) -> tuple[list[str], list[str]]:
         rows = cases[(cases["method"] == method) & (cases["pattern"] == "16KiB") & (mtus == "4096")
                      & (movers == "1")]
         if len(rows) != 1:
-            problems.append(f"{method} 16KiB mtu=4096: {len(rows)} rows")
+            fact(False, f"{method} 16KiB mtu=4096: {len(rows)} rows")
             continue
         row = rows.iloc[0]
         info = row["info_d"]
@@ -132,29 +110,22 @@ def check(out: Path) -> tuple[list[str], list[str]]:
         rows = cases[(cases["method"] == method) & (cases["pattern"] == "16KiB")
                      & (movers == str(MOVERS))]
         if len(rows) != 1:
-            problems.append(f"{method} 16KiB movers={MOVERS}: {len(rows)} rows")
+            fact(False, f"{method} 16KiB movers={MOVERS}: {len(rows)} rows")
             continue
         row = rows.iloc[0]
         fact(*_movers_fact(method, row, row["info_d"]))
-    fact(*_contention_fact(load(runs[-1].parent)))
-    perftest = _text(out / "perftest.txt")
-    fact(_text(out / "perftest.rc") == "0" and "ib_write_lat" in perftest
+    fact(*_contention_fact(run))
+    perftest = text(out / "perftest.txt")
+    fact(text(out / "perftest.rc") == "0" and "ib_write_lat" in perftest
          and "ib_read_lat" in perftest and " nan " not in perftest,
          f"compare_perftest.sh ran ib_write_lat, ib_read_lat, ib_write_bw:\n{perftest}\n"
-         f"{_text(out / 'perftest.err')[-300:]}")
+         f"{text(out / 'perftest.err', 300)}")
     # the what-if's RDMA hop from this run's own rows (an emulated box's: never a speed)
-    from nearlocal.whatif import Request, inputs_of, whatif
-
-    rdma = next(p for p in whatif(inputs_of(load(runs[-1].parent)), Request()).paths
-                if p.path == "rdma")
-    hop = rdma.terms[0]
-    fact(hop.source == "measured" and bool(hop.rows)
-         and all(r.startswith(("rdma-read/", "rdma-write/")) for r in hop.rows),
-         f"whatif: the RDMA path's rdma hop predicted from the run's rdma rows "
-         f"({hop.way}; rows {', '.join(hop.rows) or hop.source})")
-    for ok, text in replay_facts(out):
-        fact(ok, text)
-    return facts, problems
+    hop_fact(fact, whatif_of(run), "rdma",
+             row_ok=lambda row: row.startswith(("rdma-read/", "rdma-write/")))
+    for ok, said in replay_facts(out):
+        fact(ok, said)
+    return fact.held, fact.failed
 
 
 def replay_facts(out: Path) -> list[tuple[bool, str]]:
@@ -162,12 +133,11 @@ def replay_facts(out: Path) -> list[tuple[bool, str]]:
     window: it ran, every request with hits was moved by a queue pair, the data check held, the
     output says the box is emulated, and replay_check.py gave the simulation's P50 / P99 from
     the suite's rdma-read rows beside the replay's (figures shown, never compared: TCG)."""
-    rc = _text(out / "replay.rc")
-    try:
-        replay = json.loads((out / "replay.json").read_text())
-    except (OSError, ValueError):
+    rc = text(out / "replay.rc")
+    replay = read_json(out / "replay.json")
+    if not replay:
         return [(False, f"RDMA replay: no replay.json (rc {rc}: "
-                        f"{_text(out / 'replay.err')[-400:]})")]
+                        f"{text(out / 'replay.err', 400)})")]
     records = replay.get("per_request") or []
     moved = [r for r in records if r.get("bytes", 0) > 0]
     served = [r for r in moved if r.get("mover", -1) in range(int(replay.get("movers") or 0))
@@ -187,13 +157,13 @@ def replay_facts(out: Path) -> list[tuple[bool, str]]:
         (bool(replay.get("emulated")),
          f"RDMA replay: labelled emulated ({replay.get('emulated') or 'not said'})"),
     ]
-    try:
-        check = json.loads((out / "replay-check.json").read_text())
-        (load,) = check["loads"]
-    except (OSError, ValueError, KeyError, TypeError):
+    check = read_json(out / "replay-check.json")
+    loads = check.get("loads") or []
+    if len(loads) != 1 or not isinstance(loads[0], dict):
         facts.append((False, "RDMA replay: replay_check.py gave no prediction "
-                             f"({_text(out / 'replay-check.err')[-400:]})"))
+                             f"({text(out / 'replay-check.err', 400)})"))
         return facts
+    (load,) = loads
     sim, real = load.get("simulated_reload") or {}, load.get("replay_reload") or {}
     facts.append((
         check.get("way") == "rdma/rdma-read" and bool(check.get("transfer_rows"))
@@ -247,11 +217,11 @@ def _contention_fact(run) -> tuple[bool, str]:
 
 
 def main(out: Path) -> int:
-    facts, problems = check(out)
-    for text in facts:
-        print(f"vm_rdma: ok: {text}")
-    for text in problems:
-        print(f"vm_rdma: FAILED: {text}")
+    held, problems = check(out)
+    for line in held:
+        print(f"vm_rdma: ok: {line}")
+    for line in problems:
+        print(f"vm_rdma: FAILED: {line}")
     print("vm_rdma: interfaces, work-request splitting and the protocol under TCG; never speed")
     return 1 if problems else 0
 

@@ -11,12 +11,8 @@
 set -u
 OUT=$1
 MOUNTS=$2
-n=0
-mark() { n=$((n + 1)); printf '%s\n' "$1" >"$OUT/stage-$(printf %02d $n)"; }
-echo booted >"$OUT/booted"
-source "$(dirname "${BASH_SOURCE[0]}")/vm_mount.sh"
-mount_image "$MOUNTS" || exit 1
-[ -e "$OUT/numba-cache.tar" ] && tar -C /tmp -xf "$OUT/numba-cache.tar"
+source "$(dirname "${BASH_SOURCE[0]}")/vm_lib.sh"
+guest_up || exit 1
 modprobe rdma_rxe 2>"$OUT/modprobe.err"
 ip link add nlrdma0 type dummy && ip link set nlrdma0 mtu 9000 && ip addr add 10.77.0.1/24 dev nlrdma0 \
   && ip link set nlrdma0 up  # MTU 9000: rxe0's active MTU 4096, so the suite's mtu=4096 rows run
@@ -49,5 +45,4 @@ RESULTS=$OUT/results DEVICE=rxe0 SIZES="16384" ITERS=200 timeout -k 5 300 \
   bash "$REPO/scripts/compare_perftest.sh" >"$OUT/perftest.txt" 2>"$OUT/perftest.err"
 echo $? >"$OUT/perftest.rc"
 mark "compare_perftest.sh"
-umount -R /tmp/nearlocal-image 2>/dev/null
-echo done >"$OUT/done"
+guest_done

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "vm_check.sh"
+sys.path.insert(0, str(REPO / "scripts"))
+from vm_facts import check  # noqa: E402 - a script, found through sys.path (as it finds vm_lib)
 
 
 def _rig(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -156,21 +159,15 @@ def _replay_out(out: Path, pool: str, replay: dict, same: dict) -> None:
 
 
 def test_an_accept_measured_off_the_guests_pool_is_a_failed_fact(tmp_path):
-    from scripts.vm_facts import check
-
     problems = check(_guest_out(tmp_path, accept_region="numa:1"))
     assert len(problems) == 2 and all(p.startswith("accept:") for p in problems), problems
 
 
 def test_the_facts_hold_on_what_a_good_guest_writes(tmp_path):
-    from scripts.vm_facts import check
-
     assert check(_guest_out(tmp_path)) == []
 
 
 def test_a_bar_mapped_with_the_wrong_type_is_a_failed_fact(tmp_path):
-    from scripts.vm_facts import check
-
     problems = check(_guest_out(tmp_path, memtype_wc="uncached-minus"))
     assert problems == ["run: pcibar:0000:00:0b.0/2 wc is ok with memtype write-combining "
                         "(saw ok: uncached-minus)"]
@@ -229,8 +226,6 @@ def test_the_guest_boots_and_every_fact_holds():
 
 
 def test_a_whatif_run_that_failed_is_a_failed_fact(tmp_path):
-    from scripts.vm_facts import check
-
     out = _guest_out(tmp_path)
     (out / "whatif-run.rc").write_text("1\n")
     (out / "whatif-run.err").write_text("nearlocal: error: numa:1 is not on this box\n")
@@ -249,15 +244,11 @@ def test_a_whatif_run_that_failed_is_a_failed_fact(tmp_path):
 ])
 def test_a_replay_off_the_pool_or_unlike_the_simulations_is_a_failed_fact(tmp_path, replay,
                                                                           same, fact):
-    from scripts.vm_facts import check
-
     problems = check(_guest_out(tmp_path, replay=replay, same=same))
     assert len(problems) == 1 and problems[0].startswith(fact), problems
 
 
 def test_a_cache_resident_pool_holds_when_marked(tmp_path):
-    from scripts.vm_facts import check
-
     note = "cache-resident pool: not a memory figure (devdax:/dev/dax0.0 holds 250MiB, ...)"
     out = _guest_out(tmp_path, replay={"pool_bytes": 200 << 20, "llc_bytes": 64 << 20,
                                        "memory_figure": False, "pool_note": note})
@@ -265,8 +256,6 @@ def test_a_cache_resident_pool_holds_when_marked(tmp_path):
 
 
 def test_a_replay_check_that_did_not_run_is_a_failed_fact(tmp_path):
-    from scripts.vm_facts import check
-
     out = _guest_out(tmp_path)
     (out / "replay-check.rc").write_text("2\n")
     (out / "replay-check.err").write_text("replay_check: --region devdax:/dev/dax0.0 holds "
