@@ -17,10 +17,14 @@ was written before the table last changed), else from the installed distribution
 (a wheel, where no pyproject.toml is shipped). The source tree's file is the truth for the code
 beside it; metadata is a copy made at install time and may be stale or another tree's.
 
+The upper groups (hops, report sections, commands) are loaded by the layer that uses them
+(whatif, report, the command line), never by a worker: their modules may import that layer.
+
 NEARLOCAL_PLUGINS (comma-separated module names) adds modules without a distribution. It is read
-here once, for both registries: such a module may declare anything (a region kind, a method, a
-suite), so it is imported after every group whichever registry asks first, and the built-in
-entries keep their order. A third-party module that does not load is bad input: one line.
+here once, for every registry: such a module may declare anything (a region kind, a method, a
+suite, a section...), so it is imported after the region and method groups whichever registry
+asks first, and the built-in entries keep their order. A third-party module that does not load
+is bad input: one line.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from pathlib import Path
 
 REGION_GROUP = "nearlocal.region_kinds"  # modules that declare region kinds (regions/base.py)
 METHOD_GROUP = "nearlocal.methods"  # modules that declare methods, suites, pattern kinds
-GROUPS = (REGION_GROUP, METHOD_GROUP)  # lowest layer first: the order they load in
+# The upper layers' registries, whose modules may import the layer that loads them (a family's
+# face: nearlocal/<family>/report_section.py ...; docs/architecture.md "What a family brings"):
+HOP_GROUP = "nearlocal.serving_hops"  # hops and serving paths (whatif/paths.py)
+SECTION_GROUP = "nearlocal.report_sections"  # the report's sections (report/registry.py)
+COMMAND_GROUP = "nearlocal.commands"  # subcommands (nearlocal/subcommands.py)
+LOW_GROUPS = (REGION_GROUP, METHOD_GROUP)  # lowest layer first: the order they load in
+GROUPS = (*LOW_GROUPS, HOP_GROUP, SECTION_GROUP, COMMAND_GROUP)  # every group, lowest first
 PLUGINS_ENV = "NEARLOCAL_PLUGINS"
 DISTRIBUTION = "nearlocal"
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -112,8 +122,8 @@ def load_env_plugins() -> None:
         return
     _loaded.add(PLUGINS_ENV)
     names = env_plugins()
-    if names:
-        for group in GROUPS:
+    if names:  # the groups a worker loads too: an upper group loads only where it is used
+        for group in LOW_GROUPS:
             _load_group_only(group)
     for name in names:
         _import_plugin(name, f"{PLUGINS_ENV}: plugin {name!r}")

@@ -5,7 +5,12 @@ string is a load by name and counts as an import of it (`importlib.import_module
 `lazy_import("x")`, a registry's list of modules). An entry point of pyproject.toml's groups is a
 module plugged into a registry (nearlocal/plugins.py loads it; the registry names none): it must
 sit from the registry's layer up to the method families', since whatever it imports is loaded
-wherever the registry is used. No private name (`_x`) is imported across packages."""
+wherever the registry is used; the upper groups (hops, report sections, commands) are loaded only
+by the layer that uses them, so their modules may sit up to that layer. A family's face (FACES:
+`nearlocal/<family>/serving.py`, `report_section.py`, `commands.py`) is a module of the family
+that sits in an upper layer, so that the family's hop, section and command live in the family:
+it is a unit of its own, nothing imports it, and only its entry-point group loads it. No private
+name (`_x`) is imported across packages."""
 
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent / "nearlocal"
 # Lowest first. A top-level module is its own unit, named by its file.
 LAYERS: list[tuple[str, set[str]]] = [
     ("utilities", {"__init__", "errors", "units", "params", "lazy", "sysroot", "safeio",
-                   "terminal", "reporters", "plugins"}),  # __init__: the version; plugins: the groups' loader
+                   "terminal", "reporters", "plugins", "subcommands"}),  # __init__: the version;
+    # plugins: the groups' loader; subcommands: the registry of commands
     ("kernels", {"kernels"}),  # compiled code: the probe measures with it too
     ("probe", {"probe"}),
     ("regions", {"regions"}),
@@ -34,10 +40,22 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("front ends", {"frontends", "bench", "__main__"}),  # bench: the pytest front end
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
+LAYER_NAMED = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+# A family's faces: module name -> the layer it sits in (the layer whose registry it fills, which
+# it may import). The family's other modules may not import it (an upward import).
+FACES = {"serving": "judging", "report_section": "judging", "commands": "front ends"}
+FAMILIES = LAYERS[LAYER_NAMED["families"]][1]
+LAYER_OF |= {f"{family}.{face}": LAYER_NAMED[layer] for family in FAMILIES
+             for face, layer in FACES.items()}
 
 
 def unit_of(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else "__init__"
+    """A top-level package or module; a family's face (`nearlocal.rack.report_section`) is its own
+    unit, `rack.report_section`, in the face's layer."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] in FAMILIES and parts[2] in FACES:
+        return f"{parts[1]}.{parts[2]}"
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
 def module_name(path: Path) -> str:
@@ -149,8 +167,11 @@ def test_a_module_named_in_a_string_is_an_import_of_it():
 # imports is loaded wherever the registry is used (a store's load, a worker), so it may sit no
 # higher than the method families.
 ENTRY_POINT_GROUPS = {"nearlocal.region_kinds": ("regions", "families"),
-                      "nearlocal.methods": ("core", "families")}
-LAYER_NAMED = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+                      "nearlocal.methods": ("core", "families"),
+                      # the upper groups: loaded only where their registry is used
+                      "nearlocal.serving_hops": ("judging", "judging"),  # whatif/paths.py
+                      "nearlocal.report_sections": ("judging", "judging"),  # report/registry.py
+                      "nearlocal.commands": ("utilities", "front ends")}  # nearlocal/subcommands.py
 
 
 def entry_point_problems(tables: dict[str, dict[str, str]]) -> list[str]:
@@ -207,3 +228,31 @@ def test_no_private_name_crosses_a_package():
         "nearlocal.gpu.regions imports nearlocal.regions.host._fill"]
     assert private_imports("from nearlocal.regions.host import _fill\n",
                            "nearlocal.regions.interleave") == []  # within its package
+
+
+def face_imports(source: str, module: str) -> list[str]:
+    """Imports of a family's face in `source`: a face is loaded by its entry-point group only."""
+    return [f"{module} imports {name}" for name in sorted(imported_by(source, module))
+            if unit_of(name).count(".") and unit_of(name) != unit_of(module)]
+
+
+def test_a_face_is_loaded_by_its_group_only():
+    """Nothing imports rack's report section, say: the report finds it by its entry point, so the
+    family could drop it, or a plugin add its own, with no edit to the report."""
+    found = [line for path in sorted(ROOT.rglob("*.py"))
+             for line in face_imports(path.read_text(), module_name(path))]
+    assert found == [], "\n".join(found)
+    assert face_imports("from nearlocal.rack.report_section import section_rack\n",
+                        "nearlocal.report.tables") == [
+        "nearlocal.report.tables imports nearlocal.rack.report_section",
+        "nearlocal.report.tables imports nearlocal.rack.report_section.section_rack"]
+
+
+def test_a_family_may_not_import_its_own_face():
+    """rack.methods importing rack.report_section is an upward import (families -> judging): the
+    face is the family's, its layer is the report's."""
+    source, module = "from nearlocal.rack import report_section\n", "nearlocal.rack.methods"
+    targets = {unit_of(name) for name in imported_by(source, module)} - {unit_of(module)}
+    assert targets == {"rack.report_section"}
+    assert LAYER_OF["rack.report_section"] > LAYER_OF[unit_of(module)]
+    assert unit_of("nearlocal.report.sections.summary") == "report"

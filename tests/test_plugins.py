@@ -74,17 +74,65 @@ register_suite(Suite("demo", "an installed plugin's suite",
                      [lambda: [Case("demo-load", "demoscratch", "wb", "4KiB")]]))
 '''
 
+# Its upper-layer modules: each imports the layer whose registry it fills, and is loaded only there
+# (the report, whatif, the command line), never by a worker.
+DEMO_SECTION = '''
+from nearlocal.report.model import Section
+from nearlocal.report.registry import register_frames_section
+
+
+def section_demo(runs, frames):
+    section = Section("demo", "Demo — an installed plugin's section", "Rows of demo-load.")
+    count = sum(int((df["method"] == "demo-load").sum()) for df in frames)
+    section.notes.append(f"demo-load rows: {count}")
+    return section
+
+
+register_frames_section("demo", 9001, section_demo)
+'''
+DEMO_HOPS = '''
+from nearlocal.whatif.paths import LOCAL, Hop, ServingPath, register_hop, register_serving_path
+
+register_hop(Hop("demo-link", "a plugin's link -> host DRAM", frozenset({"cpu"}),
+                 frozenset({"demo"}), LOCAL))
+register_serving_path(ServingPath("demo-path", "KV over a plugin's link",
+                                  (("demo-link", "host->gpu"),)))
+'''
+DEMO_COMMAND = '''
+from nearlocal.subcommands import register_command
+
+
+def _hello(args):
+    from nearlocal.core.methods import load_methods
+
+    print(f"demo says hello to {args.name}; demo-load declared: {'demo-load' in load_methods()}")
+    return 0
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("demo-hello", help="an installed plugin's command")
+    parser.add_argument("name")
+    parser.set_defaults(func=_hello)
+
+
+register_command("demo-hello", register)
+'''
+DEMO_MODULES = {"regions": DEMO_REGIONS, "methods": DEMO_METHODS, "section": DEMO_SECTION,
+                "hops": DEMO_HOPS, "command": DEMO_COMMAND}
+DEMO_GROUPS = {"region_kinds": "regions", "methods": "methods", "report_sections": "section",
+               "serving_hops": "hops", "commands": "command"}
+
 
 def _demo_distribution(root: Path) -> Path:
     root.mkdir()
-    (root / "nearlocal_demo_regions.py").write_text(DEMO_REGIONS)
-    (root / "nearlocal_demo_methods.py").write_text(DEMO_METHODS)
+    for name, text in DEMO_MODULES.items():
+        (root / f"nearlocal_demo_{name}.py").write_text(text)
     info = root / "nearlocal_demo-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nearlocal-demo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[nearlocal.region_kinds]\ndemo = nearlocal_demo_regions\n\n"
-        "[nearlocal.methods]\ndemo = nearlocal_demo_methods\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[nearlocal.{group}]\ndemo = nearlocal_demo_{module}\n\n"
+        for group, module in DEMO_GROUPS.items()))
     return root
 
 
@@ -118,6 +166,35 @@ def test_an_installed_distribution_adds_a_method_a_region_kind_and_a_suite(tmp_p
 
     (row,) = load("latest", tmp_path / "store").cases.to_dict("records")
     assert (row["method"], row["region"], row["status"]) == ("demo-load", "demoscratch", "ok")
+
+
+def test_an_installed_distribution_adds_a_command_a_report_section_and_a_serving_hop(tmp_path):
+    """The same distribution's upper-layer modules: `--help` lists its command and the command
+    runs; the report renders its section; whatif's paths hold its path and hop. Nothing of
+    nearlocal names them."""
+    import json
+
+    from tests.report_fixtures import make_run, row
+
+    path = _demo_distribution(tmp_path / "site")
+    helped = _nearlocal(["--help"], path)
+    assert helped.returncode == 0 and "demo-hello" in helped.stdout
+    assert "an installed plugin's command" in " ".join(helped.stdout.split())
+    said = _nearlocal(["demo-hello", "world"], path)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == "demo says hello to world; demo-load declared: True"
+    make_run(tmp_path / "store", [row("load", "dram"), row("load", "numa:1")])
+    report = _nearlocal(["report", "--out", str(tmp_path / "store"), "--markdown",
+                         str(tmp_path / "report.md"), "--quiet"], path)
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert "Demo — an installed plugin's section" in text and "demo-load rows: 0" in text
+    asked = _nearlocal(["whatif", "--out", str(tmp_path / "store"), "--reference", "h100-sxm",
+                        "--json"], path)
+    assert asked.returncode == 0, asked.stderr
+    answer = json.loads(asked.stdout)
+    (demo,) = [p for p in answer["paths"] if p["path"] == "demo-path"]
+    assert "demo-link" in json.dumps(demo)
 
 
 def test_an_installed_plugin_that_does_not_load_is_one_line_naming_it(tmp_path):

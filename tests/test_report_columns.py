@@ -40,8 +40,10 @@ def test_rows_stored_without_the_columns_derive_them_at_load(tmp_path):
 # The modules whose data quote the papers' (and MLC's) figures: the section specs. Only there, in
 # their module-level constants (the spec data: "B9 compares cuda-memcpy with gather-kernel"), may a
 # method or region kind be named; their functions read those constants and the rows' columns.
+# A family's own section (nearlocal/<family>/report_section.py: rack's, rdma's) is a section spec
+# too, named from nearlocal/.
 SECTION_SPECS = {"sections/beluga.py", "sections/swiftcache.py", "sections/summary.py",
-                 "sections/latency.py", "sections/rack.py", "sections/rdma.py"}
+                 "sections/latency.py", "../rack/report_section.py", "../rdma/report_section.py"}
 # Names outside the section specs, each with why (none: acceptance, whose spec language defaults to
 # local DRAM, moved out to nearlocal/acceptance/).
 ALLOWED: dict[str, set[str]] = {}
@@ -80,8 +82,11 @@ def test_the_report_names_methods_and_region_kinds_only_in_section_specs():
     methods, kinds = set(METHODS), set(REGION_KINDS)
     assert {"load", "chase", "cuda-memcpy"} <= methods and {"dram", "numa", "gpu"} <= kinds
     found, quoted = [], set()
-    for path in sorted(REPORT.rglob("*.py")):
-        name = path.relative_to(REPORT).as_posix()
+    faces = sorted(REPORT.parent.glob("*/report_section.py"))
+    assert faces  # rack's and rdma's
+    for path in [*sorted(REPORT.rglob("*.py")), *faces]:
+        name = path.relative_to(REPORT).as_posix() if path.is_relative_to(REPORT) \
+            else f"../{path.relative_to(REPORT.parent).as_posix()}"
         tree = ast.parse(path.read_text())
         spec = _spec_data(tree) if name in SECTION_SPECS else set()
         for node in _named_constants(tree):

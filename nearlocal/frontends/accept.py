@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
+from nearlocal.subcommands import register_command
 
 if TYPE_CHECKING:
     from nearlocal.acceptance.spec import Spec
@@ -131,3 +132,6 @@ def register(sub) -> None:
     for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH
         parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
     parser.set_defaults(func=_accept)
+
+
+register_command("accept", register)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -20,12 +19,6 @@ from nearlocal.frontends.selection import (
     run_settings,
     selected_cases,
 )
-
-# Modules that add subcommands: each has `register(subparsers)` setting `func` on its parser.
-COMMAND_MODULES: list[str] = ["nearlocal.workloads.commands", "nearlocal.report.commands",
-                              "nearlocal.whatif.commands",
-                              "nearlocal.frontends.ci_commands", "nearlocal.rpc.commands",
-                              "nearlocal.frontends.replay"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -308,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--all", action="store_true", help="include skipped rows")
     show.set_defaults(func=_show)
 
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+    from nearlocal.subcommands import add_commands
+
+    add_commands(sub)  # every other command: the registry, filled by its entry-point group
     return parser
 
 

@@ -20,6 +20,7 @@ from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.store.runs import Store, cases_frame
 from nearlocal.store.schema import CASE_COLUMNS, CASE_ROW_FIELDS, RUN_META_FIELDS, shape_problem
+from nearlocal.subcommands import register_command
 
 np = lazy_import("numpy")
 pa = lazy_import("pyarrow")
@@ -236,3 +237,6 @@ def register(sub) -> None:
     parser.add_argument("file", help="the file written by `pytest bench/ --benchmark-json FILE`")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     parser.set_defaults(func=_import)
+
+
+register_command("import", register)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.subcommands import register_command
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:
@@ -444,3 +445,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", help="write the JSON (per-request records) here")
     parser.add_argument("--json", action="store_true", help="print the JSON")
     parser.set_defaults(func=_replay)
+
+
+register_command("replay", register)

@@ -18,6 +18,7 @@ from nearlocal.gate.baselines import (
     set_baseline,
 )
 from nearlocal.gate.modes import DEFAULT_MODE, MODES, modes_help
+from nearlocal.subcommands import register_command
 from nearlocal.units import non_negative_int
 
 
@@ -105,7 +106,7 @@ def _baseline(args) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register_compare(sub) -> None:
     from nearlocal.gate.render import COMPARE_FORMATS
     from nearlocal.gate.verdict import DEFAULT_ALPHA
 
@@ -140,6 +141,8 @@ def register(sub) -> None:
                         help="compare an incomplete (interrupted or killed) run anyway")
     parser.set_defaults(func=_compare)
 
+
+def register_baseline(sub) -> None:
     baseline = sub.add_parser("baseline", help="a named baseline run per host, kept in the store")
     actions = baseline.add_subparsers(dest="action", required=True)
     set_parser = actions.add_parser("set", help="make RUN this host's baseline")
@@ -150,3 +153,7 @@ def register(sub) -> None:
     show = actions.add_parser("show", help="list the baselines")
     show.add_argument("--out", default="results", help="the store's root (default ./results)")
     baseline.set_defaults(func=_baseline)
+
+
+register_command("compare", register_compare)
+register_command("baseline", register_baseline)

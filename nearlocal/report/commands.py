@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.subcommands import register_command
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -63,3 +64,6 @@ def register(subparsers) -> None:
                         help="do not print the tables (with --html / --markdown they are not "
                         "printed anyway: one line says where the file is)")
     parser.set_defaults(func=_report)
+
+
+register_command("report", register)

@@ -1,5 +1,8 @@
 """The registry of report sections, like suites': each section is declared once, with its key and
-its place in the report (`order`), by the module that builds it (report.sections.*)."""
+its place in the report (`order`), by the module that builds it: report/sections/ (the papers'
+tables, the summary), a family's report_section.py (rack's, rdma's: a face of the family that may
+import the report), a plugin's module. They are the entry-point group plugins.SECTION_GROUP,
+loaded by ordered_sections(): the report names none of them."""
 
 from __future__ import annotations
 
@@ -59,4 +62,7 @@ def register_frames_section(key: str, order: int, build: FramesBuild, *,
 
 
 def ordered_sections() -> list[SectionSpec]:
+    from nearlocal.plugins import SECTION_GROUP, load_group
+
+    load_group(SECTION_GROUP)
     return sorted(SECTIONS.values(), key=lambda spec: spec.order)

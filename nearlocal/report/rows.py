@@ -189,7 +189,7 @@ def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank", "n_params")) -> pd
     return ordered.iloc[0]
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+def ratio_or_none(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None:
         return None
     if not (denominator > 0) or math.isnan(numerator):
@@ -197,7 +197,7 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def _ns(cell: Cell) -> float | None:
+def median_ns_of(cell: Cell) -> float | None:
     return cell.median_ns if isinstance(cell, Stat) else None
 
 

@@ -1,5 +1,6 @@
 """Builds the report from stored runs: each run's rows prepared once (report.rows), then every
-registered section in its order (report.sections.*, report.registry). Several runs become
+registered section in its order (report.registry: nearlocal's own in report/sections/ and the
+families' report_section.py, a plugin's in its distribution, all found by entry point). Several runs become
 side-by-side columns, one group per run. The model (cells, columns, sections) is report.model;
 the terminal, Markdown and HTML renderers only format it."""
 
@@ -9,17 +10,6 @@ from nearlocal.report import model
 from nearlocal.report.model import NoValue, Report, Stat, collapse_unmeasured
 from nearlocal.report.registry import Inputs, ordered_sections
 from nearlocal.report.rows import prepare, run_info
-from nearlocal.report.sections import (  # noqa: F401 (each registers its sections)
-    beluga,
-    inventory,
-    latency,
-    rack,
-    rdma,
-    serving,
-    serving_load,
-    summary,
-    swiftcache,
-)
 from nearlocal.report.sections.beluga import crossover_size
 from nearlocal.store import RunData
 

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from nearlocal.errors import UsageError, naming
+from nearlocal.subcommands import register_command
 from nearlocal.units import parse_duration, parse_size
 
 
@@ -129,3 +130,6 @@ def register(subparsers) -> None:
                         help="allow writing to devdax: regions and existing files")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=_faults)
+
+
+register_command("faults", register)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
+from nearlocal.subcommands import register_command
 from nearlocal.units import format_ns, format_size
 from nearlocal.whatif import loadcommand
 from nearlocal.whatif.paths import SERVING_PATHS
@@ -259,3 +260,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     loadcommand.add_load_arguments(parser)
     parser.set_defaults(func=_whatif)
+
+
+register_command("whatif", register)

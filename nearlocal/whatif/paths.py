@@ -1,7 +1,12 @@
 """The serving paths a KV cache can be reloaded over, and the hops they are made of: one registry
 each, declared once. A hop selects the rows that can stand for it by what the rows carry (the
 mover their method declares in `Method.delivery`, the source's and destination's pool classes),
-never by a method's or region's name, so a plugin's method joins the hop it moves bytes on."""
+never by a method's or region's name, so a plugin's method joins the hop it moves bytes on.
+
+The hops of no one family (the CPU's gathers, the GPU's copies) are declared here; a family's own
+hops, and a plugin's hops and paths, come from the modules of the entry-point group
+plugins.HOP_GROUP (nearlocal/rdma/serving.py, nearlocal/storage/serving.py), loaded when this
+module is: a serving path may name a hop declared there, and is checked once all are loaded."""
 
 from __future__ import annotations
 
@@ -51,10 +56,6 @@ for _hop in (
     Hop("host->gpu", "host DRAM -> GPU over PCIe", frozenset({"gpu"}), LOCAL, GPU),
     Hop("pool->gpu", "CXL pool -> GPU (the GPU reads the pool's mapping)", frozenset({"gpu"}),
         POOL, GPU),
-    Hop("rdma", "another host's memory -> this host over an RDMA NIC", frozenset({"nic"}), None,
-        None),
-    Hop("nvme->host", "files on storage -> host DRAM", frozenset({"storage"}), None, LOCAL),
-    Hop("nvme->gpu", "files on storage -> GPU", frozenset({"storage"}), None, GPU),
     Hop("gpu-peer", "a peer GPU's HBM -> this GPU (NVLink when peered)", frozenset({"gpu"}), GPU,
         GPU),
 ):
@@ -74,10 +75,8 @@ class ServingPath:
     # reaches its KV through, whose sharing the what-if names; None: no adapter of its own
     adapter: str | None = None
 
-    def __post_init__(self) -> None:
-        unknown = {hop for route in self.routes for hop in route} - set(HOPS)
-        if unknown:
-            raise ValueError(f"serving path {self.name!r} names unknown hops {sorted(unknown)}")
+    def unknown_hops(self) -> list[str]:
+        return sorted({hop for route in self.routes for hop in route} - set(HOPS))
 
 
 SERVING_PATHS: dict[str, ServingPath] = {}
@@ -99,3 +98,17 @@ for _path in (
                 (("gpu-peer",),)),
 ):
     register_serving_path(_path)
+
+
+def _load_family_hops() -> None:
+    """The group's hops and paths (nearlocal's families', then plugins'), then every path's hops
+    checked: a path naming a hop nobody declared is a bug of the module that declared it."""
+    from nearlocal.plugins import HOP_GROUP, load_group
+
+    load_group(HOP_GROUP)
+    for path in SERVING_PATHS.values():
+        if path.unknown_hops():
+            raise ValueError(f"serving path {path.name!r} names unknown hops {path.unknown_hops()}")
+
+
+_load_family_hops()

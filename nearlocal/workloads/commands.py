@@ -8,6 +8,7 @@ import json
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.subcommands import register_command
 from nearlocal.units import format_size
 from nearlocal.workloads.layouts import LAYOUTS, get_layout
 
@@ -162,3 +163,6 @@ def register(subparsers) -> None:
                         "as the CUDA caching allocator rounds); default back to back")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=_kv)
+
+
+register_command("kv", register)

@@ -32,11 +32,11 @@ from nearlocal.report.rows import (
     _best,
     _host_only,
     _isolated,
-    _ns,
     _params_text,
-    _ratio,
     _refs,
     _with_attr,
+    median_ns_of,
+    ratio_or_none,
     stat_of,
 )
 from nearlocal.units import format_ns, format_size
@@ -91,7 +91,8 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             if row["ok"]:
                 used[row["region"]] = int(row["rank"])
             # the paper's figure is its pool's: local memory set beside it would read as a pool
-            versus = (_ratio(_ns(stat), paper.ns()) if row["rank"] < SHARED_CLASS or not row["ok"]
+            versus = (ratio_or_none(median_ns_of(stat), paper.ns())
+                      if row["rank"] < SHARED_CLASS or not row["ok"]
                       else NoValue(f"{row['region_what']}, not a pool"))
             cells[key] = [stat, versus, _with_attr(row["region"], row["attr"])]
         per_run.append(cells)
@@ -195,8 +196,9 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                 plot.lines.append(RefLine(f"{direction} crossover {format_size(size)}", size,
                                           "x"))
         for key, row in cells.items():
-            faster = [("CPU" if _ns(row[i]) < _ns(row[i + 1]) else "DSA")
-                      for i in (0, 2) if _ns(row[i]) is not None and _ns(row[i + 1]) is not None]
+            faster = [("CPU" if median_ns_of(row[i]) < median_ns_of(row[i + 1]) else "DSA")
+                      for i in (0, 2)
+                      if median_ns_of(row[i]) is not None and median_ns_of(row[i + 1]) is not None]
             row[-1] = " / ".join(faster) if faster else None
             cells[key] = row
         per_run.append(cells)
@@ -252,7 +254,7 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             kernel = next((values[methods.index(m)] for m in KERNEL_METHODS if m in methods
                            and isinstance(values[methods.index(m)], Stat)), None)
             memcpy = values[methods.index(B9_MEMCPY)] if B9_MEMCPY in methods else None
-            cells[key] = [*values, _ratio(_ns(kernel), _ns(memcpy))]
+            cells[key] = [*values, ratio_or_none(median_ns_of(kernel), median_ns_of(memcpy))]
         per_run.append(cells)
         name = f"run {run.label}" if len(runs) > 1 else "this run"
         small_uc = rows[(rows["method"] == B9_MEMCPY) & rows["ok"] & (rows["attr"] == "uc")
@@ -262,7 +264,7 @@ def section_b9(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             section.notes.append(
                 f"{name}: cuda-memcpy from uncacheable host memory below {b10_below.text()}: "
                 f"slowest median {format_ns(worst['median_ns'])} at {worst['pattern']} "
-                f"({_ratio(worst['median_ns'], b10_latency.ns()):.2f}× the "
+                f"({ratio_or_none(worst['median_ns'], b10_latency.ns()):.2f}× the "
                 f"paper's {b10_latency.text()}); DDIO at run time: {_ddio_at(worst)}")
         else:
             section.notes.append(f"{name}: no cuda-memcpy row from an uncacheable host region "
@@ -316,7 +318,7 @@ def section_b11(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                            f"{paper_ratio:.2f}× computed)")] = [
                 pool_cell, pool["src"] if pool is not None else None, local_cell,
                 local["src"] if local is not None else None,
-                _ratio(_ns(pool_cell), _ns(local_cell)), _ddio(pool, local)]
+                ratio_or_none(median_ns_of(pool_cell), median_ns_of(local_cell)), _ddio(pool, local)]
             wheres.update(dict.fromkeys(_ddio_at(row) for row in (pool, local) if row is not None))
         per_run.append(cells)
         if wheres:
@@ -412,7 +414,7 @@ def section_b12(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             pool_gpu = ({peak["rank"], peak["peer_rank"]} & {GPU_CLASS}
                         and min(peak["rank"], peak["peer_rank"]) < LOCAL_CLASS)
             cells[(method, path)] = [float(peak["gbps"]), int(peak["size_bytes"]),
-                                     _ratio(float(peak["gbps"]), cap.central) if pool_gpu
+                                     ratio_or_none(float(peak["gbps"]), cap.central) if pool_gpu
                                      else None, cache_peak_text(cached)]
         per_run.append(cells)
         unknown = unknown_memory(rows[rows["ok"]])
@@ -524,9 +526,10 @@ def section_b15(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             ops = 1000 / stat.median_ns if isinstance(stat, Stat) and stat.median_ns > 0 \
                 else None
             if row["method"] == B15_THROUGHPUT:
-                ratio = _ratio(ops, mops.central) if str(qd) == "128" else None
+                ratio = ratio_or_none(ops, mops.central) if str(qd) == "128" else None
             else:
-                ratio = _ratio(_ns(stat), rtt.ns()) if int(row["fragment_bytes"]) == 64 else None
+                ratio = (ratio_or_none(median_ns_of(stat), rtt.ns())
+                         if int(row["fragment_bytes"]) == 64 else None)
                 ops = None
             cells[key] = [stat, ops, ratio]
         per_run.append(cells)

@@ -23,8 +23,8 @@ from nearlocal.report.rows import (
     LOCAL_CLASS,
     _absent,
     _params_text,
-    _ratio,
     _refs,
+    ratio_or_none,
     stat_of,
 )
 from nearlocal.report.sections.beluga import _cache_peak, _peak, cache_peak_text
@@ -82,7 +82,7 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                           **({"engine": info["engine"]} if "engine" in info else {})}  # ran
                 path = f"{peak['method']}: {path} {peak['pattern']} {_params_text(params)}"
             cells[key] = [float(peak["gbps"]), int(peak["size_bytes"]), path,
-                          _ratio(float(peak["gbps"]), paper.central)]
+                          ratio_or_none(float(peak["gbps"]), paper.central)]
         per_run.append(cells)
     section.table = keyed_table([Column("medium"), Column("paper")],
                                 [Column("peak GB/s", "gbps"), Column("at size", "size"),

@@ -1,7 +1,9 @@
-"""The report's "Rack" section: an MPI run's hosts side by side, cross-host RPC beside B15,
-aggregate bandwidth (each host alone and while the others load the pool: compared with nothing
-of the paper's, whose 1 TB/s is its switch box's stated total for up to 16 servers, not a
-measurement), the handoff's publish -> usable, and the host-loss figures. Built from the prepared frames of
+"""The report's "Rack" section, rack's own: a face of the family (it imports the report, so only
+the report loads it, through the entry-point group nearlocal.report_sections). An MPI run's hosts
+side by side, cross-host RPC beside B15, aggregate bandwidth (each host alone and while the others
+load the pool: compared with nothing of the paper's, whose 1 TB/s is its switch box's stated total
+for up to 16 servers, not a measurement), the handoff's publish -> usable, and the host-loss
+figures. Built from the prepared frames of
 report.rows; the figures were computed when the rows were made (each rack method's `rows`,
 nearlocal/rack/)."""
 

@@ -1,5 +1,7 @@
-"""The report's "Pool vs RDMA" section: Beluga's comparisons (B1, B13, B14, B15) with both columns
-from this box's own rows — the pool's fastest path for the figure's transfer beside the rdma-*
+"""The report's "Pool vs RDMA" section, rdma's own: a face of the family (it imports the report,
+so only the report loads it, through the entry-point group nearlocal.report_sections). Beluga's
+comparisons (B1, B13, B14, B15) with both columns from this box's own rows — the pool's fastest
+path for the figure's transfer beside the rdma-*
 row of the same pattern — the measured pool / RDMA ratio next to the ratio the paper reports.
 B1's split (data movement vs synchronisation) comes from the rdma-write row, computed when the
 row was made (rdma.methods)."""
@@ -13,7 +15,7 @@ import pandas as pd
 from nearlocal.report.model import Cell, Column, NoValue, RunInfo, Section, Stat, keyed_table
 from nearlocal.report.papers import figure
 from nearlocal.report.registry import register_frames_section
-from nearlocal.report.rows import _ns, _ratio, stat_of
+from nearlocal.report.rows import median_ns_of, ratio_or_none, stat_of
 
 RDMA_PREFIX = "rdma-"
 POOL_RPC = ("rpc-roundtrip", "rack-rpc-roundtrip")
@@ -150,7 +152,7 @@ def section_rdma(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             pool, rdma = _pool_row(df, comparison), _rdma_row(df, comparison)
             pool_stat = stat_of(pool) if pool is not None else NoValue("no pool row")
             rdma_stat = stat_of(rdma) if rdma is not None else NoValue("no RDMA row")
-            measured = _ratio(_ns(pool_stat), _ns(rdma_stat)) \
+            measured = ratio_or_none(median_ns_of(pool_stat), median_ns_of(rdma_stat)) \
                 if isinstance(pool_stat, Stat) and isinstance(rdma_stat, Stat) else None
             key = (comparison.figure, comparison.what, comparison.paper_text)
             cells[key] = [pool_stat, rdma_stat, measured, comparison.paper_ratio,

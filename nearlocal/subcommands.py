@@ -1,0 +1,53 @@
+"""The registry of subcommands beside probe, run, runs and show (frontends/cli.py): each declared
+once, by the module that runs it, with the function that adds its parser. The modules are the
+entry-point group plugins.COMMAND_GROUP (nearlocal's own in its pyproject.toml, a third party's in
+its distribution's), so the command line names none of them and a family's command lives in the
+family (a front-end face of it, e.g. nearlocal/rpc/commands.py).
+
+`nearlocal --help` imports every command module: one may import nothing heavy at its top (numpy,
+pandas, numba, rich load inside the command's function; tests/test_startup.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Command:
+    """`add(subparsers)` adds the parser of the subcommand `name` and sets its `func`."""
+
+    name: str
+    add: Callable[[Any], None]
+    module: str  # the module that declared it, for the one line naming a clash
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def register_command(name: str, add: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Declare the subcommand `name`, added by `add(subparsers)`; a name declared twice (two
+    plugins, or one and nearlocal) is a bug of the second."""
+    if name in COMMANDS:
+        raise ValueError(f"command {name!r} declared twice ({COMMANDS[name].module}, "
+                         f"{add.__module__})")
+    COMMANDS[name] = Command(name, add, add.__module__)
+    return add
+
+
+def load_commands() -> list[Command]:
+    """Every declared command, in the order their modules load (the group's entry-point names)."""
+    from nearlocal.plugins import COMMAND_GROUP, load_group
+
+    load_group(COMMAND_GROUP)
+    return list(COMMANDS.values())
+
+
+def add_commands(subparsers) -> None:
+    """Add every declared command's parser; one whose `add` adds no parser of its name is a bug."""
+    for command in load_commands():
+        command.add(subparsers)
+        if command.name not in subparsers.choices:
+            raise ValueError(f"command {command.name!r} ({command.module}) added no parser of "
+                             "that name")
