@@ -11,6 +11,7 @@ from nearlocal.report.registry import Inputs, ordered_sections
 from nearlocal.report.rows import prepare, run_info
 from nearlocal.report.sections import (  # noqa: F401 (each registers its sections)
     beluga,
+    contention,
     inventory,
     latency,
     rack,
