@@ -220,6 +220,12 @@ def test_the_contention_fit_takes_the_ranks_as_the_pools_movers():
     assert alone["service_ns"]["n"] == 4 and alone["service_ns"]["p50_ns"] == 1050.0
     assert alone["per_mover_gbps"] == alone["aggregate_gbps"] == pytest.approx(2**20 / 1050.0)
     assert "alone" in alone["service_from"] and alone["rows"] == together["rows"]
+    # the same case's writes: a way of their own
+    writes = [{**r, "access": "write", "case_id": r["case_id"] + "w",
+               "info": r["info"].replace("/read", "/write")} for r in rows]
+    both = contention_of(rows + writes, samples)
+    assert sorted(both) == [way, way.replace("rack-aggregate", "rack-aggregate write")]
+    assert both[way] == out[way]
     # without the store's samples: every row's together passes are not in its info, so the
     # fit says it fell back to the row's quantile columns
     assert "quantile columns" in contention_of(rows)[way][2]["service_from"]

@@ -15,7 +15,8 @@ Per way and k, plain data a simulation can serve requests with:
 
 A way is `HOP/METHOD` where a hop of whatif/paths.py takes the row (its method's delivery mover,
 its source's and destination's pool classes), else `REGION/METHOD` (a read that lands nothing in
-the peer, such as `load`, stands for no hop but still shows how reads share memory); followed by
+the peer, such as `load`, stands for no hop but still shows how reads share memory; `... write`
+for such a row's stores); followed by
 `(WHAT)` where the row's info says what its movers are (`movers_are`).
 
 A measurement whose k movers each stored a row of their own (an MPI job's ranks reading the pool
@@ -81,12 +82,16 @@ def _hop_of(row: dict) -> str | None:
 
 
 def way_of(row: Mapping) -> str:
-    """`hop/method`, or `region/method` when no hop takes the row; `... over D devices` when its
-    movers were spread over D devices (`devices=D`: the GPU movers over several GPUs), a way of
-    its own beside the movers of one device; `... (WHAT)` when the row's info says what its
+    """`hop/method`, or `region/method` when no hop takes the row (`region/method write` for
+    its stores: a hop's direction is its own); `... over D devices` when its movers were spread
+    over D devices (`devices=D`: the GPU movers over several GPUs), a way of its own beside the
+    movers of one device; `... (WHAT)` when the row's info says what its
     movers are (`movers_are`: MPI ranks on hosts are another way than threads of one host)."""
     row = dict(row)
-    way = f"{_hop_of(row) or row.get('region')}/{row.get('method')}"
+    hop = _hop_of(row)
+    way = f"{hop or row.get('region')}/{row.get('method')}"
+    access = str(row.get("access") or "read")
+    way = way if hop or access == "read" else f"{way} {access}"  # a no-hop row's stores
     devices = devices_of(row)
     way = f"{way} over {devices} devices" if devices > 1 else way
     what = str(_info(row.get("info")).get("movers_are") or "").strip()
