@@ -102,6 +102,12 @@ def check_run(out: Path, fact: Facts):
              f"{method}: {len(bad)} of {len(rows)} rows not ok: "
              f"{'; '.join(str(r) for r in bad['reason'].head(3))}")
     fact(len(set(rack["method"])) >= 5, f"every rack method ran: {', '.join(sorted(set(rack['method'])))}")
+    from nearlocal.whatif.contention import contention_of
+
+    ways = {w: sorted(ks) for w, ks in contention_of(cases, run.samples).items()
+            if "rack-aggregate" in w}
+    fact(any(ks[0] == 1 and 2 in ks and "one per host" in w for w, ks in ways.items()),
+         f"contention: the fit takes the ranks reading the pool as its movers at k = 1 and 2: {ways}")
     check_rdma(cases, fact)
     return run
 

@@ -6,6 +6,7 @@ refused for all (exit 2, one line), a dead rank leaving the run stored and incom
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -129,6 +130,150 @@ def test_aggregate_gives_a_total_and_each_hosts_share(three_ranks):
     assert sum(i["share"] for i in infos) == pytest.approx(1.0)
     assert [i["slice_offset"] for i in infos] == [0, 256 * 1024, 512 * 1024]
     assert all(i["alone_gbps"] > 0 for i in infos)
+    # the contention fit takes the ranks as the pool's movers: k = 3 at once, k = 1 alone
+    from nearlocal.whatif.contention import contention_of
+
+    (way, figures), = contention_of(rows, three_ranks.samples).items()
+    assert way.endswith("/rack-aggregate (MPI ranks on one host)") and sorted(figures) == [1, 3]
+    assert figures[3]["rows"] == list(rows["case_id"])
+    assert figures[3]["service_ns"]["n"] == rows["n_samples"].sum()
+    assert figures[1]["service_ns"]["n"] == sum(len(i["alone_samples_ns"]) for i in infos)
+
+
+# --- the rack's aggregate case as the contention fit's movers (issue 57, item 1) -------------
+
+def _aggregate_ctx(host_ids: list[str]):
+    """A rank-0 context of a rack-aggregate case over len(host_ids) ranks (no MPI)."""
+    from types import SimpleNamespace
+
+    from nearlocal.core.cases import Case
+    from nearlocal.core.sampling import StoppingRule
+    from nearlocal.rack.framework import RackContext
+
+    case = Case("rack-aggregate", "devdax:/dev/dax0.0", "wb", "1MiB", access="read")
+    return RackContext(SimpleNamespace(rank=0, size=len(host_ids)), case, None, None, host_ids,
+                       [f"nlhost-{i}" for i in range(len(host_ids))], 1e9, 0.0,
+                       StoppingRule(), {}, 60.0)
+
+
+def _aggregate_results(alone_ns: list[list[float]], together_ns: list[list[float]]) -> list:
+    return [{"alone": np.asarray(a), "together": np.asarray(t), "bytes": 2**20}
+            for a, t in zip(alone_ns, together_ns, strict=True)]
+
+
+def test_aggregate_rows_say_what_the_contention_fit_reads():
+    from nearlocal.rack.aggregate import aggregate_rows
+
+    ctx = _aggregate_ctx(["boot-a", "boot-b"])
+    rows = aggregate_rows(ctx, _aggregate_results([[100.0, 110.0, 120.0], [200.0]],
+                                                  [[300.0, 400.0], [500.0, 600.0]]))
+    assert [r.rank for r in rows] == [0, 1]
+    for row in rows:
+        info = row.info
+        assert info["movers"] == 2 and info["movers_are"] == "MPI ranks, one per host"
+        assert info["movers_group"] == ctx.case.id and info["bytes_per_mover"] == 2**20
+        assert info["aggregate_gbps"] == info["total_gbps"]
+        assert "alone_samples_ns" in info["timed"] and "every rank read at once" in info["timed"]
+    assert rows[0].info["alone_samples_ns"] == [100.0, 110.0, 120.0]  # this rank's own, alone
+    assert rows[1].info["alone_samples_ns"] == [200.0]
+    assert list(rows[1].ns) == [500.0, 600.0]  # the row's samples: every rank at once
+    one_host = aggregate_rows(_aggregate_ctx(["boot-a"] * 2),
+                              _aggregate_results([[1.0], [1.0]], [[2.0], [2.0]]))
+    assert one_host[0].info["movers_are"] == "MPI ranks on one host"
+
+
+def _rack_fixture_rows() -> tuple[list[dict], dict]:
+    """Two ranks' rack-aggregate rows, as a run on two hosts stores them, and their samples."""
+    from nearlocal.rack.aggregate import aggregate_rows
+
+    ctx = _aggregate_ctx(["boot-a", "boot-b"])
+    together = [[4000.0, 5000.0, 6000.0], [5000.0, 7000.0]]
+    rows, samples = [], {}
+    for got in aggregate_rows(ctx, _aggregate_results([[1000.0, 1100.0], [1200.0, 900.0]],
+                                                      together)):
+        case_id = f"{ctx.case.id}/rank={got.rank}"
+        rows.append({"case_id": case_id, "method": "rack-aggregate", "region": ctx.case.region,
+                     "pattern": "1MiB", "params": "{}", "status": "ok", "rank": got.rank,
+                     "median_ns": float(np.median(got.ns)), "bytes_moved": 2**20,
+                     "pool_class": "devdax", "peer_pool_class": "local",
+                     "info": json.dumps(got.info)})
+        samples[case_id] = list(got.ns)
+    return rows, samples
+
+
+def test_the_contention_fit_takes_the_ranks_as_the_pools_movers():
+    from nearlocal.whatif.contention import contention_of
+
+    rows, samples = _rack_fixture_rows()
+    out = contention_of(rows, samples)
+    way = "devdax:/dev/dax0.0/rack-aggregate (MPI ranks, one per host)"
+    assert list(out) == [way] and sorted(out[way]) == [1, 2]
+    alone, together = out[way][1], out[way][2]
+    # k = 2: both ranks' together passes pooled, the total measured (the ranks' GB/s summed)
+    assert together["service_ns"]["n"] == 5 and together["service_ns"]["p50_ns"] == 5000.0
+    assert together["per_mover_gbps"] == pytest.approx(2**20 / 5000.0)
+    assert together["aggregate_gbps"] == pytest.approx(2**20 / 5000.0 + 2**20 / 6000.0)
+    assert together["rows"] == [r["case_id"] for r in rows]
+    assert together["movers_are"] == "MPI ranks, one per host"
+    assert [m["rank"] for m in together["per_mover"]] == [0, 1]
+    # k = 1: every rank's passes alone, from the rows' info
+    assert alone["service_ns"]["n"] == 4 and alone["service_ns"]["p50_ns"] == 1050.0
+    assert alone["per_mover_gbps"] == alone["aggregate_gbps"] == pytest.approx(2**20 / 1050.0)
+    assert "alone" in alone["service_from"] and alone["rows"] == together["rows"]
+    # the same case's writes: a way of their own
+    writes = [{**r, "access": "write", "case_id": r["case_id"] + "w",
+               "info": r["info"].replace("/read", "/write")} for r in rows]
+    both = contention_of(rows + writes, samples)
+    assert sorted(both) == [way, way.replace("rack-aggregate", "rack-aggregate write")]
+    assert both[way] == out[way]
+    # without the store's samples: every row's together passes are not in its info, so the
+    # fit says it fell back to the row's quantile columns
+    assert "quantile columns" in contention_of(rows)[way][2]["service_from"]
+
+
+def test_the_report_shows_the_rack_way_in_its_contention_table(tmp_path):
+    from nearlocal.report.tables import build_report
+    from tests.report_fixtures import make_run, row
+
+    rows, _ = _rack_fixture_rows()
+    stored = []
+    for got in rows:
+        base = row("rack-aggregate", "devdax:/dev/dax0.0", size=2**20,
+                   median=got["median_ns"])
+        stored.append({**base, "case_id": got["case_id"], "info": json.loads(got["info"])})
+    stored.append(row("load", "dram"))  # one mover only: no way of its own
+    section = build_report([load(make_run(tmp_path, stored))]).section("contention")
+    assert section.absent is None
+    frame = section.table.frame()
+    assert list(frame["k"]) == ["1", "2"]
+    assert set(frame["way"]) == {"devdax:/dev/dax0.0/rack-aggregate (MPI ranks, one per host)"}
+    assert frame["samples"].tolist() == [4, 10]  # alone: the info's; at once: the store's 5 + 5
+
+
+def test_a_run_without_movers_has_no_contention_section(tmp_path):
+    from nearlocal.report.tables import build_report
+    from tests.report_fixtures import make_run, row
+
+    report = build_report([load(make_run(tmp_path, [row("load")]))])
+    assert "contention" not in [s.key for s in report.sections]
+
+
+@needs_mpi
+def test_two_ranks_reading_the_pool_give_the_contention_fit_k_1_and_2(tmp_path):
+    """A real job: rack-aggregate alone under `mpiexec -n 2`, stored, fitted."""
+    from nearlocal.whatif.contention import contention_of
+
+    args = [*NEARLOCAL, "run", "--method", "rack-aggregate", "--region",
+            f"shm:nearlocal-test-rack-k2-{os.getpid()}", "--size", "64KiB", "--out",
+            str(tmp_path), *TINY]
+    proc = mpirun(["-n", "2", *args], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = load(None, tmp_path)
+    (way, figures), = contention_of(run.cases, run.samples).items()
+    assert way.endswith("/rack-aggregate (MPI ranks on one host)") and sorted(figures) == [1, 2]
+    assert len(figures[2]["rows"]) == 2 and figures[2]["aggregate_gbps"] > 0
+    assert figures[2]["service_ns"]["n"] == run.cases["n_samples"].sum()
+    assert figures[1]["service_ns"]["n"] > 0 and figures[1]["per_mover_gbps"] > 0
 
 
 @needs_mpi

@@ -127,3 +127,30 @@ def test_the_rdma_facts_take_one_transfer_rows_beside_movers_rows():
     facts = vm_hosts.Facts()
     vm_hosts.check_rdma(pd.DataFrame(records), facts)
     assert facts.failed == [], facts.failed
+
+
+def test_the_contention_fit_finds_the_pools_rack_way_at_k_2_in_the_guests_rows(tmp_path):
+    """The two ranks' rack-aggregate rows (one per host, their alone passes in the info): the
+    fit's rack way at k = 1 and 2; without them the fact fails."""
+    _job(tmp_path, "run", 0, 60)
+    (tmp_path / "show.txt").write_text("")
+    rows = []
+    for rank, host in enumerate(vm_hosts.HOSTS):
+        base = row("rack-aggregate", "devdax:/dev/dax0.0", size=2**20, median=5000.0)
+        info = {"movers": 2, "movers_group": base["case_id"], "bytes_per_mover": 2**20,
+                "movers_are": "MPI ranks, one per host", "aggregate_gbps": 0.4,
+                "alone_samples_ns": [3000.0, 3100.0]}
+        rows.append({**base, "case_id": f"{base['case_id']}/rank={rank}", "host": host,
+                     "info": info})
+    make_run(tmp_path / "results", rows, meta={"mpi": {"ranks": 2, "coherent_host": False}})
+    facts = vm_hosts.Facts()
+    vm_hosts.check_run(tmp_path, facts)
+    assert [f for f in facts.held if f.startswith("contention: ")], facts.failed
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _job(bare, "run", 0, 60)
+    (bare / "show.txt").write_text("")
+    make_run(bare / "results", [{**row("load"), "host": "nlhost-a"}])
+    missing = vm_hosts.Facts()
+    vm_hosts.check_run(bare, missing)
+    assert [f for f in missing.failed if f.startswith("contention: ")]

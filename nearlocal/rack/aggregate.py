@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from nearlocal.core.movers import MOVER_SAMPLES_KEPT
 from nearlocal.core.patterns import Pattern
 from nearlocal.core.sampling import summarize
 from nearlocal.errors import UsageError
@@ -64,14 +65,28 @@ def aggregate_run(ctx: RackContext) -> dict:
     return {"alone": alone, "together": together, "bytes": size}
 
 
+def movers_are(ctx: RackContext) -> str:
+    """What the case's k movers are, for the contention fit's way: ranks on how many hosts."""
+    hosts = len(set(ctx.host_ids))
+    if hosts == ctx.size:
+        return "MPI ranks, one per host" if hosts > 1 else "an MPI rank"
+    return "MPI ranks on one host" if hosts == 1 else f"MPI ranks on {hosts} hosts"
+
+
 def aggregate_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
-    stats = []
+    """One row per rank: its samples the passes while every rank read at once (k = the job's
+    size); its info the passes alone (`alone_samples_ns`, k = 1) and what the contention fit
+    reads (whatif/contention.py: `movers`, `movers_group`, `movers_are`, `aggregate_gbps`)."""
+    stats, alone_ns = [], []
     for got in results:
-        alone = summarize(ctx.ns(got["alone"]), got["bytes"])
+        alone_ns.append(ctx.ns(got["alone"]))
+        alone = summarize(alone_ns[-1], got["bytes"])
         together = summarize(ctx.ns(got["together"]), got["bytes"])
         stats.append((alone, together))
     total = float(np.nansum([t["gbps"] for _, t in stats]))
     total_alone = float(np.nansum([a["gbps"] for a, _ in stats]))
+    per_mover = [{"rank": rank, "host": ctx.hostnames[rank], "median_ns": t["median_ns"],
+                  "gbps": t["gbps"]} for rank, (_, t) in enumerate(stats)]
     rows = []
     for rank, (got, (alone, together)) in enumerate(zip(results, stats, strict=True)):
         info = {"slice_bytes": got["bytes"], "slice_offset": rank * got["bytes"],
@@ -80,8 +95,16 @@ def aggregate_rows(ctx: RackContext, results: list[dict]) -> list[RackRow]:
                 "sum_alone_gbps": total_alone,
                 "share": together["gbps"] / total if total > 0 else None,
                 "ranks": ctx.size, "timer_overhead_ticks": ctx.overhead_ticks,
-                "timed": "passes over this rank's slice; started together by one barrier, each "
-                         "rank on its own clock; the total is the sum of the ranks' GB/s"}
+                # the contention fit's fields (k movers, one row each)
+                "movers": ctx.size, "movers_group": ctx.case.id, "movers_are": movers_are(ctx),
+                "bytes_per_mover": got["bytes"], "aggregate_gbps": total,
+                "per_mover": per_mover,
+                "alone_samples_ns": [float(v) for v in alone_ns[rank][:MOVER_SAMPLES_KEPT]],
+                "timed": "passes over this rank's slice; the row's samples: the passes while "
+                         "every rank read at once (started together by one barrier, each rank "
+                         "on its own clock); alone_samples_ns: this rank's passes with no other "
+                         f"rank running (the first {MOVER_SAMPLES_KEPT}); the total "
+                         "(aggregate_gbps) is the sum of the ranks' GB/s"}
         rows.append(RackRow(rank, np.asarray(got["together"], np.float64),
                             ctx.ns(got["together"]), info, extra={"total_gbps": total}))
     return rows

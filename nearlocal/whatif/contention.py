@@ -15,7 +15,16 @@ Per way and k, plain data a simulation can serve requests with:
 
 A way is `HOP/METHOD` where a hop of whatif/paths.py takes the row (its method's delivery mover,
 its source's and destination's pool classes), else `REGION/METHOD` (a read that lands nothing in
-the peer, such as `load`, stands for no hop but still shows how reads share memory)."""
+the peer, such as `load`, stands for no hop but still shows how reads share memory; `... write`
+for such a row's stores); followed by
+`(WHAT)` where the row's info says what its movers are (`movers_are`).
+
+A measurement whose k movers each stored a row of their own (an MPI job's ranks reading the pool
+at once: rack/aggregate.py, one row per rank) says so in the rows' info, read here whatever the
+method (no method is named): `movers` (k, where the params have none), `movers_group` (the id
+its k rows share: their samples are pooled into one figure at k), `movers_are` (what a mover is,
+e.g. "MPI ranks, one per host"), `aggregate_gbps`, and `alone_samples_ns` (each mover's passes
+with no other mover running: k = 1 of the same way, pooled over the group's rows)."""
 
 from __future__ import annotations
 
@@ -73,18 +82,27 @@ def _hop_of(row: dict) -> str | None:
 
 
 def way_of(row: Mapping) -> str:
-    """`hop/method`, or `region/method` when no hop takes the row; `... over D devices` when its
-    movers were spread over D devices (`devices=D`: the GPU movers over several GPUs), a way of
-    its own beside the movers of one device."""
+    """`hop/method`, or `region/method` when no hop takes the row (`region/method write` for
+    its stores: a hop's direction is its own); `... over D devices` when its movers were spread
+    over D devices (`devices=D`: the GPU movers over several GPUs), a way of its own beside the
+    movers of one device; `... (WHAT)` when the row's info says what its
+    movers are (`movers_are`: MPI ranks on hosts are another way than threads of one host)."""
     row = dict(row)
-    way = f"{_hop_of(row) or row.get('region')}/{row.get('method')}"
+    hop = _hop_of(row)
+    way = f"{hop or row.get('region')}/{row.get('method')}"
+    access = str(row.get("access") or "read")
+    way = way if hop or access == "read" else f"{way} {access}"  # a no-hop row's stores
     devices = devices_of(row)
-    return f"{way} over {devices} devices" if devices > 1 else way
+    way = f"{way} over {devices} devices" if devices > 1 else way
+    what = str(_info(row.get("info")).get("movers_are") or "").strip()
+    return f"{way} ({what})" if what else way
 
 
 def movers_of(row: Mapping) -> int:
+    """k: the row's `movers` parameter, else its info's `movers` (a measurement whose movers
+    are not a parameter: an MPI job's ranks, k = the job's size), else 1."""
     params = decode_params_or_none(row.get("params")) or {}
-    text = str(params.get("movers", "1")).strip()
+    text = str(params.get("movers", _info(row.get("info")).get("movers", "1"))).strip()
     return int(text) if text.isdigit() and int(text) >= 1 else 1
 
 
@@ -124,7 +142,8 @@ def contention_of(rows: Iterable[Mapping] | object, samples: object = None) -> d
     without samples falls back to its own quantile columns. Rows split between threads
     (threads=N) are aggregate bandwidth of one request, not k requests: left out. Each way keeps
     the pattern and other parameters its movers > 1 rows have (the serving read), so k = 1 is
-    the same request moved the same way."""
+    the same request moved the same way. Rows of one `movers_group` are one figure (each one
+    mover's row); rows with `alone_samples_ns` give their way's k = 1 too."""
     by_case = _samples_by_case(samples)
     records = [r for r in _records(rows)
                if str(r.get("status", "ok")) == "ok" and not _threaded(r)
@@ -133,39 +152,62 @@ def contention_of(rows: Iterable[Mapping] | object, samples: object = None) -> d
     for row in records:
         if movers_of(row) > 1:
             patterns.setdefault(way_of(row), set()).add((str(row.get("pattern")), _others(row)))
-    out: dict[str, dict[int, dict]] = {}
+    # (way, k, group, alone) -> the rows of one figure, in the rows' order
+    groups: dict[tuple[str, int, str, bool], list[dict]] = {}
     for row in records:
         way, k = way_of(row), movers_of(row)
         if (str(row.get("pattern")), _others(row)) not in patterns.get(way, ()):
             continue
         info = _info(row.get("info"))
-        nbytes = int(info.get("bytes_per_mover") or row.get("bytes_moved") or 0)
-        case_id = str(row.get("case_id", ""))
-        ns = by_case.get(case_id)
-        kept = [v for part in info.get("mover_samples_ns") or () for v in part]
-        if ns is not None and ns.size:  # every process's samples, each one mover's pass
-            service = _quantiles(ns)
-            source = "raw samples"
-        elif kept:
-            service = _quantiles(np.asarray(kept, np.float64))
-            source = "every mover's raw samples (the row's info: one process's)"
-        else:
-            service = {f"p{round(q * 100)}_ns": _float(row.get(f"p{round(q * 100)}_ns"))
-                       for q in QUANTILES}
-            service["p50_ns"] = _float(row.get("median_ns"))
-            source = "the row's quantile columns (no samples given)"
-        median = service.get("p50_ns")
-        per_mover = nbytes / median if nbytes and median else None
-        # measured (k x bytes over last end - first start), never k x per-mover: the movers'
-        # passes need not overlap; k = 1 is the one mover's own figure
-        aggregate = info.get("aggregate_gbps") if k > 1 else per_mover
-        entry = {"k": k, "pattern": row.get("pattern"), "bytes_per_mover": nbytes,
-                 "per_mover_gbps": per_mover, "aggregate_gbps": aggregate,
-                 "service_ns": service, "service_from": source, "rows": [case_id],
-                 "per_mover": info.get("per_mover", [])}
-        # two rows of one way and k (two runs' rows): the figure is the last row's, and names it
-        out.setdefault(way, {})[k] = entry
+        group = str(info.get("movers_group") or row.get("case_id", ""))
+        groups.setdefault((way, k, group, False), []).append(row)
+        if k > 1 and info.get("alone_samples_ns"):
+            groups.setdefault((way, 1, group, True), []).append(row)
+    out: dict[str, dict[int, dict]] = {}
+    for (way, k, _, alone), members in groups.items():
+        # two figures of one way and k (two runs' rows): the last one's, and it names its rows
+        out.setdefault(way, {})[k] = _figure(k, members, by_case, alone)
     return {way: dict(sorted(ks.items())) for way, ks in sorted(out.items())}
+
+
+def _figure(k: int, members: list[dict], by_case: dict[str, np.ndarray], alone: bool) -> dict:
+    """One way's figures at k from the rows of one measurement (one row, or one per mover)."""
+    row = members[-1]
+    info = _info(row.get("info"))
+    nbytes = int(info.get("bytes_per_mover") or row.get("bytes_moved") or 0)
+    case_ids = [str(r.get("case_id", "")) for r in members]
+    infos = [_info(r.get("info")) for r in members]
+    stored = [by_case.get(case) for case in case_ids]
+    kept = [v for i in infos for part in i.get("mover_samples_ns") or () for v in part]
+    if alone:
+        service = _quantiles(np.asarray([v for i in infos for v in i.get("alone_samples_ns")
+                                         or ()], np.float64))
+        source = ("each mover's passes alone, in turn (the rows' info: "
+                  "alone_samples_ns)")
+    elif all(ns is not None and ns.size for ns in stored):
+        # every process's samples, each one mover's pass; one row per mover: every row's
+        service = _quantiles(np.concatenate(stored))
+        source = "raw samples" + (f" (the {len(members)} movers' rows)" if len(members) > 1
+                                  else "")
+    elif kept:
+        service = _quantiles(np.asarray(kept, np.float64))
+        source = "every mover's raw samples (the row's info: one process's)"
+    else:
+        service = {f"p{round(q * 100)}_ns": _float(row.get(f"p{round(q * 100)}_ns"))
+                   for q in QUANTILES}
+        service["p50_ns"] = _float(row.get("median_ns"))
+        source = "the row's quantile columns (no samples given)"
+    median = service.get("p50_ns")
+    per_mover = nbytes / median if nbytes and median else None
+    # measured (k x bytes over last end - first start, or the movers' own GB/s summed where each
+    # mover kept its own clock), never k x per-mover: the movers' passes need not overlap;
+    # k = 1 is the one mover's own figure
+    aggregate = info.get("aggregate_gbps") if k > 1 else per_mover
+    return {"k": k, "pattern": row.get("pattern"), "bytes_per_mover": nbytes,
+            "per_mover_gbps": per_mover, "aggregate_gbps": aggregate,
+            "service_ns": service, "service_from": source, "rows": case_ids,
+            "movers_are": info.get("movers_are"),
+            "per_mover": [] if alone else info.get("per_mover", [])}
 
 
 def _nan(value: object) -> bool:
