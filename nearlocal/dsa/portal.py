@@ -41,7 +41,6 @@ from nearlocal.dsa.intrinsics import (
     umwait,
 )
 from nearlocal.kernels.intrinsics import pause, sfence, tsc_begin, tsc_end
-from nearlocal.kernels.spin import WAIT_READY, never, spin_until
 
 PORTAL_BYTES = 4096
 PAGE_BYTES = 4096
@@ -133,22 +132,20 @@ def wait_umwait(comp, timeout, stamps):
 # --- the driver: submit, wait, settle (page-fault retry), time -----------------------------
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _accepted(args):
-    """submit's wait (kernels/spin.py): ready when the push is accepted. args (push, portal,
-    desc)."""
-    push, portal, desc = args
-    return push(portal, desc) == 0, 0
-
-
 @njit(nogil=True, cache=True)
 def submit(push, portal, desc, timeout):
     """Push until accepted; returns the retries (enqcmd on a full shared WQ), or GAVE_UP when
     the queue stayed full for `timeout` ticks."""
-    why, _, retries = spin_until(_accepted, (push, portal, desc), timeout, True, never, ())
-    if why != WAIT_READY:
-        return GAVE_UP
-    return np.uint64(retries)
+    retries = np.uint64(0)
+    start = np.uint64(0)
+    while push(portal, desc) != 0:
+        if retries == 0:
+            start = tsc_end()
+        retries += np.uint64(1)
+        if (retries & np.uint64(1023)) == 0 and tsc_end() - start > timeout:
+            return GAVE_UP
+        pause()
+    return retries
 
 
 @njit(nogil=True, cache=True)
