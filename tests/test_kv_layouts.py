@@ -12,7 +12,7 @@ import pytest
 from nearlocal.errors import UsageError
 from nearlocal.kernels import cpu
 from nearlocal.workloads import kv
-from nearlocal.workloads.kv_kernels import time_dense_metadata, time_sparse_metadata
+from nearlocal.workloads.kernels import time_dense_metadata, time_sparse_metadata
 from nearlocal.workloads.models import BUILTIN, from_hf_config, get_model
 
 

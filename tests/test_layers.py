@@ -256,3 +256,59 @@ def test_a_family_may_not_import_its_own_face():
     assert targets == {"rack.report_section"}
     assert LAYER_OF["rack.report_section"] > LAYER_OF[unit_of(module)]
     assert unit_of("nearlocal.report.sections.summary") == "report"
+
+
+# Compiled code lives in a kernels module (docs/architecture.md, kernels): nearlocal/kernels/
+# (code several packages use, and what the probe measures with), or its family's `kernels.py`
+# (or `kernels/` package). Modules still holding compiled code elsewhere, each to be moved:
+COMPILED_NOT_YET_IN_KERNELS = {
+    "nearlocal.dsa.intrinsics", "nearlocal.dsa.portal", "nearlocal.dsa.softqueue",
+    "nearlocal.rpc.records", "nearlocal.rpc.slots", "nearlocal.rpc.sync",
+}
+COMPILERS = {"njit", "jit", "intrinsic", "vectorize", "guvectorize", "cfunc", "overload",
+             "overload_method", "stencil"}
+
+
+def compiled_functions(source: str) -> list[str]:
+    """The functions `source` compiles with numba (numba.njit, cuda.jit, intrinsic, ...),
+    decorated or wrapped (`njit(...)(f)`)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                if name in COMPILERS:
+                    names.append(node.name)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+            inner = node.func.func
+            name = inner.attr if isinstance(inner, ast.Attribute) else getattr(inner, "id", "")
+            if name in COMPILERS:
+                names.append(ast.unparse(node.args[0]) if node.args else "?")
+    return names
+
+
+def in_kernels_module(module: str) -> bool:
+    return "kernels" in module.split(".")[1:]
+
+
+def test_compiled_code_lives_in_kernels_modules():
+    outside = {}
+    for path in ROOT.rglob("*.py"):
+        module = module_name(path)
+        found = compiled_functions(path.read_text())
+        if found and not in_kernels_module(module) and module not in COMPILED_NOT_YET_IN_KERNELS:
+            outside[module] = found
+    assert not outside, f"compiled code outside a kernels module: {outside}"
+    moved = {m for m in COMPILED_NOT_YET_IN_KERNELS
+             if not compiled_functions((ROOT.parent / (m.replace('.', '/') + '.py')).read_text())}
+    assert not moved, f"no compiled code left: drop from COMPILED_NOT_YET_IN_KERNELS {moved}"
+
+
+def test_the_kernels_rule_catches_a_compiled_function_elsewhere():
+    source = ("from numba import njit, cuda\n@njit(cache=True)\ndef a(x):\n    return x\n"
+              "@cuda.jit\ndef b(x):\n    pass\nc = numba.njit(nogil=True)(a)\n"
+              "def plain(x):\n    return x\n")
+    assert sorted(compiled_functions(source)) == ["a", "a", "b"]
+    assert not in_kernels_module("nearlocal.rpc.slots")
+    assert in_kernels_module("nearlocal.rack.kernels") and in_kernels_module("nearlocal.kernels.cpu")

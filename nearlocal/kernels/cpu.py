@@ -21,9 +21,10 @@ nontemporal stores still draining from the previous repetition slow this one: a 
 bandwidth-bound figure. Either way the fences a method itself needs (the `sfence` after
 nontemporal stores, the `mfence` after flushes) stay inside the interval.
 
-The `*_pass` functions are one untimed repetition over a fragment table, fences included; the
-timed kernels run exactly them, and a multi-threaded harness can give each thread its own slice
-of fragments and run the same pass.
+The `*_pass` functions are one untimed repetition over a fragment table, fences included, each
+returning a word to keep live (a load's xor; 0 for a store); the timed kernels are one
+parameterised kernel (`_timed`) around them, and a multi-threaded harness can give each thread
+its own slice of fragments and run the same pass.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def store_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
     mfence()
+    return np.uint64(0)
 
 
 @njit(cache=True, inline="always")
@@ -130,6 +132,7 @@ def nt_store_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         nt_write_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
     sfence()
+    return np.uint64(0)
 
 
 @njit(cache=True, inline="always")
@@ -138,6 +141,7 @@ def nt_copy_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         nt_copy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
     sfence()
+    return np.uint64(0)
 
 
 @njit(cache=True, inline="always")
@@ -146,6 +150,7 @@ def store_clwb_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         write_clwb_range(dst, frags[i, 1], frags[i, 2], STORE_PATTERN)
     sfence()
+    return np.uint64(0)
 
 
 @njit(cache=True, inline="always")
@@ -154,6 +159,7 @@ def movdir64b_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         movdir64b_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
     sfence()
+    return np.uint64(0)
 
 
 @njit(cache=True, inline="always")
@@ -162,6 +168,7 @@ def memcpy_pass(src, dst, frags):
     for i in range(frags.shape[0]):
         memcpy_range(dst, frags[i, 1], src, frags[i, 0], frags[i, 2])
     mfence()
+    return np.uint64(0)
 
 
 # A CPU method's name -> its pass, for a harness that runs one method on several threads (each
@@ -200,134 +207,86 @@ def time_drains(samples, passes):
         samples[r] = t1 - t0
 
 
-@njit(cache=True)
-def time_load(src, dst, frags, samples, sink, drain=True, passes=1):
-    """Warm read: one untimed pass, then each repetition reads every fragment of src."""
-    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
+@njit(cache=True, inline="always")
+def _timed(run_pass, warm, flush_each, src, dst, frags, samples, sink, drain, passes):
+    """The one timed kernel every `time_*` below is: each repetition `passes` passes of
+    `run_pass` between _begin and tsc_end, their xor kept live in sink[0]. `warm`: one untimed
+    load pass over src first. `flush_each`: src's lines flushed before each repetition
+    (untimed), and one pass per interval (a second would find them cached). The named kernels
+    pass `run_pass` and the two flags as constants, and this inlines into each, so each
+    compiles to the loop written out for its pass alone."""
+    acc = load_pass(src, dst, frags) if warm else np.uint64(0)  # the untimed warm-up pass
     for r in range(samples.size):
+        if flush_each:
+            _flush_src(src, frags)
         t0 = _begin(drain)
-        for k in range(passes):
+        for k in range(1 if flush_each else passes):
             _between(drain, k)
-            acc ^= load_pass(src, dst, frags)
+            acc ^= run_pass(src, dst, frags)
         t1 = tsc_end()
         samples[r] = t1 - t0
     sink[0] = acc
+
+
+@njit(cache=True)
+def time_load(src, dst, frags, samples, sink, drain=True, passes=1):
+    """Warm read: one untimed pass, then each repetition reads every fragment of src."""
+    _timed(load_pass, True, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_nt_load(src, dst, frags, samples, sink, drain=True):
     """Cold streaming read: lines flushed (untimed), then movntdqa over every fragment."""
-    acc = np.uint64(0)
-    for r in range(samples.size):
-        _flush_src(src, frags)
-        t0 = _begin(drain)
-        acc ^= nt_load_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    sink[0] = acc
+    _timed(nt_load_pass, False, True, src, dst, frags, samples, sink, drain, 1)
 
 
 @njit(cache=True)
 def time_clflush_load(src, dst, frags, samples, sink, drain=True, passes=1):
     """Beluga's coherent read of a non-coherent pool: clflush every line, mfence, load — all timed."""
-    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            acc ^= clflush_load_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    sink[0] = acc
+    _timed(clflush_load_pass, True, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_clflushopt_load(src, dst, frags, samples, sink, drain=True, passes=1):
     """As clflush-load with clflushopt, and an mfence (not sfence) between flushes and loads."""
-    acc = load_pass(src, dst, frags)  # the untimed warm-up pass
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            acc ^= clflushopt_load_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
-    sink[0] = acc
+    _timed(clflushopt_load_pass, True, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_store(src, dst, frags, samples, sink, drain=True, passes=1):
     """Plain 64-byte stores into dst, mfence so they have left the store buffer."""
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            store_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(store_pass, False, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_nt_store(src, dst, frags, samples, sink, drain=True, passes=1):
     """Nontemporal (vmovntdq / movnti) stores into dst, then sfence: Beluga's write path."""
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            nt_store_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(nt_store_pass, False, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_nt_copy(src, dst, frags, samples, sink, drain=True, passes=1):
     """Beluga's CPU write path as a copy: loads from src (warm: one untimed read pass),
     nontemporal stores into dst, sfence."""
-    sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            nt_copy_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(nt_copy_pass, True, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_store_clwb(src, dst, frags, samples, sink, drain=True, passes=1):
     """Stores followed by clwb of every written line, then sfence: data written back to memory."""
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            store_clwb_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(store_clwb_pass, False, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_movdir64b(src, dst, frags, samples, sink, drain=True, passes=1):
     """64-byte direct stores (movdir64b) from src to dst, then sfence."""
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            movdir64b_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(movdir64b_pass, False, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)
 def time_memcpy(src, dst, frags, samples, sink, drain=True, passes=1):
     """libc memcpy (LLVM's memcpy call) of every fragment, warm, mfence at the end."""
-    sink[0] = load_pass(src, dst, frags)  # the untimed warm-up pass
-    for r in range(samples.size):
-        t0 = _begin(drain)
-        for k in range(passes):
-            _between(drain, k)
-            memcpy_pass(src, dst, frags)
-        t1 = tsc_end()
-        samples[r] = t1 - t0
+    _timed(memcpy_pass, True, False, src, dst, frags, samples, sink, drain, passes)
 
 
 @njit(cache=True)

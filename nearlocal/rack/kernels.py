@@ -14,15 +14,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
+from nearlocal.kernels.spin import WAIT_EXPIRED, WAIT_READY, WAIT_STOPPED, never, spin_until
 from nearlocal.rpc import records as rec
-from nearlocal.rpc.sync import WORDS_PER_LINE, publish_flag, read_flag, write_data
+from nearlocal.rpc.sync import (
+    WORDS_PER_LINE,
+    flag_is,
+    flag_moved,
+    flag_set,
+    publish_flag,
+    read_flag,
+    write_data,
+)
 
 A_VERSION, A_STOP, A_MODE = 0, 1, 2
 R_ACK, R_REFUSED = 0, 1
 CONTROL_BYTES = 4096  # the record store starts after it
 OK, TIMEOUT, STOPPED, IDLE = 1, 0, 2, 3
-SPINS_PER_CHECK = 256
 
 
 def control_words(readers: int) -> int:
@@ -33,15 +41,10 @@ def control_words(readers: int) -> int:
 def _await_acks(raw, words, readers, version, protocol, timeout_ticks):
     for r in range(readers):
         ack = (1 + r) * WORDS_PER_LINE + R_ACK
-        spins = 0
-        start = np.uint64(0)
-        while read_flag(raw, words, ack, protocol) != version:
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                start, passed = deadline_passed(start, timeout_ticks)
-                if passed:
-                    return False
+        why, _, _ = spin_until(flag_is, (raw, words, ack, protocol, version), timeout_ticks,
+                               True, never, ())
+        if why != WAIT_READY:
+            return False
     return True
 
 
@@ -77,20 +80,13 @@ def handoff_read(raw, words, sraw, swords, records, reader, area, local, monitor
     announced version: never expected, counted for the row)."""
     line = (1 + reader) * WORDS_PER_LINE
     while True:
-        spins = 0
-        start = np.uint64(0)
-        while True:
-            version = read_flag(raw, words, A_VERSION, protocol)
-            if version != np.uint64(state[0]):
-                break
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                if read_flag(raw, words, A_STOP, protocol) != 0:
-                    return STOPPED
-                start, passed = deadline_passed(start, idle_ticks)
-                if passed:
-                    return IDLE
+        why, version, _ = spin_until(flag_moved,
+                                     (raw, words, A_VERSION, protocol, np.uint64(state[0])),
+                                     idle_ticks, True, flag_set, (raw, words, A_STOP, protocol))
+        if why == WAIT_STOPPED:
+            return STOPPED
+        if why == WAIT_EXPIRED:
+            return IDLE
         if read_flag(raw, words, A_MODE, protocol) == 0:
             for index in range(records):
                 outcome, got = rec.read_record(sraw, swords, index, local, monitor, area,

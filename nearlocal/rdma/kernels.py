@@ -18,15 +18,17 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
+from nearlocal.kernels.spin import WAIT_EXPIRED, WAIT_READY, never, spin_until
 
 OK, POST_FAILED, POLL_FAILED, BAD_COMPLETION, TIMEOUT, STOPPED, IDLE = 0, 1, 2, 3, 4, 5, 6
 RECV_POST_FAILED, WRONG_REPLY = 7, 8  # the send/recv RPC's: ibv_post_recv failed; a reply's
 # sequence word is not its request's
 WRONG_MOVER = 9  # movers=k: a completion's wr_id names no mover of the repetition
-SPINS_PER_CHECK = 256
 WC_WR_ID, WC_STATUS = 0, 8  # ibv_wc.wr_id, ibv_wc.status (verbs.WC_WR_ID, verbs.WC_STATUS)
 STOP = np.uint64(0xFFFFFFFFFFFFFFFF)  # the RPC's last sequence: the server returns
+NEVER = np.uint64(0xFFFFFFFFFFFFFFFF)  # a TSC reading no wait reaches: no deadline, no arrival
+ARRIVED = 2  # replay_reads' wait: the next request's arrival (a poll gives 1, or < 0)
 
 
 def _post_call(doc: str):
@@ -109,26 +111,58 @@ def _store_u64(typingctx, address, value):
     return types.void(address, value), codegen
 
 
+# The ready checks of the waits (kernels/spin.py's spin_until), args in one tuple.
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _complete(poll_cq, cq, wc_addr, want, timeout_ticks):
-    """Poll until `want` completions arrived; OK, or why not (status[0] gets the error)."""
-    got = 0
-    spins = 0
-    start = np.uint64(0)
-    while got < want:
-        n = _poll_cq(poll_cq, cq, 1, wc_addr)
-        if n < 0:
-            return POLL_FAILED
-        if n == 1:
-            if _load_u32(wc_addr + WC_STATUS) != 0:
-                return BAD_COMPLETION
-            got += 1
-            continue
-        spins += 1
-        if spins % SPINS_PER_CHECK == 0:
-            start, passed = deadline_passed(start, timeout_ticks)
-            if passed:
-                return TIMEOUT
+def _polled(args):
+    """Ready when a poll of the CQ gives a completion (1) or fails (< 0): args (poll_cq, cq,
+    wc_addr)."""
+    poll_cq, cq, wc_addr = args
+    n = _poll_cq(poll_cq, cq, 1, wc_addr)
+    return n != 0, n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word_is(args):
+    """Ready when the uint64 at `address` (the NIC writes it) holds `want`: args (address,
+    want)."""
+    address, want = args
+    value = _load_u64(address)
+    return value == want, value
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word_moved(args):
+    """Ready when the uint64 at `address` no longer holds `old` (the value it holds then)."""
+    address, old = args
+    value = _load_u64(address)
+    return value != old, value
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_event(args):
+    """A replay's wait: a completion (1) or a failed poll (< 0), else ARRIVED once the clock
+    reaches `due` (NEVER: only a completion will do). args (poll_cq, cq, wc_addr, due)."""
+    poll_cq, cq, wc_addr, due = args
+    got = np.int64(_poll_cq(poll_cq, cq, 1, wc_addr))
+    if got != 0:
+        return True, got
+    if due != NEVER and tsc_end() >= due:
+        return True, np.int64(ARRIVED)
+    return False, got
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _complete(poll_cq, cq, wc_addr, timeout_ticks):
+    """Poll until a completion arrives; OK, or why not."""
+    why, n, _ = spin_until(_polled, (poll_cq, cq, wc_addr), timeout_ticks, False, never, ())
+    if why != WAIT_READY:
+        return TIMEOUT
+    if n < 0:
+        return POLL_FAILED
+    if _load_u32(wc_addr + WC_STATUS) != 0:
+        return BAD_COMPLETION
     return OK
 
 
@@ -141,7 +175,7 @@ def post_to_completion(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, s
         t0 = tsc_begin()
         if _post_send(post_send, qp, wr_head, bad_addr) != 0:
             return POST_FAILED
-        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, cq, wc_addr, timeout_ticks)
         t1 = tsc_end()
         if why != OK:
             return why
@@ -164,28 +198,20 @@ def movers_to_completion(post_send, poll_cq, qps, cq, heads, bad_addr, wc_addr, 
             starts[m, s] = tsc_begin()
             if _post_send(post_send, qps[m], heads[m], bad_addr) != 0:
                 return POST_FAILED
-        got = 0
-        spins = 0
-        start = np.uint64(0)
-        while got < k:
-            n = _poll_cq(poll_cq, cq, 1, wc_addr)
+        for _done in range(k):
+            why, n, _ = spin_until(_polled, (poll_cq, cq, wc_addr), timeout_ticks, False, never,
+                                   ())
+            stamp = tsc_end()
+            if why != WAIT_READY:
+                return TIMEOUT
             if n < 0:
                 return POLL_FAILED
-            if n == 1:
-                stamp = tsc_end()
-                if _load_u32(wc_addr + WC_STATUS) != 0:
-                    return BAD_COMPLETION
-                mover = _load_u64(wc_addr + WC_WR_ID) >> np.uint64(id_shift)
-                if mover >= np.uint64(k):
-                    return WRONG_MOVER
-                ends[mover, s] = stamp
-                got += 1
-                continue
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                start, passed = deadline_passed(start, timeout_ticks)
-                if passed:
-                    return TIMEOUT
+            if _load_u32(wc_addr + WC_STATUS) != 0:
+                return BAD_COMPLETION
+            mover = _load_u64(wc_addr + WC_WR_ID) >> np.uint64(id_shift)
+            if mover >= np.uint64(k):
+                return WRONG_MOVER
+            ends[mover, s] = stamp
     return OK
 
 
@@ -203,7 +229,7 @@ def pipelined(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, window, tr
                 return POST_FAILED
             posted += 1
         for _ in range(transfers):
-            why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+            why = _complete(poll_cq, cq, wc_addr, timeout_ticks)
             if why != OK:
                 return why
             if posted < transfers:
@@ -228,18 +254,12 @@ def rpc_client(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, request_s
         t0 = tsc_begin()
         if _post_send(post_send, qp, wr_head, bad_addr) != 0:
             return POST_FAILED
-        spins = 0
-        start = np.uint64(0)
-        while _load_u64(reply_seq) != seq:
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                start, passed = deadline_passed(start, timeout_ticks)
-                if passed:
-                    return TIMEOUT
+        why, _, _ = spin_until(_word_is, (reply_seq, seq), timeout_ticks, True, never, ())
         t1 = tsc_end()
+        if why != WAIT_READY:
+            return TIMEOUT
         samples[s] = t1 - t0
-        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, cq, wc_addr, timeout_ticks)
         if why != OK:
             return why
     return OK
@@ -264,24 +284,16 @@ def rpc_server(post_send, poll_cq, qp, cq, wr_head, bad_addr, wc_addr, slot, rep
     `words` uint64 words. state[0]: the last sequence served; state[1]: requests served."""
     last = 8 * (words - 1)
     while True:
-        spins = 0
-        start = np.uint64(0)
-        while True:
-            seq = _load_u64(slot + last)
-            if seq != np.uint64(state[0]):
-                break
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                start, passed = deadline_passed(start, idle_ticks)
-                if passed:
-                    return IDLE
+        why, seq, _ = spin_until(_word_moved, (slot + last, np.uint64(state[0])), idle_ticks,
+                                 True, never, ())
+        if why == WAIT_EXPIRED:
+            return IDLE
         if seq == STOP:
             return STOPPED
         _echo(slot, reply, words, seq)
         if _post_send(post_send, qp, wr_head, bad_addr) != 0:
             return POST_FAILED
-        why = _complete(poll_cq, cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, cq, wc_addr, timeout_ticks)
         if why != OK:
             return why
         state[0] = np.int64(seq)
@@ -311,14 +323,14 @@ def rpc_send_client(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr
         t0 = tsc_begin()
         if _post_send(post_send, qp, send_wr, bad_addr) != 0:
             return POST_FAILED
-        why = _complete(poll_cq, recv_cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, recv_cq, wc_addr, timeout_ticks)
         t1 = tsc_end()
         if why != OK:
             return why
         samples[s] = t1 - t0
         if _load_u64(reply_seq) != seq:
             return WRONG_REPLY
-        why = _complete(poll_cq, send_cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, send_cq, wc_addr, timeout_ticks)
         if why != OK:
             return why
     return OK
@@ -337,20 +349,11 @@ def rpc_send_server(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr
     served."""
     last = 8 * (words - 1)
     while True:
-        spins = 0
-        start = np.uint64(0)
-        while True:
-            n = _poll_cq(poll_cq, recv_cq, 1, wc_addr)
-            if n < 0:
-                return POLL_FAILED
-            if n == 1:
-                break
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                start, passed = deadline_passed(start, idle_ticks)
-                if passed:
-                    return IDLE
+        why, n, _ = spin_until(_polled, (poll_cq, recv_cq, wc_addr), idle_ticks, True, never, ())
+        if why == WAIT_EXPIRED:
+            return IDLE
+        if n < 0:
+            return POLL_FAILED
         if _load_u32(wc_addr + WC_STATUS) != 0:
             return BAD_COMPLETION
         seq = _load_u64(slot + last)
@@ -361,7 +364,7 @@ def rpc_send_server(post_send, post_recv, poll_cq, qp, send_cq, recv_cq, send_wr
             return RECV_POST_FAILED
         if _post_send(post_send, qp, send_wr, bad_addr) != 0:
             return POST_FAILED
-        why = _complete(poll_cq, send_cq, wc_addr, 1, timeout_ticks)
+        why = _complete(poll_cq, send_cq, wc_addr, timeout_ticks)
         if why != OK:
             return why
         state[0] = np.int64(seq)
@@ -393,11 +396,15 @@ def replay_reads(post_send, poll_cq, qps, cq, bad_addr, wc_addr, bases, sge_base
     part = np.zeros(g, np.int64)
     in_flight = 0
     i = 0
-    spins = 0
-    waiting = np.uint64(0)
     mask = (np.uint64(1) << np.uint64(id_shift)) - np.uint64(1)
     while i < n or in_flight > 0:
-        got = _poll_cq(poll_cq, cq, 1, wc_addr)
+        # request i can be taken once due: a QP is free, or it has nothing to move
+        takes = i < n and (in_flight < g or request_parts[i] == request_parts[i + 1])
+        why, got, _ = spin_until(_next_event, (poll_cq, cq, wc_addr, due[i] if takes else NEVER),
+                                 np.uint64(timeout_ticks) if in_flight > 0 else NEVER,
+                                 in_flight == 0, never, ())
+        if why != WAIT_READY:
+            return TIMEOUT
         if got < 0:
             return POLL_FAILED
         if got == 1:
@@ -418,46 +425,29 @@ def replay_reads(post_send, poll_cq, qps, cq, bad_addr, wc_addr, bases, sge_base
                 ends[r] = stamp
                 busy[q] = -1
                 in_flight -= 1
-            spins = 0
-            waiting = np.uint64(0)
             continue
-        if i < n and tsc_end() >= due[i]:
-            lo, hi = request_parts[i], request_parts[i + 1]
-            if lo == hi:  # no hit: nothing to move
-                stamp = tsc_end()
-                starts[i] = stamp
-                ends[i] = stamp
-                served[i] = -1
-                i += 1
-                continue
-            q = -1
-            for m in range(g):
-                if busy[m] < 0:
-                    q = m
-                    break
-            if q >= 0:
-                base = bases[q]
-                for k in range(request_frags[i], request_frags[i + 1]):
-                    _store_u64(sge_base + np.uint64(16 * k), base + dst_off[k])
-                for p in range(lo, hi):
-                    _store_u64(tails[p], (np.uint64(q) << np.uint64(id_shift)) | np.uint64(p))
-                busy[q] = i
-                part[q] = lo
-                served[i] = q
-                starts[i] = tsc_begin()
-                if _post_send(post_send, qps[q], heads[lo], bad_addr) != 0:
-                    return POST_FAILED
-                in_flight += 1
-                i += 1
-                spins = 0
-                waiting = np.uint64(0)
-                continue
-        if in_flight > 0:
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                waiting, passed = deadline_passed(waiting, timeout_ticks)
-                if passed:
-                    return TIMEOUT
-        else:
-            pause()
+        lo, hi = request_parts[i], request_parts[i + 1]  # ARRIVED: request i is due
+        if lo == hi:  # no hit: nothing to move
+            stamp = tsc_end()
+            starts[i] = stamp
+            ends[i] = stamp
+            served[i] = -1
+            i += 1
+            continue
+        q = 0
+        while busy[q] >= 0:  # `takes`: one is free
+            q += 1
+        base = bases[q]
+        for k in range(request_frags[i], request_frags[i + 1]):
+            _store_u64(sge_base + np.uint64(16 * k), base + dst_off[k])
+        for p in range(lo, hi):
+            _store_u64(tails[p], (np.uint64(q) << np.uint64(id_shift)) | np.uint64(p))
+        busy[q] = i
+        part[q] = lo
+        served[i] = q
+        starts[i] = tsc_begin()
+        if _post_send(post_send, qps[q], heads[lo], bad_addr) != 0:
+            return POST_FAILED
+        in_flight += 1
+        i += 1
     return OK

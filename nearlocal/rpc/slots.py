@@ -28,9 +28,12 @@ import numpy as np
 from numba import njit
 
 from nearlocal.errors import UsageError
-from nearlocal.kernels.intrinsics import deadline_passed, pause, tsc_begin, tsc_end
+from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
+from nearlocal.kernels.spin import WAIT_EXPIRED, WAIT_READY, WAIT_STOPPED, never, spin_until
 from nearlocal.rpc.sync import (
     WORDS_PER_LINE,
+    flag_is,
+    flag_set,
     flush_written,
     invalidate,
     protocol_code,
@@ -47,7 +50,6 @@ W_MAGIC, W_SLOTS, W_MSG, W_PROTOCOL, W_STOP = 0, 1, 2, 3, 4
 W_READY, W_SERVED, W_BAD = 8, 9, 10
 MAX_MESSAGE_BYTES = 4096
 RESPONSE_KEY = np.uint64(0xA5A5F00DCAFEBEEF)
-SPINS_PER_CHECK = 1024
 
 OK, TIMEOUT, WRONG_BYTES, STOPPED, IDLE, DONE = 1, 0, -1, 2, 3, 4
 
@@ -97,23 +99,17 @@ def post(raw, words, slots, msg_words, k, protocol):
 
 @njit(cache=True, nogil=True)
 def await_response(raw, words, slots, msg_words, k, protocol, timeout_ticks):
-    """Client: spin until request k's response is published, then check its bytes.
-
-    The clock is read only every SPINS_PER_CHECK spins, so a fast answer costs no TSC reads."""
+    """Client: spin until request k's response is published, then check its bytes (the clock
+    read only every SPINS_PER_CHECK spins: kernels/spin.py)."""
     slot_words = 2 * (WORDS_PER_LINE + (msg_words + WORDS_PER_LINE - 1) // WORDS_PER_LINE
                       * WORDS_PER_LINE)
     base = HEADER_WORDS + (k % slots) * slot_words
     flag = base + slot_words // 2
     seq = np.uint64(k + 1)
-    spins = 0
-    start = np.uint64(0)
-    while read_flag(raw, words, flag, protocol) != seq:
-        pause()
-        spins += 1
-        if spins % SPINS_PER_CHECK == 0:
-            start, passed = deadline_passed(start, timeout_ticks)
-            if passed:
-                return TIMEOUT
+    why, _, _ = spin_until(flag_is, (raw, words, flag, protocol, seq), timeout_ticks, True,
+                           never, ())
+    if why != WAIT_READY:
+        return TIMEOUT
     invalidate(raw, words, flag + WORDS_PER_LINE, msg_words, protocol)
     good = True
     for j in range(msg_words):
@@ -137,17 +133,12 @@ def serve(raw, words, slots, msg_words, protocol, k, idle_ticks, max_requests):
     while True:
         base = HEADER_WORDS + (k % slots) * slot_words
         seq = np.uint64(k + 1)
-        spins = 0
-        start = np.uint64(0)
-        while read_flag(raw, words, base, protocol) != seq:
-            pause()
-            spins += 1
-            if spins % SPINS_PER_CHECK == 0:
-                if read_flag(raw, words, W_STOP, protocol) != 0:
-                    return k, STOPPED
-                start, passed = deadline_passed(start, idle_ticks)
-                if passed:
-                    return k, IDLE
+        why, _, _ = spin_until(flag_is, (raw, words, base, protocol, seq), idle_ticks, True,
+                               flag_set, (raw, words, W_STOP, protocol))
+        if why == WAIT_STOPPED:
+            return k, STOPPED
+        if why == WAIT_EXPIRED:
+            return k, IDLE
         invalidate(raw, words, base + WORDS_PER_LINE, msg_words, protocol)
         for j in range(msg_words):
             request = words[base + WORDS_PER_LINE + j]

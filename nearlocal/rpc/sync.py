@@ -75,3 +75,30 @@ def publish_flag(words, index, value, protocol):
         sfence()
     else:
         store_release(words, index, value)
+
+
+# The ready and stop checks of the flag waits (kernels/spin.py's spin_until), args in one tuple.
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flag_is(args):
+    """Ready when the flag at `index` holds `want`: args (raw, words, index, protocol, want)."""
+    raw, words, index, protocol, want = args
+    value = read_flag(raw, words, index, protocol)
+    return value == want, value
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flag_moved(args):
+    """Ready when the flag at `index` no longer holds `old` (the value it holds then):
+    args (raw, words, index, protocol, old)."""
+    raw, words, index, protocol, old = args
+    value = read_flag(raw, words, index, protocol)
+    return value != old, value
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flag_set(args):
+    """A stop check: the word at `index` is set. args (raw, words, index, protocol)."""
+    raw, words, index, protocol = args
+    return read_flag(raw, words, index, protocol) != 0

@@ -62,7 +62,7 @@ class MetadataSession:
     def __init__(self, ctx: SessionContext):
         _check_pattern(ctx.pattern)
         text = ctx.case.pattern
-        from nearlocal.workloads import kv_kernels  # numba: compiled here, not at registration
+        from nearlocal.workloads import kernels  # numba: compiled here, not at registration
 
         self.ctx = ctx
         plan = kv.parse_plan(text)
@@ -77,14 +77,14 @@ class MetadataSession:
             self._args = (table, tokens, desc.layer_offsets, desc.tensors, desc.block_stride,
                           desc.token_stride, desc.head_stride, desc.unit, geometry.block_tokens,
                           self.out)
-            self._kernel = kv_kernels.time_sparse_metadata
+            self._kernel = kernels.time_sparse_metadata
         else:
             desc = geometry.dense(plan.layers)
             pieces = desc.outer.size * table.size
             self.out = np.empty((pieces, 3), np.int64)
             self._args = (table, desc.outer, desc.tensors, desc.block_stride, desc.piece,
                           desc.block_major, self.out)
-            self._kernel = kv_kernels.time_dense_metadata
+            self._kernel = kernels.time_dense_metadata
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "phase": "metadata",
                      "pieces": pieces, "block_table_len": int(table.size)}
 

@@ -1,5 +1,6 @@
 """Selections: which blocks or tokens a read wants, and the compiled step that turns them into a
-fragment table — the metadata work a connector does between "read these" and the first byte moving.
+fragment table (workloads/kernels.py) — the metadata work a connector does between "read these"
+and the first byte moving.
 
 - dense[:N]: N whole blocks (default 1), their ids contiguous in the pool or scattered (seeded);
 - superblock[:N]: N groups of 256 tokens, each group's blocks contiguous (Mooncake's remedy, B3);
@@ -20,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from nearlocal.core.patterns import MAX_FRAGMENTS  # fragment-table rows one read may build
 from nearlocal.errors import UsageError
+from nearlocal.workloads.kernels import dense_fragments, sparse_fragments
 from nearlocal.workloads.layouts import DenseDescriptor, SparseDescriptor
 
 SUPERBLOCK_TOKENS = 256
@@ -34,69 +35,6 @@ PLACEMENTS = ("contiguous", "scattered")
 DISTRIBUTIONS = ("uniform", "clustered")
 MAX_BLOCKS = 1 << 20  # blocks one read may name (a 16-token block table of 16M tokens)
 MAX_CONTEXT = 1 << 24  # sparse context tokens (16M, past any model's window)
-
-
-@njit(cache=True)
-def _emit(out, n, src, dst, length, same_tensor):
-    """Append (src, dst, length) to out[:n], merged with out[n-1] when adjacent at both ends and
-    in the same tensor."""
-    if (same_tensor and n > 0 and out[n - 1, 0] + out[n - 1, 2] == src
-            and out[n - 1, 1] + out[n - 1, 2] == dst):
-        out[n - 1, 2] += length
-        return n
-    out[n, 0] = src
-    out[n, 1] = dst
-    out[n, 2] = length
-    return n + 1
-
-
-@njit(cache=True)
-def dense_fragments(table, outer, tensors, block_stride, piece, block_major, out):
-    """Whole-block pieces for the block ids in `table`; returns the fragment count in out.
-    tensors[o]: the tensor outer piece o lies in."""
-    n = 0
-    dst = 0
-    last = -1
-    if block_major:
-        for b in range(table.size):
-            for o in range(outer.size):
-                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece,
-                          tensors[o] == last)
-                last = tensors[o]
-                dst += piece
-    else:
-        for o in range(outer.size):
-            for b in range(table.size):
-                n = _emit(out, n, outer[o] + table[b] * block_stride, dst, piece,
-                          tensors[o] == last)
-                last = tensors[o]
-                dst += piece
-    return n
-
-
-@njit(cache=True)
-def sparse_fragments(table, tokens, layer_offsets, tensors, block_stride, token_stride, head_stride,
-                     unit, block_tokens, out):
-    """(token, head) pieces: tokens[l, h, :] are sorted token positions in the sequence, mapped
-    through the block table; local order (layer, part, head, token); tensors[l]: the tensor
-    layer l lies in. Returns the count."""
-    n = 0
-    dst = 0
-    last = -1
-    for li in range(layer_offsets.shape[0]):
-        same = tensors[li] == last
-        last = tensors[li]
-        for p in range(layer_offsets.shape[1]):
-            base = layer_offsets[li, p]
-            for h in range(tokens.shape[1]):
-                head = base + h * head_stride
-                for j in range(tokens.shape[2]):
-                    t = tokens[li, h, j]
-                    src = head + table[t // block_tokens] * block_stride + (t % block_tokens) * token_stride
-                    n = _emit(out, n, src, dst, unit, same)
-                    same = True
-                    dst += unit
-    return n
 
 
 @dataclass(frozen=True)
