@@ -197,19 +197,28 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
 
 
 class _Collected:
-    """The store a bench case's runner writes to: the one row and its samples, kept here."""
+    """The sink (engine/sink.py RunSink) a bench case's runner writes to: the one row and its
+    samples, kept here. A bench case keeps neither host probes (its runner has probe_host=False)
+    nor a busy record (none is started for one case at a time)."""
+
+    keeps_busy = False
 
     def __init__(self) -> None:
         self.found: tuple | None = None
 
-    def add_case(self, row: dict, raw=None, ns=None, process=None, placement=None) -> None:
+    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
+                 process: np.ndarray | None = None, placement: np.ndarray | None = None) -> None:
         self.found = (row, raw, ns, process, placement)
 
-    def add_host_reading(self, *args) -> None:
+    def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
+                         facts: dict[str, dict]) -> None:
         pass
 
     def add_host_failure(self, reason: str) -> None:
         pass
+
+    def add_busy(self, record: dict) -> None:
+        pass  # never called: keeps_busy is False
 
 
 def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any, Any, Any]:
