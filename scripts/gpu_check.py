@@ -55,7 +55,7 @@ from nearlocal.core.cases import Case
 from nearlocal.core.sampling import StoppingRule
 from nearlocal.engine.worker import WorkerSettings, measure
 from nearlocal.errors import Unavailable
-from nearlocal.probe.gpu import _one_line
+from nearlocal.probe.gpu import one_line
 from nearlocal.probe.poolmod import DEVICE, probe_pool_module
 from nearlocal.sysroot import SysRoot
 from nearlocal.units import format_ns
@@ -116,9 +116,9 @@ def _row(method: str, pattern: str, access: str = "read", region: str = "pinned"
     try:
         row, _, _, _ = measure(case, settings, 0.0)
     except Unavailable as exc:  # refused once opened (a cudaHostRegister CUDA refused): skipped
-        out = {"case": case.id, "skipped": _one_line(exc, 400)}
+        out = {"case": case.id, "skipped": one_line(exc, 400)}
     except Exception as exc:  # a failed cell is shown as failed, the table goes on
-        out = {"case": case.id, "error": _one_line(exc, 300)}
+        out = {"case": case.id, "error": one_line(exc, 300)}
     else:
         out = {"case": case.id, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
                "n": row["n_samples"], "gbps": row["gbps"], "info": row["info"]}
@@ -301,7 +301,7 @@ def hbm_peak_gbps(cp, device: int = 0) -> tuple[float | None, str]:
             bits = int(pynvml.nvmlDeviceGetMemoryBusWidth(handle))
             source = "NVML max memory clock x memory bus width"
         except Exception as exc:
-            return None, f"peak unknown: neither the CUDA runtime nor NVML says ({_one_line(exc)})"
+            return None, f"peak unknown: neither the CUDA runtime nor NVML says ({one_line(exc)})"
     peak = khz * 1e3 * 2 * bits / 8 / 1e9
     return peak, f"{khz / 1000:.0f} MHz x {bits} bit x 2 ({source})"
 
@@ -580,7 +580,7 @@ def gpu_unusable() -> str | None:
         if cp.cuda.runtime.getDeviceCount() < 1:
             return "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        return f"no GPU: {_one_line(exc)}"
+        return f"no GPU: {one_line(exc)}"
     return None
 
 
@@ -604,7 +604,7 @@ def suite_verdicts(suites: list[tuple[str, str]],
             rows = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             lines.append(f"- {suite}: FAIL, no rows ({Path(path).name} unreadable: "
-                         f"{_one_line(exc, 160)}): the run was cut short or failed before "
+                         f"{one_line(exc, 160)}): the run was cut short or failed before "
                          f"writing them; all {len(want)} cases missing")
             ok = False
             continue
@@ -678,9 +678,9 @@ def gpu_bus_id(device: int = 0) -> str:
     """GPU `device`'s PCI address as sysfs spells it (0000:1b:00.0)."""
     import cupy as cp
 
-    from nearlocal.probe.gpu import _norm_bus_id, _text
+    from nearlocal.probe.gpu import norm_bus_id
 
-    return _norm_bus_id(_text(cp.cuda.runtime.deviceGetPCIBusId(device)))
+    return norm_bus_id(cp.cuda.runtime.deviceGetPCIBusId(device))
 
 
 def hbm_note(hbm: dict) -> str:
@@ -825,7 +825,7 @@ def replay_only(out: Path) -> int:
     try:
         result = replay_compare(out)
     except Exception as exc:  # one line in the report: the rest of the check stands
-        result = {"error": _one_line(exc, 300)}
+        result = {"error": one_line(exc, 300)}
     lines = ["", "## Host->GPU replay with 1, 2 and 4 streams vs the simulation (issue 57)", ""]
     if "error" in result:
         lines.append(f"- failed: {result['error']}")
@@ -954,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ref = gather_vs_plain_copy(pattern)
         except Exception as exc:
-            checks[name] = (False, f"the same-buffer comparison failed: {_one_line(exc, 300)}")
+            checks[name] = (False, f"the same-buffer comparison failed: {one_line(exc, 300)}")
             continue
         report["gather_vs_plain_copy"][pattern] = ref
         LOG.write("figure", name=f"gather_vs_plain_copy_{pattern}",
@@ -997,11 +997,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"the same work (piece table written into mapped pinned memory, read there by "
                 f"the kernel) {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
     except Exception as exc:
-        checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {_one_line(exc, 300)}")
+        checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {one_line(exc, 300)}")
     try:
         hbm = hbm_copy()
     except Exception as exc:
-        hbm = {"error": _one_line(exc, 300)}
+        hbm = {"error": one_line(exc, 300)}
     report["hbm_copy"] = hbm
     LOG.write("figure", name="hbm_copy_1GiB", value={k: v for k, v in hbm.items()
                                                       if not isinstance(v, dict)} |
@@ -1025,7 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
         LOG.write("figure", name="lone_memcpy_64KiB_ns", value={"raw": lone, "empty": lone_empty})
     except Exception as exc:  # shown in the report, not hidden
         lone, lone_empty, lone_times = float("nan"), float("nan"), []
-        lines.append(f"(lone cudaMemcpyAsync failed: {_one_line(exc, 300)})")
+        lines.append(f"(lone cudaMemcpyAsync failed: {one_line(exc, 300)})")
     report["64KiB"] = {"primed": memcpy["64KiB"], "unprimed": unprimed, "lone_events_ns": lone,
                        "lone_empty_interval_ns": lone_empty, "lone_events_raw_ns": lone_times}
 

@@ -103,6 +103,39 @@ def test_rounds_are_the_times_the_kernel_measured(bench_dir, monkeypatch, tmp_pa
     assert main(["compare", str(run_path), str(run_path), "--out", str(tmp_path)]) == 0
 
 
+def test_a_benchmark_marker_keeps_its_settings_and_the_kernels_clock(bench_dir, monkeypatch):
+    """The kernel clock is each test's timer through pytest-benchmark's public `benchmark`
+    marker: a marker already there (a module's pytestmark) keeps its other settings, and its
+    max_time is the case's budget, as pytest-benchmark reads it."""
+    bench_dir.makepyfile(fake_nearlocal_method=FAKE_METHOD)
+    bench_dir.makepyfile(test_cpu="import pytest\n"
+                         "pytestmark = pytest.mark.benchmark(max_time=0.03, group='mine')\n"
+                         + (BENCH / "test_cpu.py").read_text())
+    monkeypatch.setenv("NEARLOCAL_PLUGINS", "fake_nearlocal_method")
+    result = bench_dir.runpytest_subprocess(
+        "--nearlocal-suite", "fake", "--benchmark-json", "out.json", "--benchmark-max-time", "5",
+        "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    bench = json.loads((bench_dir.path / "out.json").read_text())["benchmarks"][0]
+    assert bench["options"]["timer"] == "nearlocal.bench.benchmarks.KernelClock"
+    assert bench["options"]["max_time"] == pytest.approx(0.03) and bench["group"] == "mine"
+    assert bench["stats"]["median"] == pytest.approx(2e-6, rel=1e-9)
+
+
+def test_the_stopping_rule_is_pytest_benchmarks_limits_for_the_test():
+    from types import SimpleNamespace
+
+    from nearlocal.bench.benchmarks import BenchHost, stopping_rule
+    from nearlocal.core.sampling import StoppingRule
+
+    host = BenchHost(None, target_rel_ci=0.02, limits={"t.py::test_cpu[x]": (0.03, 5000)})
+    rule = stopping_rule(SimpleNamespace(fullname="t.py::test_cpu[x]"), host)
+    assert (rule.budget_s, rule.min_samples, rule.target_rel_ci) == (0.03, 5000, 0.02)
+    other = stopping_rule(SimpleNamespace(fullname="elsewhere"), host)
+    assert (other.budget_s, other.min_samples) == (StoppingRule().budget_s,
+                                                   StoppingRule().min_samples)
+
+
 def test_real_kernel_case_and_a_skipped_case(bench_dir, tmp_path, capsys):
     result = bench_dir.runpytest_subprocess(
         "test_cpu.py::test_cpu[load-dram-wb-4KiB]", "test_cpu.py::test_cpu[load-dram-uc-4KiB]",

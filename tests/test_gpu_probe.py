@@ -4,7 +4,7 @@ answers: links to the other GPU are counted per pair, links to anything else as 
 import sys
 import types
 
-from nearlocal.probe.gpu import GpuDevice, GpuInfo, _norm_bus_id, _probe_nvml
+from nearlocal.probe.gpu import GpuDevice, GpuInfo, _probe_nvml, norm_bus_id
 
 BUS = ["0000:1B:00.0", "0000:2C:00.0"]
 
@@ -43,7 +43,7 @@ def test_nvlink_links_per_pair_and_pcie(monkeypatch):
 
 
 def test_bus_ids_compare_across_cuda_and_nvml_spellings():
-    assert _norm_bus_id("00000000:1B:00.0") == _norm_bus_id("0000:1b:00.0")
+    assert norm_bus_id("00000000:1B:00.0") == norm_bus_id("0000:1b:00.0")
 
 
 def test_no_nvml_is_a_reason_not_an_error(monkeypatch):

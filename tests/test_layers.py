@@ -10,7 +10,8 @@ by the layer that uses them, so their modules may sit up to that layer. A family
 `nearlocal/<family>/serving.py`, `report_section.py`, `commands.py`) is a module of the family
 that sits in an upper layer, so that the family's hop, section and command live in the family:
 it is a unit of its own, nothing imports it, and only its entry-point group loads it. No private
-name (`_x`) is imported across packages."""
+name (`_x`) crosses a package, in nearlocal/ or scripts/ (one package of its own): imported, read
+off another package's module or object, or a base class's private hook overridden."""
 
 from __future__ import annotations
 
@@ -205,29 +206,199 @@ def test_entry_points_plug_in_no_module_above_the_families():
         "nearlocal.methods: 99-pool = nearlocal.engine.plan (engine) is outside core .. families"]
 
 
-def private_imports(source: str, module: str) -> list[str]:
-    """`from nearlocal.X.y import _name` in `source` (the text of `module`) where X is another
-    package: a name kept private to its package, used from outside it."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and not node.level and node.module \
-                and node.module.startswith("nearlocal.") and unit_of(node.module) != unit_of(module):
-            found += [f"{module} imports {node.module}.{alias.name}" for alias in node.names
-                      if alias.name.startswith("_") and not alias.name.startswith("__")]
-    return found
+SCRIPTS = ROOT.parent / "scripts"
+
+
+def package_of(module: str) -> str:
+    """The unit a private name stays in: nearlocal's (unit_of), or scripts/, a package of its own."""
+    return "scripts" if module.split(".")[0] == "scripts" else unit_of(module)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _bindings(tree: ast.Module, module: str, is_package: bool) -> dict[str, str]:
+    """Each name the module's imports bind -> the dotted name it stands for."""
+    package = module if is_package else module.rsplit(".", 1)[0]
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound[alias.asname or alias.name.split(".")[0]] = \
+                    alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return bound
+
+
+def _defined(node: ast.AST) -> set[str]:
+    """The private names `node` defines: functions, classes, assigned names and attributes
+    (`self._x = ...`), names its imports bind."""
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(sub.name)
+        elif isinstance(sub, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            for target in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
+                names |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name)}
+                names |= {t.attr for t in ast.walk(target) if isinstance(t, ast.Attribute)}
+        elif isinstance(sub, ast.Import | ast.ImportFrom):
+            names |= {a.asname or a.name.split(".")[0] for a in sub.names}
+    return {name for name in names if is_private(name)}
+
+
+def _private_uses(tree: ast.AST) -> list[tuple[ast.AST, ast.expr, str]]:
+    """(node, object, name) for each `object._name`, and each getattr / setattr / hasattr /
+    delattr of a private name given as a string."""
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            uses.append((node, node.value, node.attr))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "setattr", "hasattr", "delattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and is_private(node.args[1].value):
+            uses.append((node, node.args[0], node.args[1].value))
+    return uses
+
+
+def private_crossings(sources: dict[str, str]) -> list[str]:
+    """Private names (`_x`, dunders aside) used across packages in `sources` (module -> text):
+    1. `from nearlocal.X.y import _name` from another package;
+    2. `mod._name` where `mod` is bound to a module of another package;
+    3. in a class with an ancestor from another package (resolved through the imports), a
+       private member of that ancestor used (`self._x`) or overridden (`def _x`): its hooks;
+    4. any other `obj._name` (or getattr(obj, "_name")) where `_name` is defined in no module of
+       the user's package but in one of another's: the object can only be that package's.
+    A private name of a library outside these sources (os._exit, a namedtuple's _replace) is not
+    this rule's: it crosses no package of ours."""
+    trees = {module: ast.parse(text) for module, text in sources.items()}
+    bound = {module: _bindings(tree, module, module in {m.rsplit(".", 1)[0] for m in trees})
+             for module, tree in trees.items()}
+    owners: dict[str, set[str]] = {}
+    for module, tree in trees.items():
+        for name in _defined(tree):
+            owners.setdefault(name, set()).add(package_of(module))
+    classes = {f"{module}.{node.name}": node for module, tree in trees.items()
+               for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def resolve(module: str, base: ast.expr) -> str | None:
+        if isinstance(base, ast.Name):
+            target = f"{module}.{base.id}" if f"{module}.{base.id}" in classes \
+                else bound[module].get(base.id)
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            target = f"{bound[module].get(base.value.id)}.{base.attr}"
+        else:
+            return None
+        return target if target in classes else None
+
+    def ancestors(name: str, met: frozenset[str] = frozenset()) -> list[str]:
+        parents = []
+        for base in classes[name].bases:
+            parent = resolve(name.rsplit(".", 1)[0], base)
+            if parent is not None and parent not in met:
+                parents += [parent, *ancestors(parent, met | {parent})]
+        return parents
+
+    found: list[tuple[str, int, str]] = []  # (module, line, what)
+    seen: set[int] = set()  # uses reported through a class's ancestry
+    for name, node in classes.items():
+        module = name.rsplit(".", 1)[0]
+        foreign = {}
+        for parent in ancestors(name):
+            if package_of(parent) != package_of(module):
+                foreign |= {member: parent for member in _defined(classes[parent])}
+        for sub in node.body:
+            for member in _defined(sub) & set(foreign) if isinstance(
+                    sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.Assign | ast.AnnAssign) else ():
+                if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and sub.name != member:
+                    continue  # a method's own locals
+                found.append((module, sub.lineno, f"overrides {foreign[member]}.{member}"))
+        for use, obj, attr in _private_uses(node):
+            if isinstance(obj, ast.Name) and obj.id in ("self", "cls") and attr in foreign:
+                found.append((module, use.lineno, f"uses {foreign[attr]}.{attr}"))
+                seen.add(id(use))
+    for module, tree in trees.items():
+        here = package_of(module)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                    and node.module in trees and package_of(node.module) != here:
+                found += [(module, node.lineno, f"imports {node.module}.{alias.name}")
+                          for alias in node.names if is_private(alias.name)]
+        for use, obj, attr in _private_uses(tree):
+            if id(use) in seen:
+                continue
+            target = ast.unparse(obj)
+            target = bound[module].get(target, target)
+            if target in trees:  # a module of ours: whose package it is decides
+                if package_of(target) != here:
+                    found.append((module, use.lineno, f"uses {target}.{attr}"))
+            elif owners.get(attr) and here not in owners[attr]:
+                found.append((module, use.lineno, f"uses {ast.unparse(obj)}.{attr}, private to "
+                             + ", ".join(sorted(owners[attr]))))
+    return [f"{module}:{line} {text}" for module, line, text in sorted(found)]
+
+
+@cache
+def checked_sources() -> dict[str, str]:
+    """nearlocal's modules and scripts/' (scripts.NAME)."""
+    return {module_name(path): path.read_text()
+            for path in sorted(ROOT.rglob("*.py")) + sorted(SCRIPTS.rglob("*.py"))}
 
 
 def test_no_private_name_crosses_a_package():
-    """What two packages share is public in the lower one: a private name imported from another
-    package is an interface nobody declared."""
-    crossing = [line for path in sorted(ROOT.rglob("*.py"))
-                for line in private_imports(path.read_text(), module_name(path))]
-    assert crossing == [], "\n".join(crossing)
-    assert private_imports("from nearlocal.regions.host import _fill, fill\n",
-                           "nearlocal.gpu.regions") == [
-        "nearlocal.gpu.regions imports nearlocal.regions.host._fill"]
-    assert private_imports("from nearlocal.regions.host import _fill\n",
-                           "nearlocal.regions.interleave") == []  # within its package
+    """What two packages share is public in the lower one: a private name used from another
+    package (imported, read off its module or object, or a base class's hook overridden) is an
+    interface nobody declared. scripts/ counts as one package: it uses nearlocal's public names."""
+    crossing = private_crossings(checked_sources())
+    assert len(crossing) == 0, "\n".join(crossing)
+
+
+BAD = {
+    "nearlocal.regions.host": "_CACHE = {}\n"
+                              "def _fill(region): ...\n"
+                              "class Region:\n"
+                              "    def _hook(self): ...\n"
+                              "    def open(self):\n"
+                              "        self._handle = 1\n",
+    "nearlocal.regions.interleave": "from nearlocal.regions import host\n"
+                                    "from nearlocal.regions.host import _fill\n"
+                                    "host._CACHE.clear()\n",  # within its package: fine
+    "nearlocal.gpu.regions": "from nearlocal.regions import host\n"
+                             "from nearlocal.regions.host import Region, _fill, fill\n"
+                             "import nearlocal.regions.host as h\n"
+                             "host._CACHE.clear()\n"
+                             "h._fill(None)\n"
+                             "class GpuRegion(Region):\n"
+                             "    def _hook(self):\n"
+                             "        return self._handle\n"
+                             "    def _own(self):\n"
+                             "        return self._own_state\n"
+                             "def close(region):\n"
+                             "    os._exit(getattr(region, '_handle'))\n",
+    "scripts.check": "from nearlocal.gpu import regions\n"
+                     "def look(region):\n"
+                     "    return region._handle, region._unknown, regions.__name__\n",
+}
+
+
+def test_the_private_name_check_fails_on_a_bad_example():
+    """Every form of crossing the check knows, fed to it in a tiny tree of its own; a package's
+    use of its own private names, a dunder and a library's private name (os._exit) pass."""
+    assert private_crossings(BAD) == [
+        "nearlocal.gpu.regions:2 imports nearlocal.regions.host._fill",
+        "nearlocal.gpu.regions:4 uses nearlocal.regions.host._CACHE",
+        "nearlocal.gpu.regions:5 uses nearlocal.regions.host._fill",
+        "nearlocal.gpu.regions:7 overrides nearlocal.regions.host.Region._hook",
+        "nearlocal.gpu.regions:8 uses nearlocal.regions.host.Region._handle",
+        "nearlocal.gpu.regions:12 uses region._handle, private to regions",
+        "scripts.check:3 uses region._handle, private to regions"]
 
 
 def face_imports(source: str, module: str) -> list[str]:

@@ -60,6 +60,11 @@ class KernelClock:
         self.now += seconds
 
 
+# The timer of every generated test: the plugin names it in each test's `benchmark` marker
+# (plugin.py), pytest-benchmark's public way to choose a test's timer; run_benchmark feeds it.
+KERNEL_CLOCK = KernelClock()
+
+
 @dataclass
 class BenchHost:
     """What every generated test shares: the probed box and the timer overhead, measured once."""
@@ -74,6 +79,9 @@ class BenchHost:
     measured: list[tuple] = field(default_factory=list, repr=False)
     # the plan's entry of every generated test's case, by case id (suite_params plans them)
     planned: dict[str, Any] = field(default_factory=dict, repr=False)
+    # per generated test (its node id, the fixture's `fullname`): pytest-benchmark's max_time
+    # (s) and min_rounds, from its options and the test's `benchmark` marker (plugin.py)
+    limits: dict[str, tuple[float, int]] = field(default_factory=dict, repr=False)
     _clock: Any = field(default=None, repr=False)
 
     @property
@@ -152,11 +160,12 @@ def machine_info(host: BenchHost) -> dict:
 
 def stopping_rule(benchmark: Any, host: BenchHost) -> StoppingRule:
     """pytest-benchmark's --benchmark-max-time is the per-case budget and --benchmark-min-rounds
-    raises the minimum sample count; --nearlocal-ci is the convergence target."""
+    raises the minimum sample count (a `benchmark` marker's max_time / min_rounds before them, as
+    pytest-benchmark reads them: host.limits); --nearlocal-ci is the convergence target."""
     default = StoppingRule()
-    return StoppingRule(budget_s=float(getattr(benchmark, "_max_time", default.budget_s)),
-                        target_rel_ci=host.target_rel_ci,
-                        min_samples=max(default.min_samples, int(getattr(benchmark, "_min_rounds", 0))))
+    max_time, min_rounds = host.limits.get(benchmark.fullname, (default.budget_s, 0))
+    return StoppingRule(budget_s=float(max_time), target_rel_ci=host.target_rel_ci,
+                        min_samples=max(default.min_samples, int(min_rounds)))
 
 
 def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
@@ -187,29 +196,43 @@ def run_benchmark(benchmark: Any, case_data: dict, host: BenchHost) -> dict:
     host.measured.append((dict(row), np.asarray(raw, np.float64), np.asarray(ns, np.float64),
                           process, placement))
 
-    clock = KernelClock()
-    seconds = iter((np.asarray(ns, dtype=np.float64) * 1e-9).tolist())
-    benchmark._timer = clock  # read by pedantic's runner; no public per-test timer API exists
-    benchmark.pedantic(lambda: clock.advance(next(seconds)), rounds=len(ns), iterations=1,
+    clock = KERNEL_CLOCK  # this test's timer (its `benchmark` marker): each round its sample
+    clock.now = 0.0
+    seconds = np.asarray(ns, dtype=np.float64) * 1e-9
+    rounds = iter(seconds.tolist())
+    benchmark.pedantic(lambda: clock.advance(next(rounds)), rounds=len(ns), iterations=1,
                        warmup_rounds=0)
+    if len(ns) and not math.isclose(benchmark.stats.stats.median, float(np.median(seconds)),
+                                    rel_tol=1e-6, abs_tol=1e-15):
+        raise RuntimeError(f"{case.id}: pytest-benchmark timed the rounds with another timer than "
+                           "the kernel's (a `benchmark` marker's timer replaced nearlocal's?)")
     benchmark.extra_info.update(json.loads(json.dumps(row, default=str)))
     return row
 
 
 class _Collected:
-    """The store a bench case's runner writes to: the one row and its samples, kept here."""
+    """The sink (engine/sink.py RunSink) a bench case's runner writes to: the one row and its
+    samples, kept here. A bench case keeps neither host probes (its runner has probe_host=False)
+    nor a busy record (none is started for one case at a time)."""
+
+    keeps_busy = False
 
     def __init__(self) -> None:
         self.found: tuple | None = None
 
-    def add_case(self, row: dict, raw=None, ns=None, process=None, placement=None) -> None:
+    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
+                 process: np.ndarray | None = None, placement: np.ndarray | None = None) -> None:
         self.found = (row, raw, ns, process, placement)
 
-    def add_host_reading(self, *args) -> None:
+    def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
+                         facts: dict[str, dict]) -> None:
         pass
 
     def add_host_failure(self, reason: str) -> None:
         pass
+
+    def add_busy(self, record: dict) -> None:
+        pass  # never called: keeps_busy is False
 
 
 def _in_processes(entry: Any, rule: StoppingRule, host: BenchHost) -> tuple[dict, Any, Any, Any, Any]:

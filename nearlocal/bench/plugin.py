@@ -120,9 +120,30 @@ def _check_options(config: pytest.Config) -> None:
             raise UsageError(f"--nearlocal-baseline: {exc}") from None
 
 
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash.get(_ACTIVE, ""):
         raise pytest.UsageError(config.stash[_ACTIVE])
+    ours = [item for item in items if "nearlocal_case" in getattr(item, "fixturenames", ())]
+    if ours and config.pluginmanager.hasplugin("benchmark"):
+        _time_with_the_kernels(config, ours)
+
+
+def _time_with_the_kernels(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-benchmark's public API only: its `benchmark` marker names each generated test's
+    timer, the kernel-fed clock (benchmarks.KERNEL_CLOCK), over what a marker already there
+    says (pytest-benchmark reads the closest one alone, so its other settings are kept in
+    ours); max_time and min_rounds, which set the case's stopping rule, are read as
+    pytest-benchmark reads them (the marker's, else --benchmark-max-time / -min-rounds)."""
+    from nearlocal.bench.benchmarks import KERNEL_CLOCK
+
+    host = _host(config)
+    for item in items:
+        marker = item.get_closest_marker("benchmark")
+        kwargs = {**(marker.kwargs if marker else {}), "timer": KERNEL_CLOCK}
+        item.add_marker(pytest.mark.benchmark(**kwargs), append=False)
+        host.limits[item.nodeid] = (
+            float(kwargs.get("max_time", config.getoption("benchmark_max_time"))),
+            int(kwargs.get("min_rounds", config.getoption("benchmark_min_rounds"))))
 
 
 def _host(config: pytest.Config) -> BenchHost:

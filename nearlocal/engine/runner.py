@@ -25,7 +25,6 @@ from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions import files_to_create, remove_leftovers
-from nearlocal.store.runs import Store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from nearlocal.engine.busy import BusyRecorder
     from nearlocal.engine.hostprobe import HostProber
     from nearlocal.engine.plan import PlanEntry
+    from nearlocal.engine.sink import RunSink
 
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
@@ -206,7 +206,7 @@ class Runner:
     whose K processes disagree gets further passes, up to `max_processes` (processes_to_settle),
     after the K passes; its row is stored after its last."""
 
-    def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: Store,
+    def __init__(self, inventory: HostInventory, settings: WorkerSettings, store: RunSink,
                  events: RunEvents | None = None, *, processes: int = 1,
                  max_processes: int | None = None, case_timeout_s: float | None = None,
                  compile_first: bool = False, probe_host: bool | None = None):
@@ -511,10 +511,10 @@ class Runner:
 
     def _start_busy(self) -> None:
         """/proc/stat and the run's own CPU time at its start, then where its processes run
-        (engine/busy.py); a store that keeps no such record (a front end's own) gets none."""
+        (engine/busy.py); a sink that keeps no such record (the bench collector) gets none."""
         from nearlocal.engine.busy import BusyRecorder
 
-        if getattr(self.store, "add_busy", None) is None:
+        if not self.store.keeps_busy:
             return
         self._busy = BusyRecorder()
         self._busy.start()

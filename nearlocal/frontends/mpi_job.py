@@ -24,11 +24,15 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nearlocal.errors import UsageError
 from nearlocal.rack.mpi import RankLost, World, world
+
+if TYPE_CHECKING:
+    from nearlocal.store.runs import Store
 
 START_TIMEOUT_S = 300.0  # ranks start, import and probe at their own pace
 TOKEN_WORDS = 2
@@ -309,20 +313,27 @@ def _tagged(row: dict, hosts: list[dict], rank: int) -> dict:
 
 
 class _RankStore:
-    """The store a rank's Runner writes to: rank 0's rows into the run, tagged; the others'
-    sent to rank 0 (between cases, never during one)."""
+    """The sink (engine/sink.py RunSink) a rank's Runner writes to: rank 0's rows into the run,
+    tagged; the others' sent to rank 0 (between cases, never during one)."""
 
-    def __init__(self, job: World, hosts: list[dict], store=None):
+    def __init__(self, job: World, hosts: list[dict], store: Store | None = None):
         self.job, self.hosts, self.store = job, hosts, store
 
-    def add_case(self, row: dict, raw=None, ns=None, process=None, placement=None) -> None:
+    @property
+    def keeps_busy(self) -> bool:
+        """Rank 0 only: the others' record would be dropped (add_busy), so they run no recorder."""
+        return self.store is not None
+
+    def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
+                 process: np.ndarray | None = None, placement: np.ndarray | None = None) -> None:
         if self.store is not None:
             self.store.add_case(_tagged(row, self.hosts, 0), raw, ns, process, placement)
         else:
             self.job.send(("row", row, raw, ns, process, placement), 0, START_TIMEOUT_S,
                           "sending a row")
 
-    def add_host_reading(self, pass_index: int, readings: dict, facts: dict) -> None:
+    def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
+                         facts: dict[str, dict]) -> None:
         """Rank 0's host probes only: the run's probes describe one host."""
         if self.store is not None:
             self.store.add_host_reading(pass_index, readings, facts)
@@ -374,8 +385,8 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
             _rack_case(job, entry, plan, hosts, pools, store, lost, waiting)
     except KeyboardInterrupt:  # SIGTERM from the launcher: a rank died (no ULFM)
         why = _who_died(hosts, waiting[0])
-        store.meta["incomplete_reason"] = f"the launcher ended the job: {why}"
-        store._write_meta()  # first: a SIGKILL may follow at once
+        store.mark_incomplete(f"the launcher ended the job: {why}")  # first: a SIGKILL may
+        # follow at once
         store.finish(interrupted=True, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         raise
     for rank in range(1, job.size):
@@ -383,8 +394,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
             with contextlib.suppress(RankLost):
                 job.send(("stop",), rank, 30, "ending the run")
     if lost:
-        store.meta["incomplete_reason"] = "ranks lost: " + "; ".join(lost.values())
-        store.meta["lost_ranks"] = sorted(lost)
+        store.mark_incomplete("ranks lost: " + "; ".join(lost.values()), lost_ranks=sorted(lost))
     path = store.finish(interrupted=bool(lost), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     run = load(path)
     if args.json:

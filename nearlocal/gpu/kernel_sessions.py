@@ -92,13 +92,13 @@ class ZeroCopySession(KernelSession):
             if self.ctx.case.access == "read":
                 self.sums.data.memset_async(0, self.sums.nbytes, self.stream)
                 self.run_once(path)
-                expected = self.kernel_lib.reference_sums(self._bytes(self.ctx.src), self.table)
+                expected = self.kernel_lib.reference_sums(self.region_bytes(self.ctx.src), self.table)
                 if not np.array_equal(self.cp.asnumpy(self.sums), expected):
                     raise RuntimeError("zero-copy-kernel read wrong bytes: fragment sums differ")
                 continue
-            self._clear_destination()
+            self.clear_destination()
             self.run_once(path)
-            data = self._bytes(self.ctx.dst)
+            data = self.region_bytes(self.ctx.dst)
             for i, (_, d, n) in enumerate(self.table):
                 if np.any(data[d:d + n] != self.fill):
                     raise RuntimeError(f"zero-copy-kernel did not write fragment {i}")

@@ -64,7 +64,7 @@ def check_params(params: dict) -> None:
 class GpuSession:
     """One method on one case: the device, a stream, both clocks, a correctness check.
 
-    Subclasses set `work_device` rules through `_choose_device` and implement
+    Subclasses set `work_device` rules through `choose_device` and implement
     `enqueue_range(lo, hi)` (queue operations lo..hi of `ops` on self.stream), optionally
     `decide()` (host work e2e adds before the calls) and `prime()` (a 1-byte copy of the same
     direction queued before the start event; see nearlocal.gpu.timing)."""
@@ -90,7 +90,7 @@ class GpuSession:
         self.kernel_lib = kernels
         self.table = kernels.validate_fragments(ctx.pattern.frags, self.src.nbytes,
                                                 self.dst.nbytes)
-        self.device = self._choose_device()
+        self.device = self.choose_device()
         self.clock = "cuda-event" if self.timing == "device" else "monotonic-ns"
         self.info: dict = {"timing": self.timing, "gpu": self.device,
                            "src_memory": self.src.memory, "dst_memory": self.dst.memory}
@@ -141,8 +141,8 @@ class GpuSession:
                    if self.timer.prime is not None else ""))
         self._record_other_timing()
 
-    # -- to override --
-    def _choose_device(self) -> int:
+    # -- to override (public: families outside gpu/ subclass it, storage/gpu_methods.py) --
+    def choose_device(self) -> int:
         """The GPU doing the work: the peer's (the local GPU), else the region's."""
         reading = self.ctx.case.access == "read"
         peer, region = (self.dst, self.src) if reading else (self.src, self.dst)
@@ -180,11 +180,12 @@ class GpuSession:
                 f"use pinned or registered:{self.ctx.case.region}")
         return int(access.host_pointer)
 
-    def _bytes(self, region) -> np.ndarray:
+    def region_bytes(self, region) -> np.ndarray:
+        """A region's bytes on the host (a copy of a GPU's): what the checks compare."""
         array = region.array
         return array if isinstance(array, np.ndarray) else self.cp.asnumpy(array)
 
-    def _clear_destination(self) -> None:
+    def clear_destination(self) -> None:
         """Zero the destination fragments so the check cannot pass on stale bytes."""
         array = self.ctx.dst.array
         if isinstance(array, np.ndarray):
@@ -214,10 +215,10 @@ class GpuSession:
 
     def check(self) -> None:
         for path in self.check_paths:
-            self._clear_destination()
+            self.clear_destination()
             self.run_once(path)
-            bad = self.kernel_lib.fragments_match(self._bytes(self.ctx.dst),
-                                                  self._bytes(self.ctx.src), self.table)
+            bad = self.kernel_lib.fragments_match(self.region_bytes(self.ctx.dst),
+                                                  self.region_bytes(self.ctx.src), self.table)
             if bad is not None:
                 s, d, n = (int(x) for x in self.table[bad])
                 raise RuntimeError(f"{self.method} moved wrong bytes: fragment {bad} ({n} B "
@@ -234,7 +235,7 @@ class GpuSession:
     def _work_stream(self):
         return self.cp.cuda.Stream.null if self.legacy_stream else self.stream
 
-    def _one(self, mode: str) -> tuple[float, float]:
+    def one_sample(self, mode: str) -> tuple[float, float]:
         """One sample on `mode`'s clock: (raw ns, the clock's cost inside it, to remove)."""
         if mode == "e2e":
             return timing.end_to_end(self.e2e_run, self._work_stream()), self.overheads["e2e"]
@@ -249,7 +250,7 @@ class GpuSession:
     def _record_other_timing(self) -> None:
         self.info["other_timing_samples"] = self.other_timing_samples
         if self.timing == "device":
-            samples = [self._one("e2e")[0] for _ in range(self.other_timing_samples)]
+            samples = [self.one_sample("e2e")[0] for _ in range(self.other_timing_samples)]
             values = np.maximum(np.array(samples) - self.overheads["e2e"], 0.0)
             self.info["e2e_median_ns"] = float(np.median(values))
             self.info["e2e_p99_ns"] = float(np.percentile(values, 99))
@@ -281,7 +282,7 @@ class GpuSession:
         self.info["per_copy_calls"] = count
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [self._one(self.timing) for _ in range(n)]
+        pairs = [self.one_sample(self.timing) for _ in range(n)]
         values = np.array([v for v, _ in pairs], dtype=np.float64)
         overheads = np.array([k for _, k in pairs], dtype=np.float64)
         if self.timing == "device" and not self.synchronous:

@@ -68,13 +68,14 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _norm_bus_id(bus_id: str) -> str:
-    """'00000000:1B:00.0' and '0000:1b:00.0' name the same device."""
+def norm_bus_id(bus_id: str | bytes) -> str:
+    """'00000000:1B:00.0' and '0000:1b:00.0' name the same device (NVML and the CUDA runtime
+    may answer in bytes)."""
     domain, _, rest = _text(bus_id).strip().lower().partition(":")
     return f"{int(domain, 16):04x}:{rest}" if rest else domain
 
 
-def _one_line(exc: BaseException, limit: int = 200) -> str:
+def one_line(exc: BaseException, limit: int = 200) -> str:
     """An exception as one short line (cupy's import errors span several)."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]
 
@@ -116,7 +117,7 @@ def probe_gpu(root: SysRoot | None = None) -> GpuInfo:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
-        reason = f"no GPU: cupy is not importable ({_one_line(exc)})"
+        reason = f"no GPU: cupy is not importable ({one_line(exc)})"
         driver = nvidia_driver(root)
         if driver is not None:
             reason += (f"; an NVIDIA driver ({driver}) is loaded, so this box has a GPU: "
@@ -154,7 +155,7 @@ def probe_gpu(root: SysRoot | None = None) -> GpuInfo:
         if not devices:
             info.reason = "no GPU: the CUDA runtime reports 0 devices"
     except Exception as exc:
-        reason = f"no GPU: CUDA runtime unusable ({_one_line(exc)})"
+        reason = f"no GPU: CUDA runtime unusable ({one_line(exc)})"
         driver = nvidia_driver(root)
         if driver is not None:  # cupy built for a CUDA this driver does not run, say
             reason += (f"; cupy is built for CUDA {cupy_cuda_major(cupy)} and the NVIDIA driver "
@@ -180,7 +181,7 @@ def _missing_parts(major: int, info: GpuInfo) -> list[str]:
         missing.append(f"cuda-bindings (cuda-memcpy-batch api=bindings): pip install "
                        f"'cuda-bindings=={major}.*'")
     except Exception as exc:  # installed, and broken: the cause, not only "missing"
-        missing.append(f"cuda-bindings does not import ({_one_line(exc)}): pip install "
+        missing.append(f"cuda-bindings does not import ({one_line(exc)}): pip install "
                        f"--force-reinstall 'cuda-bindings=={major}.*'")
     if info.nvml and "not importable" in info.nvml:
         missing.append("nvidia-ml-py (PCIe link and NVLink fields): pip install nvidia-ml-py")
@@ -207,7 +208,7 @@ def _probe_nvrtc(cupy, info: GpuInfo) -> None:
         info.nvrtc_version = f"{major}.{minor}"
     except Exception as exc:
         cuda = cupy_cuda_major(cupy)
-        info.nvrtc = (f"NVRTC is not usable through cupy ({_one_line(exc)}): GPU kernels cannot be "
+        info.nvrtc = (f"NVRTC is not usable through cupy ({one_line(exc)}): GPU kernels cannot be "
                       f"compiled; missing: NVRTC {cuda} (libnvrtc.so.{cuda}): {nvrtc_pip(cuda)}")
 
 
@@ -224,7 +225,7 @@ def _probe_compile(cupy, info: GpuInfo) -> None:
         info.kernel_image = (f"{built['image']} ({built['image_bytes']} B), NVRTC "
                              f"{built['nvrtc_options']}")
     except Exception as exc:
-        text = _one_line(exc, 300)
+        text = one_line(exc, 300)
         info.nvrtc = (f"the GPU kernels do not compile with NVRTC {info.nvrtc_version} ({text}); "
                       f"a newer NVRTC of cupy's CUDA: {nvrtc_pip(cupy_cuda_major(cupy))}")
 
@@ -254,7 +255,7 @@ def _probe_nvml(info: GpuInfo) -> str | None:
         return f"nvmlInit failed ({exc})"
     try:
         unreadable: list[str] = []
-        by_bus = {_norm_bus_id(d.pci_bus_id): d.index for d in info.devices if d.pci_bus_id}
+        by_bus = {norm_bus_id(d.pci_bus_id): d.index for d in info.devices if d.pci_bus_id}
         count = len(info.devices)
         info.nvlink_links = [[0] * count for _ in range(count)]
         max_links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
@@ -276,12 +277,12 @@ def _probe_nvml(info: GpuInfo) -> str | None:
                         continue
                 except Exception as exc:
                     if not _no_such_link(exc):  # the link may be there: say so, do not drop it
-                        unreadable.append(f"GPU {device.index} link {link}: {_one_line(exc)}")
+                        unreadable.append(f"GPU {device.index} link {link}: {one_line(exc)}")
                     continue
                 device.nvlink_active += 1
                 try:
                     remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
-                    peer = by_bus.get(_norm_bus_id(_text(remote.busId)))
+                    peer = by_bus.get(norm_bus_id(remote.busId))
                 except Exception:
                     peer = None
                 if peer is not None:

@@ -127,13 +127,13 @@ def _link(root: SysRoot, kind: str, name: str, address: str,
 
 
 def _gpu_links(root: SysRoot, gpu, functions: list[PciFunction]) -> list[Link]:
-    from nearlocal.probe.gpu import _norm_bus_id  # the GPU probe's own reading of a bus id
+    from nearlocal.probe.gpu import norm_bus_id  # the GPU probe's own reading of a bus id
 
     named = {}
     for device in getattr(gpu, "devices", []) or []:
         with contextlib.suppress(ValueError):  # a bus id the driver garbled names no link
             if device.pci_bus_id:
-                named[_norm_bus_id(device.pci_bus_id)] = device
+                named[norm_bus_id(device.pci_bus_id)] = device
     links = []
     for function in functions:
         code, vendor = function.class_code, (function.vendor or "").lower()

@@ -37,7 +37,7 @@ class _RackRpcClient(RpcSession):
     server is another host's process; the ring is this client's to set up, as in RpcSession."""
 
     def __init__(self, ctx: RackContext, raw: np.ndarray, throughput: bool):
-        protocol, message_bytes, ring_bytes = self._configure(ctx, throughput, ctx.timeout_s)
+        protocol, message_bytes, ring_bytes = self.configure(ctx, throughput, ctx.timeout_s)
         self.raw = raw[:ring_bytes]
         self.words = slots.init_ring(self.raw, self.slots, message_bytes, protocol)
         self.server = _RemoteServer(self.raw, self.words, self.protocol)

@@ -112,7 +112,7 @@ class RpcSession:
     clock = "tsc"
 
     def __init__(self, ctx: SessionContext, throughput: bool):
-        protocol, message_bytes, ring_bytes = self._configure(ctx, throughput, TIMEOUT_S)
+        protocol, message_bytes, ring_bytes = self.configure(ctx, throughput, TIMEOUT_S)
         client_cpu, server_cpu = _pick_cpus(ctx.params)
         self.shared = share(ctx.dst, ring_bytes)
         self.raw = self.shared.array
@@ -130,7 +130,7 @@ class RpcSession:
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, **self.info,
                      "client_cpu": client_cpu, "server_cpu": server_cpu, **self.shared.info}
 
-    def _configure(self, ctx, throughput: bool, timeout_s: float) -> tuple[str, int, int]:
+    def configure(self, ctx, throughput: bool, timeout_s: float) -> tuple[str, int, int]:
         """The ring's and the client's settings from the case, shared with rack's client (whose
         server runs on another host); returns (protocol, message bytes, ring bytes)."""
         self.ctx = ctx

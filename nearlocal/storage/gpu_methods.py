@@ -73,18 +73,18 @@ class _FileToGpuBase(GpuSession):
                              "--region storage:PATH --peer gpu:K")
         return ctx.src
 
-    def _choose_device(self) -> int:
+    def choose_device(self) -> int:
         if self.dst.device is None:
             raise UsageError(f"{self.method} reads into a GPU: use --peer gpu:K")
         return self.dst.device
 
     def check(self) -> None:
-        self._clear_destination()
+        self.clear_destination()
         bounce = getattr(self, "bounce", None)
         if bounce is not None:  # nor may stale bounce bytes pass it
             bounce.array[:] = 0
         self.run_once("e2e")
-        got = self._bytes(self.ctx.dst)
+        got = self.region_bytes(self.ctx.dst)
         for i, ((_, d, n), want) in enumerate(zip(self.file_table, _file_bytes(
                 self.file_region.fd, self.file_table), strict=True)):
             if got[d:d + n].tobytes() != want:
@@ -114,7 +114,7 @@ class FileToGpuSession(_FileToGpuBase):
             self.file = FileSession(dataclasses.replace(ctx, dst=self.bounce), write=False)
             self.cold = self.file.params.cache == "cold"
             self.keep_cached = self.file.params.cache == "warm"
-            self.file.mode = kernels.SETTLE_NONE  # cold: dropped before the interval (_one)
+            self.file.mode = kernels.SETTLE_NONE  # cold: dropped before the interval (one_sample)
             self.read_ns: list[float] = []
             copy_table = self.file_table[:, [1, 1, 2]]  # bounce and GPU share the packed layout
             super().__init__(dataclasses.replace(
@@ -155,10 +155,10 @@ class FileToGpuSession(_FileToGpuBase):
     def enqueue_range(self, lo: int, hi: int, marks: list | None = None) -> None:
         self.enqueue()
 
-    def _one(self, mode: str) -> tuple[float, float]:
+    def one_sample(self, mode: str) -> tuple[float, float]:
         if self.cold:
             _drop_pages(self.file.fd)  # before the interval opens
-        return super()._one(mode)
+        return super().one_sample(mode)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         self.read_ns.clear()

@@ -84,7 +84,10 @@ def cases_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 class Store:
-    """Writes one run. Create with `Store.create(root, meta)`; call `add_case` per finished case."""
+    """Writes one run. Create with `Store.create(root, meta)`; call `add_case` per finished case.
+    The runner's sink (engine/sink.py RunSink) for a stored run."""
+
+    keeps_busy = True  # run.json's `busy`: the self-check judges it
 
     def __init__(self, path: Path, meta: dict):
         self.path = path
@@ -130,6 +133,13 @@ class Store:
     def _write_meta(self) -> None:
         safeio.atomic_write_bytes(self.path / "run.json",
                             json.dumps(self.meta, indent=2, default=str).encode())
+
+    def mark_incomplete(self, reason: str, **facts: object) -> None:
+        """Why the run will be incomplete (run.json's `incomplete_reason`, with `facts`), written
+        at once: a front end whose job may be killed before `finish` (an MPI launcher's SIGKILL
+        after its SIGTERM) still leaves the reason on disk. `finish(interrupted=True)` follows."""
+        self.meta.update(facts, incomplete_reason=reason)
+        self._write_meta()
 
     def _full(self, exc: OSError, doing: str, kept: int) -> StoreFull:
         """Any OSError while storing: one line with the errno and what was kept."""
