@@ -13,7 +13,6 @@ both the same way). A utility below every layer that reports."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import io
 import json
@@ -238,20 +237,10 @@ def on_console(printer: Callable[[M], None]) -> Callable[[M, IO[str] | None], No
             return
         from nearlocal.terminal import console
 
-        with _pointed(console, file):
+        with console.into(file):
             printer(model)
 
     return printed
-
-
-@contextlib.contextmanager
-def _pointed(console: Any, file: IO[str]) -> Iterator[None]:
-    before = console.file
-    console.file = file
-    try:
-        yield
-    finally:
-        console.file = before
 
 
 def command_formats(command: str, printer: Callable[[M], None],
