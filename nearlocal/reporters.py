@@ -3,20 +3,27 @@ format is a `Reporter` of one command's model (the report, a comparison, an acce
 gives the whole output as text, shows it on stdout or writes it to a file; a command's formats
 are a `Reporters` registry by name, which its --format choices or per-format file options come
 from. The renderers stay where they are (report/render_*.py, gate/render.py,
-acceptance/render.py): a reporter wraps one. And the one JUnit XML writer, to which the gate's
-comparison and acceptance's verdicts map their results (CI reads both the same way). A utility
-below every layer that reports."""
+acceptance/render.py): a reporter wraps one. Every command's JSON comes from here: the command
+builds plain data, `json_reporter` gives it as JSON (`json_text`, the one encoder), and `emit`
+is the one `--json [PATH]` path (`add_json_option` wires it): `--json` alone puts the JSON on
+stdout in place of the text, `--json PATH` writes it there beside the text. And the one JUnit
+XML writer, to which the gate's comparison and acceptance's verdicts map their results (CI reads
+both the same way). A utility below every layer that reports."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import io
+import json
+import math
 import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Generic, Protocol, TypeVar
+from typing import IO, Any, Generic, Protocol, TypeVar
 
 from nearlocal import safeio
 from nearlocal.errors import UsageError
@@ -131,6 +138,125 @@ class Reporters(Generic[M]):
         """`NAME (default): what; NAME: what; ...` for a --format option's help."""
         return "; ".join(f"{r.name}{' (default)' if r is self.default else ''}: {r.help}"
                          for r in self)
+
+# ---------------------------------------------------------------------------------------------
+# The one --json path
+
+STDOUT = "-"  # `--json` given without a PATH: the JSON is the command's stdout
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON's own types: dataclasses and mappings as objects, sequences as arrays,
+    numpy scalars and arrays as numbers and arrays, a path as text, a float that is not finite
+    as null (strict JSON has no NaN). Nothing is computed: a printer only lays out."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):  # a numpy array or scalar (numpy is not imported here)
+        return plain(value.tolist())
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a pandas DataFrame
+        return plain(value.to_dict(orient="records"))
+    return str(value)  # a Path, an enum, a timestamp: as it reads
+
+
+def json_text(data: Any) -> str:
+    """The one JSON encoder of every command's output: strict JSON, one line per value."""
+    return json.dumps(plain(data), indent=1, allow_nan=False) + "\n"
+
+
+def json_reporter(to_data: Callable[[Any], Any] | None = None,
+                  help: str = "the command's output as JSON") -> TextReporter[Any]:
+    """A command's `json` format: its model made plain data by `to_data` (the model itself when
+    it is plain data already), as JSON."""
+    return TextReporter("json", help,
+                        lambda model: json_text(to_data(model) if to_data else model))
+
+
+def add_json_option(parser: argparse.ArgumentParser,
+                    help: str = "the output as JSON: on stdout in place of the text, or "
+                                "written to PATH") -> None:
+    """Every command's `--json [PATH]`."""
+    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH", help=help)
+
+
+def add_format_options(parser: argparse.ArgumentParser, formats: Reporters[Any]) -> None:
+    """`--NAME PATH` for each format but the default (`--json [PATH]` for json)."""
+    for reporter in formats.others():
+        if reporter.name == "json":
+            add_json_option(parser, reporter.help + " (no PATH: on stdout, in place of the text)")
+        else:
+            parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
+
+
+def json_wanted(args: argparse.Namespace) -> bool:
+    """Whether stdout carries the JSON: every other line the command says goes to stderr."""
+    return getattr(args, "json", None) == STDOUT
+
+
+def json_path(args: argparse.Namespace) -> str | None:
+    """The file `--json PATH` names; None without one (no --json, or the JSON on stdout)."""
+    target = getattr(args, "json", None)
+    return None if target in (None, STDOUT) else target
+
+
+def side_console(args: argparse.Namespace):
+    """Where a command's lines beside its output go: stdout's console, or stderr's where stdout
+    carries the JSON (so that it stays JSON)."""
+    from nearlocal.terminal import console, err_console
+
+    return err_console if json_wanted(args) else console
+
+
+def emit(formats: Reporters[M], model: M, args: argparse.Namespace, text: bool = True) -> None:
+    """The one `--json` path: `--json` alone shows the json format on stdout and nothing else;
+    `--json PATH` writes it there whole, and the default format is shown as without it (`text`
+    False: not shown)."""
+    if json_wanted(args):
+        formats["json"].show(model)
+        return
+    path = json_path(args)
+    if path is not None:
+        formats["json"].write(model, Path(path), "--json")
+    if text:
+        formats.default.show(model)
+
+
+def on_console(printer: Callable[[M], None]) -> Callable[[M, IO[str] | None], None]:
+    """A printer that prints on stdout's console (nearlocal.terminal.console) as a
+    `ConsoleReporter`'s: into a file, that console is pointed at the file for the call."""
+    def printed(model: M, file: IO[str] | None) -> None:
+        if file is None:
+            printer(model)
+            return
+        from nearlocal.terminal import console
+
+        with console.into(file):
+            printer(model)
+
+    return printed
+
+
+def command_formats(command: str, printer: Callable[[M], None],
+                    to_data: Callable[[M], Any] | None = None,
+                    text_help: str = "the text on the terminal (plain lines in a log or a "
+                                     "pipe)") -> Reporters[M]:
+    """A command's registry of the two formats every command has: its text (the default; a
+    printer on stdout's console) and its JSON."""
+    formats: Reporters[M] = Reporters(command)
+    formats.register(ConsoleReporter("terminal", text_help, on_console(printer)))
+    formats.register(json_reporter(to_data))
+    return formats
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit
 
 OUTCOMES = ("passed", "failed", "skipped")
 

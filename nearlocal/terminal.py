@@ -4,6 +4,8 @@ tables as Markdown when nobody reads them on a terminal. A utility below every l
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import IO
 
 from rich import box
@@ -39,6 +41,17 @@ class _Console(Console):
             if soft_wrap is None:
                 soft_wrap = True
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+    @contextlib.contextmanager
+    def into(self, file: IO[str]) -> Iterator[None]:
+        """Print into `file` for a while, as into a pipe (a reporter's text of a printer that
+        prints on this console); after it, where it printed before (stdout as it is then)."""
+        before = self._file  # rich's own: None is sys.stdout at each print
+        self._file = file
+        try:
+            yield
+        finally:
+            self._file = before
 
     def on_broken_pipe(self) -> None:
         """The reader went away (`nearlocal probe | head -1`): rich would exit 1, as if we had

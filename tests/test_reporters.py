@@ -56,7 +56,7 @@ def test_each_commands_format_options_come_from_its_registry():
         assert {f"--{r.name}" for r in formats.others()} <= options
         assert f"--{formats.default.name}" not in options  # the default is what it prints
     assert [r.name for r in ACCEPT_FORMATS.others()] == ["junit", "json"]
-    assert [r.name for r in REPORT_FORMATS.others()] == ["html", "markdown"]
+    assert [r.name for r in REPORT_FORMATS.others()] == ["html", "markdown", "json"]
 
 
 def test_an_unknown_format_is_one_line_naming_the_known_ones():

@@ -4,13 +4,19 @@ Printers only format what judge.py decided."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import IO
 
 from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord
-from nearlocal.reporters import ConsoleReporter, JUnitCase, Reporters, TextReporter, junit_xml
+from nearlocal.reporters import (
+    ConsoleReporter,
+    JUnitCase,
+    Reporters,
+    TextReporter,
+    json_reporter,
+    junit_xml,
+)
 from nearlocal.units import format_ns
 
 
@@ -80,9 +86,9 @@ def reasons(verdicts: tuple[VerdictRecord, ...]) -> dict[str, list[int]]:
     return found
 
 
-def render_json(record: AcceptanceRecord) -> str:
+def json_data(record: AcceptanceRecord) -> dict:
     """--json: the record as the run keeps it, with the run's id."""
-    return json.dumps({"run": record.run_id, **record.to_dict()}, indent=1)
+    return {"run": record.run_id, **record.to_dict()}
 
 
 def render_junit(record: AcceptanceRecord) -> str:
@@ -105,4 +111,4 @@ def render_junit(record: AcceptanceRecord) -> str:
 ACCEPT_FORMATS: Reporters[AcceptanceRecord] = Reporters("accept")
 ACCEPT_FORMATS.register(ConsoleReporter("table", "the verdicts as a table", print_verdicts))
 ACCEPT_FORMATS.register(TextReporter("junit", "also write a JUnit XML report here", render_junit))
-ACCEPT_FORMATS.register(TextReporter("json", "also write the verdicts as JSON here", render_json))
+ACCEPT_FORMATS.register(json_reporter(json_data, "also write the verdicts as JSON here"))

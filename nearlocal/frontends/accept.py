@@ -57,8 +57,8 @@ def _accept(args) -> int:
     from nearlocal.acceptance.render import ACCEPT_FORMATS
     from nearlocal.acceptance.spec import parse_spec
     from nearlocal.engine.plan import check_placements, check_processes
+    from nearlocal.reporters import emit, json_path, json_wanted, side_console
     from nearlocal.store.runs import load
-    from nearlocal.terminal import console
     from nearlocal.units import parse_budget
 
     spec = parse_spec(args.spec, args.region, args.peer)
@@ -69,40 +69,44 @@ def _accept(args) -> int:
         check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
-    for reporter in ACCEPT_FORMATS.others():
-        safeio.check_output(f"--{reporter.name}", getattr(args, reporter.name))
+    for reporter in ACCEPT_FORMATS.others():  # --json alone (stdout): no file to check
+        path = json_path(args) if reporter.name == "json" else getattr(args, reporter.name)
+        safeio.check_output(f"--{reporter.name}", path)
+    said = side_console(args)  # stderr where stdout carries the JSON
     if args.run:
         run = load(args.run, Path(args.out))
     else:
         run = load(measure_cases(spec, Path(args.out), args.budget,
                                  args.allow_write or spec.allow_write, args.processes,
                                  args.placements))
-        console.print(f"stored {run.path}")
+        said.print(f"stored {run.path}")
     record = acceptance_record(spec, run, judge(spec, run))
-    ACCEPT_FORMATS.default.show(record)
+    if not json_wanted(args):
+        ACCEPT_FORMATS.default.show(record)
     if run.incomplete:
-        console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
+        said.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
     for reporter in ACCEPT_FORMATS.others():  # an OSError: one line naming the file and errno
-        if getattr(args, reporter.name):
+        if reporter.name != "json" and getattr(args, reporter.name):
             reporter.write(record, getattr(args, reporter.name), f"--{reporter.name}")
-    _keep(run, record)  # after the files asked for: a full disk is then their one line
+    emit(ACCEPT_FORMATS, record, args, text=False)  # --json: on stdout or to PATH
+    _keep(run, record, said)  # after the files asked for: a full disk is then their one line
     return 0 if record.passed else 1
 
 
-def _keep(run, record) -> None:
+def _keep(run, record, said) -> None:
     """The verdicts go into the run they judged, for the report to read; a run that cannot keep
     them (still being written, not writable) is said, and the verdict stands."""
     from nearlocal.acceptance.verdicts import store_acceptance
     from nearlocal.errors import UsageError
-    from nearlocal.terminal import console, err_console
+    from nearlocal.terminal import err_console
 
     try:
         where = store_acceptance(run, record)
     except UsageError as exc:
         err_console.print(f"verdicts not kept in the run: {exc}", markup=False, highlight=False)
         return
-    console.print(f"verdicts kept in {where}", markup=False, highlight=False)
+    said.print(f"verdicts kept in {where}", markup=False, highlight=False)
 
 
 def _processes_help() -> str:
@@ -114,6 +118,7 @@ def _processes_help() -> str:
 
 def register(sub) -> None:
     from nearlocal.acceptance.render import ACCEPT_FORMATS  # the store, no numpy
+    from nearlocal.reporters import add_format_options
 
     parser = sub.add_parser("accept", help="judge a run (or measure now) against a TOML spec")
     parser.add_argument("spec", help="the requirements, e.g. examples/acceptance/local-dram.toml")
@@ -129,8 +134,7 @@ def register(sub) -> None:
         f"{DEFAULT_PLACEMENTS})").replace("%", "%%"))
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
-    for reporter in ACCEPT_FORMATS.others():  # --junit PATH, --json PATH
-        parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
+    add_format_options(parser, ACCEPT_FORMATS)  # --junit PATH, --json [PATH]
     parser.set_defaults(func=_accept)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -14,11 +13,11 @@ from pathlib import Path
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, PLACEMENTS_HELP
 from nearlocal.errors import UsageError
 from nearlocal.frontends.selection import (
-    json_records,
     region_list,
     run_settings,
     selected_cases,
 )
+from nearlocal.reporters import add_json_option, emit, json_path, json_wanted, side_console
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,13 +97,7 @@ def _probe(args: argparse.Namespace) -> int:
         inventory.extra["regions"] = describe_regions(regions, inventory)
     rows = availability.matrix(inventory, allow_write=args.allow_write, regions=tuple(regions))
     verdicts = availability.region_verdicts(inventory)
-    if args.json:
-        listed = [{"region": text, "mappable": reason is None, "reason": reason or ""}
-                  for text, reason in verdicts.items()]
-        print(json.dumps({"inventory": inventory.to_dict(), "regions": listed,
-                          "availability": rows}, indent=2, default=str))
-    else:
-        console.print_inventory(inventory, rows, verdicts)
+    emit(console.PROBE_FORMATS, console.Probed(inventory, rows, verdicts), args)
     return 0
 
 
@@ -116,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.frontends.measure import measure_run
     from nearlocal.probe import probe
     from nearlocal.rack.mpi import in_mpi_job
-    from nearlocal.safeio import check_output, write_output
+    from nearlocal.safeio import check_output
     from nearlocal.store.schema import JSON_COLUMNS
 
     if (args.take_turns is None) != (args.turn is None):
@@ -128,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_job(args)
     settings = run_settings(args)
-    check_output("--json", args.json)  # before measuring, not after
+    check_output("--json", json_path(args))  # before measuring, not after
     inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
     from nearlocal.rack.framework import refuse_without_mpi
@@ -149,8 +142,9 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.cpu.pool import pool_note
 
     meta["pool"] = pool_note(inventory, suite=args.suite)  # what local memory is compared with
+    said = side_console(args)  # stderr where stdout carries the JSON
     if get_suite(args.suite).compares_pool and not args.quiet:
-        console.console.print(meta["pool"])
+        said.print(meta["pool"])
     measured = measure_run(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     path, interrupted, meta = measured.path, measured.interrupted, measured.meta
     if measured.rows is not None:  # the rows just stored, as the store's table holds them
@@ -162,24 +156,22 @@ def _run(args: argparse.Namespace) -> int:
 
         run = load(path)
         meta, cases = run.meta, run.cases
-    if args.json:  # an OSError names the stored run (note_kept in Store.finish)
-        write_output("--json", args.json, json_records(
-            cases, [c for c in JSON_COLUMNS if c in cases]))
-    if not args.quiet:
-        console.print_run(meta, cases)
+    # --json PATH: an OSError names the stored run (note_kept in Store.finish)
+    emit(console.RUN_FORMATS, console.RunRows(
+        meta, cases, columns=tuple(c for c in JSON_COLUMNS if c in cases)), args,
+        text=not args.quiet)
     check = meta.get("self_check") or {}
     # a suspect run says so, always, and so does a box whose settings or links make figures
     # unstable
     if check and (check.get("suspect") or check.get("settings") or check.get("links")
                   or not args.quiet):
-        console.console.print(summary_line(check), markup=False, highlight=False)
-    console.console.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
+        said.print(summary_line(check), markup=False, highlight=False)
+    said.print(f"stored {path}" + (" (incomplete: interrupted)" if interrupted else ""))
     return (143 if isinstance(interrupted, Terminated) else 130) if interrupted else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
+    from nearlocal.frontends.console import RUNS_FORMATS
     from nearlocal.store.runs import (
         list_runs,
         remove_unstarted,
@@ -188,28 +180,24 @@ def _runs(args: argparse.Namespace) -> int:
         unstarted,
     )
     from nearlocal.store.schema import run_kind
-    from nearlocal.terminal import console, identifier_column, print_table
 
+    said = side_console(args)
     if args.remove_unstarted:
         removed = remove_unstarted(require_store(Path(args.out)))
         for path in removed:
-            console.print(f"removed {path} (stopped before it started: nothing measured)")
+            said.print(f"removed {path} (stopped before it started: nothing measured)")
         if not removed:
-            console.print("no run stopped before it started")
-    paths = list_runs(require_store(Path(args.out)), include_unstarted=True)
-    table = Table(title=f"runs in {args.out}", title_justify="left")
-    identifier_column(table, "run", [p.name for p in paths])
-    for column in ("kind", "suite", "started", "cases", "complete", "host"):
-        table.add_column(column)
-    for path in paths:
+            said.print("no run stopped before it started")
+    listed = []
+    for path in list_runs(require_store(Path(args.out)), include_unstarted=True):
         meta, state = survey_run(path)  # a damaged run is listed and marked, never fatal
         inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else {}
-        kind = run_kind(meta) if meta and not unstarted(path) else ""  # unknown: no run.json
-        table.add_row(path.name, kind, str(meta.get("suite", "")),
-                      str(meta.get("started", "")),
-                      str(meta.get("n_cases", "")), "yes" if not state else f"no: {state}",
-                      str(inventory.get("hostname", "")))
-    print_table(table)
+        listed.append({"run": path.name, "path": str(path),
+                       "kind": run_kind(meta) if meta and not unstarted(path) else "",
+                       "suite": meta.get("suite", ""), "started": meta.get("started", ""),
+                       "cases": meta.get("n_cases", ""), "complete": not state,
+                       "state": state or "", "host": inventory.get("hostname", "")})
+    emit(RUNS_FORMATS, {"store": args.out, "runs": listed}, args)
     return 0
 
 
@@ -219,10 +207,9 @@ def _show(args: argparse.Namespace) -> int:
     from nearlocal.store import load
 
     run = load(args.run, Path(args.out))
-    if args.json:
-        print(json_records(run.cases))
-    else:
-        console.print_run(run.meta, run.cases, include_skipped=args.all)
+    emit(console.RUN_FORMATS, console.RunRows(run.meta, run.cases, include_skipped=args.all),
+         args)
+    if not json_wanted(args):
         check = run.meta.get("self_check")  # as `run` said it when it stored the run
         if isinstance(check, dict) and check:
             console.console.print(summary_line(check), markup=False, highlight=False)
@@ -242,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     probe = sub.add_parser("probe", help="what this box has and what can run here")
-    probe.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(probe)
     probe.add_argument("--allow-write", action="store_true",
                        help="judge writing cases on user-owned regions as allowed")
     probe.add_argument("--region", action="append", help="regions to judge too (comma list or "
@@ -276,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a run a CI gate will compare (`compare --mode MODE`): the processes "
                           "its verdicts need. " + modes_help(default=None).replace("%", "%%"))
     run.add_argument("--out", default="results", help="the store's root (default ./results)")
-    run.add_argument("--json", help="also write the case rows as a JSON array to this path")
+    add_json_option(run, "the case rows as a JSON array: written to PATH (the table printed "
+                    "too), or on stdout in place of the table")
     run.add_argument("--allow-write", action="store_true",
                      help="allow writing to devdax: regions and existing files named here")
     run.add_argument("--take-turns", metavar="DIR",
@@ -292,12 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--remove-unstarted", action="store_true",
                       help="first remove the runs killed before they started (no run.json, "
                            "nothing measured, over a minute old), then list")
+    add_json_option(runs)
     runs.set_defaults(func=_runs)
 
     show = sub.add_parser("show", help="print one run")
     show.add_argument("run", nargs="?", help="run id or directory (default: latest)")
     show.add_argument("--out", default="results")
-    show.add_argument("--json", action="store_true")
+    add_json_option(show, "the rows as a JSON array (every column): on stdout in place of the "
+                    "table, or written to PATH")
     show.add_argument("--all", action="store_true", help="include skipped rows")
     show.set_defaults(func=_show)
 

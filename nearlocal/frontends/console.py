@@ -1,7 +1,11 @@
-"""The front ends' printers for probe, run and show: rich tables of rows computed elsewhere, and
-the run's progress (the consoles themselves: terminal.py)."""
+"""The front ends' printers for probe, run, runs and show: rich tables of rows computed elsewhere,
+and each command's formats (`PROBE_FORMATS`, `RUN_FORMATS`, `RUNS_FORMATS`: its text and its
+JSON, reporters.command_formats) over the plain data the command builds (the consoles
+themselves: terminal.py; the run's progress: progress.py, on stderr)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.markup import escape
 from rich.measure import Measurement
@@ -9,6 +13,7 @@ from rich.table import Table
 
 from nearlocal.lazy import lazy_import
 from nearlocal.probe import HostInventory
+from nearlocal.reporters import command_formats
 from nearlocal.terminal import console, identifier_column, print_table
 from nearlocal.units import format_ns, format_number, format_size
 
@@ -321,3 +326,66 @@ def print_run(meta: dict, cases: pd.DataFrame, include_skipped: bool = False) ->
         reasons = cases.loc[cases["status"] == "skipped", "reason"].value_counts()
         for reason, n in reasons.items():
             console.print(f"  skipped {n}: {reason}", markup=False)
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What `probe` found: the inventory, the method x region matrix and each region's verdict
+    (None: mappable here, else why not)."""
+
+    inventory: HostInventory
+    availability: list[dict]
+    regions: dict[str, str | None]
+
+    def to_dict(self) -> dict:
+        listed = [{"region": text, "mappable": reason is None, "reason": reason or ""}
+                  for text, reason in self.regions.items()]
+        return {"inventory": self.inventory.to_dict(), "regions": listed,
+                "availability": self.availability}
+
+
+PROBE_FORMATS = command_formats(
+    "probe", lambda p: print_inventory(p.inventory, p.availability, p.regions), Probed.to_dict)
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """A stored run's rows as `run` and `show` give them: the table (skipped rows too where
+    `include_skipped`), or the rows as records (`columns`: only those)."""
+
+    meta: dict
+    cases: pd.DataFrame
+    include_skipped: bool = False
+    columns: tuple[str, ...] | None = None
+
+    def records(self) -> list[dict]:
+        from nearlocal.frontends.selection import case_records
+
+        return case_records(self.cases, list(self.columns) if self.columns else None)
+
+
+RUN_FORMATS = command_formats(
+    "run", lambda r: print_run(r.meta, r.cases, include_skipped=r.include_skipped),
+    RunRows.records)
+
+
+def print_runs(listing: dict) -> None:
+    """`runs`: the store's runs as `runs_listing` lists them, one row each."""
+    from rich.table import Table as RichTable
+
+    runs = listing["runs"]
+    table = RichTable(title=f"runs in {listing['store']}", title_justify="left")
+    identifier_column(table, "run", [r["run"] for r in runs])
+    for column in ("kind", "suite", "started", "cases", "complete", "host"):
+        table.add_column(column)
+    for r in runs:
+        table.add_row(r["run"], *(_cell(r[k]) for k in ("kind", "suite", "started", "cases")),
+                      "yes" if r["complete"] else f"no: {r['state']}", _cell(r["host"]))
+    print_table(table)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+RUNS_FORMATS = command_formats("runs", print_runs)

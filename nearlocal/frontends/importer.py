@@ -18,6 +18,7 @@ from nearlocal import safeio
 from nearlocal.core.sampling import summarize
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.reporters import add_json_option, command_formats, emit
 from nearlocal.store.runs import Store, cases_frame
 from nearlocal.store.schema import CASE_COLUMNS, CASE_ROW_FIELDS, RUN_META_FIELDS, shape_problem
 from nearlocal.subcommands import register_command
@@ -220,15 +221,24 @@ def import_benchmarks(path: Path, root: Path) -> tuple[Path, int, list[str]]:
     return run, len(ours), foreign
 
 
-def _import(args) -> int:
+def _print_import(imported: dict) -> None:
     from nearlocal.terminal import console
 
-    run, count, foreign = import_benchmarks(Path(args.file), Path(args.out))
+    foreign = imported["left_out"]
     if foreign:
         console.print(f"left out {len(foreign)} benchmarks not written by bench/: "
                       + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
-    console.print(f"imported {count} cases from {args.file}")
-    console.print(f"stored {run}")
+    console.print(f"imported {imported['cases']} cases from {imported['file']}")
+    console.print(f"stored {imported['run']}")
+
+
+IMPORT_FORMATS = command_formats("import", _print_import)
+
+
+def _import(args) -> int:
+    run, count, foreign = import_benchmarks(Path(args.file), Path(args.out))
+    emit(IMPORT_FORMATS, {"file": args.file, "run": str(run), "cases": count,
+                          "left_out": foreign}, args)
     return 0
 
 
@@ -236,6 +246,7 @@ def register(sub) -> None:
     parser = sub.add_parser("import", help="store a pytest-benchmark JSON file (pytest bench/) as a run")
     parser.add_argument("file", help="the file written by `pytest bench/ --benchmark-json FILE`")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
+    add_json_option(parser)
     parser.set_defaults(func=_import)
 
 

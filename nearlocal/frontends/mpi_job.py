@@ -157,8 +157,11 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
     from nearlocal.rack.framework import is_rack, shares_pool
 
     settings = run_settings(args)
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise UsageError(f"--json: directory {Path(args.json).parent} does not exist")
+    from nearlocal.reporters import json_path
+
+    target = json_path(args)
+    if target and not Path(target).resolve().parent.is_dir():
+        raise UsageError(f"--json: directory {Path(target).parent} does not exist")
     planned = plan_cases(selected_cases(args, inventory), inventory, settings)
     for entry in planned.entries:
         if isinstance(entry.decision, Refuse):
@@ -397,19 +400,20 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
         store.mark_incomplete("ranks lost: " + "; ".join(lost.values()), lost_ranks=sorted(lost))
     path = store.finish(interrupted=bool(lost), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     run = load(path)
-    if args.json:
-        from nearlocal.frontends.selection import json_records
+    from nearlocal.reporters import emit, side_console
 
-        try:
-            Path(args.json).write_text(json_records(run.cases))
-        except OSError as exc:
-            raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
-                             f"stored in {path}") from None
-    if not args.quiet:
-        console.print_run(run.meta, run.cases)
-    console.console.print(f"stored {path} ({job.size} ranks on "
-                          f"{len({h['kernel_id'] for h in hosts})} host(s))"
-                          + (f" (incomplete: {store.meta['incomplete_reason']})" if lost else ""))
+    try:
+        emit(console.RUN_FORMATS, console.RunRows(run.meta, run.cases), args,
+             text=not args.quiet)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # the reader of stdout went away: not the file
+            raise
+        raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
+                         f"stored in {path}") from None
+    side_console(args).print(f"stored {path} ({job.size} ranks on "
+                             f"{len({h['kernel_id'] for h in hosts})} host(s))"
+                             + (f" (incomplete: {store.meta['incomplete_reason']})" if lost
+                                else ""))
     return RANKS_LOST if lost else 0
 
 

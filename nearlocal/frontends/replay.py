@@ -7,13 +7,13 @@ box" says what it stands for and how to compare it with the simulation)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.reporters import add_json_option, command_formats, emit, json_wanted
 from nearlocal.subcommands import register_command
 from nearlocal.units import format_size
 
@@ -342,6 +342,9 @@ def _print(data: dict) -> None:
         console.print(f"  wall time {data['wall_s']:.1f} s")
 
 
+REPLAY_FORMATS = command_formats("replay", _print)  # build()'s data, as text or JSON
+
+
 def _rdma_job(args: argparse.Namespace, began: float) -> dict | int:
     """--method rdma-read: an MPI job's rank 0 builds the replay (the data), rank 1 serves the
     pool (its exit code), a further rank has nothing to do."""
@@ -371,8 +374,6 @@ def _rdma_job(args: argparse.Namespace, began: float) -> dict | int:
 def _replay(args: argparse.Namespace) -> int:
     import time
 
-    from nearlocal.safeio import write_output
-
     began = time.monotonic()
     if args.method == RDMA_METHOD:
         data = _rdma_job(args, began)
@@ -381,17 +382,13 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         data = build(args)
     data["wall_s"] = time.monotonic() - began
-    text = json.dumps(data, indent=1)
-    if args.out:
-        write_output("--out", args.out, text + "\n")
-    if args.json:
-        print(text)
-    else:
-        _print(data)
-        if args.out:
-            from nearlocal.terminal import console
+    if args.out:  # the per-request records: the JSON, whole, whatever is shown
+        REPLAY_FORMATS["json"].write(data, args.out, "--out")
+    emit(REPLAY_FORMATS, data, args)
+    if args.out and not json_wanted(args):
+        from nearlocal.terminal import console
 
-            console.print(f"  per-request records: {args.out}")
+        console.print(f"  per-request records: {args.out}")
     return 1 if str(data.get("data_check", "ok")).startswith("FAILED") else 0
 
 
@@ -443,7 +440,7 @@ def register(subparsers) -> None:
     parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x, "
                         "unless the region holds no more: its figures are then marked)")
     parser.add_argument("--out", help="write the JSON (per-request records) here")
-    parser.add_argument("--json", action="store_true", help="print the JSON")
+    add_json_option(parser)
     parser.set_defaults(func=_replay)
 
 

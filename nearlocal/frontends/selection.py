@@ -136,8 +136,9 @@ def parse_params(texts: list[str]) -> dict[str, str]:
     return params
 
 
-def json_records(cases, columns: list[str] | None = None) -> str:
-    """Case rows as a JSON array; `params` (stored as JSON text) becomes an object."""
+def case_records(cases, columns: list[str] | None = None) -> list[dict]:
+    """Case rows as plain records (what `run --json` and `show --json` give); `params` (stored
+    as JSON text) becomes an object."""
     frame = cases[columns] if columns else cases
     from nearlocal.params import BadParams, decode_params
 
@@ -146,7 +147,14 @@ def json_records(cases, columns: list[str] | None = None) -> str:
         if isinstance(record.get("params"), str):
             with contextlib.suppress(BadParams):  # a damaged value is shown as it was stored
                 record["params"] = decode_params(record["params"])
-    return json.dumps(records, indent=1)
+    return records
+
+
+def json_records(cases, columns: list[str] | None = None) -> str:
+    """Case rows as a JSON array (reporters.json_text of `case_records`)."""
+    from nearlocal.reporters import json_text
+
+    return json_text(case_records(cases, columns))
 
 
 def run_settings(args: argparse.Namespace):

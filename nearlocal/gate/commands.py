@@ -18,6 +18,13 @@ from nearlocal.gate.baselines import (
     set_baseline,
 )
 from nearlocal.gate.modes import DEFAULT_MODE, MODES, modes_help
+from nearlocal.reporters import (
+    add_json_option,
+    command_formats,
+    emit,
+    json_path,
+    json_wanted,
+)
 from nearlocal.subcommands import register_command
 from nearlocal.units import non_negative_int
 
@@ -54,6 +61,7 @@ def _compare(args) -> int:
 
     root = Path(args.out)
     safeio.check_output("--output", args.output)  # before anything is read
+    safeio.check_output("--json", json_path(args))
     if args.box and args.mode not in (None, "box"):
         raise UsageError(f"--box and --mode {args.mode} ask two questions: give one")
     mode = "box" if args.box else args.mode or DEFAULT_MODE
@@ -72,7 +80,11 @@ def _compare(args) -> int:
     note = "; ".join(filter(None, [note, *incomplete, history_note(unread)]))
     result = compare_runs(base, cand, parse_percent(args.threshold), args.alpha, args.seed, note,
                           history, used, mode)
-    write_output(result, args.format, args.output)
+    from nearlocal.gate.render import COMPARE_FORMATS
+
+    emit(COMPARE_FORMATS, result, args, text=False)  # --json: on stdout, or to PATH
+    if not json_wanted(args):
+        write_output(result, args.format, args.output)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         append_job_summary(result, os.environ["GITHUB_STEP_SUMMARY"])
     if args.output and args.format != "table":
@@ -84,25 +96,38 @@ def _compare(args) -> int:
     return result.exit_code
 
 
+def _print_baselines(listed: dict) -> None:
+    from nearlocal.terminal import console
+
+    if "set" in listed:
+        record = listed["set"]
+        console.print(f"baseline for host {record['host_id']} is run {record['run']} "
+                      f"({record['path']})")
+        return
+    for problem in listed["damaged"]:
+        console.print(problem, markup=False)
+    if not listed["baselines"]:
+        console.print(f"no baselines in {listed['folder']}")
+    for record in listed["baselines"]:
+        console.print(f"{record['host_id']}  {record.get('hostname') or ''}  run {record['run']}  "
+                      f"(set {record.get('set')})")
+
+
+BASELINE_FORMATS = command_formats("baseline", _print_baselines)
+
+
 def _baseline(args) -> int:
     from nearlocal.store.runs import read_baseline, require_store
-    from nearlocal.terminal import console
 
     root = Path(args.out)
     if args.action == "set":
         path = set_baseline(args.run, root, args.allow_incomplete)
-        record = read_baseline(path)
-        console.print(f"baseline for host {record['host_id']} is run {record['run']} ({path})")
+        emit(BASELINE_FORMATS, {"set": {**read_baseline(path), "path": str(path)}}, args)
         return 0
     damaged: list[str] = []
     records = [record for _, record in baseline_records(require_store(root), damaged)]
-    for problem in damaged:
-        console.print(problem, markup=False)
-    if not records:
-        console.print(f"no baselines in {baseline_dir(root)}")
-    for record in records:
-        console.print(f"{record['host_id']}  {record.get('hostname') or ''}  run {record['run']}  "
-                      f"(set {record.get('set')})")
+    emit(BASELINE_FORMATS, {"folder": str(baseline_dir(root)), "baselines": records,
+                            "damaged": damaged}, args)
     return 0
 
 
@@ -126,6 +151,8 @@ def register_compare(sub) -> None:
                         default=COMPARE_FORMATS.default.name,
                         help=COMPARE_FORMATS.help().replace("%", "%%"))
     parser.add_argument("--output", help="write the report to this file instead of stdout")
+    add_json_option(parser, "the comparison as JSON (as --format json): on stdout in place of "
+                    "--format's, or written to PATH as well")
     parser.add_argument("--cross-host", action="store_true",
                         help="compare runs from different hardware anyway")
     parser.add_argument("--history", type=non_negative_int, default=HISTORY_RUNS,
@@ -150,8 +177,10 @@ def register_baseline(sub) -> None:
     set_parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     set_parser.add_argument("--allow-incomplete", action="store_true",
                             help="make an incomplete (interrupted or killed) run the baseline")
+    add_json_option(set_parser)
     show = actions.add_parser("show", help="list the baselines")
     show.add_argument("--out", default="results", help="the store's root (default ./results)")
+    add_json_option(show)
     baseline.set_defaults(func=_baseline)
 
 

@@ -3,11 +3,17 @@ only lay out what gate/verdict.py decided; the mode's line comes first in every 
 
 from __future__ import annotations
 
-import json
 import math
 
 from nearlocal.gate.verdict import VERDICT_ORDER, CaseComparison, Comparison
-from nearlocal.reporters import ConsoleReporter, JUnitCase, Reporters, TextReporter, junit_xml
+from nearlocal.reporters import (
+    ConsoleReporter,
+    JUnitCase,
+    Reporters,
+    TextReporter,
+    json_reporter,
+    junit_xml,
+)
 from nearlocal.units import format_ns
 
 CHANGE_VERDICTS = ("slower", "faster")  # what a job summary lists
@@ -134,17 +140,13 @@ def render_junit(result: Comparison) -> str:
                       *([("note", result.host_note)] if result.host_note else [])], time_digits=9)
 
 
-def render_json(result: Comparison) -> str:
-    return json.dumps(result.to_dict(), indent=1) + "\n"
-
-
 # compare's --format choices, in this order; the first is the default
 COMPARE_FORMATS: Reporters[Comparison] = Reporters("compare")
 COMPARE_FORMATS.register(ConsoleReporter(
     "table", "a table on a terminal, full-width Markdown in a pipe or CI log", render_table))
 COMPARE_FORMATS.register(TextReporter("markdown", "Markdown, for a pull request or a file",
                                       render_markdown))
-COMPARE_FORMATS.register(TextReporter("json", "every case's figures and verdict", render_json))
+COMPARE_FORMATS.register(json_reporter(Comparison.to_dict, "every case's figures and verdict"))
 COMPARE_FORMATS.register(TextReporter("junit", "JUnit XML for CI: slower cases fail",
                                       render_junit))
 

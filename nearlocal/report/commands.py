@@ -13,12 +13,15 @@ from nearlocal.subcommands import register_command
 def _report(args: argparse.Namespace) -> int:
     from nearlocal.report.formats import REPORT_FORMATS
     from nearlocal.report.tables import build_report
+    from nearlocal.reporters import json_path, json_wanted, side_console
     from nearlocal.store import load
-    from nearlocal.terminal import console
 
+    console = side_console(args)  # stderr where stdout carries the JSON
     # each file checked before anything is read: a directory, a FIFO, a missing or unwritable
     # directory, a name too long are one line
-    files = {reporter: safeio.check_output(f"--{reporter.name}", getattr(args, reporter.name))
+    files = {reporter: safeio.check_output(f"--{reporter.name}", json_path(args)
+                                           if reporter.name == "json"
+                                           else getattr(args, reporter.name))
              for reporter in REPORT_FORMATS.others()}
     files = {reporter: path for reporter, path in files.items() if path is not None}
     reference = args.reference
@@ -36,7 +39,9 @@ def _report(args: argparse.Namespace) -> int:
             console.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): its "
                           f"figures cover only the {len(run.cases)} cases it stored[/]")
     report = build_report(data, reference)
-    if not args.quiet and not files:  # writing a file prints where, nothing more
+    if json_wanted(args):  # --json alone: the JSON is stdout
+        REPORT_FORMATS["json"].show(report)
+    elif not args.quiet and not files:  # writing a file prints where, nothing more
         REPORT_FORMATS.default.show(report)
     for reporter, path in files.items():  # each whole or not at all; an OSError: one line
         written = reporter.write(report, path, f"--{reporter.name}")
@@ -47,6 +52,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     from nearlocal.report.formats import REPORT_FORMATS
+    from nearlocal.reporters import add_format_options
 
     parser = subparsers.add_parser(
         "report", help="the papers' figures beside stored runs: terminal, Markdown, HTML",
@@ -54,8 +60,7 @@ def register(subparsers) -> None:
                     "runs become side-by-side columns (box A vs box B, before vs after).")
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run ids or run directories (default: the latest run)")
-    for reporter in REPORT_FORMATS.others():  # --html PATH, --markdown PATH
-        parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
+    add_format_options(parser, REPORT_FORMATS)  # --html PATH, --markdown PATH, --json [PATH]
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     parser.add_argument("--reference",
                         help="the Serving section fills the hops a run lacks from this reference "

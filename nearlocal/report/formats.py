@@ -1,6 +1,8 @@
 """The report's formats, each a Reporter (nearlocal/reporters.py) wrapping its renderer: the
 terminal's tables (the default), one self-contained HTML file, Markdown with PNG plots beside
-it. `nearlocal report` takes an option --NAME PATH for each but the first. The renderers load
+it, and JSON (the report's model as plain data: its runs, sections, tables' cells, notes and
+plot data). `nearlocal report` takes an option --NAME PATH for each but the first (`--json`
+alone: on stdout). The renderers load
 matplotlib, so each is imported when its format is used, not when the command line is built."""
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from nearlocal.reporters import ConsoleReporter, Reporters, TextReporter
+from nearlocal.reporters import ConsoleReporter, Reporters, TextReporter, json_reporter
 
 if TYPE_CHECKING:
     from nearlocal.report.model import Report  # pandas: not at the command line's start
@@ -46,3 +48,5 @@ REPORT_FORMATS.register(TextReporter(
     "html", "write one self-contained HTML file (plots inline)", _html))
 REPORT_FORMATS.register(TextReporter(
     "markdown", "write Markdown, with PNG plots beside it", _markdown, _write_markdown))
+REPORT_FORMATS.register(json_reporter(
+    help="write the report as JSON: its runs, sections, tables' cells, notes and plot data"))

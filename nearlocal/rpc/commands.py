@@ -4,9 +4,9 @@ store's coherence protocol held (exit 0) or not (exit 1: a torn read, a missed o
 from __future__ import annotations
 
 import argparse
-import json
 
 from nearlocal.errors import UsageError, naming
+from nearlocal.reporters import add_json_option, command_formats, emit
 from nearlocal.subcommands import register_command
 from nearlocal.units import parse_duration, parse_size
 
@@ -85,6 +85,9 @@ def _print(report: dict) -> None:
     console.print("[green]PASS[/]" if report["passed"] else "[red]FAIL[/]")
 
 
+FAULTS_FORMATS = command_formats("faults", _print)  # run_faults' report, as text or JSON
+
+
 def _faults(args: argparse.Namespace) -> int:
     from nearlocal.probe import probe
     from nearlocal.regions import parse_region, region_kind
@@ -99,10 +102,7 @@ def _faults(args: argparse.Namespace) -> int:
     if reason:
         raise UsageError(f"region {config.region} cannot be used here: {reason}")
     report = run_faults(config, inventory.tsc_hz)
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        _print(report)
+    emit(FAULTS_FORMATS, report, args)
     return 0 if report["passed"] else 1
 
 
@@ -128,7 +128,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_option(parser)
     parser.set_defaults(func=_faults)
 
 

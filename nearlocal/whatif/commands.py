@@ -5,12 +5,20 @@ measured; the figures are computed from the run's rows and, where asked, a refer
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
+from nearlocal.reporters import (
+    Reporters,
+    TextReporter,
+    add_json_option,
+    command_formats,
+    emit,
+    json_reporter,
+    json_wanted,
+)
 from nearlocal.subcommands import register_command
 from nearlocal.units import format_ns, format_size
 from nearlocal.whatif import loadcommand
@@ -143,6 +151,56 @@ def claims_markdown(claims: list[Claim]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What `whatif` gives for one request: the figures per path and, where --claims asked for
+    them, the papers' claims recomputed."""
+
+    result: Whatif
+    claims: list[Claim] = field(default_factory=list)
+    asked_claims: bool = False
+
+    def to_dict(self) -> dict:
+        data = self.result.as_dict()
+        if self.asked_claims:
+            data["claims"] = [asdict(c) for c in self.claims]
+        return data
+
+    def markdown(self) -> str:
+        return markdown(self.result) + ("\n## The papers' claims recomputed\n\n"
+                                        + claims_markdown(self.claims) if self.claims else "")
+
+
+def _print_answer(answer: Answer) -> None:
+    _print(answer.result)
+    if answer.claims:
+        from nearlocal.terminal import console
+
+        console.print("\nthe papers' claims recomputed:", markup=False, highlight=False)
+        console.print(claims_markdown(answer.claims), markup=False, highlight=False)
+
+
+WHATIF_FORMATS = command_formats("whatif", _print_answer, Answer.to_dict)
+WHATIF_FORMATS.register(TextReporter("markdown", "the table as Markdown", Answer.markdown))
+REFERENCES_FORMATS: Reporters[list[str]] = Reporters("whatif")  # --reference list
+REFERENCES_FORMATS.register(TextReporter("text", "one name a line",
+                                         lambda names: "".join(f"{n}\n" for n in names)))
+REFERENCES_FORMATS.register(json_reporter())
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """--promote NAME: the run as a reference box file (TOML text)."""
+
+    name: str
+    toml: str
+
+
+PROMOTE_FORMATS: Reporters[Promoted] = Reporters("whatif")
+PROMOTE_FORMATS.register(TextReporter("toml", "the reference box file", lambda p: p.toml))
+PROMOTE_FORMATS.register(json_reporter())
+
+
 def _whatif(args: argparse.Namespace) -> int:
     from nearlocal import safeio
     from nearlocal.store import load
@@ -150,7 +208,7 @@ def _whatif(args: argparse.Namespace) -> int:
     from nearlocal.whatif.claims import claims
 
     if args.reference == "list":
-        print("\n".join(reference_names()))
+        emit(REFERENCES_FORMATS, reference_names(), args)
         return 0
     if args.promote:
         from nearlocal.whatif.fit import fit_run
@@ -164,7 +222,7 @@ def _whatif(args: argparse.Namespace) -> int:
                                                       shape.fragments > 1)
                                              or best_way(models, shape.fragments,
                                                          shape.fragment_bytes))[0])
-        print(text, end="")
+        emit(PROMOTE_FORMATS, Promoted(args.promote, text), args)
         return 0
     target = safeio.check_output("--markdown", args.markdown)  # before anything is computed
     # --trace / --qps: every load option checked and the trace read before the run is
@@ -183,24 +241,12 @@ def _whatif(args: argparse.Namespace) -> int:
     result = whatif(inputs, request_of(args), reference)
     given = (args.prefill_tokens_per_s,) if args.prefill_tokens_per_s else None
     found = claims(inputs, run.samples, prefill=given) if args.claims else []
-    text = markdown(result) + ("\n## The papers' claims recomputed\n\n" + claims_markdown(found)
-                               if found else "")
+    answer = Answer(result, found, args.claims)
     if target is not None:
-        safeio.write_output("--markdown", target, text)
-    if args.json:
-        data = result.as_dict()
-        if args.claims:
-            data["claims"] = [asdict(c) for c in found]
-        print(json.dumps(data, indent=2, default=str))
-    elif target is not None:
+        WHATIF_FORMATS["markdown"].write(answer, target, "--markdown")
+    emit(WHATIF_FORMATS, answer, args, text=target is None)
+    if target is not None and not json_wanted(args):
         print(f"wrote {args.markdown}")
-    else:
-        _print(result)
-        if found:
-            from nearlocal.terminal import console
-
-            console.print("\nthe papers' claims recomputed:", markup=False, highlight=False)
-            console.print(claims_markdown(found), markup=False, highlight=False)
     return 0
 
 
@@ -255,7 +301,7 @@ def register(subparsers) -> None:
                         help="also the papers' end-to-end claims (B3, B11, B16, S1-S3) recomputed "
                              "from this run's rows and from the papers' own microbenchmarks, "
                              "and their load claims (B3, B16, S1 and S4 under load)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(parser)
     parser.add_argument("--markdown", help="write the table as Markdown to this file")
     parser.add_argument("--out", default="results", help="the store's root (default ./results)")
     loadcommand.add_load_arguments(parser)

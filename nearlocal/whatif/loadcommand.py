@@ -5,10 +5,10 @@ input writes nothing), and the printers: a table on a terminal, `--json`, `--mar
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError, naming
+from nearlocal.reporters import TextReporter, command_formats, emit, json_wanted
 
 if TYPE_CHECKING:
     from nearlocal.whatif.load import LoadResult, Percentiles, Setup, Workload
@@ -188,25 +188,24 @@ def _print(result: LoadResult) -> None:
         console.print(f"  {line}", markup=False, highlight=False)
 
 
+LOAD_FORMATS = command_formats("whatif", _print, lambda result: result.as_dict())
+LOAD_FORMATS.register(TextReporter("markdown", "the table as Markdown", markdown))
+
+
 def run_load(args: argparse.Namespace, prepared: tuple, run, inputs, reference,
              target) -> int:
-    """The simulation over the run's paths, printed as asked (the options checked already)."""
-    from nearlocal import safeio
+    """The simulation over the run's paths, given as asked (the options checked already)."""
     from nearlocal.whatif.contention import contention_of
     from nearlocal.whatif.load import serve
 
     request, setup, work = prepared
     result = serve(inputs, work, setup, request, reference, run.samples,
                    contention_of(run.cases, run.samples))
-    text = markdown(result)
     if target is not None:
-        safeio.write_output("--markdown", target, text)
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
-    elif target is not None:
+        LOAD_FORMATS["markdown"].write(result, target, "--markdown")
+    emit(LOAD_FORMATS, result, args, text=target is None)
+    if target is not None and not json_wanted(args):
         print(f"wrote {args.markdown}")
-    else:
-        _print(result)
     return 0
 
 

@@ -4,10 +4,10 @@ work requests it would need — for a model, a layout and a selection. Nothing i
 from __future__ import annotations
 
 import argparse
-import json
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.reporters import add_json_option, command_formats, emit
 from nearlocal.subcommands import register_command
 from nearlocal.units import format_size
 from nearlocal.workloads.layouts import LAYOUTS, get_layout
@@ -102,6 +102,8 @@ def _print(data: dict) -> None:
     console.print(table)
 
 
+KV_FORMATS = command_formats("kv", _print)  # the data `describe` gives, as text or JSON
+
 # The words a kv error uses for each of the command's options (the pattern's keys and names).
 _OPTION_WORDS = {"tp": ("tp=", "tensor parallelism"), "block_tokens": ("bt=", "block size"),
                  "pool": ("pool=", "the pool"), "layers": ("layers",), "ctx": ("ctx=",),
@@ -130,10 +132,7 @@ def _kv(args: argparse.Namespace) -> int:
         if option is None or option in str(exc):
             raise
         raise UsageError(f"{option}: {exc}") from None
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        _print(data)
+    emit(KV_FORMATS, data, args)
     return 0
 
 
@@ -161,7 +160,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, help="seed of scattered ids and sparse tokens")
     parser.add_argument("--align", help="per-layer tensors start on a multiple of this (e.g. 2MiB, "
                         "as the CUDA caching allocator rounds); default back to back")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(parser)
     parser.set_defaults(func=_kv)
 
 
