@@ -17,6 +17,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -183,7 +184,21 @@ def add_json_option(parser: argparse.ArgumentParser,
                     help: str = "the output as JSON: on stdout in place of the text, or "
                                 "written to PATH") -> None:
     """Every command's `--json [PATH]`."""
-    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH", help=help)
+    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH", type=json_target,
+                        help=help)
+
+
+RUN_ID_LIKE = re.compile(r"latest|\d{8}T\d{6}-[0-9a-z]+")
+
+
+def json_target(value: str) -> str:
+    """`--json`'s PATH, unless it is a run id (`show --json RUN` read RUN as the file to write
+    and showed the latest run): said in one line, nothing written."""
+    if RUN_ID_LIKE.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is a run id, not a file to write the JSON to: put the run before "
+            "--json (`show RUN --json`), or give --json a path")
+    return value
 
 
 def add_format_options(parser: argparse.ArgumentParser, formats: Reporters[Any]) -> None:

@@ -122,3 +122,14 @@ def test_json_text_is_strict_json():
     text = reporters.json_text({"nan": float("nan"), "inf": np.float64("inf"),
                                 "n": np.int64(3), "a": np.arange(2), "p": Path("/x")})
     assert json.loads(text) == {"nan": None, "inf": None, "n": 3, "a": [0, 1], "p": "/x"}
+
+
+@pytest.mark.parametrize("value", ["latest", "20261206T232330-10010b"])
+def test_a_run_id_after_json_is_refused_not_written_to(tmp_path, capsys, monkeypatch, value):
+    """`show --json RUN` read RUN as --json's PATH: it wrote a file named like the run and
+    showed the latest run instead."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", "--json", value, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a run id" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
