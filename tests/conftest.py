@@ -6,6 +6,14 @@ import os
 
 import pytest
 
+try:  # tests assert behaviour, never timing: no example is failed for taking long on a busy box
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("nearlocal", deadline=None)
+    _hypothesis_settings.load_profile("nearlocal")
+except ImportError:  # the test extra brings it; a test that needs it says so
+    pass
+
 
 @pytest.fixture(autouse=True)
 def _plain_environment_for_children(monkeypatch):

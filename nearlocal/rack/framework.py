@@ -1,7 +1,7 @@
 """What a rack method is and what runs it: each is a `Method` (so `--method`, `probe` and case
 ids work as for any other) and a `RackMethod`: what every rank does (`run`, on every rank at once,
 through the pool), and how rank 0 turns every rank's result into rows (`rows`; `rows_after_loss`
-when a rank was lost during the case). The job itself (frontends/mpi_job.py) looks methods up in
+when a rank was lost during the case). The job itself (engine/mpi_job.py, rack/parts.py) looks methods up in
 `RACK_METHODS`.
 """
 
@@ -91,7 +91,7 @@ class RackMethod:
     # outside MPI on such a host is skipped with this reason, not refused
     host_needs: Callable[[object], str | None] | None = None
     # what host_needs asks of every host, in words ("an RDMA device"): the line that refuses a job
-    # whose hosts differ in it (frontends/mpi_job.py)
+    # whose hosts differ in it (rack/hosts.py)
     every_host_needs: str = ""
     # rank 0's wait for the other ranks' results once its own part finished (given its result):
     # None is straggler_s()'s default, STRAGGLER_S plus twice the budget
