@@ -325,7 +325,7 @@ def _stacked(results: list[tuple]) -> tuple:
 
 
 def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
-    from nearlocal.gate.model import PROCESS_TRIM, trimmed_location
+    from nearlocal.core.sampling import PROCESS_TRIM, trimmed_location
 
     rng = np.random.default_rng(5)
     a, b = rng.normal(5.0, 0.05, 32), rng.normal(5.1, 0.08, 32)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nearlocal.gate.model import trimmed_location
-from nearlocal.gate.samples import MIN_PROCESSES, CaseInput
+from nearlocal.core.sampling import MIN_PROCESSES, trimmed_location
+from nearlocal.gate.samples import CaseInput
 from nearlocal.lazy import lazy_import
 
 np = lazy_import("numpy")
