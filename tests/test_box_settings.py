@@ -1,5 +1,5 @@
 """The box's own settings read from sysfs / procfs and judged (probe/settings.py), and how busy
-the box was while a run measured (engine/busy.py), each named by the self-check."""
+the box was while a run measured (engine/stability/busy.py), each named by the self-check."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nearlocal.engine.busy import (
+from nearlocal.engine.stability.busy import (
     OTHERS_SHARE,
     BusyRecorder,
     busy_lines,
@@ -18,7 +18,7 @@ from nearlocal.engine.busy import (
     memory_line,
     read_proc_stat,
 )
-from nearlocal.engine.selfcheck import self_check, summary_line
+from nearlocal.engine.stability.selfcheck import self_check, summary_line
 from nearlocal.probe import probe
 from nearlocal.probe.settings import (
     NOT_EXPOSED,

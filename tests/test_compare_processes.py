@@ -461,7 +461,7 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
 
 
 def test_only_runs_of_one_group_as_different_arms_are_paired():
-    from nearlocal.engine.turns import same_group
+    from nearlocal.engine.stability.turns import same_group
 
     arm = {"group": "g1", "arm": 0, "arms": 2}
     assert same_group({"turns": arm}, {"turns": {**arm, "arm": 1}})

@@ -36,7 +36,7 @@ def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
     """`run`'s and `accept`'s one way to measure: a new run in the store under `out` with
     `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
     A Ctrl-C even before the first case is an interrupted run, stored."""
-    from nearlocal.engine.selfcheck import checked
+    from nearlocal.engine.stability.selfcheck import checked
     from nearlocal.store.runs import Store
 
     store = None

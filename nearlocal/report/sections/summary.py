@@ -260,7 +260,7 @@ def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> li
     """The report's first lines: one per non-local region with its headline ratios to local
     DRAM (or one saying only local DRAM was measured), PASS / FAIL where acceptance verdicts
     exist, the GPU path, and what the run could not measure."""
-    from nearlocal.engine.selfcheck import settings_of
+    from nearlocal.engine.stability.selfcheck import settings_of
 
     check = data.meta.get("self_check") or {}
     suspect = check.get("suspect") or []

@@ -1,4 +1,4 @@
-"""How far the box itself moved between two runs, by its host probes (engine/hostprobe.py: a
+"""How far the box itself moved between two runs, by its host probes (engine/stability/hostprobe.py: a
 chase for the core clock, one over an eighth of the LLC, one as wide as the run's largest
 memory-bound case), and which probes are a case's yardsticks.
 
@@ -70,7 +70,7 @@ class HostMove:
 def probe_log_medians(meta: dict, probe: str) -> dict[int, float]:
     """Per pass (worker process) that walked `probe`, the log median of its reading, ns per hop
     (runs stored before raw ticks were kept hold ns per hop)."""
-    from nearlocal.engine.hostprobe import per_hop_ns
+    from nearlocal.engine.stability.hostprobe import per_hop_ns
 
     probes = meta.get("host_probe") or {}
     fact = (probes.get("probes") or {}).get(probe) or {}
