@@ -10,7 +10,8 @@ so the recorder samples, a few times a second, which CPU each running thread of 
 and prober (and their children) is on; the run's own CPU time is shared out over the CPUs in
 those proportions. What a CPU was busy with beyond that share is other work (`busy_shares`).
 
-All of it is plain data in run.json's `busy`; the self-check judges it (engine/stability/selfcheck.py).
+All of it is plain data in run.json's `busy`; the self-check judges it (selfcheck.py beside
+this).
 """
 
 from __future__ import annotations
