@@ -1,5 +1,6 @@
-"""The box's own settings read from sysfs / procfs and judged (probe/settings.py), and how busy
-the box was while a run measured (engine/busy.py), each named by the self-check."""
+"""The box's own settings read from sysfs / procfs (probe/settings.py) and described and judged
+(engine/stability/settings.py), and how busy the box was while a run measured
+(engine/stability/busy.py), each named by the self-check."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nearlocal.engine.busy import (
+from nearlocal.engine.stability.busy import (
     OTHERS_SHARE,
     BusyRecorder,
     busy_lines,
@@ -18,15 +19,10 @@ from nearlocal.engine.busy import (
     memory_line,
     read_proc_stat,
 )
-from nearlocal.engine.selfcheck import self_check, summary_line
+from nearlocal.engine.stability.selfcheck import self_check, summary_line
+from nearlocal.engine.stability.settings import describe_settings, unstable_settings
 from nearlocal.probe import probe
-from nearlocal.probe.settings import (
-    NOT_EXPOSED,
-    cpulist_text,
-    describe_settings,
-    probe_settings,
-    unstable_settings,
-)
+from nearlocal.probe.settings import NOT_EXPOSED, cpulist_text, probe_settings
 from nearlocal.sysroot import SysRoot, parse_cpulist
 from tests.fakesys import cxl_box, untuned_settings, write
 

@@ -325,7 +325,7 @@ def _stacked(results: list[tuple]) -> tuple:
 
 
 def test_trimmed_location_is_yuens_and_ignores_one_busy_process():
-    from nearlocal.gate.model import PROCESS_TRIM, trimmed_location
+    from nearlocal.core.sampling import PROCESS_TRIM, trimmed_location
 
     rng = np.random.default_rng(5)
     a, b = rng.normal(5.0, 0.05, 32), rng.normal(5.1, 0.08, 32)
@@ -461,7 +461,7 @@ def test_runs_that_took_turns_are_paired_by_round_and_the_hosts_state_cancels():
 
 
 def test_only_runs_of_one_group_as_different_arms_are_paired():
-    from nearlocal.engine.turns import same_group
+    from nearlocal.engine.stability.turns import same_group
 
     arm = {"group": "g1", "arm": 0, "arms": 2}
     assert same_group({"turns": arm}, {"turns": {**arm, "arm": 1}})

@@ -230,7 +230,7 @@ def test_probes_of_runs_that_took_turns_are_compared_pass_by_pass():
     """The host's memory drifts 1.2x up and down between rounds, the same for both sides of
     a round: pass k against pass k sees a 3 % step on the candidate's turns through that
     drift, and unchanged code none, where the runs' trimmed means see neither."""
-    from nearlocal.gate.hostmoves import host_moves
+    from nearlocal.engine.stability.hostmoves import host_moves
 
     rng = np.random.default_rng(5)
     drift = rng.lognormal(0, 0.2, 32)

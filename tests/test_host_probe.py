@@ -1,4 +1,4 @@
-"""Host probes (engine/hostprobe.py): every worker process of a multi-process run walks them,
+"""Host probes (engine/stability/hostprobe.py): every worker process of a multi-process run walks them,
 the run keeps their samples, rows say whether a case reaches memory, and `compare` calls a case
 slower or faster only beyond the host's own move between the two runs."""
 
@@ -13,8 +13,9 @@ import pytest
 
 from nearlocal.core.cases import Case
 from nearlocal.core.rows import row_facts
-from nearlocal.engine import hostprobe
-from nearlocal.engine.hostprobe import (
+from nearlocal.engine.stability import hostprobe
+from nearlocal.engine.stability.hostmoves import HostMove, excusing, host_moves, yardsticks
+from nearlocal.engine.stability.hostprobe import (
     HOST_PROBES,
     HostProber,
     lay_rings,
@@ -25,7 +26,6 @@ from nearlocal.engine.hostprobe import (
     ring_sizes,
 )
 from nearlocal.frontends.cli import main
-from nearlocal.gate.hostmoves import HostMove, excusing, host_moves, yardsticks
 from nearlocal.gate.render import render_markdown
 from nearlocal.gate.samples import CaseInput, layer_flags
 from nearlocal.gate.verdict import compare_runs

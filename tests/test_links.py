@@ -105,7 +105,7 @@ def test_a_config_space_cut_to_64_bytes_is_not_read_as_a_state(tmp_path):
 
 
 def test_the_self_check_names_the_link_below_its_maximum(tmp_path):
-    from nearlocal.engine.selfcheck import self_check, summary_line
+    from nearlocal.engine.stability.selfcheck import self_check, summary_line
 
     inventory = probe(SysRoot(linked_box(tmp_path)), calibrate=False, gpu=False).to_dict()
     result = self_check({"inventory": inventory}, pd.DataFrame(), pd.DataFrame())

@@ -112,7 +112,7 @@ def test_placement_facts_read_the_mapping_that_holds_each_buffer():
     mapping holds reads None, an array with no host address (a GPU's) is left out."""
     import mmap
 
-    from nearlocal.regions.placement import HUGE, _huge_shares, describe_placement
+    from nearlocal.engine.stability.placement import HUGE, _huge_shares, describe_placement
 
     buf = mmap.mmap(-1, 4 * HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     buf.madvise(mmap.MADV_NOHUGEPAGE)

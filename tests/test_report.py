@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord, store_acceptance
 from nearlocal.frontends.cli import main
 from nearlocal.regions.base import pool_class_of
 from nearlocal.report.fmt import cell_text
@@ -391,28 +392,52 @@ def test_shm_only_runs_say_no_pool_was_measured(tmp_path):
 
 
 def test_acceptance_verdicts_of_the_host_follow_the_region_lines(tmp_path):
-    """An accept run without kept verdicts (tests/test_accept.py: those that keep them)."""
+    """An accept run stored before verdicts were kept (tests/test_accept.py: those that keep
+    them) is said as not judged when stored: its spec file, still there, is never read again."""
     spec = tmp_path / "spec.toml"
     spec.write_text('title = "t"\n'
                     '[[requirement]]\nname = "load 16 KiB within 1 us"\n'
-                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1us"\n'
-                    '[[requirement]]\nname = "load 16 KiB within 1 ns"\n'
-                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1ns"\n')
+                    'case = { method = "load", region = "dram", size = "16KiB" }\nmax = "1us"\n')
     store = tmp_path / "store"
-    make_run(store, [row("load", "dram", median=500.0)], run_id="20260101T000000-acc",
-             meta={"suite": "accept:spec.toml", "spec": str(spec)})
+    accepted = load(make_run(store, [row("load", "dram", median=500.0)],
+                             CPU_ONLY_INVENTORY | {"host_id": "abc123"},
+                             run_id="20260101T000000-acc",
+                             meta={"suite": "accept:spec.toml", "spec": str(spec)}))
     run = load(make_run(store, cpu_only_rows(), CPU_ONLY_INVENTORY | {"host_id": "abc123"},
                         run_id="20260102T000000-run"))
     lead = build_report([run]).sections[0].lead
     assert lead[0].startswith("Only local DRAM was measured")
-    assert lead[1].startswith("FAIL: spec.toml, 1 of 2 requirements failed (run "
-                              "20260101T000000-acc): load 16 KiB within 1 ns (measured 500.0 ns")
-    # an accept run stored before verdicts were kept in it: judged again, and said so
-    assert lead[1].endswith("Judged again from the spec file as it reads now: the run kept no "
-                            "verdicts (accepted before accept stored them).")
+    assert lead[1] == ("Acceptance spec.toml (run 20260101T000000-acc): not judged when stored: "
+                       "the run kept no verdicts (accepted before accept stored them; "
+                       "`nearlocal accept SPEC RUN` judges it and keeps them).")
+    assert not any(line.startswith(("PASS", "FAIL")) for line in lead)
+    assert build_report([accepted]).sections[0].lead[1] == lead[1]  # its own report: the same
     other_host = load(make_run(tmp_path / "other", cpu_only_rows(),
                                CPU_ONLY_INVENTORY | {"host_id": "zzz"}))
-    assert not any("FAIL" in line for line in build_report([other_host]).sections[0].lead)
+    assert not any("spec.toml" in line for line in build_report([other_host]).sections[0].lead)
+
+
+def test_a_later_accept_run_that_kept_no_verdicts_is_said_before_the_older_kept_one(tmp_path):
+    """Stored runs of both ages on one host: the later kept none, so it is not judged when
+    stored, and the older run's kept verdict is shown in its place, said to be the older's."""
+    spec = tmp_path / "spec.toml"
+    store = tmp_path / "store"
+    host = CPU_ONLY_INVENTORY | {"host_id": "abc123"}
+    accept_meta = {"suite": "accept:spec.toml", "spec": str(spec)}
+    old = make_run(store, [row("load", "dram", median=500.0)], host,
+                   run_id="20260101T000000-old", meta=accept_meta)
+    store_acceptance(load(old), AcceptanceRecord(
+        str(spec), "", "spec", "", "", "2026-01-01T00:00:00Z", (VerdictRecord(
+            "load 16 KiB within 1 us", "load/dram/wb/16KiB", "median_ns", "max", 1000.0, True,
+            500.0),)))
+    make_run(store, [row("load", "dram", median=500.0)], host, run_id="20260102T000000-new",
+             meta=accept_meta)
+    run = load(make_run(store, cpu_only_rows(), host, run_id="20260103T000000-run"))
+    newer, older = build_report([run]).sections[0].lead[1:3]
+    assert newer.startswith("Acceptance spec.toml (run 20260102T000000-new): not judged when "
+                            "stored: the run kept no verdicts")
+    assert newer.endswith("the verdict shown is the older run 20260101T000000-old's.")
+    assert older == "PASS: spec.toml, all 1 requirements (run 20260101T000000-old)."
 
 
 def test_a_later_accept_run_that_cannot_be_judged_is_said_before_the_older_verdict(tmp_path):
@@ -423,7 +448,12 @@ def test_a_later_accept_run_that_cannot_be_judged_is_said_before_the_older_verdi
     accept_meta = {"suite": "accept:spec.toml", "spec": str(spec)}
     host = CPU_ONLY_INVENTORY | {"host_id": "abc123"}
     for run_id in ("20260101T000000-old", "20260102T000000-new"):
-        make_run(store, [row("load", "dram", median=500.0)], host, run_id=run_id, meta=accept_meta)
+        made = make_run(store, [row("load", "dram", median=500.0)], host, run_id=run_id,
+                        meta=accept_meta)
+        store_acceptance(load(made), AcceptanceRecord(
+            str(spec), "", "spec", "", "", "2026-01-01T00:00:00Z", (VerdictRecord(
+                "load 16 KiB within 1 us", "load/dram/wb/16KiB", "median_ns", "max", 1000.0,
+                True, 500.0),)))
     (store / "20260102T000000-new" / "cases.parquet").write_bytes(b"not parquet")
     make_run(store, [row("load", "dram", median=500.0)], host, run_id="20260103T000000-odd")
     (store / "20260103T000000-odd" / "run.json").write_text("{")  # its kind cannot be told

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from nearlocal.engine.selfcheck import self_check, summary_line
+from nearlocal.engine.stability.selfcheck import self_check, summary_line
 
 TSC_HZ = 2.5e9
 META = {"clock": {"overhead_ticks": 50.0, "quantum_ticks": 2.0, "tsc_hz": TSC_HZ,

@@ -1,4 +1,4 @@
-"""Runs that take turns (engine/turns.py): the arms' passes alternate, round by round with every
+"""Runs that take turns (engine/stability/turns.py): the arms' passes alternate, round by round with every
 other round reversed; an arm that is done or dead loses its slots; bad --turn input is one line."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nearlocal.engine import turns as turns_module
-from nearlocal.engine.turns import Turns, parse_turn, slot_arm
+from nearlocal.engine.stability import turns as turns_module
+from nearlocal.engine.stability.turns import Turns, parse_turn, slot_arm
 from nearlocal.errors import UsageError
 from nearlocal.store.runs import list_runs
 

@@ -135,3 +135,78 @@ def stored_acceptance(meta: dict, run_id: str) -> list[AcceptanceRecord]:
     """The verdicts a run keeps (none for a run never judged, or judged before they were kept)."""
     return [AcceptanceRecord.from_dict(entry, run_id) for entry in meta.get(FIELD) or ()
             if isinstance(entry, dict)]
+
+
+NOT_KEPT = ("not judged when stored: the run kept no verdicts (accepted before accept stored "
+            "them; `nearlocal accept SPEC RUN` judges it and keeps them)")
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """One spec's stored verdicts on a run of a host, or why a run has none to show: the report
+    states these, it never judges."""
+
+    spec: str  # as the run stored it ("" when its run.json is too damaged to tell)
+    pool: str
+    run_id: str
+    record: AcceptanceRecord | None = None
+    problem: str = ""  # why no verdict is shown for this run ("" with a record)
+
+
+def is_accept_run(meta: dict) -> bool:
+    return bool(meta.get("spec")) or meta.get("kind") == "accept"
+
+
+def host_acceptance(meta: dict, run_id: str, path: Path | None) -> list[HostVerdict]:
+    """The verdicts kept for a run's host, as `nearlocal accept` stored them in the runs it
+    judged: the run's own, else the latest per spec and pool among the same store's runs of the
+    same host (`path`: the run's directory; None: no store to look in). Nothing is judged again:
+    an accept run stored before verdicts were kept says so (NOT_KEPT). A later accept run that
+    cannot be read (damaged, incomplete) or kept none is said, with why, before the older verdict
+    shown in its place, never an older PASS standing silently for it; so is a later run whose
+    run.json is too damaged to tell its kind."""
+    from nearlocal.store.runs import list_runs, survey_run
+
+    own = stored_acceptance(meta, run_id)
+    if own:
+        return [HostVerdict(r.spec, r.pool, r.run_id, r) for r in own]
+    if is_accept_run(meta):
+        return [HostVerdict(str(meta.get("spec") or "?"), str(meta.get("pool") or ""), run_id,
+                            problem=NOT_KEPT)]
+    if path is None:
+        return []
+    latest: dict[tuple[str, str], tuple[int, AcceptanceRecord]] = {}
+    missing: dict[tuple[str, str], list[tuple[str, str]]] = {}  # newer than the latest: why none
+    unreadable: list[tuple[int, str, str]] = []  # run.json damaged: kind and host unknown
+    for order, run in enumerate(list_runs(Path(path).parent)):  # oldest first
+        found, state = survey_run(run)
+        if not found:
+            unreadable.append((order, run.name, state))
+            continue
+        if found.get("host_id") != meta.get("host_id"):
+            continue
+        key = (str(found.get("spec")), str(found.get("pool") or ""))
+        if state:
+            if is_accept_run(found):
+                missing.setdefault(key, []).append((run.name, "not judged: the run is " + (
+                    state if state.startswith("damaged") else f"incomplete ({state})")))
+            continue
+        kept = stored_acceptance(found, str(found.get("run_id") or run.name))
+        for record in kept:
+            latest[record.key] = (order, record)
+            missing.pop(record.key, None)
+        if not kept and is_accept_run(found):
+            missing.setdefault(key, []).append((run.name, NOT_KEPT))
+    out: list[HostVerdict] = []
+    for key in dict.fromkeys([*latest, *missing]):
+        record = latest[key][1] if key in latest else None
+        instead = f"; the verdict shown is the older run {record.run_id}'s" if record else ""
+        out += [HostVerdict(*key, run_id, problem=why + instead)
+                for run_id, why in reversed(missing.get(key, []))]
+        out += [HostVerdict(*key, record.run_id, record)] if record else []
+    if latest:  # a damaged run.json names no kind: said when it is later than a verdict shown
+        first = min(order for order, _ in latest.values())
+        out += [HostVerdict("", "", name, problem=f"not judged: the run is {state}; if it was a "
+                            "later accept run, its verdict is missing here")
+                for order, name, state in unreadable if order > first]
+    return out

@@ -97,6 +97,28 @@ def log_spread(groups: list[np.ndarray]) -> float:
     return float((q75 - q25) / 1.349)
 
 
+# Worker processes each run needs of a case (or of a host probe) before its processes are the
+# unit a gate compares (gate/samples.py) and a host probe's move is read (engine/stability)
+MIN_PROCESSES = 2
+PROCESS_TRIM = 0.1  # share of processes trimmed from each end of a run's (Yuen's estimator)
+
+
+def trimmed_location(log_medians: np.ndarray) -> tuple[float, float, int]:
+    """(PROCESS_TRIM-trimmed mean, per-unit variance, h) of log figures: Yuen's estimator. Its
+    standard error is sqrt(variance / h), the variance the Winsorized one times
+    (n - 1) / (h - 1)."""
+    x = np.sort(log_medians)
+    n = x.size
+    g = math.floor(PROCESS_TRIM * n)
+    h = n - 2 * g
+    if h < 2:
+        g, h = 0, n
+    mean = float(x[g:n - g].mean())
+    winsorized = np.clip(x, x[g], x[n - g - 1])
+    variance = float(np.sum((winsorized - winsorized.mean()) ** 2) / (h - 1))
+    return mean, variance, h
+
+
 def relative_half_width(ns: np.ndarray) -> float:
     values = np.sort(np.asarray(ns, dtype=np.float64))
     low, high = median_ci(values)

@@ -28,6 +28,6 @@ with contextlib.suppress(Exception):
     empty_intervals(16)  # numba's CPU target and the timer kernel, loaded from numba's cache
 
 with contextlib.suppress(Exception):
-    from nearlocal.engine.hostprobe import load_kernels
+    from nearlocal.engine.stability.hostprobe import load_kernels
 
-    load_kernels()  # the chase kernels the host probes walk (engine/hostprobe.py)
+    load_kernels()  # the chase kernels the host probes walk (engine/stability/hostprobe.py)

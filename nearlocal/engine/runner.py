@@ -29,10 +29,10 @@ from nearlocal.regions import files_to_create, remove_leftovers
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nearlocal.engine.busy import BusyRecorder
-    from nearlocal.engine.hostprobe import HostProber
     from nearlocal.engine.plan import PlanEntry
     from nearlocal.engine.sink import RunSink
+    from nearlocal.engine.stability.busy import BusyRecorder
+    from nearlocal.engine.stability.hostprobe import HostProber
 
 WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
 WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
@@ -496,7 +496,7 @@ class Runner:
     def _start_prober(self, entries: list) -> None:
         """The host prober, its memory ring as wide as the run's largest case reaching memory
         (what the plan's rows say) within the bounds hostprobe.memory_ring_bytes sets."""
-        from nearlocal.engine.hostprobe import HostProber, ring_sizes
+        from nearlocal.engine.stability.hostprobe import HostProber, ring_sizes
         from nearlocal.regions.host import memory_available
 
         span = max((sum(entry.resolved.spans) for entry in entries
@@ -511,8 +511,8 @@ class Runner:
 
     def _start_busy(self) -> None:
         """/proc/stat and the run's own CPU time at its start, then where its processes run
-        (engine/busy.py); a sink that keeps no such record (the bench collector) gets none."""
-        from nearlocal.engine.busy import BusyRecorder
+        (engine/stability/busy.py); a sink that keeps no such record (the bench collector) gets none."""
+        from nearlocal.engine.stability.busy import BusyRecorder
 
         if not self.store.keeps_busy:
             return

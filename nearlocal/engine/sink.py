@@ -25,10 +25,10 @@ class RunSink(Protocol):
 
     def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
                          facts: dict[str, dict]) -> None:
-        """One worker process's host probe samples (engine/hostprobe.py)."""
+        """One worker process's host probe samples (engine/stability/hostprobe.py)."""
 
     def add_host_failure(self, reason: str) -> None:
         """Why the host probes ended before the run did."""
 
     def add_busy(self, record: dict) -> None:
-        """How busy the box was while the run measured (engine/busy.py)."""
+        """How busy the box was while the run measured (engine/stability/busy.py)."""

@@ -33,10 +33,10 @@ from nearlocal.core.sampling import (
     summarize,
 )
 from nearlocal.engine.children import ignore_interrupts, resend_swallowed
+from nearlocal.engine.stability.placement import describe_placement
 from nearlocal.errors import Unavailable, UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions import MappedRegion, check_capacity, region_kind
-from nearlocal.regions.placement import describe_placement
 
 if TYPE_CHECKING:
     from nearlocal.kernels.timer import ClockCalibration
@@ -177,7 +177,7 @@ def measure(case: Case | ResolvedCase, settings: WorkerSettings,
     process for `run` and `accept`, pytest's own process for `pytest bench/`. The process draws
     `placements_held` placements (fresh mappings of region and peer, each held while the next
     is drawn), each with its share of the budget, its own warm-up and its facts
-    (regions/placement.py) in the row's info `placements`. `chosen`: what the case's first
+    (engine/stability/placement.py) in the row's info `placements`. `chosen`: what the case's first
     process chose (None: this is the first; then the first placement chooses for the rest); the
     row's `chosen` is what this process measured with."""
     case = resolved(case)

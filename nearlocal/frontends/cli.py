@@ -104,7 +104,7 @@ def _probe(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from nearlocal.engine.plan import plan_cases, settle_llc
     from nearlocal.engine.runner import run_metadata
-    from nearlocal.engine.selfcheck import summary_line
+    from nearlocal.engine.stability.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.frontends.measure import measure_run
     from nearlocal.probe import probe
@@ -134,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
                         kind="run", for_gate=args.for_gate)
     turns = None
     if args.take_turns is not None:
-        from nearlocal.engine.turns import Turns
+        from nearlocal.engine.stability.turns import Turns
 
         turns = Turns.open(args.take_turns, args.turn)
         meta["turns"] = turns.facts()
@@ -202,7 +202,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from nearlocal.engine.selfcheck import summary_line
+    from nearlocal.engine.stability.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.store import load
 

@@ -107,9 +107,10 @@ def print_inventory(inventory: HostInventory, availability: list[dict],
 
 
 def print_settings(inventory: HostInventory) -> None:
-    """The box's own settings (probe/settings.py), one line each, then the ones that make
-    figures unstable with the command that fixes each (never changed by nearlocal)."""
-    from nearlocal.probe.settings import describe_settings, unstable_settings
+    """The box's own settings (read by probe/settings.py, described and judged by
+    engine/stability/settings.py), one line each, then the ones that make figures unstable with
+    the command that fixes each (never changed by nearlocal)."""
+    from nearlocal.engine.stability.settings import describe_settings, unstable_settings
 
     box = inventory.box_settings.to_dict()
     console.print("[bold]box settings[/] [dim](what moves every figure; nearlocal never changes "

@@ -36,7 +36,7 @@ def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
     """`run`'s and `accept`'s one way to measure: a new run in the store under `out` with
     `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
     A Ctrl-C even before the first case is an interrupted run, stored."""
-    from nearlocal.engine.selfcheck import checked
+    from nearlocal.engine.stability.selfcheck import checked
     from nearlocal.store.runs import Store
 
     store = None
@@ -60,7 +60,7 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
             ) -> tuple[KeyboardInterrupt | None, list[dict] | None]:
     """Run the plan into `store` with run's progress display; the store is left open. Returns
     the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored; and
-    the rows the runner returned (None when interrupted). `turns` (engine.turns.Turns): each
+    the rows the runner returned (None when interrupted). `turns` (engine.stability.turns.Turns): each
     pass waits for this arm's slot of a turn-taking group, and the arm is done when this
     returns or raises."""
     settings = plan.settings

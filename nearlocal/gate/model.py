@@ -18,13 +18,13 @@ import math
 import zlib
 from dataclasses import dataclass
 
+from nearlocal.core.sampling import trimmed_location
 from nearlocal.gate.samples import CaseInput
 from nearlocal.lazy import lazy_import
 
 np = lazy_import("numpy")
 scipy_stats = lazy_import("scipy.stats")
 
-PROCESS_TRIM = 0.1  # share of processes trimmed from each end of a run's (Yuen's estimator)
 N_BOOTSTRAP = 4000
 MIN_CASES_FOR_RUN_NOISE = 8  # one-process cases needed before their run-to-run noise is known
 # Degrees of freedom of the Student t of one-process cases' run noise: fitted on 28 pairs of
@@ -49,22 +49,6 @@ class Estimate:
     spread: float = math.nan  # SD of one unit's log figure (a process median, a pair)
     most_processes: bool = False  # both runs had at least the most --processes gives
     noise_unknown: bool = False  # one-process cases too few to know the run-to-run noise
-
-
-def trimmed_location(log_medians: np.ndarray) -> tuple[float, float, int]:
-    """(PROCESS_TRIM-trimmed mean, per-unit variance, h) of log figures: Yuen's estimator. Its
-    standard error is sqrt(variance / h), the variance the Winsorized one times
-    (n - 1) / (h - 1)."""
-    x = np.sort(log_medians)
-    n = x.size
-    g = math.floor(PROCESS_TRIM * n)
-    h = n - 2 * g
-    if h < 2:
-        g, h = 0, n
-    mean = float(x[g:n - g].mean())
-    winsorized = np.clip(x, x[g], x[n - g - 1])
-    variance = float(np.sum((winsorized - winsorized.mean()) ** 2) / (h - 1))
-    return mean, variance, h
 
 
 def bootstrap_medians(values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:

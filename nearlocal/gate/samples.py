@@ -19,14 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nearlocal.core.sampling import MIN_PROCESSES
 from nearlocal.lazy import lazy_import
 from nearlocal.store.runs import RunData
 from nearlocal.store.schema import ops_per_sample
 
 np = lazy_import("numpy")
 pd = lazy_import("pandas")
-
-MIN_PROCESSES = 2  # worker processes each run needs for a case before its processes are the unit
 
 
 @dataclass

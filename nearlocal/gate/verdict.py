@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from nearlocal.engine.stability.hostmoves import HostMove, excusing, host_moves, layer, yardsticks
 from nearlocal.errors import UsageError
-from nearlocal.gate.hostmoves import HostMove, excusing, host_moves, layer, yardsticks
 from nearlocal.gate.model import Estimate, estimate_cases
 from nearlocal.gate.modes import DEFAULT_MODE, Mode, get_mode
 from nearlocal.gate.samples import Absent, CaseInput, case_inputs
@@ -314,7 +314,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
                  mode: str = DEFAULT_MODE) -> Comparison:
     """Judge every case of `cand` against `base` in `mode` ("code" or "box"). history: per
     case, the SD of one run's log figure over past baselines (gate/baselines.history_noise)."""
-    from nearlocal.engine.turns import same_group
+    from nearlocal.engine.stability.turns import same_group
 
     if not 0 < threshold < 10:
         raise UsageError(f"--threshold must be a positive percentage below 1000%, "

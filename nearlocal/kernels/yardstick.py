@@ -1,4 +1,4 @@
-"""The host probes' own walk (engine/hostprobe.py): a dependent-load chase kept apart from
+"""The host probes' own walk (engine/stability/hostprobe.py): a dependent-load chase kept apart from
 kernels/chase.py, the `chase` method's kernel. The probes are the yardstick code CI and box CI
 hold a run's cases against; had they walked the chase method's kernel, a candidate tree whose
 chase kernel was 1.25x slower would have made its own host read 1.25x slower too, and code CI

@@ -178,7 +178,7 @@ class Store:
 
     def add_host_reading(self, pass_index: int, readings: dict[str, list[float]],
                          facts: dict[str, dict]) -> None:
-        """One worker process's host probe samples (engine/hostprobe.py), kept in run.json."""
+        """One worker process's host probe samples (engine/stability/hostprobe.py), kept in run.json."""
         probes = self.meta.setdefault("host_probe", {"probes": facts, "passes": []})
         probes["passes"].append({"pass": pass_index, **readings})
 
@@ -187,7 +187,7 @@ class Store:
         self.meta.setdefault("host_probe", {"probes": {}, "passes": []})["failure"] = reason
 
     def add_busy(self, record: dict) -> None:
-        """How busy the box was while the run measured (engine/busy.py), kept in run.json."""
+        """How busy the box was while the run measured (engine/stability/busy.py), kept in run.json."""
         self.meta["busy"] = record
 
     def finish(self, interrupted: bool = False, derive=None, **meta) -> Path:

@@ -95,9 +95,9 @@ def _topology_rows(meta: dict) -> dict[tuple, list[Cell]]:
 
 
 def _settings_rows(box: object) -> dict[str, str]:
-    """The box's settings as `nearlocal probe` lists them (probe/settings.py), one row each;
-    the self-check's lead line says which of them make figures unstable."""
-    from nearlocal.probe.settings import describe_settings
+    """The box's settings as `nearlocal probe` lists them (engine/stability/settings.py), one
+    row each; the self-check's lead line says which of them make figures unstable."""
+    from nearlocal.engine.stability.settings import describe_settings
 
     if not isinstance(box, dict) or not box:
         return {"settings": "not recorded (a run stored before nearlocal read the box's settings)"}

@@ -140,127 +140,43 @@ class AcceptanceLine:
     run_id: str
     passed: int
     failed: tuple[str, ...]  # the failed requirements, each with what it measured or why
-    problem: str = ""  # why no verdict: the run is damaged or incomplete, or it kept none and
-    # its spec cannot be read again
-    judged_again: bool = False  # no verdicts kept (accepted before they were): judged now
-
-
-def _is_accept(meta: dict) -> bool:
-    return bool(meta.get("spec")) or meta.get("kind") == "accept"
+    problem: str = ""  # why no verdict: the run is damaged or incomplete, or kept none
 
 
 def acceptance_of(run: RunData) -> list[AcceptanceLine]:
-    """The verdicts kept for this run's host, as `nearlocal accept` stored them in the runs it
-    judged (never judged again from a spec file that may have changed since): the run's own,
-    else the latest per spec and pool among the same store's runs of the same host. An accept
-    run stored before verdicts were kept has none: it is judged again from its spec file, and
-    the line says so. A later accept run that cannot be read (damaged, incomplete) is said, with
-    why, before the older verdict shown in its place: never an older PASS standing silently for
-    it; so is a later run whose run.json is too damaged to tell its kind."""
-    from nearlocal.acceptance.verdicts import AcceptanceRecord, stored_acceptance
-    from nearlocal.errors import UsageError, error_line
-    from nearlocal.store.runs import list_runs, load, survey_run
-
-    own = stored_acceptance(run.meta, run.run_id)
-    if own:
-        return [_line(record) for record in own]
-    if _is_accept(run.meta):
-        return [_judged_again(run)]
-    if run.path is None:
-        return []
-    latest: dict[tuple[str, str], tuple[int, AcceptanceRecord | Path]] = {}
-    skipped: dict[tuple[str, str], list[tuple[str, str]]] = {}  # newer than the latest, unread
-    unreadable: list[tuple[int, str, str]] = []  # run.json damaged: kind and host unknown
-    for order, path in enumerate(list_runs(Path(run.path).parent)):  # oldest first
-        meta, state = survey_run(path)
-        if not meta:
-            unreadable.append((order, path.name, state))
-            continue
-        if meta.get("host_id") != run.meta.get("host_id"):
-            continue
-        key = (str(meta.get("spec")), str(meta.get("pool") or ""))
-        if state:
-            if _is_accept(meta):
-                skipped.setdefault(key, []).append((path.name, "the run is " + (
-                    state if state.startswith("damaged") else f"incomplete ({state})")))
-            continue
-        kept = stored_acceptance(meta, str(meta.get("run_id") or path.name))
-        for record in kept:
-            latest[record.key] = (order, record)
-            skipped.pop(record.key, None)
-        if not kept and _is_accept(meta):
-            latest[key] = (order, path)
-            skipped.pop(key, None)
-    out, shown = [], []
-    for key in dict.fromkeys([*latest, *skipped]):
-        line = None
-        if key in latest:
-            order, found = latest[key]
-            try:
-                line = _line(found) if isinstance(found, AcceptanceRecord) \
-                    else _judged_again(load(found))
-                shown.append(order)
-            except UsageError as exc:
-                skipped.setdefault(key, []).append((found.name, error_line(exc, 400)))
-        instead = f"; the verdict shown is the older run {line.run_id}'s" if line else ""
-        out += [AcceptanceLine(_name(*key), run_id, 0, (), f"not judged: {why}{instead}")
-                for run_id, why in reversed(skipped.get(key, []))]
-        out += [line] if line else []
-    if shown:  # a damaged run.json names no kind: said when it is later than a verdict shown
-        out += [AcceptanceLine("", run_id, 0, (), f"not judged: the run is {state}; if it was a "
-                               "later accept run, its verdict is missing here")
-                for order, run_id, state in unreadable if order > min(shown)]
-    return out
-
-
-def _name(spec: str, pool: str) -> str:
-    return Path(spec).name + (f" (pool {pool})" if pool else "")
-
-
-def _line(record, judged_again: bool = False) -> AcceptanceLine:
+    """The verdicts `nearlocal accept` kept for this run's host (acceptance/verdicts.py
+    `host_acceptance`: the run's own, else the latest per spec and pool among the host's runs),
+    as lead lines: read as stored, never judged again from a spec file that may have changed."""
     from nearlocal.acceptance.render import missed_text
+    from nearlocal.acceptance.verdicts import host_acceptance
 
-    failed = tuple(f"{v.requirement} ({missed_text(v)})" for v in record.failed)
-    return AcceptanceLine(_name(record.spec, record.pool), record.run_id,
-                          len(record.verdicts) - len(failed), failed, judged_again=judged_again)
-
-
-def _judged_again(run: RunData) -> AcceptanceLine:
-    """An accept run that kept no verdicts, judged from its spec file as it reads now (aimed at
-    the pool the run was measured for)."""
-    from nearlocal.acceptance.judge import acceptance_record, judge
-    from nearlocal.acceptance.spec import parse_spec
-    from nearlocal.errors import UsageError
-
-    spec, pool = str(run.meta.get("spec") or "?"), str(run.meta.get("pool") or "")
-    try:
-        parsed = parse_spec(run.meta["spec"], pool or None)
-        record = acceptance_record(parsed, run, judge(parsed, run))
-    except (UsageError, OSError, KeyError) as exc:
-        return AcceptanceLine(_name(spec, pool), run.run_id, 0, (),
-                              f"no verdicts kept, and its spec cannot be judged again: {exc}")
-    return _line(record, judged_again=True)
+    lines = []
+    for found in host_acceptance(run.meta, run.run_id, None if run.path is None else Path(run.path)):
+        name = Path(found.spec).name + (f" (pool {found.pool})" if found.pool else "") \
+            if found.spec else ""
+        if found.record is None:
+            lines.append(AcceptanceLine(name, found.run_id, 0, (), found.problem))
+            continue
+        failed = tuple(f"{v.requirement} ({missed_text(v)})" for v in found.record.failed)
+        lines.append(AcceptanceLine(name, found.run_id, len(found.record.verdicts) - len(failed),
+                                    failed))
+    return lines
 
 
 def acceptance_text(a: AcceptanceLine) -> str:
     if a.problem:
         return f"Acceptance {a.spec + ' ' if a.spec else ''}(run {a.run_id}): {a.problem}."
     if not a.failed:
-        text = f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
-    else:
-        text = (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements "
-                f"failed (run {a.run_id}): " + "; ".join(a.failed) + ".")
-    if a.judged_again:
-        text += (" Judged again from the spec file as it reads now: the run kept no verdicts "
-                 "(accepted before accept stored them).")
-    return text
+        return f"PASS: {a.spec}, all {a.passed} requirements (run {a.run_id})."
+    return (f"FAIL: {a.spec}, {len(a.failed)} of {a.passed + len(a.failed)} requirements "
+            f"failed (run {a.run_id}): " + "; ".join(a.failed) + ".")
 
 
 def lead_lines(run: RunInfo, df: pd.DataFrame, data: RunData, multi: bool) -> list[str]:
     """The report's first lines: one per non-local region with its headline ratios to local
     DRAM (or one saying only local DRAM was measured), PASS / FAIL where acceptance verdicts
     exist, the GPU path, and what the run could not measure."""
-    from nearlocal.engine.selfcheck import settings_of
+    from nearlocal.engine.stability.selfcheck import settings_of
 
     check = data.meta.get("self_check") or {}
     suspect = check.get("suspect") or []

@@ -8,8 +8,8 @@ never passes silently, and it never changes a figure.
 
 Each check reads the stored rows (`cases`), samples and run.json (`meta`): plain data. Besides
 physics: how busy the box was while the run measured (`busy`: other work on a CPU, the memory
-probe's move; engine/busy.py), a suspect finding too, and the box's settings that make figures
-unstable (governor, boost, THP, NUMA balancing, deep C-states: probe/settings.py), kept apart as
+probe's move; busy.py beside this), a suspect finding too, and the box's settings that make
+figures unstable (governor, boost, THP, NUMA balancing, deep C-states: settings.py), kept apart as
 `settings`: the figures are the box's as it is set, not wrong, and the fix is the operator's.
 """
 
@@ -143,8 +143,8 @@ def _box(meta: dict) -> dict:
 
 def busy_box(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> Finding:
     """No other work took a CPU over the run (/proc/stat against the run's own CPU time), and the
-    memory probe read the same at the run's end as at its start (engine/busy.py)."""
-    from nearlocal.engine.busy import OTHERS_SHARE, busy_lines, busy_shares, memory_line
+    memory probe read the same at the run's end as at its start (busy.py)."""
+    from nearlocal.engine.stability.busy import OTHERS_SHARE, busy_lines, busy_shares, memory_line
 
     record = meta.get("busy")
     lines = busy_lines(record, _siblings(_box(meta)))
@@ -166,8 +166,8 @@ CHECKS = (clock_step, l1_chase, bandwidth, processes_agree, busy_box)
 def self_check(meta: dict, cases: pd.DataFrame, samples: pd.DataFrame) -> dict:
     """run.json's `self_check`: every check's finding, the failed ones' details (`suspect`), and
     the box's settings that make figures unstable (`settings`, each with its fix)."""
+    from nearlocal.engine.stability.settings import unstable_settings
     from nearlocal.probe.links import below_maximum
-    from nearlocal.probe.settings import unstable_settings
 
     findings = [check(meta, cases, samples) for check in CHECKS]
     allowed = (meta.get("busy") or {}).get("allowed_cpus") if isinstance(meta.get("busy"), dict) else None

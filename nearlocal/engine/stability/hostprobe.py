@@ -9,8 +9,8 @@ one run than in the one before while the core and memory held still (the L3 is s
 tenants). No spread between processes of one run shows such a move. So one process of the
 run, the prober, holds a fixed chase ring per probe below and walks them as each worker process
 starts; the run keeps every sample (run.json `host_probe`). `nearlocal compare` sets the two
-runs' probes side by side (gate/hostmoves.py): code CI reads a probe's move as noise, box CI
-names the layer that moved.
+runs' probes side by side (hostmoves.py beside this): code CI reads a probe's move as noise,
+box CI names the layer that moved.
 
 The probes walk their own kernel (kernels/yardstick.py), not the chase method's: the code
 under test (a tree's kernels) must not move its own yardstick, and each run records the

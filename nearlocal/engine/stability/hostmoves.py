@@ -1,6 +1,7 @@
-"""How far the box itself moved between two runs, by its host probes (engine/hostprobe.py: a
-chase for the core clock, one over an eighth of the LLC, one as wide as the run's largest
-memory-bound case), and which probes are a case's yardsticks.
+"""How far the box itself moved between two runs, by its host probes (hostprobe.py beside this:
+a chase for the core clock, one over an eighth of the LLC, one as wide as the run's largest
+memory-bound case), and which probes are a case's yardsticks. The gate asks this module
+(gate/verdict.py); the statistic is the gate's own (core/sampling.py's Yuen estimator).
 
 Code CI reads a move as noise only between runs that did not take turns and whose probes
 walked the same code (kernels/yardstick.py, its fingerprint in run.json): a case that moved no
@@ -15,15 +16,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
-from nearlocal.gate.model import trimmed_location
-from nearlocal.gate.samples import MIN_PROCESSES, CaseInput
+from nearlocal.core.sampling import MIN_PROCESSES, trimmed_location
 from nearlocal.lazy import lazy_import
 
 np = lazy_import("numpy")
 scipy_stats = lazy_import("scipy.stats")
 
 LAYERS = {"all": "core clock", "llc": "LLC", "memory": "memory"}  # a probe's `bounds`
+
+
+class Reach(Protocol):
+    """Where a compared case's figures live (the gate's `CaseInput` is one): what picks its
+    yardsticks."""
+
+    reaches_memory: bool  # in either run
+    llc_resident: bool
 
 
 @dataclass
@@ -70,7 +79,7 @@ class HostMove:
 def probe_log_medians(meta: dict, probe: str) -> dict[int, float]:
     """Per pass (worker process) that walked `probe`, the log median of its reading, ns per hop
     (runs stored before raw ticks were kept hold ns per hop)."""
-    from nearlocal.engine.hostprobe import per_hop_ns
+    from nearlocal.engine.stability.hostprobe import per_hop_ns
 
     probes = meta.get("host_probe") or {}
     fact = (probes.get("probes") or {}).get(probe) or {}
@@ -121,7 +130,7 @@ def host_moves(base_meta: dict, cand_meta: dict, alpha: float,
     return moves
 
 
-def yardsticks(moves: list[HostMove], case: CaseInput) -> list[HostMove]:
+def yardsticks(moves: list[HostMove], case: Reach) -> list[HostMove]:
     """The probes a case is judged against: the core probe for every case, the memory probe
     too for one that reaches memory in either run, the LLC probe for one living in the LLC
     (and reaching memory in neither)."""

@@ -10,7 +10,8 @@ so the recorder samples, a few times a second, which CPU each running thread of 
 and prober (and their children) is on; the run's own CPU time is shared out over the CPUs in
 those proportions. What a CPU was busy with beyond that share is other work (`busy_shares`).
 
-All of it is plain data in run.json's `busy`; the self-check judges it (engine/selfcheck.py).
+All of it is plain data in run.json's `busy`; the self-check judges it (selfcheck.py beside
+this).
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def busy_lines(record: dict | None, siblings: dict[int, list[int]] | None = None
 def memory_move(host_probe: dict | None) -> tuple[float, float] | None:
     """The memory probe's median ns a hop at its first reading and at its last (run.json's
     `host_probe`), or None with fewer than two readings."""
-    from nearlocal.engine.hostprobe import per_hop_ns
+    from nearlocal.engine.stability.hostprobe import per_hop_ns
 
     if not isinstance(host_probe, dict):
         return None
