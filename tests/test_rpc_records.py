@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -235,7 +236,7 @@ def test_negative_control_without_the_sequence_recheck_reports_torn_reads(tsc_hz
     (the test-only `recheck=False`), the same run must report torn reads and fail. No header is
     corrupted here, so every checksum reject is a tear the checksum caught."""
     real = krec.reader_run
-    monkeypatch.setattr(rec, "reader_run", lambda *args: real(*args[:-1], False))  # forked too
+    monkeypatch.setattr(krec, "reader_run", lambda *args: real(*args[:-1], False))  # forked too
     name = f"nearlocal-test-faults-neg-{os.getpid()}"
     config = FaultConfig(region=f"shm:{name}", kills=30, duration_s=20, lease_s=0.02,
                          grace_s=0.3, records=2, record_bytes=16 * 1024, corrupt_every=0)
@@ -304,14 +305,22 @@ def test_writer_kernels_read_shared_words_only_through_invalidation():
         assert flush and flush[0] > last_store, function.__name__
 
 
-def test_faults_command(capsys):
+def test_faults_command(capsys, tmp_path):
     from nearlocal.frontends.cli import main
 
     name = f"nearlocal-test-faults-cli-{os.getpid()}"
+    junit = tmp_path / "faults.xml"
     assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "60s",
-                 "--region", f"shm:{name}", "--records", "8", "--json"]) == 0
+                 "--region", f"shm:{name}", "--records", "8", "--json", "--junit",
+                 str(junit)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["writer_kills"] == 3 and report["torn_reads"] == 0 and report["passed"]
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == str(len(faults.CHECKS)) and suite.get("failures") == "0"
+    assert [c.get("name") for c in suite.iter("testcase")] == [n for n, _ in faults.CHECKS]
+    assert main(["faults", "--region", f"shm:{name}", "--junit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--junit" in err and err.count("\n") == 1  # refused before the run
     for bad in (["--kills", "0"], ["--lease", "soon"], ["--readers", "0"],
                 ["--record-size", "100"], ["--lease", "50ms", "--read-timeout", "10ms"],
                 ["--records", "100000000000"], ["--kills", "100000000000"],
@@ -320,6 +329,22 @@ def test_faults_command(capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, (bad, err)
     assert shm_leftovers(name) == []  # refused before anything was created
+
+
+def test_faults_junit_fails_the_checks_that_did_not_hold():
+    """A case per check (rpc/faults.py CHECKS), failed where its count is not 0; the terminal
+    names the failed one."""
+    from nearlocal.rpc.commands import FAULTS_FORMATS
+
+    counts = {count: 0 for _, count in faults.CHECKS} | {"missed_detections": 2}
+    report = {"config": {"region": "shm:x", "protocol": "flush", "kills": 3}, "elapsed_s": 1.0,
+              "stopped_early": "", "checks": [{"check": n, "count": c, "value": counts[c],
+                                               "passed": counts[c] == 0}
+                                              for n, c in faults.CHECKS]}
+    root = ET.fromstring(FAULTS_FORMATS["junit"].report(report).split("?>", 1)[1])
+    failed = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
+    assert [n for n, f in failed.items() if f is not None] == ["every owner loss detected"]
+    assert failed["every owner loss detected"].get("message") == "missed_detections = 2"
 
 
 def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch, capsys):
