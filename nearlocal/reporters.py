@@ -210,6 +210,24 @@ def add_format_options(parser: argparse.ArgumentParser, formats: Reporters[Any])
             parser.add_argument(f"--{reporter.name}", metavar="PATH", help=reporter.help)
 
 
+def check_outputs(formats: Reporters[Any], args: argparse.Namespace) -> None:
+    """Before anything is measured: every file `--NAME PATH` (and `--json PATH`) names can be
+    written, else one line (exit 2)."""
+    from nearlocal import safeio
+
+    for reporter in formats.others():  # --json alone (stdout): no file to check
+        path = json_path(args) if reporter.name == "json" else getattr(args, reporter.name, None)
+        safeio.check_output(f"--{reporter.name}", path)
+
+
+def write_outputs(formats: Reporters[M], model: M, args: argparse.Namespace) -> None:
+    """Each file format asked for by `--NAME PATH` (the JSON aside: `emit` writes it)."""
+    for reporter in formats.others():
+        path = getattr(args, reporter.name, None) if reporter.name != "json" else None
+        if path:
+            reporter.write(model, Path(path), f"--{reporter.name}")
+
+
 def json_wanted(args: argparse.Namespace) -> bool:
     """Whether stdout carries the JSON: every other line the command says goes to stderr."""
     return getattr(args, "json", None) == STDOUT

@@ -49,7 +49,8 @@ def _open(dax: str, nbytes: int):
 
 def writer(dax: str, out: Path) -> int:
     from nearlocal.rpc import records as rec
-    from nearlocal.rpc.sync import protocol_code
+    from nearlocal.rpc.kernels import records as krec
+    from nearlocal.rpc.protocols import protocol_code
 
     layout = rec.Layout(RECORDS, RECORD_BYTES, readers=1, epochs=64)
     region = _open(dax, layout.nbytes)
@@ -57,14 +58,14 @@ def writer(dax: str, out: Path) -> int:
     raw = region.array[:layout.nbytes]
     words = rec.init_store(raw, layout, int(LEASE_S * hz), PROTOCOL)
     code = protocol_code(PROTOCOL)
-    rec.writer_run(raw, words, 1, 0, code, 2, 0)  # compile before saying it writes
+    krec.writer_run(raw, words, 1, 0, code, 2, 0)  # compile before saying it writes
     _write_json(out / "writer.json", {"tsc_hz": hz, "lease_s": LEASE_S, "records": RECORDS,
                                       "record_bytes": RECORD_BYTES, "pid": os.getpid(),
                                       "writing": True})
     epoch = 2
     while True:  # until the host kills this guest; a fenced owner (a long TCG stall) takes over
-        exit_code = rec.writer_run(raw, words, epoch, epoch, code, 0, 0)
-        if exit_code == rec.WRITER_STOPPED:
+        exit_code = krec.writer_run(raw, words, epoch, epoch, code, 0, 0)
+        if exit_code == krec.WRITER_STOPPED:
             return 0
         epoch = min(epoch + 1, layout.epochs - 1)
 
@@ -73,7 +74,8 @@ def reader(dax: str, out: Path) -> int:
     import numpy as np
 
     from nearlocal.rpc import records as rec
-    from nearlocal.rpc.sync import protocol_code
+    from nearlocal.rpc.kernels import records as krec
+    from nearlocal.rpc.protocols import protocol_code
 
     layout = rec.Layout(RECORDS, RECORD_BYTES, readers=1, epochs=64)
     region = _open(dax, layout.nbytes)
@@ -83,7 +85,7 @@ def reader(dax: str, out: Path) -> int:
     code = protocol_code(PROTOCOL)
     start = time.monotonic()
     store = rec.RecordStore(raw, layout, PROTOCOL)
-    while int(words[rec.C_MAGIC]) != rec.MAGIC:  # A sets the store up first
+    while int(words[krec.C_MAGIC]) != krec.MAGIC:  # A sets the store up first
         if time.monotonic() - start > READER_LIMIT_S:
             _write_json(out / "reader.json", {"final": True, "error": "no store appeared"})
             return 1
@@ -94,7 +96,7 @@ def reader(dax: str, out: Path) -> int:
     lost_at = None
     beats: list[int] = []
     while True:
-        rec.reader_run(raw, words, layout.reader_base(0), local, monitor, timeout,
+        krec.reader_run(raw, words, layout.reader_base(0), local, monitor, timeout,
                        np.uint64(0.5 * hz), code, True)
         counters = store.counters()
         writer_state = store.writer_counters()

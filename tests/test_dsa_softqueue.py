@@ -16,8 +16,10 @@ from nearlocal.core.cases import Case
 from nearlocal.core.methods import SessionContext
 from nearlocal.core.patterns import parse_pattern
 from nearlocal.dsa import portal, uapi
+from nearlocal.dsa.kernels import portal as driver
+from nearlocal.dsa.kernels.portal import soft_push
 from nearlocal.dsa.methods import Backend, DsaSession
-from nearlocal.dsa.softqueue import PAGE, SoftWorkQueue, soft_push
+from nearlocal.dsa.softqueue import PAGE, SoftWorkQueue
 from nearlocal.errors import UsageError
 from nearlocal.regions import MappedRegion, parse_region
 
@@ -35,7 +37,7 @@ def run_one(queue: SoftWorkQueue, desc: np.ndarray, comps: np.ndarray, index: in
             timeout=TIMEOUT) -> uapi.Completion:
     """Submit one descriptor through the compiled driver and decode its record."""
     stamps = np.zeros(2, np.uint64)
-    status = portal.submit_and_wait(soft_push, portal.wait_pause, np.uint64(queue.portal),
+    status = driver.submit_and_wait(soft_push, driver.wait_pause, np.uint64(queue.portal),
                                     np.uint64(uapi.address(desc)),
                                     np.uint64(uapi.address(comps, index)), timeout, stamps)
     done = uapi.decode_completion(comps[index])
@@ -104,8 +106,8 @@ def test_record_written_on_success_only_when_requested(queue):
                         uapi.address(comps, 0), uapi.Flag.CRAV)  # no RCR: only errors
     uapi.encode_simple(desc[1], uapi.Op.DRAIN, uapi.address(comps, 1), RECORD)
     stamps = np.zeros(2, np.uint64)
-    portal.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc, 0)), TIMEOUT)
-    status = portal.submit_and_wait(soft_push, portal.wait_spin, np.uint64(queue.portal),
+    driver.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc, 0)), TIMEOUT)
+    status = driver.submit_and_wait(soft_push, driver.wait_spin, np.uint64(queue.portal),
                                     np.uint64(uapi.address(desc, 1)),
                                     np.uint64(uapi.address(comps, 1)), TIMEOUT, stamps)
     assert status == uapi.Status.SUCCESS and stamps[0] >= 1
@@ -159,8 +161,8 @@ def test_page_fault_partial_completion_and_retry(queue, where):
     assert not np.array_equal(dst[2 * PAGE:3 * PAGE], src[2 * PAGE:3 * PAGE])  # not done yet
 
     counters = np.zeros(4, np.uint64)
-    final = portal.finish_partial(
-        soft_push, portal.wait_pause, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
+    final = driver.finish_partial(
+        soft_push, driver.wait_pause, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
         np.uint64(uapi.address(comps)), np.uint64(uapi.address(scratch)),
         np.uint64(uapi.address(scomp)), TIMEOUT, np.zeros(2, np.uint64), counters)
     assert final == uapi.Status.SUCCESS
@@ -179,8 +181,8 @@ def test_a_fault_that_touching_does_not_clear_ends_not_loops(queue, monkeypatch)
     queue.fault_at(uapi.address(dst) + PAGE)
     assert run_one(queue, desc, comps).partial
     counters = np.zeros(4, np.uint64)
-    final = portal.finish_partial(
-        soft_push, portal.wait_pause, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
+    final = driver.finish_partial(
+        soft_push, driver.wait_pause, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
         np.uint64(uapi.address(comps)), np.uint64(uapi.address(scratch)),
         np.uint64(uapi.address(scomp)), TIMEOUT, np.zeros(2, np.uint64), counters)
     assert final & uapi.STATUS_MASK == uapi.Status.PAGE_FAULT_NOBOF
@@ -297,9 +299,9 @@ def test_bof_needs_a_wq_that_allows_it():
 def test_a_full_shared_queue_gives_up_after_the_timeout():
     with SoftWorkQueue(mode="shared", size=0) as queue:  # never a free entry
         desc = uapi.descriptors(1)
-        gave_up = portal.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
+        gave_up = driver.submit(soft_push, np.uint64(queue.portal), np.uint64(uapi.address(desc)),
                                 np.uint64(10**6))
-        assert gave_up == portal.GAVE_UP
+        assert gave_up == driver.GAVE_UP
         ctx = _ctx("4KiB", {})
         ctx.tsc_hz = 1e6  # a 2 s timeout becomes 2e6 ticks (about a millisecond)
         session = DsaSession(ctx, batched=False, backend=_backend(queue))
@@ -335,10 +337,10 @@ def test_pushes_are_refused_without_their_cpu_flag():
 
 COMPILE_ONLY = """
 from numba import types, typeof
-from nearlocal.dsa import portal as P
+from nearlocal.dsa.kernels import portal as P
 u64, arr = types.uint64, types.Array(types.uint64, 1, "C")
-P.push_movdir64b.compile((u64, u64))
-P.push_enqcmd.compile((u64, u64))
+P.push_movdir64b.compile((types.UniTuple(u64, 2),))
+P.push_enqcmd.compile((types.UniTuple(u64, 2),))
 P.wait_umwait.compile((u64, u64, arr))
 text = "".join(t for f in (P.push_movdir64b, P.push_enqcmd, P.wait_umwait)
                for t in f.inspect_asm().values())

@@ -226,6 +226,17 @@ def test_unpaired_runs_excuse_only_by_a_probe_that_walked_the_same_code():
                         mode="box").exit_code == 1  # box CI: a slower case is slower
 
 
+def test_the_probe_code_fingerprint_reads_code_not_prose():
+    """A docstring or comment of the probes' files changes no yardstick; a changed instruction
+    does (kernels/yardstick.py's code_of)."""
+    from nearlocal.kernels.yardstick import code_of
+
+    source = 'def f(x):\n    """Why."""\n    return x + 1  # the walk\n'
+    assert code_of(source) == code_of('def f(x):\n    """Why, said again."""\n    return x + 1\n')
+    assert code_of(source) == code_of("def f(x):\n    # no docstring\n    return (x + 1)\n")
+    assert code_of(source) != code_of('def f(x):\n    """Why."""\n    return x + 2\n')
+
+
 def test_probes_of_runs_that_took_turns_are_compared_pass_by_pass():
     """The host's memory drifts 1.2x up and down between rounds, the same for both sides of
     a round: pass k against pass k sees a 3 % step on the candidate's turns through that

@@ -632,14 +632,14 @@ def _stop_host(mark: str, rank: int) -> list[int]:
 
 
 def _epoch(pool: Path) -> int:
-    """The host-loss store's owner epoch (rpc/records.py: magic in word 0, W_EPOCH); 0 before."""
-    from nearlocal.rpc import records as rec
+    """The host-loss store's owner epoch (rpc/kernels/records.py: magic in word 0, W_EPOCH); 0 before."""
+    from nearlocal.rpc.kernels import records as krec
 
     try:
-        words = np.fromfile(pool, np.uint64, count=rec.W_EPOCH + 1)
+        words = np.fromfile(pool, np.uint64, count=krec.W_EPOCH + 1)
     except (OSError, ValueError):
         return 0
-    return int(words[rec.W_EPOCH]) if len(words) > rec.W_EPOCH and words[0] == rec.MAGIC else 0
+    return int(words[krec.W_EPOCH]) if len(words) > krec.W_EPOCH and words[0] == krec.MAGIC else 0
 
 
 @needs_mpi

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -195,16 +196,33 @@ def test_replay_command_writes_per_request_records(tmp_path, capsys):
         {"timestamp": 10, "input_length": 700, "output_length": 1, "hash_ids": [1, 2]},
         {"timestamp": 20, "input_length": 900, "output_length": 1, "hash_ids": [1, 3]},
     ])
-    out = tmp_path / "replay.json"
+    out, junit = tmp_path / "replay.json", tmp_path / "replay.xml"
     assert main(["replay", "--trace", trace, "--layers", "0-1", "--seconds", "1",
-                 "--out", str(out), "--pool-bytes", "512MiB"]) == 0
+                 "--out", str(out), "--pool-bytes", "512MiB", "--junit", str(junit)]) == 0
     data = json.loads(out.read_text())
     assert data["requests"] == 3 and data["requests_with_hits"] == 2
+    case = ET.parse(junit).getroot().find("testsuite").find("testcase")
+    assert case.get("name") == "data check" and case.find("skipped") is not None  # host: no check
     assert data["hit_tokens"] == 700 + 512
     assert [r["bytes"] > 0 for r in data["per_request"]] == [False, True, True]
     assert [r["hit_tokens"] for r in data["per_request"]] == [0, 700, 512]
     assert data["reload"]["p99_ns"] >= data["reload"]["p50_ns"] > 0
     assert "reload" in capsys.readouterr().out
+
+
+def test_replay_junit_holds_the_data_check():
+    """--method rdma-read's data check is the replay's verdict: a JUnit case, failed where the
+    bytes differ (the exit code's rule), passed where they agree."""
+    from nearlocal.frontends.replay import REPLAY_FORMATS, data_check_failed
+
+    base = {"trace": "t.jsonl", "path": "rdma-read", "movers": 2, "wall_s": 1.5}
+    for check, outcome in (("ok: 4096 bytes in 2 fragments", None),
+                           ("FAILED: 3 of 4096 bytes differ from rank 1's", "failure")):
+        data = {**base, "data_check": check}
+        root = ET.fromstring(REPLAY_FORMATS["junit"].report(data).split("?>", 1)[1])
+        case = root.find("testsuite").find("testcase")
+        assert (case.find("failure") is not None) == (outcome == "failure") == \
+            data_check_failed(data)
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +22,13 @@ from nearlocal.kernels.timer import calibrate_tsc_hz
 from nearlocal.rpc import faults
 from nearlocal.rpc import records as rec
 from nearlocal.rpc.faults import FaultConfig, run_faults
+from nearlocal.rpc.kernels import records as krec
 
 pytestmark = pytest.mark.cpu
-OK = rec.OUTCOMES[rec.READ_OK]
-STALE = rec.OUTCOMES[rec.FALLBACK_STALE]
-TIMEOUT = rec.OUTCOMES[rec.FALLBACK_TIMEOUT]
-CORRUPT = rec.OUTCOMES[rec.FALLBACK_CORRUPT]
+OK = rec.OUTCOMES[krec.READ_OK]
+STALE = rec.OUTCOMES[krec.FALLBACK_STALE]
+TIMEOUT = rec.OUTCOMES[krec.FALLBACK_TIMEOUT]
+CORRUPT = rec.OUTCOMES[krec.FALLBACK_CORRUPT]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def make_store(protocol: str, lease_s: float, tsc_hz: float, records: int = 8,
 
 
 def content(index: int, version: int, nwords: int) -> bytes:
-    return np.array([rec.content_word(index, version, w) for w in range(nwords)],
+    return np.array([krec.content_word(index, version, w) for w in range(nwords)],
                     np.uint64).tobytes()
 
 
@@ -62,8 +64,8 @@ def test_records_read_back_whole(protocol, tsc_hz):
 def test_in_progress_record_with_live_owner_times_out_not_hangs(tsc_hz):
     """A record left odd while the owner's lease holds: the reader gives up at its timeout."""
     store, raw, words = make_store("flush", 10, tsc_hz)
-    rec.writer_run(raw, words, 1, 0, 1, 1, 0)  # an owner (epoch 1) with a fresh heartbeat
-    store.set_header_word(4, rec.H_SEQ, store.header_word(4, rec.H_SEQ) | 1)
+    krec.writer_run(raw, words, 1, 0, 1, 1, 0)  # an owner (epoch 1) with a fresh heartbeat
+    store.set_header_word(4, krec.H_SEQ, store.header_word(4, krec.H_SEQ) | 1)
     timeout_ticks = int(0.2 * tsc_hz)
     outcome, _, payload = store.read(4, timeout_ticks)  # it returns: no hang
     assert (outcome, payload) == (TIMEOUT, None)
@@ -77,9 +79,9 @@ def test_in_progress_record_with_live_owner_times_out_not_hangs(tsc_hz):
 def test_dead_owner_is_detected_after_its_lease_and_its_record_recomputed(tsc_hz):
     lease_s = 0.05
     store, raw, words = make_store("flush", lease_s, tsc_hz)
-    rec.writer_run(raw, words, 1, 0, 1, 1, 0)
+    krec.writer_run(raw, words, 1, 0, 1, 1, 0)
     intent = store.writer_counters()["intent_index"]
-    store.set_header_word(intent, rec.H_SEQ, store.header_word(intent, rec.H_SEQ) | 1)
+    store.set_header_word(intent, krec.H_SEQ, store.header_word(intent, krec.H_SEQ) | 1)
     died = tsc_now()  # from here on nobody beats: the owner is gone mid-write
     outcome, _, payload = store.read(intent, int(10 * tsc_hz))
     assert (outcome, payload) == (STALE, None)  # long before the 10 s timeout
@@ -94,16 +96,16 @@ def test_dead_owner_is_detected_after_its_lease_and_its_record_recomputed(tsc_hz
 
 def test_next_owner_invalidates_retries_and_repairs(tsc_hz):
     store, raw, words = make_store("coherent", 0.05, tsc_hz)
-    rec.writer_run(raw, words, 1, 0, 0, 3, 0)
+    krec.writer_run(raw, words, 1, 0, 0, 3, 0)
     intent = store.writer_counters()["intent_index"]
-    version = store.header_word(intent, rec.H_VERSION)
-    store.set_header_word(intent, rec.H_SEQ, store.header_word(intent, rec.H_SEQ) + 1)  # cut
+    version = store.header_word(intent, krec.H_VERSION)
+    store.set_header_word(intent, krec.H_SEQ, store.header_word(intent, krec.H_SEQ) + 1)  # cut
     broken = (intent + 1) % store.layout.records
-    store.set_header_word(broken, rec.H_CHECKSUM, store.header_word(broken, rec.H_CHECKSUM) ^ 4)
+    store.set_header_word(broken, krec.H_CHECKSUM, store.header_word(broken, krec.H_CHECKSUM) ^ 4)
     outcome, _, payload = store.read(broken, int(tsc_hz))
     assert (outcome, payload) == (CORRUPT, None)
-    assert store.counters()["checksum_rejects"] == rec.CORRUPT_TRIES
-    rec.writer_run(raw, words, 2, 0, 0, 1, 0)  # the next owner takes over
+    assert store.counters()["checksum_rejects"] == krec.CORRUPT_TRIES
+    krec.writer_run(raw, words, 2, 0, 0, 1, 0)  # the next owner takes over
     writer = store.writer_counters()
     assert writer["epoch"] == 2
     assert writer["invalidated"] == 1 and writer["idempotent_retries"] == 1
@@ -111,7 +113,7 @@ def test_next_owner_invalidates_retries_and_repairs(tsc_hz):
     for index in (intent, broken):
         outcome, got_version, payload = store.read(index, int(tsc_hz))
         assert outcome == OK and payload == content(index, got_version, 512)
-    assert store.header_word(intent, rec.H_VERSION) >= version  # the same write, done again
+    assert store.header_word(intent, krec.H_VERSION) >= version  # the same write, done again
 
 
 def shm_leftovers(name: str) -> list[str]:
@@ -174,7 +176,7 @@ def _stop_inside_a_write(store: rec.RecordStore, raw, words, protocol: int) -> t
     while stops < 10_000:
         if writer is None:
             epoch += 1
-            writer = faults._child(lambda epoch=epoch: rec.writer_run(raw, words, epoch, epoch,
+            writer = faults._child(lambda epoch=epoch: krec.writer_run(raw, words, epoch, epoch,
                                                                       protocol, 0, 0))
             while store.writer_counters()["writes_completed"] == 0 and \
                     os.waitpid(writer, os.WNOHANG) == (0, 0):
@@ -183,7 +185,7 @@ def _stop_inside_a_write(store: rec.RecordStore, raw, words, protocol: int) -> t
         stops += 1
         _, status = os.waitpid(writer, os.WUNTRACED)
         if not os.WIFSTOPPED(status):  # fenced: it exited on its own
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == rec.WRITER_FENCED, status
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == krec.WRITER_FENCED, status
             writer = None
             continue
         counters = store.writer_counters()
@@ -206,7 +208,7 @@ def test_a_writer_killed_inside_a_write_is_detected_and_its_write_redone(protoco
     code = store.protocol
     writer, epoch = _stop_inside_a_write(store, raw, words, code)
     intent = store.writer_counters()["intent_index"]
-    meant = int(rec.read_flag(raw, words, rec.W_INTENT_VERSION, code))
+    meant = int(krec.read_flag(raw, words, krec.W_INTENT_VERSION, code))
     os.kill(writer, signal.SIGKILL)  # the kill lands with the write half done
     assert os.WIFSIGNALED(os.waitpid(writer, 0)[1])
     assert store.in_progress(intent)
@@ -220,7 +222,7 @@ def test_a_writer_killed_inside_a_write_is_detected_and_its_write_redone(protoco
         if index != intent:
             got, version, payload = store.read(index, int(tsc_hz))
             assert got == OK and payload == content(index, version, store.layout.payload_words)
-    assert rec.writer_run(raw, words, epoch + 1, 0, code, 0, 1) == rec.WRITER_DONE  # take over
+    assert krec.writer_run(raw, words, epoch + 1, 0, code, 0, 1) == krec.WRITER_DONE  # take over
     writer_counters = store.writer_counters()
     assert writer_counters["invalidated"] == 1 and writer_counters["idempotent_retries"] == 1
     outcome, version, payload = store.read(intent, int(tsc_hz))
@@ -233,8 +235,8 @@ def test_negative_control_without_the_sequence_recheck_reports_torn_reads(tsc_hz
     """A fault test that cannot fail proves nothing: with the readers' sequence re-check removed
     (the test-only `recheck=False`), the same run must report torn reads and fail. No header is
     corrupted here, so every checksum reject is a tear the checksum caught."""
-    real = rec.reader_run
-    monkeypatch.setattr(rec, "reader_run", lambda *args: real(*args[:-1], False))  # forked too
+    real = krec.reader_run
+    monkeypatch.setattr(krec, "reader_run", lambda *args: real(*args[:-1], False))  # forked too
     name = f"nearlocal-test-faults-neg-{os.getpid()}"
     config = FaultConfig(region=f"shm:{name}", kills=30, duration_s=20, lease_s=0.02,
                          grace_s=0.3, records=2, record_bytes=16 * 1024, corrupt_every=0)
@@ -252,30 +254,30 @@ def test_self_fencing_counts_from_the_last_heartbeat_not_the_last_look(tsc_hz):
     heartbeat more than a lease after the last heartbeat fails, however recent the last look."""
     lease_s = 0.2
     store, raw, words = make_store("flush", lease_s, tsc_hz)
-    lease = words[rec.C_LEASE]
+    lease = words[krec.C_LEASE]
     epoch = 0
     while True:  # a take-over preempted past its lease fences itself: take over again
         epoch += 1
         clock = np.array([tsc_now()], np.uint64)
-        if rec.take_over(raw, words, epoch, 1, clock):
+        if krec.take_over(raw, words, epoch, 1, clock):
             break
         assert epoch < 5
     checked = store.writer_counters()["write_check_ticks"]
     renewed = clock[0]
     time.sleep(lease_s / 2)
-    rec._lease_held(clock, lease)  # a look at the clock after the heartbeat...
+    krec._lease_held(clock, lease)  # a look at the clock after the heartbeat...
     assert clock[0] == renewed  # ...does not move the lease's start
     deadline = time.monotonic() + 10
     while not store.detection_ticks(0, epoch):  # a reader judges the silent owner lost
         assert store.read(0, int(tsc_hz))[0] == OK  # whole records stay readable meanwhile
         assert time.monotonic() < deadline
     beat = store.writer_counters()["heartbeat"]
-    assert not rec._may_write(raw, words, clock, lease, 1)
-    assert not rec._beat(raw, words, clock, lease, 1)
+    assert not krec._may_write(raw, words, clock, lease, 1)
+    assert not krec._beat(raw, words, clock, lease, 1)
     after = store.writer_counters()
     assert after["write_check_ticks"] == checked and after["heartbeat"] == beat
-    assert rec.writer_run(raw, words, epoch + 1, 0, 1, 1, 0) in (rec.WRITER_DONE,
-                                                               rec.WRITER_FENCED)
+    assert krec.writer_run(raw, words, epoch + 1, 0, 1, 1, 0) in (krec.WRITER_DONE,
+                                                               krec.WRITER_FENCED)
 
 
 def test_writer_kernels_read_shared_words_only_through_invalidation():
@@ -284,8 +286,8 @@ def test_writer_kernels_read_shared_words_only_through_invalidation():
     then load), never with a plain load; only the immutable setup line (C_*) is read plainly
     (take_over, not listed, reads a header or payload plainly only right after invalidating it).
     The in-place initialisers flush their cached stores before publishing."""
-    for function in (rec.write_record, rec._invalidate_record, rec._count, rec._beat,
-                     rec._may_write, rec.writer_run):
+    for function in (krec.write_record, krec._invalidate_record, krec._count, krec._beat,
+                     krec._may_write, krec.writer_run):
         tree = ast.parse(inspect.getsource(function.py_func))
         for node in ast.walk(tree):
             if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
@@ -303,14 +305,22 @@ def test_writer_kernels_read_shared_words_only_through_invalidation():
         assert flush and flush[0] > last_store, function.__name__
 
 
-def test_faults_command(capsys):
+def test_faults_command(capsys, tmp_path):
     from nearlocal.frontends.cli import main
 
     name = f"nearlocal-test-faults-cli-{os.getpid()}"
+    junit = tmp_path / "faults.xml"
     assert main(["faults", "--kills", "3", "--lease", "30ms", "--grace", "60s",
-                 "--region", f"shm:{name}", "--records", "8", "--json"]) == 0
+                 "--region", f"shm:{name}", "--records", "8", "--json", "--junit",
+                 str(junit)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["writer_kills"] == 3 and report["torn_reads"] == 0 and report["passed"]
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == str(len(faults.CHECKS)) and suite.get("failures") == "0"
+    assert [c.get("name") for c in suite.iter("testcase")] == [n for n, _ in faults.CHECKS]
+    assert main(["faults", "--region", f"shm:{name}", "--junit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--junit" in err and err.count("\n") == 1  # refused before the run
     for bad in (["--kills", "0"], ["--lease", "soon"], ["--readers", "0"],
                 ["--record-size", "100"], ["--lease", "50ms", "--read-timeout", "10ms"],
                 ["--records", "100000000000"], ["--kills", "100000000000"],
@@ -319,6 +329,22 @@ def test_faults_command(capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, (bad, err)
     assert shm_leftovers(name) == []  # refused before anything was created
+
+
+def test_faults_junit_fails_the_checks_that_did_not_hold():
+    """A case per check (rpc/faults.py CHECKS), failed where its count is not 0; the terminal
+    names the failed one."""
+    from nearlocal.rpc.commands import FAULTS_FORMATS
+
+    counts = {count: 0 for _, count in faults.CHECKS} | {"missed_detections": 2}
+    report = {"config": {"region": "shm:x", "protocol": "flush", "kills": 3}, "elapsed_s": 1.0,
+              "stopped_early": "", "checks": [{"check": n, "count": c, "value": counts[c],
+                                               "passed": counts[c] == 0}
+                                              for n, c in faults.CHECKS]}
+    root = ET.fromstring(FAULTS_FORMATS["junit"].report(report).split("?>", 1)[1])
+    failed = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
+    assert [n for n, f in failed.items() if f is not None] == ["every owner loss detected"]
+    assert failed["every owner loss detected"].get("message") == "missed_detections = 2"
 
 
 def test_store_larger_than_the_filesystem_is_refused_before_creating_it(tsc_hz, monkeypatch, capsys):

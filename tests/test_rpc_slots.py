@@ -16,8 +16,9 @@ import pytest
 
 from nearlocal.errors import UsageError
 from nearlocal.rpc import slots
+from nearlocal.rpc.kernels import slots as kslots
 from nearlocal.rpc.methods import parse_rpc_pattern
-from nearlocal.rpc.sync import protocol_code
+from nearlocal.rpc.protocols import protocol_code
 
 pytestmark = pytest.mark.cpu
 TSC_HZ = 1e9  # only scales timeouts here
@@ -42,7 +43,7 @@ def expected_response(seq: int, words: int) -> np.ndarray:
 
 def slot_words(words: np.ndarray, slots_n: int, message_bytes: int, k: int):
     msg_words, per_slot, _ = slots.layout(slots_n, message_bytes)
-    base = slots.HEADER_WORDS + (k % slots_n) * per_slot
+    base = kslots.HEADER_WORDS + (k % slots_n) * per_slot
     half = per_slot // 2
     return (words[base + 8:base + 8 + msg_words], words[base + half + 8:base + half + 8 + msg_words],
             int(words[base]), int(words[base + half]))
@@ -58,29 +59,29 @@ def test_single_process_round_trip_bytes(protocol, message_bytes):
     code = protocol_code(protocol)
     k = 0
     for k in range(6):  # wraps the ring
-        slots.post(raw, words, slots_n, msg_words, k, code)
-        assert slots.serve(raw, words, slots_n, msg_words, code, k, np.uint64(10**9), 1) == \
-            (k + 1, slots.DONE)
-        assert slots.await_response(raw, words, slots_n, msg_words, k, code,
-                                    np.uint64(10**9)) == slots.OK
+        kslots.post(raw, words, slots_n, msg_words, k, code)
+        assert kslots.serve(raw, words, slots_n, msg_words, code, k, np.uint64(10**9), 1) == \
+            (k + 1, kslots.DONE)
+        assert kslots.await_response(raw, words, slots_n, msg_words, k, code,
+                                    np.uint64(10**9)) == kslots.OK
         request, response, req_seq, resp_seq = slot_words(words, slots_n, message_bytes, k)
         assert req_seq == resp_seq == k + 1
         assert np.array_equal(request, expected_request(k + 1, msg_words))
         assert np.array_equal(response, expected_response(k + 1, msg_words))
-    assert words[slots.W_BAD] == 0
+    assert words[kslots.W_BAD] == 0
 
 
 def test_wrong_bytes_are_caught_both_ways():
     raw = aligned(slots.layout(2, 64)[2])
     words = slots.init_ring(raw, 2, 64, "coherent")
-    slots.post(raw, words, 2, 8, 0, 0)
+    kslots.post(raw, words, 2, 8, 0, 0)
     request, _, _, _ = slot_words(words, 2, 64, 0)
     request[3] ^= np.uint64(1)  # a flipped request bit: the server counts it
-    slots.serve(raw, words, 2, 8, 0, 0, np.uint64(10**9), 1)
-    assert words[slots.W_BAD] == 1
+    kslots.serve(raw, words, 2, 8, 0, 0, np.uint64(10**9), 1)
+    assert words[kslots.W_BAD] == 1
     _, response, _, _ = slot_words(words, 2, 64, 0)
     response[0] ^= np.uint64(1 << 40)
-    assert slots.await_response(raw, words, 2, 8, 0, 0, np.uint64(10**9)) == slots.WRONG_BYTES
+    assert kslots.await_response(raw, words, 2, 8, 0, 0, np.uint64(10**9)) == kslots.WRONG_BYTES
 
 
 def test_client_times_out_without_a_server():
@@ -88,9 +89,9 @@ def test_client_times_out_without_a_server():
     words = slots.init_ring(raw, 2, 64, "flush")
     samples = np.zeros(1, np.uint64)
     start = time.monotonic()
-    status = slots.time_roundtrip(raw, words, 2, 8, 1, np.zeros(1, np.int64), samples,
+    status = kslots.time_roundtrip(raw, words, 2, 8, 1, np.zeros(1, np.int64), samples,
                                   np.uint64(0.05 * 2.0e9))
-    assert status == slots.TIMEOUT
+    assert status == kslots.TIMEOUT
     assert time.monotonic() - start < 5
 
 
@@ -174,8 +175,8 @@ def test_multi_process_round_trip_and_throughput(protocol):
         state = np.zeros(1, np.int64)
         ticks = np.zeros(50, np.uint64)
         timeout = np.uint64(20 * 2.0e9)
-        assert slots.time_roundtrip(raw, words, slots_n, msg_words, code, state, ticks,
-                                    timeout) == slots.OK
+        assert kslots.time_roundtrip(raw, words, slots_n, msg_words, code, state, ticks,
+                                    timeout) == kslots.OK
         assert state[0] == 50 and (ticks > 0).all()
         last = int(state[0]) - 1
         request, response, _, resp_seq = slot_words(words, slots_n, message_bytes, last)
@@ -183,8 +184,8 @@ def test_multi_process_round_trip_and_throughput(protocol):
         assert resp_seq == last + 1
         assert np.array_equal(response, expected_response(last + 1, msg_words))
         batches = np.zeros(3, np.uint64)
-        assert slots.time_throughput(raw, words, slots_n, msg_words, code, state, 8, 64,
-                                     batches, timeout) == slots.OK
+        assert kslots.time_throughput(raw, words, slots_n, msg_words, code, state, 8, 64,
+                                     batches, timeout) == kslots.OK
         done = int(state[0])  # 3 batches of 64, plus what was in flight, drained untimed
         assert 50 + 3 * 64 <= done < 50 + 3 * 64 + 8
         _, response, req_seq, resp_seq = slot_words(words, slots_n, message_bytes, done - 1)

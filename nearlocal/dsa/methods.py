@@ -144,14 +144,14 @@ class DsaSession:
     clock = "tsc"
 
     def __init__(self, ctx: SessionContext, batched: bool, backend: Backend | None = None):
-        from nearlocal.dsa import portal as driver
+        from nearlocal.dsa import portal
 
         self.ctx = ctx
         self.params = DsaParams.parse(dict(ctx.params), batched)
         self.backend = backend or open_backend(self.params.wq, ctx.inventory)
         try:
             self._build(batched)
-            self.wait = driver.wait_for(self.params.wait, self.backend.has_flag)
+            self.wait = portal.wait_for(self.params.wait, self.backend.has_flag)
         except BaseException:
             self.backend.close()
             raise
@@ -201,7 +201,8 @@ class DsaSession:
         self.pieces = len(pieces)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        from nearlocal.dsa import portal as driver
+        from nearlocal.dsa import portal
+        from nearlocal.dsa.kernels import portal as driver
 
         ticks = np.zeros(n, np.uint64)
         parts = np.zeros((n, 3), np.uint64)
@@ -213,7 +214,7 @@ class DsaSession:
             np.uint64(uapi.address(self.scratch)), np.uint64(uapi.address(self.scomp)),
             self.params.qd, self.timeout, ticks, parts, self.counters, self.err)
         if rc:
-            raise RuntimeError(f"{self.backend.wq}: {driver.describe_error(self.err)}")
+            raise RuntimeError(f"{self.backend.wq}: {portal.describe_error(self.err)}")
         self.parts.append(parts)
         ns = np.maximum(ticks.astype(np.float64) - self.ctx.timer_overhead_ticks, 0.0)
         return ticks, ns * 1e9 / self.ctx.tsc_hz

@@ -1,7 +1,7 @@
 """TEST DOUBLE — a software DSA work queue. Never registered as a method, never measured.
 
 It lets the real encode -> submit -> poll -> page-fault retry code run on machines without DSA:
-the compiled driver in `nearlocal.dsa.portal` pushes 64-byte descriptors into a portal-like page
+the compiled driver (dsa/kernels/portal.py) pushes 64-byte descriptors into a portal-like page
 with `soft_push` (instead of movdir64b / enqcmd), and a Python thread plays the device. It
 decodes the descriptors with `nearlocal.dsa.uapi`, executes memmove, memfill, compare, batch,
 drain, noop and cache flush on the addresses they name, and writes completion records with the
@@ -26,26 +26,11 @@ import time
 from collections import deque
 
 import numpy as np
-from numba import njit
 
 from nearlocal.dsa import uapi
-from nearlocal.dsa.intrinsics import acquire_u8, acquire_u32, copy64, load_u32, release_u8
-from nearlocal.kernels.intrinsics import pause
+from nearlocal.dsa.kernels.portal import SOFT_CREDITS, SOFT_DOORBELL, SOFT_SHARED
 
 PAGE = 4096
-_DOORBELL, _CREDITS, _SHARED = 64, 68, 72
-
-
-@njit(nogil=True, cache=True)
-def soft_push(portal, desc):
-    """The double's movdir64b / enqcmd: 1 means retry (shared queue full)."""
-    while acquire_u8(portal + _DOORBELL) != 0:  # the device has not taken the last one yet
-        pause()
-    if load_u32(portal + _SHARED) != 0 and acquire_u32(portal + _CREDITS) == 0:
-        return np.uint8(1)
-    copy64(portal, desc)
-    release_u8(portal + _DOORBELL, 1)
-    return np.uint8(0)
 
 
 def _mem(addr: int, size: int) -> np.ndarray:
@@ -63,8 +48,8 @@ class SoftWorkQueue:
         self.mode, self.size, self.max_batch, self.max_transfer = mode, size, max_batch, max_transfer
         self.delay_s = delay_s
         self.page = uapi.aligned_empty(PAGE, np.uint8, PAGE)
-        self.page[_CREDITS:_CREDITS + 4].view(np.uint32)[0] = size
-        self.page[_SHARED:_SHARED + 4].view(np.uint32)[0] = 1 if mode == "shared" else 0
+        self.page[SOFT_CREDITS:SOFT_CREDITS + 4].view(np.uint32)[0] = size
+        self.page[SOFT_SHARED:SOFT_SHARED + 4].view(np.uint32)[0] = 1 if mode == "shared" else 0
         self.not_present: set[int] = set()
         self.errors: list[str] = []  # what a real device reports in its software error register
         self.executed: list[int] = []  # opcodes, in the order run
@@ -96,12 +81,12 @@ class SoftWorkQueue:
     # --- the device ------------------------------------------------------------------------
 
     def _credits(self, delta: int) -> None:
-        view = self.page[_CREDITS:_CREDITS + 4].view(np.uint32)
+        view = self.page[SOFT_CREDITS:SOFT_CREDITS + 4].view(np.uint32)
         view[0] = int(view[0]) + delta
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if self.page[_DOORBELL]:
+            if self.page[SOFT_DOORBELL]:
                 desc = self.page[:64].copy().view(uapi.DESC_DTYPE)[0]
                 if len(self._pending) >= self.size:
                     self.dropped += 1  # a dedicated WQ silently drops what overflows it
@@ -109,7 +94,7 @@ class SoftWorkQueue:
                 else:  # each entry runs `delay_s` after it was accepted; meanwhile more arrive
                     self._pending.append((time.perf_counter() + self.delay_s, desc))
                     self._credits(-1)
-                self.page[_DOORBELL] = 0
+                self.page[SOFT_DOORBELL] = 0
                 continue
             if self._pending and self._pending[0][0] <= time.perf_counter():
                 _, desc = self._pending.popleft()

@@ -52,12 +52,11 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
 
 
 def _accept(args) -> int:
-    from nearlocal import safeio
     from nearlocal.acceptance.judge import acceptance_record, judge
     from nearlocal.acceptance.render import ACCEPT_FORMATS
     from nearlocal.acceptance.spec import parse_spec
     from nearlocal.engine.plan import check_placements, check_processes
-    from nearlocal.reporters import emit, json_path, json_wanted, side_console
+    from nearlocal.reporters import check_outputs, emit, json_wanted, side_console, write_outputs
     from nearlocal.store.runs import load
     from nearlocal.units import parse_budget
 
@@ -69,9 +68,7 @@ def _accept(args) -> int:
         check_placements(args.placements)
     if args.budget is not None:  # an empty --budget is refused, not the spec's
         parse_budget(args.budget)  # before anything is loaded or measured
-    for reporter in ACCEPT_FORMATS.others():  # --json alone (stdout): no file to check
-        path = json_path(args) if reporter.name == "json" else getattr(args, reporter.name)
-        safeio.check_output(f"--{reporter.name}", path)
+    check_outputs(ACCEPT_FORMATS, args)
     said = side_console(args)  # stderr where stdout carries the JSON
     if args.run:
         run = load(args.run, Path(args.out))
@@ -86,9 +83,7 @@ def _accept(args) -> int:
     if run.incomplete:
         said.print(f"[yellow]run {run.run_id} is incomplete ({run.incomplete}): requirements "
                       "whose cases it lacks fail as not measured[/]")
-    for reporter in ACCEPT_FORMATS.others():  # an OSError: one line naming the file and errno
-        if reporter.name != "json" and getattr(args, reporter.name):
-            reporter.write(record, getattr(args, reporter.name), f"--{reporter.name}")
+    write_outputs(ACCEPT_FORMATS, record, args)  # an OSError: one line naming the file
     emit(ACCEPT_FORMATS, record, args, text=False)  # --json: on stdout or to PATH
     _keep(run, record, said)  # after the files asked for: a full disk is then their one line
     return 0 if record.passed else 1

@@ -231,7 +231,8 @@ def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
 def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) -> dict:
     """Every rack pool mapped on every rank, proven to be one memory; else exit 2 for all."""
     from nearlocal.regions import parse_region, region_kind
-    from nearlocal.rpc.sync import FLUSH, flush_written
+    from nearlocal.rpc.kernels.sync import flush_written
+    from nearlocal.rpc.protocols import FLUSH
 
     sizes = _pool_sizes(plan, job.size)
     pools: dict = {}
@@ -277,7 +278,8 @@ def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) ->
 def _attach(pools: dict, sizes: dict, tokens: dict, me: dict) -> str:
     """Map each pool on this host by the same name; "" or the problem, naming this host."""
     from nearlocal.regions import parse_region, region_kind
-    from nearlocal.rpc.sync import FLUSH, invalidate
+    from nearlocal.rpc.kernels.sync import invalidate
+    from nearlocal.rpc.protocols import FLUSH
 
     for text, size in sizes.items():
         spec = parse_region(text)

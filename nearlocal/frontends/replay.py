@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
-from nearlocal.reporters import add_json_option, command_formats, emit, json_wanted
+from nearlocal.reporters import (
+    JUnitCase,
+    TextReporter,
+    add_format_options,
+    check_outputs,
+    command_formats,
+    emit,
+    json_wanted,
+    junit_xml,
+    write_outputs,
+)
 from nearlocal.subcommands import register_command
 from nearlocal.units import format_size
 
@@ -342,7 +352,28 @@ def _print(data: dict) -> None:
         console.print(f"  wall time {data['wall_s']:.1f} s")
 
 
-REPLAY_FORMATS = command_formats("replay", _print)  # build()'s data, as text or JSON
+def data_check_failed(data: dict) -> bool:
+    """The replay's one verdict: --method rdma-read's bytes differ from rank 1's (exit 1)."""
+    return str(data.get("data_check", "ok")).startswith("FAILED")
+
+
+def render_junit(data: dict) -> str:
+    """The replay's verdict as a test case: the data check (--method rdma-read), failed where
+    the bytes differ; skipped where the path checks none (the host gather)."""
+    check = data.get("data_check")
+    seconds = data.get("wall_s") or 0.0
+    case = (JUnitCase("data check", "nearlocal.replay", seconds, "the host gather checks no "
+                      "bytes: nothing judged", "skipped") if check is None else
+            JUnitCase("data check", "nearlocal.replay", seconds, check,
+                      "failed" if data_check_failed(data) else "passed", "data"))
+    return junit_xml(f"nearlocal replay {data['trace']}", [case],
+                     [("path", str(data["path"])), ("movers", str(data["movers"]))])
+
+
+# build()'s data: as text (the default), JSON, and JUnit (--junit PATH)
+REPLAY_FORMATS = command_formats("replay", _print)
+REPLAY_FORMATS.register(TextReporter("junit", "also write a JUnit XML report here: the data "
+                                     "check (--method rdma-read) as a case", render_junit))
 
 
 def _rdma_job(args: argparse.Namespace, began: float) -> dict | int:
@@ -375,6 +406,7 @@ def _replay(args: argparse.Namespace) -> int:
     import time
 
     began = time.monotonic()
+    check_outputs(REPLAY_FORMATS, args)
     if args.method == RDMA_METHOD:
         data = _rdma_job(args, began)
         if isinstance(data, int):
@@ -384,12 +416,13 @@ def _replay(args: argparse.Namespace) -> int:
     data["wall_s"] = time.monotonic() - began
     if args.out:  # the per-request records: the JSON, whole, whatever is shown
         REPLAY_FORMATS["json"].write(data, args.out, "--out")
+    write_outputs(REPLAY_FORMATS, data, args)
     emit(REPLAY_FORMATS, data, args)
     if args.out and not json_wanted(args):
         from nearlocal.terminal import console
 
         console.print(f"  per-request records: {args.out}")
-    return 1 if str(data.get("data_check", "ok")).startswith("FAILED") else 0
+    return 1 if data_check_failed(data) else 0
 
 
 def register(subparsers) -> None:
@@ -440,7 +473,7 @@ def register(subparsers) -> None:
     parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x, "
                         "unless the region holds no more: its figures are then marked)")
     parser.add_argument("--out", help="write the JSON (per-request records) here")
-    add_json_option(parser)
+    add_format_options(parser, REPLAY_FORMATS)  # --json [PATH], --junit PATH
     parser.set_defaults(func=_replay)
 
 

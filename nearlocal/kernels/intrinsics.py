@@ -436,8 +436,9 @@ def compiler_barrier(typingctx):
 
 @njit(cache=True, nogil=True, inline="always")
 def deadline_passed(start, limit_ticks):
-    """The clock check of a spin-wait (the flag waits of rpc/slots.py and rack/kernels.py), made
-    every so many spins so that a fast answer costs no TSC read: returns (start, passed). A
+    """The clock check of kernels/spin.py's spin_until (every wait with a deadline: rpc's slots,
+    rack's handoff, rdma's completions, dsa's submit and record polls), made every
+    SPINS_PER_CHECK spins so that a fast answer costs no TSC read: returns (start, passed). A
     `start` of 0 is a wait not yet on the clock: this reading starts it. Inlined, scalars only: a
     timed wait holds the same instructions as with the check written out."""
     now = tsc_end()

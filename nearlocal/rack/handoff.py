@@ -17,7 +17,7 @@ from nearlocal.rpc.protocols import protocol_code
 # numba kernels: compiled when a case runs, not when the methods register (issue 19)
 kernels = lazy_import("nearlocal.rack.kernels")
 rec = lazy_import("nearlocal.rpc.records")
-sync = lazy_import("nearlocal.rpc.sync")
+sync = lazy_import("nearlocal.rpc.kernels.sync")
 
 FLAG_SAMPLES = 200
 

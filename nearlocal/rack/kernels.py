@@ -2,7 +2,7 @@
 record store of rpc/records.py, its seqlock and checksum) and announces it; every reader looks
 each record up (header: sequence, version, checksum), copies it, checks it and acknowledges.
 The writer times announce -> every acknowledgement on its own clock (one clock: the hosts' TSCs
-are not comparable). The control words follow rpc/sync.py's protocols, like the records.
+are not comparable). The control words follow rpc/kernels/sync.py's protocols, like the records.
 
 Control area (uint64 words; each line written by one agent):
     line 0      writer: announced version, stop, mode (1: flag only, no records)
@@ -16,8 +16,8 @@ from numba import njit
 
 from nearlocal.kernels.intrinsics import tsc_begin, tsc_end
 from nearlocal.kernels.spin import WAIT_EXPIRED, WAIT_READY, WAIT_STOPPED, never, spin_until
-from nearlocal.rpc import records as rec
-from nearlocal.rpc.sync import (
+from nearlocal.rpc.kernels import records as rec
+from nearlocal.rpc.kernels.sync import (
     WORDS_PER_LINE,
     flag_is,
     flag_moved,

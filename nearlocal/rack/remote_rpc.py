@@ -19,7 +19,8 @@ from nearlocal.rpc.methods import RpcSession, int_param
 from nearlocal.rpc.protocols import protocol_code
 
 slots = lazy_import("nearlocal.rpc.slots")
-sync = lazy_import("nearlocal.rpc.sync")
+kslots = lazy_import("nearlocal.rpc.kernels.slots")
+sync = lazy_import("nearlocal.rpc.kernels.sync")
 
 
 class _RemoteServer:
@@ -29,7 +30,7 @@ class _RemoteServer:
         self.raw, self.words, self.protocol = raw, words, protocol
 
     def bad_requests(self) -> int:
-        return int(sync.read_flag(self.raw, self.words, slots.W_BAD, self.protocol))
+        return int(sync.read_flag(self.raw, self.words, kslots.W_BAD, self.protocol))
 
 
 class _RackRpcClient(RpcSession):
@@ -43,7 +44,7 @@ class _RackRpcClient(RpcSession):
         self.server = _RemoteServer(self.raw, self.words, self.protocol)
 
     def close(self) -> None:
-        sync.publish_flag(self.words, slots.W_STOP, np.uint64(1), self.protocol)
+        sync.publish_flag(self.words, kslots.W_STOP, np.uint64(1), self.protocol)
 
 
 def ring_bytes(pattern: Pattern) -> int:
@@ -81,7 +82,7 @@ def _rpc_client(ctx: RackContext, raw: np.ndarray, throughput: bool) -> dict:
     saved = os.sched_getaffinity(0)
     session = _RackRpcClient(ctx, raw, throughput)
     try:
-        _wait_word(session.raw, session.words, slots.W_READY, session.protocol, bool,
+        _wait_word(session.raw, session.words, kslots.W_READY, session.protocol, bool,
                    ctx.timeout_s, "the RPC server on rank 0 did not start")
         os.sched_setaffinity(0, {cpu})
         ticks, ns, elapsed, converged = run_trials(session, ctx.rule)
@@ -94,7 +95,7 @@ def _rpc_client(ctx: RackContext, raw: np.ndarray, throughput: bool) -> dict:
 
 def _rpc_server(ctx: RackContext, raw, words, code: int, protocol: str) -> dict:
     """rpc's ServerProcess, unchanged, on rank 0's host, mapping the pool by its name."""
-    _wait_word(raw, words, slots.W_MAGIC, code, lambda v: v == slots.MAGIC, ctx.timeout_s,
+    _wait_word(raw, words, kslots.W_MAGIC, code, lambda v: v == kslots.MAGIC, ctx.timeout_s,
                "the RPC client did not set up its ring")
     slot_count, message_bytes = int(ctx.pattern.axes["slots"]), int(ctx.pattern.axes["message_bytes"])
     handle = {"region": ctx.pool.spec.text, "size": int(ctx.pool.array.size), "attr": "wb"}
@@ -105,7 +106,7 @@ def _rpc_server(ctx: RackContext, raw, words, code: int, protocol: str) -> dict:
         server.process.wait(ctx.timeout_s)  # the client sets the stop word when it is done
     bad = server.bad_requests()
     server.stop()
-    sync.publish_flag(words, slots.W_MAGIC, np.uint64(0), code)  # the next client sets up anew
+    sync.publish_flag(words, kslots.W_MAGIC, np.uint64(0), code)  # the next client sets up anew
     return {"bad_requests": bad, "server_cpu": cpu}
 
 

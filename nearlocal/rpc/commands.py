@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 
 from nearlocal.errors import UsageError, naming
-from nearlocal.reporters import add_json_option, command_formats, emit
+from nearlocal.reporters import (
+    JUnitCase,
+    TextReporter,
+    add_format_options,
+    check_outputs,
+    command_formats,
+    emit,
+    junit_xml,
+    write_outputs,
+)
 from nearlocal.subcommands import register_command
 from nearlocal.units import parse_duration, parse_size
 
@@ -82,10 +91,30 @@ def _print(report: dict) -> None:
     console.print(table)
     if report["stopped_early"]:
         console.print(f"stopped early: {report['stopped_early']}")
+    for check in report["checks"]:
+        if not check["passed"]:
+            console.print(f"[red]failed[/]: {check['check']} ({check['count']} = {check['value']})")
     console.print("[green]PASS[/]" if report["passed"] else "[red]FAIL[/]")
 
 
-FAULTS_FORMATS = command_formats("faults", _print)  # run_faults' report, as text or JSON
+def render_junit(report: dict) -> str:
+    """A test case per check of the run (rpc/faults.py CHECKS), failed where its count is not 0,
+    the count as the detail; the run's set-up and time as properties."""
+    config = report["config"]
+    cases = [JUnitCase(c["check"], "nearlocal.faults", 0.0, f"{c['count']} = {c['value']}",
+                       "passed" if c["passed"] else "failed", "fault")
+             for c in report["checks"]]
+    return junit_xml(f"nearlocal faults {config['region']}", cases,
+                     [("protocol", str(config["protocol"])), ("kills", str(config["kills"])),
+                      ("elapsed_s", f"{report['elapsed_s']:.1f}"),
+                      *([("stopped_early", report["stopped_early"])]
+                        if report["stopped_early"] else [])])
+
+
+# run_faults' report: as text (the default), JSON, and JUnit (--junit PATH)
+FAULTS_FORMATS = command_formats("faults", _print)
+FAULTS_FORMATS.register(TextReporter("junit", "also write a JUnit XML report here: a case per "
+                                     "check, failed where it did not hold", render_junit))
 
 
 def _faults(args: argparse.Namespace) -> int:
@@ -94,6 +123,7 @@ def _faults(args: argparse.Namespace) -> int:
     from nearlocal.rpc.faults import run_faults
 
     config = _config(args)
+    check_outputs(FAULTS_FORMATS, args)
     inventory = probe()
     spec = parse_region(config.region)
     kind = region_kind(spec)
@@ -102,6 +132,7 @@ def _faults(args: argparse.Namespace) -> int:
     if reason:
         raise UsageError(f"region {config.region} cannot be used here: {reason}")
     report = run_faults(config, inventory.tsc_hz)
+    write_outputs(FAULTS_FORMATS, report, args)
     emit(FAULTS_FORMATS, report, args)
     return 0 if report["passed"] else 1
 
@@ -128,7 +159,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--allow-write", action="store_true",
                         help="allow writing to devdax: regions and existing files")
-    add_json_option(parser)
+    add_format_options(parser, FAULTS_FORMATS)  # --json [PATH], --junit PATH
     parser.set_defaults(func=_faults)
 
 

@@ -23,7 +23,8 @@ from nearlocal.rpc.protocols import PROTOCOLS, protocol_code
 from nearlocal.rpc.shared import share
 from nearlocal.units import format_size, parse_size
 
-slots = lazy_import("nearlocal.rpc.slots")  # numba kernels: compiled when a session opens
+slots = lazy_import("nearlocal.rpc.slots")
+kslots = lazy_import("nearlocal.rpc.kernels.slots")  # compiled when a session opens
 
 SUITE_REGION = "shm:nearlocal-rpc"
 SUITE_PATTERN = "rpc:128x64B"
@@ -157,13 +158,13 @@ class RpcSession:
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         ticks = np.zeros(n, np.uint64)
         if self.throughput:
-            status = slots.time_throughput(self.raw, self.words, self.slots, self.msg_words,
+            status = kslots.time_throughput(self.raw, self.words, self.slots, self.msg_words,
                                            self.protocol, self.state, self.qd, self.per_batch,
                                            ticks, self.timeout_ticks)
         else:
-            status = slots.time_roundtrip(self.raw, self.words, self.slots, self.msg_words,
+            status = kslots.time_roundtrip(self.raw, self.words, self.slots, self.msg_words,
                                           self.protocol, self.state, ticks, self.timeout_ticks)
-        if status != slots.OK:
+        if status != kslots.OK:
             raise RuntimeError(slots.describe_error(status, TIMEOUT_S))
         if self.server.bad_requests():
             raise RuntimeError("the RPC server received requests with the wrong bytes")

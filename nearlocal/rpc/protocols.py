@@ -1,5 +1,5 @@
 """The RPC / record-store protocols by name, as plain data: registering the rpc methods and suite
-needs them without compiling the kernels in rpc.sync (which re-exports them)."""
+needs them without compiling the kernels (rpc/kernels/sync.py, which branches on the codes)."""
 
 from __future__ import annotations
 

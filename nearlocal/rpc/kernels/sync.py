@@ -25,7 +25,7 @@ from nearlocal.kernels.intrinsics import (
     sfence,
     store_release,
 )
-from nearlocal.rpc.protocols import COHERENT, FLUSH, PROTOCOLS, protocol_code  # noqa: F401 (re-exported)
+from nearlocal.rpc.protocols import FLUSH
 
 LINE = 64
 WORDS_PER_LINE = LINE // 8

@@ -5,8 +5,9 @@ on the same addresses through shared virtual memory). Completion status bytes ar
 acquire loads so the polling loop re-reads memory the device writes behind the compiler's back.
 
 `movdir64b`, `enqcmd`, `umonitor` and `umwait` lower to LLVM's x86 intrinsics. LLVM aborts the
-whole process when it cannot select one of them, so they may appear only in functions that
-`nearlocal.dsa.portal` compiles after the CPU flag check; nothing here is compiled on import.
+whole process when it cannot select one of them, so they may appear only in the kernels
+(dsa/kernels/portal.py) that `nearlocal.dsa.portal` hands out after the CPU flag check; nothing
+here is compiled on import.
 """
 
 from __future__ import annotations
