@@ -1,4 +1,8 @@
-"""`nearlocal run` as one run across the ranks of an MPI job (docs/rack.md).
+"""`nearlocal run` as one run across the ranks of an MPI job (docs/rack.md): the job's engine
+work. The front end (rack's command face, nearlocal/rack/commands.py) hands it a `JobRequest`:
+the command line's cases and settings on a host, where the run is stored, and how rank 0 shows
+it; the rack family holds the hosts' answers (rack/hosts.py), the pools (rack/pools.py) and a
+rack case's parts (rack/parts.py).
 
 Every rank probes its own host and checks the command line there; rank 0 gathers the answers and
 either refuses the run for every rank (one line naming the host, exit 2: a missing pool, another
@@ -17,26 +21,60 @@ rows and a lost row for each lost rank (host loss, whose case runs after every o
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nearlocal.errors import UsageError
+from nearlocal.rack import parts
+from nearlocal.rack.hosts import (
+    START_TIMEOUT_S,
+    first_problem,
+    host_columns,
+    kernel_id,
+    lost_line,
+    one_kernel,
+    tagged,
+    who_died,
+)
 from nearlocal.rack.mpi import RankLost, World, world
+from nearlocal.rack.pools import open_pools
 
 if TYPE_CHECKING:
+    from nearlocal.engine.plan import RunSettings
     from nearlocal.store.runs import Store
 
-START_TIMEOUT_S = 300.0  # ranks start, import and probe at their own pace
-TOKEN_WORDS = 2
 RANKS_LOST = 1  # rank 0's exit code when the run is stored without some ranks
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the front end hands the job. `select(inventory) -> (cases, settings)`: the command
+    line's cases and run settings on this rank's host (bad input: UsageError, refused for every
+    rank); `out`: the store rank 0 writes; `suite`: the run's; `allow_write`: a region of the
+    user's may be written; `announce(stored)`: rank 0 shows the stored run."""
+
+    select: Callable[[Any], tuple[list, RunSettings]]
+    out: Path
+    suite: str
+    allow_write: bool
+    announce: Callable[[Stored], None]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Rank 0's run as stored: its path, the job's size, its hosts and why it is incomplete."""
+
+    path: Path
+    ranks: int
+    hosts: int
+    incomplete: str | None
 
 
 @dataclass
@@ -61,33 +99,33 @@ class Plan:
         return [e for e in self.planned.entries if is_rack(e.case)]
 
 
-def run_job(args: argparse.Namespace) -> int:
+def run_job(request: JobRequest) -> int:
     """The MPI form of `nearlocal run`: rank 0 stores the run, the others measure for it."""
     job = world()
     try:
-        return _run_job(job, args)
+        return _run_job(job, request)
     except RankLost as exc:  # before the run was stored (the start), or on a follower
         print(f"nearlocal: rank {job.rank}: {exc}", flush=True)
         return 1
 
 
-def _run_job(job: World, args: argparse.Namespace) -> int:
-    held = job.bcast(_held_llcs(args) if job.rank == 0 else None, START_TIMEOUT_S,
+def _run_job(job: World, request: JobRequest) -> int:
+    held = job.bcast(_held_llcs(request.out) if job.rank == 0 else None, START_TIMEOUT_S,
                      "hearing the LLC the store holds for each host")
-    local, plan = _check_here(args, job.rank, held)
+    local, plan = check_here(request, job.rank, held)
     answers = job.gather(local, START_TIMEOUT_S, "checking every host before the run")
-    problem = _first_problem(answers) if job.rank == 0 else None
+    problem = first_problem(answers) if job.rank == 0 else None
     problem = job.bcast(problem, START_TIMEOUT_S, "hearing whether the run goes ahead")
     if problem:
         if job.rank == 0:
             raise UsageError(problem)
         return 2
     hosts = job.bcast(answers, START_TIMEOUT_S, "hearing every host's answer")
-    pools = _open_pools(job, plan, args.allow_write, hosts)
+    pools = open_pools(job, plan.rack(), request.allow_write, hosts)
     try:
         pingpong = job.pingpong_us(1 - job.rank) if job.rank < 2 else None
-        code = _lead(job, args, plan, hosts, pools, pingpong) if job.rank == 0 \
-            else _follow(job, plan, hosts, pools)
+        code = lead(job, request, plan, hosts, pools, pingpong) if job.rank == 0 \
+            else follow(job, plan, hosts, pools)
     finally:
         for region in pools.values():  # rank 0's pool file goes with it
             region.close()
@@ -96,17 +134,15 @@ def _run_job(job: World, args: argparse.Namespace) -> int:
     return code
 
 
-# --- before the run: every host checks, rank 0 decides --------------------------------------
-
-def _held_llcs(args: argparse.Namespace) -> dict:
+def _held_llcs(out: Path) -> dict:
     """Per box, the LLC rank 0's store holds (engine.plan.settle_llc): the ranks on other hosts
     have no store of their own to read it from."""
     from nearlocal.store.boxes import held_llcs
 
-    return held_llcs(Path(args.out))
+    return held_llcs(out)
 
 
-def _check_here(args: argparse.Namespace, rank: int, held: dict) -> tuple[dict, Plan | None]:
+def check_here(request: JobRequest, rank: int, held: dict) -> tuple[dict, Plan | None]:
     """This rank's answer: who it is, and the first problem it found with the command line here
     (as the line a plain `nearlocal run` would print, exit 2). Its cases are classified by the
     LLC the store holds for its box, as a plain run's are."""
@@ -117,7 +153,7 @@ def _check_here(args: argparse.Namespace, rank: int, held: dict) -> tuple[dict, 
     from nearlocal.probe import probe
 
     answer = {"rank": rank, "version": __version__, "hostname": socket.gethostname(),
-              "pid": os.getpid(), "host_id": "", "kernel_id": _kernel_id(), "error": "",
+              "pid": os.getpid(), "host_id": "", "kernel_id": kernel_id(), "error": "",
               "case_ids": [], "inventory": {},
               "skips": {}}
     plan = None
@@ -125,44 +161,22 @@ def _check_here(args: argparse.Namespace, rank: int, held: dict) -> tuple[dict, 
         inventory = settle_llc(probe(), held)
         answer["host_id"] = inventory.host_id
         answer["inventory"] = inventory.to_dict()
-        plan = _plan(args, inventory)
+        plan = plan_job(*request.select(inventory), inventory)
         answer["case_ids"] = [c.id for c in plan.cases]
-        answer["skips"] = _rack_skips(plan)
+        answer["skips"] = rack_skips(plan)
         answer["cpus"] = len(os.sched_getaffinity(0))
     except UsageError as exc:
         answer["error"] = str(exc)
     return answer, plan
 
 
-def _kernel_id() -> str:
-    """Which host a rank runs on: its running kernel (the boot id, new at every boot). Not the
-    inventory's host_id, which names a kind of hardware: a rack of identical servers shares
-    one, and ranks on two of them are not on one coherent host."""
-    import socket
-
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return f"host {socket.gethostname()}"
-
-
-def _one_kernel(hosts: list[dict]) -> bool:
-    """Every rank on one running kernel: their caches are coherent (one host)."""
-    return len({h["kernel_id"] for h in hosts}) == 1
-
-
-def _plan(args: argparse.Namespace, inventory) -> Plan:
+def plan_job(cases: list, settings: RunSettings, inventory) -> Plan:
+    """This host's plan of the command line's cases: a case refused, or a pool this host lacks,
+    is the one line every rank exits 2 with."""
     from nearlocal.engine.plan import Refuse, plan_cases
-    from nearlocal.frontends.selection import run_settings, selected_cases
     from nearlocal.rack.framework import is_rack, shares_pool
 
-    settings = run_settings(args)
-    from nearlocal.reporters import json_path
-
-    target = json_path(args)
-    if target and not Path(target).resolve().parent.is_dir():
-        raise UsageError(f"--json: directory {Path(target).parent} does not exist")
-    planned = plan_cases(selected_cases(args, inventory), inventory, settings)
+    planned = plan_cases(cases, inventory, settings)
     for entry in planned.entries:
         if isinstance(entry.decision, Refuse):
             raise UsageError(entry.decision.error)
@@ -172,150 +186,13 @@ def _plan(args: argparse.Namespace, inventory) -> Plan:
                 settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 
-def _rack_skips(plan: Plan) -> dict[str, str]:
+def rack_skips(plan: Plan) -> dict[str, str]:
     """The rack cases this host cannot run, with probe's reason (an rdma-* case on a host
     without a usable RDMA device): every host must decide each the same way."""
     return {entry.case.id: entry.reason for entry in plan.rack() if entry.reason}
 
 
-def _what_it_needs(case_id: str) -> str:
-    """What every host of the job must have for the case, as its rack method declares it."""
-    from nearlocal.rack.framework import RACK_METHODS
-
-    method = case_id.split("/")[0]  # a case id begins with its method
-    needs = RACK_METHODS[method].every_host_needs
-    if needs:
-        return f"every rank of {method} needs {needs}"
-    return f"every rank of {method} runs its part: every host needs what this one lacks"
-
-
-def _first_problem(answers: list[dict]) -> str | None:
-    """The one line every rank exits with, or None when every host can run the command."""
-    lead = answers[0]
-    for answer in answers[1:]:
-        if answer["version"] != lead["version"]:
-            return (f"rank {answer['rank']} on host {answer['hostname']} runs nearlocal "
-                    f"{answer['version']}, rank 0 on {lead['hostname']} runs {lead['version']}: "
-                    "install the same version on every host")
-    for answer in answers:
-        if answer["error"]:
-            return f"on host {answer['hostname']} (rank {answer['rank']}): {answer['error']}"
-    for answer in answers[1:]:
-        if answer["case_ids"] != lead["case_ids"]:
-            return (f"rank {answer['rank']} on host {answer['hostname']} selected other cases "
-                    "than rank 0: every rank must run the same command line")
-    for case_id in lead["case_ids"]:  # skipped on one host, run on another: refused
-        skipping = [a for a in answers if case_id in a.get("skips", {})]
-        if skipping and len(skipping) < len(answers):
-            first = skipping[0]
-            return (f"on host {first['hostname']} (rank {first['rank']}): "
-                    f"{first['skips'][case_id]}: {_what_it_needs(case_id)}")
-    return None
-
-
-def _pool_sizes(plan: Plan, size: int, shared: bool = True) -> dict[str, int]:
-    """Bytes to map of each region the rack cases use: the shared pools, or (shared=False) the
-    regions each rank maps for itself (RDMA registers them)."""
-    from nearlocal.rack.framework import RACK_METHODS
-
-    sizes: dict[str, int] = {}
-    for entry in plan.rack():
-        method = RACK_METHODS[entry.case.method]
-        if method.shared_pool == shared and entry.runs:
-            need = method.pool_bytes(entry.resolved, size)
-            region = entry.case.region
-            sizes[region] = max(sizes.get(region, 4096), -(-need // 4096) * 4096)
-    return sizes
-
-
-def _open_pools(job: World, plan: Plan, allow_write: bool, hosts: list[dict]) -> dict:
-    """Every rack pool mapped on every rank, proven to be one memory; else exit 2 for all."""
-    from nearlocal.regions import parse_region, region_kind
-    from nearlocal.rpc.sync import FLUSH, flush_written
-
-    sizes = _pool_sizes(plan, job.size)
-    pools: dict = {}
-    local_problem = ""  # a region each rank maps for itself (rdma-*): told like a pool's
-    for text, size in _pool_sizes(plan, job.size, shared=False).items():
-        spec = parse_region(text)
-        try:
-            pools[text] = region_kind(spec).open(spec, size, "wb", allow_write)
-        except (UsageError, OSError) as exc:
-            local_problem = (f"on host {hosts[job.rank]['hostname']} (rank {job.rank}): cannot "
-                             f"map {text}: {exc}")
-            break
-    tokens = {}
-    problem = local_problem if job.rank == 0 else ""
-    if job.rank == 0 and not problem:
-        try:
-            for text, size in sizes.items():
-                spec = parse_region(text)
-                pools[text] = region_kind(spec).open(spec, size, "wb", allow_write)
-                token = np.frombuffer(secrets.token_bytes(8 * TOKEN_WORDS), np.uint64).copy()
-                words = pools[text].array.view(np.uint64)
-                words[:TOKEN_WORDS] = token
-                flush_written(pools[text].array, 0, TOKEN_WORDS, FLUSH)
-                tokens[text] = token.tolist()
-        except (UsageError, OSError) as exc:
-            problem = f"pool {text} cannot be mapped on host {hosts[0]['hostname']} (rank 0): {exc}"
-    tokens = job.bcast((tokens, problem), START_TIMEOUT_S, "hearing the pool's token")
-    tokens, problem = tokens
-    if job.rank and not problem:
-        problem = local_problem or _attach(pools, sizes, tokens, hosts[job.rank])
-    problems = job.gather(problem, START_TIMEOUT_S, "checking the pool on every host")
-    first = next((p for p in problems if p), "") if job.rank == 0 else ""
-    first = job.bcast(first, START_TIMEOUT_S, "hearing whether the pool is one memory")
-    if first:
-        for region in pools.values():
-            region.close()
-        if job.rank == 0:
-            raise UsageError(first)
-        raise SystemExit(2)
-    return pools
-
-
-def _attach(pools: dict, sizes: dict, tokens: dict, me: dict) -> str:
-    """Map each pool on this host by the same name; "" or the problem, naming this host."""
-    from nearlocal.regions import parse_region, region_kind
-    from nearlocal.rpc.sync import FLUSH, invalidate
-
-    for text, size in sizes.items():
-        spec = parse_region(text)
-        where = f"on host {me['hostname']} (rank {me['rank']})"
-        kind = region_kind(spec)  # a file: the same one must be there on every host
-        if kind.creates is not None and not kind.creates(spec).exists():
-            return (f"pool {text} does not exist {where}: every rank needs the same pool "
-                    "(a shared device or file)")
-        try:
-            pools[text] = region_kind(spec).open(spec, size, "wb", True)
-        except (UsageError, OSError) as exc:
-            return f"pool {text} cannot be mapped {where}: {exc}"
-        raw = pools[text].array
-        words = raw.view(np.uint64)
-        invalidate(raw, words, 0, TOKEN_WORDS, FLUSH)
-        if words[:TOKEN_WORDS].tolist() != tokens[text]:
-            return (f"pool {text} {where} is not the memory rank 0 mapped (its token is not "
-                    "there): a different device or file of the same name")
-    return ""
-
-
-# --- the run ---------------------------------------------------------------------------------
-
-def _host_columns(hosts: list[dict], rank: int) -> dict:
-    """What every row of `rank` says about where it was measured."""
-    me = hosts[rank]
-    sharing = [h["rank"] for h in hosts if h["kernel_id"] == me["kernel_id"]]
-    coherent = _one_kernel(hosts)
-    note = "coherent host: every rank on one host" if coherent else (
-        f"shares its host with ranks {', '.join(map(str, sharing))}" if len(sharing) > 1 else "")
-    return {"host": me["hostname"], "rank": rank, "host_id": me["host_id"], "host_note": note}
-
-
-def _tagged(row: dict, hosts: list[dict], rank: int) -> dict:
-    return {**row, **_host_columns(hosts, rank), "case_id": f"{row['case_id']}/rank={rank}"}
-
-
-class _RankStore:
+class RankStore:
     """The sink (engine/sink.py RunSink) a rank's Runner writes to: rank 0's rows into the run,
     tagged; the others' sent to rank 0 (between cases, never during one)."""
 
@@ -330,7 +207,7 @@ class _RankStore:
     def add_case(self, row: dict, raw: np.ndarray | None = None, ns: np.ndarray | None = None,
                  process: np.ndarray | None = None, placement: np.ndarray | None = None) -> None:
         if self.store is not None:
-            self.store.add_case(_tagged(row, self.hosts, 0), raw, ns, process, placement)
+            self.store.add_case(tagged(row, self.hosts, 0), raw, ns, process, placement)
         else:
             self.job.send(("row", row, raw, ns, process, placement), 0, START_TIMEOUT_S,
                           "sending a row")
@@ -351,23 +228,21 @@ class _RankStore:
             self.store.add_busy(record)
 
 
-def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
+def lead(job: World, request: JobRequest, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
     from nearlocal.engine.runner import Runner, run_metadata
-    from nearlocal.frontends import console
     from nearlocal.rack.framework import is_rack
-    from nearlocal.store import load
     from nearlocal.store.runs import Store
 
-    meta = run_metadata(plan.inventory, plan.settings, args.suite, processes=plan.processes)
-    coherent = _one_kernel(hosts)
+    meta = run_metadata(plan.inventory, plan.settings, request.suite, processes=plan.processes)
+    coherent = one_kernel(hosts)
     hosts[0]["pingpong_us"] = pingpong_us  # rows made here carry it (the report's note)
     meta["mpi"] = {"ranks": job.size, "coherent_host": coherent, "pingpong_us": pingpong_us,
                    "hosts": [{k: h[k] for k in ("rank", "hostname", "host_id", "kernel_id", "pid",
                                                 "version")}
                              for h in hosts]}
     meta["host_inventories"] = {str(h["rank"]): h["inventory"] for h in hosts}
-    store = Store.create(Path(args.out), meta)
+    store = Store.create(request.out, meta)
     lost: dict[int, str] = {}
     waiting = [0]  # the rank rank 0 is waiting on (named if the launcher ends the job)
     plain = [c for c in plan.cases if not is_rack(c)]
@@ -376,18 +251,18 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
             for rank in range(job.size):
                 waiting[0] = rank
                 if rank == 0:
-                    Runner(plan.inventory, plan.settings, _RankStore(job, hosts, store),
+                    Runner(plan.inventory, plan.settings, RankStore(job, hosts, store),
                            case_timeout_s=plan.case_timeout_s,
                            processes=plan.processes).run(plan.plain())
                     continue
                 try:
-                    _collect_plain(job, rank, store, hosts, plan, len(plain))
+                    collect_plain(job, rank, store, hosts, plan, len(plain))
                 except RankLost as exc:
-                    lost[rank] = _lost_line(exc, hosts)
-        for entry in _rack_order(plan.rack()):
-            _rack_case(job, entry, plan, hosts, pools, store, lost, waiting)
+                    lost[rank] = lost_line(exc, hosts)
+        for entry in parts.rack_order(plan.rack()):
+            rack_case(job, entry, plan, hosts, pools, store, lost, waiting)
     except KeyboardInterrupt:  # SIGTERM from the launcher: a rank died (no ULFM)
-        why = _who_died(hosts, waiting[0])
+        why = who_died(hosts, waiting[0])
         store.mark_incomplete(f"the launcher ended the job: {why}")  # first: a SIGKILL may
         # follow at once
         store.finish(interrupted=True, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -399,59 +274,12 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     if lost:
         store.mark_incomplete("ranks lost: " + "; ".join(lost.values()), lost_ranks=sorted(lost))
     path = store.finish(interrupted=bool(lost), ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    run = load(path)
-    from nearlocal.reporters import emit, side_console
-
-    try:
-        emit(console.RUN_FORMATS, console.RunRows(run.meta, run.cases), args,
-             text=not args.quiet)
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError):  # the reader of stdout went away: not the file
-            raise
-        raise UsageError(f"cannot write --json {args.json}: {exc.strerror}; the run is "
-                         f"stored in {path}") from None
-    side_console(args).print(f"stored {path} ({job.size} ranks on "
-                             f"{len({h['kernel_id'] for h in hosts})} host(s))"
-                             + (f" (incomplete: {store.meta['incomplete_reason']})" if lost
-                                else ""))
+    request.announce(Stored(path, job.size, len({h["kernel_id"] for h in hosts}),
+                            store.meta["incomplete_reason"] if lost else None))
     return RANKS_LOST if lost else 0
 
 
-def _rack_order(entries: list) -> list:
-    """The rack cases in the plan's order, those that may lose a host (host loss under the VM
-    rig) after every other: a lost host skips every rack case after it."""
-    from nearlocal.rack.framework import RACK_METHODS
-
-    return sorted(entries, key=lambda entry: RACK_METHODS[entry.case.method].may_lose_host)
-
-
-def _lost_line(exc: RankLost, hosts: list[dict]) -> str:
-    if 0 <= exc.rank < len(hosts):
-        return f"rank {exc.rank} on host {hosts[exc.rank]['hostname']} {exc.why}"
-    return str(exc)
-
-
-def _who_died(hosts: list[dict], waiting: int) -> str:
-    """Ranks on this host whose process is gone (or a zombie); else the rank waited on."""
-    import socket
-
-    here = socket.gethostname()
-    gone = []
-    for host in hosts[1:]:
-        if host["hostname"] != here:
-            continue
-        try:
-            state = Path(f"/proc/{host['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            state = "gone"
-        if state in ("gone", "Z", "X"):
-            gone.append(f"rank {host['rank']} on host {host['hostname']} (pid {host['pid']}) died")
-    if gone:
-        return "; ".join(gone)
-    return f"while rank 0 waited on rank {waiting} (host {hosts[waiting]['hostname']})"
-
-
-def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, count: int) -> None:
+def collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, count: int) -> None:
     job.send(("plain",), rank, START_TIMEOUT_S, "starting its cases")
     per_message = plan.case_timeout_s * plan.processes + 120  # one case, compile included
     while True:
@@ -459,32 +287,10 @@ def _collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, 
         if message[0] == "done":
             return
         _, row, raw, ns, process, placement = message
-        store.add_case(_tagged(row, hosts, rank), raw, ns, process, placement)
+        store.add_case(tagged(row, hosts, rank), raw, ns, process, placement)
 
 
-def _rack_context(job: World, resolved, plan: Plan, hosts: list[dict], pools: dict):
-    """What this rank's part of a rack case gets, from the case as rank 0's plan resolved it."""
-    from nearlocal.rack.framework import RackContext
-
-    return RackContext(job, resolved.case, resolved.pattern, pools[resolved.case.region],
-                       [h["kernel_id"] for h in hosts], [h["hostname"] for h in hosts],
-                       plan.settings.tsc_hz, plan.settings.overhead_ticks, plan.settings.rule,
-                       dict(resolved.params), plan.case_timeout_s)
-
-
-def _run_part(ctx) -> tuple[str, object]:
-    """This rank's part of a rack case: ("ok", result) or ("failed", one line)."""
-    import traceback
-
-    from nearlocal.rack.framework import RACK_METHODS
-
-    try:
-        return "ok", RACK_METHODS[ctx.case.method].run(ctx)
-    except Exception as exc:  # RankLost too: a barrier another rank never reached
-        return "failed", traceback.format_exception_only(type(exc), exc)[-1].strip()
-
-
-def _rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, store,
+def rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, store,
                lost: dict, waiting: list) -> None:
     """One rack case on every rank: `entry`, rank 0's plan's, gives the resolved case every rank
     is sent and the row facts (described with this box's cache sizes) each row starts from.
@@ -499,60 +305,36 @@ def _rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, st
     if lost or job.size < method.min_ranks or skipped:
         why = skipped or (f"needs every rank, and {'; '.join(lost.values())}" if lost else
                           f"needs at least {method.min_ranks} ranks, the job has {job.size}")
-        store.add_case({**_tagged(base, hosts, 0), "status": "skipped", "reason": why})
+        store.add_case({**tagged(base, hosts, 0), "status": "skipped", "reason": why})
         return
     for rank in range(1, job.size):
         job.send(("rack", entry.resolved), rank, START_TIMEOUT_S, "starting a rack case")
-    ctx = _rack_context(job, entry.resolved, plan, hosts, pools)
-    results, gone = _gather_parts(job, method, ctx, plan, hosts, waiting)
+    ctx = parts.rack_context(job, entry.resolved, plan, hosts, pools)
+    results, gone = parts.gather_parts(job, method, ctx, plan, hosts, waiting)
     lost.update(gone)
     failures = [f"rank {r}: {got[1]}" for r, got in enumerate(results)
                 if got is not None and got[0] != "ok"]
     if gone and not failures and method.rows_after_loss is not None:
-        _store_rows(method.rows_after_loss(ctx, [None if got is None else got[1]
+        store_rows(method.rows_after_loss(ctx, [None if got is None else got[1]
                                                for got in results], gone),
                     ctx, base, hosts, store)
         return
     if gone or failures:
-        store.add_case({**_tagged(base, hosts, 0), "status": "failed",
+        store.add_case({**tagged(base, hosts, 0), "status": "failed",
                         "reason": "; ".join([*gone.values(), *failures])})
         return
-    _store_rows(method.rows(ctx, [value for _, value in results]), ctx, base, hosts, store)
+    store_rows(method.rows(ctx, [value for _, value in results]), ctx, base, hosts, store)
 
 
-def _gather_parts(job: World, method, ctx, plan: Plan, hosts: list[dict],
-                  waiting: list) -> tuple[list, dict[int, str]]:
-    """Rank 0's own part, then every other rank's result: [(status, value) or None for a lost
-    rank], and {lost rank: line}. Once rank 0's part finished, the others get the method's
-    straggler wait (the ranks met at its barriers); after a failure of rank 0's part the others
-    may still be waiting at a barrier, so they get the case's whole timeout."""
-    from nearlocal.rack.framework import straggler_s
-
-    results: list = [None] * job.size
-    results[0] = _run_part(ctx)
-    wait = straggler_s(method, ctx, results[0][1]) if results[0][0] == "ok" \
-        else plan.case_timeout_s + 60
-    deadline = time.monotonic() + wait
-    gone: dict[int, str] = {}
-    for rank in range(1, job.size):
-        waiting[0] = rank
-        try:
-            results[rank] = job.recv(rank, max(deadline - time.monotonic(), 1.0),
-                                     f"measuring {ctx.case.id}")
-        except RankLost as exc:
-            gone[rank] = _lost_line(exc, hosts)
-    return results, gone
-
-
-def _store_rows(rows: list, ctx, base: dict, hosts: list[dict], store) -> None:
+def store_rows(rows: list, ctx, base: dict, hosts: list[dict], store) -> None:
     """A rack case's rows, each with its rank's host columns, statistics and samples."""
     from nearlocal.core.sampling import summarize
 
     for row in rows:
         stats = summarize(row.ns, base["bytes_moved"]) if len(row.ns) else {"n_samples": 0}
-        info = {**row.info, **_host_columns(hosts, row.rank),
+        info = {**row.info, **host_columns(hosts, row.rank),
                 "mpi_pingpong_us": hosts[0].get("pingpong_us")}
-        store.add_case({**_tagged(base, hosts, row.rank), **stats, **row.extra,
+        store.add_case({**tagged(base, hosts, row.rank), **stats, **row.extra,
                         "status": "failed" if row.failed else "ok", "reason": row.failed,
                         "clock": "tsc", "converged": bool(row.info.get("converged", True)),
                         "elapsed_s": row.info.get("elapsed_s"), "info": info,
@@ -560,7 +342,7 @@ def _store_rows(rows: list, ctx, base: dict, hosts: list[dict], store) -> None:
                        row.raw if len(row.ns) else None, row.ns if len(row.ns) else None)
 
 
-def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
+def follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
     """Ranks 1..N-1: measure what rank 0 asks, send it the results, until it says stop."""
     from nearlocal.engine.runner import Runner
 
@@ -574,11 +356,9 @@ def _follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
         if message[0] == "stop":
             return 0
         if message[0] == "plain":
-            Runner(plan.inventory, plan.settings, _RankStore(job, hosts),
+            Runner(plan.inventory, plan.settings, RankStore(job, hosts),
                    case_timeout_s=plan.case_timeout_s, processes=plan.processes).run(plan.plain())
             job.send(("done",), 0, START_TIMEOUT_S, "ending its cases")
         elif message[0] == "rack":  # rank 0's resolved case: nothing of it is parsed here
-            reply = _run_part(_rack_context(job, message[1], plan, hosts, pools))
+            reply = parts.run_part(parts.rack_context(job, message[1], plan, hosts, pools))
             job.send(reply, 0, START_TIMEOUT_S, "sending a rack result")
-
-
