@@ -1,5 +1,6 @@
-"""The registry of subcommands beside probe, run, runs and show (frontends/cli.py): each declared
-once, by the module that runs it, with the function that adds its parser. The modules are the
+"""The registry of subcommands beside probe, run, runs and show (frontends/cli.py), and of `run`'s
+other modes (`RunMode`: an MPI job's): each declared once, by the module that runs it, a command
+with the function that adds its parser. The modules are the
 entry-point group plugins.COMMAND_GROUP (nearlocal's own in its pyproject.toml, a third party's in
 its distribution's), so the command line names none of them and a family's command lives in the
 family (a front-end face of it, e.g. nearlocal/rpc/commands.py).
@@ -51,3 +52,34 @@ def add_commands(subparsers) -> None:
         if command.name not in subparsers.choices:
             raise ValueError(f"command {command.name!r} ({command.module}) added no parser of "
                              "that name")
+
+
+@dataclass(frozen=True)
+class RunMode:
+    """Another way `nearlocal run` runs, declared by the family that brings it (rack's MPI job,
+    from its command face nearlocal/rack/commands.py), so the command line names none.
+    `active()`: this process runs under it (launched by mpiexec); `run(args)`: the command run
+    there, its exit code; `refuse(cases, inventory)`: bad input for a plain run's selection that
+    needs the mode (every rack case outside an MPI job), or None."""
+
+    name: str
+    active: Callable[[], bool]
+    run: Callable[[Any], int]
+    refuse: Callable[[list, Any], None] | None = None
+
+
+RUN_MODES: dict[str, RunMode] = {}
+
+
+def register_run_mode(mode: RunMode) -> RunMode:
+    """Declare a run mode; a name declared twice is a bug of the second."""
+    if mode.name in RUN_MODES:
+        raise ValueError(f"run mode {mode.name!r} declared twice")
+    RUN_MODES[mode.name] = mode
+    return mode
+
+
+def run_modes() -> list[RunMode]:
+    """Every declared run mode (their modules are the command group's: loaded here too)."""
+    load_commands()
+    return list(RUN_MODES.values())

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from nearlocal.core.cases import Case
     from nearlocal.core.methods import load_methods
-    from nearlocal.cpu.methods import DRAINS  # noqa: F401  (the methods registered)
+    from nearlocal.cpu.methods import CPU_KERNELS
     from nearlocal.engine.worker import open_case
     from nearlocal.kernels import cpu
     from nearlocal.kernels.timer import measure_clock
@@ -38,18 +38,16 @@ def main(argv: list[str]) -> int:
     inventory = probe(gpu=False)
     clock = measure_clock()
     hz = inventory.tsc_hz
-    methods = [("load", "time_load"), ("store", "time_store"), ("nt-store", "time_nt_store"),
-               ("memcpy", "time_memcpy"), ("clflush-load", "time_clflush_load"),
-               ("store-clwb", "time_store_clwb")]
+    methods = ["load", "store", "nt-store", "memcpy", "clflush-load", "store-clwb"]
     print(f"clock step {clock.step_ns(hz):.2f} ns, overhead {clock.overhead_ticks:g} ticks; "
           f"{args.passes} passes vs 1, mean ns per pass")
     print(f"{'method':<14} {'size':>7} {'1 pass':>9} {f'{args.passes} passes':>10} {'ratio':>7}")
-    for method, kernel_name in methods:
+    for method in methods:
         flag = {"clflush-load": "clflush", "store-clwb": "clwb"}.get(method)
         if flag and not inventory.cpu.has(flag):
             print(f"{method:<14} skipped: CPU lacks {flag}")
             continue
-        kernel = getattr(cpu, kernel_name)
+        kernel = CPU_KERNELS[method].timed()  # the kernel the method declares
         for size in args.sizes.split(","):
             with open_case(Case(method, "dram", "wb", size), hz, clock.overhead_ticks, False,
                            inventory, clock.quantum_ticks) as opened:

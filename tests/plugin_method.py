@@ -42,5 +42,5 @@ register_method(threaded(Method(
     open_session=lambda ctx: CpuSession(time_unwarmed_load, "loads, no warm-up pass", ctx),
     cpu_flags=("rdtscp",), markers=("cpu",), params={"drain": "before"},
     suites=("quick",), pool_roles=frozenset({"read"}),
-), ThreadForm(reads=True, warm=False, body=unwarmed_load_pass,
+), ThreadForm(reads=True, warm=False, body=lambda: unwarmed_load_pass,
               timed="64-byte vector loads of the thread's share, no warm-up pass")))

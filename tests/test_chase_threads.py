@@ -14,6 +14,7 @@ from nearlocal.core.cases import Case
 from nearlocal.core.methods import SessionContext, get_method, load_methods
 from nearlocal.core.sampling import summarize
 from nearlocal.cpu.threads import (
+    THREAD_FORMS,
     ThreadedSession,
     apply_thread_args,
     choose_cpus,
@@ -28,6 +29,12 @@ from nearlocal.sysroot import SysRoot
 from tests.fakesys import cxl_box, write
 
 CPUS = sorted(os.sched_getaffinity(0))
+
+
+def form_of(method: str):
+    """The multi-thread form `method` declared where it registers."""
+    load_methods()
+    return THREAD_FORMS[method]
 TSC_HZ = 1e9
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
 OTHER_NODE_CPUS = [4096, 4097]  # CPUs of a second node, which this process never runs on
@@ -196,7 +203,7 @@ def _threaded_ctx(pattern_size: int, threads: str, cpus: str = "",
 
 def test_aggregate_bandwidth_is_declared_bytes_over_first_start_to_last_end():
     ctx = _threaded_ctx(4096, "1", str(CPUS[0]))
-    session = ThreadedSession("load", ctx)
+    session = ThreadedSession(form_of("load"), ctx)
     session.cpus, session.shares = [CPUS[0]] * 2, split_frags(ctx.pattern.frags, 2)
     session.share_bytes, session.per_thread = [2048, 2048], [[], []]
 
@@ -219,7 +226,7 @@ def test_aggregate_bandwidth_is_declared_bytes_over_first_start_to_last_end():
 def test_barrier_starts_every_thread_together():
     from nearlocal.kernels.parallel import threaded_kernel
 
-    kernel = threaded_kernel("store")
+    kernel = threaded_kernel(form_of("store"))
     count, reps = 2, 200
     src = np.zeros(1 << 16, np.uint8)
     dst = np.zeros(1 << 16, np.uint8)
@@ -243,7 +250,7 @@ def test_threaded_session_runs_on_distinct_cpus(tmp_path):
     (whatever the box's own shape): the node's first two CPUs, one thread each."""
     inventory = probe(SysRoot(live_cpus_box(tmp_path)), calibrate=False, gpu=False)
     ctx = _threaded_ctx(1 << 16, "2", inventory=inventory)
-    session = ThreadedSession("load", ctx)
+    session = ThreadedSession(form_of("load"), ctx)
     _, ns = session.sample(5)
     assert len(ns) == 5 and (ns > 0).all()
     assert session.info["threads"] == 2 and session.info["cpus"] == CPUS[:2]
@@ -324,9 +331,9 @@ def test_threaded_copy_warms_its_source_first(method):
     """As cpu.time_memcpy / time_nt_copy: one untimed load_pass over the share before the first
     barrier; its xor lands in sink[0] (zero repetitions: only the warm-up runs)."""
     from nearlocal.kernels.cpu import load_pass
-    from nearlocal.kernels.parallel import thread_body, threaded_kernel
+    from nearlocal.kernels.parallel import threaded_kernel
 
-    assert thread_body(method).warm
+    assert form_of(method).warm
     rng = np.random.default_rng(3)
     src = rng.integers(0, 256, 1 << 14, dtype=np.uint8)
     dst = np.zeros(1 << 14, np.uint8)
@@ -335,20 +342,20 @@ def test_threaded_copy_warms_its_source_first(method):
     assert expected != 0
     sink = np.zeros(1, np.uint64)
     none = np.zeros(0, np.uint64)
-    threaded_kernel(method)(src, dst, frags, np.zeros(1, np.uint64), 1, none, none, sink)
+    threaded_kernel(form_of(method))(src, dst, frags, np.zeros(1, np.uint64), 1, none, none, sink)
     assert int(sink[0]) == expected  # the warm-up read the whole share of src
     assert (dst == 0).all()  # and no timed pass ran
 
 
 @pytest.mark.parametrize("method", ["store", "nt-store"])
 def test_threaded_writers_read_nothing_first(method):
-    from nearlocal.kernels.parallel import thread_body, threaded_kernel
+    from nearlocal.kernels.parallel import threaded_kernel
 
-    assert not thread_body(method).warm
+    assert not form_of(method).warm
     sink = np.full(1, 7, np.uint64)
     none = np.zeros(0, np.uint64)
     src = np.ones(4096, np.uint8)
-    threaded_kernel(method)(src, np.zeros(4096, np.uint8), np.array([[0, 0, 4096]], np.int64),
+    threaded_kernel(form_of(method))(src, np.zeros(4096, np.uint8), np.array([[0, 0, 4096]], np.int64),
                             np.zeros(1, np.uint64), 1, none, none, sink)
     assert int(sink[0]) == 7
 
@@ -370,7 +377,7 @@ def test_threaded_drain_other_than_before_is_bad_input(capsys):
 
 def test_threaded_row_records_barrier_start_skew():
     ctx = _threaded_ctx(4096, "1", str(CPUS[0]))
-    session = ThreadedSession("load", ctx)
+    session = ThreadedSession(form_of("load"), ctx)
     session.cpus, session.shares = [CPUS[0]] * 2, split_frags(ctx.pattern.frags, 2)
     session.share_bytes, session.per_thread = [2048, 2048], [[], []]
 

@@ -83,8 +83,8 @@ def test_a_rack_row_starts_from_its_plan_entrys_row_facts(tmp_path, monkeypatch)
     from types import SimpleNamespace
 
     from nearlocal.core.cases import Case
+    from nearlocal.engine.mpi_job import rack_case as _rack_case
     from nearlocal.engine.plan import RunSettings, Skip, plan_cases
-    from nearlocal.frontends.mpi_job import _rack_case
     from nearlocal.store import Store, load
 
     for name in list(os.environ):  # planned outside MPI: the rack case is skipped

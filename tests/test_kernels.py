@@ -246,10 +246,21 @@ def test_passes_are_the_timed_intervals_untimed():
     assert int(cpu.load_pass(src, dst, FRAGS)) == per_rep
 
 
-def test_every_cpu_method_has_a_pass():
+def test_every_cpu_method_declares_its_kernels_and_forms_where_it_registers():
+    """Each CPU method declares its timed kernel and its pass once, in its registration; a
+    multi-thread form's body is that same pass. Nothing maps method names to kernels."""
     from nearlocal.core.suites import CPU_METHODS
+    from nearlocal.cpu.methods import CPU_KERNELS
+    from nearlocal.cpu.threads import THREAD_FORMS
 
-    assert set(cpu.PASSES) == set(CPU_METHODS)
+    assert set(CPU_KERNELS) == set(CPU_METHODS)
+    for name, code in CPU_KERNELS.items():
+        timed, one_pass = code.timed(), code.one_pass()
+        assert timed.__name__.startswith("time_") and one_pass.__name__.endswith("_pass"), name
+        if name in THREAD_FORMS:
+            assert THREAD_FORMS[name].body() is one_pass, name
+    assert {"load", "store", "nt-store", "nt-copy", "memcpy"} <= set(THREAD_FORMS)
+    assert not hasattr(cpu, "PASSES")
 
 
 def test_nontemporal_kernels_use_nontemporal_moves():

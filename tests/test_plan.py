@@ -12,9 +12,9 @@ from nearlocal import plugins
 from nearlocal.core import cases as case_rules
 from nearlocal.core import methods as method_registry
 from nearlocal.core.cases import Case, SkipKind
+from nearlocal.cpu.threads import THREAD_FORMS
 from nearlocal.engine.plan import Refuse, Run, RunSettings, Skip, plan_cases
 from nearlocal.frontends.cli import main
-from nearlocal.kernels.thread_forms import THREAD_FORMS
 from nearlocal.probe import probe
 from nearlocal.store import load
 from nearlocal.sysroot import SysRoot

@@ -411,8 +411,8 @@ def test_a_rank_that_dies_leaves_the_run_stored_incomplete_naming_it(tmp_path):
     (MPI_ERR_PROC_FAILED), stores the run marked incomplete with the dead rank named."""
     args = ["run", "--method", "rack-aggregate", "--region", f"shm:nearlocal-test-rack-dies-{os.getpid()}",
             "--size", "64KiB", "--out", str(tmp_path), *TINY]
-    dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.frontends.mpi_job as job; "
-            "job._run_part = lambda ctx: os.kill(os.getpid(), signal.SIGKILL); "
+    dies = [sys.executable, "-c", "import os, signal, sys; import nearlocal.rack.parts as parts; "
+            "parts.run_part = lambda ctx: os.kill(os.getpid(), signal.SIGKILL); "
             "from nearlocal.frontends.cli import main; sys.exit(main(sys.argv[1:]))", *args]
     mpirun(["-n", "1", *NEARLOCAL, *args], ["-n", "1", *dies], mpi=("--with-ft", "ulfm"),
            cwd=tmp_path)  # its exit code is the launcher's: the run says what happened
@@ -432,7 +432,7 @@ def _answer(rank: int, host: str, skips: dict | None = None) -> dict:
 
 
 def test_an_rdma_case_skipped_on_one_host_and_run_on_another_is_refused():
-    from nearlocal.frontends.mpi_job import _first_problem
+    from nearlocal.rack.hosts import first_problem as _first_problem
 
     why = "no RDMA device: /sys/class/infiniband is empty"
     skips = {"rdma-write/dram/wb/16KiB": why}
@@ -447,7 +447,7 @@ def test_an_rdma_case_skipped_on_one_host_and_run_on_another_is_refused():
 
 def test_a_pool_one_rank_cannot_map_names_its_host_and_rank(monkeypatch):
     from nearlocal.errors import UsageError
-    from nearlocal.frontends.mpi_job import _attach
+    from nearlocal.rack.pools import attach as _attach
 
     me = {"hostname": "b", "rank": 1}
     line = _attach({}, {"devdax:/dev/dax9.9": 4096}, {}, me)  # no such device on this host
@@ -469,7 +469,7 @@ def test_a_pool_one_rank_cannot_map_names_its_host_and_rank(monkeypatch):
 def test_a_case_that_may_lose_a_host_runs_after_every_other_rack_case():
     from types import SimpleNamespace
 
-    from nearlocal.frontends.mpi_job import _rack_order
+    from nearlocal.rack.parts import rack_order as _rack_order
 
     methods = ["rack-host-loss", "rack-aggregate", "rdma-write", "rack-handoff"]
     entries = [SimpleNamespace(case=SimpleNamespace(method=m)) for m in methods]
@@ -556,20 +556,21 @@ def _lost_mid_case(monkeypatch, method: str, own: tuple) -> tuple[_SilentWorld, 
 
     import nearlocal.rack.methods  # noqa: F401 - the rack methods registered
     from nearlocal.core.sampling import StoppingRule
-    from nearlocal.frontends import mpi_job
+    from nearlocal.engine import mpi_job
+    from nearlocal.rack import parts
 
     ctx = _loss_context()
     ctx.rule, ctx.overhead_ticks, ctx.case = StoppingRule(budget_s=0.5), 0.0, \
         SimpleNamespace(id=f"{method}/x", method=method)
-    monkeypatch.setattr(mpi_job, "_rack_context", lambda *args: ctx)
-    monkeypatch.setattr(mpi_job, "_run_part", lambda ctx: own)
+    monkeypatch.setattr(parts, "rack_context", lambda *args: ctx)
+    monkeypatch.setattr(parts, "run_part", lambda ctx: own)
     job, store, lost = _SilentWorld(), _Rows(), {}
     entry = SimpleNamespace(case=ctx.case, row={"case_id": f"{method}/x", "bytes_moved": 0},
                             reason=None, resolved=None)
     hosts = [{"rank": r, "hostname": f"h{r}", "host_id": f"id{r}",
               "kernel_id": f"boot{r}"} for r in range(2)]
     plan = SimpleNamespace(case_timeout_s=120.0)
-    mpi_job._rack_case(job, entry, plan, hosts, {}, store, lost, [0])
+    mpi_job.rack_case(job, entry, plan, hosts, {}, store, lost, [0])
     return job, store, lost
 
 

@@ -644,11 +644,11 @@ def test_rpc_rows_say_the_transport_and_what_was_timed():
 
 
 def test_the_mpi_jobs_plan_refuses_a_named_mtu_and_keeps_the_suites_as_skipped_rows(rdma_box):
-    """What each rank of an MPI job decides before the run (frontends/mpi_job.py's _plan): the
+    """What each rank of an MPI job decides before the run (rack/commands.py's job_plan): the
     user's `--param mtu=4096` on a 1024 port is the one-line error every rank exits 2 with; the
     suite's mtu=4096 rows are skipped rows and the run goes ahead."""
     from nearlocal.frontends.cli import build_parser
-    from nearlocal.frontends.mpi_job import _plan
+    from nearlocal.rack.commands import job_plan as _plan
 
     inventory = rdma_box(1024)
     named = build_parser().parse_args(["run", "--method", "rdma-write", "--size", "16KiB",

@@ -17,6 +17,7 @@ from nearlocal.core.cases import Case
 from nearlocal.core.methods import SessionContext, get_method, load_methods
 from nearlocal.core.patterns import parse_pattern
 from nearlocal.cpu.movers import MoversSession, check_mover_params, mover_counts
+from nearlocal.cpu.threads import THREAD_FORMS
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
 from nearlocal.whatif.contention import contention_of
@@ -63,7 +64,7 @@ def test_mover_counts_double_up_to_the_cpus():
 @two_cpus
 def test_each_mover_moves_the_whole_pattern_into_its_own_buffer():
     ctx = _ctx(1 << 16, "2")
-    session = MoversSession("memcpy", ctx)
+    session = MoversSession(THREAD_FORMS["memcpy"], ctx)
     try:
         ticks, ns = session.sample(6)
         assert ticks.shape == ns.shape == (6,)

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from nearlocal.bench.benchmarks import _Collected
+from nearlocal.engine.mpi_job import RankStore as _RankStore
 from nearlocal.engine.sink import RunSink
-from nearlocal.frontends.mpi_job import _RankStore
 from nearlocal.store.runs import Store
 
 SINKS = {"store": Store, "rank store": _RankStore, "bench collector": _Collected}

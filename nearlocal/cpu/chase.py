@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from nearlocal.core.methods import Method, SessionContext, register_method
-from nearlocal.cpu.threads import check_thread_params, choose_cpus, run_pinned
+from nearlocal.cpu.threads import THREAD_FORMS, check_thread_params, choose_cpus, run_pinned
 from nearlocal.errors import UsageError
 from nearlocal.units import parse_size
 
@@ -170,7 +170,7 @@ class LoadedChaseSession(ChaseSession):
         self.progress = np.zeros(len(self.cpus) - 1, np.uint64)
         self.bursts = 0
         self.ticks = 0.0
-        kernel = traffic_kernel(traffic)
+        kernel = traffic_kernel(THREAD_FORMS[traffic])  # traffic= names a method
         self._errors: list[BaseException] = []
         self._threads = []
         for k, cpu in enumerate(self.cpus[1:]):

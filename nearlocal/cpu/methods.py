@@ -1,4 +1,7 @@
-"""CPU access methods: each a numba kernel from kernels.cpu timed inside its own loop.
+"""CPU access methods: each a numba kernel from kernels.cpu timed inside its own loop. Each
+method declares its kernels once, where it registers (`_cpu`): its timed kernel and its one pass
+(`CpuKernels`, the registry CPU_KERNELS), and its multi-thread form where it has one; nothing
+looks a kernel up by a method's name.
 
 Every CPU method takes `drain=before|none` (default `before`): whether each repetition starts
 after an mfence has drained the previous one's stores (an isolated transfer) or right behind it
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +36,10 @@ from nearlocal.core.methods import Delivery, Method, SessionContext, register_me
 from nearlocal.cpu.movers import with_movers
 from nearlocal.cpu.threads import threaded
 from nearlocal.errors import UsageError
+from nearlocal.kernels.thread_forms import ThreadForm
+from nearlocal.lazy import lazy_import
+
+kernels = lazy_import("nearlocal.kernels.cpu")  # numba loads when a session first runs a kernel
 
 MIN_SAMPLE_STEPS = 200  # clock steps one sample spans at least: its quantisation under 0.5%
 MIN_SAMPLE_OVERHEADS = 20  # timer overheads one sample spans at least (1-tick clocks)
@@ -81,13 +89,10 @@ class CpuSession:
 
     clock = "tsc"
 
-    def __init__(self, kernel_name: str, timed: str, ctx: SessionContext, batched: bool = False,
+    def __init__(self, kernel: Callable, timed: str, ctx: SessionContext, batched: bool = False,
                  batch_with_drain: bool = False):
-        from nearlocal.kernels import cpu
-
         check_params(ctx.params)
-        # a kernel of kernels.cpu by name, or a kernel function (a plugin's own)
-        self.kernel = getattr(cpu, kernel_name) if isinstance(kernel_name, str) else kernel_name
+        self.kernel = kernel  # the method's own, as it declared it (kernels.cpu's, a plugin's)
         self.ctx = ctx
         self.sink = np.zeros(1, np.uint64)
         drain = str(ctx.params.get("drain", "before"))
@@ -113,7 +118,7 @@ class CpuSession:
                       f"{MIN_SAMPLE_STEPS} clock steps)"
                       + ("; an mfence before each pass, its idle cost subtracted" if self.drain
                          else ""))
-        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": kernel_name,
+        self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "kernel": kernel.__name__,
                      "drain": drain, "passes_per_sample": self.passes,
                      "drain_overhead_ticks": self.drain_ticks, "timed": timed}
 
@@ -121,10 +126,8 @@ class CpuSession:
         """The idle cost of the mfences between `passes` passes of one interval (drain=before)."""
         if passes < 2 or not self.drain:
             return 0.0
-        from nearlocal.kernels import cpu
-
         ticks = np.empty(DRAIN_SAMPLES, np.uint64)
-        cpu.time_drains(ticks, passes)
+        kernels.time_drains(ticks, passes)
         return max(float(np.median(ticks)) - self.ctx.timer_overhead_ticks, 0.0)
 
     def _take(self, ticks: np.ndarray, passes: int) -> None:
@@ -146,51 +149,87 @@ class CpuSession:
         pass
 
 
-def _cpu(name: str, kernel: str, accesses: tuple[str, ...], state: str, summary: str,
+@dataclass(frozen=True)
+class CpuKernels:
+    """A CPU method's compiled code, declared where it registers, each a function of no arguments
+    returning the kernel (so registering imports no numba): `timed`, the timed kernel
+    (`kernel(src, dst, frags, samples, sink, drain[, passes])`); `one_pass`, one untimed
+    repetition (`pass(src, dst, frags)`), what the timed interval contains."""
+
+    timed: Callable[[], Callable]
+    one_pass: Callable[[], Callable]
+
+
+CPU_KERNELS: dict[str, CpuKernels] = {}  # the built-in CPU methods' kernels, by method
+
+
+def _cpu(name: str, code: CpuKernels, accesses: tuple[str, ...], state: str, summary: str,
          flags: tuple[str, ...] = (), roles: tuple[str, ...] = (), batched: bool = True,
          peer: bool = False, cacheable: bool = False, batch_with_drain: bool = False,
-         cacheable_loads: bool | None = None) -> Method:
-    """peer: the kernel moves bytes between the region and the peer (a copy); the others only
-    load the region or store a constant into it. batched: the kernel takes `passes`;
-    batch_with_drain: passes drained by an mfence between them give the figure one isolated pass
-    gives (docs/timing.md has the check), so a short isolated pass may be batched."""
+         cacheable_loads: bool | None = None,
+         threads: tuple[bool, bool, str] | None = None) -> Method:
+    """One CPU method, declared once with its kernels (`code`) and, if it has a multi-thread
+    form (--threads, movers=k), that form's `reads`, `warm` and `timed` (`threads`; its body is
+    the method's own pass: kernels.thread_forms.ThreadForm). peer: the kernel moves bytes
+    between the region and the peer (a copy); the others only load the region or store a
+    constant into it.
+    batched: the kernel takes `passes`; batch_with_drain: passes drained by an mfence between
+    them give the figure one isolated pass gives (docs/timing.md has the check), so a short
+    isolated pass may be batched."""
+    if name in CPU_KERNELS:
+        raise ValueError(f"CPU method {name!r} declared twice")
+    CPU_KERNELS[name] = code
+    form = ThreadForm(*threads, body=code.one_pass) if threads else None
     # threaded: --threads N / --cpus (cpu.threads); with_movers: movers=k (cpu.movers)
     return register_method(with_movers(threaded(Method(
         name=name, family="cpu", summary=summary, accesses=accesses, state=state,
-        open_session=lambda ctx, kernel=kernel, timed=summary: CpuSession(
-            kernel, timed, ctx, batched, batch_with_drain),
+        open_session=lambda ctx, timed=summary: CpuSession(
+            code.timed(), timed, ctx, batched, batch_with_drain),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},
         check_params=check_params, suites=("quick",), pool_roles=frozenset(roles),
         touches_peer=peer, cacheable=cacheable, cacheable_loads=cacheable_loads,
         delivery=Delivery("cpu", "one") if peer else None,  # a copy lands the bytes in the peer
-    ))))
+    ), form), form))
 
 
-_cpu("load", "time_load", ("read",), "warm",
-     "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"),
-     cacheable=True, batch_with_drain=True)
-_cpu("store", "time_store", ("write",), "warm",
-     "64-byte vector stores, then mfence", roles=("bandwidth",), cacheable=True,
-     batch_with_drain=True)  # its own mfence already drains each pass: batched reads alike
-_cpu("nt-store", "time_nt_store", ("write",), "warm",
-     "nontemporal stores (vmovntdq) of a constant, then sfence", roles=("bandwidth",))
-_cpu("nt-copy", "time_nt_copy", ("write",), "warm",
+_cpu("load", CpuKernels(lambda: kernels.time_load, lambda: kernels.load_pass), ("read",),
+     "warm", "64-byte vector loads, warm (one untimed pass first)", roles=("read", "bandwidth"),
+     cacheable=True, batch_with_drain=True,
+     threads=(True, True, "64-byte vector loads of the thread's share, warm"))
+_cpu("store", CpuKernels(lambda: kernels.time_store, lambda: kernels.store_pass), ("write",),
+     "warm", "64-byte vector stores, then mfence", roles=("bandwidth",), cacheable=True,
+     batch_with_drain=True,  # its own mfence already drains each pass: batched reads alike
+     threads=(False, False, "64-byte vector stores to the thread's share, then mfence"))
+_cpu("nt-store", CpuKernels(lambda: kernels.time_nt_store, lambda: kernels.nt_store_pass),
+     ("write",), "warm", "nontemporal stores (vmovntdq) of a constant, then sfence",
+     roles=("bandwidth",),
+     threads=(False, False, "nontemporal stores to the thread's share, then sfence"))
+_cpu("nt-copy", CpuKernels(lambda: kernels.time_nt_copy, lambda: kernels.nt_copy_pass),
+     ("write",), "warm",
      "loads from the peer (warm), nontemporal stores (vmovntdq) into the region, then sfence",
-     peer=True, cacheable_loads=True)  # its stores reach memory, its loads of the peer need not
-_cpu("nt-load", "time_nt_load", ("read",), "cold",
+     peer=True, cacheable_loads=True,  # its stores reach memory, its loads of the peer need not
+     threads=(False, True, "loads (warm) and nontemporal stores of the thread's share, then "
+                           "sfence"))
+_cpu("nt-load", CpuKernels(lambda: kernels.time_nt_load, lambda: kernels.nt_load_pass),
+     ("read",), "cold",
      "nontemporal loads (vmovntdqa) of lines flushed beforehand (untimed)", ("sse4_1", "clflush"),
      roles=("read",), batched=False)  # its flush, per sample, is outside the interval
-_cpu("clflush-load", "time_clflush_load", ("read",), "warm",
+_cpu("clflush-load",
+     CpuKernels(lambda: kernels.time_clflush_load, lambda: kernels.clflush_load_pass),
+     ("read",), "warm",
      "clflush every line, mfence, then load: all timed (Beluga's read of a non-coherent pool)",
      ("clflush",), roles=("read",))
-_cpu("clflushopt-load", "time_clflushopt_load", ("read",), "warm",
-     "clflushopt every line, mfence, then load: all timed", ("clflushopt",), roles=("read",))
-_cpu("store-clwb", "time_store_clwb", ("write",), "warm",
-     "stores, clwb of every line, sfence: written back to memory", ("clwb",))
-_cpu("movdir64b", "time_movdir64b", ("write",), "warm",
+_cpu("clflushopt-load",
+     CpuKernels(lambda: kernels.time_clflushopt_load, lambda: kernels.clflushopt_load_pass),
+     ("read",), "warm", "clflushopt every line, mfence, then load: all timed", ("clflushopt",),
+     roles=("read",))
+_cpu("store-clwb", CpuKernels(lambda: kernels.time_store_clwb, lambda: kernels.store_clwb_pass),
+     ("write",), "warm", "stores, clwb of every line, sfence: written back to memory", ("clwb",))
+_cpu("movdir64b", CpuKernels(lambda: kernels.time_movdir64b, lambda: kernels.movdir64b_pass),
+     ("write",), "warm",
      "64-byte direct stores (movdir64b) from the peer into the region, sfence", ("movdir64b",),
      peer=True, cacheable_loads=True)
-_cpu("memcpy", "time_memcpy", ("write", "read"), "warm",
-     "libc memcpy of every fragment, then mfence, the baseline", roles=("bandwidth", "read"),
-     peer=True,
-     cacheable=True)
+_cpu("memcpy", CpuKernels(lambda: kernels.time_memcpy, lambda: kernels.memcpy_pass),
+     ("write", "read"), "warm", "libc memcpy of every fragment, then mfence, the baseline",
+     roles=("bandwidth", "read"), peer=True, cacheable=True,
+     threads=(False, True, "libc memcpy of the thread's share (source warm), then mfence"))

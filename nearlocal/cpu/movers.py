@@ -26,6 +26,7 @@ from nearlocal.core.methods import Method, SessionContext
 from nearlocal.core.movers import MOVER_PARAMS, MOVER_SAMPLES_KEPT, MoverTally, parse_movers
 from nearlocal.cpu.threads import check_threaded_drain, choose_cpus, run_pinned
 from nearlocal.errors import UsageError
+from nearlocal.kernels.thread_forms import ThreadForm
 
 PAGE = 4096
 
@@ -48,14 +49,10 @@ class MoversSession:
 
     clock = "tsc"
 
-    def __init__(self, method: str, ctx: SessionContext):
-        from nearlocal.kernels.parallel import thread_body, threaded_kernel
-        from nearlocal.kernels.thread_forms import THREAD_FORMS
+    def __init__(self, form: ThreadForm, ctx: SessionContext):
+        from nearlocal.kernels.parallel import threaded_kernel
         from nearlocal.regions import check_capacity, region_kind
 
-        if method not in THREAD_FORMS:
-            raise UsageError(f"{method} has no multi-thread form: movers=k works for "
-                             f"{', '.join(THREAD_FORMS)}")
         self.ctx = ctx
         k = parse_movers(ctx.params.get("movers", "1"))
         self.cpus = choose_cpus(ctx.case.region, str(k), ctx.params.get("cpus", ""),
@@ -78,13 +75,13 @@ class MoversSession:
         self.shares = [np.ascontiguousarray(frags + np.array([m * src_span, m * dst_span, 0],
                                                              np.int64)) for m in range(k)]
         self.nbytes = int(frags[:, 2].sum())
-        self.kernel = threaded_kernel(method)
+        self.kernel = threaded_kernel(form)
         none = np.zeros(0, np.uint64)  # compile here, not in a thread the others would wait for
         self.kernel(self.src.array, self.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
                     none, none, np.zeros(1, np.uint64))
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "cpus": self.cpus,
                      "timed": f"per repetition, k = {k} movers started on one barrier, each its "
-                              f"own pass over the whole pattern ({thread_body(method).timed}) "
+                              f"own pass over the whole pattern ({form.timed}) "
                               "out of its own slots into its own buffer; sample r is mover "
                               "r mod k's interval (per-mover service time); aggregate_gbps: "
                               "k x bytes / (last end - first start) per repetition; "
@@ -119,18 +116,17 @@ class MoversSession:
         self.src.close()
 
 
-def with_movers(method: Method) -> Method:
+def with_movers(method: Method, form: ThreadForm | None) -> Method:
     """The method with a `movers` parameter: 1 keeps its own session (or threads'), k > 1 runs
-    MoversSession. A method with no multi-thread form is returned unchanged."""
-    from nearlocal.kernels.thread_forms import THREAD_FORMS
-
-    if method.name not in THREAD_FORMS:
+    MoversSession. `form`: the method's multi-thread form, as it declared it where it registers;
+    with None (no such form) the method is returned unchanged."""
+    if form is None:
         return method
     single, own_check = method.open_session, method.check_params
 
     def open_session(ctx: SessionContext):
         if parse_movers(ctx.params.get("movers", "1")) > 1:
-            return MoversSession(method.name, ctx)
+            return MoversSession(form, ctx)
         return single(ctx)
 
     def check(params: dict) -> None:

@@ -28,16 +28,28 @@ import numpy as np
 
 from nearlocal.core.methods import Method, SessionContext
 from nearlocal.errors import UsageError
+from nearlocal.kernels.thread_forms import ThreadForm
 from nearlocal.sysroot import SysRoot, parse_cpulist
 
 if TYPE_CHECKING:
-    from nearlocal.kernels.thread_forms import ThreadForm
     from nearlocal.probe.numa import NumaNode
 
 LINE = 64
 MAX_CPUS = 8192  # Linux's largest NR_CPUS
 THREAD_PARAMS = {"threads": "1", "cpus": ""}
 THREAD_TICKS_KEPT = 4096  # samples whose per-thread TSC readings the row keeps
+
+# Every method's multi-thread form, by method: filled by `threaded(method, form)` where the
+# method registers (the built-in CPU methods in cpu/methods.py, a plugin's in its module), read
+# only where a parameter names a method (loaded-chase's traffic=).
+THREAD_FORMS: dict[str, ThreadForm] = {}
+
+
+def register_thread_form(method: str, form: ThreadForm) -> None:
+    """A method's multi-thread form, declared once (a second, different one is a bug)."""
+    if THREAD_FORMS.get(method, form) != form:
+        raise ValueError(f"method {method!r} already has a thread form")
+    THREAD_FORMS[method] = form
 
 
 def parse_threads(text: str) -> int | None:
@@ -216,19 +228,15 @@ class ThreadedSession:
 
     clock = "tsc"
 
-    def __init__(self, method: str, ctx: SessionContext):
-        from nearlocal.kernels.parallel import thread_body, threaded_kernel
-        from nearlocal.kernels.thread_forms import THREAD_FORMS
+    def __init__(self, form: ThreadForm, ctx: SessionContext):
+        from nearlocal.kernels.parallel import threaded_kernel
 
-        if method not in THREAD_FORMS:
-            raise UsageError(f"{method} has no multi-thread form: --threads works for "
-                             f"{', '.join(THREAD_FORMS)}")
         self.ctx = ctx
         self.cpus = choose_cpus(ctx.case.region, ctx.params.get("threads", "1"),
                                 ctx.params.get("cpus", ""), numa=ctx.numa)
         self.shares = split_frags(ctx.pattern.frags, len(self.cpus))
         self.share_bytes = [int(s[:, 2].sum()) for s in self.shares]
-        self.kernel = threaded_kernel(method)
+        self.kernel = threaded_kernel(form)
         none = np.zeros(0, np.uint64)  # compile here, not in a thread the others would wait for
         self.kernel(ctx.src.array, ctx.dst.array, self.shares[0], np.zeros(1, np.uint64), 1,
                     none, none, np.zeros(1, np.uint64))
@@ -237,7 +245,7 @@ class ThreadedSession:
         self.info = {"timer_overhead_ticks": ctx.timer_overhead_ticks, "threads": len(self.cpus),
                      "cpus": self.cpus,
                      "timed": "per repetition, every thread's pass over its share "
-                              f"({thread_body(method).timed}), all started on one barrier; a sample "
+                              f"({form.timed}), all started on one barrier; a sample "
                               "is last end - first start; start_skew_*_ns: how far apart the "
                               "threads left the barrier (last start - first start), part of "
                               "every sample; thread_ticks: each thread's start and end TSC "
@@ -288,22 +296,19 @@ class ThreadedSession:
         pass
 
 
-def threaded(method: Method, form: ThreadForm | None = None) -> Method:
+def threaded(method: Method, form: ThreadForm | None) -> Method:
     """The method with `threads` / `cpus` parameters: one thread keeps its own session; more
-    (or named CPUs) run ThreadedSession. `form`: the method's multi-thread form, declared here
-    by a method that is not built in (tests/plugin_method.py); a method with none is returned
-    unchanged."""
-    from nearlocal.kernels.thread_forms import THREAD_FORMS, register_thread_form
-
-    if form is not None:
-        register_thread_form(method.name, form)
-    if method.name not in THREAD_FORMS:
+    (or named CPUs) run ThreadedSession. `form`: the method's multi-thread form, declared here,
+    where the method registers (cpu/methods.py, tests/plugin_method.py); with None the method
+    is returned unchanged."""
+    if form is None:
         return method
+    register_thread_form(method.name, form)
     single, own_check = method.open_session, method.check_params
 
     def open_session(ctx: SessionContext):
         if is_threaded(ctx.params):
-            return ThreadedSession(method.name, ctx)
+            return ThreadedSession(form, ctx)
         return single(ctx)
 
     def check(params: dict) -> None:

@@ -108,26 +108,27 @@ def _run(args: argparse.Namespace) -> int:
     from nearlocal.frontends import console
     from nearlocal.frontends.measure import measure_run
     from nearlocal.probe import probe
-    from nearlocal.rack.mpi import in_mpi_job
     from nearlocal.safeio import check_output
     from nearlocal.store.schema import JSON_COLUMNS
+    from nearlocal.subcommands import run_modes
 
     if (args.take_turns is None) != (args.turn is None):
         raise UsageError("--take-turns DIR and --turn ARM/ARMS go together")
-    if in_mpi_job():  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
-        if args.take_turns is not None:
-            raise UsageError("--take-turns is for runs on one host, not an MPI job's ranks")
-        from nearlocal.frontends.mpi_job import run_job
-
-        return run_job(args)
+    modes = run_modes()  # declared by the families that bring them (rack's MPI job)
+    active = next((mode for mode in modes if mode.active()), None)
+    if active is not None:  # launched by mpiexec / srun: one run across every rank (docs/rack.md)
+        return active.run(args)
     settings = run_settings(args)
     check_output("--json", json_path(args))  # before measuring, not after
     inventory = settle_llc(probe(), Path(args.out))  # cache classes held for this box
     cases = selected_cases(args, inventory)
-    from nearlocal.rack.framework import refuse_without_mpi
 
-    plan = plan_cases(cases, inventory, settings,
-                      check_selection=lambda chosen: refuse_without_mpi(chosen, inventory))
+    def refuse(chosen: list) -> None:  # cases that need a mode this process is not run in
+        for mode in modes:
+            if mode.refuse is not None:
+                mode.refuse(chosen, inventory)
+
+    plan = plan_cases(cases, inventory, settings, check_selection=refuse)
     plan.refuse_bad_input()
     meta = run_metadata(inventory, plan.worker_settings(), args.suite,
                         processes=settings.processes, max_processes=settings.max_processes,

@@ -2,14 +2,20 @@
 pool on any host region, `--region`: dram, the host gather; a device-dax or CXL node, the pool
 path), at the trace's arrival times with G concurrent movers; per request its wait and its
 transfer, and their P50 / P99 (workloads/replay.py does the moving; docs/whatif.md "Replay on the
-box" says what it stands for and how to compare it with the simulation)."""
+box" says what it stands for and how to compare it with the simulation).
+
+What moves the reloads (`--method`) is a registry, REPLAY_METHODS: the host gather (memcpy) is
+declared here; another family declares its own from its command face (rdma's `rdma-read`, an
+MPI job of two ranks: nearlocal/rdma/commands.py), so this command names no family."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
@@ -68,12 +74,73 @@ def pattern_text(args: argparse.Namespace) -> str:
     return ":".join(str(p) for p in parts)
 
 
-HOST_METHOD, RDMA_METHOD = "memcpy", "rdma-read"
-METHODS = {  # --method: what moves the bytes (a hop's mover) and the path's words
-    HOST_METHOD: ("cpu", "memcpy, {region} pool -> each mover's dram buffer"),
-    RDMA_METHOD: ("nic", "rdma-read, {region} pool on rank 1 -> each queue pair's dram buffer "
-                         "on rank 0"),
-}
+HOST_METHOD = "memcpy"
+
+
+class ReplayMovers(Protocol):
+    """The movers one replay opened: `move(frags, first, arrival_s) -> workloads.replay.
+    ReplayTimes` moves the requests; `close()`; `facts(emulated)`: what the method adds to the
+    replay's data once closed (its `timed`, its own facts, a data check)."""
+
+    def move(self, frags, first, arrival): ...
+
+    def close(self) -> None: ...
+
+    def facts(self, emulated: str) -> dict: ...
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a method's movers are opened with: the command line, the launch's context (the MPI
+    world of a method that runs in a job, else None), the pool and the cut requests."""
+
+    args: argparse.Namespace
+    context: Any
+    pool: ReplayPool
+    dst_bytes: int
+    frags: Any
+    first: Any
+    hz: float
+    cpus: list[int]
+
+
+@dataclass(frozen=True)
+class ReplayMethod:
+    """A `--method` of `nearlocal replay`, declared once. `mover`: what moves the bytes (a hop's
+    mover, whatif/paths.py); `words`: the path it stands for ({region} filled); `summary`: for
+    --method's help. `check(args, cpus)`: bad input as one line, and the method's parameters
+    (defaults included, the replay's data keeps them). `launch(args, build)`: runs the command
+    where this method runs, `build(context)` making the data where the movers are (an int:
+    this process's exit code, it built no data). `open(opened)`: the movers. `params_help`,
+    `allow_write_help`: what --param and --allow-write mean for it ("": it takes none)."""
+
+    name: str
+    mover: str
+    words: str
+    summary: str
+    check: Callable[[argparse.Namespace, int], dict]
+    launch: Callable[[argparse.Namespace, Callable[[Any], dict]], dict | int]
+    open: Callable[[Opened], ReplayMovers]
+    params_help: str = ""
+    allow_write_help: str = ""
+
+
+REPLAY_METHODS: dict[str, ReplayMethod] = {}
+
+
+def register_replay_method(method: ReplayMethod) -> ReplayMethod:
+    """Declare a --method of `nearlocal replay`; a name declared twice is a bug of the second."""
+    if method.name in REPLAY_METHODS:
+        raise ValueError(f"replay method {method.name!r} declared twice")
+    REPLAY_METHODS[method.name] = method
+    return method
+
+
+def replay_method(name: str) -> ReplayMethod:
+    """The --method named; bad input when none is declared."""
+    if name not in REPLAY_METHODS:
+        raise UsageError(f"--method {name}: use {' or '.join(REPLAY_METHODS)}")
+    return REPLAY_METHODS[name]
 
 
 def source_of(region: str, method: str = HOST_METHOD) -> tuple[str, str, str]:
@@ -97,7 +164,8 @@ def source_of(region: str, method: str = HOST_METHOD) -> tuple[str, str, str]:
     if reason:
         raise UsageError(f"--region {region} cannot be used here: {reason}")
     pool_class = pool_class_of(spec, inventory.cpuless_nodes)
-    mover, words = METHODS[method]
+    declared = replay_method(method)
+    mover, words = declared.mover, declared.words
     hop = next((h.name for h in HOPS.values() if h.takes(mover, pool_class, "local")), None)
     path = words.format(region=spec.text)
     cpu = inventory.cpu
@@ -168,27 +236,17 @@ def check_args(args: argparse.Namespace, cpus: int) -> None:
                              "utilisation; at 1 or more the queue grows without end)")
     if not (args.start >= 0 and math.isfinite(args.start)):
         raise UsageError(f"--start {args.start:g} must be a number of seconds >= 0")
-    if args.method not in METHODS:
-        raise UsageError(f"--method {args.method}: use {' or '.join(METHODS)}")
-    if args.method == RDMA_METHOD:
-        from nearlocal.rdma import replay as rdma_replay
-
-        rdma_replay.check_movers(args.movers)
-        args.rdma_params = rdma_replay.check_params(args.param or [])
-    elif args.param:
-        raise UsageError(f"--param {args.param[0]}: only --method {RDMA_METHOD} takes parameters")
-    elif args.movers < 1 or args.movers > cpus:
-        raise UsageError(f"--movers {args.movers}: give 1 to {cpus}, the CPUs this process may "
-                         "use (each mover runs on a CPU of its own)")
+    args.method_params = replay_method(args.method).check(args, cpus)
     if args.blocks not in ("contiguous", "scattered"):
         raise UsageError(f"--blocks {args.blocks!r}: use contiguous or scattered")
     if not os.path.isfile(args.trace):
         raise UsageError(f"--trace {args.trace}: no such file")
 
 
-def build(args: argparse.Namespace, job=None) -> dict:
+def build(args: argparse.Namespace, context: Any = None) -> dict:
     """Read, cut, move and summarise: everything `nearlocal replay` reports, as plain data.
-    `job`: the MPI world of --method rdma-read (this is rank 0; rank 1 holds the pool)."""
+    `context`: what the method's launch hands its movers (the MPI world of a method run in a
+    job, where this is the rank that moves)."""
     from nearlocal.whatif.traffic import prefix_hits, read_trace
     from nearlocal.workloads import replay
 
@@ -214,32 +272,55 @@ def build(args: argparse.Namespace, job=None) -> dict:
         tables.append(table)
     dst_bytes = want // args.movers
     frags, first, nbytes = replay.cut_requests(pool, tables, dst_bytes)
-    if args.method == RDMA_METHOD:
-        from nearlocal.rdma import replay as rdma_replay
+    movers = replay_method(args.method).open(Opened(args, context, pool, dst_bytes, frags, first,
+                                                    hz, cpus))
+    try:
+        data = _build_moved(args, movers.move, hz, llc, cpus, text, pool_class, path, emulated,
+                            pool, want, pool_note, trace, window, hit_tokens, frags, first,
+                            nbytes, dst_bytes)
+    finally:
+        movers.close()
+    data.update(movers.facts(emulated))
+    return data
 
-        job.started = True  # rank 1 hears the pool from here on (no abort to send)
-        reads = rdma_replay.ReplayReads(job, args.rdma_params, args.region, pool.region_bytes,
-                                        dst_bytes, args.movers, frags, first, hz,
-                                        args.allow_write)
-        try:
-            data = _build_moved(args, reads.run, hz, llc, cpus, text, pool_class, path,
-                                emulated, pool, want, pool_note, trace, window, hit_tokens,
-                                frags, first, nbytes, dst_bytes)
-        finally:
-            reads.close()
-        peer = reads.peer.get("emulated") or ""
-        notes = [n for n in (emulated, peer and f"rank 1 ({reads.peer.get('host')}): {peer}") if n]
-        data.update(timed=rdma_replay.TIMED, rdma=reads.facts(),
-                    data_check=reads.checked.line(), emulated="; ".join(notes))
-        return data
 
-    def move(frags, first, arrival):
-        return replay.run_replay(frags, first, arrival, pool.region_bytes, dst_bytes,
-                                 cpus[:args.movers], hz,
-                                 args.region)
+class HostMovers:
+    """The host gather: `--movers` pinned CPUs of this process, each memcpy-ing its requests out
+    of the pool into its own dram buffer (workloads/replay.py)."""
 
-    return _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, pool, want,
-                        pool_note, trace, window, hit_tokens, frags, first, nbytes, dst_bytes)
+    def __init__(self, opened: Opened):
+        self.opened = opened
+
+    def move(self, frags, first, arrival):
+        from nearlocal.workloads import replay
+
+        o = self.opened
+        return replay.run_replay(frags, first, arrival, o.pool.region_bytes, o.dst_bytes,
+                                 o.cpus[:o.args.movers], o.hz, o.args.region)
+
+    def close(self) -> None:
+        pass
+
+    def facts(self, emulated: str) -> dict:
+        return {}
+
+
+def _check_host(args: argparse.Namespace, cpus: int) -> dict:
+    if args.param:
+        takes = [m.name for m in REPLAY_METHODS.values() if m.params_help]
+        raise UsageError(f"--param {args.param[0]}: only --method {' or '.join(takes)} takes "
+                         "parameters" if takes else f"--param {args.param[0]}: no --method "
+                         "takes parameters")
+    if args.movers < 1 or args.movers > cpus:
+        raise UsageError(f"--movers {args.movers}: give 1 to {cpus}, the CPUs this process may "
+                         "use (each mover runs on a CPU of its own)")
+    return {}
+
+
+register_replay_method(ReplayMethod(
+    HOST_METHOD, "cpu", "memcpy, {region} pool -> each mover's dram buffer",
+    "the default; the CPU gathers out of --region", _check_host,
+    launch=lambda args, build: build(None), open=HostMovers))
 
 
 def _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, pool, want,
@@ -269,7 +350,7 @@ def _build_moved(args, move, hz, llc, cpus, text, pool_class, path, emulated, po
         "time_scale": scale, "load": args.load, "calibration": calibration,
         "trace_requests": len(trace), "movers": args.movers, "cpus": times.cpus,
         "method": args.method, "region": args.region, "pool_class": pool_class, "path": path,
-        "params": getattr(args, "rdma_params", None) or {},  # the method's, defaults included
+        "params": getattr(args, "method_params", None) or {},  # the method's, defaults included
         "source": times.source,
         "timed": TIMED, "memory_figure": pool_note is None, "pool_note": pool_note,
         "emulated": emulated,
@@ -376,43 +457,14 @@ REPLAY_FORMATS.register(TextReporter("junit", "also write a JUnit XML report her
                                      "check (--method rdma-read) as a case", render_junit))
 
 
-def _rdma_job(args: argparse.Namespace, began: float) -> dict | int:
-    """--method rdma-read: an MPI job's rank 0 builds the replay (the data), rank 1 serves the
-    pool (its exit code), a further rank has nothing to do."""
-    from nearlocal.rack.mpi import RankLost, in_mpi_job, world
-    from nearlocal.rdma import replay as rdma_replay
-
-    if not in_mpi_job():
-        raise UsageError(rdma_replay.WITHOUT_MPI)
-    job = world()
-    try:
-        if job.rank == 1:
-            return rdma_replay.serve(job, lambda region: source_of(region, RDMA_METHOD)[2])
-        if job.rank > 1:
-            return 0
-        job.started = False
-        try:
-            return build(args, job)
-        except BaseException:
-            if not job.started:  # rank 1 waits for the pool: tell it there is none
-                job.send({"abort": True}, 1, rdma_replay.SET_UP_S, "telling rank 1 to stop")
-            raise
-    except RankLost as exc:
-        print(f"nearlocal replay: rank {job.rank}: {exc}", flush=True)
-        return 1
-
-
 def _replay(args: argparse.Namespace) -> int:
     import time
 
     began = time.monotonic()
     check_outputs(REPLAY_FORMATS, args)
-    if args.method == RDMA_METHOD:
-        data = _rdma_job(args, began)
-        if isinstance(data, int):
-            return data
-    else:
-        data = build(args)
+    data = replay_method(args.method).launch(args, lambda context: build(args, context))
+    if isinstance(data, int):  # a rank that moved nothing here: its exit code
+        return data
     data["wall_s"] = time.monotonic() - began
     if args.out:  # the per-request records: the JSON, whole, whatever is shown
         REPLAY_FORMATS["json"].write(data, args.out, "--out")
@@ -460,16 +512,16 @@ def register(subparsers) -> None:
     parser.add_argument("--region", default="dram",
                         help="the host region the pool lies on, read only (default dram: the "
                              "host gather; devdax:/dev/daxX.Y, numa:N, ...: the pool path)")
+    methods = REPLAY_METHODS.values()  # every command module is loaded before parsers are added
     parser.add_argument("--method", default=HOST_METHOD,
-                        help=f"what moves the reloads: {HOST_METHOD} (the default; the CPU "
-                             f"gathers out of --region) or {RDMA_METHOD} (an MPI job of 2 ranks: rank 0 "
-                             "reads the pool in rank 1's --region by --movers queue pairs)")
+                        help="what moves the reloads: " + " or ".join(
+                            f"{m.name} ({m.summary})" for m in methods))
     parser.add_argument("--param", action="append", metavar="KEY=VALUE",
-                        help=f"--method {RDMA_METHOD}'s sge, device, mtu (as `nearlocal run "
-                             f"--method {RDMA_METHOD}` takes them)")
+                        help="; ".join(f"--method {m.name}'s {m.params_help}" for m in methods
+                                       if m.params_help) or "no --method takes parameters")
     parser.add_argument("--allow-write", action="store_true",
-                        help=f"--method {RDMA_METHOD}: rank 1 may register a region of yours "
-                             "(verbs registers it writable; its bytes are only read)")
+                        help="; ".join(f"--method {m.name}: {m.allow_write_help}" for m in methods
+                                       if m.allow_write_help) or "no --method writes")
     parser.add_argument("--pool-bytes", help="the pool's span (default 8x the LLC; more than 4x, "
                         "unless the region holds no more: its figures are then marked)")
     parser.add_argument("--out", help="write the JSON (per-request records) here")

@@ -171,16 +171,6 @@ def memcpy_pass(src, dst, frags):
     return np.uint64(0)
 
 
-# A CPU method's name -> its pass, for a harness that runs one method on several threads (each
-# with its own slice of the fragment table). Passes that need a CPU flag compile on first call.
-PASSES = {
-    "load": load_pass, "nt-load": nt_load_pass, "clflush-load": clflush_load_pass,
-    "clflushopt-load": clflushopt_load_pass, "store": store_pass, "nt-store": nt_store_pass,
-    "nt-copy": nt_copy_pass, "store-clwb": store_clwb_pass, "movdir64b": movdir64b_pass,
-    "memcpy": memcpy_pass,
-}
-
-
 # ---------------------------------------------------------------------------------------------
 # Timed kernels
 

@@ -2,16 +2,16 @@
 timed kernel and the traffic kernel of loaded latency. All run with the GIL released (nogil), so
 Python threads pinned to distinct CPUs run them truly in parallel.
 
-A body does one pass of a method over fragments [lo, hi) of its table, with the method's closing
-fence, and returns an xor of what it read (0 for writers). The timed kernels bracket bodies with
-the same fenced rdtscp as kernels.cpu; what each interval contains is stated on the kernel.
+A body (the pass of a method's declared ThreadForm) does one pass over fragments [lo, hi) of its
+table, with its closing fence, and returns an xor of what it read (0 for writers). The timed
+kernels bracket bodies with the same fenced rdtscp as kernels.cpu; what each interval contains is
+stated on the kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -25,7 +25,7 @@ from nearlocal.kernels.intrinsics import (
     tsc_begin,
     tsc_end,
 )
-from nearlocal.kernels.thread_forms import THREAD_FORMS
+from nearlocal.kernels.thread_forms import ThreadForm
 
 _sched_yield = ctypes.CDLL(None, use_errno=True).sched_yield
 _sched_yield.argtypes = []
@@ -53,35 +53,18 @@ def spin_ticks(ticks):
         pause()
 
 
-@dataclass(frozen=True)
-class Body:
-    """A method's pass for threads, with its form (kernels.thread_forms.ThreadForm)."""
-
-    fn: Callable
-    reads: bool
-    warm: bool
-    timed: str  # what one thread's timed interval contains
+_threaded: dict[ThreadForm, Callable] = {}
+_traffic: dict[ThreadForm, Callable] = {}
 
 
-def thread_body(method: str) -> Body:
-    """The method's pass for threads: its declared form's body, else kernels.cpu's pass of that
-    name. KeyError for a method with no thread form."""
-    form = THREAD_FORMS[method]
-    return Body(form.body or cpu.PASSES[method], form.reads, form.warm, form.timed)
-
-
-_threaded: dict[str, Callable] = {}
-_traffic: dict[str, Callable] = {}
-
-
-def threaded_kernel(method: str) -> Callable:
+def threaded_kernel(form: ThreadForm) -> Callable:
     """kernel(src, dst, frags, gate, n_threads, starts, ends, sink): per repetition r, every
     thread meets the others on the barrier, then times one pass over its own fragments;
     starts[r] / ends[r] are absolute TSC readings, so the caller can take last end - first start.
-    A warm method's untimed load_pass runs before the first barrier; its xor goes to sink[0]."""
-    if method not in _threaded:
-        form = thread_body(method)
-        run_pass, warm = form.fn, cpu.load_pass
+    A warm method's untimed load_pass runs before the first barrier; its xor goes to sink[0].
+    `form`: the method's, as it declared it (the kernel is built once per form)."""
+    if form not in _threaded:
+        run_pass, warm = form.body(), cpu.load_pass
         warm_first = form.warm  # a closure constant: numba prunes the branch
         if form.reads:
             @njit(nogil=True)
@@ -108,17 +91,17 @@ def threaded_kernel(method: str) -> Callable:
                     starts[r] = t0
                     ends[r] = t1
 
-        _threaded[method] = kernel
-    return _threaded[method]
+        _threaded[form] = kernel
+    return _threaded[form]
 
 
-def traffic_kernel(method: str) -> Callable:
+def traffic_kernel(form: ThreadForm) -> Callable:
     """traffic(src, dst, frags, delay_ticks, control, progress, slot): until control[0] != 0,
     one burst (one fragment, cycling through the table) then `delay_ticks` of spinning;
-    progress[slot] counts finished bursts (release store, read by the measuring thread)."""
-    if method not in _traffic:
-        form = thread_body(method)
-        run_pass = form.fn
+    progress[slot] counts finished bursts (release store, read by the measuring thread).
+    `form`: the traffic method's declared form."""
+    if form not in _traffic:
+        run_pass = form.body()
 
         if form.reads:
             @njit(nogil=True)
@@ -145,8 +128,8 @@ def traffic_kernel(method: str) -> Callable:
                     spin_ticks(delay_ticks)
             return acc
 
-        _traffic[method] = traffic
-    return _traffic[method]
+        _traffic[form] = traffic
+    return _traffic[form]
 
 
 @njit(nogil=True)
