@@ -290,7 +290,7 @@ def test_a_dangling_symlink_is_neither_followed_nor_removed(tmp_path, capsys):
 
 def test_created_files_never_replace_or_remove_what_appeared(tmp_path):
     from nearlocal.regions import parse_region, region_kind
-    from nearlocal.regions.host import _held_by_a_run
+    from nearlocal.regions.files import _held_by_a_run
 
     spec = parse_region(f"file:{tmp_path / 'made.bin'}")
     kind = region_kind(spec)
@@ -396,7 +396,8 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     same file without the marker is the user's and needs --allow-write."""
     from nearlocal.core.cases import Case, unavailable
     from nearlocal.probe import probe
-    from nearlocal.regions.host import CREATED_XATTR, left_by_a_dead_run
+    from nearlocal.regions.base import CREATED_XATTR
+    from nearlocal.regions.files import left_by_a_dead_run
 
     path = tmp_path / "left.bin"
     path.write_bytes(b"\0" * 8192)

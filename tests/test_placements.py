@@ -41,9 +41,9 @@ def test_placements_are_drawn_only_where_an_open_maps_fresh_pages(inventory, tmp
     assert placements_held(fresh, 1) == 1
     assert placements_held(named, 4) == 1  # a file maps the same pages however often it is opened
     # too large to hold them all at once: one, as a released placement's pages come back
-    import nearlocal.regions.host as host
+    import nearlocal.regions.memory as memory
 
-    monkeypatch.setattr(host, "memory_available", lambda: 4 * sum(fresh.spans) - 1)
+    monkeypatch.setattr(memory, "memory_available", lambda: 4 * sum(fresh.spans) - 1)
     assert placements_held(fresh, 4) == 1
 
 

@@ -497,7 +497,7 @@ class Runner:
         """The host prober, its memory ring as wide as the run's largest case reaching memory
         (what the plan's rows say) within the bounds hostprobe.memory_ring_bytes sets."""
         from nearlocal.engine.hostprobe import HostProber, ring_sizes
-        from nearlocal.regions.host import memory_available
+        from nearlocal.regions.memory import memory_available
 
         span = max((sum(entry.resolved.spans) for entry in entries
                     if entry.runs and entry.row.get("reaches_memory")), default=0)
