@@ -26,7 +26,7 @@ import pytest
 
 from nearlocal.frontends.cli import main
 from nearlocal.store import load
-from nearlocal.store.runs import list_runs
+from nearlocal.store.catalogue import list_runs
 from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
@@ -335,7 +335,7 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 
     from nearlocal.errors import UsageError
     from nearlocal.store import Store
-    from nearlocal.store import runs as store_module
+    from nearlocal.store import writer as store_module
 
     store = Store.create(tmp_path, {"suite": "t"}, run_id="r")
     store.add_case(row("load", size=64), None, None)

@@ -17,7 +17,7 @@ from nearlocal.engine.runner import default_processes
 from nearlocal.frontends.cli import main
 from nearlocal.gate.verdict import benjamini_hochberg, compare_runs
 from nearlocal.store import load
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 
 METHODS = ("load", "store", "nt-store")
 SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB")

@@ -18,7 +18,7 @@ from nearlocal.engine.worker import WorkerSettings, measure, placements_held
 from nearlocal.frontends.cli import main
 from nearlocal.kernels.timer import measure_clock
 from nearlocal.probe import probe
-from nearlocal.store.runs import load
+from nearlocal.store.reader import load
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_the_report_marks_a_case_whose_placements_disagree(tmp_path):
 
 
 def test_runs_stored_before_placements_load_with_one_a_process(tmp_path):
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     store = Store.create(tmp_path, {"suite": "old"})
     ns = np.arange(6, dtype=np.float64) + 100

@@ -261,7 +261,7 @@ def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path,
                                                                        monkeypatch):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
-    from nearlocal.store.runs import list_runs
+    from nearlocal.store.catalogue import list_runs
 
     _no_mpi(monkeypatch)
     monkeypatch.setattr("nearlocal.probe.probe_rdma", lambda root: probe_rdma(

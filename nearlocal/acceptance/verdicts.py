@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nearlocal.store.runs import RunData, update_run_meta
+from nearlocal.store.meta import update_run_meta
+from nearlocal.store.reader import RunData
 
 FIELD = "acceptance"  # run.json's key (store/schema.py checks its shape)
 

@@ -58,7 +58,7 @@ def _accept(args) -> int:
     from nearlocal.acceptance.spec import parse_spec
     from nearlocal.engine.plan import check_placements, check_processes
     from nearlocal.reporters import emit, json_path, json_wanted, side_console
-    from nearlocal.store.runs import load
+    from nearlocal.store.reader import load
     from nearlocal.units import parse_budget
 
     spec = parse_spec(args.spec, args.region, args.peer)

@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     measured = measure_run(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     path, interrupted, meta = measured.path, measured.interrupted, measured.meta
     if measured.rows is not None:  # the rows just stored, as the store's table holds them
-        from nearlocal.store.runs import cases_frame
+        from nearlocal.store.reader import cases_frame
 
         cases = cases_frame(measured.rows)
     else:  # interrupted: the stored run has every row it kept
@@ -172,13 +172,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace) -> int:
     from nearlocal.frontends.console import RUNS_FORMATS
-    from nearlocal.store.runs import (
-        list_runs,
-        remove_unstarted,
-        require_store,
-        survey_run,
-        unstarted,
-    )
+    from nearlocal.store.catalogue import list_runs, remove_unstarted, require_store, unstarted
+    from nearlocal.store.reader import survey_run
     from nearlocal.store.schema import run_kind
 
     said = side_console(args)

@@ -32,7 +32,7 @@ from nearlocal.errors import UsageError
 from nearlocal.rack.mpi import RankLost, World, world
 
 if TYPE_CHECKING:
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
 START_TIMEOUT_S = 300.0  # ranks start, import and probe at their own pace
 TOKEN_WORDS = 2
@@ -357,7 +357,7 @@ def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
     from nearlocal.frontends import console
     from nearlocal.rack.framework import is_rack
     from nearlocal.store import load
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     meta = run_metadata(plan.inventory, plan.settings, args.suite, processes=plan.processes)
     coherent = _one_kernel(hosts)

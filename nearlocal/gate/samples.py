@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from nearlocal.lazy import lazy_import
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 from nearlocal.store.schema import ops_per_sample
 
 np = lazy_import("numpy")

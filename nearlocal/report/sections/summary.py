@@ -159,7 +159,8 @@ def acceptance_of(run: RunData) -> list[AcceptanceLine]:
     it; so is a later run whose run.json is too damaged to tell its kind."""
     from nearlocal.acceptance.verdicts import AcceptanceRecord, stored_acceptance
     from nearlocal.errors import UsageError, error_line
-    from nearlocal.store.runs import list_runs, load, survey_run
+    from nearlocal.store.catalogue import list_runs
+    from nearlocal.store.reader import load, survey_run
 
     own = stored_acceptance(run.meta, run.run_id)
     if own:
