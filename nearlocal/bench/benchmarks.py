@@ -273,7 +273,7 @@ def store_session(host: BenchHost, root: Path, suite: str) -> Path:
     each sample tagged with the process and placement that took it."""
     import time
 
-    from nearlocal.engine.runner import run_metadata
+    from nearlocal.engine.metadata import run_metadata
     from nearlocal.store.writer import Store
 
     # what run.json says of any run (versions, settings, the clock), as `run` writes it

@@ -60,7 +60,7 @@ def _patterns_help() -> str:
 
 
 def _processes_help() -> str:
-    from nearlocal.engine.runner import default_processes_text
+    from nearlocal.engine.processes import default_processes_text
 
     return ("worker processes per case, in passes over all cases, sharing the budget (default: "
             f"a first look gets {default_processes_text(False)}; with --for-gate "
@@ -102,8 +102,8 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nearlocal.engine.metadata import run_metadata
     from nearlocal.engine.plan import plan_cases, settle_llc
-    from nearlocal.engine.runner import run_metadata
     from nearlocal.engine.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.frontends.measure import measure_run

@@ -353,7 +353,8 @@ class _RankStore:
 
 def _lead(job: World, args, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
-    from nearlocal.engine.runner import Runner, run_metadata
+    from nearlocal.engine.metadata import run_metadata
+    from nearlocal.engine.runner import Runner
     from nearlocal.frontends import console
     from nearlocal.rack.framework import is_rack
     from nearlocal.store import load
