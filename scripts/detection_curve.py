@@ -218,7 +218,7 @@ def load_module(path: Path) -> types.ModuleType:
 def _buffer(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
     """Pages as the cases' plain dram region and the probes' rings have them (4 KiB whatever
     THP's mode), so the slowdown measured alone is the one the pairs see."""
-    from nearlocal.regions.host import advise_pages, populate
+    from nearlocal.regions.memory import advise_pages, populate
 
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advise_pages(buf, "4K")

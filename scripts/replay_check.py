@@ -174,7 +174,7 @@ def measure_rows(args: argparse.Namespace, pattern: str, out: Path) -> str:
                        *processes, "--out", str(out), "--quiet"])
     if done.returncode:
         raise SystemExit(f"replay_check: nearlocal run failed: {done.stderr.strip()[-400:]}")
-    from nearlocal.store.runs import resolve_run
+    from nearlocal.store.catalogue import resolve_run
 
     return str(resolve_run(None, out))
 

@@ -62,8 +62,8 @@ def run(out: Path) -> int:
     from numba.core.registry import cpu_target
 
     from nearlocal.core.methods import get_method
+    from nearlocal.engine.metadata import run_metadata
     from nearlocal.engine.plan import RunSettings, plan_cases
-    from nearlocal.engine.runner import run_metadata
     from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nearlocal.store.runs import Store
+from nearlocal.store.writer import Store
 from nearlocal.units import format_size
 
 INVENTORY = {

@@ -353,7 +353,7 @@ def test_damaged_kept_verdicts_are_one_line(tmp_path, run, capsys):
 
 def test_a_run_still_being_written_is_not_amended(tmp_path):
     from nearlocal.errors import UsageError
-    from nearlocal.store.runs import update_run_meta
+    from nearlocal.store.meta import update_run_meta
 
     store = Store.create(tmp_path, {"suite": "test", "host_id": "h"})
     with pytest.raises(UsageError, match="is not finished"):
@@ -369,7 +369,7 @@ def test_two_amendments_at_once_both_keep_their_verdicts(tmp_path, run):
     import sys
 
     code = ("import sys, time\n"
-            "from nearlocal.store.runs import update_run_meta\n"
+            "from nearlocal.store.meta import update_run_meta\n"
             "def add(old):\n"
             "    time.sleep(0.5)  # between the read and the write: the other one reads now\n"
             "    return [*(old or []), {'spec': sys.argv[2], 'title': sys.argv[2], 'verdicts': []}]\n"

@@ -26,7 +26,7 @@ import pytest
 
 from nearlocal.frontends.cli import main
 from nearlocal.store import load
-from nearlocal.store.runs import list_runs
+from nearlocal.store.catalogue import list_runs
 from tests.report_fixtures import INVENTORY, make_run, row
 
 GOOD = "good"
@@ -290,7 +290,7 @@ def test_a_dangling_symlink_is_neither_followed_nor_removed(tmp_path, capsys):
 
 def test_created_files_never_replace_or_remove_what_appeared(tmp_path):
     from nearlocal.regions import parse_region, region_kind
-    from nearlocal.regions.host import _held_by_a_run
+    from nearlocal.regions.files import _held_by_a_run
 
     spec = parse_region(f"file:{tmp_path / 'made.bin'}")
     kind = region_kind(spec)
@@ -335,7 +335,7 @@ def test_a_full_disk_is_one_line_saying_what_was_kept(tmp_path, monkeypatch):
 
     from nearlocal.errors import UsageError
     from nearlocal.store import Store
-    from nearlocal.store import runs as store_module
+    from nearlocal.store import writer as store_module
 
     store = Store.create(tmp_path, {"suite": "t"}, run_id="r")
     store.add_case(row("load", size=64), None, None)
@@ -396,7 +396,8 @@ def test_a_killed_runs_leftover_is_not_taken_for_a_users_file(tmp_path):
     same file without the marker is the user's and needs --allow-write."""
     from nearlocal.core.cases import Case, unavailable
     from nearlocal.probe import probe
-    from nearlocal.regions.host import CREATED_XATTR, left_by_a_dead_run
+    from nearlocal.regions.base import CREATED_XATTR
+    from nearlocal.regions.files import left_by_a_dead_run
 
     path = tmp_path / "left.bin"
     path.write_bytes(b"\0" * 8192)

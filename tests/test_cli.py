@@ -78,13 +78,13 @@ def test_run_lands_in_the_store_with_json(tmp_path, monkeypatch):
     """The rows `run` prints and writes with --json are the runner's own, which are the rows
     stored: the run is not read back from the store to show them."""
     import nearlocal.store
-    import nearlocal.store.runs
+    import nearlocal.store.reader
     from nearlocal.frontends.selection import json_records
     from nearlocal.store.schema import JSON_COLUMNS
 
     out, json_path = tmp_path / "store", tmp_path / "rows.json"
     loads = []
-    for module in (nearlocal.store, nearlocal.store.runs):
+    for module in (nearlocal.store, nearlocal.store.reader):
         monkeypatch.setattr(module, "load", lambda *a, **k: loads.append(a) or load(*a, **k))
     code = main(["run", "--method", "load", "--method", "movdir64b", "--attr", "wb",
                  "--attr", "uc", "--size", "64,16KiB", "--out", str(out), "--json",

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from nearlocal.engine.runner import default_processes
+from nearlocal.engine.processes import default_processes
 from nearlocal.frontends.cli import main
 from nearlocal.gate.verdict import benjamini_hochberg, compare_runs
 from nearlocal.store import load
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 
 METHODS = ("load", "store", "nt-store")
 SIZES = ("4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "64MiB")
@@ -301,7 +301,7 @@ def test_an_interrupted_run_stores_the_processes_measured_so_far(tmp_path, flaky
 
 def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
     from nearlocal.core.sampling import StoppingRule
-    from nearlocal.engine.runner import _pooled
+    from nearlocal.engine.pooling import _pooled
 
     rng = np.random.default_rng(3)
     rule = StoppingRule(budget_s=0.5, target_rel_ci=0.01, min_samples=30)
@@ -317,8 +317,8 @@ def test_a_pooled_row_is_converged_when_its_pooled_samples_meet_the_rule():
 
 def _stacked(results: list[tuple]) -> tuple:
     """Per-process (row, raw, ns, placement) results as _pooled takes them: the rows, all ns,
-    and each sample's placement numbered across processes (engine.runner.global_placements)."""
-    from nearlocal.engine.runner import global_placements
+    and each sample's placement numbered across processes (engine.pooling.global_placements)."""
+    from nearlocal.engine.pooling import global_placements
 
     return ([r for r, _, _, _ in results], np.concatenate([n for _, _, n, _ in results]),
             global_placements([p for _, _, _, p in results]))
@@ -361,7 +361,7 @@ def test_a_case_whose_processes_disagree_gets_more_of_them(tmp_path, flaky_metho
 def test_how_many_processes_a_case_needs():
     from nearlocal.core.sampling import SETTLED_SPREAD
     from nearlocal.core.sampling import log_spread as process_spread
-    from nearlocal.engine.runner import processes_to_settle
+    from nearlocal.engine.processes import processes_to_settle
 
     def processes(levels):
         return [np.full(50, level) for level in levels]

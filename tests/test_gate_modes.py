@@ -13,7 +13,7 @@ from nearlocal.errors import UsageError
 from nearlocal.gate.modes import MODES, get_mode, modes_help
 from nearlocal.gate.render import render_junit, render_markdown, render_table
 from nearlocal.gate.verdict import compare_runs
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 from tests.test_compare_processes import CASES, synthetic_run, turn_taking_runs
 from tests.test_host_probe import _probed, _reaching
 

@@ -399,7 +399,7 @@ def test_the_clock_measured_here_has_a_step_and_an_overhead():
 def test_rows_say_which_drain_and_what_the_interval_contains(tmp_path):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
-    from nearlocal.store.runs import list_runs
+    from nearlocal.store.catalogue import list_runs
 
     out = tmp_path / "store"
     code = main(["run", "--method", "nt-copy", "--method", "nt-store", "--size", "16KiB",

@@ -156,10 +156,10 @@ def test_a_module_named_in_a_string_is_an_import_of_it():
               'def load():\n'
               '    """Named here, in a docstring only: nearlocal.report.tables"""\n'
               '    importlib.import_module("nearlocal.engine.plan")\n'
-              '    return lazy_import("nearlocal.store.runs")\n')
+              '    return lazy_import("nearlocal.store.reader")\n')
     assert imported_by(source, "nearlocal.core.example") == {
         "nearlocal.lazy", "nearlocal.lazy.lazy_import", "nearlocal.cpu.methods",
-        "nearlocal.engine.plan", "nearlocal.store.runs"}
+        "nearlocal.engine.plan", "nearlocal.store.reader"}
 
 
 # The entry-point groups of nearlocal/plugins.py: (the layer of the registry that loads the group,

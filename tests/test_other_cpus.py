@@ -115,7 +115,7 @@ GOOD = {"load": ("ok", ""), "nt-load": ("ok", ""),
 
 def _cpu_out(tmp_path: Path, rows: dict, rc: int = 0, err: str = "", **flags: bool) -> Path:
     """What the cpu guest writes (scripts/vm_cpu.py run), its rows in a real store."""
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     out = tmp_path / "cpu"
     out.mkdir()

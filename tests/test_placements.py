@@ -18,7 +18,7 @@ from nearlocal.engine.worker import WorkerSettings, measure, placements_held
 from nearlocal.frontends.cli import main
 from nearlocal.kernels.timer import measure_clock
 from nearlocal.probe import probe
-from nearlocal.store.runs import load
+from nearlocal.store.reader import load
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +41,9 @@ def test_placements_are_drawn_only_where_an_open_maps_fresh_pages(inventory, tmp
     assert placements_held(fresh, 1) == 1
     assert placements_held(named, 4) == 1  # a file maps the same pages however often it is opened
     # too large to hold them all at once: one, as a released placement's pages come back
-    import nearlocal.regions.host as host
+    import nearlocal.regions.memory as memory
 
-    monkeypatch.setattr(host, "memory_available", lambda: 4 * sum(fresh.spans) - 1)
+    monkeypatch.setattr(memory, "memory_available", lambda: 4 * sum(fresh.spans) - 1)
     assert placements_held(fresh, 4) == 1
 
 
@@ -76,7 +76,7 @@ def test_the_report_marks_a_case_whose_placements_disagree(tmp_path):
 
 
 def test_runs_stored_before_placements_load_with_one_a_process(tmp_path):
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     store = Store.create(tmp_path, {"suite": "old"})
     ns = np.arange(6, dtype=np.float64) + 100

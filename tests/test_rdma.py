@@ -214,7 +214,7 @@ def test_each_rdma_method_is_skipped_with_probe_reason(tmp_path, monkeypatch):
 # --- bad input ---------------------------------------------------------------------------------
 
 def test_a_device_that_does_not_exist(tmp_path, monkeypatch):
-    from nearlocal.rdma.methods import _check_case
+    from nearlocal.rdma.device import _check_case
 
     _device(tmp_path)
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
@@ -225,7 +225,7 @@ def test_a_device_that_does_not_exist(tmp_path, monkeypatch):
 
 
 def test_a_pattern_beyond_the_device_limits():
-    from nearlocal.rdma.methods import requests_for
+    from nearlocal.rdma.device import requests_for
 
     with pytest.raises(UsageError, match=r"1024 work requests .* holds 512 \(max_qp_wr\)"):
         requests_for("rdma-write", parse_pattern("1024x160B"), "one", {"max_qp_wr": 512})
@@ -261,7 +261,7 @@ def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path,
                                                                        monkeypatch):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
-    from nearlocal.store.runs import list_runs
+    from nearlocal.store.catalogue import list_runs
 
     _no_mpi(monkeypatch)
     monkeypatch.setattr("nearlocal.probe.probe_rdma", lambda root: probe_rdma(
@@ -274,7 +274,7 @@ def test_without_a_device_every_rdma_case_is_skipped_with_probe_reason(tmp_path,
 
 
 def test_rpc_takes_one_message_size():
-    from nearlocal.rdma.methods import _check_rpc_pattern
+    from nearlocal.rdma.device import _check_rpc_pattern
 
     with pytest.raises(UsageError, match="rdma-rpc takes one message size"):
         _check_rpc_pattern(parse_pattern("1024x160B"))
@@ -286,7 +286,7 @@ def test_rpc_takes_one_message_size():
 def test_one_sided_rows_state_max_sge_requests_and_the_sync_share():
     from types import SimpleNamespace
 
-    from nearlocal.rdma.methods import _one_sided_rows
+    from nearlocal.rdma.one_sided import _one_sided_rows
 
     ctx = SimpleNamespace(case=SimpleNamespace(method="rdma-write"), params={"sge": "batched"},
                           overhead_ticks=10.0)
@@ -389,7 +389,7 @@ def test_case_ids_drop_default_transport_and_mtu():
     ("rdma-rpc", {"mtu": "8192"}, "mtu=8192 must be one of"),
 ])
 def test_bad_transport_or_mtu_is_bad_input(tmp_path, monkeypatch, method, params, match):
-    from nearlocal.rdma.methods import _check_case
+    from nearlocal.rdma.device import _check_case
 
     _device(tmp_path)
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(tmp_path))
@@ -413,7 +413,7 @@ def _rdma_info(active_mtu: int):
 def test_mtu_above_the_ports_active_mtu_says_device_port_and_active_mtu():
     from types import SimpleNamespace
 
-    from nearlocal.rdma.methods import mtu_needs
+    from nearlocal.rdma.device import mtu_needs
 
     low = SimpleNamespace(rdma=_rdma_info(1024))
     assert mtu_needs({"mtu": "4096", "device": ""}, low) == (
@@ -426,7 +426,7 @@ def test_mtu_above_the_ports_active_mtu_says_device_port_and_active_mtu():
 
 
 def test_the_connection_refuses_a_path_mtu_above_either_end():
-    from nearlocal.rdma.methods import _check_ends
+    from nearlocal.rdma.link import _check_ends
 
     _check_ends(1024, {0: 4096, 1: 1024})
     _check_ends(4096, {0: 4096, 1: 0})  # unknown on rank 1: its RTR decides
@@ -443,11 +443,11 @@ def rdma_box(monkeypatch):
     from nearlocal.probe import probe
 
     base = probe(calibrate=False, gpu=False)
-    monkeypatch.setattr("nearlocal.rdma.methods.in_mpi_job", lambda: True)
+    monkeypatch.setattr("nearlocal.rdma.device.in_mpi_job", lambda: True)
 
     def box(active_mtu: int):
         info = _rdma_info(active_mtu)
-        monkeypatch.setattr("nearlocal.rdma.methods._devices", lambda: info)
+        monkeypatch.setattr("nearlocal.rdma.device._devices", lambda: info)
         return dataclasses.replace(base, rdma=info)
 
     return box
@@ -627,7 +627,7 @@ def test_send_rpc_server_reposts_its_receive_before_the_reply():
 def test_rpc_rows_say_the_transport_and_what_was_timed():
     from types import SimpleNamespace
 
-    from nearlocal.rdma.methods import _rpc_rows
+    from nearlocal.rdma.rpc import _rpc_rows
 
     ctx = SimpleNamespace(overhead_ticks=10.0)
     got = {"raw": np.ones(3), "ns": np.full(3, 8000.0), "echoed": True, "message_bytes": 64,
@@ -665,7 +665,7 @@ def test_the_mpi_jobs_plan_refuses_a_named_mtu_and_keeps_the_suites_as_skipped_r
 def test_movers_is_a_parameter_of_the_one_sided_methods_checked_as_bad_input(rdma_box):
     from nearlocal.core.cases import Case
     from nearlocal.core.methods import get_method
-    from nearlocal.rdma.methods import _check_case
+    from nearlocal.rdma.device import _check_case
 
     rdma_box(1024)
     assert get_method("rdma-read").params["movers"] == "1"
@@ -681,7 +681,7 @@ def test_movers_is_a_parameter_of_the_one_sided_methods_checked_as_bad_input(rdm
 
 
 def test_k_movers_need_k_slots_within_max_mr_size():
-    from nearlocal.rdma.methods import requests_for
+    from nearlocal.rdma.device import requests_for
 
     limits = {**CX7, "max_mr_size": 3 * 16384}
     requests_for("rdma-read", parse_pattern("16KiB"), "batched", limits, movers=3)
@@ -692,7 +692,7 @@ def test_k_movers_need_k_slots_within_max_mr_size():
 def test_each_rank_maps_one_slot_per_mover():
     from types import SimpleNamespace
 
-    from nearlocal.rdma.methods import _pool_bytes, _region_bytes
+    from nearlocal.rdma.device import _pool_bytes, _region_bytes
 
     pattern = parse_pattern("128x20KiB")
     one = _region_bytes(pattern)
@@ -769,7 +769,7 @@ def _rack_ctx():
 
 
 def test_k_queue_pairs_post_back_to_back_and_each_completion_ends_its_mover():
-    from nearlocal.rdma.methods import _MoverTransfers
+    from nearlocal.rdma.one_sided import _MoverTransfers
     from nearlocal.rdma.requests import MOVER_ID_SHIFT
 
     provider = SharedCq()
@@ -795,7 +795,7 @@ def test_k_queue_pairs_post_back_to_back_and_each_completion_ends_its_mover():
 
 
 def test_a_bad_completion_or_an_unknown_mover_fails_the_movers_sample():
-    from nearlocal.rdma.methods import _MoverTransfers
+    from nearlocal.rdma.one_sided import _MoverTransfers
 
     frags = parse_pattern("16KiB").frags
     plan = plan_requests(frags, 32)
@@ -820,7 +820,7 @@ def test_chain_ids_name_their_mover():
 def test_a_movers_row_carries_k_each_movers_figures_and_no_pipelined_split():
     from types import SimpleNamespace
 
-    from nearlocal.rdma.methods import _one_sided_rows
+    from nearlocal.rdma.one_sided import _one_sided_rows
 
     ctx = SimpleNamespace(case=SimpleNamespace(method="rdma-read"),
                           params={"sge": "batched", "movers": "2"}, overhead_ticks=10.0)

@@ -173,7 +173,7 @@ def test_every_default_a_help_text_states_is_the_parsers():
 def test_every_default_the_pages_state_is_the_parsers():
     """README and docs: "`--FLAG` ... (default X)" names a default some command applies to that
     flag, and the worker-process rule they quote is the engine's."""
-    from nearlocal.engine import runner
+    from nearlocal.engine import processes
 
     defaults: dict[str, set] = {}
     for _, action, _ in parser_options():
@@ -188,8 +188,8 @@ def test_every_default_the_pages_state_is_the_parsers():
     rule = re.findall(r"one per (\d+(?:\.\d+)?) s of `--budget`", text)
     first_look = re.findall(r"first look[^.]*?in up to (\d+)", text)
     assert rule and first_look
-    assert {float(x) for x in rule} == {runner.MIN_PROCESS_BUDGET_S}
-    assert {int(x) for x in first_look} == {runner.FIRST_LOOK_PROCESSES}
+    assert {float(x) for x in rule} == {processes.MIN_PROCESS_BUDGET_S}
+    assert {int(x) for x in first_look} == {processes.FIRST_LOOK_PROCESSES}
 
 
 def test_the_running_page_names_every_suite():

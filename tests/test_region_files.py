@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nearlocal.errors import UsageError
-from nearlocal.regions import host, parse_region, region_kind
+from nearlocal.regions import host, mapping_cache, parse_region, region_kind
+from nearlocal.regions.memory import MAP_HUGETLB, MEMORY_HEADROOM
 
 
 def _mounted(where: Path, fstype: str, *options: str):
@@ -201,25 +202,25 @@ def test_a_closed_dram_mapping_serves_the_next_region_of_its_size_refilled():
 
 
 def test_a_region_beyond_the_idle_limit_is_unmapped_on_close(monkeypatch):
-    monkeypatch.setattr(host._IdleMappings, "LIMIT", 1 << 20)
-    monkeypatch.setattr(host, "_IDLE", host._IdleMappings())
+    monkeypatch.setattr(mapping_cache.IdleMappings, "LIMIT", 1 << 20)
+    monkeypatch.setattr(mapping_cache, "IDLE", mapping_cache.IdleMappings())
     big = _open_dram(2 << 20)
     big.close()
-    assert host._IDLE.held == 0 and not host._IDLE.free
+    assert mapping_cache.IDLE.held == 0 and not mapping_cache.IDLE.free
     small = _open_dram(1 << 20)
     small.close()
-    assert host._IDLE.held == 1 << 20
+    assert mapping_cache.IDLE.held == 1 << 20
 
 
 def test_idle_mappings_are_unmapped_when_a_new_region_would_not_fit_beside_them(monkeypatch):
-    monkeypatch.setattr(host, "_IDLE", host._IdleMappings())
+    monkeypatch.setattr(mapping_cache, "IDLE", mapping_cache.IdleMappings())
     _open_dram(1 << 20).close()
-    assert host._IDLE.held == 1 << 20
+    assert mapping_cache.IDLE.held == 1 << 20
     # the capacity check counted the idle mapping as free: opening another length gives it back
-    monkeypatch.setattr(host, "memory_available", lambda: 2 << 20)
+    monkeypatch.setattr(mapping_cache, "memory_available", lambda: 2 << 20)
     other = _open_dram(2 << 20)
     try:
-        assert host._IDLE.held == 0 and not host._IDLE.free
+        assert mapping_cache.IDLE.held == 0 and not mapping_cache.IDLE.free
     finally:
         other.close()
 
@@ -236,18 +237,19 @@ def test_idle_hugetlb_mappings_count_as_free_2m_pages_and_are_given_back_for_a_n
         def close(self):
             self.closed = True
 
-    idle = host._IdleMappings()
+    idle = mapping_cache.IdleMappings()
     huge, plain = Held(), Held()
-    idle.free = {(256 << 20, host.MAP_HUGETLB | 2): [huge], (1 << 20, 2): [plain]}
-    monkeypatch.setattr(host, "_IDLE", idle)
-    monkeypatch.setattr(host, "_free_hugetlb_bytes", lambda: 64 << 20)
-    monkeypatch.setattr(host, "memory_available", lambda: 8 << 30)
+    idle.free = {(256 << 20, MAP_HUGETLB | 2): [huge], (1 << 20, 2): [plain]}
+    monkeypatch.setattr(mapping_cache, "IDLE", idle)
+    for module in (host, mapping_cache):  # the dram kind's capacity and the cache's make_room
+        monkeypatch.setattr(module, "free_hugetlb_bytes", lambda: 64 << 20)
+        monkeypatch.setattr(module, "memory_available", lambda: 8 << 30)
     assert host._dram_capacity(RegionSpec("dram:2M", "dram", "2M"))[0] == 320 << 20
     assert host._dram_capacity(RegionSpec("dram", "dram", ""))[0] == int(((8 << 30) + (1 << 20))
-                                                                    * host.MEMORY_HEADROOM)
-    idle.make_room(128 << 20, host.MAP_HUGETLB)  # 64 MiB free: the idle 2 MiB pages go back
+                                                                    * MEMORY_HEADROOM)
+    idle.make_room(128 << 20, MAP_HUGETLB)  # 64 MiB free: the idle 2 MiB pages go back
     assert huge.closed and not plain.closed and idle.held == 1 << 20  # no 2 MiB page in those
-    idle.make_room(64 << 20, host.MAP_HUGETLB)  # nothing of that kind left to give back
+    idle.make_room(64 << 20, MAP_HUGETLB)  # nothing of that kind left to give back
     assert not plain.closed
 
 

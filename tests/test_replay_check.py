@@ -126,7 +126,7 @@ def test_the_check_feeds_the_simulation_the_replays_own_requests(tmp_path, monke
     the region named, the replay out of it, the same requests on both sides."""
     from nearlocal.frontends import cli
     from nearlocal.frontends import replay as front
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     hz, _, cpus = front.replay_box()
     monkeypatch.setattr(front, "replay_box", lambda: (hz, 1 << 20, cpus))  # an 8 MiB pool

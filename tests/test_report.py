@@ -279,7 +279,7 @@ def test_several_runs_become_side_by_side_columns(tmp_path):
 
 
 def test_an_empty_run_still_renders_every_section(tmp_path):
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     report = build_report([load(Store.create(tmp_path, {"suite": "quick"}).finish())])
     assert [s.key for s in report.sections] == [k for k in SECTION_KEYS if k != "near-cases"]

@@ -9,7 +9,7 @@ import pytest
 
 from nearlocal.report.papers import figure, statement
 from nearlocal.report.tables import build_report
-from nearlocal.store.runs import load
+from nearlocal.store.reader import load
 from tests.report_fixtures import make_run, row
 
 POOL = "devdax:/dev/dax0.0"

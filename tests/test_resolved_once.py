@@ -65,7 +65,7 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     from nearlocal.engine import runner
     from nearlocal.engine.plan import RunSettings, plan_cases
     from nearlocal.probe import probe
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     inventory = probe(calibrate=False, gpu=False)
     methods = count_calls(monkeypatch, "nearlocal.core.methods", "get_method")

@@ -62,7 +62,7 @@ def test_each_impossible_figure_is_named():
 def test_the_report_leads_with_a_suspect_run(tmp_path):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     out = tmp_path / "store"
     assert main(["run", "--method", "load", "--size", "4KiB", "--budget", "0.02",

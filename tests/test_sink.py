@@ -12,7 +12,7 @@ import pytest
 from nearlocal.bench.benchmarks import _Collected
 from nearlocal.engine.mpi_job import RankStore as _RankStore
 from nearlocal.engine.sink import RunSink
-from nearlocal.store.runs import Store
+from nearlocal.store.writer import Store
 
 SINKS = {"store": Store, "rank store": _RankStore, "bench collector": _Collected}
 MEMBERS = [name for name, value in vars(RunSink).items()

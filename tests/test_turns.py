@@ -17,7 +17,7 @@ import pytest
 from nearlocal.engine.stability import turns as turns_module
 from nearlocal.engine.stability.turns import Turns, parse_turn, slot_arm
 from nearlocal.errors import UsageError
-from nearlocal.store.runs import list_runs
+from nearlocal.store.catalogue import list_runs
 
 
 def test_slots_go_round_by_round_every_other_round_reversed():

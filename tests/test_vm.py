@@ -78,7 +78,7 @@ def _guest_out(tmp_path: Path, memtype_wc: str = "write-combining",
     for name in ("probe", "run", "faults"):
         (out / f"{name}.rc").write_text("0\n")
     (out / "cxl-dax.txt").write_text("dax1.0\n")
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     store = Store.create(out / "results", {"host_id": "guest"})
     rows = [("numa:1", "wb", "ok", "write-back (anonymous RAM)"), ("numa:1", "uc", "skipped", ""),
@@ -129,7 +129,7 @@ TCG_NOTE = ("measured on an emulated box (QEMU TCG CPU version 2.5+): QEMU's TCG
 def _replay_out(out: Path, pool: str, replay: dict, same: dict) -> None:
     """What scripts/replay_check.py --region POOL --out replay-check --json leaves: its rows, one
     replay's records, the comparison (a verdict that under TCG is not checked)."""
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     (out / "replay-pool.txt").write_text(pool + "\n")
     (out / "replay-check.rc").write_text("1\n")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from nearlocal.engine import runner as runner_module
-from nearlocal.engine.runner import WORKER_START_ENV, own_startup_s, worker_start_deadline
+from nearlocal.engine.worker_start import WORKER_START_ENV, own_startup_s, worker_start_deadline
 from nearlocal.errors import UsageError
 
 
@@ -82,7 +82,7 @@ class _SilentProcess:
 def test_a_late_worker_is_killed_and_the_error_names_the_deadline_and_its_stage(tmp_path, monkeypatch):
     import multiprocessing
 
-    from nearlocal.engine.runner import WorkerStartError
+    from nearlocal.engine.worker_start import WorkerStartError
 
     monkeypatch.setenv(WORKER_START_ENV, "0.5")
     runner = runner_module.Runner.__new__(runner_module.Runner)

@@ -10,7 +10,7 @@ from nearlocal.acceptance.spec import Requirement, Spec
 from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord, now
 from nearlocal.core.cases import Case
 from nearlocal.errors import UsageError
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 
 
 @dataclass

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nearlocal.store.runs import RunData, update_run_meta
+from nearlocal.store.meta import update_run_meta
+from nearlocal.store.reader import RunData
 
 FIELD = "acceptance"  # run.json's key (store/schema.py checks its shape)
 
@@ -165,7 +166,8 @@ def host_acceptance(meta: dict, run_id: str, path: Path | None) -> list[HostVerd
     cannot be read (damaged, incomplete) or kept none is said, with why, before the older verdict
     shown in its place, never an older PASS standing silently for it; so is a later run whose
     run.json is too damaged to tell its kind."""
-    from nearlocal.store.runs import list_runs, survey_run
+    from nearlocal.store.catalogue import list_runs
+    from nearlocal.store.reader import survey_run
 
     own = stored_acceptance(meta, run_id)
     if own:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from nearlocal.gate.verdict import Comparison
     from nearlocal.probe import HostInventory
-    from nearlocal.store.runs import RunData
+    from nearlocal.store.reader import RunData
 
 
 
@@ -273,8 +273,8 @@ def store_session(host: BenchHost, root: Path, suite: str) -> Path:
     each sample tagged with the process and placement that took it."""
     import time
 
-    from nearlocal.engine.runner import run_metadata
-    from nearlocal.store.runs import Store
+    from nearlocal.engine.metadata import run_metadata
+    from nearlocal.store.writer import Store
 
     # what run.json says of any run (versions, settings, the clock), as `run` writes it
     rule = StoppingRule(target_rel_ci=host.target_rel_ci)
@@ -298,7 +298,7 @@ def judge_session(host: BenchHost, base: RunData, root: Path, suite: str, save: 
 
     from nearlocal.gate.identity import host_differences
     from nearlocal.gate.verdict import compare_runs
-    from nearlocal.store.runs import RunData, load
+    from nearlocal.store.reader import RunData, load
 
     with tempfile.TemporaryDirectory(prefix="nearlocal-bench-") as scratch:
         path = store_session(host, root if save else Path(scratch), suite)

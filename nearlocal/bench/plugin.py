@@ -108,7 +108,7 @@ def _check_options(config: pytest.Config) -> None:
         raise UsageError(f"--nearlocal-ci: a percentage between 0 and 100, got {ci:g}")
     if config.getoption("nearlocal_baseline"):  # before anything is measured
         from nearlocal.gate.commands import parse_percent
-        from nearlocal.store.runs import load
+        from nearlocal.store.reader import load
 
         try:
             config.stash[_BASE] = load(config.getoption("nearlocal_baseline"),

@@ -1,7 +1,7 @@
 """k concurrent movers (`movers=k`), what every family's form of it shares: the parameter and its
 check, and the tally of a row's samples when k transfers run at once (issue 57, item 1).
 
-A family gives a method `movers=k` its own way (cpu/movers.py: k pinned threads; rdma/methods.py:
+A family gives a method `movers=k` its own way (cpu/movers.py: k pinned threads; rdma/one_sided.py:
 k queue pairs); each then times, per repetition, every mover's own interval (its start and its
 end on the run's clock) and hands them to `MoverTally`, which makes the row what
 whatif/contention.py reads: sample r of the row is mover r mod k's own interval (one transfer's

@@ -2,7 +2,7 @@
 happened to it (sizes, fragments, bytes moved, pool classes, whether it reaches memory, ...): the
 plan calls it once per case (engine/plan.py) and every row of the case starts from it. The rest
 derive the same facts for rows stored by older versions, from the registries as they are now:
-the store fills them in when it loads such a run (store/runs.py). The only place the store's
+the store fills them in when it loads such a run (store/reader.py). The only place the store's
 data meets a registry, and only for a row that lacks a fact: loading a current run imports no
 method or region module."""
 

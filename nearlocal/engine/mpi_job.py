@@ -48,7 +48,7 @@ from nearlocal.rack.pools import open_pools
 
 if TYPE_CHECKING:
     from nearlocal.engine.plan import RunSettings
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
 RANKS_LOST = 1  # rank 0's exit code when the run is stored without some ranks
 
@@ -230,9 +230,10 @@ class RankStore:
 
 def lead(job: World, request: JobRequest, plan: Plan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
-    from nearlocal.engine.runner import Runner, run_metadata
+    from nearlocal.engine.metadata import run_metadata
+    from nearlocal.engine.runner import Runner
     from nearlocal.rack.framework import is_rack
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     meta = run_metadata(plan.inventory, plan.settings, request.suite, processes=plan.processes)
     coherent = one_kernel(hosts)

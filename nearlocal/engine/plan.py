@@ -22,11 +22,7 @@ from nearlocal.core.cases import Case, ResolvedCase, SkipKind
 from nearlocal.core.patterns import Pattern, parse_pattern
 from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import DEFAULT_PLACEMENTS, MAX_PLACEMENTS, StoppingRule
-from nearlocal.engine.runner import (
-    FIRST_LOOK_PROCESSES,
-    SETTLING_FACTOR,
-    default_processes,
-)
+from nearlocal.engine.processes import FIRST_LOOK_PROCESSES, SETTLING_FACTOR, default_processes
 from nearlocal.engine.worker import WorkerSettings
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory

@@ -1,5 +1,7 @@
 """The runner: checks every case, runs the runnable ones in a worker process, writes each finished
-case to the store as it completes. It never branches on hardware: methods and regions do."""
+case to the store as it completes. It never branches on hardware: methods and regions do. Its
+parts: worker_start.py (a worker's start deadline), processes.py (how many processes a case
+gets), pooling.py (one row from a case's processes), metadata.py (run.json's facts of the run)."""
 
 from __future__ import annotations
 
@@ -14,15 +16,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nearlocal.core.cases import ResolvedCase
-from nearlocal.core.sampling import SETTLED_SPREAD, StoppingRule, draws_disagree, log_spread, summarize
 from nearlocal.engine.children import (
     interrupt_seen,
     raise_lost_interrupt,
     start_child,
     start_fork_server,
 )
+from nearlocal.engine.pooling import _pooled, global_placements
+from nearlocal.engine.processes import processes_to_settle
 from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
-from nearlocal.errors import UsageError
+from nearlocal.engine.worker_start import (
+    WORKER_START_ENV,
+    WorkerStartError,
+    own_startup_s,
+    worker_start_deadline,
+)
 from nearlocal.probe import HostInventory
 from nearlocal.regions import files_to_create, remove_leftovers
 
@@ -34,138 +42,7 @@ if TYPE_CHECKING:
     from nearlocal.engine.stability.busy import BusyRecorder
     from nearlocal.engine.stability.hostprobe import HostProber
 
-WORKER_START_MIN_S = 120.0  # the least a worker start is given, however fast this process started
-WORKER_START_FACTOR = 10.0  # ... else this many times what this process's own start-up took
-WORKER_START_ENV = "NEARLOCAL_WORKER_START_S"  # seconds: a fixed deadline instead
-MAX_AUTO_PROCESSES = 32
-MIN_PROCESS_BUDGET_S = 0.015
-# A case whose process medians spread (robust SD of their logs) by more than SETTLED_SPREAD gets
-# processes in proportion to its variance, up to SETTLING_FACTOR times the default (auto only)
-SETTLING_FACTOR = 4
-# Worker processes per case of a run made for no gate (a first look at a box): enough to see
-# one process's draw of page placement against others', without the gate's 32 and settling.
-FIRST_LOOK_PROCESSES = 8
 FORK_SERVER_PRELOAD = "nearlocal.engine.forkserver"
-
-
-def own_startup_s() -> float | None:
-    """Seconds since this process started (what its interpreter start and imports took, read
-    when the first worker is started): a worker does the same imports, so a slow box (a TCG
-    guest: about 50 s) is given a deadline in proportion. None where /proc does not tell."""
-    import os
-
-    try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
-        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def worker_start_deadline(startup_s: float | None, last_start_s: float | None = None) -> tuple[float, str]:
-    """(seconds, why): how long a new worker may take to say it is ready. The environment's
-    NEARLOCAL_WORKER_START_S when set; else max(120 s, 10 x this process's start-up, 10 x the
-    last worker's start): adaptive, so a slow machine is not a failed run."""
-    import os
-
-    text = os.environ.get(WORKER_START_ENV, "").strip()
-    if text:
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not math.isfinite(value) or value <= 0:
-            raise UsageError(f"{WORKER_START_ENV}={text!r} is not a positive number of seconds")
-        return value, f"{WORKER_START_ENV}={text}"
-    candidates = [(WORKER_START_MIN_S, f"the minimum of {WORKER_START_MIN_S:g} s")]
-    if startup_s is not None:
-        candidates.append((WORKER_START_FACTOR * startup_s, f"{WORKER_START_FACTOR:g} x this "
-                           f"process's own start-up of {startup_s:.1f} s"))
-    if last_start_s is not None:
-        candidates.append((WORKER_START_FACTOR * last_start_s, f"{WORKER_START_FACTOR:g} x the "
-                           f"previous worker's start of {last_start_s:.1f} s"))
-    return max(candidates)
-
-
-def default_processes(budget_s: float) -> int:
-    """Worker processes per case when not given: one per 0.015 s of the case's budget, 1 to 32
-    (the default 0.5 s budget gets 32; a tiny budget, as in quick checks, stays in one process).
-    On a shared VM a case's median moves by 7-20% from one process to the next, with the host's
-    load over seconds; the gate's standard error of a ratio is that over sqrt(K / 2): 32
-    processes bring it to 2-5%, which a `same` within 10% and a 1.3x `slower` both need."""
-    return int(min(MAX_AUTO_PROCESSES, max(1, math.floor(budget_s / MIN_PROCESS_BUDGET_S + 1e-9))))
-
-
-def default_processes_text(for_gate: bool) -> str:
-    """The default above in words, for the --processes help texts of `run` and `accept` (from
-    these constants, so the help cannot drift from the code)."""
-    if not for_gate:
-        return f"one per {MIN_PROCESS_BUDGET_S:g} s of --budget, at most {FIRST_LOOK_PROCESSES}"
-    return (f"one per {MIN_PROCESS_BUDGET_S:g} s of --budget, at most {MAX_AUTO_PROCESSES}, then "
-            f"up to {SETTLING_FACTOR}x that for a case whose processes disagree by over "
-            f"{SETTLED_SPREAD:.0%}")
-
-
-def processes_to_settle(samples: list[np.ndarray], processes: int, max_processes: int) -> int:
-    """How many processes a case needs, from its first `processes` ones' samples: as many as
-    bring the standard error of its location to what a case spread by SETTLED_SPREAD gets from
-    `processes` (K (spread / SETTLED_SPREAD)^2), at most `max_processes`. On the 2-vCPU VM a
-    chase of 256 KiB or 4 MiB (the L2 and the L3 shared with co-tenants) and a 16 MiB load
-    spread by 20-70 % over processes; 32 processes left a 1.3x slowdown of them `ambiguous`."""
-    spread = log_spread(samples)
-    if max_processes <= processes or not draws_disagree(spread):
-        return processes
-    return int(min(max_processes, math.ceil(processes * (spread / SETTLED_SPREAD) ** 2)))
-
-
-def code_origin() -> dict:
-    """Which tree this process's nearlocal came from: the directory holding the package, its
-    git commit and whether its files differ from it (code CI runs two trees in turns, and a
-    run that imported the other's code measured the wrong one: compare --trees checks)."""
-    import subprocess
-    from pathlib import Path
-
-    import nearlocal
-
-    tree = Path(nearlocal.__file__).resolve().parent.parent
-    origin: dict = {"path": str(tree)}
-    try:
-        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10)
-        if commit.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "nearlocal"],
-                                   capture_output=True, text=True, timeout=10)
-            origin.update(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip()))
-    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout: the path says it
-        pass
-    return origin
-
-
-def run_metadata(inventory: HostInventory, settings: WorkerSettings, suite: str, **extra) -> dict:
-    """What run.json records about how a run was made: versions, command line, settings, host."""
-    import importlib
-    import sys
-
-    from nearlocal import __version__
-
-    rule = settings.rule
-    versions = {f"{name}_version": importlib.import_module(name).__version__
-                for name in ("numba", "llvmlite", "numpy")}
-    return {
-        "nearlocal_version": __version__, **versions, "python_version": sys.version.split()[0],
-        "command": sys.argv, "suite": suite, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": {"budget_s": rule.budget_s, "target_rel_ci": rule.target_rel_ci,
-                     "min_samples": rule.min_samples, "max_samples": rule.max_samples,
-                     "allow_write": settings.allow_write},
-        "host_id": inventory.host_id, "inventory": inventory.to_dict(), "code": code_origin(),
-        **({"clock": settings.clock.to_dict(settings.tsc_hz)} if settings.clock is not None else {}),
-        **extra,
-    }
-
-
-class WorkerStartError(RuntimeError):
-    """The worker died or missed its start deadline: the cases left fail with this reason."""
 
 
 @dataclass
@@ -497,7 +374,7 @@ class Runner:
         """The host prober, its memory ring as wide as the run's largest case reaching memory
         (what the plan's rows say) within the bounds hostprobe.memory_ring_bytes sets."""
         from nearlocal.engine.stability.hostprobe import HostProber, ring_sizes
-        from nearlocal.regions.host import memory_available
+        from nearlocal.regions.memory import memory_available
 
         span = max((sum(entry.resolved.spans) for entry in entries
                     if entry.runs and entry.row.get("reaches_memory")), default=0)
@@ -531,45 +408,3 @@ class Runner:
         prober.close()
         if prober.failure is not None:
             self.store.add_host_failure(prober.failure)
-
-
-
-def global_placements(per_process: list[np.ndarray]) -> np.ndarray:
-    """Each sample's placement numbered across the case's processes (process k's placements
-    follow process k-1's): one draw of pages each, whose medians give the row's spread."""
-    out, offset = [], 0
-    for local in per_process:
-        local = np.asarray(local, np.int32)
-        out.append(local + offset)
-        offset += int(local.max()) + 1 if local.size else 0
-    return np.concatenate(out) if out else np.array([], np.int32)
-
-
-def _pooled(rows: list[dict], ns: np.ndarray, placement: np.ndarray, bytes_moved: int,
-            rule: StoppingRule) -> dict:
-    """One row from each process's row and all their samples (`ns`, each sample's `placement`
-    numbered across processes): statistics over all samples; converged when the
-    pooled samples meet the stopping rule (the row's median is theirs; each process has only
-    budget / K, and how many met the rule alone is `processes_converged`); the coarsest clock
-    resolution; the placements of every process (their count, spread and facts, each fact
-    naming its process)."""
-    if len(rows) == 1:
-        return {**rows[0], "processes": 1}
-    drawn = np.unique(placement)
-    overheads = [r["timer_overhead_ns"] for r in rows if r.get("timer_overhead_ns") is not None]
-    resolutions = [r["clock_resolution_ns"] for r in rows if r.get("clock_resolution_ns") is not None]
-    facts = [{"process": k, **fact} for k, r in enumerate(rows)
-             for fact in (r.get("info") or {}).get("placements", [])]
-    info = {**(rows[-1].get("info") or {}), **({"placements": facts} if facts else {})}
-    return {**rows[-1], **summarize(ns, bytes_moved), "processes": len(rows),
-            "placements": int(drawn.size),
-            "placement_spread": log_spread([ns[placement == p] for p in drawn]),
-            "info": info,
-            "converged": bool(rule.converged(ns)),
-            "processes_converged": sum(bool(r.get("converged")) for r in rows),
-            "elapsed_s": sum(float(r.get("elapsed_s") or 0.0) for r in rows),
-            "wall_s": sum(float(r.get("wall_s") or 0.0) for r in rows),
-            "timer_overhead_ns": float(np.median(overheads)) if overheads else None,
-            "clock_resolution_ns": max(resolutions) if resolutions else None,
-            **({"sample_steps": float(np.median([r["sample_steps"] for r in rows]))}
-               if all("sample_steps" in r for r in rows) else {})}

@@ -1,6 +1,6 @@
 """Where a Runner puts what it measured: a declared interface, so a front end's own sink (the MPI
 job's rank store, the bench plugin's collector) is checked against the one the runner calls,
-rather than probed for methods. store.runs.Store is the sink of a stored run; it implements this
+rather than probed for methods. store.writer.Store is the sink of a stored run; it implements this
 structurally (the store layer sits below the engine and imports nothing from it)."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def placements_held(case: Case | ResolvedCase, placements: int, llc_bytes: int |
     quick run went from 48 s to 80 s), and the case's K processes draw it K times. Its
     placement does matter in a VM (one process's own load kernel read three 1 GB buffers at
     20.6-27.5 GB/s on the 2-vCPU guest: docs/timing.md)."""
-    from nearlocal.regions.host import memory_available
+    from nearlocal.regions.memory import memory_available
 
     facts = resolved(case)
     if placements <= 1 or not all(region_kind(spec).fresh_pages for spec in (facts.region, facts.peer)):

@@ -25,8 +25,8 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
     processes, else the default `nearlocal run` uses for this budget (so accept's rows are
     measured as run's are); page placements: --placements, else the spec's, else run's default."""
     from nearlocal.acceptance.spec import check_pool
+    from nearlocal.engine.metadata import run_metadata
     from nearlocal.engine.plan import RunSettings, plan_cases, settle_llc
-    from nearlocal.engine.runner import run_metadata
     from nearlocal.frontends.measure import measure_into
     from nearlocal.probe import probe
 
@@ -57,7 +57,7 @@ def _accept(args) -> int:
     from nearlocal.acceptance.spec import parse_spec
     from nearlocal.engine.plan import check_placements, check_processes
     from nearlocal.reporters import check_outputs, emit, json_wanted, side_console, write_outputs
-    from nearlocal.store.runs import load
+    from nearlocal.store.reader import load
     from nearlocal.units import parse_budget
 
     spec = parse_spec(args.spec, args.region, args.peer)
@@ -105,7 +105,7 @@ def _keep(run, record, said) -> None:
 
 
 def _processes_help() -> str:
-    from nearlocal.engine.runner import default_processes_text
+    from nearlocal.engine.processes import default_processes_text
 
     return ("worker processes per case (default: the spec's [run] processes, else as `nearlocal "
             f"run --for-gate`: {default_processes_text(True)})")

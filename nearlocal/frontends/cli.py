@@ -60,7 +60,7 @@ def _patterns_help() -> str:
 
 
 def _processes_help() -> str:
-    from nearlocal.engine.runner import default_processes_text
+    from nearlocal.engine.processes import default_processes_text
 
     return ("worker processes per case, in passes over all cases, sharing the budget (default: "
             f"a first look gets {default_processes_text(False)}; with --for-gate "
@@ -102,8 +102,8 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nearlocal.engine.metadata import run_metadata
     from nearlocal.engine.plan import plan_cases, settle_llc
-    from nearlocal.engine.runner import run_metadata
     from nearlocal.engine.stability.selfcheck import summary_line
     from nearlocal.frontends import console
     from nearlocal.frontends.measure import measure_run
@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     measured = measure_run(plan, Path(args.out), meta, quiet=args.quiet, turns=turns)
     path, interrupted, meta = measured.path, measured.interrupted, measured.meta
     if measured.rows is not None:  # the rows just stored, as the store's table holds them
-        from nearlocal.store.runs import cases_frame
+        from nearlocal.store.reader import cases_frame
 
         cases = cases_frame(measured.rows)
     else:  # interrupted: the stored run has every row it kept
@@ -173,13 +173,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace) -> int:
     from nearlocal.frontends.console import RUNS_FORMATS
-    from nearlocal.store.runs import (
-        list_runs,
-        remove_unstarted,
-        require_store,
-        survey_run,
-        unstarted,
-    )
+    from nearlocal.store.catalogue import list_runs, remove_unstarted, require_store, unstarted
+    from nearlocal.store.reader import survey_run
     from nearlocal.store.schema import run_kind
 
     said = side_console(args)

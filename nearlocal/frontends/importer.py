@@ -19,8 +19,9 @@ from nearlocal.core.sampling import summarize
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.reporters import add_json_option, command_formats, emit
-from nearlocal.store.runs import Store, cases_frame
+from nearlocal.store.reader import cases_frame
 from nearlocal.store.schema import CASE_COLUMNS, CASE_ROW_FIELDS, RUN_META_FIELDS, shape_problem
+from nearlocal.store.writer import Store
 from nearlocal.subcommands import register_command
 
 np = lazy_import("numpy")

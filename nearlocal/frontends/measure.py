@@ -37,7 +37,7 @@ def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
     `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
     A Ctrl-C even before the first case is an interrupted run, stored."""
     from nearlocal.engine.stability.selfcheck import checked
-    from nearlocal.store.runs import Store
+    from nearlocal.store.writer import Store
 
     store = None
     rows = None

@@ -209,7 +209,7 @@ class RunProgress:
                        f"{over}, ETA {_duration(self.eta_s(now))}", now)
 
     def settle(self, case_id: str, extra: int) -> None:
-        """The runner gives `case_id` `extra` processes more (runner.processes_to_settle)."""
+        """The runner gives `case_id` `extra` processes more (processes.processes_to_settle)."""
         with self._lock:
             self.eta.more(case_id, extra)
             self.settling.append(case_id)

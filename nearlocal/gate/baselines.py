@@ -16,7 +16,8 @@ from nearlocal.errors import UsageError, error_line
 from nearlocal.gate.identity import host_differences, host_id
 from nearlocal.gate.samples import row_ops
 from nearlocal.lazy import lazy_import
-from nearlocal.store.runs import RunData, load, read_baseline
+from nearlocal.store.baseline import read_baseline
+from nearlocal.store.reader import RunData, load
 
 np = lazy_import("numpy")
 

@@ -57,7 +57,7 @@ def _compare(args) -> int:
     from nearlocal.gate.identity import host_note
     from nearlocal.gate.render import append_job_summary, write_output
     from nearlocal.gate.verdict import compare_runs
-    from nearlocal.store.runs import load
+    from nearlocal.store.reader import load
 
     root = Path(args.out)
     safeio.check_output("--output", args.output)  # before anything is read
@@ -117,7 +117,8 @@ BASELINE_FORMATS = command_formats("baseline", _print_baselines)
 
 
 def _baseline(args) -> int:
-    from nearlocal.store.runs import read_baseline, require_store
+    from nearlocal.store.baseline import read_baseline
+    from nearlocal.store.catalogue import require_store
 
     root = Path(args.out)
     if args.action == "set":

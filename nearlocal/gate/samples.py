@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from nearlocal.core.sampling import MIN_PROCESSES
 from nearlocal.lazy import lazy_import
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 from nearlocal.store.schema import ops_per_sample
 
 np = lazy_import("numpy")

@@ -31,7 +31,7 @@ from nearlocal.gate.model import Estimate, estimate_cases
 from nearlocal.gate.modes import DEFAULT_MODE, Mode, get_mode
 from nearlocal.gate.samples import Absent, CaseInput, case_inputs
 from nearlocal.lazy import lazy_import
-from nearlocal.store.runs import RunData
+from nearlocal.store.reader import RunData
 
 np = lazy_import("numpy")
 scipy_stats = lazy_import("scipy.stats")

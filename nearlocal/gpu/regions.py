@@ -33,7 +33,7 @@ from nearlocal.regions.base import (
     region_kind,
     register_region_kind,
 )
-from nearlocal.regions.host import FILL_BLOCK, fill_owned
+from nearlocal.regions.memory import FILL_BLOCK, fill_owned
 
 # the flags of cudaHostAlloc and cudaHostRegister (cuda_runtime_api.h), by the names rows give them
 HOST_ALLOC_FLAGS: dict[str, int] = {

@@ -6,7 +6,7 @@ An MPI job of two ranks, as the rdma-* methods run (mpiexec -n 2; MPI carries th
 endpoints and the check's bytes, never a timed interval). Rank 1 lays out the replay's pool
 (workloads/replay.py's layout, rank 0 sends its size and region) in its own registered region
 and waits. Rank 0 registers G destination buffers (one region of G slots), opens G RC queue
-pairs on one CQ (rdma/methods.py's `_Link`, the movers=k link) and runs the compiled loop
+pairs on one CQ (rdma/link.py's `_Link`, the movers=k link) and runs the compiled loop
 (rdma/kernels.py `replay_reads`): spin on the TSC to each request's arrival, post its reads on a
 free QP (one READ per remote-contiguous run of the pool's fragments: requests.plan_replay), its
 start the clock read just before the post, its end the clock read when its last completion is
@@ -27,7 +27,9 @@ from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.probe import verbs
 from nearlocal.rack.mpi import World
-from nearlocal.rdma.methods import RDMA_PARAMS, _devices, _failed, _Link, path_mtu, pick_device
+from nearlocal.rdma.device import _devices, path_mtu, pick_device
+from nearlocal.rdma.link import _failed, _Link
+from nearlocal.rdma.methods import RDMA_PARAMS
 from nearlocal.rdma.requests import (
     MOVER_ID_SHIFT,
     SGE_VARIANTS,

@@ -20,7 +20,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.probe import HostInventory
 from nearlocal.regions.base import MappedRegion, RegionKind, RegionSpec, register_region_kind
-from nearlocal.regions.host import mbind_range
+from nearlocal.regions.memory import mbind_range
 
 CHUNK = 2 * 1024 * 1024
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
@@ -102,25 +102,25 @@ def _capacity(spec: RegionSpec) -> tuple[int, str] | None:
     about 1/k of it; k times the least free node (free and page-cache memory, as for numa:N),
     at most MemAvailable, both less 10%. None for device-dax targets (sized when opened) or when
     no node's meminfo can be read."""
-    from nearlocal.regions import host
+    from nearlocal.regions import memory
 
     kind, values = targets(spec)
     if kind != "node":
         return None
     free = {}
     for node in values:
-        fields = host._meminfo(f"/sys/devices/system/node/node{node}/meminfo")
+        fields = memory.meminfo(f"/sys/devices/system/node/node{node}/meminfo")
         if "MemFree" not in fields:
             return None
         free[node] = fields["MemFree"] + fields.get("FilePages", 0)
     least = min(values, key=lambda node: (free[node], node))
-    chunks = int(free[least] * host.MEMORY_HEADROOM) // CHUNK  # whole chunks on that node
+    chunks = int(free[least] * memory.MEMORY_HEADROOM) // CHUNK  # whole chunks on that node
     capacity = chunks * CHUNK * len(values)
     where = (f"NUMA nodes {','.join(map(str, values))} (each holds 1/{len(values)} of the "
              f"chunks; node {least} has the least free and page-cache memory, less 10%)")
-    available = host.memory_available()
-    if available is not None and available * host.MEMORY_HEADROOM < capacity:
-        capacity, where = int(available * host.MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
+    available = memory.memory_available()
+    if available is not None and available * memory.MEMORY_HEADROOM < capacity:
+        capacity, where = int(available * memory.MEMORY_HEADROOM), "memory (MemAvailable less 10%)"
     return capacity, where
 
 
@@ -197,7 +197,7 @@ def map_files(paths: list[str], size: int, writable: bool,
 
 
 def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> MappedRegion:
-    from nearlocal.regions.host import fill_owned
+    from nearlocal.regions.memory import fill_owned
 
     kind, values = targets(spec)
     info: dict = {"interleave": values, "chunk_bytes": CHUNK, "owned": kind == "node"}

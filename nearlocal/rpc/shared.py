@@ -47,7 +47,7 @@ def share(region: MappedRegion, nbytes: int) -> SharedMemory:
     if is_shared(region):
         handle = {"region": region.spec.text, "size": int(region.array.size), "attr": region.attr}
         return SharedMemory(region.array[:nbytes], handle, {"shared_by": "region"})
-    from nearlocal.regions.host import mbind_buffer  # the provider's own node binding
+    from nearlocal.regions.memory import mbind_buffer  # the provider's own node binding
 
     fd = os.memfd_create("nearlocal-shared", os.MFD_CLOEXEC)
     try:

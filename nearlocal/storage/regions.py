@@ -27,7 +27,7 @@ from nearlocal.regions.base import (
     RegionSpec,
     register_region_kind,
 )
-from nearlocal.regions.host import clear_dead_leftovers, create_file, in_use_reason, user_owned_file
+from nearlocal.regions.files import clear_dead_leftovers, create_file, in_use_reason, user_owned_file
 from nearlocal.units import format_size
 
 if TYPE_CHECKING:

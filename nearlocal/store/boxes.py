@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 
 from nearlocal.errors import UsageError
-from nearlocal.store.runs import list_runs, read_meta
+from nearlocal.store.catalogue import list_runs
+from nearlocal.store.meta import read_meta
 
 BAND = 2.0
 KEPT = 16  # readings kept per box

@@ -67,7 +67,7 @@ def reference_box(name: str, root: Path | None = None):
 
     if name.startswith("run:"):
         from nearlocal.store import load
-        from nearlocal.store.runs import DEFAULT_ROOT
+        from nearlocal.store.catalogue import DEFAULT_ROOT
 
         run = load(name.removeprefix("run:"), root or DEFAULT_ROOT)
         return run_reference(run, fit_run(run.cases))
@@ -78,7 +78,7 @@ def for_run(ref: str | Path | None, request: Request | None = None,
             reference: str | None = None, root: Path | None = None) -> Whatif:
     """The what-if of a stored run (`latest`, an id or a path) for one request."""
     from nearlocal.store import load
-    from nearlocal.store.runs import DEFAULT_ROOT
+    from nearlocal.store.catalogue import DEFAULT_ROOT
     from nearlocal.whatif.serving import Request, whatif
 
     run = load(ref, root or DEFAULT_ROOT)

@@ -118,10 +118,10 @@ def ring_sizes(llc_bytes: int, span_bytes: int, available: int | None) -> dict[s
 
 def probe_ring(nbytes: int, seed: int = 7) -> tuple[mmap.mmap, np.ndarray]:
     """A one-cycle random ring over nbytes of fresh private anonymous memory, mapped as a
-    default dram region is (4 KiB pages whatever THP's mode: `regions.host.advise_pages`).
+    default dram region is (4 KiB pages whatever THP's mode: `regions.memory.advise_pages`).
     numpy's own allocations would be THP-backed here: numpy advises huge pages for them."""
     from nearlocal.kernels.chase import LINE, build_ring
-    from nearlocal.regions.host import advise_pages, populate
+    from nearlocal.regions.memory import advise_pages, populate
 
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advise_pages(buf, "4K")
