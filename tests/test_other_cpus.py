@@ -20,6 +20,7 @@ from nearlocal.sysroot import SysRoot
 from tests.fakesys import WESTMERE_CPUINFO, cxl_box
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
 # what numba compiled for in that guest: LLVM's name and features for the CPU (recorded there)
 WESTMERE_TARGET = {"NUMBA_CPU_NAME": "westmere", "NUMBA_CPU_FEATURES": (
     "+64bit,+aes,+cmov,+crc32,+cx16,+cx8,+fxsr,+mmx,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,"
@@ -101,7 +102,7 @@ def test_every_cpu_method_on_a_westmere_is_measured_or_skipped_naming_the_flag(t
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     (out / "cpu.rc").write_text(f"{done.returncode}\n")
     (out / "cpu.err").write_text(done.stderr)
-    from scripts.vm_cpu import check
+    from vm_cpu import check  # a script, found through sys.path (as it finds vm_lib)
 
     problems = check(out)
     assert not problems, problems
@@ -139,7 +140,7 @@ def _cpu_out(tmp_path: Path, rows: dict, rc: int = 0, err: str = "", **flags: bo
 
 
 def test_the_cpu_facts_hold_on_what_a_good_guest_writes(tmp_path):
-    from scripts.vm_cpu import check
+    from vm_cpu import check  # a script, found through sys.path (as it finds vm_lib)
 
     assert check(_cpu_out(tmp_path, GOOD)) == []
 
@@ -153,7 +154,7 @@ def test_the_cpu_facts_hold_on_what_a_good_guest_writes(tmp_path):
     ({"avx2": True}, ["lacks avx2", "without avx2"]),
 ])
 def test_an_abort_or_a_method_run_without_its_flag_is_a_failed_cpu_fact(tmp_path, change, failed):
-    from scripts.vm_cpu import check
+    from vm_cpu import check  # a script, found through sys.path (as it finds vm_lib)
 
     problems = check(_cpu_out(tmp_path, **{"rows": GOOD, **change}))
     assert len(problems) == len(failed), problems
