@@ -45,7 +45,7 @@ def matrix(inventory: HostInventory, allow_write: bool = False,
             for attr in ATTRIBUTES:
                 case = Case(method.name, region, attr, "16KiB",
                             peer=_default_peer(method, inventory))
-                applicable = region_kind(parse_region(region)).family in method.region_families
+                applicable = region_kind(parse_region(region)).space in method.region_spaces
                 reason = unavailable(case, inventory, allow_write)
                 rows.append({"method": method.name, "family": method.family, "region": region,
                              "attr": attr, "applicable": applicable, "runnable": reason is None,
@@ -54,11 +54,11 @@ def matrix(inventory: HostInventory, allow_write: bool = False,
 
 
 def _default_peer(method, inventory: HostInventory) -> str:
-    if "host" in method.peer_families:
+    if "host" in method.peer_spaces:
         return "dram"
     for kind in REGION_KINDS.values():
-        if kind.family in method.peer_families and kind.instances:
+        if kind.space in method.peer_spaces and kind.instances:
             found = kind.instances(inventory)
             if found:
                 return found[0]
-    return next(k.name for k in REGION_KINDS.values() if k.family in method.peer_families)
+    return next(k.name for k in REGION_KINDS.values() if k.space in method.peer_spaces)

@@ -51,7 +51,7 @@ def cases_for(inventory, settings) -> list:
     cases = []
     for method in cpu_methods():
         case = Case(method, "dram", pattern=SIZE)
-        if "host" not in get_method(method).region_families or isinstance(
+        if "host" not in get_method(method).region_spaces or isinstance(
                 plan_cases([case], inventory, settings).entries[0].decision, Refuse):
             case = smallest_case(method, inventory) or case
         cases.append(case)

@@ -15,7 +15,7 @@ def _open(spec, size: int, attr: str, allow_write: bool):
 
 
 register_region_kind(RegionKind(
-    name="scratch", syntax="scratch", family="host", attrs=frozenset({"wb"}),
+    name="scratch", syntax="scratch", space="host", attrs=frozenset({"wb"}),
     summary="private anonymous memory (a plugin's region kind)",
     validate=lambda spec, inventory: None, unavailable=lambda spec, inventory: None, open=_open,
     instances=lambda inventory: ["scratch"], pool_class="local",

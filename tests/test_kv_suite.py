@@ -155,7 +155,7 @@ def test_gpu_rows_appear_only_for_declared_gpu_methods(monkeypatch):
         raise AssertionError("not run")
 
     double = Method("gather-kernel", "gpu", "test double", ("read",), "-", never,
-                    region_families=frozenset({"host"}), peer_families=frozenset({"gpu"}),
+                    region_spaces=frozenset({"host"}), peer_spaces=frozenset({"gpu"}),
                     cacheable=False)
     monkeypatch.setitem(registry.METHODS, "gather-kernel", double)
     cases = kv_methods._gpu_cases(pattern)

@@ -28,7 +28,7 @@ class SkipKind(enum.Enum):
     kind, never from the reason's text."""
 
     UNAVAILABLE = "unavailable"  # the method, region or attribute is not on this box
-    NOT_APPLICABLE = "not-applicable"  # the method does not run on this region (peer) family
+    NOT_APPLICABLE = "not-applicable"  # the method does not run on this region (peer) space
     CANNOT_HOLD = "cannot-hold"  # more than the region's free memory or space
     READ_ONLY = "read-only"  # writes to a region that cannot take them (a read-only fs)
     NEEDS_ALLOW_WRITE = "needs-allow-write"  # writes to user-owned memory without --allow-write
@@ -224,14 +224,14 @@ def skip(case: Case, inventory: HostInventory, allow_write: bool,
         return SkipKind.BEYOND_DEVICE, reason
     spec, peer = specs if specs is not None else parse_specs(case)
     kind, peer_kind = region_kind(spec), region_kind(peer)
-    if kind.family not in method.region_families:
+    if kind.space not in method.region_spaces:
         return SkipKind.NOT_APPLICABLE, (
-            f"{case.method} runs on {' / '.join(sorted(method.region_families))} regions, "
-            f"not on {kind.family} ones")
-    if peer_kind.family not in method.peer_families:
+            f"{case.method} runs on {' / '.join(sorted(method.region_spaces))} regions, "
+            f"not on {kind.space} ones")
+    if peer_kind.space not in method.peer_spaces:
         return SkipKind.NOT_APPLICABLE, (
-            f"{case.method} takes a {' / '.join(sorted(method.peer_families))} peer, "
-            f"not a {peer_kind.family} one")
+            f"{case.method} takes a {' / '.join(sorted(method.peer_spaces))} peer, "
+            f"not a {peer_kind.space} one")
     for one, one_kind in ((spec, kind), (peer, peer_kind)):
         reason = one_kind.unavailable(one, inventory)
         if reason:

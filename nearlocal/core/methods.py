@@ -115,8 +115,8 @@ class Method:
     accesses: tuple[str, ...]  # "read" (region -> peer), "write" (peer -> region)
     state: str  # cache state of the region when timing starts: "warm", "cold", "-"
     open_session: Callable[[SessionContext], Session]
-    region_families: frozenset[str] = frozenset({"host"})
-    peer_families: frozenset[str] = frozenset({"host"})
+    region_spaces: frozenset[str] = frozenset({"host"})
+    peer_spaces: frozenset[str] = frozenset({"host"})
     cpu_flags: tuple[str, ...] = ()
     needs: Callable[[HostInventory], str | None] | None = None
     params: dict = field(default_factory=dict)  # default method parameters

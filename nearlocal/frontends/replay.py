@@ -155,9 +155,9 @@ def source_of(region: str, method: str = HOST_METHOD) -> tuple[str, str, str]:
 
     spec = parse_region(region)
     kind = region_kind(spec)
-    if kind.family != "host":
+    if kind.space != "host":
         raise UsageError(f"--region {region}: the movers gather with the CPU out of host memory, "
-                         f"not {kind.family} memory")
+                         f"not {kind.space} memory")
     inventory = probe(calibrate=False, gpu=False)
     kind.validate(spec, inventory)
     reason = kind.unavailable(spec, inventory)

@@ -38,8 +38,8 @@ def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs
     method = Method(
         cacheable=False,
         name=name, family="gpu", summary=summary, accesses=accesses, state="-",
-        open_session=open_session, region_families=frozenset(regions),
-        peer_families=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
+        open_session=open_session, region_spaces=frozenset(regions),
+        peer_spaces=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
         check_params=check_params, sample_bytes=sample_bytes,
         delivery=Delivery("gpu", calls) if calls else None,
     )

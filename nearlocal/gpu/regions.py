@@ -3,8 +3,8 @@ GPU's address space; `--attr wc`: allocated write-combined) and `registered:<reg
 region - dram, numa:N, devdax:..., file:, shm:, ncmem:... - page-locked in place with
 cudaHostRegister).
 
-`pinned` and `registered:` are host memory (family "host"), so the CPU methods run on them too;
-`gpu:K` is family "gpu". Registration is checked (cudaPointerGetAttributes must call the memory
+`pinned` and `registered:` are host memory (space "host"), so the CPU methods run on them too;
+`gpu:K` is space "gpu". Registration is checked (cudaPointerGetAttributes must call the memory
 host-registered); when it fails the case fails with CUDA's reason - nothing falls back silently to
 pageable copies. A range mapped by frame number (`MappedRegion.io_memory`: uc / wc / wb through
 the nearlocal_pool module, a PCI BAR) is registered as I/O memory (cudaHostRegisterIoMemory);
@@ -215,7 +215,7 @@ def _inner(spec: RegionSpec) -> RegionSpec:
         raise UsageError("registered region needs the host region to register: registered:dram, "
                          "registered:numa:N, registered:devdax:/dev/daxX.Y")
     inner = parse_region(spec.arg)
-    if inner.kind in NOT_REGISTRABLE or region_kind(inner).family != "host":
+    if inner.kind in NOT_REGISTRABLE or region_kind(inner).space != "host":
         raise UsageError(f"cannot register {inner.text!r} with cudaHostRegister: name a host "
                          "region such as dram, numa:N or devdax:/dev/daxX.Y")
     return inner
@@ -293,13 +293,13 @@ def _gpu_instances(inventory: HostInventory) -> list[str]:
 
 
 register_region_kind(RegionKind(
-    name="gpu", syntax="gpu:K", family="gpu", attrs=frozenset({"wb"}),
+    name="gpu", syntax="gpu:K", space="gpu", attrs=frozenset({"wb"}),
     summary="device memory of CUDA GPU K (cupy)",
     validate=_validate_gpu, unavailable=_gpu_unavailable, open=_open_gpu,
     instances=_gpu_instances, pool_class="gpu",
 ))
 register_region_kind(RegionKind(
-    name="pinned", syntax="pinned", family="host", attrs=frozenset(PINNED_ALLOC),
+    name="pinned", syntax="pinned", space="host", attrs=frozenset(PINNED_ALLOC),
     summary="page-locked host memory from cudaHostAlloc (portable, mapped for zero-copy; "
             "--attr wc: allocated write-combined, no kernel module needed)",
     validate=lambda spec, inventory: None,
@@ -307,7 +307,7 @@ register_region_kind(RegionKind(
     instances=lambda inventory: ["pinned"], pool_class="local",
 ))
 register_region_kind(RegionKind(
-    name="registered", syntax="registered:<host region>", family="host",
+    name="registered", syntax="registered:<host region>", space="host",
     attrs=frozenset({"wb", "uc", "wc"}),
     summary="a host region (dram, numa:N, devdax:..., ncmem:...) page-locked in place by "
             "cudaHostRegister; a uc / wc / wb mapping through the nearlocal_pool module as I/O "

@@ -84,7 +84,7 @@ class RegionKind:
     name: str
     syntax: str
     summary: str
-    family: str  # "host" or "gpu": which methods can use it
+    space: str  # whose memory: "host", "gpu", "storage"; which methods can use it
     attrs: frozenset[str]
     validate: Callable[[RegionSpec, HostInventory], None]  # UsageError for bad input
     unavailable: Callable[[RegionSpec, HostInventory], str | None]  # why it cannot run here

@@ -401,7 +401,7 @@ def _ncmem_instances(inventory: HostInventory) -> list[str]:
 
 
 register_region_kind(RegionKind(
-    name="pcibar", syntax="pcibar:DDDD:BB:DD.F/N[@offset[,size]]", family="host",
+    name="pcibar", syntax="pcibar:DDDD:BB:DD.F/N[@offset[,size]]", space="host",
     attrs=frozenset({"uc", "wc"}),
     summary="a PCI memory BAR, mapped through sysfs resourceN (uc) or resourceN_wc (wc); "
             "only when named; written only with --allow-write",
@@ -410,14 +410,14 @@ register_region_kind(RegionKind(
     attr_unavailable=_pcibar_attr_unavailable,
 ))
 register_region_kind(RegionKind(
-    name="phys", syntax="phys:0xSTART,SIZE", family="host", attrs=frozenset({"wb", "uc"}),
+    name="phys", syntax="phys:0xSTART,SIZE", space="host", attrs=frozenset({"wb", "uc"}),
     summary="a physical range through /dev/mem (uc with O_SYNC) where the kernel permits it; "
             "only when named; written only with --allow-write",
     validate=lambda spec, inventory: _phys_arg(spec) and None, unavailable=_phys_unavailable,
     open=_open_phys, user_owned=lambda spec: True, instances=lambda inventory: [],
 ))
 register_region_kind(RegionKind(
-    name="ncmem", syntax="ncmem:/dev/nearlocal-pool0[@offset[,size]]", family="host",
+    name="ncmem", syntax="ncmem:/dev/nearlocal-pool0[@offset[,size]]", space="host",
     attrs=frozenset({"wb", "uc", "wc"}),
     summary="a pool's physical range through the nearlocal_pool kernel module (kmod/), mapped "
             "wb, uc or wc with the PAT type the kernel tracks; written only with --allow-write",

@@ -324,14 +324,14 @@ def _numa_pool_class(spec: RegionSpec, cpuless_nodes: frozenset[int]) -> str:
 
 
 register_region_kind(RegionKind(
-    name="dram", syntax="dram[:2M|thp][,node=N]", family="host", attrs=frozenset({"wb"}),
+    name="dram", syntax="dram[:2M|thp][,node=N]", space="host", attrs=frozenset({"wb"}),
     summary="private anonymous local memory (optionally huge pages, optionally bound to a node)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: ["dram", "dram:thp", "dram:2M"], capacity=_dram_capacity,
     pool_class="local", fresh_pages=True,
 ))
 register_region_kind(RegionKind(
-    name="numa", syntax="numa:N", family="host", attrs=frozenset({"wb"}),
+    name="numa", syntax="numa:N", space="host", attrs=frozenset({"wb"}),
     summary="anonymous memory bound to NUMA node N (a CPU-less node is CXL in system-ram mode)",
     validate=_validate_dram, unavailable=_dram_unavailable, open=_open_dram,
     instances=lambda inventory: [f"numa:{n.node}" for n in inventory.numa if n.mem_total_bytes],
@@ -344,7 +344,7 @@ def _devdax_attr_unavailable(spec: RegionSpec, attr: str) -> str | None:
 
 
 register_region_kind(RegionKind(
-    name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", family="host",
+    name="devdax", syntax="devdax:/dev/daxX.Y[@offset[,size]]", space="host",
     attrs=frozenset({"wb", "uc", "wc"}), attr_unavailable=_devdax_attr_unavailable,
     summary="a device-dax pool mapped shared (Beluga's way); written only with --allow-write",
     validate=_validate_devdax, unavailable=_devdax_unavailable, open=_open_devdax,
@@ -353,14 +353,14 @@ register_region_kind(RegionKind(
     pool_class="devdax", shared_mapping=True, markers=("cxl",),
 ))
 register_region_kind(RegionKind(
-    name="file", syntax="file:PATH", family="host", attrs=frozenset({"wb"}),
+    name="file", syntax="file:PATH", space="host", attrs=frozenset({"wb"}),
     summary="a file mapped shared (fsdax, tmpfs, hugetlbfs); created and removed if new",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: [], capacity=_file_capacity,
     creates=_file_creates, pool_class="shared", shared_mapping=True,
 ))
 register_region_kind(RegionKind(
-    name="shm", syntax="shm:NAME", family="host", attrs=frozenset({"wb"}),
+    name="shm", syntax="shm:NAME", space="host", attrs=frozenset({"wb"}),
     summary="POSIX shared memory /dev/shm/NAME, shared between processes",
     validate=_validate_file, unavailable=_file_unavailable, open=_open_file,
     user_owned=_file_user_owned, instances=lambda inventory: ["shm:nearlocal"],

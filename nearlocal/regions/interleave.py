@@ -234,7 +234,7 @@ def _instances(inventory: HostInventory) -> list[str]:
 
 
 register_region_kind(RegionKind(
-    name="interleave", syntax="interleave:N,M,...|/dev/daxX.Y,...", family="host",
+    name="interleave", syntax="interleave:N,M,...|/dev/daxX.Y,...", space="host",
     attrs=frozenset({"wb"}),
     summary="2 MiB chunks striped across NUMA nodes or device-dax devices (software interleave)",
     validate=_validate, unavailable=_unavailable, open=_open,

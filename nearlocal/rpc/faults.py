@@ -235,7 +235,7 @@ def run_faults(config: FaultConfig, tsc_hz: float,
     layout = rec.Layout(config.records, config.record_bytes, config.readers, epochs)
     spec = parse_region(config.region)
     kind = region_kind(spec)
-    if kind.family != "host":
+    if kind.space != "host":
         raise UsageError(f"the fault run needs host memory, not {config.region}")
     if kind.user_owned(spec) and not config.allow_write:
         raise UsageError(f"the fault run writes to {config.region}, which may hold someone's "

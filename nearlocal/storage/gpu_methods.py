@@ -277,8 +277,8 @@ register_method(Method(
     name="file-read-gpu", family="gpu", state="-", accesses=("read",),
     summary="file -> pinned bounce buffer -> gpu:K: file-read's engine fills pinned memory, "
             "then cudaMemcpyAsync (the CPU-offload reload path)",
-    open_session=FileToGpuSession, region_families=frozenset({"storage"}),
-    peer_families=frozenset({"gpu"}), cpu_flags=("rdtscp",), needs=needs_gpu,
+    open_session=FileToGpuSession, region_spaces=frozenset({"storage"}),
+    peer_spaces=frozenset({"gpu"}), cpu_flags=("rdtscp",), needs=needs_gpu,
     params={**PARAM_DEFAULTS, "timing": "device"}, markers=("gpu", "storage"),
     check_params=_check_file_gpu, delivery=Delivery("storage", "per-fragment"),
 ))
@@ -287,8 +287,8 @@ register_method(Method(
     name="file-read-gds", family="gpu", state="-", accesses=("read",),
     summary="GPUDirect Storage: kvikio.CuFile.pread of each fragment from a storage:PATH file "
             "into gpu:K (cuFile)",
-    open_session=GdsSession, region_families=frozenset({"storage"}),
-    peer_families=frozenset({"gpu"}), needs=_needs_gds, params={"timing": "device"},
+    open_session=GdsSession, region_spaces=frozenset({"storage"}),
+    peer_spaces=frozenset({"gpu"}), needs=_needs_gds, params={"timing": "device"},
     markers=("gpu", "storage"), check_params=check_params,
     delivery=Delivery("storage", "per-fragment"),
 ))

@@ -296,7 +296,7 @@ def _file_method(name: str, write: bool, summary: str) -> Method:
         cacheable=False,
         name=name, family="cpu", state="-", accesses=("write",) if write else ("read",),
         summary=summary, open_session=lambda ctx: FileSession(ctx, write=write),
-        region_families=frozenset({"storage"}), cpu_flags=("rdtscp",),
+        region_spaces=frozenset({"storage"}), cpu_flags=("rdtscp",),
         params=dict(PARAM_DEFAULTS), markers=("storage",),
         check_params=lambda params: FileParams.parse(params, write=write),
         delivery=Delivery("storage", "per-fragment"),  # one I/O per fragment

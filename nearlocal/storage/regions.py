@@ -182,7 +182,7 @@ def _open(spec: RegionSpec, size: int, attr: str, allow_write: bool) -> FileRegi
 
 
 STORAGE = register_region_kind(RegionKind(
-    name="storage", syntax="storage:PATH", family="storage", attrs=frozenset({"wb"}),
+    name="storage", syntax="storage:PATH", space="storage", attrs=frozenset({"wb"}),
     summary="a file on a disk's file system, read / written with pread or io_uring (never "
             "mapped); created, filled and removed if new, written only with --allow-write",
     validate=_validate, unavailable=_unavailable, open=_open, user_owned=_user_owned,
