@@ -47,7 +47,7 @@ def matrix(inventory: HostInventory, allow_write: bool = False,
                             peer=_default_peer(method, inventory))
                 applicable = region_kind(parse_region(region)).space in method.region_spaces
                 reason = unavailable(case, inventory, allow_write)
-                rows.append({"method": method.name, "family": method.family, "region": region,
+                rows.append({"method": method.name, "marker": method.marker, "region": region,
                              "attr": attr, "applicable": applicable, "runnable": reason is None,
                              "reason": reason or ""})
     return rows

@@ -27,7 +27,7 @@ def cpu_methods() -> list[str]:
     """Every registered method of the cpu family, in the order they were declared."""
     from nearlocal.core.methods import load_methods
 
-    return [m.name for m in load_methods().values() if m.family == "cpu"]
+    return [m.name for m in load_methods().values() if m.marker == "cpu"]
 
 
 def smallest_case(method: str, inventory):

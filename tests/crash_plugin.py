@@ -23,6 +23,6 @@ class _Crash:
 
 register_method(Method(
     cacheable=False,
-    name="crash-segv", family="cpu", summary="test only: dereferences NULL", accesses=("read",),
+    name="crash-segv", marker="cpu", summary="test only: dereferences NULL", accesses=("read",),
     state="-", open_session=lambda ctx: _Crash(),
 ))

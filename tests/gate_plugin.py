@@ -110,11 +110,11 @@ class GateChaseSession(ChaseSession):
 
 
 register_method(Method(
-    name="gate-load", family="cpu", summary="test only: load doing slowdown x the work",
+    name="gate-load", marker="cpu", summary="test only: load doing slowdown x the work",
     accesses=("read",), state="warm", open_session=GateLoadSession, cpu_flags=("rdtscp",),
     params={"drain": "before"}, touches_peer=False, cacheable=True))  # as load and chase
 register_method(Method(
-    name="gate-chase", family="cpu", summary="test only: chase walking slowdown x the hops",
+    name="gate-chase", marker="cpu", summary="test only: chase walking slowdown x the hops",
     accesses=("read",), state="warm", open_session=GateChaseSession, cpu_flags=("rdtscp",),
     params={"hops": "4096", "seed": "1"}, stores_in_region=True, touches_peer=False,
     cacheable=True, moves_bytes=False, measures="operation"))  # as chase: ns a hop, no bytes

@@ -37,7 +37,7 @@ def time_unwarmed_load(src, dst, frags, samples, sink, drain=True):
 
 register_method(threaded(Method(
     cacheable=True,
-    name="unwarmed-load", family="cpu", accesses=("read",), state="warm",
+    name="unwarmed-load", marker="cpu", accesses=("read",), state="warm",
     summary="64-byte vector loads, no warm-up pass (a plugin's method)",
     open_session=lambda ctx: CpuSession(time_unwarmed_load, "loads, no warm-up pass", ctx),
     cpu_flags=("rdtscp",), markers=("cpu",), params={"drain": "before"},

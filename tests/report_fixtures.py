@@ -29,7 +29,7 @@ INVENTORY = {
 def row(method: str, region: str = "dram", *, attr: str = "wb", size: int = 16384,
         access: str = "read", peer: str = "dram", median: float | None = 1000.0,
         status: str = "ok", reason: str = "", params: dict | None = None,
-        family: str = "cpu", fragments: int = 1, pattern: str | None = None,
+        marker: str = "cpu", fragments: int = 1, pattern: str | None = None,
         converged: bool = True, reaches_memory: bool | None = None,
         llc_resident: bool | None = None) -> dict:
     """One case row as the runner writes it (median in ns; p10 / p90 at -10% / +20%); the
@@ -41,7 +41,7 @@ def row(method: str, region: str = "dram", *, attr: str = "wb", size: int = 1638
     case_id = "/".join([method, region, attr, pattern, access, f"peer={peer}",
                         *(f"{k}={v}" for k, v in sorted(params.items()))])
     data = {
-        "case_id": case_id, "suite": "test", "method": method, "family": family,
+        "case_id": case_id, "suite": "test", "method": method, "marker": marker,
         "region": region, "region_kind": region.split(":")[0], "attr": attr, "pattern": pattern,
         "peer": peer, "access": access, "params": json.dumps(params, sort_keys=True),
         "state": "warm", "status": status, "reason": reason, "size_bytes": size,
@@ -89,8 +89,8 @@ def full_rows(scale: float = 1.0) -> list[dict]:
         row("store", pool, attr="uc", access="write", status="skipped", reason=UC_REASON),
         row("clflush-load", pool, median=5980 * scale),
         row("load", pool, attr="uc", status="failed", reason="worker crashed: SIGBUS"),
-        row("dsa-memmove", pool, access="write", median=1905 * scale, family="dsa"),
-        row("dsa-memmove", pool, access="read", median=2000 * scale, family="dsa"),
+        row("dsa-memmove", pool, access="write", median=1905 * scale, marker="dsa"),
+        row("dsa-memmove", pool, access="read", median=2000 * scale, marker="dsa"),
         # near-local: numa:1 (CPU-less) vs dram, same pattern
         row("load", "numa:1", size=65536, median=3000 * scale),
         row("load", "dram", size=65536, median=1500 * scale),
@@ -109,19 +109,19 @@ def full_rows(scale: float = 1.0) -> list[dict]:
         row("memcpy", "shm:kv", pattern="kv:qwen2.5-32b:flash-attn:dense", size=2**20,
             fragments=128, median=90000 * scale),
         # GPU: pool -> GPU and pinned -> GPU at 64 KiB, a gather kernel over fragments
-        row("cuda-memcpy", pool, size=65536, peer="gpu:0", median=11730 * scale, family="gpu"),
+        row("cuda-memcpy", pool, size=65536, peer="gpu:0", median=11730 * scale, marker="gpu"),
         row("cuda-memcpy", "pinned", size=65536, peer="gpu:0", median=10320 * scale,
-            family="gpu"),
+            marker="gpu"),
         row("cuda-memcpy", pool, size=1024 * 160, fragments=1024, peer="gpu:0",
-            median=900000 * scale, family="gpu"),
+            median=900000 * scale, marker="gpu"),
         row("gather-kernel", pool, size=1024 * 160, fragments=1024, peer="gpu:0",
-            median=30000 * scale, family="gpu"),
+            median=30000 * scale, marker="gpu"),
         row("cuda-memcpy", pool, attr="uc", size=16384, peer="gpu:0", median=1230000 * scale,
-            family="gpu"),
+            marker="gpu"),
         row("peer-memcpy", "gpu:1", size=2**26, peer="gpu:0", median=2**26 / 450 * scale,
-            family="gpu"),
+            marker="gpu"),
         row("layer-stream", "gpu:1", size=2**20, peer="gpu:0", median=5000 * scale,
-            family="gpu", params={"layers": "4"}),
+            marker="gpu", params={"layers": "4"}),
         # an unconverged case
         row("memcpy", "dram", size=2**26, median=4e6 * scale, converged=False),
         # idle latency: local dram and the CPU-less node at the headline ring sizes
@@ -135,7 +135,7 @@ def full_rows(scale: float = 1.0) -> list[dict]:
                            (65536, 9000, 4000)):
         rows.append(row("nt-store", pool, size=size, access="write", median=cpu * scale))
         rows.append(row("dsa-memmove", pool, size=size, access="write", median=dsa * scale,
-                        family="dsa"))
+                        marker="dsa"))
     return rows
 
 
@@ -147,7 +147,7 @@ def cpu_only_rows() -> list[dict]:
         rows.append(row("nt-store", size=size, access="write", median=size / 20))
         rows.append(row("clflush-load", size=size, median=size / 5))
     rows.append(row("store", attr="uc", access="write", status="skipped", reason=UC_REASON))
-    rows.append(row("dsa-memmove", access="write", status="skipped", family="dsa",
+    rows.append(row("dsa-memmove", access="write", status="skipped", marker="dsa",
                     reason="no DSA work queue: the idxd driver is not loaded"))
     return rows
 

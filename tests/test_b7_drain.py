@@ -32,10 +32,10 @@ def test_b7_without_isolated_rows_says_none_is_there(tmp_path):
 
 def test_b8_leaves_back_to_back_rows_out(tmp_path):
     pool = "devdax:/dev/dax0.0"
-    rows = [row("dsa-memmove", pool, size=4096, access="write", median=900.0, family="dsa"),
+    rows = [row("dsa-memmove", pool, size=4096, access="write", median=900.0, marker="dsa"),
             row("nt-store", pool, size=4096, access="write", median=50.0,
                 params={"drain": "none"}),
-            row("dsa-memmove", pool, size=8192, access="write", median=1200.0, family="dsa"),
+            row("dsa-memmove", pool, size=8192, access="write", median=1200.0, marker="dsa"),
             row("nt-store", pool, size=8192, access="write", median=1500.0)]
     table = build_report([load(make_run(tmp_path, rows))]).section("b8").table
     cells = {r[0]: r for r in table.rows}

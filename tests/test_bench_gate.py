@@ -59,7 +59,7 @@ class LevelSession:
         pass
 
 
-register_method(Method(name="fake-level", family="cpu", summary="test double", accesses=("read",),
+register_method(Method(name="fake-level", marker="cpu", summary="test double", accesses=("read",),
                        state="-", cacheable=False, open_session=LevelSession))
 register_suite(Suite("fakegate", "ten test-double cases",
                      [lambda: [Case("fake-level", "dram", "wb", s) for s in SIZES]]))

@@ -56,7 +56,7 @@ class CycleSession:
         pass
 
 
-register_method(Method(name="fake-cycle", family="cpu", summary="test double", accesses=("read",),
+register_method(Method(name="fake-cycle", marker="cpu", summary="test double", accesses=("read",),
                        state="-", cacheable=False, open_session=CycleSession))
 register_suite(Suite("fake", "one test-double case",
                      [lambda: [Case("fake-cycle", "dram", "wb", "4KiB")]]))

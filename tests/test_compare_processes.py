@@ -220,7 +220,7 @@ class FlakySession:
         pass
 
 
-register_method(Method(name="i12c-flaky", family="cpu", summary="test double", accesses=("read",),
+register_method(Method(name="i12c-flaky", marker="cpu", summary="test double", accesses=("read",),
                        state="-", cacheable=False, open_session=FlakySession, params={"fail": "never"}))
 '''
 

@@ -69,9 +69,9 @@ def test_a_method_declares_whether_the_caches_may_serve_it():
     from nearlocal.core.methods import Method
 
     with pytest.raises(TypeError, match="declare cacheable"):
-        Method(name="undeclared", family="cpu", summary="test double", accesses=("read",),
+        Method(name="undeclared", marker="cpu", summary="test double", accesses=("read",),
                state="-", open_session=lambda ctx: None)
-    declared = Method(name="declared", family="cpu", summary="test double", accesses=("read",),
+    declared = Method(name="declared", marker="cpu", summary="test double", accesses=("read",),
                       state="-", open_session=lambda ctx: None, cacheable=True)
     assert declared.cacheable
 

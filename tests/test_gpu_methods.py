@@ -41,7 +41,7 @@ def _with_gpus(inventory, count, peer=True, runtime=12080):
 def test_every_gpu_method_is_registered_with_family_gpu():
     methods = load_methods()
     for name in GPU_METHODS:
-        assert methods[name].family == "gpu"
+        assert methods[name].marker == "gpu"
         assert "gpu" in methods[name].markers
         assert "timing" in methods[name].params
     assert "nvlink" in methods["peer-kernel"].markers

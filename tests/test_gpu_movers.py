@@ -40,7 +40,7 @@ def _run(method: str, k: int, *extra: tuple[str, str], region: str = "pinned") -
 
 def test_the_hops_methods_take_movers_and_devices():
     methods = load_methods()
-    takers = methods_with_param("movers", family="gpu")
+    takers = methods_with_param("movers", marker="gpu")
     assert set(takers) == {"cuda-memcpy-async", "cuda-memcpy-batch", "gather-kernel"}
     for name in takers:
         assert methods[name].params["movers"] == "1" and methods[name].params["devices"] == "1"

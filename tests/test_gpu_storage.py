@@ -177,7 +177,7 @@ def test_gpu_reload_methods_are_skipped_with_their_reason(inventory, monkeypatch
     monkeypatch.setitem(sys.modules, "kvikio.defaults", kvikio.defaults)
     assert "compatibility mode" in methods["file-read-gds"].unavailable(one)
     for method in ("file-read-gpu", "file-read-gds"):
-        assert methods[method].family == "gpu" and "storage" in methods[method].markers
+        assert methods[method].marker == "gpu" and "storage" in methods[method].markers
 
 
 @pytest.mark.parametrize(("params", "message"), [

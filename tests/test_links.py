@@ -158,7 +158,7 @@ def test_rows_carry_ddio_at_run_time_and_b10_b11_say_it(tmp_path, on):
     gpu = rows[rows["peer"] == "gpu:0"]
     assert set(gpu["ddio"]) == {state}
     assert set(gpu["ddio_at"]) == {f"{state} at GPU 0 (H20)'s root port {GPU_PORT}"}
-    cpu = rows[rows["family"] == "cpu"]  # no GPU: the box's root ports, all alike
+    cpu = rows[rows["marker"] == "cpu"]  # no GPU: the box's root ports, all alike
     assert set(cpu["ddio_at"]) == {f"{state} at each of the 3 root ports read"}
     report = build_report([run])
     (b10,) = [n for n in report.section("b9").notes if "uncacheable host memory" in n]

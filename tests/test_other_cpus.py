@@ -35,7 +35,7 @@ def test_every_cpu_method_names_the_flags_a_westmere_lacks(tmp_path):
                       gpu=False)
     assert inventory.cpu.has("rdtscp") and not any(inventory.cpu.has(f) for f in LACKING)
     gated = set()
-    for method in (m for m in load_methods().values() if m.family == "cpu"):
+    for method in (m for m in load_methods().values() if m.marker == "cpu"):
         reason = method.unavailable(inventory) or ""
         lacks = [flag for flag in method.cpu_flags if not inventory.cpu.has(flag)]
         if lacks:

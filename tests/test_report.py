@@ -480,10 +480,10 @@ def test_a_median_below_the_clock_step_is_no_figure():
 def test_rows_without_a_number_fold_into_one_line_per_reason(tmp_path):
     no_gpu = "no GPU: cupy is not importable"
     rows = [row("load", "shm:kv", size=160 * n, fragments=n, median=10.0 * n) for n in (8, 16)]
-    rows += [row(m, "pinned", size=160 * n, fragments=n, peer="gpu:0", family="gpu",
+    rows += [row(m, "pinned", size=160 * n, fragments=n, peer="gpu:0", marker="gpu",
                  status="skipped", reason=no_gpu)
              for m in ("gather-kernel", "cuda-memcpy") for n in (8, 16, 32)]
-    rows.append(row("dsa-memmove", "dram", size=160 * 8, fragments=8, family="dsa",
+    rows.append(row("dsa-memmove", "dram", size=160 * 8, fragments=8, marker="dsa",
                     status="skipped", reason="no DSA"))
     rows += [row("store", "dram", attr="uc", access="write", status="skipped", reason=UC_REASON),
              row("load", "dram", attr="uc", status="skipped", reason=UC_REASON)]

@@ -36,7 +36,7 @@ def cached_and_memory(tmp_path_factory):
         row("load", "numa:1", size=16 * KIB, median=16 * KIB / 9, reaches_memory=True),
         row("memcpy", "dram", size=16 * KIB, median=16 * KIB / 80, reaches_memory=False),
         row("cuda-memcpy", POOL, size=64 * MIB, peer="gpu:0", median=64 * MIB / 20,
-            family="gpu"),  # no cache facts: stored before rows carried them
+            marker="gpu"),  # no cache facts: stored before rows carried them
     ]
     return _report(tmp_path_factory.mktemp("b12"), rows)
 
@@ -74,7 +74,7 @@ def test_the_bandwidth_plot_labels_cache_resident_series(cached_and_memory):
 
 def test_s2_takes_no_cache_peak_for_a_medium(tmp_path):
     rows = [row("cuda-memcpy", "pinned", size=64 * MIB, peer="gpu:0", median=64 * MIB / 50,
-                family="gpu", reaches_memory=False)]  # made up: a row said to stay cached
+                marker="gpu", reaches_memory=False)]  # made up: a row said to stay cached
     s2 = _report(tmp_path, rows).section("s2").table
     host = next(r for r in s2.rows if r[0].startswith("Host DRAM"))
     assert host[1] == "~16 GB/s (S2)"
@@ -83,7 +83,7 @@ def test_s2_takes_no_cache_peak_for_a_medium(tmp_path):
 
 def test_the_rack_section_compares_no_aggregate_with_the_switch_box(tmp_path):
     aggregate = row("rack-aggregate", "shm:nearlocal-rack", size=16 * MIB, median=1e6,
-                    family="rack")
+                    marker="rack")
     aggregate.update(case_id=aggregate["case_id"] + "/rank=0", host="box-a",
                      info={"together_gbps": 8.0, "alone_gbps": 10.0, "total_gbps": 16.0,
                            "share": 0.5, "ranks": 2})

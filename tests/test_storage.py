@@ -468,9 +468,9 @@ def test_reload_media_plot_draws_the_s2_rows_and_names_the_absent_media(tmp_path
         row("file-read", "storage:/data/kv.bin", size=64 << 20, fragments=64, median=64e6,
             params={"qd": "32"}),
         row("file-read-gpu", "storage:/data/kv.bin", peer="gpu:0", size=64 << 20, fragments=64,
-            median=32e6, params={"qd": "32"}, family="gpu"),  # the reload into the GPU: faster
+            median=32e6, params={"qd": "32"}, marker="gpu"),  # the reload into the GPU: faster
         row("peer-memcpy", "gpu:1", peer="gpu:0", size=64 << 20, median=(64 << 20) / 450,
-            family="gpu"),
+            marker="gpu"),
     ]
     report = build_report([load(make_run(tmp_path, rows))])
     section = report.section("s2")

@@ -114,19 +114,19 @@ def case_test_id(case: Case) -> str:
 
 def case_markers(case: Case) -> list[str]:
     method = case.method_entry
-    names = [method.family, *method.markers]
+    names = [method.marker, *method.markers]
     names += region_kind(parse_region(case.region)).markers
     return [name for name in dict.fromkeys(names) if name in MARKERS]
 
 
-def suite_params(suite: str, family: str, host: BenchHost) -> list[pytest.ParameterSet]:
-    """One pytest param per case of `suite` whose method belongs to `family`; cases that cannot
+def suite_params(suite: str, marker: str, host: BenchHost) -> list[pytest.ParameterSet]:
+    """One pytest param per case of `suite` whose method carries marker `marker`; cases that cannot
     run here carry a skip mark with the probe's reason. The value is the case as a plain dict so
     pytest-benchmark can write it to JSON."""
     import pytest
 
     params = []
-    cases = [case for case in suite_cases(suite, host.inventory) if case.method_entry.family == family]
+    cases = [case for case in suite_cases(suite, host.inventory) if case.method_entry.marker == marker]
     for entry in plan(cases, host).entries:
         case = entry.case
         host.planned[case.id] = entry

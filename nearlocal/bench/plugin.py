@@ -172,9 +172,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     from nearlocal.bench.benchmarks import suite_params
 
-    family = metafunc.function.__name__.removeprefix("test_")
+    marker = metafunc.function.__name__.removeprefix("test_")
     metafunc.parametrize("nearlocal_case", suite_params(
-        metafunc.config.getoption("nearlocal_suite"), family, _host(metafunc.config)))
+        metafunc.config.getoption("nearlocal_suite"), marker, _host(metafunc.config)))
 
 
 @pytest.fixture(scope="session")

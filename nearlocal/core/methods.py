@@ -110,7 +110,7 @@ class Delivery:
 @dataclass(frozen=True)
 class Method:
     name: str
-    family: str  # "cpu", "dsa", "gpu": also the pytest marker
+    marker: str  # "cpu", "dsa", "gpu": the pytest marker of its bench test (what runs it)
     summary: str
     accesses: tuple[str, ...]  # "read" (region -> peer), "write" (peer -> region)
     state: str  # cache state of the region when timing starts: "warm", "cold", "-"
@@ -220,11 +220,11 @@ def methods_joining(suite: str) -> list[str]:
     return [m.name for m in load_methods().values() if suite in m.suites]
 
 
-def methods_with_param(name: str, family: str | None = None) -> list[str]:
-    """The registered methods (of `family`, or all) that take parameter `name`: what help texts
+def methods_with_param(name: str, marker: str | None = None) -> list[str]:
+    """The registered methods (of `marker`, or all) that take parameter `name`: what help texts
     and errors list, so a method that gains one is named there without another edit."""
     return [method.name for method in load_methods().values()
-            if name in method.params and family in (None, method.family)]
+            if name in method.params and marker in (None, method.marker)]
 
 
 def methods_in_role(role: str) -> list[str]:

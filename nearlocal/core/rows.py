@@ -64,7 +64,7 @@ def row_facts(case: Case | ResolvedCase, cpuless_nodes: frozenset[int] = frozens
         **case.to_dict(),
         "pool_class": pool_class_of(resolved.region, cpuless_nodes),
         "effective_params": encode_params(dict(resolved.params)),
-        "family": method.family,
+        "marker": method.marker,
         "region_kind": resolved.region.kind,
         "state": method.state,
         "size_bytes": pattern.total_bytes,

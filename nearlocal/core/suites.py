@@ -122,5 +122,5 @@ def __getattr__(name: str) -> tuple[str, ...]:
     if name == "CPU_METHODS":
         from nearlocal.core.methods import get_method
 
-        return tuple(m for m in methods_joining("quick") if get_method(m).family == "cpu")
+        return tuple(m for m in methods_joining("quick") if get_method(m).marker == "cpu")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -253,7 +253,7 @@ def _check_loaded(params: dict) -> None:
 
 
 register_method(Method(
-    name="chase", family="cpu", accesses=("read",), state="warm",
+    name="chase", marker="cpu", accesses=("read",), state="warm",
     summary="dependent loads around a random one-cycle ring of cache lines: ns per load (idle "
             "latency; the size picks L1 / L2 / LLC / memory)",
     open_session=ChaseSession, cpu_flags=("rdtscp",), markers=("cpu",), moves_bytes=False,
@@ -262,7 +262,7 @@ register_method(Method(
 ))
 register_method(Method(
     cacheable=False,
-    name="loaded-chase", family="cpu", accesses=("read",), state="warm",
+    name="loaded-chase", marker="cpu", accesses=("read",), state="warm",
     summary="chase on one CPU while the others run bursts of load / store / nt-store with "
             "`delay` ns between them: latency under load (MLC's loaded latency)",
     open_session=LoadedChaseSession, cpu_flags=("rdtscp",), markers=("cpu",), moves_bytes=False,

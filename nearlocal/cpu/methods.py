@@ -182,7 +182,7 @@ def _cpu(name: str, code: CpuKernels, accesses: tuple[str, ...], state: str, sum
     form = ThreadForm(*threads, body=code.one_pass) if threads else None
     # threaded: --threads N / --cpus (cpu.threads); with_movers: movers=k (cpu.movers)
     return register_method(with_movers(threaded(Method(
-        name=name, family="cpu", summary=summary, accesses=accesses, state=state,
+        name=name, marker="cpu", summary=summary, accesses=accesses, state=state,
         open_session=lambda ctx, timed=summary: CpuSession(
             code.timed(), timed, ctx, batched, batch_with_drain),
         cpu_flags=("rdtscp", *flags), markers=("cpu",), params={"drain": "before"},

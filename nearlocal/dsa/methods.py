@@ -255,7 +255,7 @@ def _needs(inventory) -> str | None:
 
 DSA_MEMMOVE = register_method(Method(
     cacheable=False,
-    name="dsa-memmove", family="dsa", state="-", accesses=("write", "read"),
+    name="dsa-memmove", marker="dsa", state="-", accesses=("write", "read"),
     summary="DSA memmove descriptor per fragment, submitted to a user WQ (movdir64b/enqcmd), "
             "completion record polled",
     open_session=lambda ctx: DsaSession(ctx, batched=False),
@@ -265,7 +265,7 @@ DSA_MEMMOVE = register_method(Method(
 ))
 DSA_BATCH = register_method(Method(
     cacheable=False,
-    name="dsa-batch", family="dsa", state="-", accesses=("write", "read"),
+    name="dsa-batch", marker="dsa", state="-", accesses=("write", "read"),
     summary="DSA batch descriptors of `batch` memmoves each (one fragment is cut into `batch`)",
     open_session=lambda ctx: DsaSession(ctx, batched=True),
     cpu_flags=("rdtscp",), needs=_needs, params={**PARAM_DEFAULTS, "batch": "8"},

@@ -37,7 +37,7 @@ def _gpu(name: str, summary: str, accesses: tuple[str, ...], open_session, needs
     parameter (gpu/suites.py), the contention fit by the rows' k."""
     method = Method(
         cacheable=False,
-        name=name, family="gpu", summary=summary, accesses=accesses, state="-",
+        name=name, marker="gpu", summary=summary, accesses=accesses, state="-",
         open_session=open_session, region_spaces=frozenset(regions),
         peer_spaces=frozenset({"gpu"}), needs=needs, params=params, markers=markers,
         check_params=check_params, sample_bytes=sample_bytes,

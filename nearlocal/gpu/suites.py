@@ -106,7 +106,7 @@ def gpu_contention_cases(inventory) -> list[Case]:
         spreads += [(k, gpus) for k in sorted({gpus, *CONTENTION_MOVERS}) if k >= gpus]
     cases = []
     for region in regions:
-        for name in methods_with_param("movers", family="gpu"):
+        for name in methods_with_param("movers", marker="gpu"):
             if "read" not in METHODS[name].accesses:
                 continue
             for k, devices in spreads:

@@ -161,7 +161,7 @@ def register_rack(rack: RackMethod, summary: str, params: dict, check_params=Non
 
     register_method(Method(
         cacheable=False,
-        name=rack.name, family="cpu", summary=summary, accesses=accesses, state="-",
+        name=rack.name, marker="cpu", summary=summary, accesses=accesses, state="-",
         open_session=_not_in_a_worker, cpu_flags=cpu_flags, params=params,
         needs=needs, markers=("cpu",), check_params=check, check_pattern=check_pattern,
         check_case=check_case, case_needs=case_needs, sample_bytes=sample_bytes,

@@ -49,7 +49,7 @@ def _with_attr(region: str, attr: str) -> str:
 # Hand-made or partial rows (an import) may lack a text column: the gaps read as the case's own
 # defaults (core.cases.Case), a row that says nothing of its outcome as failed.
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if isinstance(f.default, str)}
-_TEXT_DEFAULTS = {**dict.fromkeys(("case_id", "method", "family", "region", "pattern", "params",
+_TEXT_DEFAULTS = {**dict.fromkeys(("case_id", "method", "marker", "region", "pattern", "params",
                                    "reason"), ""),
                   "attr": _CASE_DEFAULTS["attr"], "peer": _CASE_DEFAULTS["peer"],
                   "access": "read", "params": "{}", "status": "failed"}

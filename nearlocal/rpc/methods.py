@@ -196,7 +196,7 @@ def _request_bytes(pattern: Pattern) -> int:
 
 
 _CPUS = {"client_cpu": "auto", "server_cpu": "auto"}  # auto: the first two this process may use
-_COMMON = {"family": "cpu", "accesses": ("write",), "state": "-",
+_COMMON = {"marker": "cpu", "accesses": ("write",), "state": "-",
            "cpu_flags": ("rdtscp", "clflushopt"), "needs": _two_cpus, "markers": ("cpu",),
            "check_params": _check_params, "check_pattern": check_rpc_pattern,
            "check_case": _check_case,

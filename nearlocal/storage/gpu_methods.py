@@ -274,7 +274,7 @@ def _check_file_gpu(params: dict) -> None:
 
 register_method(Method(
     cacheable=False,
-    name="file-read-gpu", family="gpu", state="-", accesses=("read",),
+    name="file-read-gpu", marker="gpu", state="-", accesses=("read",),
     summary="file -> pinned bounce buffer -> gpu:K: file-read's engine fills pinned memory, "
             "then cudaMemcpyAsync (the CPU-offload reload path)",
     open_session=FileToGpuSession, region_spaces=frozenset({"storage"}),
@@ -284,7 +284,7 @@ register_method(Method(
 ))
 register_method(Method(
     cacheable=False,
-    name="file-read-gds", family="gpu", state="-", accesses=("read",),
+    name="file-read-gds", marker="gpu", state="-", accesses=("read",),
     summary="GPUDirect Storage: kvikio.CuFile.pread of each fragment from a storage:PATH file "
             "into gpu:K (cuFile)",
     open_session=GdsSession, region_spaces=frozenset({"storage"}),

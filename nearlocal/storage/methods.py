@@ -294,7 +294,7 @@ def _needs(inventory) -> str | None:
 def _file_method(name: str, write: bool, summary: str) -> Method:
     return register_method(Method(
         cacheable=False,
-        name=name, family="cpu", state="-", accesses=("write",) if write else ("read",),
+        name=name, marker="cpu", state="-", accesses=("write",) if write else ("read",),
         summary=summary, open_session=lambda ctx: FileSession(ctx, write=write),
         region_spaces=frozenset({"storage"}), cpu_flags=("rdtscp",),
         params=dict(PARAM_DEFAULTS), markers=("storage",),

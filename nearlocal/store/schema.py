@@ -35,7 +35,7 @@ SCHEMA_VERSION = 3
 
 # Columns every row of cases.parquet has; statistics are NaN for skipped / failed rows.
 CASE_COLUMNS = [
-    "case_id", "suite", "method", "family", "region", "region_kind", "attr", "pattern", "peer",
+    "case_id", "suite", "method", "marker", "region", "region_kind", "attr", "pattern", "peer",
     "access", "params", "state", "status", "reason", "size_bytes", "fragment_count",
     "fragment_bytes", "bytes_moved", "n_samples", "converged", "min_ns", "median_ns", "mean_ns",
     "p10_ns", "p90_ns", "p99_ns", "max_ns", "stddev_ns", "mad_ns", "ci_low_ns", "ci_high_ns",
@@ -150,7 +150,7 @@ RUN_META_FIELDS = {
                         "margin": NUMBER, "passed": BOOL, "reason": TEXT, "seconds": NUMBER,
                         "derived_from": [TEXT]}]}],
 }
-TEXT_COLUMNS = ("case_id", "suite", "method", "family", "region", "region_kind", "attr", "pattern",
+TEXT_COLUMNS = ("case_id", "suite", "method", "marker", "region", "region_kind", "attr", "pattern",
                 "peer", "access", "params", "state", "status", "reason", "clock")
 COUNT_COLUMNS = ("size_bytes", "fragment_count", "fragment_bytes", "bytes_moved", "n_samples",
                  "processes", "placements")

@@ -277,7 +277,7 @@ def read_ceilings(cases: pd.DataFrame) -> list[Ceiling]:
         method = methods.get(str(row.get("method")))
         median = pd.to_numeric(row.get("median_ns"), errors="coerce")
         moved = pd.to_numeric(row.get("bytes_moved"), errors="coerce")
-        if (method is None or method.family != "cpu" or method.delivery is not None
+        if (method is None or method.marker != "cpu" or method.delivery is not None
                 or row.get("access") != "read" or row.get("status") != "ok"
                 or row.get("measures", "transfer") != "transfer"
                 or str(row.get("attr", "wb")) not in ("wb", "")

@@ -102,7 +102,7 @@ class MetadataSession:
 
 register_method(Method(
     cacheable=False,
-    name="kv-metadata", family="cpu", accesses=("read",), state="-", moves_bytes=False,
+    name="kv-metadata", marker="cpu", accesses=("read",), state="-", moves_bytes=False,
     measures="operation",
     summary="decision -> fragment list: block table (and chosen tokens) to the merged fragment "
             "table of a kv: pattern, compiled, nothing moved",
