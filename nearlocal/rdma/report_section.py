@@ -88,7 +88,7 @@ def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
               & (df["access"] == comparison.access) & _matches(df, comparison.pattern)]
     if rows.empty:
         return None
-    return _fastest(rows[rows["rank"] == rows["rank"].min()])
+    return _fastest(rows[rows["pool_rank"] == rows["pool_rank"].min()])
 
 
 def _rdma_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:

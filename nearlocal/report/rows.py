@@ -81,12 +81,12 @@ def prepare(run: RunData) -> pd.DataFrame:
     df["region_what"] = _texts((POOL_CLASSES.get(str(c), POOL_CLASSES["other"])
                                 for c in df["pool_class"]), df.index)
     peer_rank = [class_rank(c) for c in df["peer_pool_class"]]
-    df["rank"] = pd.Series(rank, index=df.index, dtype="int64")
-    df["peer_rank"] = pd.Series(peer_rank, index=df.index, dtype="int64")
-    df["src_rank"] = pd.Series([p if w else r for r, p, w in zip(rank, peer_rank, write,
+    df["pool_rank"] = pd.Series(rank, index=df.index, dtype="int64")
+    df["peer_pool_rank"] = pd.Series(peer_rank, index=df.index, dtype="int64")
+    df["src_pool_rank"] = pd.Series([p if w else r for r, p, w in zip(rank, peer_rank, write,
                                                                  strict=True)],
                                index=df.index, dtype="int64")
-    df["dst_rank"] = pd.Series([r if w else p for r, p, w in zip(rank, peer_rank, write,
+    df["dst_pool_rank"] = pd.Series([r if w else p for r, p, w in zip(rank, peer_rank, write,
                                                                  strict=True)],
                                index=df.index, dtype="int64")
     df["src_kind"] = _texts((s.split("[")[0].split(":")[0] for s in src), df.index)
@@ -181,7 +181,7 @@ def _clock_step(row) -> float | None:
     return float(step) / float(ops)
 
 
-def _best(rows: pd.DataFrame, order: Iterable[str] = ("rank", "n_params")) -> pd.Series | None:
+def _best(rows: pd.DataFrame, order: Iterable[str] = ("pool_rank", "n_params")) -> pd.Series | None:
     """The row to show: an ok row first, then the most pool-like region."""
     if rows.empty:
         return None
@@ -233,7 +233,7 @@ def _isolated(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _host_only(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["rank"] < GPU_CLASS) & (df["peer_rank"] < GPU_CLASS)]
+    return df[(df["pool_rank"] < GPU_CLASS) & (df["peer_pool_rank"] < GPU_CLASS)]
 
 
 

@@ -82,17 +82,17 @@ def section_b7(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             rows = _isolated(rows)
             if attr:
                 rows = rows[rows["attr"] == attr]
-            row = _best(rows, ("rank", "n_params", "attr"))
+            row = _best(rows, ("pool_rank", "n_params", "attr"))
             if row is None:
                 what = f"{method} {attr}" if attr else method
                 cells[key] = [NoValue(f"no {what} 16KiB row in this run"), None, None]
                 continue
             stat = stat_of(row)
             if row["ok"]:
-                used[row["region"]] = int(row["rank"])
+                used[row["region"]] = int(row["pool_rank"])
             # the paper's figure is its pool's: local memory set beside it would read as a pool
             versus = (ratio_or_none(median_ns_of(stat), paper.ns())
-                      if row["rank"] < SHARED_CLASS or not row["ok"]
+                      if row["pool_rank"] < SHARED_CLASS or not row["ok"]
                       else NoValue(f"{row['region_what']}, not a pool"))
             cells[key] = [stat, versus, _with_attr(row["region"], row["attr"])]
         per_run.append(cells)
@@ -161,7 +161,7 @@ def section_b8(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
     for index, (run, df) in enumerate(zip(runs, frames, strict=True)):
         host = _host_only(df[df["contiguous"]])
         dsa_ok = host[(host["method"] == B8_DSA) & host["ok"]]
-        pool = dsa_ok.sort_values("rank").iloc[0]["region"] if len(dsa_ok) else None
+        pool = dsa_ok.sort_values("pool_rank").iloc[0]["region"] if len(dsa_ok) else None
         rows = host[host["region"] == pool] if pool else host.iloc[0:0]
         cells: dict[tuple, list[Cell]] = {}
         medians: dict[str, dict[int, float]] = {}
@@ -286,10 +286,10 @@ def _pool_and_local_to_gpu(df: pd.DataFrame) -> dict[str, tuple]:
     region, from local host memory: pinned first, then registered dram, then dram)."""
     rows = _gpu_rows(df)
     rows = rows[(rows["size_bytes"] == SIZE_64K) & rows["contiguous"]
-                & (rows["dst_rank"] == GPU_CLASS)]
+                & (rows["dst_pool_rank"] == GPU_CLASS)]
     rows = rows.assign(local_rank=[B11_LOCAL_ORDER.get(s.split("[")[0], 9) for s in rows["src"]])
-    return {method: (_best(group[group["src_rank"] < LOCAL_CLASS], ("src_rank",)),
-                     _best(group[group["src_rank"] == LOCAL_CLASS], ("local_rank",)))
+    return {method: (_best(group[group["src_pool_rank"] < LOCAL_CLASS], ("src_pool_rank",)),
+                     _best(group[group["src_pool_rank"] == LOCAL_CLASS], ("local_rank",)))
             for method, group in rows.groupby("method", sort=False)}
 
 
@@ -411,8 +411,8 @@ def section_b12(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
                     NoValue(f"no row reached memory (sizes up to {largest} stayed in a CPU "
                             "cache)"), None, None, cache_peak_text(cached)]
                 continue
-            pool_gpu = ({peak["rank"], peak["peer_rank"]} & {GPU_CLASS}
-                        and min(peak["rank"], peak["peer_rank"]) < LOCAL_CLASS)
+            pool_gpu = ({peak["pool_rank"], peak["peer_pool_rank"]} & {GPU_CLASS}
+                        and min(peak["pool_rank"], peak["peer_pool_rank"]) < LOCAL_CLASS)
             cells[(method, path)] = [float(peak["gbps"]), int(peak["size_bytes"]),
                                      ratio_or_none(float(peak["gbps"]), cap.central) if pool_gpu
                                      else None, cache_peak_text(cached)]

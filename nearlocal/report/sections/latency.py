@@ -49,7 +49,7 @@ def section_idle_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Sec
         local = local.set_index("size_bytes")["median_ns"]
         cells: dict[tuple, list[Cell]] = {}
         for _, row in rows.iterrows():
-            rank, what = int(row["rank"]), row["region_what"]  # prepare() knows CPU-less nodes
+            rank, what = int(row["pool_rank"]), row["region_what"]  # prepare() knows CPU-less nodes
             base = local.get(int(row["size_bytes"]))
             ok = bool(row["ok"])
             median = float(row["median_ns"]) if ok else None
@@ -106,7 +106,7 @@ def section_loaded_latency(runs: list[RunInfo], frames: list[pd.DataFrame]) -> S
     for df in frames:
         cells: dict[tuple, list[Cell]] = {}
         for _, row in _chase(df, LOADED_METHOD).iterrows():
-            ranks.setdefault(row["region"], int(row["rank"]))
+            ranks.setdefault(row["region"], int(row["pool_rank"]))
             info = _info(row)
             params = row["effective"]  # the method's defaults with the case's params over them
             delay = int(params.get("delay", info.get("delay_ns", 0)))

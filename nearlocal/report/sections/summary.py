@@ -35,7 +35,7 @@ def near_matches(df: pd.DataFrame) -> pd.DataFrame:
     method, access, attribute, peer, pattern and parameters), with `local_ns` and `ratio`."""
     ok = df[df["ok"]]
     base = ok[ok["region"] == LOCAL_REGION].drop_duplicates(NEAR_MATCH).set_index(NEAR_MATCH)
-    others = ok[ok["rank"] < LOCAL_CLASS]
+    others = ok[ok["pool_rank"] < LOCAL_CLASS]
     local = [base["median_ns"].get(tuple(row[m] for m in NEAR_MATCH))
              for _, row in others.iterrows()]
     others = others.assign(local_ns=pd.Series(local, index=others.index, dtype="float64"))
@@ -83,10 +83,10 @@ def _chase_median(df: pd.DataFrame, region: str, size: int) -> float | None:
 def headlines(df: pd.DataFrame) -> list[Headline]:
     """Every measured region that is other memory than this box's DRAM (a pool, a CPU-less or
     another NUMA node), most pool-like first."""
-    measured = df[df["ok"] & (df["rank"] < SHARED_CLASS)]
+    measured = df[df["ok"] & (df["pool_rank"] < SHARED_CLASS)]
     near = near_matches(df)
     out = []
-    for (_, region), group in measured.groupby(["rank", "region"], sort=True):
+    for (_, region), group in measured.groupby(["pool_rank", "region"], sort=True):
         latency = tuple((size, _chase_median(df, region, size), _chase_median(df, LOCAL_REGION, size))
                         for size in LATENCY_RINGS)
         moved = near[(near["region"] == region) & near["contiguous"] & near["gbps"].notna()
@@ -247,7 +247,7 @@ def section_near_summary(runs: list[RunInfo], frames: list[pd.DataFrame],
         near = near_matches(df)
         cells: dict[tuple, list[Cell]] = {}
         for (region, what, access, rank), group in near.groupby(
-                ["region", "region_what", "access", "rank"], sort=False):
+                ["region", "region_what", "access", "pool_rank"], sort=False):
             attrs = sorted(set(group["attr"]))
             key = (region + ("" if attrs == ["wb"] else f" [{', '.join(attrs)}]"), what, access)
             order[key] = (int(rank), key)

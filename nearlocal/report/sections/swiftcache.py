@@ -52,13 +52,13 @@ def section_s2(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Section:
             runs, frames, S2_GPU_METHODS, " / ".join(S2_GPU_METHODS))
     per_run = []
     for df in frames:
-        gpu_dst = df["dst_rank"] == GPU_CLASS
+        gpu_dst = df["dst_pool_rank"] == GPU_CLASS
         choices = {
             S2_ROWS[0][0]: df[(df["method"] == S2_PEER)],
             S2_ROWS[1][0]: df[(df["method"] == S2_HOST) & gpu_dst
                               & (df["src_kind"] == S2_PINNED)],
             S2_ROWS[2][0]: df[(df["method"] == S2_HOST) & gpu_dst
-                              & (df["src_rank"] < LOCAL_CLASS)],
+                              & (df["src_pool_rank"] < LOCAL_CLASS)],
             S2_ROWS[3][0]: df[df["method"].isin(STORAGE_READS)  # the disk, not a warm cache
                               & df["params_d"].map(lambda p: p.get("cache") != "warm")],
         }
