@@ -146,3 +146,21 @@ def test_b1_stands_on_a_transfer_alone_never_a_movers_row(tmp_path):
     report = build_report([load(make_run(tmp_path, [*_rows(), movers]))])
     b1 = _line(report.section("rdma").table, "B1", "16 KiB write")
     assert b1[4].median_ns == 10_000.0
+
+
+def test_the_rack_section_reads_the_stored_mpi_rank_beside_the_pool_rank(tmp_path):
+    """Issue 59: an MPI job's rows keep their MPI `rank` (the report's pool-class rank is
+    `pool_rank`), so the rack section names each row's rank from it, not from its case id."""
+    from nearlocal.report.rows import SHARED_CLASS, prepare
+
+    rows = []
+    for rank in (1, 2):
+        data = row("rack-rpc-roundtrip", "shm:pool", access="write", size=64, pattern="64B",
+                   median=2_000.0 * rank)
+        data.update(host=f"h{rank}", rank=rank, case_id=f"{data['case_id']}/r{rank}")
+        rows.append(data)
+    run = load(make_run(tmp_path, rows))
+    frame = prepare(run)
+    assert list(frame["rank"]) == [1, 2] and set(frame["pool_rank"]) == {SHARED_CLASS}
+    table = build_report([run]).section("rack").table
+    assert sorted((str(r[1]), str(r[2])) for r in table.rows) == [("1", "h1"), ("2", "h2")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -148,3 +150,16 @@ def test_reading_a_run_imports_no_method_or_region_module_unless_a_row_lacks_a_f
         derived, imported = done.stdout.splitlines()
         assert derived == "operation local"
         assert bool(modules & set(imported.split())) is loads
+
+
+def test_a_run_stored_with_the_old_family_column_reads_it_as_marker(tmp_path):
+    """Issue 59: the method's pytest marker was stored as `family`; a run stored before (the
+    fixture stores), or an old bench JSON's rows beside new ones, reads it as `marker`."""
+    fixture = load(Path(__file__).parent / "fixtures" / "runs" / "vm-quick-copies")
+    assert "family" not in fixture.cases and set(fixture.cases["marker"]) == {"cpu"}
+    store = Store.create(tmp_path, {"suite": "test"}, run_id="old")
+    store.add_case({"case_id": "a", "method": "load", "status": "ok", "family": "cpu"})
+    store.add_case({"case_id": "b", "method": "load", "status": "ok", "marker": "dsa"})
+    store.finish(ended="now")
+    cases = load("old", tmp_path).cases
+    assert "family" not in cases and list(cases["marker"]) == ["cpu", "dsa"]

@@ -37,8 +37,13 @@ def _info(row) -> dict:
 
 
 def _mpi_rank(row) -> str:
-    """The MPI rank of a row (the prepared frame's own `rank` is the region's class)."""
-    return str(row["case_id"]).rsplit("/rank=", 1)[-1] if "/rank=" in str(row["case_id"]) else "-"
+    """The MPI rank that measured a row: the stored `rank` column (an MPI job's rows carry it;
+    the region's pool class rank is `pool_rank`), "-" where there is none."""
+    rank = row.get("rank")
+    try:
+        return str(int(rank))
+    except (TypeError, ValueError):  # None, NaN: a row of no MPI job
+        return "-"
 
 
 def _what(row, params: dict) -> str:

@@ -1,6 +1,7 @@
 """Rows of one stored run as every section reads them: `prepare()` adds the derived columns
-(src / dst / path, pool rank, parsed params, transfer or not), and the helpers pick and compare
-rows. All arithmetic on rows that several sections share lives here."""
+(src / dst / path, pool rank as `pool_rank`, parsed params, transfer or not; an MPI job's stored
+`rank` stays the MPI rank), and the helpers pick and compare rows. All arithmetic on rows that
+several sections share lives here."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def _texts(values: Iterable, index: pd.Index) -> pd.Series:
 
 
 def prepare(run: RunData) -> pd.DataFrame:
-    """The run's case rows plus src / dst / path / pool rank / parsed params."""
+    """The run's case rows plus src / dst / path / pool_rank (and peer's, src's, dst's) / parsed
+    params."""
     df = run.cases.copy()
     for column, default in _TEXT_DEFAULTS.items():  # hand-made or partial rows: fill the gaps
         values = df[column] if column in df else [None] * len(df)

@@ -20,6 +20,7 @@ from nearlocal.store.schema import (
     frame_problem,
     ops_per_sample,
     shape_problem,
+    with_current_names,
 )
 
 np = lazy_import("numpy")
@@ -186,6 +187,7 @@ def load(ref: str | Path | None = None, root: Path = DEFAULT_ROOT) -> RunData:
             else ([], pd.DataFrame(columns=SAMPLE_COLUMNS))
         cases = cases_frame(rows)
         meta = {**meta, "n_cases": len(rows)}
+    cases = with_current_names(cases)  # columns stored under an older name (schema.py)
     if "process" not in samples:  # schema version 1: one worker process per case
         samples["process"] = np.zeros(len(samples), np.int32)
     if "placement" not in samples:  # before placements were drawn: one a process

@@ -46,6 +46,21 @@ CASE_COLUMNS = [
 ]
 SAMPLE_COLUMNS = ["case_id", "rep", "raw", "ns", "process", "placement"]
 
+# Case columns once stored under another name: old -> now (issue 59: `family` held the method's
+# pytest marker, Method.marker). load() reads a run stored before, or rows imported from an old
+# bench JSON, as if written now.
+RENAMED_CASE_COLUMNS = {"family": "marker"}
+
+
+def with_current_names(cases):
+    """`cases` (a DataFrame) with each old column under its name now; where both are there (an
+    import's rows) the old one fills the new one's gaps."""
+    for old, new in RENAMED_CASE_COLUMNS.items():
+        if old in cases:
+            values = cases.pop(old)
+            cases[new] = values if new not in cases else cases[new].where(cases[new].notna(), values)
+    return cases
+
 # Info keys by which rows stored before `ops_per_sample` was a column said how many operations
 # one sample's ns is divided by (chase hops, RPC requests per throughput batch).
 _OPS_INFO_KEYS = ("hops_per_sample", "requests_per_sample")
@@ -216,7 +231,8 @@ def frame_problem(frame, file: str) -> str | None:
     columns text, counts and statistics numbers (a column of nulls is fine)."""
     import pandas as pd
 
-    wanted = {**dict.fromkeys(TEXT_COLUMNS, "text"), **dict.fromkeys(COUNT_COLUMNS, "numbers"),
+    wanted = {**dict.fromkeys((*TEXT_COLUMNS, *RENAMED_CASE_COLUMNS), "text"),
+              **dict.fromkeys(COUNT_COLUMNS, "numbers"),
               **dict.fromkeys(NUMBER_COLUMNS, "numbers"), "rep": "numbers", "raw": "numbers",
               "ns": "numbers", "process": "numbers"}
     for column, kind in wanted.items():
