@@ -118,8 +118,8 @@ def test_passes_chosen_on_each_box_span_the_clock(box: Box):
 
 @pytest.mark.parametrize("box", BOXES, ids=lambda box: box.name)
 def test_the_report_marks_a_figure_below_the_step_only_when_it_is(box: Box):
+    from nearlocal.report.document import Stat
     from nearlocal.report.fmt import _time
-    from nearlocal.report.model import Stat
 
     step_ns = calibrate(box.runs[0]).step_ns(box.tsc_hz)
     above = Stat(598.0, 560.0, 640.0, True, step_ns)  # B7's nt-store 16 KiB, isolated

@@ -13,8 +13,8 @@ from nearlocal.core.cases import Case
 from nearlocal.core.rows import row_facts
 from nearlocal.core.sampling import summarize
 from nearlocal.frontends.cli import main
+from nearlocal.gate.estimate import bootstrap_medians
 from nearlocal.gate.identity import host_differences
-from nearlocal.gate.model import bootstrap_medians
 from nearlocal.gate.verdict import compare_runs
 from nearlocal.store import Store, load
 

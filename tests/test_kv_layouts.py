@@ -13,7 +13,7 @@ from nearlocal.errors import UsageError
 from nearlocal.kernels import cpu
 from nearlocal.workloads import kv
 from nearlocal.workloads.kernels import time_dense_metadata, time_sparse_metadata
-from nearlocal.workloads.models import BUILTIN, from_hf_config, get_model
+from nearlocal.workloads.llm_configs import BUILTIN, from_hf_config, get_model
 
 
 @pytest.fixture(scope="module")

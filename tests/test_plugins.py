@@ -77,7 +77,7 @@ register_suite(Suite("demo", "an installed plugin's suite",
 # Its upper-layer modules: each imports the layer whose registry it fills, and is loaded only there
 # (the report, whatif, the command line), never by a worker.
 DEMO_SECTION = '''
-from nearlocal.report.model import Section
+from nearlocal.report.document import Section
 from nearlocal.report.registry import register_frames_section
 
 

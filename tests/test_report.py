@@ -10,8 +10,8 @@ import pytest
 from nearlocal.acceptance.verdicts import AcceptanceRecord, VerdictRecord, store_acceptance
 from nearlocal.frontends.cli import main
 from nearlocal.regions.base import pool_class_of
+from nearlocal.report.document import Column
 from nearlocal.report.fmt import cell_text
-from nearlocal.report.model import Column
 from nearlocal.report.papers import figure, figures
 from nearlocal.report.render_html import report_html, table_html, write_html
 from nearlocal.report.render_markdown import table_markdown, write_markdown

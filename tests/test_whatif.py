@@ -40,7 +40,7 @@ from nearlocal.whatif.fit import fit_run
 from nearlocal.whatif.references import parse_reference
 from nearlocal.whatif.serving import NOT_MEASURED, shape_of
 from nearlocal.workloads.kv_methods import QUICK_SERVING_BLOCKS, quick_serving_pattern
-from nearlocal.workloads.models import get_model
+from nearlocal.workloads.llm_configs import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "fixtures" / "runs" / "h200-gpu-suite"

@@ -1,4 +1,4 @@
-"""What each case measured in both runs, as plain data for the model (gate/model.py).
+"""What each case measured in both runs, as plain data for the model (gate/estimate.py).
 
 The unit is one worker process: the mean of the log medians of the page placements it drew
 (engine/worker.py; one a process in runs stored before placements), since most of the noise

@@ -1,6 +1,6 @@
 """The one place a case's verdict is assigned (judge), and the comparison it belongs to.
 
-Per case the model (gate/model.py) gives a log ratio, its standard error and degrees of freedom.
+Per case the model (gate/estimate.py) gives a log ratio, its standard error and degrees of freedom.
 Each median may be off by the clock's step, so the ratio's bounds allow for that. A case's
 p-value tests "beyond the threshold" (outside [1/(1+t), 1+t]); Benjamini-Hochberg over the
 compared cases selects, which keeps the chance of any false `slower` on unchanged code at
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from nearlocal.engine.stability.hostmoves import HostMove, excusing, host_moves, layer, yardsticks
 from nearlocal.errors import UsageError
-from nearlocal.gate.model import Estimate, estimate_cases
+from nearlocal.gate.estimate import Estimate, estimate_cases
 from nearlocal.gate.modes import DEFAULT_MODE, Mode, get_mode
 from nearlocal.gate.samples import Absent, CaseInput, case_inputs
 from nearlocal.lazy import lazy_import

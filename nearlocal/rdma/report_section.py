@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from nearlocal.report.model import Cell, Column, NoValue, RunInfo, Section, Stat, keyed_table
+from nearlocal.report.document import Cell, Column, NoValue, RunInfo, Section, Stat, keyed_table
 from nearlocal.report.papers import figure
 from nearlocal.report.registry import register_frames_section
 from nearlocal.report.rows import median_ns_of, ratio_or_none, stat_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from nearlocal.report.model import Cell, Collapsed, Column, NoValue, Stat, Table
+from nearlocal.report.document import Cell, Collapsed, Column, NoValue, Stat, Table
 from nearlocal.units import format_ns, format_size
 
 NOT_CONVERGED = "†"

@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING
 from nearlocal.reporters import ConsoleReporter, Reporters, TextReporter, json_reporter
 
 if TYPE_CHECKING:
-    from nearlocal.report.model import Report  # pandas: not at the command line's start
+    from nearlocal.report.document import Report  # pandas: not at the command line's start
 
 
 def _print(report: Report, file: IO[str] | None) -> None:

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from nearlocal.report.model import PlotData
+from nearlocal.report.document import PlotData
 from nearlocal.units import format_size
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per run: run 1 solid, run 2 dashed, ...

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from nearlocal.report.model import RunInfo, Section
+from nearlocal.report.document import RunInfo, Section
 from nearlocal.store import RunData
 
 

@@ -7,8 +7,8 @@ from html import escape
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.report.document import Report, Section, Stat, Table
 from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, is_reason, numeric
-from nearlocal.report.model import Report, Section, Stat, Table
 from nearlocal.report.plots import caption, svg_text
 
 CSS = """

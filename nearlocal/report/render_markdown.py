@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nearlocal import safeio
+from nearlocal.report.document import Report, Section, Table, header
 from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, numeric
-from nearlocal.report.model import Report, Section, Table, header
 from nearlocal.report.plots import caption, png_bytes
 
 

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from nearlocal.report.document import Report, Section, Table, header
 from nearlocal.report.fmt import NOT_CONVERGED_MEANS, cell_text, collapsed_text, is_reason, numeric
-from nearlocal.report.model import Report, Section, Table, header
 from nearlocal.terminal import print_table
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from nearlocal.core.cases import Case
 from nearlocal.params import decode_params_or_none
 from nearlocal.regions.base import POOL_CLASSES, gpu_device
-from nearlocal.report.model import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
+from nearlocal.report.document import NOT_IN_RUN, Cell, NoValue, RunInfo, Stat
 from nearlocal.report.papers import Figure, figure
 from nearlocal.store import RunData
 

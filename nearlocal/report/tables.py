@@ -1,19 +1,19 @@
 """Builds the report from stored runs: each run's rows prepared once (report.rows), then every
 registered section in its order (report.registry: nearlocal's own in report/sections/ and the
 families' report_section.py, a plugin's in its distribution, all found by entry point). Several runs become
-side-by-side columns, one group per run. The model (cells, columns, sections) is report.model;
+side-by-side columns, one group per run. The document (cells, columns, sections) is report.document;
 the terminal, Markdown and HTML renderers only format it."""
 
 from __future__ import annotations
 
-from nearlocal.report import model
-from nearlocal.report.model import NoValue, Report, Stat, collapse_unmeasured
+from nearlocal.report import document
+from nearlocal.report.document import NoValue, Report, Stat, collapse_unmeasured
 from nearlocal.report.registry import Inputs, ordered_sections
 from nearlocal.report.rows import prepare, run_info
 from nearlocal.report.sections.beluga import crossover_size
 from nearlocal.store import RunData
 
-__all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "model", "prepare"]
+__all__ = ["NoValue", "Report", "Stat", "build_report", "crossover_size", "document", "prepare"]
 
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # The public names, loaded at first use (PEP 562): `nearlocal --help` registers the command
 # through this package and must not import pandas for it.
 _PUBLIC = {
-    "PathModel": "fit", "Prediction": "fit", "fit_run": "fit",
+    "PathFit": "fit", "Prediction": "fit", "fit_run": "fit",
     "HOPS": "paths", "SERVING_PATHS": "paths",
     "ReferenceBox": "references", "load_reference": "references",
     "reference_names": "references", "run_reference": "references",

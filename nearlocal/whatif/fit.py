@@ -112,7 +112,7 @@ class Ceiling:
 
 
 @dataclass(frozen=True)
-class PathModel:
+class PathFit:
     """One way of moving bytes over a hop: a method between two regions with its params
     (measured), or a reference box's stated figures (`bandwidth_gbps` set)."""
 
@@ -324,7 +324,7 @@ def calls(rule: str, fragments: int, facts: dict) -> int:
 
 
 def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str,
-              ceilings: list[Ceiling] | None = None) -> PathModel | None:
+              ceilings: list[Ceiling] | None = None) -> PathFit | None:
     """A hop's model from the rows of one way of moving bytes; None when they hold no
     single-transfer row and no many-fragment row. `ceilings` (read_ceilings): where the CPU
     moves the bytes, the best read of the source bounds the figures (a run without one: said)."""
@@ -365,7 +365,7 @@ def fit_group(hop: str, way: str, rows: pd.DataFrame, rule: str,
                          f"load --region {source} --pattern 1GiB --threads N`): the figure is not "
                          "bounded by the box's memory read")
     gathers = bool(rows["gathers"].all()) if "gathers" in rows else True
-    return PathModel(hop, way, rule, call_ns, singles, _median_by_size(fragmented), facts,
+    return PathFit(hop, way, rule, call_ns, singles, _median_by_size(fragmented), facts,
                      notes=tuple(notes), gathers=gathers, ceiling=ceiling, gpus=_gpus(rows))
 
 
@@ -388,11 +388,11 @@ def _way(row: pd.Series) -> str:
             + (f" [{params}]" if params else ""))
 
 
-def fit_run(cases: pd.DataFrame) -> dict[str, list[PathModel]]:
+def fit_run(cases: pd.DataFrame) -> dict[str, list[PathFit]]:
     """Every hop the run measured -> its ways of moving bytes, each fitted from its own rows
     (one way: one method between one region and one peer, with its params)."""
     rows = usable_rows(cases)
-    models: dict[str, list[PathModel]] = {}
+    models: dict[str, list[PathFit]] = {}
     if rows.empty:
         return models
     ceilings = read_ceilings(cases)

@@ -13,7 +13,7 @@ from pathlib import Path
 from nearlocal import safeio
 from nearlocal.core.methods import CALL_RULES
 from nearlocal.errors import UsageError
-from nearlocal.whatif.fit import PathModel
+from nearlocal.whatif.fit import PathFit
 from nearlocal.whatif.paths import HOPS
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "references"
@@ -27,7 +27,7 @@ class ReferenceBox:
     kind: str
     source: str
     date: str
-    links: dict[str, tuple[PathModel, ...]]  # hop -> its stated model (a run's: every way)
+    links: dict[str, tuple[PathFit, ...]]  # hop -> its stated model (a run's: every way)
 
     @property
     def label(self) -> str:
@@ -61,7 +61,7 @@ def parse_reference(data: dict, where: str) -> ReferenceBox:
     if box["kind"] not in KINDS:
         raise UsageError(f"{where}: kind {box['kind']!r} is not one of {', '.join(KINDS)}")
     label = f"reference {box['name']} ({box['kind']}: {box['source']}, {box['date']})"
-    links: dict[str, tuple[PathModel, ...]] = {}
+    links: dict[str, tuple[PathFit, ...]] = {}
     for number, link in enumerate(data.get("link") or [], 1):
         at = f"{where}: link {number}"
         hop = link.get("hop")
@@ -78,7 +78,7 @@ def parse_reference(data: dict, where: str) -> ReferenceBox:
         facts = {"max_sge": int(_number(link, "max_sge", at, 0))} if "max_sge" in link else {}
         notes = () if "calls" in link else (
             f"{label}: the source states no call count; one call per read assumed",)
-        links[hop] = (PathModel(hop, f"{label}: {link.get('basis', '')}".rstrip(": "), calls,
+        links[hop] = (PathFit(hop, f"{label}: {link.get('basis', '')}".rstrip(": "), calls,
                                _number(link, "call_us", at, 0.0) * 1e3, source=label,
                                facts=facts, bandwidth_gbps=bandwidth,
                                fragment_ns=_number(link, "fragment_us", at, 0.0,
@@ -98,7 +98,7 @@ def _run_source(run) -> tuple[str, str, str]:
     return title, f"{title} ({machine})", str(run.meta.get("started", "?"))[:10]
 
 
-def run_reference(run, measured: dict[str, list[PathModel]]) -> ReferenceBox:
+def run_reference(run, measured: dict[str, list[PathFit]]) -> ReferenceBox:
     """A stored run of this project promoted to a reference: its fitted hops, labelled with the
     run's id, host and date (for a box without a GPU, a GPU box's run)."""
     title, source, date = _run_source(run)
@@ -107,7 +107,7 @@ def run_reference(run, measured: dict[str, list[PathModel]]) -> ReferenceBox:
                                for hop, models in measured.items()})
 
 
-def promoted_toml(run, measured: dict[str, list[PathModel]], name: str,
+def promoted_toml(run, measured: dict[str, list[PathFit]], name: str,
                   choose) -> str:
     """A stored run as a reference box file (what `whatif RUN --promote NAME` prints): per hop
     the way `choose(models)` picks, as a + s / BW per transfer and d per fragment, with the run,

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from nearlocal.errors import UsageError
-from nearlocal.whatif.fit import PathModel, Prediction
+from nearlocal.whatif.fit import PathFit, Prediction
 from nearlocal.whatif.paths import HOPS, SERVING_PATHS, ServingPath
 from nearlocal.whatif.references import ReferenceBox
 
@@ -91,7 +91,7 @@ def shape_of(request: Request) -> Shape:
     scattered in the pool as a paged cache leaves them."""
     from nearlocal.workloads import kv
     from nearlocal.workloads.layouts import get_layout
-    from nearlocal.workloads.models import get_model
+    from nearlocal.workloads.llm_configs import get_model
 
     request.check()
     model = get_model(request.model)  # an unknown model: its own one-line error
@@ -167,8 +167,8 @@ class Whatif:
         return asdict(self)
 
 
-def best_way(models: list[PathModel], fragments: int, size: int,
-             gather: bool = False) -> tuple[PathModel, Prediction] | None:
+def best_way(models: list[PathFit], fragments: int, size: int,
+             gather: bool = False) -> tuple[PathFit, Prediction] | None:
     """The fastest way for this shape, preferring figures inside the measured sizes; for a
     `gather` (the request's scattered fragments) only a way whose method can read them (None:
     no way can)."""
@@ -180,7 +180,7 @@ def best_way(models: list[PathModel], fragments: int, size: int,
     return scored[0][3], scored[0][4]
 
 
-def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathModel]],
+def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathFit]],
           reference: ReferenceBox | None, gather: bool = False) -> Term:
     what = HOPS[hop].what
     found = best_way(measured.get(hop) or [], fragments, size, gather)
@@ -199,7 +199,7 @@ def _term(hop: str, fragments: int, size: int, measured: dict[str, list[PathMode
 
 
 def _route_terms(route: tuple[str, ...], shape: Shape, batch: int,
-                 measured: dict[str, list[PathModel]],
+                 measured: dict[str, list[PathFit]],
                  reference: ReferenceBox | None) -> list[Term]:
     terms = []
     for position, hop in enumerate(route):
@@ -254,7 +254,7 @@ def adapter_shared(path: ServingPath, terms: list[Term], request: Request,
 
 
 def path_figures(name: str, request: Request, shape: Shape,
-                 measured: dict[str, list[PathModel]],
+                 measured: dict[str, list[PathFit]],
                  reference: ReferenceBox | None = None,
                  topology: dict | None = None, box: bool = False) -> PathFigures:
     """One serving path's figures; `box`: the inputs are a run's, whose inventory's links
@@ -296,7 +296,7 @@ def path_figures(name: str, request: Request, shape: Shape,
 class Inputs:
     """What the what-if is computed from: a run's fitted hops and who the run is."""
 
-    measured: dict[str, list[PathModel]] = field(default_factory=dict)
+    measured: dict[str, list[PathFit]] = field(default_factory=dict)
     run: str = ""
     emulated: str = ""
     # a stored run's inputs (inputs_of), whose inventory's links (probe/links.py: `topology`,

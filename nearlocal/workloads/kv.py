@@ -33,7 +33,7 @@ from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
 from nearlocal.units import format_size, parse_size
 from nearlocal.workloads.layouts import LAYOUTS, KvGeometry, get_layout, layout_key
-from nearlocal.workloads.models import get_model, kv_dtype
+from nearlocal.workloads.llm_configs import get_model, kv_dtype
 
 np = lazy_import("numpy")
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from nearlocal.core.patterns import MAX_SPAN  # a pool's bytes: 64 TiB, past any (Beluga's is 8 TB)
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
-from nearlocal.workloads.models import FP8_DS_MLA, KV_DTYPES, ModelConfig
+from nearlocal.workloads.llm_configs import FP8_DS_MLA, KV_DTYPES, LLMConfig
 
 np = lazy_import("numpy")
 
@@ -133,7 +133,7 @@ class SparseDescriptor:
 class KvGeometry:
     """One rank's pool: a model, its layout and the numbers that size it."""
 
-    model: ModelConfig
+    model: LLMConfig
     layout: LayoutKind
     tp: int
     block_tokens: int

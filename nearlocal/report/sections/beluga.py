@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nearlocal.report.model import (
+from nearlocal.report.document import (
     NOT_IN_RUN,
     Cell,
     Column,

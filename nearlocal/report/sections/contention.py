@@ -6,7 +6,7 @@ contention_of's; this module only lays them out."""
 
 from __future__ import annotations
 
-from nearlocal.report.model import Cell, Column, Section, keyed_table
+from nearlocal.report.document import Cell, Column, Section, keyed_table
 from nearlocal.report.registry import Inputs, register_section
 from nearlocal.whatif.contention import contention_of
 

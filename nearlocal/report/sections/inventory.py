@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nearlocal.core.sampling import draws_disagree
-from nearlocal.report.model import Cell, Column, RunInfo, Section, Table, keyed_table
+from nearlocal.report.document import Cell, Column, RunInfo, Section, Table, keyed_table
 from nearlocal.report.papers import figures, stated
 from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.store import RunData

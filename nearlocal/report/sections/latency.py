@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nearlocal.cpu.threads import is_threaded
-from nearlocal.report.model import (
+from nearlocal.report.document import (
     Cell,
     Column,
     NoValue,

@@ -4,7 +4,7 @@ figures come from nearlocal.whatif; this module only lays them out."""
 
 from __future__ import annotations
 
-from nearlocal.report.model import Cell, Column, NoValue, Section, keyed_table
+from nearlocal.report.document import Cell, Column, NoValue, Section, keyed_table
 from nearlocal.report.registry import Inputs, register_section
 from nearlocal.report.rows import _refs
 from nearlocal.units import format_size

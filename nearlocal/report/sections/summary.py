@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nearlocal.report.model import Cell, Column, RunInfo, Section, keyed_table
+from nearlocal.report.document import Cell, Column, RunInfo, Section, keyed_table
 from nearlocal.report.papers import figure
 from nearlocal.report.registry import Inputs, register_frames_section, register_section
 from nearlocal.report.rows import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nearlocal.report.model import (
+from nearlocal.report.document import (
     Cell,
     Column,
     NoValue,

@@ -46,7 +46,7 @@ _HF_DTYPES = {**_TORCH_DTYPES, "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class LLMConfig:
     """What the KV cache of one model looks like before tensor parallelism."""
 
     name: str
@@ -103,7 +103,7 @@ class ModelConfig:
                              + ": use fp8, bf16, fp16 or fp32")
 
 
-def kv_dtype(text: str | None, model: ModelConfig) -> str:
+def kv_dtype(text: str | None, model: LLMConfig) -> str:
     """Our dtype name for `text` (ours or vLLM's --kv-cache-dtype spelling; None/auto: the
     model's)."""
     key = (text or "auto").strip().lower()
@@ -120,15 +120,15 @@ def kv_dtype(text: str | None, model: ModelConfig) -> str:
     return key
 
 
-BUILTIN: dict[str, ModelConfig] = {m.name: m for m in (
-    ModelConfig("qwen2.5-32b", layers=64, heads=40, kv_heads=8, head_dim=128),
-    ModelConfig("qwen3-32b", layers=64, heads=64, kv_heads=8, head_dim=128),
-    ModelConfig("qwen3-8b", layers=36, heads=32, kv_heads=8, head_dim=128),
-    ModelConfig("llama-3.1-8b", layers=32, heads=32, kv_heads=8, head_dim=128),
-    ModelConfig("llama-3.1-70b", layers=80, heads=64, kv_heads=8, head_dim=128),
-    ModelConfig("deepseek-v3", layers=61, heads=128, kv_heads=128, head_dim=128,
+BUILTIN: dict[str, LLMConfig] = {m.name: m for m in (
+    LLMConfig("qwen2.5-32b", layers=64, heads=40, kv_heads=8, head_dim=128),
+    LLMConfig("qwen3-32b", layers=64, heads=64, kv_heads=8, head_dim=128),
+    LLMConfig("qwen3-8b", layers=36, heads=32, kv_heads=8, head_dim=128),
+    LLMConfig("llama-3.1-8b", layers=32, heads=32, kv_heads=8, head_dim=128),
+    LLMConfig("llama-3.1-70b", layers=80, heads=64, kv_heads=8, head_dim=128),
+    LLMConfig("deepseek-v3", layers=61, heads=128, kv_heads=128, head_dim=128,
                 mla_latent=512, mla_rope=64),
-    ModelConfig("deepseek-v3.2", layers=61, heads=128, kv_heads=128, head_dim=128,
+    LLMConfig("deepseek-v3.2", layers=61, heads=128, kv_heads=128, head_dim=128,
                 mla_latent=512, mla_rope=64, mla_sparse=True),
 )}
 
@@ -158,8 +158,8 @@ def _whole(data: dict, key: str, path: Path, limit: int) -> int:
     return value
 
 
-def from_hf_config(path: str | Path) -> ModelConfig:
-    """A ModelConfig from a local Hugging Face config.json (file or directory), no network."""
+def from_hf_config(path: str | Path) -> LLMConfig:
+    """A LLMConfig from a local Hugging Face config.json (file or directory), no network."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -206,10 +206,10 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     dtype = _HF_DTYPES.get(dtype_text.removeprefix("torch."), "bf16")
     name = path.parent.name or path.stem
     sparse = bool(latent) and data.get("index_topk") is not None
-    return ModelConfig(name, layers, heads, kv_heads, head_dim, dtype, latent, rope, sparse)
+    return LLMConfig(name, layers, heads, kv_heads, head_dim, dtype, latent, rope, sparse)
 
 
-def get_model(name: str) -> ModelConfig:
+def get_model(name: str) -> LLMConfig:
     """A built-in model by name (case-insensitive), or a path to a local config.json."""
     text = str(name).strip()
     if text.endswith(".json") or ("/" in text and Path(text).exists()):
