@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nearlocal.whatif import reference_box
 from nearlocal.whatif.load import Setup, serve, trace_workload
-from nearlocal.whatif.serving import Inputs
+from nearlocal.whatif.serving import WhatifInputs
 from nearlocal.whatif.traffic import prefix_hits, read_trace
 
 REFERENCES = ("beluga-h20", "swiftcache-media", "h100-sxm")
@@ -42,7 +42,7 @@ def main() -> int:
     trace = read_trace(args.trace)
     work = trace_workload(trace, prefix_hits(trace))
     read = time.perf_counter()
-    result = serve(Inputs(measured, "references " + ", ".join(REFERENCES)), work,
+    result = serve(WhatifInputs(measured, "references " + ", ".join(REFERENCES)), work,
                    Setup(args.links, args.gpus_per_link, args.link_sharing,
                          args.prefill_tokens_per_s, args.ttft_target))
     done = time.perf_counter()

@@ -127,7 +127,7 @@ def test_compare_box_on_stored_runs_says_its_mode_first(tmp_path, capsys, monkey
 
 
 def test_a_verdict_is_assigned_in_one_function_and_no_gate_module_is_long():
-    """Issue 38: the verdict is written once (verdict.judge; missing / new where the case is
+    """Issue 38: the verdict is written once (verdict.judge_case; missing / new where the case is
     built), not rewritten by later passes; every gate module stays under ~400 lines."""
     import ast
     from pathlib import Path
@@ -145,7 +145,7 @@ def test_a_verdict_is_assigned_in_one_function_and_no_gate_module_is_long():
                     targets = inner.targets if isinstance(inner, ast.Assign) else []
                     if any(isinstance(t, ast.Attribute) and t.attr == "verdict" for t in targets):
                         writers.add(f"{path.stem}.{node.name}")
-    assert writers == {"verdict.judge"}
+    assert writers == {"verdict.judge_case"}
 
 
 def test_json_is_strict_json_for_one_process_runs():

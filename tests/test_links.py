@@ -227,7 +227,7 @@ def test_the_whatif_names_the_adapter_a_paths_gpu_shares(tmp_path, capsys):
     from nearlocal.frontends.cli import main
     from nearlocal.store import load
     from nearlocal.whatif import Request, inputs_of, whatif
-    from nearlocal.whatif.serving import Inputs
+    from nearlocal.whatif.serving import WhatifInputs
     from tests.report_fixtures import INVENTORY, full_rows, make_run
 
     store = tmp_path / "store"
@@ -248,7 +248,7 @@ def test_the_whatif_names_the_adapter_a_paths_gpu_shares(tmp_path, capsys):
     pool = next(p for p in whatif(inputs_of(old), Request()).paths if p.path == "cxl-pool")
     assert pool.shares == ("which CXL adapter its GPU shares: not recorded (a run stored before "
                            "nearlocal read the box's links)")
-    assert {p.shares for p in whatif(Inputs(), Request()).paths} == {""}  # no box's inputs
+    assert {p.shares for p in whatif(WhatifInputs(), Request()).paths} == {""}  # no box's inputs
 
 
 def _shared_box() -> dict:

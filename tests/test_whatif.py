@@ -22,8 +22,8 @@ from nearlocal.frontends.cli import main
 from nearlocal.store import load
 from nearlocal.whatif import (
     SERVING_PATHS,
-    Inputs,
     Request,
+    WhatifInputs,
     inputs_of,
     load_reference,
     reference_box,
@@ -78,14 +78,14 @@ def test_b11_per_call_cost_fitted_from_local_dram_then_the_pool_at_26_gbps():
 
 
 def test_b11_from_the_papers_reference_box():
-    b11 = next(c for c in claims(Inputs(), load=False) if c.id == "B11")
+    b11 = next(c for c in claims(WhatifInputs(), load=False) if c.id == "B11")
     assert b11.values["papers"]["pool_ns"] == pytest.approx(11.64e3, rel=0.002)
     assert b11.values["papers"]["local_ns"] == pytest.approx(10.32e3, rel=0.002)
     assert b11.this_box == f"pool->gpu {NOT_MEASURED}; host->gpu {NOT_MEASURED}"
 
 
 def test_s2_one_gib_per_medium_and_the_ratios():
-    s2 = next(c for c in claims(Inputs(), load=False) if c.id == "S2").values["papers"]
+    s2 = next(c for c in claims(WhatifInputs(), load=False) if c.id == "S2").values["papers"]
     assert s2["PCIe"] / 1e6 == pytest.approx(67.1, abs=0.05)
     assert s2["NVMe"] / 1e6 == pytest.approx(153.4, abs=0.05)
     assert s2["NVLink"] / 1e6 == pytest.approx(1.79, abs=0.005)
@@ -97,7 +97,7 @@ def test_s2_one_gib_per_medium_and_the_ratios():
 
 def test_s1_minus_69_percent_needs_the_reload_to_be_70_9_percent_of_ttft():
     assert required_reload_share(0.69, 16 / 600) == pytest.approx(0.709, abs=0.0005)
-    s1 = next(c for c in claims(Inputs(), load=False) if c.id == "S1").values["papers"]
+    s1 = next(c for c in claims(WhatifInputs(), load=False) if c.id == "S1").values["papers"]
     assert s1["required_share"] == pytest.approx(0.709, abs=0.001)
 
 
@@ -111,7 +111,7 @@ def test_s1_property_the_share_gives_the_reduction_back(reduction, ratio):
 
 
 def test_b16_bytes_bandwidth_and_the_adapter_bound():
-    b16 = next(c for c in claims(Inputs(), load=False) if c.id == "B16")
+    b16 = next(c for c in claims(WhatifInputs(), load=False) if c.id == "B16")
     assert b16.values["bytes_per_request"] / 1e9 == pytest.approx(4.29, abs=0.01)
     slow, fast = b16.values["needed_gbps"]
     assert fast == pytest.approx(48.6, abs=0.05) and slow == pytest.approx(6.6, abs=0.05)
@@ -240,7 +240,7 @@ def test_h200_run_cpu_offload_is_measured_and_gives_its_rows_back():
 
 def test_a_path_the_box_lacks_comes_from_a_reference_labelled_per_term():
     reference = load_reference("beluga-h20")
-    result = whatif(Inputs(), Request(), reference)
+    result = whatif(WhatifInputs(), Request(), reference)
     pool = next(p for p in result.paths if p.path == "cxl-pool")
     assert pool.complete and not pool.measured
     assert all(t.source == reference.label for t in pool.terms)
@@ -252,7 +252,7 @@ def test_a_path_the_box_lacks_comes_from_a_reference_labelled_per_term():
 def test_a_stored_run_promoted_to_a_reference():
     box = reference_box(f"run:{H200}")
     assert box.kind == "measured-run" and box.name == "20261204T180426-2ac4f7"
-    result = whatif(Inputs(), Request(), box)
+    result = whatif(WhatifInputs(), Request(), box)
     offload = next(p for p in result.paths if p.path == "cpu-offload")
     assert offload.complete and box.name in offload.terms[0].source
 
@@ -410,7 +410,7 @@ def test_a_malformed_derived_requirement_is_bad_input(tmp_path, capsys, requirem
 
 
 def test_claims_name_their_assumptions_and_what_paths_cannot_recompute():
-    found = {c.id: c for c in claims(Inputs(), load=False)}
+    found = {c.id: c for c in claims(WhatifInputs(), load=False)}
     assert set(found) == {"B3", "B11", "B16", "S1", "S2", "S3"}
     assert "3.98x" in found["S1"].explains and "not recomputed" in found["S1"].explains
     assert "queueing" in found["B3"].explains
@@ -430,7 +430,7 @@ def test_promote_writes_a_reference_box_that_predicts_what_the_run_does(tmp_path
     box = parse_reference(tomllib.loads(text), "promoted")
     assert box.kind == "measured-run" and "20261204T180426-2ac4f7" in box.source
     assert "NVIDIA H200" in box.source and "rows cuda-memcpy-batch" in text
-    promoted = whatif(Inputs(), Request(), box)
+    promoted = whatif(WhatifInputs(), Request(), box)
     measured = whatif(inputs_of(load(H200)), Request())
     by_path = {p.path: p.reload_ns for p in measured.paths}
     offload = next(p for p in promoted.paths if p.path == "cpu-offload")

@@ -22,7 +22,7 @@ from nearlocal.core.rows import row_facts, source_memory_bytes, source_reaches_m
 from nearlocal.errors import UsageError
 from nearlocal.frontends.cli import main
 from nearlocal.store import load
-from nearlocal.whatif import Inputs, Request, inputs_of, whatif
+from nearlocal.whatif import Request, WhatifInputs, inputs_of, whatif
 from nearlocal.whatif.fit import fit_run
 from nearlocal.whatif.serving import best_way, shape_of
 
@@ -190,7 +190,7 @@ def test_a_fixed_cost_per_request_adds_to_the_reload_once_per_request(vm):
                       prefill_tokens_per_s=10_000)
     base = next(p for p in whatif(inputs, request).paths if p.path == "cpu-offload")
     assert base.reload_ns is None  # no host->gpu hop on a CPU box
-    reference = Inputs({**inputs.measured}, inputs.run)
+    reference = WhatifInputs({**inputs.measured}, inputs.run)
     from nearlocal.whatif import load_reference
 
     box = load_reference("beluga-h20")

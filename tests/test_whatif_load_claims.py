@@ -23,7 +23,7 @@ from nearlocal.whatif.load_claims import (
     shipped_trace,
 )
 from nearlocal.whatif.references import parse_reference
-from nearlocal.whatif.serving import Inputs
+from nearlocal.whatif.serving import WhatifInputs
 from nearlocal.whatif.traffic import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,13 +45,13 @@ def revisit_trace(prefixes: int = 40, blocks: int = 4, gap_s: float = 1.0) -> Tr
                  hashes, offsets)
 
 
-def media(host_gbps: float) -> Inputs:
+def media(host_gbps: float) -> WhatifInputs:
     """A box of SwiftCache's media with the host link at `host_gbps`."""
     box = parse_reference({"box": {"name": "t", "title": "t", "kind": "paper", "source": "test",
                                    "date": "2026"},
                            "link": [{"hop": "host->gpu", "bandwidth_gbps": host_gbps},
                                     {"hop": "gpu-peer", "bandwidth_gbps": 600.0}]}, "test")
-    return Inputs({hop: list(models) for hop, models in box.links.items()}, "test")
+    return WhatifInputs({hop: list(models) for hop, models in box.links.items()}, "test")
 
 
 # ------------------------------------------------------------------------------- S4's physics
@@ -119,11 +119,11 @@ def test_each_load_claim_names_its_rows_assumptions_and_limits():
 
 
 def test_without_the_trace_or_the_hops_a_claim_says_what_is_missing():
-    found = {c.id: c for c in load_claims(Inputs(), PAPERS, None, None)}
+    found = {c.id: c for c in load_claims(WhatifInputs(), PAPERS, None, None)}
     for key in ("S1 load", "S4"):
         assert found[key].this_box.startswith("needs the conversation trace")
         assert found[key].values["missing"].startswith("the trace")
-    boxless = {c.id: c for c in load_claims(Inputs(), PAPERS, None, revisit_trace())}
+    boxless = {c.id: c for c in load_claims(WhatifInputs(), PAPERS, None, revisit_trace())}
     for key in ("S1 load", "S4"):
         assert boxless[key].this_box.startswith("not measured on this box")
         assert "not measured" not in boxless[key].from_papers
@@ -132,7 +132,7 @@ def test_without_the_trace_or_the_hops_a_claim_says_what_is_missing():
 def test_b3_queueing_turns_the_reloads_ratio_into_a_saturation():
     """With the paper's RDMA figures, 13.0 s from superblocks' reloads alone needs a link near
     saturation, where 16-token blocks (slower by their reload's ratio) are past it."""
-    b3 = next(c for c in load_claims(Inputs(), PAPERS, None, None) if c.id == "B3 load")
+    b3 = next(c for c in load_claims(WhatifInputs(), PAPERS, None, None) if c.id == "B3 load")
     papers = b3.values["papers"]
     assert papers["reload_ratio"] > 1
     assert 0.9 < papers["superblock_utilisation_for_13s"] < 1
@@ -145,7 +145,7 @@ def test_b3_queueing_turns_the_reloads_ratio_into_a_saturation():
 
 
 def test_b16_the_pool_diverges_past_beluga_s_load():
-    b16 = next(c for c in load_claims(Inputs(), PAPERS, None, None) if c.id == "B16 load")
+    b16 = next(c for c in load_claims(WhatifInputs(), PAPERS, None, None) if c.id == "B16 load")
     pool, rdma = b16.values["papers"]["cxl-pool"], b16.values["papers"]["rdma"]
     assert pool["diverges_qps"] > 11.32 and rdma["diverges_qps"] < pool["diverges_qps"]
     assert rdma["p99_ttft_s"]["11.32"] is None  # past RDMA's divergence: no figure
@@ -153,14 +153,14 @@ def test_b16_the_pool_diverges_past_beluga_s_load():
 
 @pytest.mark.skipif(not TRACE.is_file(), reason=f"the shipped trace is absent ({TRACE})")
 def test_s1_over_the_shipped_trace_the_reduction_shrinks_as_the_prefill_slows():
-    s1 = next(c for c in claims(Inputs(), trace=shipped_trace()) if c.id == "S1 load")
+    s1 = next(c for c in claims(WhatifInputs(), trace=shipped_trace()) if c.id == "S1 load")
     rows = s1.values["papers"]["by_prefill"]
     reductions = [r["reduction"] for r in rows]  # 20000, 80000 tokens/s, then the reload alone
     assert reductions == sorted(reductions) and reductions[-1] > 0.69
 
 
 def test_a_given_prefill_rate_replaces_the_grid_and_is_said_given():
-    found = {c.id: c for c in load_claims(Inputs(), PAPERS, None, revisit_trace(),
+    found = {c.id: c for c in load_claims(WhatifInputs(), PAPERS, None, revisit_trace(),
                                           prefill=(40000.0,))}
     for key in ("S1 load", "S4"):
         assert "prefill per GPU given: 40000 tokens/s" in found[key].assumption

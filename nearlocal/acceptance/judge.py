@@ -72,7 +72,7 @@ def _seconds(rows: dict[str, dict], *cases: Case | None) -> float:
     return total
 
 
-def judge(spec: Spec, run: RunData) -> list[RequirementResult]:
+def judge_run(spec: Spec, run: RunData) -> list[RequirementResult]:
     records = run.cases.to_dict("records")
     rows = {key: r for r in records if (key := _normalised_id(r))}
     rows.update({str(r["case_id"]): r for r in records})  # the stored id wins

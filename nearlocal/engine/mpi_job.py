@@ -78,7 +78,7 @@ class Stored:
 
 
 @dataclass
-class Plan:
+class JobPlan:
     cases: list
     inventory: object
     settings: object
@@ -142,7 +142,7 @@ def _held_llcs(out: Path) -> dict:
     return held_llcs(out)
 
 
-def check_here(request: JobRequest, rank: int, held: dict) -> tuple[dict, Plan | None]:
+def check_here(request: JobRequest, rank: int, held: dict) -> tuple[dict, JobPlan | None]:
     """This rank's answer: who it is, and the first problem it found with the command line here
     (as the line a plain `nearlocal run` would print, exit 2). Its cases are classified by the
     LLC the store holds for its box, as a plain run's are."""
@@ -170,7 +170,7 @@ def check_here(request: JobRequest, rank: int, held: dict) -> tuple[dict, Plan |
     return answer, plan
 
 
-def plan_job(cases: list, settings: RunSettings, inventory) -> Plan:
+def plan_job(cases: list, settings: RunSettings, inventory) -> JobPlan:
     """This host's plan of the command line's cases: a case refused, or a pool this host lacks,
     is the one line every rank exits 2 with."""
     from nearlocal.engine.plan import Refuse, plan_cases
@@ -182,11 +182,11 @@ def plan_job(cases: list, settings: RunSettings, inventory) -> Plan:
             raise UsageError(entry.decision.error)
         if is_rack(entry.case) and entry.reason and shares_pool(entry.case):
             raise UsageError(f"pool {entry.case.region}: {entry.reason}")  # every host has it
-    return Plan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
+    return JobPlan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
                 settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 
-def rack_skips(plan: Plan) -> dict[str, str]:
+def rack_skips(plan: JobPlan) -> dict[str, str]:
     """The rack cases this host cannot run, with probe's reason (an rdma-* case on a host
     without a usable RDMA device): every host must decide each the same way."""
     return {entry.case.id: entry.reason for entry in plan.rack() if entry.reason}
@@ -228,7 +228,7 @@ class RankStore:
             self.store.add_busy(record)
 
 
-def lead(job: World, request: JobRequest, plan: Plan, hosts: list[dict], pools: dict,
+def lead(job: World, request: JobRequest, plan: JobPlan, hosts: list[dict], pools: dict,
           pingpong_us: float | None) -> int:
     from nearlocal.engine.metadata import run_metadata
     from nearlocal.engine.runner import Runner
@@ -280,7 +280,7 @@ def lead(job: World, request: JobRequest, plan: Plan, hosts: list[dict], pools: 
     return RANKS_LOST if lost else 0
 
 
-def collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, count: int) -> None:
+def collect_plain(job: World, rank: int, store, hosts: list[dict], plan: JobPlan, count: int) -> None:
     job.send(("plain",), rank, START_TIMEOUT_S, "starting its cases")
     per_message = plan.case_timeout_s * plan.processes + 120  # one case, compile included
     while True:
@@ -291,7 +291,7 @@ def collect_plain(job: World, rank: int, store, hosts: list[dict], plan: Plan, c
         store.add_case(tagged(row, hosts, rank), raw, ns, process, placement)
 
 
-def rack_case(job: World, entry, plan: Plan, hosts: list[dict], pools: dict, store,
+def rack_case(job: World, entry, plan: JobPlan, hosts: list[dict], pools: dict, store,
                lost: dict, waiting: list) -> None:
     """One rack case on every rank: `entry`, rank 0's plan's, gives the resolved case every rank
     is sent and the row facts (described with this box's cache sizes) each row starts from.
@@ -343,7 +343,7 @@ def store_rows(rows: list, ctx, base: dict, hosts: list[dict], store) -> None:
                        row.raw if len(row.ns) else None, row.ns if len(row.ns) else None)
 
 
-def follow(job: World, plan: Plan, hosts: list[dict], pools: dict) -> int:
+def follow(job: World, plan: JobPlan, hosts: list[dict], pools: dict) -> int:
     """Ranks 1..N-1: measure what rank 0 asks, send it the results, until it says stop."""
     from nearlocal.engine.runner import Runner
 

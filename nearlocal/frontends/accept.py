@@ -52,7 +52,7 @@ def measure_cases(spec: Spec, out: Path, budget: str | None, allow_write: bool,
 
 
 def _accept(args) -> int:
-    from nearlocal.acceptance.judge import acceptance_record, judge
+    from nearlocal.acceptance.judge import acceptance_record, judge_run
     from nearlocal.acceptance.render import ACCEPT_FORMATS
     from nearlocal.acceptance.spec import parse_spec
     from nearlocal.engine.plan import check_placements, check_processes
@@ -77,7 +77,7 @@ def _accept(args) -> int:
                                  args.allow_write or spec.allow_write, args.processes,
                                  args.placements))
         said.print(f"stored {run.path}")
-    record = acceptance_record(spec, run, judge(spec, run))
+    record = acceptance_record(spec, run, judge_run(spec, run))
     if not json_wanted(args):
         ACCEPT_FORMATS.default.show(record)
     if run.incomplete:

@@ -1,4 +1,4 @@
-"""The one place a case's verdict is assigned (judge), and the comparison it belongs to.
+"""The one place a case's verdict is assigned (judge_case), and the comparison it belongs to.
 
 Per case the model (gate/estimate.py) gives a log ratio, its standard error and degrees of freedom.
 Each median may be off by the clock's step, so the ratio's bounds allow for that. A case's
@@ -220,7 +220,7 @@ class Family:
     paired: bool = False  # the runs took turns: one host, so no probe move excuses a case
 
 
-def judge(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparison:
+def judge_case(case: CaseInput, est: Estimate, p: float, fam: Family) -> CaseComparison:
     """The verdict of one case (the rules in this module's docstring), assigned once."""
     result = CaseComparison(case.case_id, "ambiguous", case.method, est.base_ns, est.cand_ns,
                             math.exp(est.log_ratio), n_base=case.n_base, n_cand=case.n_cand,
@@ -335,7 +335,7 @@ def compare_runs(base: RunData, cand: RunData, threshold: float = DEFAULT_THRESH
     moves = host_moves(base.meta, cand.meta, alpha, paired)
     fam = Family(chosen, threshold, equivalence_margin(estimates, threshold, alpha), level,
                  float(scipy_stats.norm.isf(alpha / family / 2)), moves, paired)
-    cases = [judge(c, e, float(q), fam) for c, e, q in zip(judged, estimates, adjusted,
+    cases = [judge_case(c, e, float(q), fam) for c, e, q in zip(judged, estimates, adjusted,
                                                             strict=True)]
     cases += [_unjudged(c) for c in inputs if c.problem] + [_absent(a) for a in absent]
     return Comparison(base.run_id, cand.run_id, chosen.name, paired, threshold, alpha,

@@ -35,7 +35,7 @@ COMPARISONS = (
 
 
 @dataclass(frozen=True)
-class Comparison:
+class PaperComparison:
     """One line of the table: which rows stand on each side, and the paper's ratio."""
 
     figure: str
@@ -63,8 +63,8 @@ def _paper_ratio(figure_id: str, access: str) -> tuple[float, str]:
     return rtt.ns() / rdma_rtt.ns(), f"{rtt.text()} / {rdma_rtt.text()}"
 
 
-def _comparisons() -> list[Comparison]:
-    return [Comparison(fig, what, access, pattern, method, *_paper_ratio(fig, access))
+def _comparisons() -> list[PaperComparison]:
+    return [PaperComparison(fig, what, access, pattern, method, *_paper_ratio(fig, access))
             for fig, what, access, pattern, method in COMPARISONS]
 
 
@@ -79,7 +79,7 @@ def _fastest(rows: pd.DataFrame) -> pd.Series | None:
     return ok.sort_values("median_ns", kind="stable").iloc[0] if len(ok) else None
 
 
-def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
+def _pool_row(df: pd.DataFrame, comparison: PaperComparison) -> pd.Series | None:
     """The pool's side: the fastest completed row of the transfer on the most pool-like region
     of the run (the RPC: a shared-memory RPC round trip)."""
     if comparison.rdma_method == RDMA_RPC:
@@ -91,7 +91,7 @@ def _pool_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
     return _fastest(rows[rows["pool_rank"] == rows["pool_rank"].min()])
 
 
-def _rdma_row(df: pd.DataFrame, comparison: Comparison) -> pd.Series | None:
+def _rdma_row(df: pd.DataFrame, comparison: PaperComparison) -> pd.Series | None:
     """The RDMA side: the row of the same pattern, SGE-batched first (the best case); for the
     RPC the send/recv one first (B15's RDMA RC RPC is send/recv: like for like), else the
     RDMA-write one. A transfer alone, as the paper's: never a movers=k row (k at once)."""

@@ -16,7 +16,7 @@ from nearlocal.store import RunData
 
 
 @dataclass(frozen=True)
-class Inputs:
+class SectionInputs:
     """What every section is built from: the runs' headers, their prepared rows (report.rows),
     and the stored runs themselves (metadata, inventory)."""
 
@@ -30,7 +30,7 @@ class Inputs:
 class SectionSpec:
     key: str
     order: int  # the report prints sections by ascending order
-    build: Callable[[Inputs], Section]
+    build: Callable[[SectionInputs], Section]
     drop_when_absent: bool = False  # a section with nothing to show is left out, not printed
 
 
@@ -40,7 +40,7 @@ SECTIONS: dict[str, SectionSpec] = {}
 def register_section(key: str, order: int, *, drop_when_absent: bool = False):
     """Decorator: `build(inputs) -> Section` is the report's section `key`, printed at `order`."""
 
-    def register(build: Callable[[Inputs], Section]) -> Callable[[Inputs], Section]:
+    def register(build: Callable[[SectionInputs], Section]) -> Callable[[SectionInputs], Section]:
         if key in SECTIONS:
             raise ValueError(f"report section {key!r} declared twice")
         if any(spec.order == order for spec in SECTIONS.values()):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from nearlocal.report import document
 from nearlocal.report.document import NoValue, Report, Stat, collapse_unmeasured
-from nearlocal.report.registry import Inputs, ordered_sections
+from nearlocal.report.registry import SectionInputs, ordered_sections
 from nearlocal.report.rows import prepare, run_info
 from nearlocal.report.sections.beluga import crossover_size
 from nearlocal.store import RunData
@@ -23,7 +23,7 @@ def build_report(data: list[RunData], reference: str | None = None) -> Report:
     if not data:
         raise ValueError("build_report needs at least one run")
     runs = [run_info(i, run) for i, run in enumerate(data)]
-    inputs = Inputs(runs, [prepare(run) for run in data], data, reference)
+    inputs = SectionInputs(runs, [prepare(run) for run in data], data, reference)
     sections = []
     for spec in ordered_sections():
         section = spec.build(inputs)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nearlocal.whatif.serving import Inputs, Request, Whatif
+    from nearlocal.whatif.serving import Request, Whatif, WhatifInputs
 
 # The public names, loaded at first use (PEP 562): `nearlocal --help` registers the command
 # through this package and must not import pandas for it.
@@ -29,7 +29,7 @@ _PUBLIC = {
     "HOPS": "paths", "SERVING_PATHS": "paths",
     "ReferenceBox": "references", "load_reference": "references",
     "reference_names": "references", "run_reference": "references",
-    "Inputs": "serving", "PathFigures": "serving", "Request": "serving", "Whatif": "serving",
+    "WhatifInputs": "serving", "PathFigures": "serving", "Request": "serving", "Whatif": "serving",
     "whatif": "serving",
     # serving under load (issue 57): requests, the prefix store, the simulation
     "read_trace": "traffic", "prefix_hits": "traffic", "poisson": "traffic", "Contexts": "traffic",
@@ -47,16 +47,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'nearlocal.whatif' has no attribute {name!r}")
 
 
-def inputs_of(run) -> Inputs:
+def inputs_of(run) -> WhatifInputs:
     """A stored run (store.RunData) as the what-if's inputs: its hops fitted from its rows, and
     its inventory's links (which adapter a path's GPU shares)."""
     from nearlocal.probe.cpu import emulation_note
     from nearlocal.whatif.fit import fit_run
-    from nearlocal.whatif.serving import Inputs
+    from nearlocal.whatif.serving import WhatifInputs
 
     inventory = run.meta.get("inventory") or {}
     topology = inventory.get("topology")
-    return Inputs(fit_run(run.cases), run.run_id, emulation_note(inventory.get("cpu") or {}),
+    return WhatifInputs(fit_run(run.cases), run.run_id, emulation_note(inventory.get("cpu") or {}),
                   box=True, topology=topology if isinstance(topology, dict) else None)
 
 

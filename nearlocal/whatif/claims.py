@@ -23,9 +23,9 @@ from nearlocal.whatif.claim_figures import (
 from nearlocal.whatif.references import load_reference
 from nearlocal.whatif.serving import (
     NOT_MEASURED,
-    Inputs,
     PathFigures,
     Request,
+    WhatifInputs,
     best_way,
     shape_of,
     whatif,
@@ -34,10 +34,10 @@ from nearlocal.whatif.serving import (
 GIB = 1 << 30
 KIB64 = 64 * 1024
 
-def paper_inputs(reference: str) -> Inputs:
+def paper_inputs(reference: str) -> WhatifInputs:
     """A paper's microbenchmarks (its reference box) as the inputs of a what-if."""
     links = load_reference(reference).links
-    return Inputs({hop: list(models) for hop, models in links.items()}, reference)
+    return WhatifInputs({hop: list(models) for hop, models in links.items()}, reference)
 
 
 def _by_name(result) -> dict[str, PathFigures]:
@@ -65,7 +65,7 @@ class _Single:
         return format_ns(self.ns * scale) + (" (extrapolated)" if self.outside else "")
 
 
-def _single(inputs: Inputs, hop: str, size: int) -> _Single:
+def _single(inputs: WhatifInputs, hop: str, size: int) -> _Single:
     """One contiguous transfer of `size` over `hop`: the fastest measured way."""
     found = best_way(inputs.measured.get(hop) or [], 1, size)
     if found is None:
@@ -74,7 +74,7 @@ def _single(inputs: Inputs, hop: str, size: int) -> _Single:
     return _Single(best.ns, best.rows, best.outside)
 
 
-def claim_b11(box: Inputs, papers: Inputs) -> Claim:
+def claim_b11(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     values = {}
     texts = []
     rows: tuple[str, ...] = ()
@@ -94,7 +94,7 @@ def claim_b11(box: Inputs, papers: Inputs) -> Claim:
                  "a single copy: the path model is the whole figure", values, rows)
 
 
-def claim_b3(box: Inputs, papers: Inputs) -> Claim:
+def claim_b3(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     values = {}
     texts = []
     rows: tuple[str, ...] = ()
@@ -129,7 +129,7 @@ def claim_b3(box: Inputs, papers: Inputs) -> Claim:
                  explains, values, rows)
 
 
-def claim_b16(box: Inputs, papers: Inputs) -> Claim:
+def claim_b16(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     shape_bytes = shape_of(B16_REQUEST).total_bytes
     needed = [qps * shape_bytes / 1e9 for qps in B16_QPS]
     values: dict = {"bytes_per_request": shape_bytes, "needed_gbps": needed,
@@ -181,7 +181,7 @@ def required_reload_share(reduction: float, bandwidth_ratio: float) -> float:
     return reduction / (1.0 - bandwidth_ratio)
 
 
-def claim_s1(box: Inputs, papers: Inputs) -> Claim:
+def claim_s1(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     values = {}
     texts = []
     rows: tuple[str, ...] = ()
@@ -206,7 +206,7 @@ def claim_s1(box: Inputs, papers: Inputs) -> Claim:
                  "rows: not recomputed", values, rows)
 
 
-def claim_s2(box: Inputs, papers: Inputs) -> Claim:
+def claim_s2(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     media = (("PCIe", "host->gpu"), ("NVMe", "nvme->gpu"), ("NVLink", "gpu-peer"))
     values = {}
     texts = []
@@ -233,7 +233,7 @@ def claim_s2(box: Inputs, papers: Inputs) -> Claim:
                  tuple(dict.fromkeys(rows)))
 
 
-def claim_s3(box: Inputs, papers: Inputs) -> Claim:
+def claim_s3(box: WhatifInputs, papers: WhatifInputs) -> Claim:
     layer = shape_of(B16_REQUEST)
     layer_bytes = layer.total_bytes // layer.layers
     values = {"layer_bytes": layer_bytes}
@@ -257,13 +257,13 @@ def claim_s3(box: Inputs, papers: Inputs) -> Claim:
 
 
 # each claim and the reference box holding its paper's microbenchmarks
-CLAIMS: tuple[tuple[Callable[[Inputs, Inputs], Claim], str], ...] = (
+CLAIMS: tuple[tuple[Callable[[WhatifInputs, WhatifInputs], Claim], str], ...] = (
     (claim_b3, "beluga-h20"), (claim_b11, "beluga-h20"), (claim_b16, "beluga-h20"),
     (claim_s1, "swiftcache-media"), (claim_s2, "swiftcache-media"),
     (claim_s3, "swiftcache-media"))
 
 
-def claims(box: Inputs, samples=None, trace=None, load: bool = True,
+def claims(box: WhatifInputs, samples=None, trace=None, load: bool = True,
            prefill: tuple[float, ...] | None = None) -> list[Claim]:
     """Every claim: the per-request ones, then (`load`) the load claims of `load_claims` (B3
     and B16 under a Poisson stream, S1 and S4 over `trace`: the shipped conversation trace

@@ -26,7 +26,7 @@ import numpy as np
 from nearlocal.errors import UsageError
 from nearlocal.whatif.paths import SERVING_PATHS
 from nearlocal.whatif.references import ReferenceBox
-from nearlocal.whatif.serving import Inputs, Request, path_figures, shape_of
+from nearlocal.whatif.serving import Request, WhatifInputs, path_figures, shape_of
 from nearlocal.whatif.traffic import Hits, Stream, Trace, prefix_hits
 
 SHARING = ("fifo", "ps")
@@ -325,7 +325,7 @@ def term_way(hop: str, way: str) -> str:
     return f"{hop}/{way.split()[0]}" if way else hop
 
 
-def path_service(name: str, request: Request, inputs: Inputs, hit_tokens: np.ndarray,
+def path_service(name: str, request: Request, inputs: WhatifInputs, hit_tokens: np.ndarray,
                  reference: ReferenceBox | None = None, samples=None,
                  contention: dict | None = None) -> PathService:
     """The path's reload time over the hit sizes the workload holds, from the box's rows;
@@ -600,7 +600,7 @@ def _assumptions(setup: Setup, work: Workload) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def serve(inputs: Inputs, work: Workload, setup: Setup, request: Request | None = None,
+def serve(inputs: WhatifInputs, work: Workload, setup: Setup, request: Request | None = None,
           reference: ReferenceBox | None = None, samples=None,
           contention: dict | None = None) -> LoadResult:
     """The workload over each serving path of the box (`setup.paths`, or all of them);
@@ -681,7 +681,7 @@ class PathAtShares:
     rows: tuple[str, ...]
 
 
-def at_shares(inputs: Inputs, request: Request, shares: tuple[float, ...] = (0.5, 0.8),
+def at_shares(inputs: WhatifInputs, request: Request, shares: tuple[float, ...] = (0.5, 0.8),
               requests: int = 20000, seed: int = 0, reference: ReferenceBox | None = None,
               samples=None) -> tuple[PathAtShares, ...]:
     """Each serving path fed `request` as a Poisson stream at each share of its one link's
@@ -747,7 +747,7 @@ def load_options(options: dict, parse_tokens) -> dict:
     return checked
 
 
-def derived_load(inputs: Inputs, path: str, request: Request, options: dict, parse_tokens,
+def derived_load(inputs: WhatifInputs, path: str, request: Request, options: dict, parse_tokens,
                  samples=None) -> PathLoad:
     """One path under a seeded Poisson stream of `request` (options as load_options gave)."""
     from nearlocal.whatif.traffic import parse_contexts, poisson

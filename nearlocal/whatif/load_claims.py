@@ -31,7 +31,7 @@ from nearlocal.whatif.claim_figures import (
 )
 from nearlocal.whatif.load import Setup, fifo, path_service, serve, simulate, trace_workload
 from nearlocal.whatif.references import ReferenceBox, load_reference
-from nearlocal.whatif.serving import Inputs, shape_of
+from nearlocal.whatif.serving import WhatifInputs, shape_of
 from nearlocal.whatif.traffic import SHIPPED_TRACE, TRACE_BLOCK_TOKENS, Contexts, Trace, poisson, prefix_hits
 
 # the shipped conversation trace (nearlocal/data/traces); absent, the trace claims say so
@@ -94,12 +94,12 @@ def _signed(seconds: float) -> str:
     return ("+" if seconds >= 0 else "-") + format_ns(abs(seconds) * 1e9)
 
 
-def _box_only(box: Inputs, paths: tuple[str, ...], compute) -> dict:
+def _box_only(box: WhatifInputs, paths: tuple[str, ...], compute) -> dict:
     missing = _unmeasured(box, paths)
     return {"missing": f"not measured on this box: {missing}"} if missing else compute()
 
 
-def _unmeasured(inputs: Inputs, paths: tuple[str, ...]) -> str:
+def _unmeasured(inputs: WhatifInputs, paths: tuple[str, ...]) -> str:
     """Why the box stands for none of `paths` on its own ("" when one is measured): then a
     reference filling every hop would only repeat the papers' column."""
     one = np.array([B16_REQUEST.context])
@@ -116,7 +116,7 @@ def _unmeasured(inputs: Inputs, paths: tuple[str, ...]) -> str:
 # B3: the utilisation each block size implies at the paper's load, and the queueing it gives
 
 
-def _b3(inputs: Inputs, samples=None) -> dict | None:
+def _b3(inputs: WhatifInputs, samples=None) -> dict | None:
     one = np.array([B16_REQUEST.context])
     blocks = path_service("rdma", B16_REQUEST, inputs, one, samples=samples)
     supers = path_service("rdma", SUPERBLOCK, inputs, one, samples=samples)
@@ -165,7 +165,7 @@ def _b3(inputs: Inputs, samples=None) -> dict | None:
     return found
 
 
-def claim_b3_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefill=None) -> Claim:
+def claim_b3_load(box: WhatifInputs, papers: WhatifInputs, samples=None, trace=None, prefill=None) -> Claim:
     """B3 under load; the reload alone (all hit), so no trace and no prefill rate."""
     values = {"papers": _b3(papers), "box": _b3(box, samples)}
     texts = []
@@ -219,7 +219,7 @@ def claim_b3_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefill
 # B16: the load at which each path's P99 TTFT diverges, beside 1.54 and 11.32 QPS
 
 
-def _b16(inputs: Inputs, samples=None) -> dict:
+def _b16(inputs: WhatifInputs, samples=None) -> dict:
     one = np.array([B16_REQUEST.context])
     found: dict = {}
     for name in ("cxl-pool", "rdma"):
@@ -240,7 +240,7 @@ def _b16(inputs: Inputs, samples=None) -> dict:
     return found
 
 
-def claim_b16_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefill=None) -> Claim:
+def claim_b16_load(box: WhatifInputs, papers: WhatifInputs, samples=None, trace=None, prefill=None) -> Claim:
     """B16 under load; the paper's all-hit run, so the reload alone: no prefill rate."""
     values = {"papers": _b16(papers), "box": _b16(box, samples), "links": B16_ADAPTERS}
     texts = []
@@ -283,7 +283,7 @@ def claim_b16_load(box: Inputs, papers: Inputs, samples=None, trace=None, prefil
 # S1: P99 TTFT over the conversation trace, PCIe vs NVLink, with the reload's measured tail
 
 
-def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None,
+def _s1(inputs: WhatifInputs, trace: Trace, reference: ReferenceBox | None, samples=None,
         prefill: tuple[float, ...] = PREFILL_GRID) -> dict:
     work = trace_workload(trace, prefix_hits(trace))
     found: dict = {"by_prefill": []}
@@ -306,7 +306,7 @@ def _s1(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=No
     return found
 
 
-def _over_trace(box: Inputs, papers: Inputs, trace: Trace | None, paths: tuple[str, ...],
+def _over_trace(box: WhatifInputs, papers: WhatifInputs, trace: Trace | None, paths: tuple[str, ...],
                 text, compute, samples) -> tuple[dict, list[str]]:
     """A trace claim's values and its two texts (the papers' boxes, this box): `compute(inputs,
     reference, samples)` on each where the trace is there, `text(found)` for each that has its
@@ -328,7 +328,7 @@ def _over_trace(box: Inputs, papers: Inputs, trace: Trace | None, paths: tuple[s
     return values, texts
 
 
-def claim_s1_load(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
+def claim_s1_load(box: WhatifInputs, papers: WhatifInputs, samples=None, trace: Trace | None = None,
                   prefill: tuple[float, ...] | None = None) -> Claim:
     rates = prefill or PREFILL_GRID
 
@@ -484,7 +484,7 @@ def _rate(service, tokens: np.ndarray):
     return seconds
 
 
-def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, samples=None,
+def reclaim_costs(inputs: WhatifInputs, trace: Trace, reference: ReferenceBox | None, samples=None,
         lent_gib: Iterable[int] = LENT_GIB, prefill: Iterable[float] = PREFILL_GRID) -> dict:
     per_block = _block_bytes()
     reclaim_s = float(trace.arrival_s[0] + trace.duration_s / 2)
@@ -535,7 +535,7 @@ def reclaim_costs(inputs: Inputs, trace: Trace, reference: ReferenceBox | None, 
     return found
 
 
-def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = None,
+def claim_s4(box: WhatifInputs, papers: WhatifInputs, samples=None, trace: Trace | None = None,
              prefill: tuple[float, ...] | None = None) -> Claim:
     rates = prefill or PREFILL_GRID
 
@@ -588,7 +588,7 @@ def claim_s4(box: Inputs, papers: Inputs, samples=None, trace: Trace | None = No
 LOAD_CLAIMS = (claim_b3_load, claim_b16_load, claim_s1_load, claim_s4)
 
 
-def load_claims(box: Inputs, papers: dict[str, Inputs], samples=None,
+def load_claims(box: WhatifInputs, papers: dict[str, WhatifInputs], samples=None,
                 trace: Trace | None = None,
                 prefill: tuple[float, ...] | None = None) -> list[Claim]:
     """The load claims, the papers' columns from beluga-h20 (B3, B16) and swiftcache-media

@@ -293,7 +293,7 @@ def path_figures(name: str, request: Request, shape: Shape,
 
 
 @dataclass(frozen=True)
-class Inputs:
+class WhatifInputs:
     """What the what-if is computed from: a run's fitted hops and who the run is."""
 
     measured: dict[str, list[PathFit]] = field(default_factory=dict)
@@ -306,7 +306,7 @@ class Inputs:
     topology: dict | None = None
 
 
-def whatif(inputs: Inputs, request: Request, reference: ReferenceBox | None = None) -> Whatif:
+def whatif(inputs: WhatifInputs, request: Request, reference: ReferenceBox | None = None) -> Whatif:
     shape = shape_of(request)
     paths = tuple(path_figures(name, request, shape, inputs.measured, reference,
                                inputs.topology, inputs.box)

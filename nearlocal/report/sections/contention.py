@@ -7,7 +7,7 @@ contention_of's; this module only lays them out."""
 from __future__ import annotations
 
 from nearlocal.report.document import Cell, Column, Section, keyed_table
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import SectionInputs, register_section
 from nearlocal.whatif.contention import contention_of
 
 
@@ -18,7 +18,7 @@ def _cells(entry: dict) -> list[Cell]:
             ", ".join(entry.get("rows") or ())]
 
 
-def section_contention(inputs: Inputs) -> Section:
+def section_contention(inputs: SectionInputs) -> Section:
     section = Section(
         "contention", "Contention — k movers at once, per way",
         "Each way of moving bytes timed with k movers at once (k CPU threads, CUDA streams, "

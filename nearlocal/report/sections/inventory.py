@@ -8,7 +8,7 @@ import pandas as pd
 from nearlocal.core.sampling import draws_disagree
 from nearlocal.report.document import Cell, Column, RunInfo, Section, Table, keyed_table
 from nearlocal.report.papers import figures, stated
-from nearlocal.report.registry import Inputs, register_frames_section, register_section
+from nearlocal.report.registry import SectionInputs, register_frames_section, register_section
 from nearlocal.store import RunData
 from nearlocal.units import format_size
 
@@ -231,17 +231,17 @@ def section_references() -> Section:
 
 
 @register_section('runs', 30)
-def _runs(i: Inputs) -> Section:
+def _runs(i: SectionInputs) -> Section:
     return section_runs(i.runs)
 
 
 @register_section('inventory', 170)
-def _inventory(i: Inputs) -> Section:
+def _inventory(i: SectionInputs) -> Section:
     return section_inventory(i.runs, i.data)
 
 
 @register_section('failures', 180)
-def _failures(i: Inputs) -> Section:
+def _failures(i: SectionInputs) -> Section:
     return section_failures(i.runs, i.frames, i.data)
 
 
@@ -249,5 +249,5 @@ register_frames_section('skipped', 190, section_skipped)
 
 
 @register_section('references', 200)
-def _references(i: Inputs) -> Section:
+def _references(i: SectionInputs) -> Section:
     return section_references()

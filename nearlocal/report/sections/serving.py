@@ -5,7 +5,7 @@ figures come from nearlocal.whatif; this module only lays them out."""
 from __future__ import annotations
 
 from nearlocal.report.document import Cell, Column, NoValue, Section, keyed_table
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import SectionInputs, register_section
 from nearlocal.report.rows import _refs
 from nearlocal.units import format_size
 from nearlocal.whatif import Request, inputs_of, reference_box, whatif
@@ -31,7 +31,7 @@ def _reload(path: PathFigures) -> Cell:
                                               if t.ns is None))
 
 
-def section_serving(inputs: Inputs) -> Section:
+def section_serving(inputs: SectionInputs) -> Section:
     section = Section("serving", "Serving — KV reload per turn over each path",
                       "Beluga's B16 request as nearlocal models it (the paper gives LV-Eval, "
                       f">15K-token inputs; {REQUEST.model}, {REQUEST.context} tokens, all "
@@ -79,7 +79,7 @@ def section_serving(inputs: Inputs) -> Section:
     return section
 
 
-def section_claims(inputs: Inputs) -> Section:
+def section_claims(inputs: SectionInputs) -> Section:
     section = Section("claims", "Serving claims — the papers' end-to-end figures recomputed",
                       "Each claim as the paper reports it, as its own microbenchmarks predict "
                       "through the same path model (the reference boxes beluga-h20 and "

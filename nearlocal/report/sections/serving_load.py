@@ -5,7 +5,7 @@ from nearlocal.whatif.load; this module only lays them out."""
 from __future__ import annotations
 
 from nearlocal.report.document import Cell, Column, NoValue, Section, keyed_table
-from nearlocal.report.registry import Inputs, register_section
+from nearlocal.report.registry import SectionInputs, register_section
 from nearlocal.report.rows import _refs
 from nearlocal.whatif import inputs_of, reference_box
 from nearlocal.whatif.load import at_shares
@@ -15,7 +15,7 @@ REQUEST = Request()  # B16's, as the Serving section
 SHARES = (0.5, 0.8)
 
 
-def section_load(inputs: Inputs) -> Section:
+def section_load(inputs: SectionInputs) -> Section:
     section = Section(
         "serving-load", "Serving under load — B16's request queueing on each path's link",
         f"Beluga's B16 request ({REQUEST.model}, {REQUEST.context} tokens, all cached) arriving "

@@ -10,7 +10,7 @@ import pandas as pd
 
 from nearlocal.report.document import Cell, Column, RunInfo, Section, keyed_table
 from nearlocal.report.papers import figure
-from nearlocal.report.registry import Inputs, register_frames_section, register_section
+from nearlocal.report.registry import SectionInputs, register_frames_section, register_section
 from nearlocal.report.rows import (
     LOCAL_CLASS,
     SHARED_CLASS,
@@ -293,7 +293,7 @@ def section_near_local(runs: list[RunInfo], frames: list[pd.DataFrame]) -> Secti
 
 
 @register_section('near', 10)
-def _near(i: Inputs) -> Section:
+def _near(i: SectionInputs) -> Section:
     return section_near_summary(i.runs, i.frames, i.data)
 
 
