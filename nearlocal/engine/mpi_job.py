@@ -47,7 +47,10 @@ from nearlocal.rack.mpi import RankLost, World, world
 from nearlocal.rack.pools import open_pools
 
 if TYPE_CHECKING:
-    from nearlocal.engine.plan import RunSettings
+    from nearlocal.core.cases import Case
+    from nearlocal.engine.plan import Plan, PlanEntry, RunSettings
+    from nearlocal.engine.worker import WorkerSettings
+    from nearlocal.probe import HostInventory
     from nearlocal.store.writer import Store
 
 RANKS_LOST = 1  # rank 0's exit code when the run is stored without some ranks
@@ -79,20 +82,24 @@ class Stored:
 
 @dataclass
 class JobPlan:
-    cases: list
-    inventory: object
-    settings: object
+    """This host's part of the job: its cases as the engine planned them (`planned`, each case
+    decided once), the box they run on, the worker settings (this host's one clock) and the
+    runner's limits."""
+
+    cases: list[Case]
+    inventory: HostInventory
+    settings: WorkerSettings
     processes: int
     case_timeout_s: float
-    planned: object = None  # the engine.plan.Plan of the cases (each case decided once)
+    planned: Plan
 
-    def plain(self) -> list:
+    def plain(self) -> list[PlanEntry]:
         """The plan's entries of ordinary (not rack) cases, as the runner takes them."""
         from nearlocal.rack.framework import is_rack
 
         return [e for e in self.planned.entries if not is_rack(e.case)]
 
-    def rack(self) -> list:
+    def rack(self) -> list[PlanEntry]:
         """The plan's entries of rack cases: resolved case, row facts and decision each."""
         from nearlocal.rack.framework import is_rack
 
@@ -170,7 +177,7 @@ def check_here(request: JobRequest, rank: int, held: dict) -> tuple[dict, JobPla
     return answer, plan
 
 
-def plan_job(cases: list, settings: RunSettings, inventory) -> JobPlan:
+def plan_job(cases: list[Case], settings: RunSettings, inventory: HostInventory) -> JobPlan:
     """This host's plan of the command line's cases: a case refused, or a pool this host lacks,
     is the one line every rank exits 2 with."""
     from nearlocal.engine.plan import Refuse, plan_cases
@@ -183,7 +190,7 @@ def plan_job(cases: list, settings: RunSettings, inventory) -> JobPlan:
         if is_rack(entry.case) and entry.reason and shares_pool(entry.case):
             raise UsageError(f"pool {entry.case.region}: {entry.reason}")  # every host has it
     return JobPlan(planned.cases, inventory, planned.worker_settings(),  # this host's one clock
-                settings.processes, max(120.0, 20 * settings.budget_s), planned)
+                   settings.processes, max(120.0, 20 * settings.budget_s), planned)
 
 
 def rack_skips(plan: JobPlan) -> dict[str, str]:
