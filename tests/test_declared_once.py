@@ -102,3 +102,67 @@ def test_a_rack_row_starts_from_its_plan_entrys_row_facts(tmp_path, monkeypatch)
     assert row["status"] == "skipped" and row["reason"] == entry.reason
     for column in ("reaches_memory", "llc_resident", "bytes_moved", "pool_class", "size_bytes"):
         assert row[column] == entry.row[column], column
+
+
+# --- names that mean one thing (issue 59) ---------------------------------------------------
+
+# Public top-level functions that several modules define. Hooks: one role, defined by each
+# module that plays it. Homonyms: different things under one word, each listed so that no new
+# one creeps in (rename one side when its module is next touched).
+SHARED_FUNCTION_HOOKS = {
+    "register": "a command module's hook: adds its subcommand (subcommands.py)",
+    "check_params": "a family's Method.check_params: its own parameters checked",
+    "contention_cases": "a family's movers=k cases of the contention suite",
+    "markdown": "a command's (and the report's) Markdown of its own result",
+    "render_junit": "a judging command's JUnit of its own verdicts",
+    "serve": "a server's loop: rdma replay's rank 1, the RPC ring's server, the what-if's",
+    "main": "cli.main runs a command line; entry.main is the console script around it",
+}
+SHARED_FUNCTION_HOMONYMS = {
+    "clock_step": "engine.selfcheck's finding / kernels.timer's step of the TSC",
+    "describe_error": "dsa.portal's completion record / rpc.slots' ring error",
+    "flags_of": "dsa.uapi's descriptor flags / gpu.regions' allocation flags",
+    "int_param": "gpu.session's / rpc.methods' integer parameter reader",
+    "measure": "engine.worker: one case in a worker / frontends.measure: a plan into a sink",
+    "movers_of": "rdma.methods: a case's params / whatif.contention: a stored row",
+    "ops_per_sample": "core.methods: a session's / store.schema: a stored row's",
+    "prepare": "report.rows: a run's rows / whatif.loadcommand: the load options",
+    "settle": "dsa.portal's completion wait / storage.kernels' I/O wait",
+    "unavailable": "core.cases: why a case cannot run / storage.uring: why io_uring cannot",
+    "write_output": "gate.render: a comparison's format / safeio: any file, whole or not at all",
+}
+
+
+def _top_level_names() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Class names and public top-level function names of nearlocal -> the modules defining them."""
+    import ast
+    from collections import defaultdict
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "nearlocal"
+    classes: dict[str, list[str]] = defaultdict(list)
+    functions: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes[node.name].append(module)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
+                    and not node.name.startswith("_"):
+                functions[node.name].append(module)
+    return classes, functions
+
+
+def test_no_two_classes_in_nearlocal_share_a_name():
+    classes, _ = _top_level_names()
+    assert {name: where for name, where in classes.items() if len(where) > 1} == {}
+
+
+def test_no_two_public_functions_share_a_name_unless_listed():
+    """judge is no longer two things (gate.verdict.judge_case, acceptance.judge.judge_run)."""
+    _, functions = _top_level_names()
+    shared = {name for name, where in functions.items() if len(where) > 1}
+    listed = SHARED_FUNCTION_HOOKS.keys() | SHARED_FUNCTION_HOMONYMS.keys()
+    assert "judge" not in functions
+    assert shared - listed == set(), "a new name shared by several modules: rename or list it"
+    assert listed - shared == set(), "listed but no longer shared: drop it from the list"
