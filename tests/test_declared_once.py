@@ -114,22 +114,25 @@ SHARED_FUNCTION_HOOKS = {
     "check_params": "a family's Method.check_params: its own parameters checked",
     "contention_cases": "a family's movers=k cases of the contention suite",
     "markdown": "a command's (and the report's) Markdown of its own result",
-    "render_junit": "a judging command's JUnit of its own verdicts",
+    "render_junit": "a judging command's JUnit of its own verdicts (accept, compare, faults, replay)",
     "serve": "a server's loop: rdma replay's rank 1, the RPC ring's server, the what-if's",
     "main": "cli.main runs a command line; entry.main is the console script around it",
 }
 SHARED_FUNCTION_HOMONYMS = {
-    "clock_step": "engine.selfcheck's finding / kernels.timer's step of the TSC",
+    "attach": "rack.pools: a job's pools on this host / rpc.shared: a handed-out shared mapping",
+    "clock_step": "engine.stability.selfcheck's finding / kernels.timer's step of the TSC",
     "describe_error": "dsa.portal's completion record / rpc.slots' ring error",
     "flags_of": "dsa.uapi's descriptor flags / gpu.regions' allocation flags",
     "int_param": "gpu.session's / rpc.methods' integer parameter reader",
     "measure": "engine.worker: one case in a worker / frontends.measure: a plan into a sink",
-    "movers_of": "rdma.methods: a case's params / whatif.contention: a stored row",
+    "movers_of": "rdma.device: a case's params / whatif.contention: a stored row",
     "ops_per_sample": "core.methods: a session's / store.schema: a stored row's",
     "prepare": "report.rows: a run's rows / whatif.loadcommand: the load options",
-    "settle": "dsa.portal's completion wait / storage.kernels' I/O wait",
+    "run_job": "rack.commands: the run mode's command side / engine.mpi_job: the job it starts",
+    "settle": "dsa.kernels.portal's completion wait / storage.kernels' I/O wait",
     "unavailable": "core.cases: why a case cannot run / storage.uring: why io_uring cannot",
     "write_output": "gate.render: a comparison's format / safeio: any file, whole or not at all",
+    "write_outputs": "reporters: a command's --FORMAT PATH files / safeio: files written together",
 }
 
 
