@@ -373,8 +373,11 @@ CALIBRATION_REQUESTS = 8  # a mover's most
 
 
 def _calibrate(move, frags, first, nbytes, movers: int) -> dict:
-    """The window's first requests with hits, all due at once (every mover busy, as under
-    load): a mover's GB/s while the others move theirs, which --load sets the time scale by."""
+    """The window's first requests with hits, their fragments dealt into `movers` shares of equal
+    bytes, all due at once: every mover busy for the whole calibration, as under load, so the
+    GB/s a mover moves while the others move theirs, which --load sets the time scale by. (Taken
+    as whole requests, one large request kept one mover busy alone while the others idled: the
+    rate was a lone mover's, and G = 2 replays ran at 1.5x the load asked.)"""
     chosen, total = [], 0
     for i in np.flatnonzero(nbytes > 0).tolist():
         if total >= CALIBRATION_BYTES * movers or len(chosen) >= CALIBRATION_REQUESTS * movers:
@@ -383,12 +386,16 @@ def _calibrate(move, frags, first, nbytes, movers: int) -> dict:
         total += int(nbytes[i])
     if not chosen:
         raise UsageError("--load: no request of the window has a prefix hit to move")
-    parts = [frags[first[i]:first[i + 1]] for i in chosen]
-    sub_first = np.concatenate([[0], np.cumsum([p.shape[0] for p in parts])]).astype(np.int64)
-    times = move(np.ascontiguousarray(np.concatenate(parts)), sub_first, np.zeros(len(chosen)))
+    dealt = np.ascontiguousarray(np.concatenate([frags[first[i]:first[i + 1]] for i in chosen]))
+    ends = np.cumsum(dealt[:, 2])
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, movers) / movers, side="right")
+    sub_first = np.unique(np.concatenate([[0], cuts, [len(dealt)]])).astype(np.int64)
+    times = move(dealt, sub_first, np.zeros(len(sub_first) - 1))
     busy = float((times.end_ns - times.start_ns).sum())
     return {"requests": len(chosen), "bytes": total, "gbps_per_mover": total / busy,
-            "what": "the window's first requests with hits, all due at once on the movers"}
+            "what": f"the window's first {len(chosen)} requests with hits, their fragments "
+                    f"dealt into {len(sub_first) - 1} shares of equal bytes, all due at once on "
+                    "the movers"}
 
 
 def _ms(value: float | None) -> str:
