@@ -274,7 +274,9 @@ def test_a_ctrl_c_that_c_code_swallowed_still_ends_the_command():
             "sys.exit(cli.main(['runs']))\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60,  # Ctrl-C's own disposition: a job started in the
+                          # background (`.ci/run &`) inherits SIGINT ignored, and Python keeps it
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert done.returncode == 130 and done.stderr == "nearlocal: interrupted\n", done.stderr
 
 
