@@ -32,6 +32,18 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
+from typing import TypeVar
+
+Entry = TypeVar("Entry")
+
+
+def declare(registry: dict[str, Entry], name: str, entry: Entry, what: str) -> Entry:
+    """Every registry's one rule: an entry is declared once, by its name; a name declared twice
+    (two plugins, or one and nearlocal) is a bug of the second, named."""
+    if name in registry:
+        raise ValueError(f"{what} {name!r} declared twice")
+    registry[name] = entry
+    return entry
 
 REGION_GROUP = "nearlocal.region_kinds"  # modules that declare region kinds (regions/base.py)
 METHOD_GROUP = "nearlocal.methods"  # modules that declare methods, suites, pattern kinds

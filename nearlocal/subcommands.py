@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nearlocal.plugins import declare
+
 
 @dataclass(frozen=True)
 class Command:
@@ -73,10 +75,7 @@ RUN_MODES: dict[str, RunMode] = {}
 
 def register_run_mode(mode: RunMode) -> RunMode:
     """Declare a run mode; a name declared twice is a bug of the second."""
-    if mode.name in RUN_MODES:
-        raise ValueError(f"run mode {mode.name!r} declared twice")
-    RUN_MODES[mode.name] = mode
-    return mode
+    return declare(RUN_MODES, mode.name, mode, "run mode")
 
 
 def run_modes() -> list[RunMode]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from nearlocal.lazy import lazy_import
+from nearlocal.plugins import declare
 
 np = lazy_import("numpy")
 
@@ -201,10 +202,7 @@ PEER_STUB_BYTES = 64  # the peer of a method that does not touch it: one line
 
 
 def register_method(method: Method) -> Method:
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name!r} declared twice")
-    METHODS[method.name] = method
-    return method
+    return declare(METHODS, method.name, method, "method")
 
 
 def load_methods() -> dict[str, Method]:

@@ -38,6 +38,7 @@ from nearlocal.cpu.threads import threaded
 from nearlocal.errors import UsageError
 from nearlocal.kernels.thread_forms import ThreadForm
 from nearlocal.lazy import lazy_import
+from nearlocal.plugins import declare
 
 kernels = lazy_import("nearlocal.kernels.cpu")  # numba loads when a session first runs a kernel
 
@@ -176,9 +177,7 @@ def _cpu(name: str, code: CpuKernels, accesses: tuple[str, ...], state: str, sum
     batched: the kernel takes `passes`; batch_with_drain: passes drained by an mfence between
     them give the figure one isolated pass gives (docs/timing.md has the check), so a short
     isolated pass may be batched."""
-    if name in CPU_KERNELS:
-        raise ValueError(f"CPU method {name!r} declared twice")
-    CPU_KERNELS[name] = code
+    declare(CPU_KERNELS, name, code, "CPU method")
     form = ThreadForm(*threads, body=code.one_pass) if threads else None
     # threaded: --threads N / --cpus (cpu.threads); with_movers: movers=k (cpu.movers)
     return register_method(with_movers(threaded(Method(

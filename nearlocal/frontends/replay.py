@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.plugins import declare
 from nearlocal.reporters import (
     JUnitCase,
     TextReporter,
@@ -130,10 +131,7 @@ REPLAY_METHODS: dict[str, ReplayMethod] = {}
 
 def register_replay_method(method: ReplayMethod) -> ReplayMethod:
     """Declare a --method of `nearlocal replay`; a name declared twice is a bug of the second."""
-    if method.name in REPLAY_METHODS:
-        raise ValueError(f"replay method {method.name!r} declared twice")
-    REPLAY_METHODS[method.name] = method
-    return method
+    return declare(REPLAY_METHODS, method.name, method, "replay method")
 
 
 def replay_method(name: str) -> ReplayMethod:

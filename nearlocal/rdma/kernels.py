@@ -199,15 +199,10 @@ def movers_to_completion(post_send, poll_cq, qps, cq, heads, bad_addr, wc_addr, 
             if _post_send(post_send, qps[m], heads[m], bad_addr) != 0:
                 return POST_FAILED
         for _done in range(k):
-            why, n, _ = spin_until(_polled, (poll_cq, cq, wc_addr), timeout_ticks, False, never,
-                                   ())
-            stamp = tsc_end()
-            if why != WAIT_READY:
-                return TIMEOUT
-            if n < 0:
-                return POLL_FAILED
-            if _load_u32(wc_addr + WC_STATUS) != 0:
-                return BAD_COMPLETION
+            why = _complete(poll_cq, cq, wc_addr, timeout_ticks)
+            stamp = tsc_end()  # as post_to_completion's t1: after the completion's checks
+            if why != OK:
+                return why
             mover = _load_u64(wc_addr + WC_WR_ID) >> np.uint64(id_shift)
             if mover >= np.uint64(k):
                 return WRONG_MOVER

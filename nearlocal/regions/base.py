@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from nearlocal.errors import UsageError
 from nearlocal.lazy import lazy_import
+from nearlocal.plugins import declare
 
 np = lazy_import("numpy")
 
@@ -166,10 +167,7 @@ def load_providers() -> None:
 
 
 def register_region_kind(kind: RegionKind) -> RegionKind:
-    if kind.name in REGION_KINDS:
-        raise ValueError(f"region kind {kind.name!r} declared twice")
-    REGION_KINDS[kind.name] = kind
-    return kind
+    return declare(REGION_KINDS, kind.name, kind, "region kind")
 
 
 def parse_region(text: str) -> RegionSpec:

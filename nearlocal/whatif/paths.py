@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nearlocal.plugins import declare
+
 POOL = frozenset({"devdax", "cxl-node"})  # POOL_CLASSES keys of a CXL pool
 LOCAL = frozenset({"local"})
 GPU = frozenset({"gpu"})
@@ -36,16 +38,8 @@ class Hop:
 HOPS: dict[str, Hop] = {}
 
 
-def _declare(registry: dict, what: str, entry):
-    """An entry of a registry, declared once (by its name)."""
-    if entry.name in registry:
-        raise ValueError(f"{what} {entry.name!r} declared twice")
-    registry[entry.name] = entry
-    return entry
-
-
 def register_hop(hop: Hop) -> Hop:
-    return _declare(HOPS, "hop", hop)
+    return declare(HOPS, hop.name, hop, "hop")
 
 
 for _hop in (
@@ -83,7 +77,7 @@ SERVING_PATHS: dict[str, ServingPath] = {}
 
 
 def register_serving_path(path: ServingPath) -> ServingPath:
-    return _declare(SERVING_PATHS, "serving path", path)
+    return declare(SERVING_PATHS, path.name, path, "serving path")
 
 
 for _path in (

@@ -103,6 +103,8 @@ def request_table(pool: ReplayPool, hit_tokens: int, cursor: int,
     fragmented allocator leaves them: still no id read twice before every slot was read."""
     bt, per_slot, slots = pool.geometry.block_tokens, pool.per_slot, pool.slots
     step = ring_step(slots)
+    blocks = pool.geometry.pool_blocks
+    spread = scatter_step(blocks) if placement == "scattered" else 1
     parts = []
     for j in range(-(-hit_tokens // TRACE_BLOCK_TOKENS)):
         tokens = min(TRACE_BLOCK_TOKENS, hit_tokens - j * TRACE_BLOCK_TOKENS)
@@ -110,8 +112,7 @@ def request_table(pool: ReplayPool, hit_tokens: int, cursor: int,
         slot = (cursor * step) % slots
         ids = slot * per_slot + np.arange(count, dtype=np.int64)
         if placement == "scattered":
-            blocks = pool.geometry.pool_blocks
-            ids = (ids * scatter_step(blocks)) % blocks
+            ids = (ids * spread) % blocks
         parts.append(ids)
         cursor += 1
     return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), cursor
