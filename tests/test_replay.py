@@ -6,12 +6,15 @@ input one line, exit 2)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nearlocal.core.cases import Case
 from nearlocal.core.methods import SessionContext, get_method, load_methods
@@ -356,3 +359,13 @@ def test_a_pool_the_region_cannot_hold_is_refused_naming_sizes(tmp_path, monkeyp
     with pytest.raises(UsageError, match=re.escape(words)):
         choose_pool("kv:qwen2.5-32b:flash-attn:dense:layers=0-1", 1 << 20, pool_bytes,
                     f"file:{tmp_path / 'pool'}")
+
+
+@given(st.integers(1, 1 << 20))
+def test_the_scatter_step_is_a_bijection_over_any_pool(count):
+    """`--blocks scattered` maps a slot's ids by `id x step mod count`: for every pool size the
+    step is coprime to it (no two ids land on one block) and lies within it."""
+    step = replay.scatter_step(count)
+    assert 1 <= step <= max(count - 1, 1) and math.gcd(step, count) == 1
+    if count <= 4096:
+        assert sorted((np.arange(count) * step) % count) == list(range(count))
