@@ -1,4 +1,10 @@
-"""The GPU check's figures and "what must hold" verdicts, measured in one process on a GPU box.
+"""The GPU check's figures and "what must hold" verdicts on a GPU box.
+
+Every nearlocal figure here is measured by nearlocal's own runner (`nearlocal run`'s plan and
+store, one worker process) and stored as a run under --out's work/check-results, so each row
+keeps its raw samples and run.json and `nearlocal show` / `report` read it; the check adds only
+references around those rows, each measured by its own loop or tool (torch's copy_, a bare
+launch, plain SM copies, a lone cudaMemcpyAsync, a plain-copy kernel in HBM).
 
 1. Side by side (issue 11 item 7): every host -> GPU method's median at 64 KiB and 64 MiB
    contiguous, 1024 x 160 B and 128 x 20 KiB, pinned -> gpu:0 (device time; e2e rows for
@@ -11,9 +17,10 @@
      both ends support (generation and width from sysfs: the GPU's and its upstream port's
      maximum), the link as trained stated beside it, so a link trained at x8 fails (issue 40);
    - gather-kernel >= 20x faster than one cudaMemcpyAsync per fragment at 1024 x 160 B;
-   - gather-kernel >= 0.9x the bandwidth of the best plain SM copy kernel of the same bytes on
-     the same buffers at 128 x 20 KiB and 64 MiB (nl_plain_copy4 / nl_plain_copy12: 4 or, as
-     nvbandwidth's copy kernel, 12 loads of 16 B in flight per thread; several geometries);
+   - the gather-kernel row >= 0.9x the bandwidth of the best plain SM copy kernel (a reference)
+     of the same bytes, pinned -> device, timed as the row is, at 128 x 20 KiB and 64 MiB
+     (nl_plain_copy4 / nl_plain_copy12: 4 or, as nvbandwidth's copy kernel, 12 loads of 16 B
+     in flight per thread; several geometries);
    - gather-kernel e2e at 1024 x 160 B <= 1.5x a bare launch + sync of the same kernel doing
      the same work: the host writing the piece table into mapped pinned memory, one launch that
      reads it there, the stream's synchronisation (like with like, issue 40);
@@ -21,8 +28,9 @@
      --suite NAME=JSON ...`, appended to the report by scripts/gpu_check.sh after the suites).
    For information (no verdict): the copy-engine ratio (gather-kernel and best SM copy against
    cuda-memcpy-async at 64 MiB), gather-kernel against a primed copy-engine copy at 64 KiB (the
-   1.5x bound there is borderline by design), and an HBM copy figure (device -> device, 1 GiB,
-   bytes read + written) against the device's peak (memory clock x bus width x 2).
+   1.5x bound there is borderline by design), and an HBM copy figure (the runner's
+   cuda-memcpy-async gpu:0 -> gpu:0 row at 1 GiB, and a plain-copy kernel beside it, bytes read
+   + written) against the device's peak (memory clock x bus width x 2).
 3. The 64 KiB device figure explained (issue 24 item 6): cuda-memcpy-async 64 KiB with and
    without the 1-byte prime copy before the start event, beside a lone cudaMemcpyAsync between
    two events (raw, and minus an unqueued empty interval).
@@ -44,6 +52,7 @@ the report printed; exit 1 if a check fails. Without a usable GPU it says so in 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -52,15 +61,12 @@ from pathlib import Path
 import numpy as np
 
 from nearlocal.core.cases import Case
-from nearlocal.core.sampling import StoppingRule
-from nearlocal.engine.worker import WorkerSettings, measure
-from nearlocal.errors import Unavailable
 from nearlocal.probe.gpu import one_line
 from nearlocal.probe.poolmod import DEVICE, probe_pool_module
 from nearlocal.sysroot import SysRoot
-from nearlocal.units import format_ns
+from nearlocal.units import format_ns, parse_size
 
-SETTINGS = WorkerSettings(StoppingRule(budget_s=0.25, target_rel_ci=0.01), 1e9, False)
+TABLE_BUDGET_S = 0.25  # per case, CI target 1 %, one worker process (`nearlocal run`'s rule)
 BIG = 64 * 1024 * 1024
 PATTERNS = ("64KiB", "64MiB", "1024x160B", "128x20KiB")
 METHODS = (("cuda-memcpy", "read", "device"), ("cuda-memcpy-async", "read", "device"),
@@ -70,6 +76,7 @@ METHODS = (("cuda-memcpy", "read", "device"), ("cuda-memcpy-async", "read", "dev
            ("gather-kernel", "read", "e2e"), ("zero-copy-kernel", "read", "device"),
            ("cuda-memcpy-async", "write", "device"), ("scatter-kernel", "write", "device"))
 CONTAINS = ("device_contains", "e2e_contains")
+GATHER_THREADS = ("256", "512")  # gather-kernel 64 MiB by block size, for tuning
 
 
 ROWS_FILE = "rows.jsonl"
@@ -109,22 +116,62 @@ def read_rows(path: Path) -> list[dict]:
     return records
 
 
-def _row(method: str, pattern: str, access: str = "read", region: str = "pinned",
-         attr: str = "wb", settings: WorkerSettings = SETTINGS, **params: str) -> dict:
-    case = Case(method, region, attr, pattern, peer="gpu:0", access=access,
+CHECK_STORE = Path("work") / "check-results"  # under --out; gpu_check.sh packs work/
+
+
+@functools.cache
+def inventory():
+    """This box, probed once for every run the check makes (the GPU probe is slow)."""
+    from nearlocal.probe import probe
+
+    return probe()
+
+
+def table_case(method: str, pattern: str, access: str = "read", region: str = "pinned",
+               attr: str = "wb", peer: str = "gpu:0", **params: str) -> Case:
+    return Case(method, region, attr, pattern, peer=peer, access=access,
                 params=tuple(params.items()))
-    try:
-        row, _, _, _ = measure(case, settings, 0.0)
-    except Unavailable as exc:  # refused once opened (a cudaHostRegister CUDA refused): skipped
-        out = {"case": case.id, "skipped": one_line(exc, 400)}
-    except Exception as exc:  # a failed cell is shown as failed, the table goes on
-        out = {"case": case.id, "error": one_line(exc, 300)}
-    else:
-        out = {"case": case.id, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
-               "n": row["n_samples"], "gbps": row["gbps"], "info": row["info"]}
-    LOG.write("row", **out)
-    print(f"row {out['case']}: {_cell(out)}", flush=True)
-    return out
+
+
+def measure_cases(cases: list[Case], out: Path, label: str, budget_s: float = TABLE_BUDGET_S,
+                  ci_percent: float = 1.0) -> tuple[Path, dict[str, dict]]:
+    """`cases` measured by nearlocal's own runner as `nearlocal run --processes 1` measures
+    them: planned on this box (a case it refuses becomes a skipped row naming why), one worker
+    process, stored as a run (raw samples, run.json, the self-check) in the store under
+    out/work/check-results, each row appended to rows.jsonl as it is stored. Returns the run's
+    directory and its rows as the report's cells read them, keyed by case id."""
+    from nearlocal.engine.metadata import run_metadata
+    from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.frontends.measure import measure_run
+
+    settings = RunSettings(budget_s, ci_percent, processes=1)
+    plan = plan_cases(cases, inventory(), settings).refused_as_skipped()
+    meta = run_metadata(plan.inventory, plan.worker_settings(), label, processes=1,
+                        max_processes=settings.max_processes, kind="run")
+    rows: dict[str, dict] = {}
+
+    def stored(row: dict) -> None:
+        cell = row_cell(row)
+        rows[cell["case"]] = cell
+        LOG.write("row", **cell)
+        print(f"row {cell['case']}: {_cell(cell)}", flush=True)
+
+    measured = measure_run(plan, out / CHECK_STORE, meta, quiet=True, on_row=stored)
+    if measured.interrupted is not None:
+        raise measured.interrupted
+    return measured.path, rows
+
+
+def row_cell(row: dict) -> dict:
+    """A stored row as the report's cells read it: measured (median, P99, samples, GB/s, what
+    its interval contains), skipped with its reason, or failed with its reason."""
+    case = row["case_id"]
+    if row.get("status") == "ok":
+        return {"case": case, "median_ns": row["median_ns"], "p99_ns": row["p99_ns"],
+                "n": row["n_samples"], "gbps": row["gbps"], "info": row.get("info") or {}}
+    if row.get("status") == "skipped":
+        return {"case": case, "skipped": row.get("reason") or "skipped"}
+    return {"case": case, "error": row.get("reason") or str(row.get("status"))}
 
 
 def _cell(row: dict) -> str:
@@ -306,10 +353,14 @@ def hbm_peak_gbps(cp, device: int = 0) -> tuple[float | None, str]:
     return peak, f"{khz / 1000:.0f} MHz x {bits} bit x 2 ({source})"
 
 
-def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
-    """Device -> device copies of `nbytes` on GPU 0 queued behind the blocking kernel, timed by
-    CUDA events (minus the queued empty interval): cudaMemcpyAsync, and nl_plain_copy12 with 4
-    blocks of 512 per SM. GB/s count the bytes read plus the bytes written."""
+HBM_SIZE = "1GiB"  # the device -> device copy: the runner's cuda-memcpy-async gpu:0 -> gpu:0
+
+
+def hbm_plain_copy(nbytes: int, reps: int = 10) -> dict:
+    """The check around the runner's device -> device row: nl_plain_copy12 with 4 blocks of 512
+    per SM copying `nbytes` on GPU 0, queued behind the blocking kernel and timed by CUDA events
+    minus the queued empty interval (the row's own timing); the device's peak beside it. GB/s
+    count the bytes read plus the bytes written."""
     import cupy as cp
 
     from nearlocal.gpu import timing
@@ -324,34 +375,23 @@ def hbm_copy(nbytes: int = 1 << 30, reps: int = 10) -> dict:
     spin_out = cp.zeros(1, dtype=cp.uint64)
     timer = timing.EventTimer(cp, stream, k, int(spin_out.data.ptr))
     timer.calibrate()
-    src_ptr, dst_ptr = int(src.data.ptr), int(dst.data.ptr)
-    device_to_device = 3  # cudaMemcpyDeviceToDevice
-
-    def memcpy() -> None:
-        cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, device_to_device, stream.ptr)
-
     sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
-    args = k.plain_copy_args(dst_ptr, src_ptr, nbytes)
+    args = k.plain_copy_args(int(dst.data.ptr), int(src.data.ptr), nbytes)
 
     def kernel() -> None:
         with stream:
             k.fn["nl_plain_copy12"]((4 * sms,), (PLAIN_THREADS,), args)
 
-    out: dict = {"bytes": nbytes}
+    ns, raw = _queued_median_ns(timer, kernel, reps)
+    stream.synchronize()
     edge = min(nbytes, 1 << 20)
-    for name, launch in (("cudaMemcpyAsync", memcpy), ("nl_plain_copy12", kernel)):
-        dst.fill(0)  # a memset
-        cp.cuda.runtime.deviceSynchronize()
-        ns, raw = _queued_median_ns(timer, launch, reps)
-        stream.synchronize()
-        for start in (0, nbytes - edge):  # the first and last MiB landed
-            want = np.resize(np.roll(block, -(start % block.size)), edge).astype(np.uint8)
-            if not np.array_equal(cp.asnumpy(dst[start:start + edge]), want):
-                raise RuntimeError(f"the HBM copy ({name}) moved wrong bytes near byte {start}")
-        out[name] = {"median_ns": ns, "gbps": 2 * nbytes / ns if ns else float("nan"),
-                     "raw_ns": raw}
-    out["peak_gbps"], out["peak_source"] = hbm_peak_gbps(cp)
-    return out
+    for start in (0, nbytes - edge):  # the first and last MiB landed
+        want = np.resize(np.roll(block, -(start % block.size)), edge).astype(np.uint8)
+        if not np.array_equal(cp.asnumpy(dst[start:start + edge]), want):
+            raise RuntimeError(f"the HBM copy (nl_plain_copy12) moved wrong bytes near byte {start}")
+    peak, source = hbm_peak_gbps(cp)
+    return {"bytes": nbytes, "median_ns": ns, "gbps": 2 * nbytes / ns if ns else float("nan"),
+            "raw_ns": raw, "peak_gbps": peak, "peak_source": source}
 
 
 def lone_memcpy_ns(nbytes: int, reps: int = 100) -> tuple[float, float, list[float]]:
@@ -407,42 +447,30 @@ def _queued_median_ns(timer, launch, reps: int) -> tuple[float, list[float]]:
     return max(float(np.median(raw)) - timer.overhead_ns, 0.0), raw
 
 
-def gather_vs_plain_copy(pattern: str, reps: int = 30) -> dict:
-    """The gather kernel (nl_copy over `pattern`'s pieces, planned as gather-kernel plans them)
-    and plain SM copies of the same number of bytes, on the same pinned source and device
-    destination, with the same timer: device ns and GB/s of each, the best plain copy, bytes
-    checked after each."""
+def plain_copies(pattern: str, reps: int = 30) -> dict:
+    """The check around the runner's gather-kernel row: plain SM copies (no piece table) of as
+    many bytes as `pattern` moves, pinned host memory -> device memory as the row's, timed as
+    the row is (CUDA events around the work queued behind the blocking kernel, minus the queued
+    empty interval): device ns and GB/s of each geometry, the best, bytes checked after each."""
     import cupy as cp
 
     from nearlocal.core.patterns import parse_pattern
     from nearlocal.gpu import timing
     from nearlocal.kernels import cuda as kernels
 
-    table = kernels.validate_fragments(parse_pattern(pattern).frags)
-    nbytes = int(table[:, 2].sum())
-    span = max(int((table[:, 0] + table[:, 2]).max()), nbytes) + 64
-    src_mem = cp.cuda.alloc_pinned_memory(span)
-    src = np.frombuffer(src_mem, np.uint8, span)
-    src[:] = np.arange(span) % 251
-    dst = cp.zeros(span, dtype=cp.uint8)
+    nbytes = int(kernels.validate_fragments(parse_pattern(pattern).frags)[:, 2].sum())
+    src_mem = cp.cuda.alloc_pinned_memory(nbytes)
+    src = np.frombuffer(src_mem, np.uint8, nbytes)
+    src[:] = np.arange(nbytes) % 251
+    dst = cp.zeros(nbytes, dtype=cp.uint8)
     k = kernels.compiled(cp)
     stream = cp.cuda.Stream(non_blocking=True)
     spin_out = cp.zeros(1, dtype=cp.uint64)
     timer = timing.EventTimer(cp, stream, k, int(spin_out.data.ptr))
     timer.calibrate()
     src_ptr, dst_ptr = int(src.ctypes.data), int(dst.data.ptr)
-    plan, pieces = kernels.plan_launch(table)
-    pieces_dev = cp.asarray(pieces)
-    gather_args = k.copy_args(dst_ptr, src_ptr, int(pieces_dev.data.ptr), plan)
-    ns, raw = _queued_median_ns(timer, lambda: k.launch("nl_copy", plan, gather_args, stream),
-                                reps)
-    stream.synchronize()
-    bad = kernels.fragments_match(cp.asnumpy(dst), src, table)
-    if bad is not None:
-        raise RuntimeError(f"the gather kernel moved wrong bytes (fragment {bad})")
-    out = {"pattern": pattern, "bytes": nbytes, "timer_overhead_ns": timer.overhead_ns,
-           "gather": {"median_ns": ns, "gbps": nbytes / ns if ns else float("nan"),
-                      "plan": plan.info(), "raw_ns": raw}, "plain": []}
+    out: dict = {"pattern": pattern, "bytes": nbytes, "timer_overhead_ns": timer.overhead_ns,
+                 "plain": []}
     sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
     whole = np.array([[0, 0, nbytes]])
     for label, unroll, blocks, threads in plain_copy_geometries(nbytes, sms):
@@ -469,8 +497,8 @@ def gather_vs_plain_copy(pattern: str, reps: int = 30) -> dict:
 
 B10_SIZES = ("16KiB", "64KiB")
 B10_METHODS = ("cuda-memcpy", "gather-kernel")
-# a smaller budget than the table's: 12 rows at most, the check step's cap unchanged
-B10_SETTINGS = WorkerSettings(StoppingRule(budget_s=0.1, target_rel_ci=0.02), 1e9, False)
+# a smaller budget than the table's (CI target 2 %): 12 rows at most, the check step's cap unchanged
+B10_BUDGET_S, B10_CI_PERCENT = 0.1, 2.0
 B10_WB, B10_WC = ("pinned", "wb"), ("pinned", "wc")
 B10_UC = (f"registered:ncmem:{DEVICE}", "uc")
 
@@ -484,18 +512,22 @@ def b10_regions() -> list[tuple[str, str, str | None]]:
     return [(*B10_WB, None), (*B10_WC, None), (*B10_UC, why)]
 
 
-def b10_rows(regions: list[tuple[str, str, str | None]] | None = None) -> dict:
-    """Every B10 row, keyed "region/attr/method/size": measured, skipped (CUDA refused the
-    registration, in its words) or not run (the module's reason)."""
+def b10_rows(out_dir: Path, regions: list[tuple[str, str, str | None]] | None = None) -> dict:
+    """Every B10 row, keyed "region/attr/method/size": measured by the runner (one run of its
+    own), skipped (CUDA refused the registration, in its words) or not run (the module's
+    reason)."""
+    wanted = {f"{region}/{attr}/{method}/{size}": (region, attr, why, method, size)
+              for region, attr, why in (regions if regions is not None else b10_regions())
+              for method in B10_METHODS for size in B10_SIZES}
+    cases = {key: table_case(method, size, region=region, attr=attr)
+             for key, (region, attr, why, method, size) in wanted.items() if not why}
+    measured = (measure_cases(list(cases.values()), out_dir, "gpu-check-b10", B10_BUDGET_S,
+                              B10_CI_PERCENT)[1] if cases else {})
     out = {}
-    for region, attr, why in regions if regions is not None else b10_regions():
-        for method in B10_METHODS:
-            for size in B10_SIZES:
-                key = f"{region}/{attr}/{method}/{size}"
-                row = ({"case": key, "skipped": why, "not_run": True} if why else
-                       _row(method, size, region=region, attr=attr, settings=B10_SETTINGS))
-                out[key] = {**row, "region": region, "attr": attr, "method": method,
-                            "size": size}
+    for key, (region, attr, why, method, size) in wanted.items():
+        row = ({"case": key, "skipped": why, "not_run": True} if why else
+               measured.get(cases[key].id, {"case": cases[key].id, "error": "not stored"}))
+        out[key] = {**row, "region": region, "attr": attr, "method": method, "size": size}
     return out
 
 
@@ -683,18 +715,20 @@ def gpu_bus_id(device: int = 0) -> str:
     return norm_bus_id(cp.cuda.runtime.deviceGetPCIBusId(device))
 
 
-def hbm_note(hbm: dict) -> str:
-    """The HBM figure in one line, against the peak when known (information, no verdict)."""
-    if "error" in hbm:
-        return f"HBM copy (device -> device, 1 GiB): failed: {hbm['error']}"
-    peak = hbm.get("peak_gbps")
-    parts = []
-    for name in ("cudaMemcpyAsync", "nl_plain_copy12"):
-        gbps = hbm[name]["gbps"]
-        share = f" = {gbps / peak:.0%} of peak" if peak else ""
-        parts.append(f"{name} {gbps:.0f} GB/s{share}")
-    where = f"peak {peak:.0f} GB/s ({hbm['peak_source']})" if peak else hbm["peak_source"]
-    return (f"HBM copy (device -> device, {hbm['bytes'] >> 20} MiB, bytes read + written): "
+def hbm_note(row: dict, plain: dict) -> str:
+    """The HBM figure in one line: the runner's device -> device row and the plain-copy kernel
+    around it, both as bytes read + written, against the peak when known (no verdict)."""
+    peak = plain.get("peak_gbps")
+    share = (lambda gbps: f" = {gbps / peak:.0%} of peak") if peak else (lambda gbps: "")
+    parts = [f"the row {row['case']}: " + (
+        f"{2 * row['gbps']:.0f} GB/s{share(2 * row['gbps'])}" if "median_ns" in row else
+        ("FAILED: " + row["error"] if "error" in row else "skipped: " + row["skipped"]))]
+    parts.append("nl_plain_copy12 (the check's own kernel): " + (
+        f"failed: {plain['error']}" if "error" in plain else
+        f"{plain['gbps']:.0f} GB/s{share(plain['gbps'])}"))
+    where = (f"peak {peak:.0f} GB/s ({plain['peak_source']})" if peak else
+             plain.get("peak_source", "peak unknown"))
+    return (f"HBM copy (device -> device, {HBM_SIZE}, bytes read + written): "
             + "; ".join(parts) + f"; {where}")
 
 
@@ -742,24 +776,21 @@ def replay_method() -> str:
     return "cuda-memcpy-batch" if driver_memcpy_batch()[0] is not None else "cuda-memcpy-async"
 
 
-def replay_rows(method: str, pattern: str, streams=REPLAY_STREAMS,
-                budget: float = REPLAY_ROW_BUDGET) -> list[dict]:
+def replay_rows(method: str, pattern: str, out: Path, streams=REPLAY_STREAMS,
+                budget: float = REPLAY_ROW_BUDGET):
     """The rows the simulation stands on: `method` movers=k on pinned -> gpu:0 at the replay's
-    fragment size, as the store would hold them (what contention_of reads)."""
-    settings = WorkerSettings(StoppingRule(budget_s=budget, min_samples=5, max_samples=2000),
-                              1e9, False)
-    rows = []
-    for k in streams:
-        params = (("movers", str(k)),) if k > 1 else ()
-        case = Case(method, "pinned", "wb", pattern, peer="gpu:0", params=params)
-        row, _raw, ns, _ = measure(case, settings, 0.0)
-        rows.append({**row, "case_id": case.id, "method": method, "region": "pinned",
-                     "pattern": pattern, "params": json.dumps(dict(params)), "status": "ok",
-                     "pool_class": "local", "peer_pool_class": "gpu",
-                     "median_ns": float(np.median(ns)), "samples_ns": [float(v) for v in ns]})
-        LOG.write("replay-row", case=case.id, median_ns=rows[-1]["median_ns"],
-                  info=row.get("info"))
-    return rows
+    fragment size, measured by the runner and read back from the store as replay_check reads
+    them: (the stored run, the rows' case ids, k = 1 first)."""
+    from nearlocal.store import load as load_run
+
+    cases = [table_case(method, pattern, **({"movers": str(k)} if k > 1 else {}))
+             for k in streams]
+    path, rows = measure_cases(cases, out, "gpu-check-replay", budget)
+    missing = [row for row in rows.values() if "median_ns" not in row]
+    if len(rows) < len(cases) or missing:
+        why = missing[0].get("error") or missing[0].get("skipped") if missing else "not stored"
+        raise RuntimeError(f"the movers rows were not all measured ({why})")
+    return load_run(path), [case.id for case in cases]
 
 
 def replay_compare(out: Path) -> dict:
@@ -787,15 +818,16 @@ def replay_compare(out: Path) -> dict:
     count = max(1, int(np.median(per_request[per_request > 0])))
     pattern = f"{count}x{fragment}B@{2 * fragment}B"
     method = replay_method()
-    rows = replay_rows(method, pattern, REPLAY_STREAMS, REPLAY_ROW_BUDGET)
-    figures = contention_of(rows, {r["case_id"]: r["samples_ns"] for r in rows})
+    run, ids = replay_rows(method, pattern, out, REPLAY_STREAMS, REPLAY_ROW_BUDGET)
+    rows = run.cases[run.cases["case_id"].isin(ids)]
+    figures = contention_of(rows, run.samples)
     way = f"host->gpu/{method}"
-    link = link_contention(way, figures)
-    alone_row = rows[0]  # k = 1: a request alone, scaled by its bytes
-    per_byte_s = alone_row["median_ns"] / 1e9 / (count * fragment)
+    link = link_contention(way, figures, run.samples)
+    alone_ns = float(rows.set_index("case_id").loc[ids[0], "median_ns"])  # k = 1: alone
+    per_byte_s = alone_ns / 1e9 / (count * fragment)  # a request alone, scaled by its bytes
     alone = nbytes * per_byte_s
-    gbps = count * fragment / alone_row["median_ns"]
-    result = {"method": method, "rows_pattern": pattern, "way": way,
+    gbps = count * fragment / alone_ns
+    result = {"method": method, "rows_pattern": pattern, "way": way, "run": run.run_id,
               "requests": len(nbytes), "requests_with_hits": int((nbytes > 0).sum()),
               "bytes": int(nbytes.sum()), "alone": "the k = 1 row's median scaled by the "
               "request's bytes", "contention": {str(k): {key: v.get(key) for key in (
@@ -890,18 +922,30 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"gpu_check.py: nothing measured: {why}")
         return 1
-    report: dict = {"table": {}, "checks": {}}
-    lines = ["# nearlocal GPU check", "", "## Side by side: pinned <-> gpu:0 (median, GB/s)", "",
+    table = {(method, access, timing, pattern): table_case(method, pattern, access, timing=timing)
+             for method, access, timing in METHODS for pattern in PATTERNS}
+    extras = {"unprimed": table_case("cuda-memcpy-async", "64KiB", prime="0"),
+              **{f"threads={threads}": table_case("gather-kernel", "64MiB", threads=threads)
+                 for threads in GATHER_THREADS},
+              "hbm": table_case("cuda-memcpy-async", HBM_SIZE, region="gpu:0")}
+    run_path, measured = measure_cases([*table.values(), *extras.values()], out, "gpu-check")
+
+    def row_of(case: Case) -> dict:
+        return measured.get(case.id, {"case": case.id, "error": "not stored"})
+
+    rows = {key: row_of(case) for key, case in table.items()}
+    report: dict = {"run": {"id": run_path.name, "store": str(out / CHECK_STORE)},
+                    "table": {row["case"]: row for row in rows.values()}, "checks": {}}
+    lines = ["# nearlocal GPU check", "",
+             f"Every row below was measured by nearlocal's runner (`nearlocal run`'s plan, one "
+             f"worker process, {TABLE_BUDGET_S} s a case) and stored as run {run_path.name} in "
+             f"{CHECK_STORE} (`nearlocal show {run_path.name} --out {CHECK_STORE}`); the figures "
+             "called references were measured around them by this check's own loops.", "",
+             "## Side by side: pinned <-> gpu:0 (median, GB/s)", "",
              "| method | access | timing | " + " | ".join(PATTERNS) + " |",
              "|---|---|---|" + "---|" * len(PATTERNS)]
-    rows: dict = {}
     for method, access, timing in METHODS:
-        cells = []
-        for pattern in PATTERNS:
-            row = _row(method, pattern, access, timing=timing)
-            rows[(method, access, timing, pattern)] = row
-            report["table"][row["case"]] = row
-            cells.append(_cell(row))
+        cells = [_cell(rows[(method, access, timing, pattern)]) for pattern in PATTERNS]
         lines.append(f"| {method} | {access} | {timing} | " + " | ".join(cells) + " |")
     lines += ["", "What each interval contains:", ""]
     seen = set()
@@ -911,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
             if text and (method, timing, text) not in seen:
                 seen.add((method, timing, text))
                 lines.append(f"- {method} ({timing}): {text}")
-    failures = [r["case"] + ": " + r["error"] for r in rows.values() if "error" in r]
+    failures = [r["case"] + ": " + r["error"] for r in measured.values() if "error" in r]
     lines += [f"- FAILED {f}" for f in failures]
 
     checks: dict[str, tuple[bool, str]] = Verdicts()
@@ -948,25 +992,27 @@ def main(argv: list[str] | None = None) -> int:
             f"gather-kernel {format_ns(gather[few]['median_ns'])} vs one cudaMemcpyAsync per "
             f"fragment {format_ns(memcpy[few]['median_ns'])}: {speedup:.1f}x faster "
             "(must be >= 20x)"))
-    report["gather_vs_plain_copy"] = {}
+    report["plain_copies"] = {}
     for pattern in ("128x20KiB", "64MiB"):
         name = f"gather_vs_best_sm_copy_{pattern}"
-        try:
-            ref = gather_vs_plain_copy(pattern)
-        except Exception as exc:
-            checks[name] = (False, f"the same-buffer comparison failed: {one_line(exc, 300)}")
+        if "error" in gather[pattern] or "skipped" in gather[pattern]:
+            checks[name] = (False, f"the gather-kernel row: {_cell(gather[pattern])}")
             continue
-        report["gather_vs_plain_copy"][pattern] = ref
-        LOG.write("figure", name=f"gather_vs_plain_copy_{pattern}",
+        try:
+            ref = plain_copies(pattern)
+        except Exception as exc:
+            checks[name] = (False, f"the plain copies failed: {one_line(exc, 300)}")
+            continue
+        report["plain_copies"][pattern] = ref
+        LOG.write("figure", name=f"plain_copies_{pattern}",
                   value={k: v for k, v in ref.items() if k != "plain"})
-        best, mine = ref["best_plain"], ref["gather"]
+        best, mine = ref["best_plain"], gather[pattern]
         share = mine["gbps"] / best["gbps"]
         checks[name] = (share >= 0.9, (
-            f"gather-kernel {mine['gbps']:.1f} GB/s vs the best plain SM copy ({best['label']}) "
-            f"{best['gbps']:.1f} GB/s, same bytes, same buffers: {share:.2f}x (must be >= 0.9x);"
-            " every plain copy: " + ", ".join(f"{r['label']}: {r['gbps']:.1f} GB/s"
-                                               for r in ref["plain"])
-            + f"; the gather-kernel row: {_cell(gather[pattern])}"))
+            f"the gather-kernel row {mine['gbps']:.1f} GB/s vs the best plain SM copy "
+            f"({best['label']}) {best['gbps']:.1f} GB/s, the same bytes pinned -> device, timed "
+            f"as the row is: {share:.2f}x (must be >= 0.9x); every plain copy: "
+            + ", ".join(f"{r['label']}: {r['gbps']:.1f} GB/s" for r in ref["plain"])))
         if pattern == "64MiB" and "error" not in memcpy["64MiB"]:
             engine = memcpy["64MiB"]["gbps"]
             notes.append(
@@ -998,17 +1044,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"the kernel) {format_ns(bare)}: {factor:.2f}x (must be <= 1.5x)"))
     except Exception as exc:
         checks["gather_e2e_vs_bare_launch"] = (False, f"bare launch failed: {one_line(exc, 300)}")
+    hbm_row = row_of(extras["hbm"])
     try:
-        hbm = hbm_copy()
+        hbm_plain = hbm_plain_copy(parse_size(HBM_SIZE))
     except Exception as exc:
-        hbm = {"error": one_line(exc, 300)}
-    report["hbm_copy"] = hbm
-    LOG.write("figure", name="hbm_copy_1GiB", value={k: v for k, v in hbm.items()
-                                                      if not isinstance(v, dict)} |
-              {k: {"median_ns": v["median_ns"], "gbps": v["gbps"]} for k, v in hbm.items()
-               if isinstance(v, dict)})
-    notes.append(hbm_note(hbm))
-    b10 = b10_rows()
+        hbm_plain = {"error": one_line(exc, 300)}
+    report["hbm_copy"] = {"row": hbm_row, "plain_copy": hbm_plain}
+    LOG.write("figure", name="hbm_plain_copy",
+              value={k: v for k, v in hbm_plain.items() if k != "raw_ns"})
+    notes.append(hbm_note(hbm_row, hbm_plain))
+    b10 = b10_rows(out)
     b10_lines, checks["b10_wc_rows_measured"], b10_ratios = b10_section(b10)
     report["b10"] = {"rows": b10, "ratios": b10_ratios}
     LOG.write("figure", name="b10_ratios", value=b10_ratios)
@@ -1019,7 +1064,7 @@ def main(argv: list[str] | None = None) -> int:
     report["checks"] = {k: {"ok": ok, "text": text} for k, (ok, text) in checks.items()}
     report["notes"] = notes
 
-    unprimed = _row("cuda-memcpy-async", "64KiB", prime="0")
+    unprimed = row_of(extras["unprimed"])
     try:
         lone, lone_empty, lone_times = lone_memcpy_ns(64 * 1024)
         LOG.write("figure", name="lone_memcpy_64KiB_ns", value={"raw": lone, "empty": lone_empty})
@@ -1047,8 +1092,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += b10_lines
     lines += ["", "## gather-kernel 64 MiB by block size (for tuning; the verdict uses the default)",
               ""]
-    for threads in ("256", "512"):
-        row = _row("gather-kernel", "64MiB", threads=threads)
+    for threads in GATHER_THREADS:
+        row = row_of(extras[f"threads={threads}"])
         report[f"gather_64MiB_threads_{threads}"] = row
         lines.append(f"- threads={threads}: {_cell(row)}")
 

@@ -9,7 +9,8 @@
 # versions; torch and matplotlib are located, not imported); probe (which also compiles the CUDA
 # module once, with NVRTC directly); then, only when the probe found a GPU and the module
 # compiled (else every later step is skipped with that one line and the check exits 1): the GPU
-# tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (the side-by-side table, the
+# tests for real (NEARLOCAL_REAL_GPU=1); scripts/gpu_check.py (every row measured by nearlocal's
+# runner and stored under $OUT/work/check-results: the side-by-side table, the
 # thresholds, the PCIe floor, the HBM figure, prime=1 / prime=0 / lone copy at 64 KiB, B10:
 # cudaMemcpy and gather-kernel at 16 / 64 KiB from write-combined beside write-back pinned
 # memory, and uncached through the nearlocal_pool module where it is loaded); the
@@ -29,8 +30,8 @@
 # (pytest's tmp_path, the CPU shim), the storage file, the installed wheels; no __pycache__
 # (PYTHONDONTWRITEBYTECODE). $OUT receives at most 7 files: steps.txt, log.txt, report.md,
 # gpu_check.json, rows.jsonl, whatif.md (the gpu suite's run for serving), gpu-check.tgz
-# (everything else: preflight, probe, results store, suite JSON, whatif JSON, JUnit XML,
-# benchmark JSON).
+# (everything else: preflight, probe, the check's and the suites' results stores, suite JSON,
+# whatif JSON, JUnit XML, benchmark JSON).
 #   bash scripts/gpu_check.sh            (PYTHON=... to choose the interpreter; TOTAL_S=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -5,17 +5,19 @@ killed mid-way keeps its rows, the suites' verdict refuses a short run, the shel
 caps fit its total, and the preflight requires only what the GPU path imports, installs optional
 wheels offline and names what is missing in one line."""
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from nearlocal.probe.poolmod import PoolModule
@@ -42,9 +44,9 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ runs the
 
 
 @needs_gxx
-def test_gather_and_plain_copies_share_buffers_and_move_the_right_bytes(gpu_check):
-    ref = gpu_check.gather_vs_plain_copy("5x3000B", reps=2)
-    assert ref["bytes"] == 15000 and ref["gather"]["plan"]["pieces"] >= 5
+def test_plain_copies_around_the_gather_row_move_the_right_bytes(gpu_check):
+    ref = gpu_check.plain_copies("5x3000B", reps=2)  # bytes checked after each geometry
+    assert ref["bytes"] == 15000 and "gather" not in ref  # the gather figure is the runner's row
     labels = [r["label"] for r in ref["plain"]]
     assert any("unroll 4" in label for label in labels)
     assert any("nvbandwidth" in label and "4 x 512" in label for label in labels)  # 4 fake SMs
@@ -70,12 +72,13 @@ def test_bare_launch_and_lone_copy_run_against_the_double(gpu_check):
 
 
 @needs_gxx
-def test_hbm_copy_runs_against_the_double_and_says_when_the_peak_is_unknown(gpu_check):
-    hbm = gpu_check.hbm_copy(nbytes=3 * 4096 + 5, reps=2)
-    for name in ("cudaMemcpyAsync", "nl_plain_copy12"):  # bytes checked inside
-        assert hbm[name]["median_ns"] >= 0 and len(hbm[name]["raw_ns"]) == 2
-    assert hbm["peak_gbps"] is None and "peak unknown" in hbm["peak_source"]  # attributes: 0
-    assert "peak unknown" in gpu_check.hbm_note(hbm)
+def test_hbm_plain_copy_runs_against_the_double_and_says_when_the_peak_is_unknown(gpu_check):
+    plain = gpu_check.hbm_plain_copy(3 * 4096 + 5, reps=2)  # bytes checked inside
+    assert plain["median_ns"] >= 0 and len(plain["raw_ns"]) == 2
+    assert plain["peak_gbps"] is None and "peak unknown" in plain["peak_source"]  # attributes: 0
+    row = {"case": "cuda-memcpy-async/gpu:0/wb/1GiB/peer=gpu:0", "skipped": "no second buffer"}
+    note = gpu_check.hbm_note(row, plain)
+    assert "peak unknown" in note and "skipped: no second buffer" in note
 
 
 def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
@@ -83,8 +86,11 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
              link: tuple[str, str] = ("32.0 GT/s PCIe", "16"), big_ns: float = 1.3e6):
     """main() over given figures: every measurement replaced by a stand-in."""
 
-    def row(method, pattern, access="read", region="pinned", attr="wb", settings=None,
-            **params):
+    def row(case) -> dict:
+        method, pattern, attr, params = case.method, case.pattern, case.attr, dict(case.params)
+        if case.region == "gpu:0":  # the HBM row: 1 GiB device -> device
+            return {"case": case.id, "median_ns": 0.55e6, "p99_ns": 0.6e6, "n": 10,
+                    "gbps": (1 << 30) / 0.55e6, "info": {}}
         ns = {"16KiB": 5e3, "64KiB": 6e3, "64MiB": big_ns, "1024x160B": 5e4,
               "128x20KiB": 8e4}[pattern]
         if method == "cuda-memcpy-async" and pattern == "1024x160B":
@@ -95,19 +101,25 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
             ns = 1.2e6 if method == "cuda-memcpy" and pattern == "16KiB" else 1.5 * ns
         nbytes = {"16KiB": 1 << 14, "64KiB": 1 << 16, "64MiB": 64 << 20, "1024x160B": 163840,
                   "128x20KiB": 2621440}[pattern]
-        return {"case": f"{method}/{region}/{attr}/{pattern}/{access}/{params}", "median_ns": ns,
-                "p99_ns": ns, "n": 10, "gbps": nbytes / ns,
+        if method == "gather-kernel" and pattern in ("64MiB", "128x20KiB") \
+                and params.get("timing", "device") == "device" and "threads" not in params:
+            ns = nbytes / gather_gbps
+        return {"case": case.id, "median_ns": ns, "p99_ns": ns, "n": 10, "gbps": nbytes / ns,
                 "info": {"timer_overhead_ns": 1000.0}}
+
+    def measure_cases(cases, out, label, budget_s=0.25, ci_percent=1.0):
+        measured.append((label, [case.id for case in cases]))
+        return out / "work" / "check-results" / f"run-{label}", {c.id: row(c) for c in cases}
 
     def reference(pattern, reps=30):
         plain = [{"label": "unroll 12, 132 x 512 (nvbandwidth: a block per SM)",
                   "gbps": plain_gbps, "median_ns": 1.0}, {"label": "unroll 4", "gbps": 1.0,
                                                            "median_ns": 2.0}]
-        return {"pattern": pattern, "gather": {"gbps": gather_gbps, "median_ns": 1.0},
-                "plain": plain, "best_plain": plain[0]}
+        return {"pattern": pattern, "plain": plain, "best_plain": plain[0]}
 
-    monkeypatch.setattr(gpu_check, "_row", row)
-    monkeypatch.setattr(gpu_check, "gather_vs_plain_copy", reference)
+    measured: list = []
+    monkeypatch.setattr(gpu_check, "measure_cases", measure_cases)
+    monkeypatch.setattr(gpu_check, "plain_copies", reference)
     monkeypatch.setattr(gpu_check, "torch_pinned_copy_ns", lambda nbytes, reps=30: big_ns)
     monkeypatch.setattr(gpu_check, "bare_launch_ns", lambda pattern, reps=300: (bare_ns, []))
     monkeypatch.setattr(gpu_check, "lone_memcpy_ns", lambda nbytes, reps=100: (5.7e3, 1e3, []))
@@ -119,19 +131,28 @@ def _figures(gpu_check, monkeypatch, *, gather_gbps: float, plain_gbps: float,
         "bus_id": bus, "current_link_speed": link[0], "current_link_width": link[1],
         "max_link_speed": "32.0 GT/s PCIe", "max_link_width": "16",
         "port_max_link_speed": "32.0 GT/s PCIe", "port_max_link_width": "16"})
-    monkeypatch.setattr(gpu_check, "hbm_copy", lambda: {
-        "bytes": 1 << 30, "cudaMemcpyAsync": {"median_ns": 1.0, "gbps": 3900.0},
-        "nl_plain_copy12": {"median_ns": 1.0, "gbps": 4100.0}, "peak_gbps": 4800.0,
+    monkeypatch.setattr(gpu_check, "hbm_plain_copy", lambda nbytes: {
+        "bytes": nbytes, "median_ns": 1.0, "gbps": 4100.0, "peak_gbps": 4800.0,
         "peak_source": "test figures"})
+    return measured
 
 
 def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
-    _figures(gpu_check, monkeypatch, gather_gbps=33.0, plain_gbps=35.0, memcpy_few_ns=2e6,
-             e2e_ns=30e3, bare_ns=25e3)
+    measured = _figures(gpu_check, monkeypatch, gather_gbps=33.0, plain_gbps=35.0,
+                        memcpy_few_ns=2e6, e2e_ns=30e3, bare_ns=25e3)
     assert gpu_check.main(["--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
+    # every nearlocal figure comes from the runner: the table, the extras and the HBM row in
+    # one run, B10's rows in one of their own (the pool module's not run: no case of it)
+    (label, table), (b10_label, b10) = measured
+    assert label == "gpu-check" and b10_label == "gpu-check-b10"
+    assert len(table) == len(gpu_check.METHODS) * len(gpu_check.PATTERNS) + 4
+    assert "cuda-memcpy-async/gpu:0/wb/1GiB/peer=gpu:0" in table
+    assert len(b10) == 8 and all("/pinned/" in case for case in b10)
+    assert "stored as run run-gpu-check in work/check-results" in report
     assert "PASS gather_vs_per_fragment_memcpy_1024x160B" in report and "40.0x faster" in report
     assert "PASS gather_vs_best_sm_copy_64MiB" in report and "0.94x (must be >= 0.9x)" in report
+    assert "the gather-kernel row 33.0 GB/s vs the best plain SM copy" in report
     assert "PASS gather_vs_best_sm_copy_128x20KiB" in report
     assert "PASS gather_e2e_vs_bare_launch" in report and "1.20x" in report
     assert "copy-engine ratio at 64 MiB" in report  # information, no verdict
@@ -140,6 +161,7 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     assert "gather_64KiB_time" not in report and "0.85" not in report
     assert "PASS h2d_64MiB_above_link_floor" in report and "trained gen 5 x16" in report
     assert "HBM copy" in report and "of peak" in report  # information, no verdict
+    assert "the row cuda-memcpy-async/gpu:0/wb/1GiB/peer=gpu:0: 3905 GB/s = 81% of peak" in report
     records = gpu_check.read_rows(tmp_path / "rows.jsonl")  # verdicts and figures, as decided
     checks = {r["name"]: r["ok"] for r in records if r["kind"] == "check"}
     assert checks["h2d_64MiB_above_link_floor"] and checks["gather_e2e_vs_bare_launch"]
@@ -176,11 +198,14 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
 
 @needs_gxx
 def test_b10_rows_against_the_double(gpu_check, tmp_path, monkeypatch):
-    """The B10 rows through the real measure(): wb and wc pinned measured; the uc row through
-    a (fake) loaded nearlocal_pool module skipped in CUDA's own words when CUDA refuses its
-    I/O-memory registration; the verdict holds on the pinned rows alone."""
+    """The B10 rows: wb and wc pinned measured; the uc row through a (fake) loaded
+    nearlocal_pool module skipped in CUDA's own words when CUDA refuses its I/O-memory
+    registration; the verdict holds on the pinned rows alone. The runner's workers cannot
+    import the simulated GPU set up in this process, so each case is measured here by the
+    worker's own measure() (test_the_check_measures_through_the_runner runs the real runner)."""
     from nearlocal.core.sampling import StoppingRule
-    from nearlocal.engine.worker import WorkerSettings
+    from nearlocal.engine.worker import WorkerSettings, measure
+    from nearlocal.errors import Unavailable
     from nearlocal.probe.poolmod import WINDOWS
     from tests.fakesys import pool_module_box, write
 
@@ -190,14 +215,29 @@ def test_b10_rows_against_the_double(gpu_check, tmp_path, monkeypatch):
           f"PAT: [mem 0x{start:016x}-0x{start + (16 << 20):016x}] uncached")
     monkeypatch.setenv("NEARLOCAL_SYSROOT", str(root))
     monkeypatch.setattr("nearlocal.regions.devices.WINDOWS", dict.fromkeys(WINDOWS, 0))
-    monkeypatch.setattr(gpu_check, "B10_SETTINGS", WorkerSettings(
-        StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), 1e9, False))
+    settings = WorkerSettings(StoppingRule(budget_s=0.01, min_samples=3, max_samples=4), 1e9,
+                              False)
+    runs = []
+
+    def in_process(cases, out, label, budget_s, ci_percent):
+        runs.append((label, budget_s, ci_percent))
+        rows = {}
+        for case in cases:
+            try:
+                row = {**measure(case, settings, 0.0)[0], "status": "ok"}
+            except Unavailable as exc:  # as the worker stores a case refused once opened
+                row = {"status": "skipped", "reason": str(exc)}
+            rows[case.id] = gpu_check.row_cell({**row, "case_id": case.id})
+        return out / "run", rows
+
+    monkeypatch.setattr(gpu_check, "measure_cases", in_process)
     sys.modules["cupy"].cuda.runtime.refuse_io_memory = True
     regions = gpu_check.b10_regions()
     assert [(r, a, why) for r, a, why in regions] == [
         ("pinned", "wb", None), ("pinned", "wc", None),
         ("registered:ncmem:/dev/nearlocal-pool0", "uc", None)]
-    rows = gpu_check.b10_rows(regions)
+    rows = gpu_check.b10_rows(tmp_path, regions)
+    assert runs == [("gpu-check-b10", gpu_check.B10_BUDGET_S, gpu_check.B10_CI_PERCENT)]
     assert len(rows) == 12
     pinned = [r for r in rows.values() if r["region"] == "pinned"]
     assert all("median_ns" in r for r in pinned)
@@ -251,43 +291,111 @@ def test_h2d_floor_from_the_links_width_and_generation(tmp_path):
     assert unknown is None and "not readable from sysfs" in why
 
 
-def test_a_check_killed_mid_way_keeps_its_rows(tmp_path):
-    """The check step is SIGKILLed after its fifth row: rows.jsonl holds the four before, and
-    --partial renders a report from them that says it was cut short (and fails)."""
-    out = tmp_path / "out"
+def _simulated_gpu_path(tmp_path: Path) -> str:
+    """PYTHONPATH whose `cupy` is the simulated GPU, so every process of a check imports it: the
+    check itself, the runner's fork server and its workers (test-only; nothing it produces is a
+    measurement)."""
+    folder = tmp_path / "simulated-gpu"
+    (folder / "cupy").mkdir(parents=True)
+    (folder / "cupy" / "__init__.py").write_text(
+        "import sys\nfrom tests.gpu_fakecupy import make_fake_cupy\n"
+        "sys.modules[__name__] = make_fake_cupy()\n")
+    return f"{folder}{os.pathsep}{ROOT}"
+
+
+CHECK_DRIVER = """
+import functools, sys
+if __name__ == "__main__":  # the runner's workers import this file again, as __mp_main__
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_check", {script!r})
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    gpu_check.TABLE_BUDGET_S = gpu_check.B10_BUDGET_S = 0.01  # a check of the wiring: no figures
+    gpu_check.HBM_SIZE = "4MiB"
+    gpu_check.plain_copies = functools.partial(gpu_check.plain_copies, reps=2)
+    gpu_check.bare_launch_ns = functools.partial(gpu_check.bare_launch_ns, reps=20)
+    gpu_check.lone_memcpy_ns = functools.partial(gpu_check.lone_memcpy_ns, reps=10)
+{setup}
+    sys.exit(gpu_check.main(sys.argv[1:]))
+"""
+
+
+def _check_on_the_simulated_gpu(tmp_path: Path, *args: str, setup: str = "",
+                                kill_after_rows: int | None = None) -> tuple[int, str]:
+    """gpu_check.py's main() in a process of its own on the simulated GPU, the real runner
+    measuring (small budgets and sizes set by CHECK_DRIVER, `setup` after them): (its exit
+    code, its output). `kill_after_rows`: SIGKILL its whole process group, as the step's cap
+    does, once rows.jsonl holds that many rows."""
     driver = tmp_path / "driver.py"
-    driver.write_text(f"""
-import os, signal, sys
-sys.path.insert(0, {str(ROOT)!r})
-from tests.gpu_fakecupy import make_fake_cupy
-sys.modules["cupy"] = make_fake_cupy()
-import importlib.util
-spec = importlib.util.spec_from_file_location("gpu_check", {str(ROOT / "scripts/gpu_check.py")!r})
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
-calls = []
+    driver.write_text(CHECK_DRIVER.format(script=str(ROOT / "scripts" / "gpu_check.py"),
+                                          setup=setup))
+    log = tmp_path / "check.log"
+    rows = tmp_path / "out" / "rows.jsonl"
+    with log.open("w") as output:
+        check = subprocess.Popen([sys.executable, str(driver), "--out", str(tmp_path / "out"),
+                                  *args], stdout=output, stderr=subprocess.STDOUT,
+                                 start_new_session=True,
+                                 env={**os.environ, "PYTHONPATH": _simulated_gpu_path(tmp_path)})
+        try:
+            while kill_after_rows is not None and check.poll() is None:
+                if rows.exists() and rows.read_text().count('"kind": "row"') >= kill_after_rows:
+                    os.killpg(check.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.02)
+            code = check.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(check.pid, signal.SIGKILL)  # the fork server and workers, if left
+    return code, log.read_text()
 
-def measure(case, settings, overhead):
-    calls.append(case)
-    if len(calls) == 5:
-        os.kill(os.getpid(), signal.SIGKILL)  # the cap's kill, mid-step
-    return ({{"median_ns": 1e4, "p99_ns": 2e4, "n_samples": 9, "gbps": 6.5, "info": {{}}}},
-            None, None, None)
 
-gpu_check.measure = measure
-gpu_check.main(["--out", {str(out)!r}])
-""")
-    result = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == -9, result.stderr
+@needs_gxx
+def test_the_check_measures_through_the_runner(tmp_path):
+    """Every nearlocal figure of the check comes from nearlocal's runner: the table, the extras
+    and the HBM row are one stored run, B10's rows another, in the store under --out; each row
+    is in rows.jsonl as stored, and the report names the run."""
+    from nearlocal.store import load
+
+    code, output = _check_on_the_simulated_gpu(tmp_path)
+    assert code == 1 and "Traceback" not in output, output[-3000:]  # torch, sysfs: not here
+    out = tmp_path / "out"
+    gpu_check = _script("gpu_check")
+    runs = sorted((out / "work" / "check-results").iterdir())
+    assert len(runs) == 2
+    table, b10 = (load(run) for run in runs)
+    assert table.meta["suite"] == "gpu-check" and b10.meta["suite"] == "gpu-check-b10"
+    assert len(table.cases) == len(gpu_check.METHODS) * len(gpu_check.PATTERNS) + 4
+    assert len(b10.cases) == 8  # wb and wc pinned; the pool module is not loaded here
+    assert set(table.cases["status"]) <= {"ok", "skipped"}
+    assert table.cases.loc[table.cases["status"] == "skipped", "reason"].str.len().min() > 0
+    records = gpu_check.read_rows(out / "rows.jsonl")
+    logged = [r["case"] for r in records if r["kind"] == "row"]
+    assert sorted(logged) == sorted([*table.cases["case_id"], *b10.cases["case_id"]])
+    report = (out / "report.md").read_text()
+    assert f"stored as run {runs[0].name} in work/check-results" in report
+    assert "gather_vs_best_sm_copy_64MiB: the gather-kernel row" in report
+    assert "HBM copy (device -> device, 4MiB" in report and "the row cuda-memcpy-async/gpu:0" \
+        in report
+    checks = json.loads((out / "gpu_check.json").read_text())["checks"]
+    assert checks["b10_wc_rows_measured"]["ok"] and checks["gather_e2e_vs_bare_launch"]
+
+
+@needs_gxx
+def test_a_check_killed_mid_way_keeps_its_rows(tmp_path):
+    """The check step is SIGKILLed with its runner's worker, as the step's cap kills it, after
+    its fourth row: rows.jsonl holds the rows stored before, and --partial renders a report from
+    them that says it was cut short (and fails)."""
+    code, output = _check_on_the_simulated_gpu(tmp_path, kill_after_rows=4)
+    assert code == -signal.SIGKILL, output[-3000:]
+    out = tmp_path / "out"
     gpu_check = _script("gpu_check")
     rows = gpu_check.read_rows(out / "rows.jsonl")
-    assert [r["kind"] for r in rows] == ["row"] * 4
-    assert rows[0]["case"].startswith("cuda-memcpy/pinned") and rows[0]["median_ns"] == 1e4
+    assert {r["kind"] for r in rows} == {"row"} and 4 <= len(rows) < 44
+    assert rows[0]["case"].startswith("cuda-memcpy/pinned") and rows[0]["median_ns"] > 0
     assert not (out / "report.md").exists()
     assert gpu_check.main(["--out", str(out), "--partial"]) == 1
     report = (out / "report.md").read_text()
-    assert "CUT SHORT" in report and "4 rows" in report
+    assert "CUT SHORT" in report and f"{len(rows)} rows" in report
     assert json.loads((out / "gpu_check.json").read_text())["partial"] is True
 
 
@@ -651,44 +759,57 @@ def test_suites_verdict_reads_what_nearlocal_run_writes(tmp_path, monkeypatch):
     assert not ok and rows[0]["case_id"] in "\n".join(lines)
 
 
-@needs_gxx
-def test_replay_with_streams_against_the_simulation_on_the_double(gpu_check, monkeypatch,
-                                                                  tmp_path):
-    """--replay: the movers=k rows, the replay at 1, 2 and 4 streams (every request's bytes
-    moved, each on a stream that was free) and the simulated vs replayed P50 / P99 in report.md
-    and gpu_check.json. The double's copies are done when called, so its end events are done
-    while the replay runs (the timer's start events never are: it believes the GPU spins)."""
+REPLAY_SETUP = """
+    gpu_check.REPLAY_SECONDS, gpu_check.REPLAY_LAYERS = 1.0, "0-1"
+    gpu_check.REPLAY_POOL_BYTES, gpu_check.REPLAY_DST_BYTES = 16 << 20, 4 << 20
+    gpu_check.REPLAY_ROW_BUDGET = 0.02
+    import json
+    import numpy as np
     from nearlocal.gpu import replay
     from tests.gpu_fakecupy import _Event
-
-    monkeypatch.setattr(gpu_check, "REPLAY_SECONDS", 1.0)
-    monkeypatch.setattr(gpu_check, "REPLAY_LAYERS", "0-1")
-    monkeypatch.setattr(gpu_check, "REPLAY_POOL_BYTES", 16 << 20)
-    monkeypatch.setattr(gpu_check, "REPLAY_DST_BYTES", 4 << 20)
-    monkeypatch.setattr(gpu_check, "REPLAY_ROW_BUDGET", 0.02)
-    moved = []
     real = replay.run_gpu_replay
 
     def run(frags, first, arrival, region_bytes, dst_bytes, streams, device=0):
-        monkeypatch.setattr(_Event, "done", True)
+        _Event.done = True  # the double's copies are done when called
         try:
             times = real(frags, first, arrival, region_bytes, dst_bytes, streams, device)
         finally:
-            monkeypatch.setattr(_Event, "done", False)
-        moved.append((streams, times))
+            _Event.done = False
+        served = times.mover[times.mover >= 0]
+        with open({moved!r}, "a") as moved:
+            moved.write(json.dumps({{"streams": streams, "served": int(served.size),
+                                     "movers": sorted({{int(m) for m in served}}),
+                                     "ordered": bool(np.all(times.end_ns >= times.start_ns))}})
+                        + "\\n")
         return times
 
-    monkeypatch.setattr(replay, "run_gpu_replay", run)
-    assert gpu_check.main(["--out", str(tmp_path), "--replay"]) == 0
-    data = json.loads((tmp_path / "gpu_check.json").read_text())["replay"]
+    replay.run_gpu_replay = run
+"""
+
+
+@needs_gxx
+def test_replay_with_streams_against_the_simulation_on_the_double(tmp_path):
+    """--replay: the movers=k rows measured by the runner and read back from the store, the
+    replay at 1, 2 and 4 streams (every request's bytes moved, each on a stream that was free)
+    and the simulated vs replayed P50 / P99 in report.md and gpu_check.json. The double's copies
+    are done when called, so its end events are done while the replay runs (the timer's start
+    events never are: it believes the GPU spins)."""
+    moved = tmp_path / "moved.jsonl"
+    code, output = _check_on_the_simulated_gpu(
+        tmp_path, "--replay", setup=REPLAY_SETUP.format(moved=str(moved)))
+    assert code == 0, output[-3000:]
+    data = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["replay"]
     assert sorted(data["streams"]) == ["1", "2", "4"] and data["requests_with_hits"] > 0
     assert set(data["contention"]) == {"1", "2", "4"}
-    for streams, times in moved:
-        served = times.mover[times.mover >= 0]
-        assert served.size == data["requests_with_hits"] and set(served) <= set(range(streams))
-        assert np.all(times.end_ns >= times.start_ns)
-        entry = data["streams"][str(streams)]
+    runs = list((tmp_path / "out" / "work" / "check-results").iterdir())
+    assert [run.name for run in runs] == [data["run"]]  # the rows the simulation stood on
+    calls = [json.loads(line) for line in moved.read_text().splitlines()]
+    assert [c["streams"] for c in calls] == [1, 2, 4]
+    for call in calls:
+        assert call["served"] == data["requests_with_hits"] and call["ordered"]
+        assert set(call["movers"]) <= set(range(call["streams"]))
+        entry = data["streams"][str(call["streams"])]
         assert entry["replay_reload"]["p50_ns"] > 0 and entry["simulated_reload"]["p99_ns"] > 0
-    report = (tmp_path / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
     assert "Host->GPU replay with 1, 2 and 4 streams" in report
     assert report.count("simulated P50") == 3

@@ -4,6 +4,7 @@ engine's Runner measures; this shows it and takes turns)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +33,10 @@ def measure_into(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
 
 
 def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
-                turns=None) -> MeasuredRun:
+                turns=None, on_row: Callable[[dict], None] | None = None) -> MeasuredRun:
     """`run`'s and `accept`'s one way to measure: a new run in the store under `out` with
     `meta`, the plan measured into it (progress unless quiet), finished with its self-check.
+    `on_row` is handed each row as it is stored (a script keeping its own log as it goes).
     A Ctrl-C even before the first case is an interrupted run, stored."""
     from nearlocal.engine.stability.selfcheck import checked
     from nearlocal.store.writer import Store
@@ -43,7 +45,7 @@ def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
     rows = None
     try:
         store = Store.create(out, meta)
-        interrupted, rows = measure(plan, store, quiet=quiet, turns=turns)
+        interrupted, rows = measure(plan, store, quiet=quiet, turns=turns, on_row=on_row)
     except BaseException as exc:
         if turns is not None:  # the other arms go on without this one
             turns.finish()
@@ -56,7 +58,8 @@ def measure_run(plan: Plan, out: Path, meta: dict, *, quiet: bool = False,
 
 
 def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = True,
-            case_timeout_s: float | None = None, turns=None
+            case_timeout_s: float | None = None, turns=None,
+            on_row: Callable[[dict], None] | None = None
             ) -> tuple[KeyboardInterrupt | None, list[dict] | None]:
     """Run the plan into `store` with run's progress display; the store is left open. Returns
     the interrupt (Ctrl-C, SIGTERM) that stopped it, or None: what was measured is stored; and
@@ -73,6 +76,8 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
                                  arms=turns.arms if turns is not None else 1) as progress:
             # runner.Runner is looked up here, at the call: tests stand a double in for it
             events = progress if turns is None else _TakingTurns(progress, turns)
+            if on_row is not None:
+                events = _AlsoHanded(events, on_row)
             measuring = runner.Runner(plan.inventory, worker, store, events,
                                       case_timeout_s=case_timeout_s,
                                       processes=settings.processes, compile_first=compile_first,
@@ -84,6 +89,20 @@ def measure(plan: Plan, store, *, quiet: bool = False, compile_first: bool = Tru
         if turns is not None:
             turns.finish()
     return None, rows
+
+
+class _AlsoHanded:
+    """The progress display's events, each stored row also handed to `on_row`."""
+
+    def __init__(self, events, on_row: Callable[[dict], None]) -> None:
+        self.events, self.on_row = events, on_row
+
+    def __getattr__(self, name: str):  # new_pass, measured, compiling, settle: as they are
+        return getattr(self.events, name)
+
+    def finished(self, row: dict) -> None:
+        self.events.finished(row)
+        self.on_row(row)
 
 
 class _TakingTurns:
