@@ -155,6 +155,7 @@ def test_the_worker_replies_skipped_and_the_runner_keeps_it_skipped(fake_cupy, m
     """errors.Unavailable from a case's open: the worker answers ("skipped", CUDA's words), and
     the runner makes a skipped row of it with them, never a failed one."""
     from nearlocal.engine import runner, worker
+    from nearlocal.engine.workers import MeasuringWorker
     from nearlocal.kernels.timer import ClockCalibration
 
     settings = WorkerSettings(SETTINGS.rule, 1e9, False, clock=ClockCalibration(0.0, 1.0))
@@ -177,7 +178,7 @@ def test_the_worker_replies_skipped_and_the_runner_keeps_it_skipped(fake_cupy, m
     reply = conn.sent[-1]
     assert reply[0] == "skipped" and "cudaErrorNotSupported: operation not supported" in reply[1], reply
 
-    monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: reply)
+    monkeypatch.setattr(MeasuringWorker, "ask", lambda self, case, message: reply)
     run = runner.Runner(None, settings, None)
     row, _raw, ns, _ = run._measure(case)
     assert row["status"] == "skipped" and row["reason"] == reply[1] and ns is None

@@ -47,13 +47,13 @@ def test_one_probe_and_one_check_per_case_in_a_run(tmp_path, monkeypatch):
     that inventory) and each case's skip decision is asked once. No worker is started: every
     request to one fails the case at once."""
     import nearlocal.probe as probe
-    from nearlocal.engine import runner
+    from nearlocal.engine.workers import MeasuringWorker
 
     probes, skips = [], []
     real_probe, real_skip = probe.probe, case_rules.skip
     monkeypatch.setattr(probe, "probe", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
     monkeypatch.setattr(case_rules, "skip", lambda *a, **k: skips.append(a[0].id) or real_skip(*a, **k))
-    monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: {
+    monkeypatch.setattr(MeasuringWorker, "ask", lambda self, case, message: {
         "status": "failed", "reason": "no worker in this test"})
     code = main(["run", "--method", "load", "--size", "4KiB,64KiB", "--budget", "0.02",
                  "--quiet", "--out", str(tmp_path)])

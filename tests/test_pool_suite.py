@@ -120,11 +120,11 @@ def test_a_suite_says_whether_its_run_compares_the_pool(suite, compares, tmp_pat
                                                          capsys):
     """`Suite.compares_pool`, set where the suite is declared, decides whether `nearlocal run`
     prints what local memory is compared with. No worker starts: every case fails at once."""
-    from nearlocal.engine import runner
+    from nearlocal.engine.workers import MeasuringWorker
     from nearlocal.frontends.cli import main
 
     assert get_suite(suite).compares_pool is compares
-    monkeypatch.setattr(runner.Runner, "_ask", lambda self, case, message: {
+    monkeypatch.setattr(MeasuringWorker, "ask", lambda self, case, message: {
         "status": "failed", "reason": "no worker in this test"})
     assert main(["run", "--suite", suite, "--method", "load", "--size", "4KiB", "--region", "dram",
                  "--budget", "0.02", "--processes", "1", "--out", str(tmp_path)]) == 0

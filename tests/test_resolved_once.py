@@ -64,6 +64,7 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
     import nearlocal.kernels.timer  # noqa: F401  (loaded: its measure_clock is wrapped)
     from nearlocal.engine import runner
     from nearlocal.engine.plan import RunSettings, plan_cases
+    from nearlocal.engine.workers import MeasuringWorker
     from nearlocal.probe import probe
     from nearlocal.store.writer import Store
 
@@ -82,7 +83,7 @@ def test_a_run_resolves_each_case_once_and_sends_the_worker_the_resolved_case(tm
         sent.append(message)
         return {"status": "failed", "reason": "no worker in this test"}
 
-    monkeypatch.setattr(runner.Runner, "_ask", ask)
+    monkeypatch.setattr(MeasuringWorker, "ask", ask)
     patterns = count_calls(monkeypatch, "nearlocal.core.patterns", "parse_pattern")
     regions = count_calls(monkeypatch, "nearlocal.regions.base", "parse_region")
     clocks = count_calls(monkeypatch, "nearlocal.kernels.timer", "measure_clock")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from nearlocal.engine import runner as runner_module
+from nearlocal.engine import workers
 from nearlocal.engine.worker_start import WORKER_START_ENV, own_startup_s, worker_start_deadline
 from nearlocal.errors import UsageError
 
@@ -53,7 +54,7 @@ def _run(tmp_path, target, monkeypatch):
     from nearlocal.probe import probe
     from nearlocal.store import Store
 
-    monkeypatch.setattr(runner_module, "worker_main", target)
+    monkeypatch.setattr(workers, "worker_main", target)
     inventory = probe(gpu=False)
     settings = WorkerSettings(StoppingRule(budget_s=0.03, min_samples=5), inventory.tsc_hz, False)
     store = Store.create(tmp_path / "store", {"host_id": inventory.host_id})
@@ -85,13 +86,13 @@ def test_a_late_worker_is_killed_and_the_error_names_the_deadline_and_its_stage(
     from nearlocal.engine.worker_start import WorkerStartError
 
     monkeypatch.setenv(WORKER_START_ENV, "0.5")
-    runner = runner_module.Runner.__new__(runner_module.Runner)
-    runner._startup_s, runner._last_start_s = 1.0, None
+    worker = workers.MeasuringWorker.__new__(workers.MeasuringWorker)
+    worker._startup_s, worker._last_start_s = 1.0, None
     parent, child = multiprocessing.Pipe()
     child.send(("stage", "loading the method modules"))
     process = _SilentProcess()
     with pytest.raises(WorkerStartError) as raised:
-        runner._wait_ready(process, parent)
+        worker._wait_ready(process, parent)
     text = str(raised.value)
     assert text.startswith("the measurement worker did not start within 0.5 s")
     assert f"({WORKER_START_ENV}=0.5)" in text and "loading the method modules" in text

@@ -1,38 +1,25 @@
 """The runner: checks every case, runs the runnable ones in a worker process, writes each finished
 case to the store as it completes. It never branches on hardware: methods and regions do. Its
-parts: worker_start.py (a worker's start deadline), processes.py (how many processes a case
-gets), pooling.py (one row from a case's processes), metadata.py (run.json's facts of the run)."""
+parts: workers.py (the worker process it asks, one case at a time), worker_start.py (a worker's
+start deadline), processes.py (how many processes a case gets), pooling.py (one row from a
+case's processes), metadata.py (run.json's facts of the run)."""
 
 from __future__ import annotations
 
-import contextlib
-import math
 import multiprocessing
-import signal
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nearlocal.core.cases import ResolvedCase
-from nearlocal.engine.children import (
-    interrupt_seen,
-    raise_lost_interrupt,
-    start_child,
-    start_fork_server,
-)
+from nearlocal.engine.children import interrupt_seen, raise_lost_interrupt, start_fork_server
 from nearlocal.engine.pooling import _pooled, global_placements
 from nearlocal.engine.processes import processes_to_settle
-from nearlocal.engine.worker import Origin, WorkerSettings, worker_main
-from nearlocal.engine.worker_start import (
-    WORKER_START_ENV,
-    WorkerStartError,
-    own_startup_s,
-    worker_start_deadline,
-)
+from nearlocal.engine.worker import WorkerSettings
+from nearlocal.engine.workers import MeasuringWorker, share_of_budget
 from nearlocal.probe import HostInventory
-from nearlocal.regions import files_to_create, remove_leftovers
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,12 +30,6 @@ if TYPE_CHECKING:
     from nearlocal.engine.stability.hostprobe import HostProber
 
 FORK_SERVER_PRELOAD = "nearlocal.engine.forkserver"
-
-
-@dataclass
-class _Worker:
-    process: multiprocessing.Process
-    conn: object
 
 
 class RunEvents:
@@ -115,132 +96,22 @@ class Runner:
         # workers of a run share is the server's code layout, drawn once per run.
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload([FORK_SERVER_PRELOAD])
-        self._worker: _Worker | None = None
-        self._creating: list = []  # files the case in flight may create (removed if it dies)
-        self._startup_s: float | None = None  # this process's start-up, read at the first worker
-        self._last_start_s: float | None = None  # what the last worker took to be ready
-        self._start_failure: str | None = None  # a worker that did not start fails the rest
-        self._sent = math.nan  # when the request in flight was sent (perf_counter)
-        worker_start_deadline(None)  # a malformed NEARLOCAL_WORKER_START_S is bad input: now
+        self.worker = MeasuringWorker(self._context, share_of_budget(settings, processes),
+                                      self.case_timeout_s, self._worker_started,
+                                      self._worker_ready)
 
-    def _wait_ready(self, process, parent) -> tuple:
-        """The worker's ("ready", ...) message; the stages it reports on the way name what a
-        worker that misses its deadline was doing. WorkerStartError when it dies or is late."""
-        if self._startup_s is None:
-            self._startup_s = own_startup_s()
-        limit, why = worker_start_deadline(self._startup_s, self._last_start_s)
-        started = time.monotonic()
-        stage = "starting Python and importing nearlocal's worker (numpy, numba)"
-        while True:
-            left = started + limit - time.monotonic()
-            if left <= 0:
-                process.kill()
-                process.join(5)
-                raise WorkerStartError(
-                    f"the measurement worker did not start within {limit:.4g} s ({why}); it was "
-                    f"{stage}; set {WORKER_START_ENV}=SECONDS to wait longer")
-            closed = False
-            if parent.poll(min(left, 0.5)):
-                try:
-                    message = parent.recv()
-                except EOFError:  # it closed its end: it is dying
-                    closed = True
-                else:
-                    if message[0] == "stage":
-                        stage = message[1]
-                        continue
-                    self._last_start_s = time.monotonic() - started
-                    return message
-            if closed or not process.is_alive():
-                process.join(5)
-                code = process.exitcode
-                how = (signal.Signals(-code).name if code is not None and code < 0
-                       else f"exit code {code}")
-                raise WorkerStartError(f"the measurement worker died ({how}) while {stage}")
+    def _worker_started(self, pid: int) -> None:
+        """A new worker process: where it runs is where the run's own CPU time goes."""
+        if self._busy is not None:
+            self._busy.track(pid)
 
-    def _start_worker(self) -> _Worker:
-        parent, child = self._context.Pipe()
-        settings = self.settings
-        if self.processes > 1:  # the K processes share the case's budget
-            settings = replace(settings, rule=replace(
-                settings.rule, budget_s=settings.rule.budget_s / self.processes))
-        process = self._context.Process(target=worker_main, args=(child, settings, Origin.here()),
-                                        daemon=True)
-        start_child(process)  # a Ctrl-C during the start is the parent's, raised after it
-        child.close()
-        if self._busy is not None:  # where it runs is where the run's own CPU time went
-            self._busy.track(process.pid)
-        self._wait_ready(process, parent)
+    def _worker_ready(self) -> None:
+        """A new worker is ready: the host probe's reading for its pass (compare sets them
+        side by side)."""
         if self._prober is not None:
             reading = self._prober.walk()
             if reading is not None:
                 self.store.add_host_reading(self._pass, reading, self._prober.facts)
-        return _Worker(process, parent)
-
-    def _stop_worker(self, now: bool = False) -> None:
-        """now (Ctrl-C, SIGTERM, an error): SIGTERM, which unwinds the case in flight and
-        removes the files it created, instead of waiting for the case to end."""
-        if self._worker is None:
-            return
-        worker, self._worker = self._worker, None
-        with contextlib.suppress(BrokenPipeError, OSError):
-            worker.conn.send(None)
-        if now:
-            worker.process.terminate()
-        worker.process.join(5)
-        if worker.process.is_alive():
-            worker.process.kill()
-            worker.process.join()
-        self._remove_leftovers()
-
-    def _remove_leftovers(self) -> None:
-        """Files the case in flight was creating, when its worker died before removing them."""
-        files, self._creating = self._creating, []
-        remove_leftovers(files)
-
-    def _crashed(self, worker: _Worker) -> dict:
-        worker.process.join(10)
-        self._worker = None
-        self._remove_leftovers()
-        code = worker.process.exitcode
-        if code is None:
-            worker.process.kill()
-            how = "closed its pipe"
-        else:
-            how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
-        return {"status": "failed", "reason": f"worker crashed: {how}"}
-
-    def _ask(self, case: ResolvedCase, message) -> tuple | dict:
-        """One request to the worker about `case`: its reply, or a failed row when the worker
-        crashed or ran past the case timeout."""
-        if self._start_failure is not None:
-            return {"status": "failed", "reason": self._start_failure}
-        if self._worker is None:
-            try:
-                self._worker = self._start_worker()
-            except WorkerStartError as exc:  # each case left fails with it, without more waiting
-                self._start_failure = str(exc)
-                return {"status": "failed", "reason": self._start_failure}
-        worker = self._worker
-        self._creating = files_to_create((case.region, case.peer))
-        self._sent = time.perf_counter()  # a worker's start is not the case's cost
-        worker.conn.send(message)
-        deadline = time.monotonic() + self.case_timeout_s
-        while not worker.conn.poll(0.05):
-            if not worker.process.is_alive():
-                return self._crashed(worker)
-            if time.monotonic() > deadline:
-                worker.process.kill()
-                worker.process.join()
-                self._worker = None
-                self._remove_leftovers()
-                return {"status": "failed", "reason": f"timed out after {self.case_timeout_s:.0f} s"}
-        try:
-            message = worker.conn.recv()
-        except EOFError:
-            return self._crashed(worker)
-        self._creating = []
-        return message
 
     def compile_kernels(self, cases: list[ResolvedCase]) -> None:
         """A step of its own before the first pass: one sample of the smallest case of each
@@ -256,7 +127,7 @@ class Runner:
         compiled = 0
         for done, case in enumerate(chosen):
             self.events.compiling(done, len(chosen), case.id, compiled)
-            reply = self._ask(case, ("compile", case))
+            reply = self.worker.ask(case, ("compile", case))
             if isinstance(reply, tuple) and reply[0] == "compiled":
                 compiled += int(reply[1])
         self.events.compiling(len(chosen), len(chosen), "", compiled)
@@ -265,10 +136,9 @@ class Runner:
                  ) -> tuple[dict, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
         """One process's measurement; `chosen`: what the case's first process chose from its
         timing (passes per sample, ...), which every later one takes (None: this is the first)."""
-        self._sent = math.nan
-        message = self._ask(case, ("measure", case, chosen))
+        message = self.worker.ask(case, ("measure", case, chosen))
         # what this process's part cost the tool: request to reply (NaN: no worker to ask)
-        wall = {"wall_s": time.perf_counter() - self._sent}
+        wall = {"wall_s": time.perf_counter() - self.worker.sent}
         if isinstance(message, dict):  # crashed or timed out
             return {**message, **wall}, None, None, None
         if message[0] in ("failed", "skipped"):  # skipped: refused once opened (Unavailable)
@@ -352,20 +222,20 @@ class Runner:
                         needed[index] = 0
                 process += 1
                 if process < max(needed.values(), default=0):
-                    self._stop_worker()  # the next pass draws a fresh process
+                    self.worker.stop()  # the next pass draws a fresh process
             raise_lost_interrupt()
         except KeyboardInterrupt:  # Ctrl-C / SIGTERM: keep the processes measured so far
             interrupt_seen()
-            self._stop_worker(now=True)
+            self.worker.stop(now=True)
             for index, (row, results) in list(pending.items()):
                 if results:
                     finish(index, row, results)
             raise
         except BaseException:
-            self._stop_worker(now=True)
+            self.worker.stop(now=True)
             raise
         finally:
-            self._stop_worker()
+            self.worker.stop()
             self._stop_prober()
             self._stop_busy()
         return rows
