@@ -174,6 +174,11 @@ def row_cell(row: dict) -> dict:
     return {"case": case, "error": row.get("reason") or str(row.get("status"))}
 
 
+def measured_ok(row: dict) -> bool:
+    """A row with a figure (neither failed nor skipped)."""
+    return "median_ns" in row
+
+
 def _cell(row: dict) -> str:
     if "error" in row:
         return "FAILED"
@@ -533,7 +538,7 @@ def b10_rows(out_dir: Path, regions: list[tuple[str, str, str | None]] | None = 
 
 def _b10_median(rows: dict, where: tuple[str, str], method: str, size: str) -> float | None:
     row = rows.get(f"{where[0]}/{where[1]}/{method}/{size}", {})
-    return None if "error" in row or "skipped" in row else row.get("median_ns")
+    return row.get("median_ns")
 
 
 def _times(a: float | None, b: float | None) -> float | None:
@@ -721,7 +726,7 @@ def hbm_note(row: dict, plain: dict) -> str:
     peak = plain.get("peak_gbps")
     share = (lambda gbps: f" = {gbps / peak:.0%} of peak") if peak else (lambda gbps: "")
     parts = [f"the row {row['case']}: " + (
-        f"{2 * row['gbps']:.0f} GB/s{share(2 * row['gbps'])}" if "median_ns" in row else
+        f"{2 * row['gbps']:.0f} GB/s{share(2 * row['gbps'])}" if measured_ok(row) else
         ("FAILED: " + row["error"] if "error" in row else "skipped: " + row["skipped"]))]
     parts.append("nl_plain_copy12 (the check's own kernel): " + (
         f"failed: {plain['error']}" if "error" in plain else
@@ -786,7 +791,7 @@ def replay_rows(method: str, pattern: str, out: Path, streams=REPLAY_STREAMS,
     cases = [table_case(method, pattern, **({"movers": str(k)} if k > 1 else {}))
              for k in streams]
     path, rows = measure_cases(cases, out, "gpu-check-replay", budget)
-    missing = [row for row in rows.values() if "median_ns" not in row]
+    missing = [row for row in rows.values() if not measured_ok(row)]
     if len(rows) < len(cases) or missing:
         why = missing[0].get("error") or missing[0].get("skipped") if missing else "not stored"
         raise RuntimeError(f"the movers rows were not all measured ({why})")
@@ -964,8 +969,8 @@ def main(argv: list[str] | None = None) -> int:
     gather = {p: rows[("gather-kernel", "read", "device", p)] for p in PATTERNS}
     torch_ns = torch_pinned_copy_ns(BIG)
     LOG.write("figure", name="torch_pinned_copy_64MiB_ns", value=torch_ns)
-    if torch_ns is None or "error" in memcpy["64MiB"]:
-        checks["h2d_64MiB_vs_torch"] = (False, "torch unusable or the row failed")
+    if torch_ns is None or not measured_ok(memcpy["64MiB"]):
+        checks["h2d_64MiB_vs_torch"] = (False, "torch unusable or the row not measured")
     else:
         ratio = memcpy["64MiB"]["median_ns"] / torch_ns
         checks["h2d_64MiB_vs_torch"] = (abs(ratio - 1) <= 0.05, (
@@ -975,17 +980,17 @@ def main(argv: list[str] | None = None) -> int:
     floor, link_text = h2d_floor(link)
     report["pcie_link"] = {**link, "floor_gbps": floor, "text": link_text}
     LOG.write("figure", name="pcie_link", value=report["pcie_link"])
-    if floor is None or "error" in memcpy["64MiB"]:
+    if floor is None or not measured_ok(memcpy["64MiB"]):
         checks["h2d_64MiB_above_link_floor"] = (False, link_text if floor is None else
-                                                "the 64 MiB row failed; " + link_text)
+                                                "the 64 MiB row not measured; " + link_text)
     else:
         gbps = memcpy["64MiB"]["gbps"]
         checks["h2d_64MiB_above_link_floor"] = (gbps >= floor, (
             f"cuda-memcpy-async 64 MiB {gbps:.1f} GB/s (must be >= {floor:.1f} GB/s); "
             + link_text))
     few = "1024x160B"
-    if "error" in gather[few] or "error" in memcpy[few]:
-        checks["gather_vs_per_fragment_memcpy_1024x160B"] = (False, "a row failed")
+    if not (measured_ok(gather[few]) and measured_ok(memcpy[few])):
+        checks["gather_vs_per_fragment_memcpy_1024x160B"] = (False, "a row not measured")
     else:
         speedup = memcpy[few]["median_ns"] / gather[few]["median_ns"]
         checks["gather_vs_per_fragment_memcpy_1024x160B"] = (speedup >= 20, (
@@ -995,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
     report["plain_copies"] = {}
     for pattern in ("128x20KiB", "64MiB"):
         name = f"gather_vs_best_sm_copy_{pattern}"
-        if "error" in gather[pattern] or "skipped" in gather[pattern]:
+        if not measured_ok(gather[pattern]):
             checks[name] = (False, f"the gather-kernel row: {_cell(gather[pattern])}")
             continue
         try:
@@ -1013,14 +1018,14 @@ def main(argv: list[str] | None = None) -> int:
             f"({best['label']}) {best['gbps']:.1f} GB/s, the same bytes pinned -> device, timed "
             f"as the row is: {share:.2f}x (must be >= 0.9x); every plain copy: "
             + ", ".join(f"{r['label']}: {r['gbps']:.1f} GB/s" for r in ref["plain"])))
-        if pattern == "64MiB" and "error" not in memcpy["64MiB"]:
+        if pattern == "64MiB" and measured_ok(memcpy["64MiB"]):
             engine = memcpy["64MiB"]["gbps"]
             notes.append(
                 f"copy-engine ratio at 64 MiB: cuda-memcpy-async {engine:.1f} GB/s; best plain SM "
                 f"copy {best['gbps']:.1f} GB/s ({best['gbps'] / engine:.2f}x); gather-kernel "
                 f"{mine['gbps']:.1f} GB/s ({mine['gbps'] / engine:.2f}x)")
-    if "error" in gather["64KiB"] or "error" in memcpy["64KiB"]:
-        notes.append("gather-kernel vs primed cudaMemcpyAsync at 64 KiB: a row failed")
+    if not (measured_ok(gather["64KiB"]) and measured_ok(memcpy["64KiB"])):
+        notes.append("gather-kernel vs primed cudaMemcpyAsync at 64 KiB: a row not measured")
     else:
         factor = gather["64KiB"]["median_ns"] / memcpy["64KiB"]["median_ns"]
         notes.append(
@@ -1034,8 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
         LOG.write("figure", name="bare_launch_sync_1024x160B_ns", value=bare)
         report["bare_launch_sync_1024x160B_ns"] = bare
         report["bare_launch_sync_1024x160B_raw_ns"] = bare_times
-        if "error" in e2e:
-            checks["gather_e2e_vs_bare_launch"] = (False, "the e2e row failed")
+        if not measured_ok(e2e):
+            checks["gather_e2e_vs_bare_launch"] = (False, f"the e2e row: {_cell(e2e)}")
         else:
             factor = e2e["median_ns"] / bare
             checks["gather_e2e_vs_bare_launch"] = (factor <= 1.5, (

@@ -196,6 +196,29 @@ def test_thresholds_of_issue_24(gpu_check, monkeypatch, tmp_path):
     assert "trained below what both ends support" in report
 
 
+def test_a_row_the_runner_skipped_fails_its_verdicts_by_name(gpu_check, monkeypatch, tmp_path):
+    """A table row the runner stored skipped (or failed) has no figure: each verdict that needs
+    it fails saying so, the rest of the check goes on."""
+    _figures(gpu_check, monkeypatch, gather_gbps=33.0, plain_gbps=35.0, memcpy_few_ns=2e6,
+             e2e_ns=30e3, bare_ns=25e3)
+    measure = gpu_check.measure_cases
+
+    def with_skips(cases, out, label, budget_s=0.25, ci_percent=1.0):
+        path, rows = measure(cases, out, label, budget_s, ci_percent)
+        for case in cases:
+            if case.method == "gather-kernel" and case.pattern in ("1024x160B", "64MiB"):
+                rows[case.id] = {"case": case.id, "skipped": "no GPU kernel here"}
+        return path, rows
+
+    monkeypatch.setattr(gpu_check, "measure_cases", with_skips)
+    assert gpu_check.main(["--out", str(tmp_path)]) == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "FAIL gather_vs_per_fragment_memcpy_1024x160B: a row not measured" in report
+    assert "FAIL gather_vs_best_sm_copy_64MiB: the gather-kernel row: skipped" in report
+    assert "FAIL gather_e2e_vs_bare_launch: the e2e row: skipped" in report
+    assert "PASS gather_vs_best_sm_copy_128x20KiB" in report and "PASS h2d_64MiB_vs_torch" in report
+
+
 @needs_gxx
 def test_b10_rows_against_the_double(gpu_check, tmp_path, monkeypatch):
     """The B10 rows: wb and wc pinned measured; the uc row through a (fake) loaded
