@@ -99,7 +99,7 @@ register_serving_path(ServingPath("demo-path", "KV over a plugin's link",
                                   (("demo-link", "host->gpu"),)))
 '''
 DEMO_COMMAND = '''
-from nearlocal.subcommands import register_command
+from nearlocal.subcommands import RunMode, register_command, register_run_mode
 
 
 def _hello(args):
@@ -116,6 +116,31 @@ def register(subparsers):
 
 
 register_command("demo-hello", register)
+
+
+# another way `nearlocal run` runs, as rack's MPI job is one: active when its launcher says so;
+# a selection holding demo-load outside it is bad input
+def _active():
+    import os
+
+    return os.environ.get("NEARLOCAL_DEMO_LAUNCHER") == "1"
+
+
+def _run(args):
+    print(f"demo mode runs suite {args.suite}, methods {args.method}")
+    return 0
+
+
+def _refuse(cases, inventory):
+    import os
+
+    from nearlocal.errors import UsageError
+
+    if "DEMO_STRICT" in os.environ and any(case.method == "demo-load" for case in cases):
+        raise UsageError("demo-load runs only under the demo launcher (NEARLOCAL_DEMO_LAUNCHER=1)")
+
+
+register_run_mode(RunMode("demo-mode", _active, _run, _refuse))
 '''
 DEMO_MODULES = {"regions": DEMO_REGIONS, "methods": DEMO_METHODS, "section": DEMO_SECTION,
                 "hops": DEMO_HOPS, "command": DEMO_COMMAND}
@@ -136,8 +161,8 @@ def _demo_distribution(root: Path) -> Path:
     return root
 
 
-def _nearlocal(args: list[str], plugin_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(plugin_path)}
+def _nearlocal(args: list[str], plugin_path: Path, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(plugin_path), **env_vars}
     env.pop("NEARLOCAL_PLUGINS", None)
     return subprocess.run([sys.executable, "-m", "nearlocal", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -170,7 +195,8 @@ def test_an_installed_distribution_adds_a_method_a_region_kind_and_a_suite(tmp_p
 
 def test_an_installed_distribution_adds_a_command_a_report_section_and_a_serving_hop(tmp_path):
     """The same distribution's upper-layer modules: `--help` lists its command and the command
-    runs; the report renders its section; whatif's paths hold its path and hop. Nothing of
+    runs; `run` runs in its run mode under its launcher and refuses what needs the mode outside
+    it; the report renders its section; whatif's paths hold its path and hop. Nothing of
     nearlocal names them."""
     import json
 
@@ -189,6 +215,14 @@ def test_an_installed_distribution_adds_a_command_a_report_section_and_a_serving
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "report.md").read_text()
     assert "Demo — an installed plugin's section" in text and "demo-load rows: 0" in text
+    launched = _nearlocal(["run", "--suite", "demo", "--method", "demo-load"], path,
+                          NEARLOCAL_DEMO_LAUNCHER="1")  # its run mode: nothing measured here
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.strip() == "demo mode runs suite demo, methods ['demo-load']"
+    refused = _nearlocal(["run", "--suite", "demo", "--budget", "0.02", "--out",
+                          str(tmp_path / "refused")], path, DEMO_STRICT="1")
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        "demo-load runs only under the demo launcher (NEARLOCAL_DEMO_LAUNCHER=1)"), refused.stderr
     asked = _nearlocal(["whatif", "--out", str(tmp_path / "store"), "--reference", "h100-sxm",
                         "--json"], path)
     assert asked.returncode == 0, asked.stderr
