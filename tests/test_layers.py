@@ -481,8 +481,9 @@ def test_the_kernels_rule_catches_a_compiled_function_elsewhere():
 
 # One spin-wait with a deadline (kernels/spin.py's spin_until): a loop that pauses and reads the
 # clock in its own body (not only in its condition: that is a delay until a time, as the replay's
-# movers wait for a request's arrival) is one more. The one exception, why in its docstring:
-SPIN_LOOPS_ELSEWHERE = {("nearlocal.rpc.kernels.records", "read_record")}
+# movers wait for a request's arrival) is one more. There is none (the record store's reader
+# once kept its own; its wait now goes through spin_until):
+SPIN_LOOPS_ELSEWHERE: set[tuple[str, str]] = set()
 CLOCK_READS = {"tsc_end", "tsc_begin", "tsc_begin_nodrain", "deadline_passed"}
 
 

@@ -1,6 +1,6 @@
 """The one spin-wait with a deadline: every flag wait and completion poll of the rpc, rack and
 rdma kernels (a response flag, a reader's acknowledgement, a work completion, a replay's next
-event) spins through `spin_until`.
+event) and the record store's reader waiting out a write in progress spins through `spin_until`.
 
 A wait is a `ready(args) -> (done, value)` function, compiled (njit, inline="always"), with its
 arguments in one tuple; it is called once per spin until `done`. Every SPINS_PER_CHECK spins the

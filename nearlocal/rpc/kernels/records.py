@@ -12,11 +12,11 @@ from numba import njit
 from nearlocal.kernels.intrinsics import (
     compiler_barrier,
     lfence,
-    pause,
     tsc_begin,
     tsc_begin_nodrain,
     tsc_end,
 )
+from nearlocal.kernels.spin import WAIT_READY, never, spin_until
 from nearlocal.rpc.kernels.sync import (
     WORDS_PER_LINE,
     flush_written,
@@ -292,12 +292,36 @@ def _expected_checksum(index, version, payload_words):
     return _mix(h)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _record_settled(args):
+    """One try of a read's wait for a record no write is in progress on (spin_until's `ready`):
+    done with (READ_OK, its sequence) once the sequence is even, with (FALLBACK_STALE, ...) while
+    a write is in progress and its owner is judged dead, with (FALLBACK_TIMEOUT, ...) once the
+    read took timeout_ticks (the content check's ticks not counted). Every try reads the clock:
+    the owner's lease is judged at that try's time (owner_dead's `now`), and the timeout is a
+    promise the fault run holds the read to (R_MAX_READ), not a safety net."""
+    raw, words, monitor, area, base, protocol, start, checking, timeout_ticks = args
+    now = tsc_end()
+    if now - start - checking > timeout_ticks:
+        return True, (np.int64(FALLBACK_TIMEOUT), np.uint64(0))
+    dead = owner_dead(raw, words, monitor, area, now, protocol)
+    first = read_flag(raw, words, base + H_SEQ, protocol)
+    if not first & np.uint64(1):
+        return True, (np.int64(READ_OK), first)
+    if dead:
+        return True, (np.int64(FALLBACK_STALE), first)
+    words[area + R_RETRIES] += np.uint64(1)
+    return False, (np.int64(READ_OK), first)
+
+
 @njit(cache=True, nogil=True)
 def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol, recheck):
     """Copy record `index` into `local` if, and only if, it is whole. Returns (outcome, version).
 
     Never blocks past timeout_ticks: a record that stays in progress, keeps changing or keeps
-    failing its checksum ends in a fallback (the caller recomputes it).
+    failing its checksum ends in a fallback (the caller recomputes it). A write in progress is
+    waited out through spin_until (_record_settled, a pause between tries); a copy the sequence
+    re-check or the checksum refuses is tried again at once.
 
     Every copy that passes the sequence check is also compared with the record's fixed content,
     independently of the reader's own checks: one that is not whole although its header is
@@ -306,13 +330,7 @@ def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol
     sequence re-check after the copy: only the negative-control test does that, to show the
     fault run reports the torn reads a broken protocol lets through. That comparison is the
     test's, not the reader's: its time is left out of the read's time (the timeout and
-    R_MAX_READ).
-
-    The one spin with a deadline outside kernels/spin.py (tests/test_layers.py lists it): while
-    a write is in progress it retries with a pause, as spin_until would, but every try needs the
-    clock: the owner's lease is judged at each try's time (owner_dead's `now`), and the timeout
-    is a promise the fault run holds it to (R_MAX_READ, less the check's time), not a safety net
-    that may be seen SPINS_PER_CHECK tries late."""
+    R_MAX_READ)."""
     base = record_base(words, index)
     payload_words = np.int64(words[C_PAYLOAD])
     start = tsc_end()
@@ -322,19 +340,16 @@ def read_record(raw, words, index, local, monitor, area, timeout_ticks, protocol
     outcome = READ_OK
     version = np.uint64(0)
     while True:
-        now = tsc_end()
-        if now - start - checking > timeout_ticks:
-            outcome = FALLBACK_TIMEOUT
+        why, settled, _ = spin_until(
+            _record_settled,
+            (raw, words, monitor, area, base, protocol, start, checking, timeout_ticks),
+            timeout_ticks, True, never, ())
+        state, first = settled
+        if why != WAIT_READY:  # spin_until's own deadline: later than the try's, kept as a net
+            state = np.int64(FALLBACK_TIMEOUT)
+        if state != READ_OK:
+            outcome = state
             break
-        dead = owner_dead(raw, words, monitor, area, now, protocol)
-        first = read_flag(raw, words, base + H_SEQ, protocol)
-        if first & np.uint64(1):
-            if dead:
-                outcome = FALLBACK_STALE
-                break
-            words[area + R_RETRIES] += np.uint64(1)
-            pause()
-            continue
         invalidate(raw, words, base + WORDS_PER_LINE, payload_words, protocol)
         for w in range(payload_words):
             local[w] = words[base + WORDS_PER_LINE + w]
