@@ -267,6 +267,8 @@ def test_replay_load_sets_the_time_scale_from_a_calibration(tmp_path):
     data = json.loads(out.read_text())
     calibration = data["calibration"]
     assert calibration["requests"] == 2 and calibration["gbps_per_mover"] > 0
+    rounds = calibration["rounds_gbps_per_mover"]
+    assert len(rounds) == 3 and calibration["gbps_per_mover"] == sorted(rounds)[1]
     expected = data["bytes"] / (0.5 * calibration["gbps_per_mover"] * 1e9)
     assert data["time_scale"] == pytest.approx(expected)
 
